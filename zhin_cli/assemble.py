@@ -1,0 +1,221 @@
+"""The pipeline for one request, and the replay of a session (DESIGN.md §2).
+
+store → window → segments → merge → headers → preset (layout) → provider render → validate.
+Each stage is a module; this file only wires them, in that order, and collects what the trace shows.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from zhin_cli.config import Config
+from zhin_cli.errors import ConfigError
+from zhin_cli.headers import Aliases, project
+from zhin_cli.merge import ItemKey, item_key, merge
+from zhin_cli.model import AssistantMessage, Session
+from zhin_cli.preset import default_layout
+from zhin_cli.providers import Capabilities, RenderedRequest, render, resolve_profile
+from zhin_cli.segments import (
+    MESSAGE_KINDS,
+    SYSTEM_PROMPT_KINDS,
+    PromptSegmentRegistry,
+    RuntimeView,
+    SegmentInput,
+    SessionView,
+    enforce_budget,
+    inject_text,
+    system_text,
+)
+from zhin_cli.tokens import TokenCounter, encoding_for_model
+from zhin_cli.validate import Verdict, validate
+from zhin_cli.window import visible_window
+
+DEFAULT_PROVIDER = "openai"
+DEFAULT_MODEL = "gpt-4o"
+
+
+@dataclass
+class SegmentReport:
+    id: str
+    kind: str
+    weight: float
+    chars: int
+    tokens: int
+    trimmed: int  # characters cut by the budget (text segments)
+    messages: int | None = None  # message segments: how many messages they produced
+
+    def as_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "id": self.id, "kind": self.kind, "weight": self.weight, "chars": self.chars,
+            "tokens": self.tokens, "trimmed": self.trimmed,
+        }
+        if self.messages is not None:
+            data["messages"] = self.messages
+        return data
+
+
+@dataclass
+class AssembledRequest:
+    session_id: str
+    turn: int
+    provider: str
+    model: str
+    encoding: str
+    segments: list[SegmentReport]
+    state_rendering: str
+    full_headers: int
+    short_headers: int
+    cache_breakpoints: list[dict[str, Any]]
+    request: dict[str, Any]
+    prompt_tokens: int
+    verdict: Verdict
+    warnings: list[str]
+    window: dict[str, Any]
+    origins: list[str]
+    sent_keys: list[ItemKey] = field(default_factory=list, repr=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "turn": self.turn,
+            "provider": self.provider,
+            "model": self.model,
+            "encoding": self.encoding,
+            "segments": [s.as_dict() for s in self.segments],
+            "state_rendering": self.state_rendering,
+            "headers": {"full": self.full_headers, "short": self.short_headers},
+            "cache_breakpoints": self.cache_breakpoints,
+            "prompt_tokens": self.prompt_tokens,
+            "validation": self.verdict.as_dict(),
+            "window": self.window,
+            "warnings": self.warnings,
+            "request": self.request,
+        }
+
+
+def _message_text(message: dict[str, Any]) -> str:
+    parts = [message.get("content") or ""]
+    for call in message.get("tool_calls") or []:
+        parts.append(call["function"]["name"] + call["function"]["arguments"])
+    return "".join(p if isinstance(p, str) else json.dumps(p, ensure_ascii=False) for p in parts)
+
+
+class Assembler:
+    """Assembles requests for one session under one configuration (registry, provider, model)."""
+
+    def __init__(
+        self,
+        registry: PromptSegmentRegistry,
+        config: Config,
+        *,
+        provider: str | None = None,
+        model: str | None = None,
+        timezone: str | None = None,
+    ) -> None:
+        self.registry = registry
+        self.config = config
+        self.provider = provider or config.provider or DEFAULT_PROVIDER
+        self.model = model or config.model
+        self.timezone = timezone or config.timezone
+        resolve_profile(self.provider, self.model or DEFAULT_MODEL, config.provider_overrides.get(self.provider))
+
+    def _timezone(self, session: Session) -> str:
+        name = self.timezone or session.timezone or "UTC"
+        try:
+            ZoneInfo(name)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ConfigError(f"unknown time zone {name!r}") from None
+        return name
+
+    def replay(self, session: Session) -> Iterator[AssembledRequest]:
+        """Turn k = the request that produced the k-th assistant message, from what was visible then."""
+        aliases = Aliases.of(session)
+        sent: list[ItemKey] = []
+        turn = 0
+        for index, message in enumerate(session.messages):
+            if not isinstance(message, AssistantMessage):
+                continue
+            turn += 1
+            request = self.assemble(session, index, message.timestamp, turn=turn, sent_prefix=sent, aliases=aliases,
+                                    stored_model=message.model)
+            sent = request.sent_keys
+            yield request
+
+    def assemble(
+        self,
+        session: Session,
+        upto: int,
+        request_time: int,
+        *,
+        turn: int = 0,
+        sent_prefix: list[ItemKey] | None = None,
+        aliases: Aliases | None = None,
+        stored_model: str | None = None,
+    ) -> AssembledRequest:
+        model = self.model or stored_model or DEFAULT_MODEL
+        profile: Capabilities = resolve_profile(self.provider, model, self.config.provider_overrides.get(self.provider))
+        timezone = self._timezone(session)
+        counter = TokenCounter(encoding_for_model(model))
+        aliases = aliases or Aliases.of(session)
+
+        window = visible_window(session, upto, request_time, self.config.window)
+        runtime = RuntimeView(model=model, provider=self.provider, timezone=timezone, tools=tuple(self.config.tools))
+        view = SessionView(
+            session_id=session.session_id,
+            scene=session.scene_at(request_time),
+            bot=session.bot,
+            is_group=session.is_group,
+            summary=window.summary,
+            summary_timestamp=window.summary_anchor_timestamp,
+        )
+        seg_input = SegmentInput(history=[*window.carried_events, *window.messages], runtime=runtime, session=view)
+
+        system_parts = enforce_budget(inject_text(self.registry.ordered(SYSTEM_PROMPT_KINDS), seg_input), self.config.max_chars)
+        tail_parts = inject_text(self.registry.ordered(("scene",)), seg_input)
+        message_segments = self.registry.ordered(MESSAGE_KINDS)
+        outputs = [(segment, list(segment.inject(seg_input) or [])) for segment in message_segments]
+        placed = merge(outputs, sent_prefix or ())
+        projection = project(placed, aliases=aliases, bot=session.bot, timezone=timezone)
+        layout = default_layout(system_text(system_parts), projection.messages, system_text(tail_parts) or None)
+        rendered: RenderedRequest = render(layout, profile, runtime)
+        verdict = validate(profile.wire, rendered.body, model)
+
+        reports = [
+            SegmentReport(p.segment.id, p.segment.kind, p.segment.weight, len(p.text), counter.count(p.text), p.trimmed)
+            for p in system_parts + tail_parts
+        ]
+        wire_messages = rendered.body["messages"]
+        for segment in message_segments:
+            texts = [_message_text(m) for m, origin in zip(wire_messages, rendered.origins) if origin == segment.id]
+            reports.append(SegmentReport(segment.id, segment.kind, segment.weight, sum(map(len, texts)),
+                                         sum(counter.count(t) for t in texts), 0, messages=len(texts)))
+        # OpenAI's accounting: 3 tokens per message + 3 to prime the reply (+ content).
+        prompt_tokens = 3 + sum(3 + counter.count(m.get("role", "")) + counter.count(_message_text(m)) for m in wire_messages)
+        return AssembledRequest(
+            session_id=session.session_id,
+            turn=turn,
+            provider=profile.name,
+            model=model,
+            encoding=counter.encoding,
+            segments=reports,
+            state_rendering=rendered.state_rendering,
+            full_headers=projection.full_headers,
+            short_headers=projection.short_headers,
+            cache_breakpoints=rendered.cache_breakpoints,
+            request=rendered.body,
+            prompt_tokens=prompt_tokens,
+            verdict=verdict,
+            warnings=projection.warnings,
+            window={
+                "messages": len(window.messages),
+                "dropped": window.dropped,
+                "summary_anchor": window.summary.anchor_row_id if window.summary else None,
+                "carried_events": len(window.carried_events),
+            },
+            origins=rendered.origins,
+            sent_keys=[item_key(p.item) for p in placed],
+        )

@@ -1,0 +1,249 @@
+"""The stored conversation, as facts (DESIGN.md §3, ADR 0041 §2, §6).
+
+Nothing here is a rendered header: headers are produced at the LLM boundary (``headers.py``) from these
+facts and never stored. Each message keeps the exact mapping it was read from (``raw``) so that export
+writes back what was imported, byte for byte in meaning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Union
+
+PLATFORM_ROLES = ("owner", "admin", "member")
+EventKind = Literal["member_changed", "member_joined", "member_left"]
+EVENT_KINDS: tuple[str, ...] = ("member_changed", "member_joined", "member_left")
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Trusted facts about whoever sent a message (user ``actor`` or assistant ``assistantActor``).
+
+    ``None`` means "not known" (the field is omitted from headers); it never means "empty".
+    """
+
+    subject_id: str
+    display_name: str | None = None
+    roles: tuple[str, ...] = ()  # product roles: master, trusted …
+    scope: str | None = None
+    platform_role: str | None = None  # owner | admin | member
+    card: str | None = None  # group nickname
+    title: str | None = None  # group title
+    muted_until: int | None = None  # ms epoch; 0 = not muted
+    origin: str | None = None  # "peer_bot" for another bot
+
+    @staticmethod
+    def from_payload(data: dict[str, Any]) -> Actor:
+        roles = data.get("roles") or ()
+        muted = data.get("mutedUntil")
+        return Actor(
+            subject_id=str(data["subjectId"]),
+            display_name=_opt_str(data.get("displayName")),
+            roles=tuple(str(r) for r in roles),
+            scope=_opt_str(data.get("scope")),
+            platform_role=_opt_str(data.get("platformRole")),
+            card=_opt_str(data.get("card")),
+            title=_opt_str(data.get("title")),
+            muted_until=int(muted) if muted is not None else None,
+            origin=_opt_str(data.get("origin")),
+        )
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+@dataclass
+class UserMessage:
+    content: list[dict[str, Any]]
+    timestamp: int
+    actor: Actor | None
+    row_id: int
+    message_id: str | None = None
+    reply_to: str | None = None  # platform message id of the message replied to
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+    role: Literal["user"] = "user"
+
+    @property
+    def text(self) -> str:
+        return content_text(self.content)
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: Any
+
+
+@dataclass
+class AssistantMessage:
+    content: list[dict[str, Any]]
+    timestamp: int
+    row_id: int
+    assistant_actor: Actor | None = None
+    message_id: str | None = None
+    provider: str | None = None
+    model: str | None = None
+    usage: dict[str, Any] | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+    role: Literal["assistant"] = "assistant"
+
+    @property
+    def text(self) -> str:
+        return content_text(self.content)
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        return [
+            ToolCall(str(b["id"]), str(b["name"]), b.get("arguments"))
+            for b in self.content
+            if b.get("type") == "toolCall"
+        ]
+
+
+@dataclass
+class ToolResultMessage:
+    tool_call_id: str
+    tool_name: str | None
+    content: list[dict[str, Any]]
+    is_error: bool
+    timestamp: int
+    row_id: int
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+    role: Literal["toolResult"] = "toolResult"
+
+    @property
+    def text(self) -> str:
+        return content_text(self.content)
+
+
+@dataclass
+class EventMessage:
+    """A member change stored in history (ADR 0041 §2): ``name`` is the fixed-template line."""
+
+    kind: str
+    name: str
+    timestamp: int
+    row_id: int
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+    role: Literal["event"] = "event"
+
+
+Message = Union[UserMessage, AssistantMessage, ToolResultMessage, EventMessage]
+
+
+@dataclass
+class SummaryMessage:
+    """A compaction summary standing in for the messages up to its anchor (sent as host text)."""
+
+    summary: str
+    timestamp: int  # the anchor message's time: it sorts where the summarised messages were
+    anchor_row_id: int
+    role: Literal["summary"] = "summary"
+
+
+HistoryItem = Union[Message, SummaryMessage]
+
+
+@dataclass(frozen=True)
+class SceneFacts:
+    """Scene (conversation) facts that the scene line renders."""
+
+    scene_id: str | None = None
+    scene_type: str | None = None
+    scene_name: str | None = None
+    owner_id: str | None = None
+    admins: tuple[str, ...] | None = None
+    member_count: int | None = None
+    global_mute: bool | None = None
+
+    @staticmethod
+    def from_mapping(data: dict[str, Any]) -> SceneFacts:
+        return SceneFacts().updated(data)
+
+    def updated(self, data: dict[str, Any]) -> SceneFacts:
+        values = dict(self.__dict__)
+        for key in ("scene_id", "scene_type", "scene_name", "owner_id"):
+            if key in data:
+                values[key] = _opt_str(data[key])
+        if "admins" in data:
+            admins = data["admins"]
+            values["admins"] = None if admins is None else tuple(str(a) for a in admins)
+        if "member_count" in data:
+            values["member_count"] = None if data["member_count"] is None else int(data["member_count"])
+        if "global_mute" in data:
+            values["global_mute"] = None if data["global_mute"] is None else bool(data["global_mute"])
+        return SceneFacts(**values)
+
+
+@dataclass(frozen=True)
+class BotFacts:
+    user_id: str | None = None
+    name: str | None = None
+    group_nickname: str | None = None
+    platform_role: str | None = None
+
+    @staticmethod
+    def from_mapping(data: dict[str, Any]) -> BotFacts:
+        return BotFacts(
+            user_id=_opt_str(data.get("user_id")),
+            name=_opt_str(data.get("name")),
+            group_nickname=_opt_str(data.get("group_nickname")),
+            platform_role=_opt_str(data.get("platform_role")),
+        )
+
+
+@dataclass
+class SceneChange:
+    timestamp: int
+    changes: dict[str, Any]
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+@dataclass
+class Summary:
+    timestamp: int
+    summary: str
+    anchor_row_id: int  # the last message row the summary covers
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+@dataclass
+class MemberSnapshot:
+    """An ``ai_scene_members`` row: member facts known to the host at a time."""
+
+    timestamp: int
+    user_id: str
+    facts: dict[str, Any]
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+@dataclass
+class Session:
+    session_id: str
+    session_key: str | None
+    timezone: str | None
+    bot: BotFacts
+    scene: SceneFacts
+    messages: list[Message]  # active branch, storage (= arrival) order
+    scene_changes: list[SceneChange] = field(default_factory=list)
+    summaries: list[Summary] = field(default_factory=list)
+    members: list[MemberSnapshot] = field(default_factory=list)
+    source: str = ""  # where it was read from, for messages
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def is_group(self) -> bool:
+        return (self.scene.scene_type or "group") != "private"
+
+    def scene_at(self, timestamp: int) -> SceneFacts:
+        scene = self.scene
+        for change in self.scene_changes:
+            if change.timestamp <= timestamp:
+                scene = scene.updated(change.changes)
+        return scene
+
+
+def content_text(content: list[dict[str, Any]]) -> str:
+    return "\n".join(str(b.get("text", "")) for b in content if b.get("type") == "text")

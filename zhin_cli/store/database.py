@@ -1,0 +1,365 @@
+"""Sessions in zhin's own database (``.zhin/data.sqlite`` by default), through SQLAlchemy Core.
+
+Reading never writes: SQLite files are opened with ``mode=ro`` and ``PRAGMA query_only``, so a trace
+leaves a production database byte-identical. Writing (``zhin import``) is a separate, explicit path.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from sqlalchemy import Engine, create_engine, event, inspect, select
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+from zhin_cli.errors import InputError, SessionNotFound, ZhinError, at_row
+from zhin_cli.model import BotFacts, MemberSnapshot, Message, SceneChange, SceneFacts, Session, Summary
+from zhin_cli.store import schema
+from zhin_cli.store.jsonl import message_line
+from zhin_cli.store.payload import message_from_payload
+
+DEFAULT_DB = Path(".zhin") / "data.sqlite"
+
+
+def discover_database(start: Path) -> Path | None:
+    """``.zhin/data.sqlite`` in ``start`` or the nearest parent that has one."""
+    for folder in (start, *start.parents):
+        candidate = folder / DEFAULT_DB
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+@dataclass(frozen=True)
+class DatabaseRef:
+    url: str
+    label: str  # what messages call it (a path, or the URL without password)
+    sqlite_path: Path | None
+
+
+def parse_db(value: str) -> DatabaseRef:
+    """``sqlite:///path``, a bare file path, or any SQLAlchemy URL (``postgresql://…``)."""
+    if value.startswith("sqlite:///"):
+        path = Path(value[len("sqlite:///") :])
+        return DatabaseRef(url=value, label=str(path), sqlite_path=path)
+    if re.match(r"^[a-z][a-z0-9+]*://", value):
+        label = re.sub(r"//([^:/@]+):[^@]*@", r"//\1:***@", value)
+        return DatabaseRef(url=value, label=label, sqlite_path=None)
+    path = Path(value)
+    return DatabaseRef(url=f"sqlite:///{path}", label=str(path), sqlite_path=path)
+
+
+def _read_only_engine(ref: DatabaseRef) -> Engine:
+    if ref.sqlite_path is not None:
+        path = ref.sqlite_path
+        if not path.is_file():
+            raise SessionNotFound(f"no such database file: {path}")
+        with path.open("rb") as handle:
+            if handle.read(16) != b"SQLite format 3\x00":
+                raise InputError("not an SQLite database", where=str(path))
+        uri = f"sqlite:///file:{quote(str(path.resolve()))}?mode=ro&uri=true"
+        engine = create_engine(uri)
+
+        @event.listens_for(engine, "connect")
+        def _query_only(dbapi_connection: Any, _record: Any) -> None:
+            dbapi_connection.execute("PRAGMA query_only = ON")
+
+        return engine
+    try:
+        engine = create_engine(ref.url, execution_options={"postgresql_readonly": True})
+    except (SQLAlchemyError, ImportError) as exc:
+        raise ZhinError(f"cannot open database: {exc}", where=ref.label) from None
+    return engine
+
+
+class SessionDatabase:
+    """Read-only access to the sessions in one database."""
+
+    def __init__(self, ref: DatabaseRef) -> None:
+        self.ref = ref
+        self.engine = _read_only_engine(ref)
+        try:
+            self.tables = set(inspect(self.engine).get_table_names())
+        except DBAPIError as exc:
+            raise InputError(f"cannot read database: {exc.orig}", where=ref.label) from None
+        missing = [t for t in schema.REQUIRED_TABLES if t not in self.tables]
+        if missing:
+            raise InputError(f"not a zhin database: missing table {', '.join(missing)}", where=ref.label)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> SessionDatabase:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def list_sessions(self) -> list[dict[str, Any]]:
+        s = schema.agent_sessions
+        with self._connect() as conn:
+            rows = conn.execute(select(s.c.session_id, s.c.session_key, s.c.status, s.c.updated_at)).all()
+        return [dict(row._mapping) for row in rows]
+
+    def _connect(self) -> Any:
+        try:
+            return self.engine.connect()
+        except DBAPIError as exc:
+            raise InputError(f"cannot read database: {exc.orig}", where=self.ref.label) from None
+
+    def load(self, ref: str) -> Session:
+        """A session by epoch id (``key#time-seq``) or by session key (its newest epoch)."""
+        try:
+            with self._connect() as conn:
+                return self._load(conn, ref)
+        except DBAPIError as exc:
+            raise InputError(f"cannot read database: {exc.orig}", where=self.ref.label) from None
+
+    def _load(self, conn: Any, ref: str) -> Session:
+        s = schema.agent_sessions
+        row = conn.execute(select(s).where(s.c.session_id == ref)).first()
+        if row is None:
+            row = conn.execute(
+                select(s).where(s.c.session_key == ref).order_by(s.c.created_at.desc(), s.c.session_id.desc())
+            ).first()
+        if row is None:
+            raise SessionNotFound(f"no session {ref!r} in {self.ref.label} (try `zhin sessions`)")
+        info = dict(row._mapping)
+        session_id = info["session_id"]
+        session_key = info.get("session_key") or session_id.split("#")[0]
+        messages = self._messages(conn, session_id, info.get("active_leaf_message_id"))
+        session = Session(
+            session_id=session_id,
+            session_key=session_key,
+            timezone=None,
+            bot=BotFacts(),
+            scene=SceneFacts(),
+            messages=messages,
+            source=self.ref.label,
+        )
+        self._profile(conn, session)
+        session.summaries = self._summaries(conn, session_id)
+        session.scene_changes = self._scene_changes(conn, session_id)
+        session.members = self._members(conn, session_key)
+        return session
+
+    def _messages(self, conn: Any, session_id: str, leaf: int | None) -> list[Message]:
+        m = schema.agent_messages
+        columns = [m.c.id, m.c.role, m.c.payload, m.c.timestamp]
+        cols = {c["name"] for c in inspect(conn).get_columns("agent_messages")}
+        has_parent = "parent_id" in cols
+        if has_parent:
+            columns.append(m.c.parent_id)
+        if "extra" in cols:
+            columns.append(m.c.extra)
+        rows = conn.execute(select(*columns).where(m.c.session_id == session_id).order_by(m.c.id)).all()
+        by_id = {row.id: row for row in rows}
+        if leaf is not None and has_parent:
+            chain = []
+            current: int | None = leaf
+            seen: set[int] = set()
+            while current is not None:
+                if current in seen:
+                    raise InputError("parent_id chain has a cycle", where=at_row("agent_messages", current, self.ref.label))
+                seen.add(current)
+                if current not in by_id:
+                    raise InputError(
+                        f"active branch names a missing row (parent of row {chain[-1].id if chain else leaf})",
+                        where=at_row("agent_messages", current, self.ref.label),
+                    )
+                chain.append(by_id[current])
+                current = by_id[current].parent_id
+            rows = list(reversed(chain))
+        messages: list[Message] = []
+        for row in rows:
+            where = at_row("agent_messages", row.id, self.ref.label)
+            try:
+                payload = json.loads(row.payload)
+            except (json.JSONDecodeError, TypeError):
+                raise InputError("payload is not JSON", where=where) from None
+            extra: dict[str, Any] = {}
+            raw_extra = getattr(row, "extra", None)
+            if raw_extra:
+                try:
+                    parsed = json.loads(raw_extra)
+                except json.JSONDecodeError:
+                    raise InputError("extra is not JSON", where=where) from None
+                extra = parsed if isinstance(parsed, dict) else {}
+            message = message_from_payload(payload, row_id=row.id, where=where, extra=extra)
+            raw = {"type": "message", **payload, "id": row.id}
+            if extra:
+                raw["extra"] = extra
+            message.raw = raw
+            messages.append(message)
+        return messages
+
+    def _profile(self, conn: Any, session: Session) -> None:
+        parts = (session.session_key or "").split(":")
+        # session key = <platform>:<endpoint (bot account)>:<kind>:<scene id>
+        scene: dict[str, Any] = {}
+        if len(parts) >= 4:
+            scene = {"scene_type": parts[2], "scene_id": parts[3]}
+            session.bot = BotFacts(user_id=parts[1])
+        if "ai_session_profiles" in self.tables:
+            p = schema.ai_session_profiles
+            cols = {c["name"] for c in inspect(conn).get_columns("ai_session_profiles")}
+            row = conn.execute(select(p.c[tuple(c for c in p.c.keys() if c in cols)]).where(p.c.session_key == session.session_key)).first()
+            if row is not None:
+                data = dict(row._mapping)
+                where = at_row("ai_session_profiles", session.session_key, self.ref.label)
+                admins = data.get("admins")
+                if admins:
+                    try:
+                        admins = json.loads(admins)
+                    except json.JSONDecodeError:
+                        raise InputError("admins is not a JSON array", where=where) from None
+                for key, value in (
+                    ("scene_id", data.get("scene_id")),
+                    ("scene_type", data.get("scene_type")),
+                    ("scene_name", data.get("title")),
+                    ("owner_id", data.get("owner_id")),
+                    ("admins", admins),
+                    ("member_count", data.get("member_count")),
+                    ("global_mute", None if data.get("muted_all") is None else bool(data["muted_all"])),
+                ):
+                    if value is not None:
+                        scene[key] = value
+                session.bot = BotFacts(
+                    user_id=data.get("bot_user_id") or session.bot.user_id,
+                    name=data.get("bot_name"),
+                    group_nickname=data.get("bot_nickname"),
+                    platform_role=data.get("bot_role"),
+                )
+                session.timezone = data.get("timezone")
+        session.scene = SceneFacts.from_mapping(scene)
+
+    def _summaries(self, conn: Any, session_id: str) -> list[Summary]:
+        if "agent_summaries" not in self.tables:
+            return []
+        t = schema.agent_summaries
+        rows = conn.execute(
+            select(t.c.summary, t.c.anchor_message_id, t.c.created_at).where(t.c.session_id == session_id).order_by(t.c.created_at)
+        ).all()
+        return [Summary(timestamp=int(r.created_at or 0), summary=str(r.summary), anchor_row_id=int(r.anchor_message_id or 0)) for r in rows]
+
+    def _scene_changes(self, conn: Any, session_id: str) -> list[SceneChange]:
+        if "zhin_scene_changes" not in self.tables:
+            return []
+        t = schema.zhin_scene_changes
+        changes = []
+        for r in conn.execute(select(t).where(t.c.session_id == session_id).order_by(t.c.timestamp, t.c.id)).all():
+            try:
+                data = json.loads(r.changes)
+            except json.JSONDecodeError:
+                raise InputError("changes is not JSON", where=at_row("zhin_scene_changes", r.id, self.ref.label)) from None
+            changes.append(SceneChange(timestamp=r.timestamp, changes=data, raw={"type": "scene", "timestamp": r.timestamp, **data}))
+        return changes
+
+    def _members(self, conn: Any, session_key: str | None) -> list[MemberSnapshot]:
+        if "ai_scene_members" not in self.tables or not session_key:
+            return []
+        t = schema.ai_scene_members
+        rows = conn.execute(select(t).where(t.c.scene_key == session_key).order_by(t.c.updated_at)).all()
+        members = []
+        for r in rows:
+            facts = {k: v for k, v in r._mapping.items() if k not in ("platform", "scene_key", "user_id", "updated_at") and v is not None}
+            members.append(MemberSnapshot(timestamp=int(r.updated_at or 0), user_id=str(r.user_id), facts=facts))
+        return members
+
+
+def import_session(session: Session, db_path: Path, *, replace: bool = False) -> int:
+    """Write a session into a (new or existing) zhin SQLite database in upstream's schema. Returns rows."""
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(f"sqlite:///{db_path}")
+    try:
+        schema.metadata.create_all(engine)
+        with engine.begin() as conn:
+            exists = conn.execute(select(schema.agent_sessions.c.session_id).where(schema.agent_sessions.c.session_id == session.session_id)).first()
+            if exists and not replace:
+                raise ZhinError(f"session {session.session_id!r} is already in {db_path} (use --replace)")
+            if exists:
+                for table in (schema.agent_messages, schema.agent_summaries, schema.zhin_scene_changes):
+                    conn.execute(table.delete().where(table.c.session_id == session.session_id))
+                conn.execute(schema.agent_sessions.delete().where(schema.agent_sessions.c.session_id == session.session_id))
+            _write(conn, session)
+    except SQLAlchemyError as exc:
+        raise ZhinError(f"cannot write database: {exc}", where=str(db_path)) from None
+    finally:
+        engine.dispose()
+    return len(session.messages)
+
+
+def _write(conn: Any, session: Session) -> None:
+    parent: int | None = None
+    for message in session.messages:
+        line = dict(message_line(message))
+        extra = line.pop("extra", None)
+        line.pop("type", None)
+        row_id = line.pop("id", message.row_id)
+        conn.execute(
+            schema.agent_messages.insert().values(
+                id=row_id,
+                session_id=session.session_id,
+                role=message.role,
+                payload=json.dumps(line, ensure_ascii=False, separators=(",", ":")),
+                parent_id=parent,
+                extra=json.dumps(extra, ensure_ascii=False) if extra else "",
+                timestamp=message.timestamp,
+            )
+        )
+        parent = row_id
+    times = [m.timestamp for m in session.messages] or [0]
+    conn.execute(
+        schema.agent_sessions.insert().values(
+            session_id=session.session_id,
+            session_key=session.session_key or session.session_id.split("#")[0],
+            model="",
+            status="active",
+            active_leaf_message_id=parent,
+            created_at=times[0],
+            updated_at=times[-1],
+        )
+    )
+    for summary in session.summaries:
+        conn.execute(
+            schema.agent_summaries.insert().values(
+                session_id=session.session_id,
+                summary=summary.summary,
+                anchor_message_id=summary.anchor_row_id,
+                created_at=summary.timestamp,
+            )
+        )
+    for change in session.scene_changes:
+        conn.execute(
+            schema.zhin_scene_changes.insert().values(
+                session_id=session.session_id,
+                timestamp=change.timestamp,
+                changes=json.dumps(change.changes, ensure_ascii=False),
+            )
+        )
+    key = session.session_key or session.session_id
+    scene = session.scene
+    conn.execute(schema.ai_session_profiles.delete().where(schema.ai_session_profiles.c.session_key == key))
+    conn.execute(
+        schema.ai_session_profiles.insert().values(
+            session_key=key,
+            platform=key.split(":")[0],
+            scene_id=scene.scene_id,
+            scene_type=scene.scene_type,
+            title=scene.scene_name,
+            admins=None if scene.admins is None else json.dumps(list(scene.admins)),
+            muted_all=None if scene.global_mute is None else int(scene.global_mute),
+            bot_role=session.bot.platform_role,
+            owner_id=scene.owner_id,
+            member_count=scene.member_count,
+            facts_updated_at=times[0],
+            bot_user_id=session.bot.user_id,
+            bot_name=session.bot.name,
+            bot_nickname=session.bot.group_nickname,
+            timezone=session.timezone,
+        )
+    )

@@ -1,0 +1,239 @@
+"""Session JSONL (DESIGN.md §3): the interchange and fixture format.
+
+One JSON object per line, each with ``"type"``; the first line is the session. Line kinds are a registry
+(``LINE_TYPES``): supporting a new kind of line means adding one parser, not a branch.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from zhin_cli.errors import InputError, SessionNotFound, at_line
+from zhin_cli.model import (
+    BotFacts,
+    MemberSnapshot,
+    Message,
+    SceneChange,
+    SceneFacts,
+    Session,
+    Summary,
+)
+from zhin_cli.store.payload import message_from_payload
+
+
+@dataclass
+class _Builder:
+    path: str
+    session: Session | None = None
+    next_row_id: int = 1
+    seen_row_ids: set[int] = field(default_factory=set)
+
+    def require_session(self, where: str) -> Session:
+        if self.session is None:
+            raise InputError("the first line must be the session line ({\"type\":\"session\",…})", where=where)
+        return self.session
+
+
+LineParser = Callable[[_Builder, dict[str, Any], str], None]
+LINE_TYPES: dict[str, LineParser] = {}
+
+
+def line_type(name: str) -> Callable[[LineParser], LineParser]:
+    def register(parser: LineParser) -> LineParser:
+        LINE_TYPES[name] = parser
+        return parser
+
+    return register
+
+
+@line_type("session")
+def _session_line(builder: _Builder, obj: dict[str, Any], where: str) -> None:
+    if builder.session is not None:
+        raise InputError("a second session line (one session per file)", where=where)
+    session_id = obj.get("session_id")
+    if not isinstance(session_id, str) or not session_id:
+        raise InputError("the session line needs a non-empty string 'session_id'", where=where)
+    for key in ("bot", "scene"):
+        if obj.get(key) is not None and not isinstance(obj.get(key), dict):
+            raise InputError(f"'{key}' must be an object", where=where)
+    timezone = obj.get("timezone")
+    if timezone is not None and not isinstance(timezone, str):
+        raise InputError("'timezone' must be a string such as \"Asia/Shanghai\"", where=where)
+    try:
+        scene = SceneFacts.from_mapping(obj.get("scene") or {})
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"bad scene facts: {exc}", where=where) from None
+    builder.session = Session(
+        session_id=session_id,
+        session_key=obj.get("session_key") if isinstance(obj.get("session_key"), str) else session_id.split("#")[0],
+        timezone=timezone,
+        bot=BotFacts.from_mapping(obj.get("bot") or {}),
+        scene=scene,
+        messages=[],
+        source=builder.path,
+        raw=obj,
+    )
+
+
+@line_type("message")
+def _message_line(builder: _Builder, obj: dict[str, Any], where: str) -> None:
+    session = builder.require_session(where)
+    row_id = obj.get("id", builder.next_row_id)
+    if not isinstance(row_id, int) or isinstance(row_id, bool) or row_id < 1:
+        raise InputError(f"'id' must be a positive integer, got {row_id!r}", where=where)
+    if row_id in builder.seen_row_ids:
+        raise InputError(f"duplicate message id {row_id}", where=where)
+    builder.seen_row_ids.add(row_id)
+    builder.next_row_id = max(builder.next_row_id, row_id + 1)
+    payload = {k: v for k, v in obj.items() if k not in ("type", "id", "extra")}
+    extra = obj.get("extra")
+    if extra is not None and not isinstance(extra, dict):
+        raise InputError("'extra' must be an object", where=where)
+    message: Message = message_from_payload(payload, row_id=row_id, where=where, extra=extra)
+    message.raw = obj
+    session.messages.append(message)
+
+
+@line_type("scene")
+def _scene_line(builder: _Builder, obj: dict[str, Any], where: str) -> None:
+    session = builder.require_session(where)
+    timestamp = _timestamp(obj, where)
+    changes = {k: v for k, v in obj.items() if k not in ("type", "timestamp")}
+    try:
+        session.scene.updated(changes)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"bad scene facts: {exc}", where=where) from None
+    session.scene_changes.append(SceneChange(timestamp=timestamp, changes=changes, raw=obj))
+
+
+@line_type("summary")
+def _summary_line(builder: _Builder, obj: dict[str, Any], where: str) -> None:
+    session = builder.require_session(where)
+    anchor = obj.get("anchor_message_id")
+    if not isinstance(anchor, int) or isinstance(anchor, bool):
+        raise InputError("'anchor_message_id' must be the integer id of the last message summarised", where=where)
+    if not isinstance(obj.get("summary"), str):
+        raise InputError("'summary' must be a string", where=where)
+    session.summaries.append(
+        Summary(timestamp=_timestamp(obj, where), summary=obj["summary"], anchor_row_id=anchor, raw=obj)
+    )
+
+
+@line_type("member")
+def _member_line(builder: _Builder, obj: dict[str, Any], where: str) -> None:
+    session = builder.require_session(where)
+    user_id = obj.get("user_id")
+    if not isinstance(user_id, (str, int)) or isinstance(user_id, bool):
+        raise InputError("a member line needs 'user_id'", where=where)
+    facts = {k: v for k, v in obj.items() if k not in ("type", "timestamp", "user_id")}
+    session.members.append(MemberSnapshot(timestamp=_timestamp(obj, where), user_id=str(user_id), facts=facts, raw=obj))
+
+
+def _timestamp(obj: dict[str, Any], where: str) -> int:
+    value = obj.get("timestamp")
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InputError(f"'timestamp' must be an integer (ms epoch), got {value!r}"[:200], where=where)
+    return value
+
+
+def read_session(path: Path) -> Session:
+    """Parse a session file; any malformed line is an ``InputError`` naming ``file:line``."""
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        raise SessionNotFound(f"no such file: {path}") from None
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", where=str(path)) from None
+    builder = _Builder(path=str(path))
+    with handle:
+        for number, raw_line in enumerate(handle, start=1):
+            where = at_line(path, number)
+            try:
+                text = raw_line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(f"not UTF-8 (byte {exc.start})", where=where) from None
+            if not text.strip():
+                continue
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"invalid JSON: {exc.msg} (column {exc.colno})", where=where) from None
+            except RecursionError:
+                raise InputError("invalid JSON: nested too deeply", where=where) from None
+            if not isinstance(obj, dict):
+                raise InputError(f"expected a JSON object, got {type(obj).__name__}", where=where)
+            kind = obj.get("type")
+            parser = LINE_TYPES.get(kind) if isinstance(kind, str) else None
+            if parser is None:
+                raise InputError(
+                    f"unknown line type {kind!r} (expected one of {', '.join(sorted(LINE_TYPES))})", where=where
+                )
+            parser(builder, obj, where)
+    if builder.session is None:
+        raise InputError("empty file: no session line", where=str(path))
+    return builder.session
+
+
+def session_lines(session: Session) -> Iterator[dict[str, Any]]:
+    """The session as JSONL objects: session line, then messages in storage order, with scene, member and
+    summary lines placed where they happened (before the first message later than them; a summary after
+    the message it is anchored on)."""
+    yield _session_header(session)
+    side: list[tuple[int, int, dict[str, Any]]] = []
+    for change in session.scene_changes:
+        side.append((change.timestamp, -1, change.raw or {"type": "scene", "timestamp": change.timestamp, **change.changes}))
+    for member in session.members:
+        side.append((member.timestamp, -1, member.raw or {"type": "member", "timestamp": member.timestamp, "user_id": member.user_id, **member.facts}))
+    for summary in session.summaries:
+        raw = summary.raw or {
+            "type": "summary",
+            "timestamp": summary.timestamp,
+            "summary": summary.summary,
+            "anchor_message_id": summary.anchor_row_id,
+        }
+        side.append((summary.timestamp, summary.anchor_row_id, raw))
+    side.sort(key=lambda item: (item[0], item[1]))
+    pending = list(side)
+    for message in session.messages:
+        while pending and pending[0][0] < message.timestamp and pending[0][1] < message.row_id:
+            yield pending.pop(0)[2]
+        yield message_line(message)
+    for item in pending:
+        yield item[2]
+
+
+def _session_header(session: Session) -> dict[str, Any]:
+    if session.raw.get("type") == "session":
+        return session.raw
+    header: dict[str, Any] = {"type": "session", "session_id": session.session_id}
+    if session.session_key:
+        header["session_key"] = session.session_key
+    if session.timezone:
+        header["timezone"] = session.timezone
+    bot = {k: v for k, v in session.bot.__dict__.items() if v is not None}
+    if bot:
+        header["bot"] = bot
+    scene = {k: (list(v) if isinstance(v, tuple) else v) for k, v in session.scene.__dict__.items() if v is not None}
+    if scene:
+        header["scene"] = scene
+    return header
+
+
+def message_line(message: Message) -> dict[str, Any]:
+    raw = message.raw
+    if raw.get("type") == "message":
+        return raw
+    line: dict[str, Any] = {"type": "message", **raw, "id": message.row_id}
+    return line
+
+
+def write_session(session: Session, out: IO[str]) -> int:
+    count = 0
+    for obj in session_lines(session):
+        out.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n")
+        count += 1
+    return count

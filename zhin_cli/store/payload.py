@@ -1,0 +1,157 @@
+"""One stored ``AgentMessage`` payload (camelCase, as upstream writes ``agent_messages.payload``) → a message.
+
+Shared by every data source, so JSONL lines and database rows are checked by the same rules and fail with
+the same one-line errors (the caller supplies ``where``: ``file:line`` or ``table row N``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from zhin_cli.errors import InputError
+from zhin_cli.model import (
+    EVENT_KINDS,
+    Actor,
+    AssistantMessage,
+    EventMessage,
+    Message,
+    ToolResultMessage,
+    UserMessage,
+)
+from zhin_cli.store import legacy
+
+ROLES = ("user", "assistant", "toolResult", "event")
+
+
+def message_from_payload(
+    payload: Any, *, row_id: int, where: str, extra: dict[str, Any] | None = None
+) -> Message:
+    if not isinstance(payload, dict):
+        raise InputError(f"message is a JSON {type(payload).__name__}, expected an object", where=where)
+    role = payload.get("role")
+    if role not in ROLES:
+        raise InputError(f"unknown role {role!r} (expected one of {', '.join(ROLES)})", where=where)
+    timestamp = _int(payload, "timestamp", where)
+    if role == "event":
+        kind = payload.get("kind")
+        if kind not in EVENT_KINDS:
+            raise InputError(f"unknown event kind {kind!r} (expected one of {', '.join(EVENT_KINDS)})", where=where)
+        return EventMessage(kind=kind, name=_str(payload, "name", where), timestamp=timestamp, row_id=row_id, raw=payload)
+    content = _content(payload, where)
+    if role == "toolResult":
+        return ToolResultMessage(
+            tool_call_id=_str(payload, "toolCallId", where),
+            tool_name=_opt_str(payload, "toolName", where),
+            content=content,
+            is_error=bool(payload.get("isError", False)),
+            timestamp=timestamp,
+            row_id=row_id,
+            raw=payload,
+        )
+    if role == "assistant":
+        for block in content:
+            if block.get("type") == "toolCall":
+                if not isinstance(block.get("id"), str) or not block["id"] or not isinstance(block.get("name"), str):
+                    raise InputError("toolCall block needs a string 'id' and 'name'", where=where)
+        return AssistantMessage(
+            content=content,
+            timestamp=timestamp,
+            row_id=row_id,
+            assistant_actor=_actor(payload.get("assistantActor"), where, "assistantActor"),
+            message_id=_opt_str(payload, "messageId", where),
+            provider=_opt_str(payload, "provider", where),
+            model=_opt_str(payload, "model", where),
+            usage=payload.get("usage") if isinstance(payload.get("usage"), dict) else None,
+            raw=payload,
+        )
+    return _user_message(payload, content, timestamp, row_id, where, extra or {})
+
+
+def _user_message(
+    payload: dict[str, Any],
+    content: list[dict[str, Any]],
+    timestamp: int,
+    row_id: int,
+    where: str,
+    extra: dict[str, Any],
+) -> UserMessage:
+    actor = _actor(payload.get("actor"), where, "actor")
+    # Legacy (ADR §7): strip `[sender:…]` / `[User]{…}` from the first text block, whatever else we know.
+    cleaned: list[dict[str, Any]] = []
+    prefix_actor: Actor | None = None
+    for index, block in enumerate(content):
+        if index == 0 and block.get("type") == "text" and isinstance(block.get("text"), str):
+            text, prefix_actor = legacy.strip_text_prefix(block["text"])
+            block = {**block, "text": text}
+        cleaned.append(block)
+    header_actor = None
+    if isinstance(payload.get("name"), str):
+        header_actor = legacy.parse_header_string(payload["name"], timestamp)
+    sender = extra.get("sender") if isinstance(extra, dict) else None
+    sender_actor = None
+    if isinstance(sender, dict) and sender.get("id") is not None:
+        sender_actor = legacy.actor_from_sender(sender)
+    for fallback in (header_actor, sender_actor, prefix_actor):
+        actor = legacy.merge_actor(actor, fallback)
+    reply_to = payload.get("replyTo")
+    quote = extra.get("quote") if isinstance(extra, dict) else None
+    if reply_to is None and isinstance(quote, dict) and quote.get("messageId") is not None:
+        reply_to = quote["messageId"]
+    return UserMessage(
+        content=cleaned,
+        timestamp=timestamp,
+        actor=actor,
+        row_id=row_id,
+        message_id=_opt_str(payload, "messageId", where),
+        reply_to=None if reply_to is None else str(reply_to),
+        raw=payload,
+    )
+
+
+def _actor(value: Any, where: str, key: str) -> Actor | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("subjectId"), (str, int)):
+        raise InputError(f"'{key}' must be an object with a 'subjectId'", where=where)
+    muted = value.get("mutedUntil")
+    if muted is not None and (not isinstance(muted, int) or isinstance(muted, bool)):
+        raise InputError(f"'{key}.mutedUntil' must be an integer (ms epoch, 0 = not muted)", where=where)
+    roles = value.get("roles")
+    if roles is not None and not (isinstance(roles, list) and all(isinstance(r, str) for r in roles)):
+        raise InputError(f"'{key}.roles' must be a list of strings", where=where)
+    return Actor.from_payload(value)
+
+
+def _content(payload: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    content = payload.get("content")
+    if isinstance(content, str):  # tolerated: some writers store plain strings
+        return [{"type": "text", "text": content}]
+    if not isinstance(content, list) or not all(isinstance(b, dict) for b in content):
+        raise InputError("'content' must be a list of content blocks", where=where)
+    for block in content:
+        if block.get("type") == "text" and not isinstance(block.get("text"), str):
+            raise InputError("text block without a string 'text'", where=where)
+    return content
+
+
+def _int(payload: dict[str, Any], key: str, where: str) -> int:
+    value = payload.get(key)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InputError(f"'{key}' must be an integer (ms epoch), got {value!r}"[:200], where=where)
+    return value
+
+
+def _str(payload: dict[str, Any], key: str, where: str) -> str:
+    value = payload.get(key)
+    if not isinstance(value, str):
+        raise InputError(f"'{key}' must be a string", where=where)
+    return value
+
+
+def _opt_str(payload: dict[str, Any], key: str, where: str) -> str | None:
+    value = payload.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, (str, int)) or isinstance(value, bool):
+        raise InputError(f"'{key}' must be a string", where=where)
+    return str(value)
