@@ -287,22 +287,23 @@ def import_session(session: Session, db_path: Path, *, replace: bool = False) ->
                 conn.execute(schema.agent_sessions.delete().where(schema.agent_sessions.c.session_id == session.session_id))
             _write(conn, session)
     except SQLAlchemyError as exc:
-        raise ZhinError(f"cannot write database: {exc}", where=str(db_path)) from None
+        raise ZhinError(f"cannot write database: {str(exc.orig if isinstance(exc, DBAPIError) else exc).splitlines()[0]}", where=str(db_path)) from None
     finally:
         engine.dispose()
     return len(session.messages)
 
 
 def _write(conn: Any, session: Session) -> None:
+    # Row ids belong to the database, not the file: new rows get new ids, and summaries follow them.
     parent: int | None = None
+    new_ids: dict[int, int] = {}
     for message in session.messages:
         line = dict(message_line(message))
         extra = line.pop("extra", None)
         line.pop("type", None)
-        row_id = line.pop("id", message.row_id)
-        conn.execute(
+        line.pop("id", None)
+        result = conn.execute(
             schema.agent_messages.insert().values(
-                id=row_id,
                 session_id=session.session_id,
                 role=message.role,
                 payload=json.dumps(line, ensure_ascii=False, separators=(",", ":")),
@@ -311,7 +312,8 @@ def _write(conn: Any, session: Session) -> None:
                 timestamp=message.timestamp,
             )
         )
-        parent = row_id
+        parent = int(result.inserted_primary_key[0])
+        new_ids[message.row_id] = parent
     times = [m.timestamp for m in session.messages] or [0]
     conn.execute(
         schema.agent_sessions.insert().values(
@@ -329,7 +331,7 @@ def _write(conn: Any, session: Session) -> None:
             schema.agent_summaries.insert().values(
                 session_id=session.session_id,
                 summary=summary.summary,
-                anchor_message_id=summary.anchor_row_id,
+                anchor_message_id=new_ids.get(summary.anchor_row_id, summary.anchor_row_id),
                 created_at=summary.timestamp,
             )
         )

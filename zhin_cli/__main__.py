@@ -1,0 +1,3 @@
+from zhin_cli._cli import main
+
+main()

@@ -1,0 +1,94 @@
+"""The command line: thin typer commands over library functions that return data."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from zhin_cli import __version__
+from zhin_cli.errors import EXIT_CANNOT_RUN, ZhinError
+
+app = typer.Typer(
+    name="zhin",
+    help="Show, test and gate what a group-chat LLM bot sends to its model.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def stdout_console() -> Console:
+    return Console(no_color=bool(os.environ.get("NO_COLOR")) or None, highlight=False, soft_wrap=True)
+
+
+def stderr_console() -> Console:
+    return Console(stderr=True, no_color=bool(os.environ.get("NO_COLOR")) or None, highlight=False)
+
+
+def fail(message: str, code: int) -> None:
+    stderr_console().print(f"zhin: error: {message}", markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def handles_errors(function: F) -> F:
+    """A user-caused problem becomes one line on stderr and its documented exit code, never a traceback."""
+
+    @wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except ZhinError as error:
+            fail(str(error).replace("\n", " "), error.exit_code)
+        except BrokenPipeError:
+            sys.stderr.close()
+            raise typer.Exit(0) from None
+        except MemoryError:
+            fail("out of memory", EXIT_CANNOT_RUN)
+        return None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
+
+
+DbOption = Annotated[
+    str | None,
+    typer.Option("--db", envvar="ZHIN_DB", help="Database: a file path or URL (sqlite:///path). Default: .zhin/data.sqlite found upward."),
+]
+ConfigOption = Annotated[
+    Path | None, typer.Option("--config", "-c", envvar="ZHIN_CONFIG", help="zhin.yaml to use (default: found upward).")
+]
+
+
+def version_callback(value: bool) -> None:
+    if value:
+        print(f"zhin {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: Annotated[bool, typer.Option("--version", callback=version_callback, is_eager=True, help="Print the version.")] = False,
+) -> None:
+    """Show, test and gate what a group-chat LLM bot sends to its model."""
+
+
+from zhin_cli._cli import data as _data  # noqa: E402,F401
+from zhin_cli._cli import trace as _trace  # noqa: E402,F401
+
+
+def main() -> None:
+    app()
