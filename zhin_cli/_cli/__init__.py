@@ -29,7 +29,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def stdout_console() -> Console:
-    return Console(no_color=bool(os.environ.get("NO_COLOR")) or None, highlight=False, soft_wrap=True)
+    # Piped output is read by people and scripts alike: never crop it to an 80-column default.
+    width = None if sys.stdout.isatty() else max(int(os.environ.get("COLUMNS") or 0), 200)
+    return Console(no_color=bool(os.environ.get("NO_COLOR")) or None, highlight=False, width=width)
 
 
 def stderr_console() -> Console:
