@@ -17,7 +17,7 @@ from zhin_cli.errors import ConfigError
 from zhin_cli.headers import Aliases, project
 from zhin_cli.merge import ItemKey, item_key, merge
 from zhin_cli.model import AssistantMessage, Session
-from zhin_cli.preset import default_layout
+from zhin_cli.preset import TAIL_SEPARATOR, default_layout
 from zhin_cli.providers import Capabilities, RenderedRequest, render, resolve_profile
 from zhin_cli.segments import (
     MESSAGE_KINDS,
@@ -142,7 +142,8 @@ class Assembler:
             turn += 1
             request = self.assemble(session, index, message.timestamp, turn=turn, sent_prefix=sent, aliases=aliases,
                                     stored_model=message.model)
-            sent = request.sent_keys
+            # What the next request must keep as its prefix: what this one sent, plus the reply it produced.
+            sent = [*request.sent_keys, ("row", message.row_id)]
             yield request
 
     def assemble(
@@ -189,8 +190,15 @@ class Assembler:
             for p in system_parts + tail_parts
         ]
         wire_messages = rendered.body["messages"]
+        tail = layout.tail or ""
+        texts_by_origin: dict[str, list[str]] = {}
+        for message, origin in zip(wire_messages, rendered.origins):
+            text = _message_text(message)
+            if tail and origin != "tail" and text.endswith(TAIL_SEPARATOR + tail):
+                text = text[: -len(TAIL_SEPARATOR + tail)]  # the tail is reported under its scene segments
+            texts_by_origin.setdefault(origin, []).append(text)
         for segment in message_segments:
-            texts = [_message_text(m) for m, origin in zip(wire_messages, rendered.origins) if origin == segment.id]
+            texts = texts_by_origin.get(segment.id, [])
             reports.append(SegmentReport(segment.id, segment.kind, segment.weight, sum(map(len, texts)),
                                          sum(counter.count(t) for t in texts), 0, messages=len(texts)))
         # OpenAI's accounting: 3 tokens per message + 3 to prime the reply (+ content).

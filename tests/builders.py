@@ -1,0 +1,97 @@
+"""Small builders for sessions in tests: explicit facts, explicit times, no fixture files."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from zhin_cli.assemble import AssembledRequest, Assembler
+from zhin_cli.config import Config, parse_config
+from zhin_cli.model import (
+    Actor,
+    AssistantMessage,
+    BotFacts,
+    EventMessage,
+    Message,
+    SceneFacts,
+    Session,
+    Summary,
+    ToolResultMessage,
+    UserMessage,
+)
+
+T0 = 1761699600000  # 2025-10-29 09:00 Asia/Shanghai
+MIN = 60_000
+SEC = 1000
+BOT = BotFacts(user_id="8596238", name="Zhin", group_nickname="小知", platform_role="admin")
+SCENE = SceneFacts(scene_id="1048877509", scene_type="group", scene_name="测试群", owner_id="10001",
+                   admins=("10003",), member_count=42, global_mute=False)
+
+
+class History:
+    """Appends messages with increasing row ids."""
+
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+        self.summaries: list[Summary] = []
+
+    def _row(self) -> int:
+        return len(self.messages) + 1
+
+    def user(self, ts: int, uid: str, text: str, *, message_id: str | None = None, reply_to: str | None = None,
+             **facts: Any) -> UserMessage:
+        defaults: dict[str, Any] = {"display_name": f"name{uid}", "platform_role": "member", "card": None,
+                                    "title": None, "muted_until": 0}
+        defaults.update(facts)
+        actor = Actor(subject_id=uid, **defaults)
+        message = UserMessage([{"type": "text", "text": text}], ts, actor, self._row(), message_id=message_id, reply_to=reply_to)
+        self.messages.append(message)
+        return message
+
+    def assistant(self, ts: int, text: str = "ok", *, calls: list[tuple[str, str]] = (), message_id: str | None = None,  # type: ignore[assignment]
+                  actor: Actor | None = None) -> AssistantMessage:
+        content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+        content += [{"type": "toolCall", "id": cid, "name": name, "arguments": {"q": cid}} for cid, name in calls]
+        message = AssistantMessage(content, ts, self._row(), assistant_actor=actor, message_id=message_id, model="gpt-4o")
+        self.messages.append(message)
+        return message
+
+    def result(self, ts: int, call_id: str, text: str = "done") -> ToolResultMessage:
+        message = ToolResultMessage(call_id, "tool", [{"type": "text", "text": text}], False, ts, self._row())
+        self.messages.append(message)
+        return message
+
+    def event(self, ts: int, kind: str, line: str) -> EventMessage:
+        message = EventMessage(kind, line, ts, self._row())
+        self.messages.append(message)
+        return message
+
+    def summary(self, ts: int, anchor_row: int, text: str = "earlier talk") -> None:
+        self.summaries.append(Summary(ts, text, anchor_row))
+
+    def session(self, *, scene: SceneFacts = SCENE, bot: BotFacts = BOT) -> Session:
+        return Session("s#1", "icqq:8596238:group:1048877509", "Asia/Shanghai", bot, scene,
+                       list(self.messages), summaries=list(self.summaries))
+
+
+def assembler(config: dict[str, Any] | Config | None = None, **options: Any) -> Assembler:
+    cfg = config if isinstance(config, Config) else parse_config(config or {})
+    registry, _ = cfg.registry()
+    return Assembler(registry, cfg, **options)
+
+
+def replay(session: Session, config: dict[str, Any] | None = None, **options: Any) -> list[AssembledRequest]:
+    return list(assembler(config, **options).replay(session))
+
+
+def request_for_next(history: History, ts: int, config: dict[str, Any] | None = None, **options: Any) -> AssembledRequest:
+    """The request made at ``ts`` after everything in ``history`` (as if the bot answers now)."""
+    history.assistant(ts, "(reply)")
+    return replay(history.session(), config, **options)[-1]
+
+
+def contents(request: AssembledRequest) -> list[str]:
+    return [m.get("content") or "" for m in request.request["messages"]]
+
+
+def roles(request: AssembledRequest) -> list[str]:
+    return [m["role"] for m in request.request["messages"]]

@@ -1,0 +1,96 @@
+"""Provider capability table and the OpenAI-shaped render — acceptance criterion 5 (OpenAI side)."""
+
+from __future__ import annotations
+
+import pytest
+
+from builders import SEC, T0, History, contents, request_for_next, roles
+from zhin_cli.errors import ConfigError
+from zhin_cli.providers import PROFILES, resolve_profile
+
+
+def history_with_events() -> History:
+    h = History()
+    h.user(T0, "10002", "hi")
+    h.event(T0 + SEC, "member_joined", "10009 join 1048877509 on 09:00 by self")
+    h.event(T0 + 2 * SEC, "member_changed", '10001 changed 10002 role to "admin"')
+    h.user(T0 + 3 * SEC, "10002", "hello", platform_role="admin")
+    return h
+
+
+def test_criterion_5_openai_state_change_is_a_system_message_and_consecutive_events_merge() -> None:
+    request = request_for_next(history_with_events(), T0 + 4 * SEC, provider="openai")
+    assert roles(request) == ["system", "user", "system", "user"]
+    assert contents(request)[2] == (
+        "[state change] 10009 join 1048877509 on 09:00 by self\n"
+        '[state change] 10001 changed 10002 role to "admin"'
+    )
+    assert request.state_rendering == "system"
+    assert all("name" not in m for m in request.request["messages"])
+
+
+def test_o_series_uses_developer() -> None:
+    request = request_for_next(history_with_events(), T0 + 4 * SEC, provider="openai", model="o3")
+    assert roles(request) == ["developer", "user", "developer", "user"]
+    assert request.state_rendering == "developer"
+    reasoning = request_for_next(history_with_events(), T0 + 4 * SEC, provider="openai-reasoning", model="gpt-5")
+    assert reasoning.state_rendering == "developer"
+
+
+def test_none_mode_downgrades_to_a_user_message_with_the_host_only_header() -> None:
+    request = request_for_next(history_with_events(), T0 + 4 * SEC, provider="deepseek", model="deepseek-chat")
+    assert roles(request) == ["system", "user", "user", "user"]
+    assert contents(request)[2] == (
+        "[id:e1;user_id:system;time:09:00;] [state change] 10009 join 1048877509 on 09:00 by self\n"
+        '[id:e2;user_id:system;time:09:00;] [state change] 10001 changed 10002 role to "admin"'
+    )
+    assert request.state_rendering == "user"
+    assert request.verdict.ok
+
+
+def test_none_mode_synthesized_change_gets_its_own_host_header() -> None:
+    h = History()
+    h.user(T0, "10004", "a", card="阿杰")
+    h.user(T0 + 2 * 60 * SEC, "10004", "b", card="新名片")
+    request = request_for_next(h, T0 + 3 * 60 * SEC, provider="deepseek")
+    assert contents(request)[2] == '[id:s2;user_id:system;time:09:02;] [state change] system changed 10004 group_nickname to "新名片"'
+    assert contents(request)[3].startswith("[id:m2;user_id:10004;]")
+
+
+def test_state_rendering_none_needed_without_events() -> None:
+    h = History()
+    h.user(T0, "10002", "hi")
+    assert request_for_next(h, T0 + SEC).state_rendering == "none-needed"
+
+
+def test_per_provider_override_from_config() -> None:
+    request = request_for_next(history_with_events(), T0 + 4 * SEC, {"providers": {"openai": {"mid_conversation_system": "none"}}})
+    assert request.state_rendering == "user"
+    with pytest.raises(ConfigError, match="mid_conversation_system must be"):
+        resolve_profile("openai", "gpt-4o", {"mid_conversation_system": "sometimes"})
+
+
+def test_unknown_provider_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="unknown provider 'nope'"):
+        resolve_profile("nope", "x")
+
+
+def test_profiles_are_a_registry_with_the_adr_defaults() -> None:
+    assert PROFILES["openai"].mid_conversation_system == "system"
+    assert PROFILES["openai-compatible"].mid_conversation_system == "system"
+    assert PROFILES["deepseek"].mid_conversation_system == "none"
+    assert resolve_profile("openai", "o1-mini").mid_conversation_system == "none"
+
+
+def test_tools_from_config_are_sent_and_tool_calls_are_openai_shaped() -> None:
+    tool = {"type": "function", "function": {"name": "weather", "parameters": {"type": "object", "properties": {}}}}
+    h = History()
+    h.user(T0, "10002", "weather?")
+    h.assistant(T0 + SEC, "", calls=[("call_1", "weather")])
+    h.result(T0 + 2 * SEC, "call_1", "晴")
+    request = request_for_next(h, T0 + 3 * SEC, {"tools": [tool]})
+    assert request.request["tools"] == [tool]
+    assistant = request.request["messages"][2]
+    assert assistant == {"role": "assistant", "content": None,
+                         "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": '{"q": "call_1"}'}}]}
+    assert request.request["messages"][3] == {"role": "tool", "tool_call_id": "call_1", "content": "晴"}
