@@ -5,7 +5,7 @@ BIN     = $(VENV)/bin
 DEMO_DB = demo/.zhin/data.sqlite
 STAMP   = $(VENV)/.installed
 
-.PHONY: demo test install lint typecheck check bench clean
+.PHONY: demo test install docs lint typecheck check bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,3 +36,6 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) demo .pytest_cache .mypy_cache .ruff_cache
+
+docs: $(STAMP)
+	$(BIN)/python scripts/gen_cli_docs.py

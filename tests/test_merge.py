@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 
 import pytest
-
 from builders import SEC, T0, History, contents, replay, request_for_next, roles
+
 from zhin_cli.errors import AssemblyError
 from zhin_cli.validate import validate
 

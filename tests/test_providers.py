@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from builders import SEC, T0, History, contents, request_for_next, roles
+
 from zhin_cli.errors import ConfigError
 from zhin_cli.providers import PROFILES, resolve_profile
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from builders import SEC, T0, History, assembler, contents
+
 from zhin_cli.config import load_config
 from zhin_cli.errors import ConfigError
 from zhin_cli.segments import TextSegment

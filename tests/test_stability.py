@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from builders import SEC, T0, History, replay
+
 from zhin_cli.model import SceneChange
 from zhin_cli.store.jsonl import read_session
 
@@ -35,7 +36,7 @@ def test_criterion_7_history_prefix_only_grows_between_turns_unless_the_window_m
     session = read_session(FIXTURES / "group-busy.jsonl")
     requests = replay(session)
     checked = 0
-    for previous, current in zip(requests, requests[1:]):
+    for previous, current in zip(requests, requests[1:], strict=False):
         if current.window["dropped"] != previous.window["dropped"] or current.window["summary_anchor"] != previous.window["summary_anchor"]:
             continue  # compaction / window shift: a new prefix is expected
         before = [strip_tail(m) for m in previous.request["messages"]]
@@ -75,7 +76,7 @@ def test_criterion_7_group_rename_changes_only_the_scene_segment() -> None:
     renamed = h.session()
     renamed.scene_changes = [SceneChange(T0 + 1500, {"scene_name": "新群名"})]
     before, after = replay(plain)[-1], replay(renamed)[-1]
-    changed = [s.id for s, t in zip(before.segments, after.segments) if (s.chars, s.tokens) != (t.chars, t.tokens)]
+    changed = [s.id for s, t in zip(before.segments, after.segments, strict=True) if (s.chars, s.tokens) != (t.chars, t.tokens)]
     assert changed == ["core.scene"]
     b, a = before.request["messages"], after.request["messages"]
     assert b[:-1] == a[:-1]  # everything before the current input is byte-identical
@@ -97,7 +98,7 @@ def test_scene_line_is_in_the_runtime_tail_after_the_current_message() -> None:
 
 def prefix_violations(requests) -> list[int]:  # type: ignore[no-untyped-def]
     bad = []
-    for previous, current in zip(requests, requests[1:]):
+    for previous, current in zip(requests, requests[1:], strict=False):
         if current.window["dropped"] != previous.window["dropped"] or current.window["summary_anchor"] != previous.window["summary_anchor"]:
             continue
         before = [dumps(strip_tail(m)) for m in previous.request["messages"]]

@@ -192,7 +192,7 @@ class Assembler:
         wire_messages = rendered.body["messages"]
         tail = layout.tail or ""
         texts_by_origin: dict[str, list[str]] = {}
-        for message, origin in zip(wire_messages, rendered.origins):
+        for message, origin in zip(wire_messages, rendered.origins, strict=True):
             text = _message_text(message)
             if tail and origin != "tail" and text.endswith(TAIL_SEPARATOR + tail):
                 text = text[: -len(TAIL_SEPARATOR + tail)]  # the tail is reported under its scene segments

@@ -15,9 +15,8 @@ from typing import Any
 import yaml
 
 from zhin_cli.errors import ConfigError
-from zhin_cli.segments import KINDS, TextSegment
+from zhin_cli.segments import KINDS, Generation, PromptSegmentRegistry, TextSegment
 from zhin_cli.segments.builtin import default_registry
-from zhin_cli.segments import PromptSegmentRegistry, Generation
 from zhin_cli.window import WindowConfig
 
 CONFIG_NAME = "zhin.yaml"

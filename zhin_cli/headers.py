@@ -14,6 +14,7 @@ not conform is never sent (it is reported as a warning instead).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Literal
@@ -282,7 +283,7 @@ def _member_message(
     aliases: Aliases,
     window_rows: dict[int, Message],
     bot: BotFacts,
-    add_events,  # type: ignore[no-untyped-def]
+    add_events: Callable[[list[ProjectedEvent], str, int], None],
 ) -> list[Projected]:
     is_user = isinstance(item, UserMessage)
     actor = item.actor if isinstance(item, UserMessage) else bot_actor(item, bot)

@@ -8,7 +8,7 @@ writes back what was imported, byte for byte in meaning.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 PLATFORM_ROLES = ("owner", "admin", "member")
 EventKind = Literal["member_changed", "member_joined", "member_left"]
@@ -130,7 +130,7 @@ class EventMessage:
     role: Literal["event"] = "event"
 
 
-Message = Union[UserMessage, AssistantMessage, ToolResultMessage, EventMessage]
+Message = UserMessage | AssistantMessage | ToolResultMessage | EventMessage
 
 
 @dataclass
@@ -143,7 +143,7 @@ class SummaryMessage:
     role: Literal["summary"] = "summary"
 
 
-HistoryItem = Union[Message, SummaryMessage]
+HistoryItem = Message | SummaryMessage
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ def seed_cache(directory: Path | None = None) -> Path:
     return directory
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _encoding(name: str):  # type: ignore[no-untyped-def]
     os.environ["TIKTOKEN_CACHE_DIR"] = str(seed_cache())
     import tiktoken

@@ -93,4 +93,10 @@ from zhin_cli._cli import trace as _trace  # noqa: E402,F401
 
 
 def main() -> None:
-    app()
+    # add_completion=False keeps typer's --install-completion options off every command, but then typer never
+    # registers its shell classes: register them so `zhin completion SHELL` scripts (which call back with
+    # _ZHIN_COMPLETE=complete_<shell>) and the command itself find them.
+    from typer._completion_classes import completion_init
+
+    completion_init()
+    app(prog_name="zhin")

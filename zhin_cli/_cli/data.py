@@ -75,7 +75,8 @@ def completion_command(
     shell: Annotated[str, typer.Argument(help="bash, zsh or fish.")],
 ) -> None:
     """Print a shell completion script."""
-    from click.shell_completion import get_completion_class
+    # typer vendors click as ``typer._click``: there is no top-level ``click`` module to import.
+    from typer._click.shell_completion import get_completion_class
 
     from zhin_cli._cli import app as application
 

@@ -8,7 +8,7 @@ from typing import Any
 from zhin_cli.format import STATE_CHANGE_PREFIX, host_header
 from zhin_cli.headers import Projected
 from zhin_cli.preset import Layout
-from zhin_cli.providers import Capabilities, CacheRules, RenderedRequest, register_profile, register_renderer
+from zhin_cli.providers import CacheRules, Capabilities, RenderedRequest, register_profile, register_renderer
 from zhin_cli.segments import RuntimeView
 
 WIRE = "openai-chat"

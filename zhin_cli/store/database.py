@@ -20,7 +20,7 @@ from zhin_cli.errors import InputError, SessionNotFound, ZhinError, at_row
 from zhin_cli.model import BotFacts, MemberSnapshot, Message, SceneChange, SceneFacts, Session, Summary
 from zhin_cli.store import schema
 from zhin_cli.store.jsonl import message_line
-from zhin_cli.store.payload import message_from_payload
+from zhin_cli.store.payload import check_tool_pairing, message_from_payload
 
 DEFAULT_DB = Path(".zhin") / "data.sqlite"
 
@@ -59,9 +59,15 @@ def _read_only_engine(ref: DatabaseRef) -> Engine:
         if not path.is_file():
             raise SessionNotFound(f"no such database file: {path}")
         with path.open("rb") as handle:
-            if handle.read(16) != b"SQLite format 3\x00":
+            header = handle.read(20)
+            if header[:16] != b"SQLite format 3\x00":
                 raise InputError("not an SQLite database", where=str(path))
         uri = f"sqlite:///file:{quote(str(path.resolve()))}?mode=ro&uri=true"
+        if header[18:20] == b"\x02\x02" and not Path(f"{path}-wal").exists():
+            # A WAL-mode database with no writer attached: every committed page is in the file. A read-only
+            # connection would still create -wal/-shm files next to it and, unable to checkpoint, leave them
+            # behind; `immutable` reads the file as it is and creates nothing.
+            uri += "&immutable=1"
         engine = create_engine(uri)
 
         @event.listens_for(engine, "connect")
@@ -175,6 +181,8 @@ class SessionDatabase:
                 current = by_id[current].parent_id
             rows = list(reversed(chain))
         messages: list[Message] = []
+        called: set[str] = set()
+        answered: set[str] = set()
         for row in rows:
             where = at_row("agent_messages", row.id, self.ref.label)
             try:
@@ -194,6 +202,7 @@ class SessionDatabase:
             if extra:
                 raw["extra"] = extra
             message.raw = raw
+            check_tool_pairing(message, called, answered, where)
             messages.append(message)
         return messages
 

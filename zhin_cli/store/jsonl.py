@@ -22,7 +22,7 @@ from zhin_cli.model import (
     Session,
     Summary,
 )
-from zhin_cli.store.payload import message_from_payload
+from zhin_cli.store.payload import check_tool_pairing, message_from_payload
 
 
 @dataclass
@@ -31,6 +31,8 @@ class _Builder:
     session: Session | None = None
     next_row_id: int = 1
     seen_row_ids: set[int] = field(default_factory=set)
+    tool_calls: set[str] = field(default_factory=set)
+    tool_results: set[str] = field(default_factory=set)
 
     def require_session(self, where: str) -> Session:
         if self.session is None:
@@ -95,6 +97,7 @@ def _message_line(builder: _Builder, obj: dict[str, Any], where: str) -> None:
         raise InputError("'extra' must be an object", where=where)
     message: Message = message_from_payload(payload, row_id=row_id, where=where, extra=extra)
     message.raw = obj
+    check_tool_pairing(message, builder.tool_calls, builder.tool_results, where)
     session.messages.append(message)
 
 
@@ -174,7 +177,8 @@ def read_session(path: Path) -> Session:
                 )
             parser(builder, obj, where)
     if builder.session is None:
-        raise InputError("empty file: no session line", where=str(path))
+        # nothing but blank lines: line 1 is where the session line should have been
+        raise InputError("empty file: no session line", where=at_line(path, 1))
     return builder.session
 
 

@@ -6,6 +6,7 @@ the same one-line errors (the caller supplies ``where``: ``file:line`` or ``tabl
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from zhin_cli.errors import InputError
@@ -91,8 +92,12 @@ def _user_message(
     sender_actor = None
     if isinstance(sender, dict) and sender.get("id") is not None:
         sender_actor = legacy.actor_from_sender(sender)
-    for fallback in (header_actor, sender_actor, prefix_actor):
-        actor = legacy.merge_actor(actor, fallback)
+    if actor is None:
+        # Only rows without an ``actor`` fall back to legacy facts. When a row has one, it wins outright (as in
+        # upstream's agentMessageRowToLlm): ``extra.sender`` is an older projection that can disagree with it,
+        # and filling gaps from it would show facts the actor never claimed (e.g. a platform role).
+        for fallback in (header_actor, sender_actor, prefix_actor):
+            actor = legacy.merge_actor(actor, fallback)
     reply_to = payload.get("replyTo")
     quote = extra.get("quote") if isinstance(extra, dict) else None
     if reply_to is None and isinstance(quote, dict) and quote.get("messageId") is not None:
@@ -119,7 +124,28 @@ def _actor(value: Any, where: str, key: str) -> Actor | None:
     roles = value.get("roles")
     if roles is not None and not (isinstance(roles, list) and all(isinstance(r, str) for r in roles)):
         raise InputError(f"'{key}.roles' must be a list of strings", where=where)
-    return Actor.from_payload(value)
+    actor = Actor.from_payload(value)
+    # Upstream roles mix product roles with its own spellings: `user` (no product role) and `scene_admin` /
+    # `scene_owner` (platform roles). Split them as for legacy rows, so a header never shows `role:user`.
+    product, platform = legacy.split_roles(actor.roles)
+    if product != actor.roles or (platform is not None and actor.platform_role is None):
+        actor = replace(actor, roles=product, platform_role=actor.platform_role or platform)
+    return actor
+
+
+def check_tool_pairing(message: Message, called: set[str], answered: set[str], where: str) -> None:
+    """A tool result must answer a call made by an earlier assistant message, once. Checked while reading, so
+    the error names the file line (or table row) of the orphan; ``called``/``answered`` carry the state."""
+    if isinstance(message, AssistantMessage):
+        called.update(call.id for call in message.tool_calls)
+    elif isinstance(message, ToolResultMessage):
+        if message.tool_call_id not in called:
+            raise InputError(
+                f"orphan tool result: no earlier assistant message calls {message.tool_call_id!r}"[:200], where=where
+            )
+        if message.tool_call_id in answered:
+            raise InputError(f"second tool result for {message.tool_call_id!r}"[:200], where=where)
+        answered.add(message.tool_call_id)
 
 
 def _content(payload: dict[str, Any], where: str) -> list[dict[str, Any]]:
