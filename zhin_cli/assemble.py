@@ -32,7 +32,7 @@ from zhin_cli.segments import (
 )
 from zhin_cli.tokens import TokenCounter, encoding_for_model
 from zhin_cli.validate import Verdict, validate
-from zhin_cli.window import visible_window
+from zhin_cli.window import SessionIndex, visible_window
 
 DEFAULT_PROVIDER = "openai"
 DEFAULT_MODEL = "gpt-4o"
@@ -134,14 +134,15 @@ class Assembler:
     def replay(self, session: Session) -> Iterator[AssembledRequest]:
         """Turn k = the request that produced the k-th assistant message, from what was visible then."""
         aliases = Aliases.of(session)
+        session_index = SessionIndex.of(session)
         sent: list[ItemKey] = []
         turn = 0
-        for index, message in enumerate(session.messages):
+        for position, message in enumerate(session.messages):
             if not isinstance(message, AssistantMessage):
                 continue
             turn += 1
-            request = self.assemble(session, index, message.timestamp, turn=turn, sent_prefix=sent, aliases=aliases,
-                                    stored_model=message.model)
+            request = self.assemble(session, position, message.timestamp, turn=turn, sent_prefix=sent, aliases=aliases,
+                                    stored_model=message.model, index=session_index)
             # What the next request must keep as its prefix: what this one sent, plus the reply it produced.
             sent = [*request.sent_keys, ("row", message.row_id)]
             yield request
@@ -156,6 +157,7 @@ class Assembler:
         sent_prefix: list[ItemKey] | None = None,
         aliases: Aliases | None = None,
         stored_model: str | None = None,
+        index: SessionIndex | None = None,
     ) -> AssembledRequest:
         model = self.model or stored_model or DEFAULT_MODEL
         profile: Capabilities = resolve_profile(self.provider, model, self.config.provider_overrides.get(self.provider))
@@ -163,7 +165,7 @@ class Assembler:
         counter = TokenCounter(encoding_for_model(model))
         aliases = aliases or Aliases.of(session)
 
-        window = visible_window(session, upto, request_time, self.config.window)
+        window = visible_window(session, upto, request_time, self.config.window, index)
         runtime = RuntimeView(model=model, provider=self.provider, timezone=timezone, tools=tuple(self.config.tools))
         view = SessionView(
             session_id=session.session_id,

@@ -5,10 +5,14 @@ the stored history before that message. Compaction replaces everything up to a s
 summary. Join/leave events from the compacted (or cut) part are carried into the window (at most
 ``keep_membership_events``), so "who joined / left" stays visible after compaction (ADR 0041 acceptance 3;
 see docs/design-notes.md).
+
+The work per request is proportional to the window, not to the session: a ``SessionIndex`` built once
+per session answers "where is row N" and "which membership events come before position P".
 """
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 
 from zhin_cli.model import EventMessage, Message, Session, Summary, ToolResultMessage
@@ -30,31 +34,49 @@ class Window:
     request_time: int = 0
 
 
-def visible_window(session: Session, upto: int, request_time: int, config: WindowConfig) -> Window:
+@dataclass(frozen=True)
+class SessionIndex:
+    positions: dict[int, int]  # row id → position in session.messages
+    membership: list[int]  # positions of join/leave events, ascending
+
+    @staticmethod
+    def of(session: Session) -> SessionIndex:
+        positions = {m.row_id: i for i, m in enumerate(session.messages)}
+        membership = [
+            i for i, m in enumerate(session.messages) if isinstance(m, EventMessage) and m.kind != "member_changed"
+        ]
+        return SessionIndex(positions, membership)
+
+
+def visible_window(
+    session: Session, upto: int, request_time: int, config: WindowConfig, index: SessionIndex | None = None
+) -> Window:
     """The window of the request made before ``session.messages[upto]`` at ``request_time``."""
-    history = session.messages[:upto]
-    position = {m.row_id: i for i, m in enumerate(history)}
+    index = index or SessionIndex.of(session)
+    messages = session.messages
     summary = None
     start = 0
     for candidate in session.summaries:
-        if candidate.timestamp <= request_time and candidate.anchor_row_id in position:
+        position = index.positions.get(candidate.anchor_row_id)
+        if candidate.timestamp <= request_time and position is not None and position < upto:
             if summary is None or candidate.timestamp >= summary.timestamp:
                 summary = candidate
     anchor_ts = 0
     if summary is not None:
-        start = position[summary.anchor_row_id] + 1
-        anchor_ts = history[start - 1].timestamp
-    if config.max_messages is not None and len(history) - start > config.max_messages:
-        start = len(history) - config.max_messages
+        start = index.positions[summary.anchor_row_id] + 1
+        anchor_ts = messages[start - 1].timestamp
+    if config.max_messages is not None and upto - start > config.max_messages:
+        start = upto - config.max_messages
     # Never open the window in the middle of a tool group: results without their call are orphans.
-    while start < len(history) and isinstance(history[start], ToolResultMessage):
+    while start < upto and isinstance(messages[start], ToolResultMessage):
         start += 1
     carried: list[EventMessage] = []
     if config.keep_membership_events > 0:
-        membership = [m for m in history[:start] if isinstance(m, EventMessage) and m.kind != "member_changed"]
-        carried = membership[-config.keep_membership_events :]
+        end = bisect.bisect_left(index.membership, start)
+        chosen = index.membership[max(0, end - config.keep_membership_events) : end]
+        carried = [messages[i] for i in chosen]  # type: ignore[misc]
     return Window(
-        messages=history[start:],
+        messages=messages[start:upto],
         summary=summary,
         summary_anchor_timestamp=anchor_ts,
         carried_events=carried,
