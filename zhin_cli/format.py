@@ -94,6 +94,22 @@ def host_header(alias: str, time: str) -> str:
     return f"[id:{alias};user_id:system;time:{time};]"
 
 
+# --- member-written bodies -----------------------------------------------------------------------------
+
+# A line a member wrote that looks like one of the host's own lines: a header `[k:v;…` or `[state change]`.
+# A line starts at the text's start or after any Unicode line break (the model sees them all as new lines).
+_HOST_LOOKALIKE = re.compile(rf"(^|[{_LINE_BREAKS}])([ \t]*)[\[［](?=state change\]|[a-z_]+:)")
+FULLWIDTH_BRACKET = "［"
+
+
+def neutralize_body(text: str) -> str:
+    """Member text that imitates a host line (``[id:…;user_id:system;…]``, ``[state change] …``) keeps
+    its words but not the host's shape: its opening ``[`` becomes a full-width ``［``."""
+    if "[" not in text:
+        return text
+    return _HOST_LOOKALIKE.sub(lambda m: m.group(1) + m.group(2) + FULLWIDTH_BRACKET, text)
+
+
 # --- state-change lines ------------------------------------------------------------------------------
 
 _ID = r"[^\s\"]+"

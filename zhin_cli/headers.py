@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Literal
 from zoneinfo import ZoneInfo
 
-from zhin_cli.format import StateChange, changed_line, parse_state_change, render_header, render_user_id
+from zhin_cli.format import StateChange, changed_line, neutralize_body, parse_state_change, render_header, render_user_id
 from zhin_cli.merge import Placed
 from zhin_cli.model import (
     Actor,
@@ -257,7 +257,7 @@ def project(
     for entry in placed:
         item = entry.item
         if isinstance(item, SummaryMessage):
-            out.append(Projected("summary", entry.segment_id, body=SUMMARY_PREFIX + item.summary, timestamp=item.timestamp))
+            out.append(Projected("summary", entry.segment_id, body=SUMMARY_PREFIX + neutralize_body(item.summary), timestamp=item.timestamp))
         elif isinstance(item, EventMessage):
             change = parse_state_change(item.name, item.kind)
             if change is None:
@@ -325,5 +325,6 @@ def _member_message(
             fields["reply_to"] = aliases.messages.get(target)
     date, time = clock.stamp(item.timestamp, always=kind == "full")
     fields["date"], fields["time"] = date, time
-    return [Projected(role, segment_id, body=item.text, header=render_header(fields), header_kind=kind,
+    body = neutralize_body(item.text)
+    return [Projected(role, segment_id, body=body, header=render_header(fields), header_kind=kind,
                       tool_calls=tool_calls, rows=[item.row_id], timestamp=item.timestamp)]
