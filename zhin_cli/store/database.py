@@ -165,7 +165,7 @@ class SessionDatabase:
         rows = conn.execute(select(*columns).where(m.c.session_id == session_id).order_by(m.c.id)).all()
         by_id = {row.id: row for row in rows}
         if leaf is not None and has_parent:
-            chain = []
+            chain: list[Any] = []
             current: int | None = leaf
             seen: set[int] = set()
             while current is not None:
@@ -216,7 +216,7 @@ class SessionDatabase:
         if "ai_session_profiles" in self.tables:
             p = schema.ai_session_profiles
             cols = {c["name"] for c in inspect(conn).get_columns("ai_session_profiles")}
-            row = conn.execute(select(p.c[tuple(c for c in p.c.keys() if c in cols)]).where(p.c.session_key == session.session_key)).first()
+            row = conn.execute(select(*(p.c[c] for c in p.c.keys() if c in cols)).where(p.c.session_key == session.session_key)).first()
             if row is not None:
                 data = dict(row._mapping)
                 where = at_row("ai_session_profiles", session.session_key, self.ref.label)

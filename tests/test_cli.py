@@ -1,0 +1,291 @@
+"""The command-line contract (DESIGN.md §4), run as a user runs it: a subprocess, a clean environment."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import clean_env, write_upstream_db
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+CORPUS = Path(__file__).resolve().parent / "corpus"
+CASES: dict[str, dict[str, Any]] = {
+    name: case for name, case in json.loads((CORPUS / "cases.json").read_text(encoding="utf-8")).items() if not name.startswith("_")
+}
+PRIVATE = FIXTURES / "private-chat.jsonl"
+PRIVATE_ID = "icqq:8596238:private:10002#1761800000000-1"
+
+SEGMENT_KEYS = {"id": str, "kind": str, "weight": (int, float), "chars": int, "tokens": int, "trimmed": int}
+
+
+def check_request(request: dict[str, Any], session_id: str) -> None:
+    assert request["session_id"] == session_id
+    assert isinstance(request["turn"], int) and request["turn"] >= 1
+    assert request["provider"] == "openai"
+    assert request["model"] == "gpt-4o"
+    assert request["segments"], "no segments"
+    for segment in request["segments"]:
+        for key, kind in SEGMENT_KEYS.items():
+            assert isinstance(segment[key], kind) and not isinstance(segment[key], bool), (key, segment)
+        assert segment["chars"] >= 0 and segment["tokens"] >= 0 and segment["trimmed"] >= 0
+    assert len({s["id"] for s in request["segments"]}) == len(request["segments"])
+    assert request["state_rendering"] in ("system", "developer", "user", "none-needed")
+    assert set(request["headers"]) >= {"full", "short"}
+    assert all(isinstance(request["headers"][k], int) for k in ("full", "short"))
+    assert request["headers"]["full"] >= 1
+    assert isinstance(request["cache_breakpoints"], list)
+    body = request["request"]
+    assert body["model"] == request["model"]
+    assert isinstance(body["messages"], list) and body["messages"][0]["role"] in ("system", "developer")
+    assert body["messages"][-1]["role"] in ("user", "tool")
+
+
+def one_document(stdout: str) -> dict[str, Any]:
+    """stdout is exactly one JSON document (json.loads rejects anything before or after it)."""
+    document = json.loads(stdout)
+    assert isinstance(document, dict)
+    return document
+
+
+def test_trace_json_default_is_the_last_turn(zhin: Callable[..., Any]) -> None:
+    proc = zhin("trace", PRIVATE, "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = one_document(proc.stdout)
+    assert doc["version"] == 1
+    assert doc["session_id"] == PRIVATE_ID
+    assert [r["turn"] for r in doc["requests"]] == [6]
+    check_request(doc["requests"][0], PRIVATE_ID)
+    assert "Traceback" not in proc.stderr
+
+
+def test_trace_json_all_turns(zhin: Callable[..., Any]) -> None:
+    proc = zhin("trace", PRIVATE, "--all", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = one_document(proc.stdout)
+    assert doc["version"] == 1 and doc["session_id"] == PRIVATE_ID
+    assert [r["turn"] for r in doc["requests"]] == [1, 2, 3, 4, 5, 6]
+    for request in doc["requests"]:
+        check_request(request, PRIVATE_ID)
+    # later turns see more history
+    sizes = [len(r["request"]["messages"]) for r in doc["requests"]]
+    assert sizes == sorted(sizes) and sizes[0] < sizes[-1]
+
+
+@pytest.mark.parametrize(("turn", "expected"), [("2", 2), ("-1", 6), ("-6", 1)])
+def test_trace_json_one_turn(zhin: Callable[..., Any], turn: str, expected: int) -> None:
+    proc = zhin("trace", PRIVATE, "--turn", turn, "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = one_document(proc.stdout)
+    assert [r["turn"] for r in doc["requests"]] == [expected]
+    check_request(doc["requests"][0], PRIVATE_ID)
+
+
+def test_trace_table_output(zhin: Callable[..., Any]) -> None:
+    proc = zhin("trace", PRIVATE, "--turn", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert PRIVATE_ID in proc.stdout and "turn 2" in proc.stdout and "core.rules" in proc.stdout
+    assert "\x1b[" not in proc.stdout  # NO_COLOR, and not a terminal
+
+
+def assert_usage_error(proc: subprocess.CompletedProcess[str], fragment: str) -> None:
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("zhin: error: ") and fragment in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("turn", ["0", "7", "-7", "99"])
+def test_turn_out_of_range_is_usage(zhin: Callable[..., Any], turn: str) -> None:
+    assert_usage_error(zhin("trace", PRIVATE, "--turn", turn, "--json"), "out of range")
+
+
+def test_turn_with_all_is_usage(zhin: Callable[..., Any]) -> None:
+    assert_usage_error(zhin("trace", PRIVATE, "--turn", "1", "--all", "--json"), "--turn or --all")
+
+
+def test_bad_option_is_usage(zhin: Callable[..., Any]) -> None:
+    proc = zhin("trace", PRIVATE, "--turn", "two")
+    assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# bad inputs: exit 3, one line on stderr naming where, nothing on stdout, never a traceback
+
+
+def db_payload_not_json(folder: Path) -> tuple[list[str], str]:
+    session_id = "icqq:1:group:2#1700000000000-1"
+    db = write_upstream_db(folder / "bad-payload.sqlite", session_id, [
+        {"payload": {"role": "user", "content": [{"type": "text", "text": "hi"}], "timestamp": 1700000000000,
+                     "actor": {"subjectId": "10002", "displayName": "Alice"}}},
+        {"payload": '{"role":"assistant","content":[{"type":"text"', "role": "assistant", "timestamp": 1700000001000},
+    ])
+    return ["trace", session_id, "--db", str(db)], f"{db}: agent_messages row 2: payload is not JSON"
+
+
+def db_missing_session(folder: Path) -> tuple[list[str], str]:
+    db = write_upstream_db(folder / "ok.sqlite", "icqq:1:group:2#1700000000000-1", [
+        {"payload": {"role": "user", "content": [{"type": "text", "text": "hi"}], "timestamp": 1700000000000}},
+    ])
+    return ["trace", "icqq:1:group:404", "--db", str(db)], f"no session 'icqq:1:group:404' in {db}"
+
+
+def db_not_a_database(folder: Path) -> tuple[list[str], str]:
+    path = folder / "notes.sqlite"
+    path.write_bytes(b"these are notes, not a database\n" * 4)
+    return ["trace", "icqq:1:group:2", "--db", str(path)], f"{path}: not an SQLite database"
+
+
+def db_without_agent_messages(folder: Path) -> tuple[list[str], str]:
+    path = folder / "other-app.sqlite"
+    connection = sqlite3.connect(path)
+    connection.execute("CREATE TABLE agent_sessions (session_id TEXT, session_key TEXT)")
+    connection.execute("CREATE TABLE notes (body TEXT)")
+    connection.commit()
+    connection.close()
+    return ["trace", "icqq:1:group:2", "--db", str(path)], f"{path}: not a zhin database: missing table agent_messages"
+
+
+def db_file_missing(folder: Path) -> tuple[list[str], str]:
+    path = folder / "absent.sqlite"
+    return ["trace", "icqq:1:group:2", "--db", str(path)], f"no such database file: {path}"
+
+
+def db_orphan_tool_result(folder: Path) -> tuple[list[str], str]:
+    session_id = "icqq:1:group:2#1700000000000-1"
+    db = write_upstream_db(folder / "orphan.sqlite", session_id, [
+        {"payload": {"role": "user", "content": [{"type": "text", "text": "hi"}], "timestamp": 1700000000000}},
+        {"payload": {"role": "toolResult", "toolCallId": "call_x", "toolName": "weather",
+                     "content": [{"type": "text", "text": "晴"}], "isError": False, "timestamp": 1700000001000}},
+        {"payload": {"role": "assistant", "content": [{"type": "text", "text": "ok"}], "timestamp": 1700000002000}},
+    ])
+    return ["trace", session_id, "--db", str(db)], f"{db}: agent_messages row 2: orphan tool result"
+
+
+def jsonl_missing(folder: Path) -> tuple[list[str], str]:
+    path = folder / "no-such-session.jsonl"
+    return ["trace", str(path)], f"no such file: {path}"
+
+
+def no_database_anywhere(folder: Path) -> tuple[list[str], str]:
+    return ["trace", "icqq:1:group:2"], "no .zhin/data.sqlite was found"
+
+
+BUILT_CASES: dict[str, Callable[[Path], tuple[list[str], str]]] = {
+    "db-payload-not-json": db_payload_not_json,
+    "db-missing-session": db_missing_session,
+    "db-not-a-database": db_not_a_database,
+    "db-without-agent-messages": db_without_agent_messages,
+    "db-file-missing": db_file_missing,
+    "db-orphan-tool-result": db_orphan_tool_result,
+    "jsonl-file-missing": jsonl_missing,
+    "no-database-found": no_database_anywhere,
+}
+
+
+def assert_cannot_run(proc: subprocess.CompletedProcess[str], where: str) -> None:
+    assert proc.returncode == 3, (proc.returncode, proc.stdout[:500], proc.stderr[:2000])
+    assert "Traceback" not in proc.stdout and "Traceback" not in proc.stderr
+    assert proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("zhin: error: "), lines[0]
+    assert where in lines[0], (where, lines[0])
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
+def test_bad_jsonl_exits_3(zhin: Callable[..., Any], name: str, as_json: bool) -> None:
+    path = CORPUS / name
+    case = CASES[name]
+    proc = zhin("trace", path, *(["--json"] if as_json else []))
+    assert_cannot_run(proc, f"{path}:{case['line']}: ")
+    assert case["error"] in proc.stderr
+
+
+@pytest.mark.parametrize("name", sorted(BUILT_CASES))
+def test_bad_input_exits_3(zhin: Callable[..., Any], tmp_path: Path, name: str) -> None:
+    folder = tmp_path / "inputs"
+    folder.mkdir()
+    args, where = BUILT_CASES[name](folder)
+    assert_cannot_run(zhin(*args, "--json"), where)
+
+
+def test_zhin_env_db_is_honoured_and_ignored_when_cleared(tmp_path: Path) -> None:
+    """``ZHIN_DB`` is an option like ``--db`` (and the test runner really removes it)."""
+    args, where = db_not_a_database(tmp_path)
+    env = {**clean_env(), "ZHIN_DB": args[-1]}
+    proc = subprocess.run([sys.executable, "-m", "zhin_cli", "trace", "icqq:1:group:2"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=180)
+    assert_cannot_run(proc, where)
+
+
+def test_sessions_lists_a_database(zhin: Callable[..., Any], tmp_path: Path) -> None:
+    session_id = "icqq:1:group:2#1700000000000-1"
+    write_upstream_db(tmp_path / ".zhin" / "data.sqlite", session_id, [
+        {"payload": {"role": "user", "content": [{"type": "text", "text": "hi"}], "timestamp": 1700000000000}},
+    ])
+    nested = tmp_path / "sub"
+    nested.mkdir()
+    proc = zhin("sessions", "--json", cwd=nested)
+    assert proc.returncode == 0, proc.stderr
+    doc = one_document(proc.stdout)
+    assert doc["version"] == 1
+    assert [(s["session_id"], s["session_key"]) for s in doc["sessions"]] == [(session_id, "icqq:1:group:2")]
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# help and completion
+
+
+def test_module_help(zhin: Callable[..., Any]) -> None:
+    proc = zhin("--help")
+    assert proc.returncode == 0, proc.stderr
+    for command in ("trace", "import", "export", "sessions", "completion"):
+        assert command in proc.stdout
+
+
+@pytest.mark.parametrize("command", ["trace", "import", "export", "sessions", "completion"])
+def test_command_help(zhin: Callable[..., Any], command: str) -> None:
+    proc = zhin(command, "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert "Usage" in proc.stdout
+
+
+def test_completion_bash(zhin: Callable[..., Any], tmp_path: Path) -> None:
+    proc = zhin("completion", "bash")
+    assert proc.returncode == 0, proc.stderr
+    assert "_ZHIN_COMPLETE=complete_bash" in proc.stdout and "complete " in proc.stdout
+    # the script calls `zhin` back; the call must answer with the matching commands
+    script = Path(sys.executable).parent / "zhin"
+    assert script.is_file(), "the zhin console script is not installed next to this python"
+    env = {**clean_env(), "_ZHIN_COMPLETE": "complete_bash", "COMP_WORDS": "zhin tr", "COMP_CWORD": "1"}
+    answer = subprocess.run([str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert answer.returncode == 0, answer.stderr
+    assert answer.stdout.split() == ["trace"]
+
+
+@pytest.mark.parametrize("shell", ["zsh", "fish"])
+def test_completion_other_shells(zhin: Callable[..., Any], shell: str) -> None:
+    proc = zhin("completion", shell)
+    assert proc.returncode == 0, proc.stderr
+    assert f"complete_{shell}" in proc.stdout
+
+
+def test_completion_unknown_shell(zhin: Callable[..., Any]) -> None:
+    proc = zhin("completion", "tcsh")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("zhin: error: ")
+
+
+def test_version(zhin: Callable[..., Any]) -> None:
+    proc = zhin("--version")
+    assert proc.returncode == 0 and proc.stdout.startswith("zhin ")
+
