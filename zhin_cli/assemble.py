@@ -185,7 +185,7 @@ class Assembler:
         projection = project(placed, aliases=aliases, bot=session.bot, timezone=timezone)
         layout = default_layout(system_text(system_parts), projection.messages, system_text(tail_parts) or None)
         rendered: RenderedRequest = render(layout, profile, runtime)
-        verdict = validate(profile.wire, rendered.body, model)
+        verdict = validate(profile.validator, rendered.body, model)
 
         reports = [
             SegmentReport(p.segment.id, p.segment.kind, p.segment.weight, len(p.text), counter.count(p.text), p.trimmed)

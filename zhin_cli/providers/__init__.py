@@ -30,9 +30,17 @@ class CacheRules:
 @dataclass(frozen=True)
 class Capabilities:
     name: str
-    wire: str  # which renderer
+    wire: str  # which renderer: openai-chat | anthropic-messages | gemini-generate
     mid_conversation_system: MidConversationSystem
-    system_prompt_role: str = "system"
+    validator: str = "openai-chat"  # which validator speaks for this API (validate.VALIDATORS)
+    system_prompt_role: str = "system"  # openai-chat: system | developer | user
+    # same-role runs: "free" (allowed), "merge" (we merge adjacent user turns: strict templates, Gemini)
+    alternation: Literal["free", "merge"] = "free"
+    system_only_at_start: bool = False  # the template rejects (or relocates) system after index 0
+    tool_call_id: Literal["any", "alnum9"] = "any"  # Mistral templates: exactly 9 alphanumerics
+    single_tool_call: bool = False  # Llama 3.x templates: one call per assistant message
+    null_content: Literal["null", "empty"] = "null"  # Qwen3 templates crash on null content
+    mid_system_models: tuple[str, ...] = ()  # Anthropic: models that accept role "system" mid-conversation
     cache: CacheRules = field(default_factory=CacheRules)
     # (model regex, overrides): first match wins, e.g. o-series take `developer`.
     model_rules: tuple[tuple[str, dict[str, Any]], ...] = ()
@@ -82,7 +90,7 @@ def resolve_profile(name: str, model: str, overrides: dict[str, Any] | None = No
         raise ConfigError(f"unknown provider {name!r} (known: {', '.join(sorted(PROFILES))})")
     profile = PROFILES[name].for_model(model)
     if overrides:
-        allowed = {"mid_conversation_system", "system_prompt_role"}
+        allowed = {"mid_conversation_system", "system_prompt_role", "alternation", "validator"}
         bad = set(overrides) - allowed
         if bad:
             raise ConfigError(f"provider override keys {sorted(bad)} not supported (allowed: {sorted(allowed)})")

@@ -1,7 +1,8 @@
-"""Stage 8 — offline validators that answer what the real APIs answer (status and error text).
+"""Stage 8 — offline validators that answer what the real APIs answer (status, error text, error body).
 
-Validators are registered per wire format; each rule has a negative test (tests/test_validate_openai.py).
-Only rules tagged [V]/[R] in reference/providers.md reject.
+Validators are a registry keyed by name (``openai-chat``, ``anthropic-messages``, ``template:mistral`` …);
+a provider profile names the one that speaks for it. Each rule has a failing-input and a passing-input
+test. Only rules tagged [V]/[R] in reference/providers.md reject.
 """
 
 from __future__ import annotations
@@ -18,12 +19,19 @@ class Verdict:
     message: str = ""
     param: str | None = None
     type: str | None = None
-    code: str | None = None
+    code: str | int | None = None
+    # The exact JSON body the real API answers with (its error envelope); None = the OpenAI shape.
+    envelope: dict[str, Any] | None = None
+
+    def error_body(self) -> dict[str, Any]:
+        if self.envelope is not None:
+            return self.envelope
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
     def as_dict(self) -> dict[str, Any]:
         if self.ok:
             return {"ok": True, "status": 200}
-        return {"ok": False, "status": self.status, "error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+        return {"ok": False, "status": self.status, "body": self.error_body()}
 
 
 ACCEPTED = Verdict(ok=True)
@@ -31,16 +39,19 @@ Validator = Callable[[dict[str, Any], str], Verdict]
 VALIDATORS: dict[str, Validator] = {}
 
 
-def register_validator(wire: str) -> Callable[[Validator], Validator]:
+def register_validator(name: str) -> Callable[[Validator], Validator]:
     def add(validator: Validator) -> Validator:
-        VALIDATORS[wire] = validator
+        if name in VALIDATORS:
+            raise ValueError(f"duplicate validator {name!r}")
+        VALIDATORS[name] = validator
         return validator
 
     return add
 
 
-def validate(wire: str, body: dict[str, Any], model: str) -> Verdict:
-    return VALIDATORS[wire](body, model)
+def validate(name: str, body: dict[str, Any], model: str) -> Verdict:
+    """Run the validator ``name`` (see ``VALIDATORS``) on a wire body for ``model``."""
+    return VALIDATORS[name](body, model)
 
 
 from zhin_cli.validate import openai as _openai  # noqa: E402,F401
