@@ -6,7 +6,6 @@ Each stage is a module; this file only wires them, in that order, and collects w
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,8 +16,9 @@ from zhin_cli.errors import ConfigError
 from zhin_cli.headers import Aliases, project
 from zhin_cli.merge import ItemKey, item_key, merge
 from zhin_cli.model import AssistantMessage, Session
-from zhin_cli.preset import TAIL_SEPARATOR, default_layout
+from zhin_cli.preset import default_layout
 from zhin_cli.providers import Capabilities, RenderedRequest, render, resolve_profile
+from zhin_cli.providers.shaping import shape
 from zhin_cli.segments import (
     MESSAGE_KINDS,
     SYSTEM_PROMPT_KINDS,
@@ -75,7 +75,6 @@ class AssembledRequest:
     verdict: Verdict
     warnings: list[str]
     window: dict[str, Any]
-    origins: list[str]
     sent_keys: list[ItemKey] = field(default_factory=list, repr=False)
 
     def as_dict(self) -> dict[str, Any]:
@@ -97,11 +96,8 @@ class AssembledRequest:
         }
 
 
-def _message_text(message: dict[str, Any]) -> str:
-    parts = [message.get("content") or ""]
-    for call in message.get("tool_calls") or []:
-        parts.append(call["function"]["name"] + call["function"]["arguments"])
-    return "".join(p if isinstance(p, str) else json.dumps(p, ensure_ascii=False) for p in parts)
+def _wire_messages(body: dict[str, Any]) -> list[Any]:
+    return list(body.get("messages") or body.get("contents") or [])
 
 
 class Assembler:
@@ -183,7 +179,8 @@ class Assembler:
         outputs = [(segment, list(segment.inject(seg_input) or [])) for segment in message_segments]
         placed = merge(outputs, sent_prefix or ())
         projection = project(placed, aliases=aliases, bot=session.bot, timezone=timezone)
-        layout = default_layout(system_text(system_parts), projection.messages, system_text(tail_parts) or None)
+        shaped, shape_warnings = shape(projection.messages, profile)
+        layout = default_layout(system_text(system_parts), shaped, system_text(tail_parts) or None)
         rendered: RenderedRequest = render(layout, profile, runtime)
         verdict = validate(profile.validator, rendered.body, model)
 
@@ -191,20 +188,16 @@ class Assembler:
             SegmentReport(p.segment.id, p.segment.kind, p.segment.weight, len(p.text), counter.count(p.text), p.trimmed)
             for p in system_parts + tail_parts
         ]
-        wire_messages = rendered.body["messages"]
-        tail = layout.tail or ""
-        texts_by_origin: dict[str, list[str]] = {}
-        for message, origin in zip(wire_messages, rendered.origins, strict=True):
-            text = _message_text(message)
-            if tail and origin != "tail" and text.endswith(TAIL_SEPARATOR + tail):
-                text = text[: -len(TAIL_SEPARATOR + tail)]  # the tail is reported under its scene segments
-            texts_by_origin.setdefault(origin, []).append(text)
+        texts_by_segment: dict[str, list[str]] = {}
+        for part in rendered.parts:
+            texts_by_segment.setdefault(part.segment_id, []).append(part.text)
         for segment in message_segments:
-            texts = texts_by_origin.get(segment.id, [])
+            texts = texts_by_segment.get(segment.id, [])
+            produced = sum(1 for m in shaped if m.segment_id == segment.id)
             reports.append(SegmentReport(segment.id, segment.kind, segment.weight, sum(map(len, texts)),
-                                         sum(counter.count(t) for t in texts), 0, messages=len(texts)))
-        # OpenAI's accounting: 3 tokens per message + 3 to prime the reply (+ content).
-        prompt_tokens = 3 + sum(3 + counter.count(m.get("role", "")) + counter.count(_message_text(m)) for m in wire_messages)
+                                         sum(counter.count(t) for t in texts), 0, messages=produced))
+        # Estimate: the text on the wire, plus OpenAI's 3 tokens per message and 3 to prime the reply.
+        prompt_tokens = 3 + sum(counter.count(p.text) for p in rendered.parts) + 3 * len(_wire_messages(rendered.body))
         return AssembledRequest(
             session_id=session.session_id,
             turn=turn,
@@ -219,13 +212,12 @@ class Assembler:
             request=rendered.body,
             prompt_tokens=prompt_tokens,
             verdict=verdict,
-            warnings=projection.warnings,
+            warnings=projection.warnings + shape_warnings + rendered.warnings,
             window={
                 "messages": len(window.messages),
                 "dropped": window.dropped,
                 "summary_anchor": window.summary.anchor_row_id if window.summary else None,
                 "carried_events": len(window.carried_events),
             },
-            origins=rendered.origins,
             sent_keys=[item_key(p.item) for p in placed],
         )

@@ -39,6 +39,7 @@ class Capabilities:
     system_only_at_start: bool = False  # the template rejects (or relocates) system after index 0
     tool_call_id: Literal["any", "alnum9"] = "any"  # Mistral templates: exactly 9 alphanumerics
     single_tool_call: bool = False  # Llama 3.x templates: one call per assistant message
+    hold_during_tool_loop: bool = False  # no user turn between a tool result and the reply (Gemini, Mistral)
     null_content: Literal["null", "empty"] = "null"  # Qwen3 templates crash on null content
     mid_system_models: tuple[str, ...] = ()  # Anthropic: models that accept role "system" mid-conversation
     cache: CacheRules = field(default_factory=CacheRules)
@@ -63,13 +64,23 @@ def register_profile(profile: Capabilities) -> Capabilities:
     return profile
 
 
+@dataclass(frozen=True)
+class RenderedPart:
+    """A piece of text the renderer put on the wire, and the segment it came from (``tail``: runtime
+    tail, reported under its scene segments; ``system``: the system prompt)."""
+
+    segment_id: str
+    text: str
+    message_index: int  # index in the wire's message list (-1: outside it, e.g. Anthropic's top-level system)
+
+
 @dataclass
 class RenderedRequest:
     body: dict[str, Any]
     state_rendering: str  # system | developer | user | none-needed
     cache_breakpoints: list[dict[str, Any]]
-    # per wire message: which segment produced it ("system" for the system prompt)
-    origins: list[str]
+    parts: list[RenderedPart]
+    warnings: list[str] = field(default_factory=list)
 
 
 Renderer = Callable[[Layout, Capabilities, RuntimeView], RenderedRequest]
@@ -84,19 +95,40 @@ def register_renderer(wire: str) -> Callable[[Renderer], Renderer]:
     return add
 
 
+OVERRIDABLE = {"mid_conversation_system", "system_prompt_role", "alternation", "validator"}
+
+
 def resolve_profile(name: str, model: str, overrides: dict[str, Any] | None = None) -> Capabilities:
-    """The profile for ``name`` (built-in or from ``zhin.yaml``), specialised for ``model``."""
+    """The profile for ``name``, specialised for ``model``, with ``zhin.yaml`` overrides applied.
+
+    ``overrides`` may hold the keys in ``OVERRIDABLE`` and ``models: {<regex>: {…}}`` for per-model ones.
+    """
     if name not in PROFILES:
         raise ConfigError(f"unknown provider {name!r} (known: {', '.join(sorted(PROFILES))})")
     profile = PROFILES[name].for_model(model)
+    overrides = dict(overrides or {})
+    per_model = overrides.pop("models", None) or {}
+    if not isinstance(per_model, dict):
+        raise ConfigError(f"providers.{name}.models must map a model regex to overrides")
+    for pattern, extra in per_model.items():
+        try:
+            matched = re.search(str(pattern), model)
+        except re.error as exc:
+            raise ConfigError(f"providers.{name}.models: bad regex {pattern!r}: {exc}") from None
+        if matched:
+            if not isinstance(extra, dict):
+                raise ConfigError(f"providers.{name}.models.{pattern} must be a mapping")
+            overrides.update(extra)
     if overrides:
-        allowed = {"mid_conversation_system", "system_prompt_role", "alternation", "validator"}
-        bad = set(overrides) - allowed
+        bad = set(overrides) - OVERRIDABLE
         if bad:
-            raise ConfigError(f"provider override keys {sorted(bad)} not supported (allowed: {sorted(allowed)})")
+            raise ConfigError(f"provider override keys {sorted(bad)} not supported (allowed: {sorted(OVERRIDABLE)}, models)")
         if overrides.get("mid_conversation_system", "system") not in ("system", "developer", "none"):
             raise ConfigError("mid_conversation_system must be system, developer or none")
         profile = replace(profile, **overrides)
+    if profile.system_only_at_start and profile.mid_conversation_system != "none":
+        # the template would reject (or silently move) a system message after index 0
+        profile = replace(profile, mid_conversation_system="none")
     return profile
 
 
@@ -104,4 +136,8 @@ def render(layout: Layout, profile: Capabilities, runtime: RuntimeView) -> Rende
     return RENDERERS[profile.wire](layout, profile, runtime)
 
 
-from zhin_cli.providers import openai as _openai  # noqa: E402,F401  (registers the OpenAI-shaped profiles)
+# Built-in renderers and profiles register themselves on import.
+from zhin_cli.providers import anthropic as _anthropic  # noqa: E402,F401
+from zhin_cli.providers import gemini as _gemini  # noqa: E402,F401
+from zhin_cli.providers import local as _local  # noqa: E402,F401
+from zhin_cli.providers import openai as _openai  # noqa: E402,F401

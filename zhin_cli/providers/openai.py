@@ -2,69 +2,129 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import string
 from typing import Any
 
 from zhin_cli.format import STATE_CHANGE_PREFIX, host_header
 from zhin_cli.headers import Projected
-from zhin_cli.preset import Layout
-from zhin_cli.providers import CacheRules, Capabilities, RenderedRequest, register_profile, register_renderer
+from zhin_cli.preset import TAIL_SEPARATOR, Layout
+from zhin_cli.providers import (
+    CacheRules,
+    Capabilities,
+    RenderedPart,
+    RenderedRequest,
+    register_profile,
+    register_renderer,
+)
 from zhin_cli.segments import RuntimeView
 
 WIRE = "openai-chat"
+_ALNUM = string.ascii_letters + string.digits
 
 
-def state_message(message: Projected, mode: str) -> dict[str, Any]:
+def state_lines(message: Projected, mode: str) -> str:
+    """System/developer: ``[state change] …`` lines. Downgraded (``none``): every line carries the
+    host-only header, so several events in one message keep one header each (ADR 0041 §2)."""
     if mode in ("system", "developer"):
-        return {"role": mode, "content": "\n".join(f"{STATE_CHANGE_PREFIX} {e.line}" for e in message.events)}
-    # Downgraded: a user message whose every line carries the host-only header (ADR 0041 §2, `none`).
-    lines = [f"{host_header(e.alias, e.time)} {STATE_CHANGE_PREFIX} {e.line}" for e in message.events]
-    return {"role": "user", "content": "\n".join(lines)}
+        return "\n".join(f"{STATE_CHANGE_PREFIX} {e.line}" for e in message.events)
+    return "\n".join(f"{host_header(e.alias, e.time)} {STATE_CHANGE_PREFIX} {e.line}" for e in message.events)
 
 
-def _tool_call(call: Any) -> dict[str, Any]:
+def short_id(call_id: str, length: int = 9) -> str:
+    """A stable alphanumeric id of ``length`` characters (Mistral templates demand exactly 9)."""
+    if len(call_id) == length and all(c in _ALNUM for c in call_id):
+        return call_id
+    number = int.from_bytes(hashlib.sha256(call_id.encode()).digest(), "big")
+    out = []
+    for _ in range(length):
+        number, digit = divmod(number, len(_ALNUM))
+        out.append(_ALNUM[digit])
+    return "".join(out)
+
+
+class _Wire:
+    """Collects wire messages and the attributed text parts."""
+
+    def __init__(self, profile: Capabilities) -> None:
+        self.profile = profile
+        self.messages: list[dict[str, Any]] = []
+        self.parts: list[RenderedPart] = []
+
+    def call_id(self, call_id: str) -> str:
+        return short_id(call_id) if self.profile.tool_call_id == "alnum9" else call_id
+
+    def add(self, message: dict[str, Any], pieces: list[tuple[str, str]]) -> None:
+        """Append (or, for profiles that need alternation, merge into the previous same-role turn)."""
+        previous = self.messages[-1] if self.messages else None
+        mergeable = (
+            self.profile.alternation == "merge"
+            and previous is not None
+            and previous["role"] == message["role"] in ("user", "assistant")
+            and not previous.get("tool_calls") and not message.get("tool_calls")
+            and len(self.messages) > 1  # never into the system prompt
+        )
+        if mergeable:
+            assert previous is not None
+            previous["content"] = f"{previous['content'] or ''}\n{message['content'] or ''}"
+            pieces = [("", "\n"), *pieces]
+        else:
+            self.messages.append(message)
+        index = len(self.messages) - 1
+        self.parts.extend(RenderedPart(segment, text, index) for segment, text in pieces if segment)
+
+
+def _tool_call(call: Any, wire: _Wire) -> dict[str, Any]:
     arguments = call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments, ensure_ascii=False)
-    return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": arguments}}
+    return {"id": wire.call_id(call.id), "type": "function", "function": {"name": call.name, "arguments": arguments}}
+
+
+def _with_tail(layout: Layout, index: int, text: str, segment: str) -> tuple[str, list[tuple[str, str]]]:
+    if index == layout.tail_index and layout.tail:
+        return text + TAIL_SEPARATOR + layout.tail, [(segment, text), ("tail", TAIL_SEPARATOR + layout.tail)]
+    return text, [(segment, text)]
 
 
 @register_renderer(WIRE)
 def render_openai(layout: Layout, profile: Capabilities, runtime: RuntimeView) -> RenderedRequest:
-    messages: list[dict[str, Any]] = []
-    origins: list[str] = []
+    wire = _Wire(profile)
     if layout.system:
-        messages.append({"role": profile.system_prompt_role, "content": layout.system})
-        origins.append("system")
+        wire.add({"role": profile.system_prompt_role, "content": layout.system}, [("system", layout.system)])
+    mode = profile.mid_conversation_system
     used_state = False
     for index, message in enumerate(layout.messages):
         if message.role == "state":
-            messages.append(state_message(message, profile.mid_conversation_system))
+            text = state_lines(message, mode)
+            wire.add({"role": mode if mode != "none" else "user", "content": text}, [(message.segment_id, text)])
             used_state = True
         elif message.role == "tool":
-            messages.append({"role": "tool", "tool_call_id": message.tool_call_id, "content": message.body})
+            call_id = wire.call_id(message.tool_call_id or "")
+            wire.add({"role": "tool", "tool_call_id": call_id, "content": message.body}, [(message.segment_id, message.body)])
         elif message.role == "assistant":
-            text = layout.text_of(index)
-            wire: dict[str, Any] = {"role": "assistant", "content": text or None}
+            text, pieces = _with_tail(layout, index, message.text, message.segment_id)
+            content: str | None = text or (None if profile.null_content == "null" else "")
+            entry: dict[str, Any] = {"role": "assistant", "content": content}
             if message.tool_calls:
-                wire["tool_calls"] = [_tool_call(c) for c in message.tool_calls]
-            messages.append(wire)
+                entry["tool_calls"] = [_tool_call(c, wire) for c in message.tool_calls]
+                pieces += [(message.segment_id, c["function"]["name"] + c["function"]["arguments"]) for c in entry["tool_calls"]]
+            wire.add(entry, pieces)
         else:  # user, summary
-            messages.append({"role": "user", "content": layout.text_of(index)})
-        origins.append(message.segment_id)
+            text, pieces = _with_tail(layout, index, message.text, message.segment_id)
+            wire.add({"role": "user", "content": text}, pieces)
     if layout.tail and layout.tail_index is None:
-        messages.append({"role": "user", "content": layout.tail})
-        origins.append("tail")
-    body: dict[str, Any] = {"model": runtime.model, "messages": messages}
+        wire.add({"role": "user", "content": layout.tail}, [("tail", layout.tail)])
+    body: dict[str, Any] = {"model": runtime.model, "messages": wire.messages}
     if runtime.tools:
         body["tools"] = list(runtime.tools)
-    mode = profile.mid_conversation_system
+    tail_message = next((p.message_index for p in wire.parts if p.segment_id == "tail"), len(wire.messages))
     breakpoints = [{"after": "system", "message_index": 0, "explicit": False}] if layout.system else []
-    tail_at = layout.tail_index if layout.tail_index is not None else len(layout.messages)
-    breakpoints.append({"before": "tail", "message_index": tail_at + (1 if layout.system else 0), "explicit": False})
+    breakpoints.append({"before": "tail", "message_index": tail_message, "explicit": False})
     return RenderedRequest(
         body=body,
         state_rendering=("user" if mode == "none" else mode) if used_state else "none-needed",
         cache_breakpoints=breakpoints,
-        origins=origins,
+        parts=wire.parts,
     )
 
 
@@ -107,6 +167,7 @@ register_profile(
     Capabilities(
         name="deepseek",
         wire=WIRE,
+        validator="deepseek-chat",
         mid_conversation_system="none",
         cache=CacheRules(mechanism="automatic", min_tokens=64, step_tokens=64),
         description="DeepSeek: state changes downgraded to user messages by default",

@@ -51,6 +51,10 @@ def register_validator(name: str) -> Callable[[Validator], Validator]:
 
 def validate(name: str, body: dict[str, Any], model: str) -> Verdict:
     """Run the validator ``name`` (see ``VALIDATORS``) on a wire body for ``model``."""
+    if name not in VALIDATORS:
+        from zhin_cli.errors import ConfigError
+
+        raise ConfigError(f"unknown validator {name!r} (known: {', '.join(sorted(VALIDATORS))})")
     return VALIDATORS[name](body, model)
 
 

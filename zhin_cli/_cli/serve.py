@@ -1,0 +1,37 @@
+"""``zhin serve``: a loopback server that answers chat requests the way the real APIs do, offline."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from zhin_cli._cli import app, handles_errors
+from zhin_cli.serve import ENDPOINTS, serve
+
+
+def _stderr_line(text: str) -> None:
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+@app.command("serve")
+@handles_errors
+def serve_command(
+    host: Annotated[str, typer.Option("--host", help="Loopback address to listen on (127.0.0.1, ::1 or localhost only).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to listen on (0 = pick a free port).")] = 0,
+    provider: Annotated[str, typer.Option("--provider", "-p", envvar="ZHIN_PROVIDER", help="Provider profile for POST /v1/chat/completions (openai, deepseek, …).")] = "openai",
+) -> None:
+    """Run a local conformance server: point a bot or SDK at it to check its requests offline.
+
+    POST /v1/chat/completions (OpenAI-shaped, --provider profile) and POST /v1/messages (Anthropic-shaped, anthropic profile). A request the provider would reject gets the provider's status and error body; any other gets a deterministic reply whose usage reports prompt-cache hits from the server's own prefix cache. Prints the base URL on stderr, logs one line per request there, and runs until Ctrl-C.
+
+    Exit status: 0 stopped with Ctrl-C, 2 usage (non-loopback host, unknown provider), 3 cannot run (port in use).
+    """
+
+    def ready(url: str) -> None:
+        routes = ", ".join(f"POST {route}" for route in ENDPOINTS)
+        _stderr_line(f"zhin serve: listening on {url} (provider {provider}; {routes}); Ctrl-C to stop")
+
+    serve(provider=provider, host=host, port=port, on_ready=ready, log=lambda line: _stderr_line(f"zhin serve: {line}"))
