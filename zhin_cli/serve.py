@@ -187,8 +187,13 @@ def _sse(data: Any, event: str | None = None) -> bytes:
     return f"{head}data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
 
 
+_TRANSPORT_FIELDS = ("stream", "stream_options")  # how the answer is delivered, not what is asked
+
+
 def _digest(body: Mapping[str, Any]) -> str:
-    return hashlib.sha256(_canonical(body).encode("utf-8")).hexdigest()
+    """Hash of what the request asks (the same conversation streamed or not gets the same reply)."""
+    asked = {k: v for k, v in body.items() if k not in _TRANSPORT_FIELDS}
+    return hashlib.sha256(_canonical(asked).encode("utf-8")).hexdigest()
 
 
 # OpenAI Chat Completions
@@ -200,10 +205,14 @@ def _openai_error(status: int, message: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": _OPENAI_ERROR_TYPES.get(status, "server_error"), "param": None, "code": None}}
 
 
+def _list(body: Mapping[str, Any], key: str) -> list[Any]:
+    value = body.get(key)
+    return value if isinstance(value, list) else []
+
+
 def _openai_plan(body: dict[str, Any]) -> PrefixPlan:
-    tools = body.get("tools") if isinstance(body.get("tools"), list) else []
-    messages = body.get("messages") if isinstance(body.get("messages"), list) else []
-    return PrefixPlan([f"tool {_canonical(t)}" for t in tools] + [f"message {_canonical(m)}" for m in messages])
+    return PrefixPlan([f"tool {_canonical(t)}" for t in _list(body, "tools")]
+                      + [f"message {_canonical(m)}" for m in _list(body, "messages")])
 
 
 def _openai_usage(cache: CacheOutcome, output_tokens: int) -> dict[str, Any]:
@@ -223,7 +232,7 @@ def _openai_head(body: dict[str, Any], model: str, kind: str) -> dict[str, Any]:
 
 
 def _openai_completion(body: dict[str, Any], model: str, text: str, cache: CacheOutcome, output_tokens: int) -> dict[str, Any]:
-    message = {"role": "assistant", "content": text, "refusal": None, "annotations": []}
+    message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None, "annotations": []}
     return {**_openai_head(body, model, "chat.completion"),
             "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": "stop"}],
             "usage": _openai_usage(cache, output_tokens)}
@@ -287,12 +296,12 @@ def _anthropic_plan(body: dict[str, Any]) -> PrefixPlan:
             breakpoints.append((len(blocks), str(marker.get("ttl") or "5m")))
         blocks.append(prefix + _canonical(_without_cache_control(block)))
 
-    for tool in body.get("tools") if isinstance(body.get("tools"), list) else []:
+    for tool in _list(body, "tools"):
         add("tool ", tool)
     system = body.get("system")
     for block in system if isinstance(system, list) else ([system] if system is not None else []):
         add("system ", block)
-    for message in body.get("messages") if isinstance(body.get("messages"), list) else []:
+    for message in _list(body, "messages"):
         role = message.get("role") if isinstance(message, dict) else None
         content = message.get("content") if isinstance(message, dict) else message
         for index, block in enumerate(content if isinstance(content, list) else [content]):
@@ -326,7 +335,7 @@ def _anthropic_completion(body: dict[str, Any], model: str, text: str, cache: Ca
 
 
 def _anthropic_stream(body: dict[str, Any], model: str, text: str, cache: CacheOutcome, output_tokens: int) -> Iterator[bytes]:
-    start = _anthropic_message(body, model, [], None, {**_anthropic_usage(cache, 1)})
+    start = _anthropic_message(body, model, [], None, _anthropic_usage(cache, 1))
     yield _sse({"type": "message_start", "message": start}, "message_start")
     yield _sse({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}, "content_block_start")
     yield _sse({"type": "ping"}, "ping")

@@ -203,7 +203,8 @@ def _deepseek(usage: Mapping[str, Any]) -> NormalizedUsage:
 def _gemini(usage: Mapping[str, Any]) -> NormalizedUsage:
     # Accept the response's usageMetadata or the whole response. promptTokenCount contains
     # cachedContentTokenCount; thoughts are billed as output, so they count as output here.
-    meta = usage.get("usageMetadata") if isinstance(usage.get("usageMetadata"), Mapping) else usage
+    wrapped = usage.get("usageMetadata")
+    meta: Mapping[str, Any] = wrapped if isinstance(wrapped, Mapping) else usage
     candidates = _field(meta, "candidatesTokenCount")
     thoughts = _field(meta, "thoughtsTokenCount")
     output = candidates if thoughts is None or candidates is None else candidates + thoughts

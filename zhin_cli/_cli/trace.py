@@ -13,7 +13,7 @@ from rich.table import Table
 
 from zhin_cli._cli import ConfigOption, DbOption, app, handles_errors, print_json, stdout_console
 from zhin_cli.assemble import AssembledRequest
-from zhin_cli.errors import UsageError
+from zhin_cli.errors import EXIT_FOUND, UsageError
 from zhin_cli.trace import trace
 
 
@@ -27,13 +27,14 @@ def trace_command(
     model: Annotated[str | None, typer.Option("--model", "-m", envvar="ZHIN_MODEL", help="Model id (default: the model stored with each turn, else gpt-4o).")] = None,
     timezone: Annotated[str | None, typer.Option("--timezone", envvar="ZHIN_TIMEZONE", help="Instance time zone for header times (default: the session's).")] = None,
     show_request: Annotated[bool, typer.Option("--show-request", help="Print the exact wire body.")] = False,
+    validate: Annotated[bool, typer.Option("--validate", help="Exit 1 if the offline validator rejects any shown request (its verdict is always shown).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One versioned JSON document on stdout.")] = False,
     db: DbOption = None,
     config: ConfigOption = None,
 ) -> None:
     """Replay a stored conversation and show what each request sent to the model.
 
-    Exit status: 0 ok, 2 usage, 3 cannot run (bad input, database).
+    Exit status: 0 ok, 1 a request was rejected (with --validate), 2 usage, 3 cannot run (bad input, database).
     """
     if turn is not None and all_turns:
         raise UsageError("use either --turn or --all")
@@ -41,11 +42,13 @@ def trace_command(
                    turn=turn, all_turns=all_turns, cwd=Path.cwd())
     if as_json:
         print_json(result.as_dict())
-        return
-    console = stdout_console()
-    console.print(f"[bold]{escape(result.session_id)}[/] · {escape(result.source)} · {result.turns} turns")
-    for request in result.requests:
-        _print_request(console, request, show_request)
+    else:
+        console = stdout_console()
+        console.print(f"[bold]{escape(result.session_id)}[/] · {escape(result.source)} · {result.turns} turns")
+        for request in result.requests:
+            _print_request(console, request, show_request)
+    if validate and any(not r.verdict.ok for r in result.requests):
+        raise typer.Exit(EXIT_FOUND)
 
 
 def _print_request(console, request: AssembledRequest, show_request: bool) -> None:  # type: ignore[no-untyped-def]
