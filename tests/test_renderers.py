@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from builders import SEC, T0, History, request_for_next
+
 from zhin_cli.providers import PROFILES, resolve_profile
 from zhin_cli.providers.local import template_family
 from zhin_cli.providers.openai import short_id
@@ -135,6 +136,7 @@ def test_template_family_table() -> None:
     assert template_family("meta-llama/Llama-3.1-8B-Instruct") == "llama3"
     assert template_family("Qwen/Qwen2.5-7B-Instruct") == "qwen2.5"
     assert template_family("qwen3:0.6b") == "qwen3"
+    assert template_family("mistral:7b") == "mistral"
     assert template_family("Qwen/Qwen3.5-4B") == "qwen3.5"
     assert template_family("deepseek-r1:7b") == "deepseek"
     assert template_family("some-unknown-model") is None

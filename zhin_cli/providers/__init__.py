@@ -49,7 +49,7 @@ class Capabilities:
 
     def for_model(self, model: str) -> Capabilities:
         for pattern, overrides in self.model_rules:
-            if re.match(pattern, model):
+            if re.search(pattern, model):
                 return replace(self, **overrides)
         return self
 

@@ -58,4 +58,5 @@ def validate(name: str, body: dict[str, Any], model: str) -> Verdict:
     return VALIDATORS[name](body, model)
 
 
+from zhin_cli.validate import anthropic, deepseek, gemini, templates  # noqa: E402,F401
 from zhin_cli.validate import openai as _openai  # noqa: E402,F401
