@@ -140,7 +140,7 @@ def test_template_family_table() -> None:
     assert template_family("Qwen/Qwen3.5-4B") == "qwen3.5"
     assert template_family("deepseek-r1:7b") == "deepseek"
     assert template_family("some-unknown-model") is None
-    assert resolve_profile("vllm", "Qwen/Qwen3.5-4B").validator == "template:qwen3.5"
+    assert resolve_profile("vllm", "Qwen/Qwen3.5-4B").validator == "served:qwen3.5"
     assert resolve_profile("ollama", "mistral-nemo").tool_call_id == "alnum9"
 
 

@@ -210,3 +210,19 @@ def test_deepseek_object_arguments_crash() -> None:
 )
 def test_template_family(model: str, family: str | None) -> None:
     assert template_family(model) == family
+
+
+def test_served_variant_applies_the_servers_normalisation_first() -> None:
+    """vLLM/Ollama turn null content into "" and JSON-string arguments into objects before templating."""
+    from zhin_cli.validate import validate
+
+    null_content = body(USER, calls("a", content=None), tool("a"))
+    assert not validate("template:qwen3", null_content, "qwen3").ok
+    assert validate("served:qwen3", null_content, "qwen3").ok
+    string_args = body(USER, calls("a", arguments='{"q": 1}', content=""), tool("a"))
+    assert not validate("template:qwen3.5", string_args, "qwen3.5").ok
+    assert validate("served:qwen3.5", string_args, "qwen3.5").ok
+    # …and the DeepSeek template, which concatenates arguments as strings, then crashes on every tool call
+    assert validate("template:deepseek", string_args, "deepseek-r1").ok
+    served = validate("served:deepseek", string_args, "deepseek-r1")
+    assert (served.ok, served.message) == (False, 'can only concatenate str (not "dict") to str')

@@ -1,7 +1,7 @@
 """vLLM and Ollama: OpenAI-shaped, but what they accept is decided by the model's chat template
 (reference/providers.md §5). The model id selects its family; the family sets the rules our renderer
-follows so that the real template accepts the request, and names the validator (``template:<family>``)
-that answers as the server would.
+follows so that the real template accepts the request, and names the validator (``served:<family>``:
+the template after the server's own normalisation of the body) that answers as the server would.
 
 Both default to ``mid_conversation_system: none`` (ADR 0041 §2); a model whose template takes system
 messages anywhere (Llama 3.x, Qwen2.5, Qwen3) may opt in per model in ``zhin.yaml``.
@@ -60,7 +60,7 @@ def template_family(model: str) -> str | None:
 
 def _rules() -> tuple[tuple[str, dict[str, Any]], ...]:
     return tuple(
-        (f"(?i){pattern}", {**FAMILY_RULES[family], "validator": f"template:{family}"}) for pattern, family in FAMILY_PATTERNS
+        (f"(?i){pattern}", {**FAMILY_RULES[family], "validator": f"served:{family}"}) for pattern, family in FAMILY_PATTERNS
     )
 
 

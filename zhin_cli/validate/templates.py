@@ -12,15 +12,17 @@ Input model: the messages as sent, except that ``tool_calls: null`` / ``tool_cal
 ``apply_chat_template`` and llama.cpp-style engines see. Current vLLM additionally rewrites ``content: null``
 to ``""``/``[]`` and parses ``arguments`` JSON strings into objects before rendering, so on a current vLLM the
 null-content crashes (qwen3, mixtral, gemma) and the qwen3.5 arguments crash do not occur, and the deepseek
-template's string concatenation would instead crash on every replayed tool call. The validators keep the
-template-level behaviour: it is the portable answer across engines.
+template's string concatenation would instead crash on every replayed tool call.
 
-One registered name per family, ``template:<family>``; ``template_family(model)`` maps HF ids and Ollama tags
-to the family.
+Two registered names per family: ``template:<family>`` answers for the raw template (the body as sent,
+what ``apply_chat_template`` and llama.cpp-style engines see); ``served:<family>`` first applies the
+server's normalisation (``served()``) and is what the ``vllm`` and ``ollama`` profiles use.
+``template_family(model)`` maps HF ids and Ollama tags to the family.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -244,15 +246,51 @@ FAMILIES: dict[str, TemplateCheck] = {
 }
 
 
+def served(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages as an OpenAI-compatible server hands them to the template (vLLM; Ollama's OpenAI
+    endpoint does the same conversions): ``content: null`` becomes ``""`` and JSON-string ``arguments``
+    become objects. The originals are not modified."""
+    out = []
+    for message in messages:
+        message = dict(message)
+        if message.get("content", "") is None:
+            message["content"] = ""
+        if _has_tool_calls(message):
+            calls = []
+            for call in message["tool_calls"]:
+                function = call.get("function") if isinstance(call, dict) else None
+                if isinstance(function, dict) and isinstance(function.get("arguments"), str):
+                    try:
+                        parsed = json.loads(function["arguments"])
+                    except json.JSONDecodeError:
+                        parsed = None
+                    if isinstance(parsed, dict):
+                        call = {**call, "function": {**function, "arguments": parsed}}
+                calls.append(call)
+            message["tool_calls"] = calls
+        out.append(message)
+    return out
+
+
 def _register(family: str, check: TemplateCheck) -> None:
-    @register_validator(f"template:{family}")
-    def validate_template(body: dict[str, Any], model: str) -> Verdict:
+    def run(body: dict[str, Any], normalize: bool) -> Verdict:
         raw = body.get("messages")
         messages = [message for message in raw if isinstance(message, dict)] if isinstance(raw, list) else []
-        problem = check(messages, body)
+        problem = check(served(messages) if normalize else messages, body)
         return _error(problem) if problem else ACCEPTED
 
+    @register_validator(f"template:{family}")
+    def validate_template(body: dict[str, Any], model: str) -> Verdict:
+        """The raw template (``apply_chat_template``, llama.cpp-style engines): the body as sent."""
+        return run(body, normalize=False)
+
+    @register_validator(f"served:{family}")
+    def validate_served(body: dict[str, Any], model: str) -> Verdict:
+        """The template behind an OpenAI-compatible server that normalises the body first (vLLM, Ollama)."""
+        return run(body, normalize=True)
+
     validate_template.__name__ = f"validate_template_{family.replace('.', '_')}"
+    validate_served.__name__ = f"validate_served_{family.replace('.', '_')}"
 
 
 for _family, _check in FAMILIES.items():
