@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-COMMANDS = ["", "trace", "serve", "import", "export", "sessions", "completion"]
+COMMANDS = ["", "trace", "providers", "serve", "import", "export", "sessions", "completion"]
 
 
 def help_text(command: str) -> str:

@@ -89,6 +89,7 @@ def root(
 
 
 from zhin_cli._cli import data as _data  # noqa: E402,F401
+from zhin_cli._cli import providers as _providers  # noqa: E402,F401
 from zhin_cli._cli import serve as _serve  # noqa: E402,F401
 from zhin_cli._cli import trace as _trace  # noqa: E402,F401
 

@@ -1,0 +1,42 @@
+"""``zhin providers``: the capability table, as the assembler will use it."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from zhin_cli._cli import app, handles_errors, print_json, stdout_console
+from zhin_cli.providers import PROFILES, Capabilities, resolve_profile
+
+# Where the system prompt goes for wires that have no system message.
+SYSTEM_PLACE = {"anthropic-messages": "top-level system", "gemini-generate": "systemInstruction"}
+
+
+def profile_dict(profile: Capabilities) -> dict[str, Any]:
+    data = dataclasses.asdict(profile)
+    data.pop("model_rules")
+    return data
+
+
+@app.command("providers")
+@handles_errors
+def providers_command(
+    model: Annotated[str | None, typer.Option("--model", "-m", help="Show each profile as resolved for this model id.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout.")] = False,
+) -> None:
+    """List the provider profiles: wire format, validator, how state changes are sent, cache rules."""
+    profiles = [resolve_profile(name, model) if model else PROFILES[name] for name in sorted(PROFILES)]
+    if as_json:
+        print_json({"version": 1, "model": model, "providers": [profile_dict(p) for p in profiles]})
+        return
+    table = Table("provider", "wire", "validator", "state changes", "system prompt", "same-role turns", "cache", "")
+    for p in profiles:
+        quirks = [name for name, on in (("held during tool loops", p.hold_during_tool_loop), ("one call per message", p.single_tool_call),
+                                         ("9-char tool ids", p.tool_call_id == "alnum9"), ("system only first", p.system_only_at_start),
+                                         ("no null content", p.null_content == "empty")) if on]
+        cache = "none" if p.cache.mechanism == "none" else f"{p.cache.mechanism} ≥{p.cache.min_tokens}/{p.cache.step_tokens}"
+        table.add_row(p.name, p.wire, p.validator, p.mid_conversation_system, SYSTEM_PLACE.get(p.wire, f"{p.system_prompt_role} message"), p.alternation, cache, ", ".join(quirks))
+    stdout_console().print(table)
