@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-COMMANDS = ["", "trace", "providers", "serve", "import", "export", "sessions", "completion"]
+COMMANDS = ["", "trace", "prefix-diff", "providers", "serve", "import", "export", "sessions", "completion"]
 
 
 def help_text(command: str) -> str:

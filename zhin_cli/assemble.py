@@ -17,7 +17,7 @@ from zhin_cli.headers import Aliases, project
 from zhin_cli.merge import ItemKey, item_key, merge
 from zhin_cli.model import AssistantMessage, Session
 from zhin_cli.preset import default_layout
-from zhin_cli.providers import Capabilities, RenderedRequest, render, resolve_profile
+from zhin_cli.providers import Capabilities, RenderedPart, RenderedRequest, render, resolve_profile
 from zhin_cli.providers.shaping import shape
 from zhin_cli.segments import (
     MESSAGE_KINDS,
@@ -30,7 +30,8 @@ from zhin_cli.segments import (
     inject_text,
     system_text,
 )
-from zhin_cli.tokens import TokenCounter, encoding_for_model
+from zhin_cli.tokens import counter as shared_counter
+from zhin_cli.tokens import encoding_for_model
 from zhin_cli.validate import Verdict, validate
 from zhin_cli.window import SessionIndex, visible_window
 
@@ -76,6 +77,10 @@ class AssembledRequest:
     warnings: list[str]
     window: dict[str, Any]
     sent_keys: list[ItemKey] = field(default_factory=list, repr=False)
+    # for prefix analysis: what each wire message is made of, and the profile that rendered it
+    parts: list[RenderedPart] = field(default_factory=list, repr=False)
+    profile: Capabilities | None = field(default=None, repr=False)
+    system_texts: list[tuple[str, str]] = field(default_factory=list, repr=False)  # (segment id, text) in order
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -158,7 +163,7 @@ class Assembler:
         model = self.model or stored_model or DEFAULT_MODEL
         profile: Capabilities = resolve_profile(self.provider, model, self.config.provider_overrides.get(self.provider))
         timezone = self._timezone(session)
-        counter = TokenCounter(encoding_for_model(model))
+        counter = shared_counter(encoding_for_model(model))
         aliases = aliases or Aliases.of(session)
 
         window = visible_window(session, upto, request_time, self.config.window, index)
@@ -220,4 +225,7 @@ class Assembler:
                 "carried_events": len(window.carried_events),
             },
             sent_keys=[item_key(p.item) for p in placed],
+            parts=rendered.parts,
+            profile=profile,
+            system_texts=[(p.segment.id, p.text) for p in system_parts if p.text],
         )

@@ -54,6 +54,12 @@ def seed_cache(directory: Path | None = None) -> Path:
 
 
 @functools.cache
+def counter(encoding: str = DEFAULT_ENCODING) -> TokenCounter:
+    """One shared counter per encoding (and so one shared memo)."""
+    return TokenCounter(encoding)
+
+
+@functools.cache
 def _encoding(name: str):  # type: ignore[no-untyped-def]
     os.environ["TIKTOKEN_CACHE_DIR"] = str(seed_cache())
     import tiktoken
@@ -75,14 +81,26 @@ def encoding_for_model(model: str | None) -> str:
 
 
 class TokenCounter:
+    """Counts tokens; remembers the counts of texts it has seen (a replay sees the same history messages
+    turn after turn, so each is tokenized once)."""
+
+    MEMO_LIMIT = 200_000
+
     def __init__(self, encoding: str = DEFAULT_ENCODING) -> None:
         if encoding not in RANK_FILES:
             raise ZhinError(f"unknown encoding {encoding!r} (known: {', '.join(RANK_FILES)})")
         self.encoding = encoding
         self._enc = _encoding(encoding)
+        self._memo: dict[str, int] = {}
 
     def count(self, text: str) -> int:
-        return len(self._enc.encode(text, disallowed_special=()))
+        cached = self._memo.get(text)
+        if cached is None:
+            cached = len(self._enc.encode(text, disallowed_special=()))
+            if len(self._memo) >= self.MEMO_LIMIT:
+                self._memo.clear()
+            self._memo[text] = cached
+        return cached
 
     def encode(self, text: str) -> list[int]:
         return list(self._enc.encode(text, disallowed_special=()))

@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 
 from zhin_cli import __version__
-from zhin_cli.errors import EXIT_CANNOT_RUN, ZhinError
+from zhin_cli.errors import EXIT_CANNOT_RUN, EXIT_USAGE, ZhinError
 
 app = typer.Typer(
     name="zhin",
@@ -43,23 +43,30 @@ def fail(message: str, code: int) -> None:
     raise typer.Exit(code)
 
 
-def handles_errors(function: F) -> F:
-    """A user-caused problem becomes one line on stderr and its documented exit code, never a traceback."""
+def handles_errors(function: F, *, trouble: int | None = None) -> F:
+    """A user-caused problem becomes one line on stderr and its documented exit code, never a traceback.
+
+    ``trouble`` replaces every error's code (``diff``-like commands exit 2 for any trouble)."""
 
     @wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return function(*args, **kwargs)
         except ZhinError as error:
-            fail(str(error).replace("\n", " "), error.exit_code)
+            fail(str(error).replace("\n", " "), trouble if trouble is not None else error.exit_code)
         except BrokenPipeError:
             sys.stderr.close()
             raise typer.Exit(0) from None
         except MemoryError:
-            fail("out of memory", EXIT_CANNOT_RUN)
+            fail("out of memory", trouble if trouble is not None else EXIT_CANNOT_RUN)
         return None
 
     return wrapper  # type: ignore[return-value]
+
+
+def handles_errors_like_diff(function: F) -> F:
+    """Exit status like ``diff``: 0 same, 1 different, 2 trouble (any error)."""
+    return handles_errors(function, trouble=EXIT_USAGE)
 
 
 def print_json(data: Any) -> None:
@@ -89,6 +96,7 @@ def root(
 
 
 from zhin_cli._cli import data as _data  # noqa: E402,F401
+from zhin_cli._cli import prefix_diff as _prefix_diff  # noqa: E402,F401
 from zhin_cli._cli import providers as _providers  # noqa: E402,F401
 from zhin_cli._cli import serve as _serve  # noqa: E402,F401
 from zhin_cli._cli import trace as _trace  # noqa: E402,F401
