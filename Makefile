@@ -33,6 +33,7 @@ check: lint test
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/replay.py
+	$(BIN)/python benchmarks/prefix_diff.py
 
 clean:
 	rm -rf $(VENV) demo .pytest_cache .mypy_cache .ruff_cache

@@ -7,6 +7,7 @@ never start a line of its own, and cut at 64 characters with ``…``.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -56,11 +57,13 @@ def cut(value: str, limit: int = MAX_VALUE_CHARS) -> str:
     return value if len(value) <= limit else value[: limit - 1] + ELLIPSIS
 
 
+@functools.lru_cache(maxsize=65536)  # names and ids repeat on every request of a replay
 def escape_value(value: str) -> str:
     """A header value: ``;``, ``]`` and every line break become a space; controls removed; ≤ 64 chars."""
     return cut(_clean(value, ";]"))
 
 
+@functools.lru_cache(maxsize=16384)
 def quote_value(value: str) -> str:
     """A member-controlled value inside a ``[state change]`` line: escaped, cut, in double quotes."""
     cleaned = cut(_clean(value, ""))

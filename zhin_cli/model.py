@@ -7,6 +7,7 @@ writes back what was imported, byte for byte in meaning.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -238,11 +239,25 @@ class Session:
         return (self.scene.scene_type or "group") != "private"
 
     def scene_at(self, timestamp: int) -> SceneFacts:
+        """Scene facts in force at ``timestamp`` (changes applied in time order; O(log n) per call)."""
+        timeline = self._scene_timeline()
+        position = bisect.bisect_right(timeline[0], timestamp)
+        return timeline[1][position - 1] if position else self.scene
+
+    def _scene_timeline(self) -> tuple[list[int], list[SceneFacts]]:
+        key = (id(self.scene), len(self.scene_changes), tuple(id(c) for c in self.scene_changes))
+        cached = self.__dict__.get("_timeline")
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        times: list[int] = []
+        states: list[SceneFacts] = []
         scene = self.scene
-        for change in self.scene_changes:
-            if change.timestamp <= timestamp:
-                scene = scene.updated(change.changes)
-        return scene
+        for change in sorted(self.scene_changes, key=lambda c: c.timestamp):
+            scene = scene.updated(change.changes)
+            times.append(change.timestamp)
+            states.append(scene)
+        self.__dict__["_timeline"] = (key, (times, states))
+        return times, states
 
 
 def content_text(content: list[dict[str, Any]]) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,7 +102,7 @@ class Divergence:
     common_tokens: int
 
 
-def _divergence(old: Serialized, new: Serialized, count: Any) -> Divergence:
+def _divergence(old: Serialized, new: Serialized, count: Any, count_once: Any) -> Divergence:
     offset = tokens = 0
     for index, (a, b) in enumerate(zip(old.chunks, new.chunks, strict=False)):
         if a.data == b.data:
@@ -110,7 +110,7 @@ def _divergence(old: Serialized, new: Serialized, count: Any) -> Divergence:
             tokens += count(a.data.decode())
             continue
         common = _common(a.data, b.data)
-        tokens += count(a.data[:common].decode(errors="ignore"))
+        tokens += count_once(a.data[:common].decode(errors="ignore"))
         return Divergence(offset + common, index, tokens)
     index = min(len(old.chunks), len(new.chunks))
     return Divergence(offset, index, tokens)
@@ -275,10 +275,11 @@ def _excerpt(data: bytes, offset: int) -> str:
 
 
 def diff_pair(old: AssembledRequest, new: AssembledRequest, a: Serialized | None = None, b: Serialized | None = None) -> PairDiff:
-    count = shared_counter(new.encoding).count
+    tokens = shared_counter(new.encoding)
+    count = tokens.count
     a = a or serialize(old)
     b = b or serialize(new)
-    div = _divergence(a, b, count)
+    div = _divergence(a, b, count, tokens.count_once)
     prompt_tokens = sum(count(c.data.decode()) for c in b.chunks)
     cause, detail = _classify(old, new, a, b, div)
     chunk = b.chunks[div.chunk] if div.chunk < len(b.chunks) else None
@@ -522,6 +523,7 @@ def run_prefix_diff(
     head: str | None = None,
     all_sessions: bool = False,
     fail_on: Iterable[str] = DEFAULT_FAIL_ON,
+    after_load: Callable[[], None] | None = None,
 ) -> PrefixDiffResult:
     from zhin_cli.assemble import Assembler
     from zhin_cli.config import Config, load_config
@@ -535,6 +537,8 @@ def run_prefix_diff(
     if (base is None) != (head is None):
         raise UsageError("--base and --head go together")
     sessions = [load_session(ref, db=db, cwd=cwd) for ref in session_refs(refs, all_sessions=all_sessions, db=db, cwd=cwd)]
+    if after_load is not None:
+        after_load()
 
     def assembler_for(config: Config) -> tuple[Assembler, list[Any]]:
         registry, generations = config.registry()

@@ -81,26 +81,25 @@ def encoding_for_model(model: str | None) -> str:
 
 
 class TokenCounter:
-    """Counts tokens; remembers the counts of texts it has seen (a replay sees the same history messages
-    turn after turn, so each is tokenized once)."""
+    """Counts tokens; remembers the counts of recently seen texts. A replay sees the same window of
+    history messages turn after turn, so each is tokenized about once; the memory is bounded (LRU), so it
+    does not grow with the session."""
 
-    MEMO_LIMIT = 200_000
+    MEMO_SIZE = 8192  # comfortably more than the texts of one window
 
     def __init__(self, encoding: str = DEFAULT_ENCODING) -> None:
         if encoding not in RANK_FILES:
             raise ZhinError(f"unknown encoding {encoding!r} (known: {', '.join(RANK_FILES)})")
         self.encoding = encoding
         self._enc = _encoding(encoding)
-        self._memo: dict[str, int] = {}
+        self.count = functools.lru_cache(maxsize=self.MEMO_SIZE)(self.count_once)  # type: ignore[method-assign]
 
     def count(self, text: str) -> int:
-        cached = self._memo.get(text)
-        if cached is None:
-            cached = len(self._enc.encode(text, disallowed_special=()))
-            if len(self._memo) >= self.MEMO_LIMIT:
-                self._memo.clear()
-            self._memo[text] = cached
-        return cached
+        return self.count_once(text)
+
+    def count_once(self, text: str) -> int:
+        """Count without remembering (for texts that will not come back, such as partial prefixes)."""
+        return len(self._enc.encode(text, disallowed_special=()))
 
     def encode(self, text: str) -> list[int]:
         return list(self._enc.encode(text, disallowed_special=()))

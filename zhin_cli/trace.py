@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ def trace(
     turn: int | None = None,
     all_turns: bool = False,
     cwd: Path | None = None,
+    after_load: Callable[[], None] | None = None,
 ) -> TraceResult:
     """Replay ``ref`` (a .jsonl path, or a session id/key in the database) and return the chosen requests.
 
@@ -50,6 +52,8 @@ def trace(
     """
     config = load_config(config_path, cwd=cwd)
     session = load_session(ref, db=db, cwd=cwd)
+    if after_load is not None:
+        after_load()
     registry, generations = config.registry()
     try:
         assembler = Assembler(registry, config, provider=provider, model=model, timezone=timezone)

@@ -38,6 +38,8 @@ class Window:
 class SessionIndex:
     positions: dict[int, int]  # row id → position in session.messages
     membership: list[int]  # positions of join/leave events, ascending
+    summaries: list[Summary]  # by time
+    summary_times: list[int]
 
     @staticmethod
     def of(session: Session) -> SessionIndex:
@@ -45,7 +47,16 @@ class SessionIndex:
         membership = [
             i for i, m in enumerate(session.messages) if isinstance(m, EventMessage) and m.kind != "member_changed"
         ]
-        return SessionIndex(positions, membership)
+        summaries = sorted(session.summaries, key=lambda s: s.timestamp)
+        return SessionIndex(positions, membership, summaries, [s.timestamp for s in summaries])
+
+    def summary_for(self, upto: int, request_time: int) -> Summary | None:
+        """The newest summary made by ``request_time`` whose anchor is visible before position ``upto``."""
+        for candidate in reversed(self.summaries[: bisect.bisect_right(self.summary_times, request_time)]):
+            position = self.positions.get(candidate.anchor_row_id)
+            if position is not None and position < upto:
+                return candidate
+        return None
 
 
 def visible_window(
@@ -54,13 +65,8 @@ def visible_window(
     """The window of the request made before ``session.messages[upto]`` at ``request_time``."""
     index = index or SessionIndex.of(session)
     messages = session.messages
-    summary = None
+    summary = index.summary_for(upto, request_time)
     start = 0
-    for candidate in session.summaries:
-        position = index.positions.get(candidate.anchor_row_id)
-        if candidate.timestamp <= request_time and position is not None and position < upto:
-            if summary is None or candidate.timestamp >= summary.timestamp:
-                summary = candidate
     anchor_ts = 0
     if summary is not None:
         start = index.positions[summary.anchor_row_id] + 1

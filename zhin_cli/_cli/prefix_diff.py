@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from zhin_cli._cli import ConfigOption, DbOption, app, handles_errors_like_diff, print_json, stdout_console
+from zhin_cli._cli import ConfigOption, DbOption, app, freeze_loaded, handles_errors_like_diff, print_json, stdout_console
 from zhin_cli.errors import EXIT_FOUND
 from zhin_cli.prefixdiff import CAUSES, DEFAULT_FAIL_ON, EXPECTED, ConfigDiff, PrefixDiffResult, SessionDiff, run_prefix_diff
 
@@ -35,7 +35,7 @@ def prefix_diff_command(
     """
     chosen = [c.strip() for c in fail_on.split(",") if c.strip()] if fail_on is not None else list(DEFAULT_FAIL_ON)
     result = run_prefix_diff(sessions or [], cwd=Path.cwd(), db=db, config_path=config, provider=provider, model=model,
-                             base=base, head=head, all_sessions=all_sessions, fail_on=chosen)
+                             base=base, head=head, all_sessions=all_sessions, fail_on=chosen, after_load=freeze_loaded)
     if as_json:
         print_json(result.as_dict())
     else:
