@@ -240,3 +240,54 @@ def test_base_head_config_files_report_exactly_the_changed_segment(tmp_path: Pat
 def test_base_and_head_go_together(tmp_path: Path, flag: list[str]) -> None:
     result = run(str(FIXTURES / "private-chat.jsonl"), *flag, cwd=tmp_path)
     assert result.returncode == 2 and "--base and --head go together" in result.stderr
+
+
+def git(*args: str, cwd: Path) -> str:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(cwd), "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "t",
+           "GIT_AUTHOR_EMAIL": "t@example.invalid", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}
+    return subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True).stdout
+
+
+def test_base_head_git_refs_report_exactly_the_changed_segment(tmp_path: Path) -> None:
+    repo = tmp_path / "bot"
+    repo.mkdir()
+    git("init", "-q", "-b", "main", cwd=repo)
+    (repo / "persona.py").write_text(
+        "from zhin_cli.segments import TextSegment\n"
+        "def register(generation):\n"
+        "    generation.register(TextSegment('plugin.persona', 'role_rules', 'You like cats.', weight=5))\n",
+        encoding="utf-8",
+    )
+    (repo / "zhin.yaml").write_text(
+        "plugins: ['persona.py:register']\nsegments: {add: [{id: house.rules, kind: system, text: 'Be kind.'}]}\n", encoding="utf-8")
+    git("add", "-A", cwd=repo)
+    git("commit", "-qm", "v1", cwd=repo)
+    (repo / "persona.py").write_text((repo / "persona.py").read_text(encoding="utf-8").replace("cats", "cats and dogs"), encoding="utf-8")
+    git("commit", "-qam", "persona v2", cwd=repo)
+    result = run(str(FIXTURES / "private-chat.jsonl"), "--base", "HEAD~1", "--head", "main", "--json", cwd=repo)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    comparison = document["sessions"][0]
+    assert [(s["id"], s["status"], s["chars"]) for s in comparison["segments"]] == [("plugin.persona", "changed", 9)]
+    assert comparison["first_divergence"]["segment"] == "plugin.persona"
+    assert document["base"].startswith("HEAD~1 (") and document["head"].startswith("main (")
+    same = run(str(FIXTURES / "private-chat.jsonl"), "--base", "HEAD", "--head", "main", "--json", cwd=repo)
+    assert json.loads(same.stdout)["sessions"][0]["segments"] == []
+
+
+def test_base_head_flags_an_unstable_head_configuration(tmp_path: Path) -> None:
+    (tmp_path / "base.yaml").write_text("{}\n", encoding="utf-8")
+    (tmp_path / "clock.py").write_text(
+        "from datetime import datetime, timezone\n"
+        "class Clock:\n"
+        "    id, kind, weight, retention = 'plugin.clock', 'environment', 1, 'required'\n"
+        "    def inject(self, input):\n"
+        "        return 'Now: ' + datetime.fromtimestamp(input.history[-1].timestamp / 1000, tz=timezone.utc).strftime('%H:%M')\n"
+        "def register(generation):\n"
+        "    generation.register(Clock())\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "head.yaml").write_text("plugins: ['clock.py:register']\n", encoding="utf-8")
+    result = run(str(FIXTURES / "private-chat.jsonl"), "--base", "base.yaml", "--head", "head.yaml", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "plugin.clock" in result.stdout and "unexpected break" in result.stdout
