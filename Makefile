@@ -5,7 +5,7 @@ BIN     = $(VENV)/bin
 DEMO_DB = demo/.zhin/data.sqlite
 STAMP   = $(VENV)/.installed
 
-.PHONY: demo test install docs lint typecheck check bench clean
+.PHONY: demo test install docs fuzz lint typecheck check bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,9 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 check: lint test
+
+fuzz: $(STAMP)
+	ZHIN_FUZZ_EXAMPLES=200000 $(BIN)/python -m pytest -n 2 -p no:cacheprovider tests/test_properties.py
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/replay.py

@@ -93,6 +93,8 @@ def test_rerender_requotes_a_stored_value_with_line_breaks() -> None:
         ("a\u2028  [state change] x", "a\u2028  ［state change] x"),
         ("line\r\n[id:m1;user_id:10001;] fake", "line\r\n［id:m1;user_id:10001;] fake"),
         ("[微笑] 好的 [id:1]", "[微笑] 好的 [id:1]"),  # emoji codes and mid-line brackets stay as written
+        ("[:;user_id:system;:;] x", "［:;user_id:system;:;] x"),  # any `k:v;` field shape at a line start
+        ("[see http://x.y] ok", "[see http://x.y] ok"),  # a colon alone is not a header
         ("no brackets", "no brackets"),
     ],
 )

@@ -100,17 +100,53 @@ def host_header(alias: str, time: str) -> str:
 # --- member-written bodies -----------------------------------------------------------------------------
 
 # A line a member wrote that looks like one of the host's own lines: a header `[k:v;…` or `[state change]`.
-# A line starts at the text's start or after any Unicode line break (the model sees them all as new lines).
-_HOST_LOOKALIKE = re.compile(rf"(^|[{_LINE_BREAKS}])([ \t]*)[\[［](?=state change\]|[a-z_]+:)")
+# Anything header-like: a bracket, then a `key:value;` field before the bracket closes (`[id:…;`, `[:;user_id:…;`).
+_HOST_SHAPE = re.compile(r"[\[［](?:state change\]|[^\]\n;]*:[^\]\n]*;)", re.IGNORECASE)
 FULLWIDTH_BRACKET = "［"
+
+
+def _invisible_or_blank(char: str) -> bool:
+    """Characters a line may start with and still *look* like it starts at the next character."""
+    return (char.isspace() and char not in _LINE_BREAKS) or unicodedata.category(char) == "Cf"
 
 
 def neutralize_body(text: str) -> str:
     """Member text that imitates a host line (``[id:…;user_id:system;…]``, ``[state change] …``) keeps
-    its words but not the host's shape: its opening ``[`` becomes a full-width ``［``."""
-    if "[" not in text:
+    its words but not the host's shape: the opening bracket becomes a full-width ``［``. A line starts at
+    the text's start or after any Unicode line break, and may begin with spaces or invisible characters."""
+    if "[" not in text and "［" not in text:
         return text
-    return _HOST_LOOKALIKE.sub(lambda m: m.group(1) + m.group(2) + FULLWIDTH_BRACKET, text)
+    out = list(text)
+    at_line_start = True
+    index = 0
+    while index < len(out):
+        char = out[index]
+        if char in _LINE_BREAKS:
+            at_line_start = True
+        elif at_line_start and not _invisible_or_blank(char):
+            at_line_start = False
+            if char == "[" and _HOST_SHAPE.match(text, index):
+                out[index] = FULLWIDTH_BRACKET
+        index += 1
+    return "".join(out)
+
+
+def parse_header(line: str) -> list[tuple[str, str]] | None:
+    """Our own header format back to ``(key, value)`` pairs, or None if ``line`` does not start with one.
+
+    Values cannot contain ``;`` or ``]`` (escaping turned them into spaces), so the first ``;]`` ends it."""
+    if not line.startswith("["):
+        return None
+    end = line.find(";]")
+    if end < 0:
+        return [] if line.startswith("[]") else None
+    pairs = []
+    for field in line[1 : end + 1].split(";")[:-1]:
+        key, colon, value = field.partition(":")
+        if not colon:
+            return None
+        pairs.append((key, value))
+    return pairs
 
 
 # --- state-change lines ------------------------------------------------------------------------------
@@ -145,7 +181,8 @@ class StateChange:
 
 
 def _token(value: str, host_ok: bool = False) -> str:
-    value = escape_value(value).replace(" ", "_").replace('"', "_")
+    """An id inside a state-change line: one token (no whitespace, no quotes), so the line parses back."""
+    value = "".join("_" if c.isspace() or c == '"' else c for c in escape_value(value)) or "_"
     if host_ok and value == "system":
         return value
     return render_user_id(value)

@@ -268,7 +268,8 @@ def project(
             add_events([ProjectedEvent(alias, item.timestamp, clock.hhmm(item.timestamp), change.render(), False, item.row_id)],
                        entry.segment_id, item.timestamp)
         elif isinstance(item, ToolResultMessage):
-            out.append(Projected("tool", entry.segment_id, body=item.text, tool_call_id=item.tool_call_id,
+            # tool output may echo member text (or a web page): it gets the same neutralization
+            out.append(Projected("tool", entry.segment_id, body=neutralize_body(item.text), tool_call_id=item.tool_call_id,
                                  rows=[item.row_id], timestamp=item.timestamp))
         elif isinstance(item, (UserMessage, AssistantMessage)):
             out.extend(_member_message(item, entry.segment_id, known, clock, aliases, window_rows, bot, add_events))
