@@ -37,6 +37,7 @@ fuzz: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/replay.py
 	$(BIN)/python benchmarks/prefix_diff.py
+	$(BIN)/python benchmarks/memory.py
 
 clean:
 	rm -rf $(VENV) demo .pytest_cache .mypy_cache .ruff_cache

@@ -45,10 +45,20 @@ def tiled(base: Session, copies: int) -> Session:
             message_id = getattr(message, "message_id", None)
             if message_id:
                 message.message_id = f"{message_id}_{n}"  # type: ignore[union-attr]
+            # keep the stored form in step, so the tiled session can be written out as JSONL
+            raw = {**message.raw, "id": message.row_id, "timestamp": message.timestamp}
+            if message_id:
+                raw["messageId"] = message.message_id  # type: ignore[union-attr]
+            if isinstance(message, AssistantMessage):
+                raw["content"] = message.content
+            if isinstance(message, ToolResultMessage):
+                raw["toolCallId"] = message.tool_call_id
+            message.raw = raw
             session.messages.append(message)
         for summary in copy.deepcopy(base.summaries):
             summary.timestamp += shift
             summary.anchor_row_id += n * rows
+            summary.raw = {**summary.raw, "timestamp": summary.timestamp, "anchor_message_id": summary.anchor_row_id}
             session.summaries.append(summary)
     return session
 
