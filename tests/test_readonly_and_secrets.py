@@ -12,8 +12,8 @@ from pathlib import Path
 
 import httpx2
 import pytest
-
 from conftest import clean_env
+
 from zhin_cli.serve import running_server
 
 ROOT = Path(__file__).resolve().parent.parent

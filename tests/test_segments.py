@@ -120,3 +120,22 @@ def test_yaml_error_names_file_and_line(tmp_path: Path) -> None:
     (tmp_path / "zhin.yaml").write_text("provider: openai\nwindow: [unclosed\n", encoding="utf-8")
     with pytest.raises(ConfigError, match=r"zhin.yaml:\d+: invalid YAML"):
         load_config(cwd=tmp_path)
+
+
+def test_a_plugin_segment_that_raises_is_a_one_line_error() -> None:
+    class Broken:
+        id, kind, weight, retention = "plugin.broken", "platform", 1, "preferred"
+
+        def inject(self, input):  # type: ignore[no-untyped-def]
+            raise KeyError("nope")
+
+    from zhin_cli.assemble import Assembler
+    from zhin_cli.config import Config
+
+    registry = default_registry()
+    registry.register(Broken())
+    h = History()
+    h.user(T0, "10002", "hi")
+    h.assistant(T0 + SEC, "r")
+    with pytest.raises(ConfigError, match="segment 'plugin.broken' failed: KeyError: 'nope'"):
+        list(Assembler(registry, Config()).replay(h.session()))

@@ -28,6 +28,7 @@ from zhin_cli.segments import (
     SessionView,
     enforce_budget,
     inject_text,
+    run_inject,
     system_text,
 )
 from zhin_cli.tokens import counter as shared_counter
@@ -181,7 +182,7 @@ class Assembler:
         system_parts = enforce_budget(inject_text(self.registry.ordered(SYSTEM_PROMPT_KINDS), seg_input), self.config.max_chars)
         tail_parts = inject_text(self.registry.ordered(("scene",)), seg_input)
         message_segments = self.registry.ordered(MESSAGE_KINDS)
-        outputs = [(segment, list(segment.inject(seg_input) or [])) for segment in message_segments]
+        outputs = [(segment, list(run_inject(segment, seg_input) or [])) for segment in message_segments]
         placed = merge(outputs, sent_prefix or ())
         projection = project(placed, aliases=aliases, bot=session.bot, timezone=timezone)
         shaped, shape_warnings = shape(projection.messages, profile)

@@ -1,22 +1,25 @@
 """``zhin.yaml``: segment texts and additions, provider overrides, budget, window, timezone, tools, plugins.
 
 Found upward from the current directory, or given with ``--config``. Every problem is a ``ConfigError``
-naming the file (and line, where YAML knows it).
+naming the file and the line of the offending key (``zhin.yaml:7``).
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from zhin_cli.errors import ConfigError
+from zhin_cli.errors import ConfigError, ZhinError
+from zhin_cli.providers import PROFILES, resolve_profile
 from zhin_cli.segments import KINDS, Generation, PromptSegmentRegistry, TextSegment
 from zhin_cli.segments.builtin import default_registry
+from zhin_cli.store.payload import valid_timezone
 from zhin_cli.window import WindowConfig
 
 CONFIG_NAME = "zhin.yaml"
@@ -36,21 +39,41 @@ class Config:
     provider_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     tools: list[dict[str, Any]] = field(default_factory=list)
     plugins: list[str] = field(default_factory=list)
+    # line of each key in the file: "window.max_messages", "segments.add[0].kind", "plugins[1]" …
+    lines: dict[str, int] = field(default_factory=dict, repr=False)
+
+    def where(self, key: str) -> str | None:
+        """``file:line`` of ``key`` (or of the nearest enclosing key the file has), for error messages."""
+        if self.path is None:
+            return None
+        while key not in self.lines and key:
+            key = key[: key.rindex("[")] if key.endswith("]") else key.rpartition(".")[0]
+        return f"{self.path}:{self.lines[key]}" if key in self.lines else str(self.path)
 
     def registry(self) -> tuple[PromptSegmentRegistry, list[Generation]]:
         """Built-ins with this config applied, plus one generation per plugin (release to unload)."""
         registry = default_registry(self.texts)
-        for segment_id in self.remove_segments:
+        for index, segment_id in enumerate(self.remove_segments):
             if segment_id not in registry:
-                raise ConfigError(f"segments.remove names unknown segment {segment_id!r}", where=str(self.path))
+                raise ConfigError(f"segments.remove names unknown segment {segment_id!r}", where=self.where(f"segments.remove[{index}]"))
             registry.unregister(segment_id)
         config_generation = registry.generation("zhin.yaml")
-        for segment in self.add_segments:
-            config_generation.register(segment)
+        for index, segment in enumerate(self.add_segments):
+            try:
+                config_generation.register(segment)
+            except ConfigError as exc:
+                raise ConfigError(exc.message, where=exc.where or self.where(f"segments.add[{index}]")) from None
         generations = [config_generation]
-        for spec in self.plugins:
+        for index, spec in enumerate(self.plugins):
+            where = self.where(f"plugins[{index}]")
             generation = registry.generation(spec)
-            _load_plugin(spec, self.path)(generation)
+            register = _load_plugin(spec, self.path, where)
+            try:
+                register(generation)
+            except ZhinError as exc:
+                raise ConfigError(f"plugin {spec!r}: {exc.message}", where=exc.where or where) from None
+            except (Exception, SystemExit) as exc:  # the plugin's own bug must not become a traceback
+                raise ConfigError(f"plugin {spec!r} failed while registering: {type(exc).__name__}: {exc}", where=where) from None
             generations.append(generation)
         return registry, generations
 
@@ -72,72 +95,153 @@ def load_config(path: Path | None = None, *, cwd: Path | None = None, search: bo
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"no such config file: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"not UTF-8 (byte {exc.start})", where=f"{path}:{line}") from None
+    except OSError as exc:
         raise ConfigError(f"cannot read config: {exc}", where=str(path)) from None
     try:
-        data = yaml.safe_load(text) or {}
+        data, lines = _load_yaml(text, path)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ConfigError(f"invalid YAML: {problem}", where=where) from None
-    return parse_config(data, path)
+    except RecursionError:
+        raise ConfigError("invalid YAML: nested too deeply", where=str(path)) from None
+    return parse_config(data, path, lines)
 
 
-def _expect(value: Any, kind: type | tuple[type, ...], what: str, path: Path | None) -> Any:
+def _load_yaml(text: str, path: Path) -> tuple[Any, dict[str, int]]:
+    """``yaml.safe_load``, plus the line of every key (``a.b[2].c`` → line), and duplicate keys rejected."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        lines: dict[str, int] = {}
+        if node is not None:
+            lines[""] = node.start_mark.line + 1
+            _key_lines(node, "", lines, set(), path)
+        data = loader.construct_document(node) if node is not None else None
+    finally:
+        loader.dispose()
+    return data or {}, lines
+
+
+def _key_lines(node: yaml.Node, prefix: str, lines: dict[str, int], seen: set[int], path: Path) -> None:
+    if id(node) in seen:  # an alias: its keys were recorded where the anchor is
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        keys: set[str] = set()
+        for key_node, value_node in node.value:
+            key = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else "?"
+            line = key_node.start_mark.line + 1
+            if key in keys and key != "<<":
+                raise ConfigError(f"duplicate key {key!r}", where=f"{path}:{line}")
+            keys.add(key)
+            name = f"{prefix}.{key}" if prefix else key
+            lines.setdefault(name, line)
+            _key_lines(value_node, name, lines, seen, path)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            name = f"{prefix}[{index}]"
+            lines.setdefault(name, item.start_mark.line + 1)
+            _key_lines(item, name, lines, seen, path)
+
+
+def _expect(value: Any, kind: type | tuple[type, ...], what: str, config: Config) -> Any:
     if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-        name = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise ConfigError(f"{what} must be a {name}, got {value!r}"[:200], where=str(path) if path else None)
+        name = _TYPE_NAMES.get(kind, str(kind)) if isinstance(kind, type) else " or ".join(_TYPE_NAMES.get(k, str(k)) for k in kind)
+        raise ConfigError(f"{what} must be {name}, got {value!r}"[:200], where=config.where(what))
     return value
 
 
-def parse_config(data: Any, path: Path | None = None) -> Config:
-    where = str(path) if path else None
+_TYPE_NAMES: dict[Any, str] = {str: "a string", int: "an integer", float: "a number", dict: "a mapping", list: "a list"}
+
+
+def parse_config(data: Any, path: Path | None = None, lines: dict[str, int] | None = None) -> Config:
+    config = Config(path=path, lines=lines or {})
     if not isinstance(data, dict):
-        raise ConfigError("the config must be a mapping", where=where)
+        raise ConfigError("the config must be a mapping", where=config.where(""))
     known = {"provider", "model", "timezone", "budget", "window", "segments", "providers", "tools", "plugins"}
-    unknown = sorted(set(data) - known)
+    unknown = sorted(str(k) for k in set(data) - known)
     if unknown:
-        raise ConfigError(f"unknown config keys {unknown} (known: {sorted(known)})", where=where)
-    config = Config(path=path)
+        raise ConfigError(f"unknown config keys {unknown} (known: {sorted(known)})", where=config.where(unknown[0]))
     for key in ("provider", "model", "timezone"):
         if data.get(key) is not None:
-            setattr(config, key, _expect(data[key], str, key, path))
-    budget = _expect(data.get("budget") or {}, dict, "budget", path)
+            setattr(config, key, _expect(data[key], str, key, config))
+    if config.provider and config.provider not in PROFILES:
+        raise ConfigError(f"unknown provider {config.provider!r} (known: {', '.join(sorted(PROFILES))})", where=config.where("provider"))
+    if config.timezone and not valid_timezone(config.timezone):
+        raise ConfigError(f"unknown time zone {config.timezone!r} (expected an IANA name such as Asia/Shanghai)", where=config.where("timezone"))
+    budget = _expect(data.get("budget") or {}, dict, "budget", config)
     if "max_chars" in budget:
-        config.max_chars = None if budget["max_chars"] is None else _expect(budget["max_chars"], int, "budget.max_chars", path)
-    window = _expect(data.get("window") or {}, dict, "window", path)
+        config.max_chars = None if budget["max_chars"] is None else _expect(budget["max_chars"], int, "budget.max_chars", config)
+    window = _expect(data.get("window") or {}, dict, "window", config)
     max_messages = window.get("max_messages", 80)
     config.window = WindowConfig(
-        max_messages=None if max_messages is None else _expect(max_messages, int, "window.max_messages", path),
-        keep_membership_events=_expect(window.get("keep_membership_events", 20), int, "window.keep_membership_events", path),
+        max_messages=None if max_messages is None else _expect(max_messages, int, "window.max_messages", config),
+        keep_membership_events=_expect(window.get("keep_membership_events", 20), int, "window.keep_membership_events", config),
     )
-    segments = _expect(data.get("segments") or {}, dict, "segments", path)
-    config.texts = {str(k): _expect(v, str, f"segments.texts.{k}", path) for k, v in (_expect(segments.get("texts") or {}, dict, "segments.texts", path)).items()}
-    config.remove_segments = [str(s) for s in _expect(segments.get("remove") or [], list, "segments.remove", path)]
-    for index, item in enumerate(_expect(segments.get("add") or [], list, "segments.add", path)):
-        item = _expect(item, dict, f"segments.add[{index}]", path)
+    segments = _expect(data.get("segments") or {}, dict, "segments", config)
+    config.texts = {str(k): _expect(v, str, f"segments.texts.{k}", config) for k, v in (_expect(segments.get("texts") or {}, dict, "segments.texts", config)).items()}
+    config.remove_segments = [str(s) for s in _expect(segments.get("remove") or [], list, "segments.remove", config)]
+    for index, item in enumerate(_expect(segments.get("add") or [], list, "segments.add", config)):
+        item = _expect(item, dict, f"segments.add[{index}]", config)
         kind = item.get("kind")
         if kind not in KINDS[:5]:
-            raise ConfigError(f"segments.add[{index}].kind must be a text kind ({', '.join(KINDS[:5])}), got {kind!r}", where=where)
+            raise ConfigError(f"segments.add[{index}].kind must be a text kind ({', '.join(KINDS[:5])}), got {kind!r}",
+                              where=config.where(f"segments.add[{index}].kind"))
+        retention = item.get("retention", "preferred")
+        if retention not in ("required", "preferred"):
+            raise ConfigError(f"segments.add[{index}].retention must be required or preferred, got {retention!r}",
+                              where=config.where(f"segments.add[{index}].retention"))
         config.add_segments.append(
             TextSegment(
-                id=_expect(item.get("id"), str, f"segments.add[{index}].id", path),
+                id=_expect(item.get("id"), str, f"segments.add[{index}].id", config),
                 kind=kind,
-                text=_expect(item.get("text", ""), str, f"segments.add[{index}].text", path),
-                weight=_expect(item.get("weight", 0), (int, float), f"segments.add[{index}].weight", path),
-                retention=item.get("retention", "preferred"),
+                text=_expect(item.get("text", ""), str, f"segments.add[{index}].text", config),
+                weight=_expect(item.get("weight", 0), (int, float), f"segments.add[{index}].weight", config),
+                retention=retention,
             )
         )
     config.provider_overrides = {
-        str(k): _expect(v, dict, f"providers.{k}", path) for k, v in _expect(data.get("providers") or {}, dict, "providers", path).items()
+        str(k): _expect(v, dict, f"providers.{k}", config) for k, v in _expect(data.get("providers") or {}, dict, "providers", config).items()
     }
-    config.tools = [_expect(t, dict, "tools[]", path) for t in _expect(data.get("tools") or [], list, "tools", path)]
-    config.plugins = [_expect(p, str, "plugins[]", path) for p in _expect(data.get("plugins") or [], list, "plugins", path)]
+    for name, overrides in config.provider_overrides.items():
+        _check_provider_overrides(name, overrides, config)
+    config.tools = [_expect(t, dict, f"tools[{i}]", config) for i, t in enumerate(_expect(data.get("tools") or [], list, "tools", config))]
+    config.plugins = [_expect(p, str, f"plugins[{i}]", config) for i, p in enumerate(_expect(data.get("plugins") or [], list, "plugins", config))]
     return config
 
 
-def _load_plugin(spec: str, config_path: Path | None) -> Any:
+def _check_provider_overrides(name: str, overrides: dict[str, Any], config: Config) -> None:
+    """What ``resolve_profile`` would reject for some model, rejected now, naming the line."""
+    key = f"providers.{name}"
+    try:
+        resolve_profile(name, "", {k: v for k, v in overrides.items() if k != "models"})
+    except ConfigError as exc:
+        raise ConfigError(f"{key}: {exc.message}", where=config.where(key)) from None
+    models = overrides.get("models")
+    if models is None:
+        return
+    if not isinstance(models, dict):
+        raise ConfigError(f"{key}.models must map a model regex to overrides", where=config.where(f"{key}.models"))
+    for pattern, extra in models.items():
+        where = config.where(f"{key}.models.{pattern}")
+        try:
+            re.compile(str(pattern))
+        except re.error as exc:
+            raise ConfigError(f"{key}.models: bad regex {pattern!r}: {exc}", where=where) from None
+        if not isinstance(extra, dict) or "models" in extra:
+            raise ConfigError(f"{key}.models.{pattern} must be a mapping of overrides", where=where)
+        try:
+            resolve_profile(name, "", extra)
+        except ConfigError as exc:
+            raise ConfigError(f"{key}.models.{pattern}: {exc.message}", where=where) from None
+
+
+def _load_plugin(spec: str, config_path: Path | None, where: str | None = None) -> Any:
     """``module:function`` or ``path/to/file.py:function``; the function receives a ``Generation``."""
     target, _, attr = spec.partition(":")
     attr = attr or "register"
@@ -146,18 +250,20 @@ def _load_plugin(spec: str, config_path: Path | None) -> Any:
             file = Path(target)
             if not file.is_absolute() and config_path is not None:
                 file = config_path.parent / file
+            if not file.is_file():
+                raise ConfigError(f"plugin {spec!r}: no such file {file}", where=where)
             module_spec = importlib.util.spec_from_file_location(f"zhin_plugin_{file.stem}", file)
             if module_spec is None or module_spec.loader is None:
-                raise ConfigError(f"cannot load plugin file {file}")
+                raise ConfigError(f"cannot load plugin file {file}", where=where)
             module = importlib.util.module_from_spec(module_spec)
             module_spec.loader.exec_module(module)
         else:
             module = importlib.import_module(target)
     except ConfigError:
         raise
-    except Exception as exc:  # a plugin's own import error must not become a traceback
-        raise ConfigError(f"plugin {spec!r} failed to load: {type(exc).__name__}: {exc}") from None
+    except (Exception, SystemExit) as exc:  # a plugin's own import error (or exit) must not become a traceback
+        raise ConfigError(f"plugin {spec!r} failed to load: {type(exc).__name__}: {exc}", where=where) from None
     function = getattr(module, attr, None)
     if not callable(function):
-        raise ConfigError(f"plugin {spec!r}: no callable {attr!r}")
+        raise ConfigError(f"plugin {spec!r}: no callable {attr!r}", where=where)
     return function

@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 
 from zhin_cli import __version__
-from zhin_cli.errors import EXIT_CANNOT_RUN, EXIT_USAGE, ZhinError
+from zhin_cli.errors import EXIT_CANNOT_RUN, EXIT_USAGE, UsageError, ZhinError
 
 app = typer.Typer(
     name="zhin",
@@ -68,6 +68,18 @@ def handles_errors(function: F, *, trouble: int | None = None) -> F:
 def handles_errors_like_diff(function: F) -> F:
     """Exit status like ``diff``: 0 same, 1 different, 2 trouble (any error)."""
     return handles_errors(function, trouble=EXIT_USAGE)
+
+
+def check_options(provider: str | None, timezone: str | None = None) -> None:
+    """Option values typer cannot check: a bad ``--provider`` or ``--timezone`` is usage (exit 2), like any
+    bad option, not a config problem."""
+    from zhin_cli.providers import PROFILES
+    from zhin_cli.store.payload import valid_timezone
+
+    if provider and provider not in PROFILES:
+        raise UsageError(f"--provider: unknown provider {provider!r} (known: {', '.join(sorted(PROFILES))})")
+    if timezone and not valid_timezone(timezone):
+        raise UsageError(f"--timezone: unknown time zone {timezone!r} (expected an IANA name such as Asia/Shanghai)")
 
 
 def freeze_loaded() -> None:

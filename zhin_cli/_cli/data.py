@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from zhin_cli._cli import DbOption, app, handles_errors, print_json, stdout_console
-from zhin_cli.errors import UsageError
+from zhin_cli.errors import UsageError, ZhinError
 from zhin_cli.store import load_session
 from zhin_cli.store.database import DEFAULT_DB, SessionDatabase, discover_database, import_session, parse_db
 from zhin_cli.store.jsonl import read_session, write_session
@@ -42,7 +42,11 @@ def export_command(
     if output is None:
         write_session(loaded, sys.stdout)
         return
-    with output.open("w", encoding="utf-8") as handle:
+    try:
+        handle = output.open("w", encoding="utf-8")
+    except OSError as exc:
+        raise ZhinError(f"cannot write: {exc.strerror}", where=str(output)) from None
+    with handle:
         count = write_session(loaded, handle)
     typer.echo(f"wrote {count} lines to {output}", err=True)
 

@@ -10,7 +10,16 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from zhin_cli._cli import ConfigOption, DbOption, app, freeze_loaded, handles_errors_like_diff, print_json, stdout_console
+from zhin_cli._cli import (
+    ConfigOption,
+    DbOption,
+    app,
+    check_options,
+    freeze_loaded,
+    handles_errors_like_diff,
+    print_json,
+    stdout_console,
+)
 from zhin_cli.errors import EXIT_FOUND
 from zhin_cli.prefixdiff import CAUSES, DEFAULT_FAIL_ON, EXPECTED, ConfigDiff, PrefixDiffResult, SessionDiff, run_prefix_diff
 
@@ -33,6 +42,7 @@ def prefix_diff_command(
 
     Exit status like diff: 0 no unexpected break, 1 an unexpected break, 2 trouble.
     """
+    check_options(provider)
     chosen = [c.strip() for c in fail_on.split(",") if c.strip()] if fail_on is not None else list(DEFAULT_FAIL_ON)
     result = run_prefix_diff(sessions or [], cwd=Path.cwd(), db=db, config_path=config, provider=provider, model=model,
                              base=base, head=head, all_sessions=all_sessions, fail_on=chosen, after_load=freeze_loaded)

@@ -11,7 +11,16 @@ from rich.markup import escape
 from rich.syntax import Syntax
 from rich.table import Table
 
-from zhin_cli._cli import ConfigOption, DbOption, app, freeze_loaded, handles_errors, print_json, stdout_console
+from zhin_cli._cli import (
+    ConfigOption,
+    DbOption,
+    app,
+    check_options,
+    freeze_loaded,
+    handles_errors,
+    print_json,
+    stdout_console,
+)
 from zhin_cli.assemble import AssembledRequest
 from zhin_cli.errors import EXIT_FOUND, UsageError
 from zhin_cli.trace import trace
@@ -38,6 +47,7 @@ def trace_command(
     """
     if turn is not None and all_turns:
         raise UsageError("use either --turn or --all")
+    check_options(provider, timezone)
     result = trace(session, db=db, config_path=config, provider=provider, model=model, timezone=timezone,
                    turn=turn, all_turns=all_turns, cwd=Path.cwd(), after_load=freeze_loaded)
     if as_json:

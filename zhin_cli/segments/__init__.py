@@ -174,10 +174,18 @@ class TextPart:
         return self.original_chars - len(self.text)
 
 
+def run_inject(segment: PromptSegment, input: SegmentInput) -> Any:
+    """A segment's ``inject``; a plugin's exception becomes a one-line error naming the segment."""
+    try:
+        return segment.inject(input)
+    except Exception as exc:  # plugin code: any failure must not become a traceback
+        raise ConfigError(f"segment {segment.id!r} failed: {type(exc).__name__}: {exc}") from None
+
+
 def inject_text(segments: Sequence[PromptSegment], input: SegmentInput) -> list[TextPart]:
     parts = []
     for segment in segments:
-        value = segment.inject(input)
+        value = run_inject(segment, input)
         if value is None or value == "":
             continue
         if not isinstance(value, str):

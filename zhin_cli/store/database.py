@@ -13,14 +13,23 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from sqlalchemy import Engine, create_engine, event, inspect, select
+from sqlalchemy import Engine, create_engine, event, inspect, literal_column, select
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from zhin_cli.errors import InputError, SessionNotFound, ZhinError, at_row
 from zhin_cli.model import BotFacts, MemberSnapshot, Message, SceneChange, SceneFacts, Session, Summary
 from zhin_cli.store import schema
 from zhin_cli.store.jsonl import message_line
-from zhin_cli.store.payload import check_tool_pairing, message_from_payload
+from zhin_cli.store.payload import (
+    ToolPairing,
+    check_member_facts,
+    check_scene_facts,
+    check_timestamp,
+    check_tool_pairing,
+    message_from_payload,
+    short,
+    valid_timezone,
+)
 
 DEFAULT_DB = Path(".zhin") / "data.sqlite"
 
@@ -107,8 +116,11 @@ class SessionDatabase:
 
     def list_sessions(self) -> list[dict[str, Any]]:
         s = schema.agent_sessions
-        with self._connect() as conn:
-            rows = conn.execute(select(s.c.session_id, s.c.session_key, s.c.status, s.c.updated_at)).all()
+        try:
+            with self._connect() as conn:
+                rows = conn.execute(select(s.c.session_id, s.c.session_key, s.c.status, s.c.updated_at)).all()
+        except DBAPIError as exc:
+            raise InputError(f"cannot read database: {exc.orig}", where=self.ref.label) from None
         return [dict(row._mapping) for row in rows]
 
     def _connect(self) -> Any:
@@ -181,20 +193,19 @@ class SessionDatabase:
                 current = by_id[current].parent_id
             rows = list(reversed(chain))
         messages: list[Message] = []
-        called: set[str] = set()
-        answered: set[str] = set()
+        tools = ToolPairing()
         for row in rows:
             where = at_row("agent_messages", row.id, self.ref.label)
             try:
                 payload = json.loads(row.payload)
-            except (json.JSONDecodeError, TypeError):
+            except (ValueError, TypeError):  # not JSON, not UTF-8 (a BLOB), NULL
                 raise InputError("payload is not JSON", where=where) from None
             extra: dict[str, Any] = {}
             raw_extra = getattr(row, "extra", None)
             if raw_extra:
                 try:
                     parsed = json.loads(raw_extra)
-                except json.JSONDecodeError:
+                except (ValueError, TypeError):
                     raise InputError("extra is not JSON", where=where) from None
                 extra = parsed if isinstance(parsed, dict) else {}
             message = message_from_payload(payload, row_id=row.id, where=where, extra=extra)
@@ -202,7 +213,7 @@ class SessionDatabase:
             if extra:
                 raw["extra"] = extra
             message.raw = raw
-            check_tool_pairing(message, called, answered, where)
+            check_tool_pairing(message, tools, where)
             messages.append(message)
         return messages
 
@@ -221,11 +232,16 @@ class SessionDatabase:
                 data = dict(row._mapping)
                 where = at_row("ai_session_profiles", session.session_key, self.ref.label)
                 admins = data.get("admins")
-                if admins:
+                if admins == "":
+                    admins = []
+                elif admins:
                     try:
                         admins = json.loads(admins)
-                    except json.JSONDecodeError:
+                    except (ValueError, TypeError):
                         raise InputError("admins is not a JSON array", where=where) from None
+                muted_all = data.get("muted_all")
+                if muted_all is not None and (not isinstance(muted_all, int) or isinstance(muted_all, bool)):
+                    raise InputError(f"muted_all must be 0 or 1, got {short(muted_all)}", where=where)
                 for key, value in (
                     ("scene_id", data.get("scene_id")),
                     ("scene_type", data.get("scene_type")),
@@ -237,23 +253,41 @@ class SessionDatabase:
                 ):
                     if value is not None:
                         scene[key] = value
+                check_scene_facts(scene, where)
+                timezone = data.get("timezone")
+                if timezone and (not isinstance(timezone, str) or not valid_timezone(timezone)):
+                    raise InputError(f"unknown time zone {short(timezone)}", where=where)
                 session.bot = BotFacts(
                     user_id=data.get("bot_user_id") or session.bot.user_id,
                     name=data.get("bot_name"),
                     group_nickname=data.get("bot_nickname"),
                     platform_role=data.get("bot_role"),
                 )
-                session.timezone = data.get("timezone")
+                session.timezone = timezone
         session.scene = SceneFacts.from_mapping(scene)
 
     def _summaries(self, conn: Any, session_id: str) -> list[Summary]:
         if "agent_summaries" not in self.tables:
             return []
         t = schema.agent_summaries
+        # upstream's agent_summaries has no id column: SQLite's rowid names the row
+        row_id: Any = literal_column("rowid") if self.engine.dialect.name == "sqlite" else literal_column("NULL")
         rows = conn.execute(
-            select(t.c.summary, t.c.anchor_message_id, t.c.created_at).where(t.c.session_id == session_id).order_by(t.c.created_at)
+            select(t.c.summary, t.c.anchor_message_id, t.c.created_at, row_id.label("row_id"))
+            .where(t.c.session_id == session_id)
+            .order_by(t.c.created_at)
         ).all()
-        return [Summary(timestamp=int(r.created_at or 0), summary=str(r.summary), anchor_row_id=int(r.anchor_message_id or 0)) for r in rows]
+        summaries = []
+        for number, r in enumerate(rows, start=1):
+            where = at_row("agent_summaries", r.row_id if r.row_id is not None else f"#{number} of {session_id}", self.ref.label)
+            if not isinstance(r.summary, str):
+                raise InputError(f"summary is not text, got {short(r.summary)}", where=where)
+            anchor = r.anchor_message_id or 0
+            if not isinstance(anchor, int) or isinstance(anchor, bool):
+                raise InputError(f"anchor_message_id must be a message row id, got {short(anchor)}", where=where)
+            created = check_timestamp(r.created_at or 0, "created_at", where)
+            summaries.append(Summary(timestamp=created, summary=r.summary, anchor_row_id=anchor))
+        return summaries
 
     def _scene_changes(self, conn: Any, session_id: str) -> list[SceneChange]:
         if "zhin_scene_changes" not in self.tables:
@@ -261,10 +295,15 @@ class SessionDatabase:
         t = schema.zhin_scene_changes
         changes = []
         for r in conn.execute(select(t).where(t.c.session_id == session_id).order_by(t.c.timestamp, t.c.id)).all():
+            where = at_row("zhin_scene_changes", r.id, self.ref.label)
             try:
                 data = json.loads(r.changes)
-            except json.JSONDecodeError:
-                raise InputError("changes is not JSON", where=at_row("zhin_scene_changes", r.id, self.ref.label)) from None
+            except (ValueError, TypeError):
+                raise InputError("changes is not JSON", where=where) from None
+            if not isinstance(data, dict):
+                raise InputError(f"changes must be a JSON object of scene facts, got {short(data)}", where=where)
+            check_timestamp(r.timestamp, "timestamp", where)
+            check_scene_facts(data, where)
             changes.append(SceneChange(timestamp=r.timestamp, changes=data, raw={"type": "scene", "timestamp": r.timestamp, **data}))
         return changes
 
@@ -275,8 +314,11 @@ class SessionDatabase:
         rows = conn.execute(select(t).where(t.c.scene_key == session_key).order_by(t.c.updated_at)).all()
         members = []
         for r in rows:
+            where = at_row("ai_scene_members", r.user_id, self.ref.label)
             facts = {k: v for k, v in r._mapping.items() if k not in ("platform", "scene_key", "user_id", "updated_at") and v is not None}
-            members.append(MemberSnapshot(timestamp=int(r.updated_at or 0), user_id=str(r.user_id), facts=facts))
+            check_member_facts(facts, where)
+            updated = check_timestamp(r.updated_at or 0, "updated_at", where)
+            members.append(MemberSnapshot(timestamp=updated, user_id=str(r.user_id), facts=facts))
         return members
 
 

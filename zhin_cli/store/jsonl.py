@@ -22,7 +22,17 @@ from zhin_cli.model import (
     Session,
     Summary,
 )
-from zhin_cli.store.payload import check_tool_pairing, message_from_payload
+from zhin_cli.store.payload import (
+    ToolPairing,
+    check_member_facts,
+    check_scene_facts,
+    check_str,
+    check_timestamp,
+    check_tool_pairing,
+    message_from_payload,
+    short,
+    valid_timezone,
+)
 
 
 @dataclass
@@ -31,8 +41,7 @@ class _Builder:
     session: Session | None = None
     next_row_id: int = 1
     seen_row_ids: set[int] = field(default_factory=set)
-    tool_calls: set[str] = field(default_factory=set)
-    tool_results: set[str] = field(default_factory=set)
+    tools: ToolPairing = field(default_factory=ToolPairing)
 
     def require_session(self, where: str) -> Session:
         if self.session is None:
@@ -62,16 +71,23 @@ def _session_line(builder: _Builder, obj: dict[str, Any], where: str) -> None:
     for key in ("bot", "scene"):
         if obj.get(key) is not None and not isinstance(obj.get(key), dict):
             raise InputError(f"'{key}' must be an object", where=where)
+    session_key = obj.get("session_key")
+    if session_key is not None and (not isinstance(session_key, str) or not session_key):
+        raise InputError(f"'session_key' must be a non-empty string, got {short(session_key)}", where=where)
     timezone = obj.get("timezone")
     if timezone is not None and not isinstance(timezone, str):
         raise InputError("'timezone' must be a string such as \"Asia/Shanghai\"", where=where)
+    if timezone and not valid_timezone(timezone):  # "" = not known, as before
+        raise InputError(f"unknown time zone {short(timezone)} (expected an IANA name such as \"Asia/Shanghai\")", where=where)
+    check_str(obj.get("bot") or {}, ("user_id", "name", "group_nickname", "platform_role"), where, "bot.")
+    check_scene_facts(obj.get("scene") or {}, where, "scene.")
     try:
         scene = SceneFacts.from_mapping(obj.get("scene") or {})
     except (TypeError, ValueError) as exc:
         raise InputError(f"bad scene facts: {exc}", where=where) from None
     builder.session = Session(
         session_id=session_id,
-        session_key=obj.get("session_key") if isinstance(obj.get("session_key"), str) else session_id.split("#")[0],
+        session_key=session_key if session_key is not None else session_id.split("#")[0],
         timezone=timezone,
         bot=BotFacts.from_mapping(obj.get("bot") or {}),
         scene=scene,
@@ -86,7 +102,7 @@ def _message_line(builder: _Builder, obj: dict[str, Any], where: str) -> None:
     session = builder.require_session(where)
     row_id = obj.get("id", builder.next_row_id)
     if not isinstance(row_id, int) or isinstance(row_id, bool) or row_id < 1:
-        raise InputError(f"'id' must be a positive integer, got {row_id!r}", where=where)
+        raise InputError(f"'id' must be a positive integer, got {short(row_id)}", where=where)
     if row_id in builder.seen_row_ids:
         raise InputError(f"duplicate message id {row_id}", where=where)
     builder.seen_row_ids.add(row_id)
@@ -97,7 +113,7 @@ def _message_line(builder: _Builder, obj: dict[str, Any], where: str) -> None:
         raise InputError("'extra' must be an object", where=where)
     message: Message = message_from_payload(payload, row_id=row_id, where=where, extra=extra)
     message.raw = obj
-    check_tool_pairing(message, builder.tool_calls, builder.tool_results, where)
+    check_tool_pairing(message, builder.tools, where)
     session.messages.append(message)
 
 
@@ -106,6 +122,7 @@ def _scene_line(builder: _Builder, obj: dict[str, Any], where: str) -> None:
     session = builder.require_session(where)
     timestamp = _timestamp(obj, where)
     changes = {k: v for k, v in obj.items() if k not in ("type", "timestamp")}
+    check_scene_facts(changes, where)
     try:
         session.scene.updated(changes)
     except (TypeError, ValueError) as exc:
@@ -133,14 +150,12 @@ def _member_line(builder: _Builder, obj: dict[str, Any], where: str) -> None:
     if not isinstance(user_id, (str, int)) or isinstance(user_id, bool):
         raise InputError("a member line needs 'user_id'", where=where)
     facts = {k: v for k, v in obj.items() if k not in ("type", "timestamp", "user_id")}
+    check_member_facts(facts, where)
     session.members.append(MemberSnapshot(timestamp=_timestamp(obj, where), user_id=str(user_id), facts=facts, raw=obj))
 
 
 def _timestamp(obj: dict[str, Any], where: str) -> int:
-    value = obj.get("timestamp")
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise InputError(f"'timestamp' must be an integer (ms epoch), got {value!r}"[:200], where=where)
-    return value
+    return check_timestamp(obj.get("timestamp"), "timestamp", where)
 
 
 def read_session(path: Path) -> Session:
@@ -173,7 +188,7 @@ def read_session(path: Path) -> Session:
             parser = LINE_TYPES.get(kind) if isinstance(kind, str) else None
             if parser is None:
                 raise InputError(
-                    f"unknown line type {kind!r} (expected one of {', '.join(sorted(LINE_TYPES))})", where=where
+                    f"unknown line type {short(kind)} (expected one of {', '.join(sorted(LINE_TYPES))})", where=where
                 )
             parser(builder, obj, where)
     if builder.session is None:

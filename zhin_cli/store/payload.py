@@ -6,8 +6,9 @@ the same one-line errors (the caller supplies ``where``: ``file:line`` or ``tabl
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from zhin_cli.errors import InputError
 from zhin_cli.model import (
@@ -23,6 +24,67 @@ from zhin_cli.store import legacy
 
 ROLES = ("user", "assistant", "toolResult", "event")
 
+# Timestamps are ms epochs that headers turn into dates: outside years 1..9999 (a day's margin for time zones)
+# no date exists, so such a value is bad input, not a crash at render time.
+MIN_TIMESTAMP = -62_135_596_800_000 + 86_400_000
+MAX_TIMESTAMP = 253_402_300_800_000 - 2 * 86_400_000
+
+
+def short(value: Any) -> str:
+    """``repr`` for an error message: a 5 MB field must not become a 5 MB error line."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def check_timestamp(value: Any, key: str, where: str) -> int:
+    """An integer ms epoch that dates can be made from (years 1..9999)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InputError(f"'{key}' must be an integer (ms epoch), got {short(value)}", where=where)
+    if not MIN_TIMESTAMP <= value <= MAX_TIMESTAMP:
+        raise InputError(f"'{key}' is out of range: {short(value)} is not a ms epoch between the years 1 and 9999", where=where)
+    return value
+
+
+def valid_timezone(name: str) -> bool:
+    """An IANA time zone name (``Asia/Shanghai``). ``Asia`` (a folder), ``/etc/passwd`` or ``../x`` are not."""
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        return False
+    return True
+
+
+def check_str(data: dict[str, Any], keys: tuple[str, ...], where: str, prefix: str = "") -> None:
+    """Optional id/text fields: a string (or an integer id), never an object, list, float or boolean."""
+    for key in keys:
+        value = data.get(key)
+        if value is not None and (not isinstance(value, (str, int)) or isinstance(value, bool)):
+            raise InputError(f"'{prefix}{key}' must be a string, got {short(value)}", where=where)
+
+
+def check_scene_facts(data: dict[str, Any], where: str, prefix: str = "") -> None:
+    """Scene facts (session line ``scene``, ``scene`` lines, database profile and scene-change rows)."""
+    check_str(data, ("scene_id", "scene_type", "scene_name", "owner_id"), where, prefix)
+    admins = data.get("admins")
+    if admins is not None and not (
+        isinstance(admins, list) and all(isinstance(a, (str, int)) and not isinstance(a, bool) for a in admins)
+    ):
+        raise InputError(f"'{prefix}admins' must be a list of user ids, got {short(admins)}", where=where)
+    count = data.get("member_count")
+    if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 0):
+        raise InputError(f"'{prefix}member_count' must be a non-negative integer, got {short(count)}", where=where)
+    mute = data.get("global_mute")
+    if mute is not None and not isinstance(mute, bool):
+        raise InputError(f"'{prefix}global_mute' must be true or false, got {short(mute)}", where=where)
+
+
+def check_member_facts(data: dict[str, Any], where: str) -> None:
+    """Member facts (``member`` lines, ``ai_scene_members`` rows); other keys are kept and ignored."""
+    check_str(data, ("platform_role", "card", "title"), where)
+    muted = data.get("muted_until")
+    if muted is not None and (not isinstance(muted, int) or isinstance(muted, bool)):
+        raise InputError(f"'muted_until' must be an integer (ms epoch, 0 = not muted), got {short(muted)}", where=where)
+
 
 def message_from_payload(
     payload: Any, *, row_id: int, where: str, extra: dict[str, Any] | None = None
@@ -31,15 +93,17 @@ def message_from_payload(
         raise InputError(f"message is a JSON {type(payload).__name__}, expected an object", where=where)
     role = payload.get("role")
     if role not in ROLES:
-        raise InputError(f"unknown role {role!r} (expected one of {', '.join(ROLES)})", where=where)
-    timestamp = _int(payload, "timestamp", where)
+        raise InputError(f"unknown role {short(role)} (expected one of {', '.join(ROLES)})", where=where)
+    timestamp = check_timestamp(payload.get("timestamp"), "timestamp", where)
     if role == "event":
         kind = payload.get("kind")
         if kind not in EVENT_KINDS:
-            raise InputError(f"unknown event kind {kind!r} (expected one of {', '.join(EVENT_KINDS)})", where=where)
+            raise InputError(f"unknown event kind {short(kind)} (expected one of {', '.join(EVENT_KINDS)})", where=where)
         return EventMessage(kind=kind, name=_str(payload, "name", where), timestamp=timestamp, row_id=row_id, raw=payload)
     content = _content(payload, where)
     if role == "toolResult":
+        if payload.get("isError") is not None and not isinstance(payload.get("isError"), bool):
+            raise InputError(f"'isError' must be true or false, got {short(payload.get('isError'))}", where=where)
         return ToolResultMessage(
             tool_call_id=_str(payload, "toolCallId", where),
             tool_name=_opt_str(payload, "toolName", where),
@@ -54,6 +118,8 @@ def message_from_payload(
             if block.get("type") == "toolCall":
                 if not isinstance(block.get("id"), str) or not block["id"] or not isinstance(block.get("name"), str):
                     raise InputError("toolCall block needs a string 'id' and 'name'", where=where)
+        if payload.get("usage") is not None and not isinstance(payload.get("usage"), dict):
+            raise InputError(f"'usage' must be an object, got {short(payload.get('usage'))}", where=where)
         return AssistantMessage(
             content=content,
             timestamp=timestamp,
@@ -77,6 +143,7 @@ def _user_message(
     extra: dict[str, Any],
 ) -> UserMessage:
     actor = _actor(payload.get("actor"), where, "actor")
+    check_str(payload, ("name", "replyTo"), where)
     # Legacy (ADR §7): strip `[sender:…]` / `[User]{…}` from the first text block, whatever else we know.
     cleaned: list[dict[str, Any]] = []
     prefix_actor: Actor | None = None
@@ -124,6 +191,7 @@ def _actor(value: Any, where: str, key: str) -> Actor | None:
     roles = value.get("roles")
     if roles is not None and not (isinstance(roles, list) and all(isinstance(r, str) for r in roles)):
         raise InputError(f"'{key}.roles' must be a list of strings", where=where)
+    check_str(value, ("displayName", "scope", "platformRole", "card", "title", "origin"), where, f"{key}.")
     actor = Actor.from_payload(value)
     # Upstream roles mix product roles with its own spellings: `user` (no product role) and `scene_admin` /
     # `scene_owner` (platform roles). Split them as for legacy rows, so a header never shows `role:user`.
@@ -133,19 +201,39 @@ def _actor(value: Any, where: str, key: str) -> Actor | None:
     return actor
 
 
-def check_tool_pairing(message: Message, called: set[str], answered: set[str], where: str) -> None:
-    """A tool result must answer a call made by an earlier assistant message, once. Checked while reading, so
-    the error names the file line (or table row) of the orphan; ``called``/``answered`` carry the state."""
+@dataclass
+class ToolPairing:
+    """Tool calls seen so far while reading one session (call id → where it was made)."""
+
+    called: dict[str, str] = field(default_factory=dict)
+    answered: set[str] = field(default_factory=set)
+    pending: dict[str, str] = field(default_factory=dict)  # called, not yet answered
+
+
+def check_tool_pairing(message: Message, state: ToolPairing, where: str) -> None:
+    """A tool result must answer a call made by an earlier assistant message, once; a call id is used once; and
+    every call is answered before the next assistant message (no provider accepts a request with an open
+    call). Checked while reading, so the error names the file line (or table row) of the culprit."""
     if isinstance(message, AssistantMessage):
-        called.update(call.id for call in message.tool_calls)
-    elif isinstance(message, ToolResultMessage):
-        if message.tool_call_id not in called:
+        if state.pending:
+            call_id, call_where = next(iter(state.pending.items()))
             raise InputError(
-                f"orphan tool result: no earlier assistant message calls {message.tool_call_id!r}"[:200], where=where
+                f"tool call {short(call_id)} has no tool result before the next assistant message", where=call_where
             )
-        if message.tool_call_id in answered:
-            raise InputError(f"second tool result for {message.tool_call_id!r}"[:200], where=where)
-        answered.add(message.tool_call_id)
+        for call in message.tool_calls:
+            if call.id in state.called:
+                raise InputError(f"duplicate tool call id {short(call.id)} (already called by an earlier message)", where=where)
+            state.called[call.id] = where
+            state.pending[call.id] = where
+    elif isinstance(message, ToolResultMessage):
+        if message.tool_call_id not in state.called:
+            raise InputError(
+                f"orphan tool result: no earlier assistant message calls {short(message.tool_call_id)}", where=where
+            )
+        if message.tool_call_id in state.answered:
+            raise InputError(f"second tool result for {short(message.tool_call_id)}", where=where)
+        state.answered.add(message.tool_call_id)
+        state.pending.pop(message.tool_call_id, None)
 
 
 def _content(payload: dict[str, Any], where: str) -> list[dict[str, Any]]:
@@ -158,13 +246,6 @@ def _content(payload: dict[str, Any], where: str) -> list[dict[str, Any]]:
         if block.get("type") == "text" and not isinstance(block.get("text"), str):
             raise InputError("text block without a string 'text'", where=where)
     return content
-
-
-def _int(payload: dict[str, Any], key: str, where: str) -> int:
-    value = payload.get(key)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise InputError(f"'{key}' must be an integer (ms epoch), got {value!r}"[:200], where=where)
-    return value
 
 
 def _str(payload: dict[str, Any], key: str, where: str) -> str:

@@ -1,0 +1,3 @@
+"""Corpus plugin: imports fine, but has no ``register`` function."""
+
+SEGMENTS: list[str] = []
