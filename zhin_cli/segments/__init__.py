@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from zhin_cli.errors import ConfigError
+from zhin_cli.errors import ConfigError, ZhinError
 from zhin_cli.model import BotFacts, Message, SceneFacts, Summary
 
 TEXT_KINDS = ("system", "environment", "role_rules", "platform", "scene")
@@ -178,6 +178,8 @@ def run_inject(segment: PromptSegment, input: SegmentInput) -> Any:
     """A segment's ``inject``; a plugin's exception becomes a one-line error naming the segment."""
     try:
         return segment.inject(input)
+    except ZhinError:
+        raise  # already a one-line error (e.g. an orphan tool result)
     except Exception as exc:  # plugin code: any failure must not become a traceback
         raise ConfigError(f"segment {segment.id!r} failed: {type(exc).__name__}: {exc}") from None
 
