@@ -95,3 +95,23 @@ def contents(request: AssembledRequest) -> list[str]:
 
 def roles(request: AssembledRequest) -> list[str]:
     return [m["role"] for m in request.request["messages"]]
+
+
+class TimeOnlyAssembler(Assembler):
+    """A broken assembler for negative controls: merges by time alone, ignoring what was already sent."""
+
+    def assemble(self, session, upto, request_time, **kwargs):  # type: ignore[no-untyped-def]
+        kwargs["sent_prefix"] = None
+        return super().assemble(session, upto, request_time, **kwargs)
+
+
+def late_event_history() -> History:
+    """A leave event delivered after the bot already replied to later messages."""
+    h = History()
+    h.user(T0, "10002", "a")
+    h.user(T0 + 10 * SEC, "10003", "b")
+    h.assistant(T0 + 11 * SEC, "r1")
+    h.event(T0 + 5 * SEC, "member_left", "10008 leave 1048877509 on 09:00 by 10001")  # delivered late
+    h.user(T0 + 20 * SEC, "10002", "c")
+    h.assistant(T0 + 21 * SEC, "r2")
+    return h

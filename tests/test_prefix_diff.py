@@ -9,7 +9,7 @@ from datetime import UTC
 from pathlib import Path
 
 import pytest
-from builders import MIN, SEC, T0, History, assembler, replay
+from builders import MIN, SEC, T0, History, TimeOnlyAssembler, assembler, late_event_history, replay
 
 from zhin_cli.model import SceneChange
 from zhin_cli.prefixdiff import diff_pair, diff_turns, serialize
@@ -125,24 +125,12 @@ def test_model_change_between_turns() -> None:
 
 def test_rewritten_history_is_messages_changed() -> None:
     """Without the append-only rule a late event would be inserted into sent history: that is caught."""
-    from zhin_cli.assemble import Assembler
     from zhin_cli.config import Config
     from zhin_cli.segments.builtin import default_registry
 
-    class TimeOnly(Assembler):
-        def assemble(self, session, upto, request_time, **kwargs):  # type: ignore[no-untyped-def]
-            kwargs["sent_prefix"] = None
-            return super().assemble(session, upto, request_time, **kwargs)
-
-    h = History()
-    h.user(T0, "10002", "a")
-    h.user(T0 + 10 * SEC, "10003", "b")
-    h.assistant(T0 + 11 * SEC, "r1")
-    h.event(T0 + 5 * SEC, "member_left", "10008 leave 1048877509 on 09:00 by 10001")
-    h.user(T0 + 20 * SEC, "10002", "c")
-    h.assistant(T0 + 21 * SEC, "r2")
+    h = late_event_history()
     session = h.session()
-    naive = diff_turns(session.session_id, TimeOnly(default_registry(), Config()).replay(session))
+    naive = diff_turns(session.session_id, TimeOnlyAssembler(default_registry(), Config()).replay(session))
     assert naive.pairs[0].cause == "messages_changed" and naive.pairs[0].message_index == 2
     assert pairs_of(h)[0].cause == "tail"
 
@@ -192,6 +180,20 @@ def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "zhin_cli", "prefix-diff", *args], capture_output=True, text=True, cwd=cwd, env=env)
 
 
+def write_clock_plugin(path: Path) -> None:
+    """A deliberately unstable plugin segment: it prints the minute of the newest message."""
+    path.write_text(
+        "from datetime import datetime, timezone\n"
+        "class Clock:\n"
+        "    id, kind, weight, retention = 'plugin.clock', 'environment', 1, 'required'\n"
+        "    def inject(self, input):\n"
+        "        return 'Now: ' + datetime.fromtimestamp(input.history[-1].timestamp / 1000, tz=timezone.utc).strftime('%H:%M')\n"
+        "def register(generation):\n"
+        "    generation.register(Clock())\n",
+        encoding="utf-8",
+    )
+
+
 def test_cli_exit_codes_like_diff(tmp_path: Path) -> None:
     ok = run(str(FIXTURES / "group-busy.jsonl"), "--json", cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
@@ -208,16 +210,7 @@ def test_cli_exit_codes_like_diff(tmp_path: Path) -> None:
 
 
 def test_cli_negative_control_unstable_config_exits_1(tmp_path: Path) -> None:
-    (tmp_path / "clock.py").write_text(
-        "from datetime import datetime, timezone\n"
-        "class Clock:\n"
-        "    id, kind, weight, retention = 'plugin.clock', 'environment', 1, 'required'\n"
-        "    def inject(self, input):\n"
-        "        return 'Now: ' + datetime.fromtimestamp(input.history[-1].timestamp / 1000, tz=timezone.utc).strftime('%H:%M')\n"
-        "def register(generation):\n"
-        "    generation.register(Clock())\n",
-        encoding="utf-8",
-    )
+    write_clock_plugin(tmp_path / "clock.py")
     (tmp_path / "zhin.yaml").write_text("plugins: ['clock.py:register']\n", encoding="utf-8")
     result = run(str(FIXTURES / "group-busy.jsonl"), cwd=tmp_path)
     assert result.returncode == 1, result.stdout + result.stderr
@@ -277,16 +270,7 @@ def test_base_head_git_refs_report_exactly_the_changed_segment(tmp_path: Path) -
 
 def test_base_head_flags_an_unstable_head_configuration(tmp_path: Path) -> None:
     (tmp_path / "base.yaml").write_text("{}\n", encoding="utf-8")
-    (tmp_path / "clock.py").write_text(
-        "from datetime import datetime, timezone\n"
-        "class Clock:\n"
-        "    id, kind, weight, retention = 'plugin.clock', 'environment', 1, 'required'\n"
-        "    def inject(self, input):\n"
-        "        return 'Now: ' + datetime.fromtimestamp(input.history[-1].timestamp / 1000, tz=timezone.utc).strftime('%H:%M')\n"
-        "def register(generation):\n"
-        "    generation.register(Clock())\n",
-        encoding="utf-8",
-    )
+    write_clock_plugin(tmp_path / "clock.py")
     (tmp_path / "head.yaml").write_text("plugins: ['clock.py:register']\n", encoding="utf-8")
     result = run(str(FIXTURES / "private-chat.jsonl"), "--base", "base.yaml", "--head", "head.yaml", cwd=tmp_path)
     assert result.returncode == 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from builders import SEC, T0, History, replay
+from builders import SEC, T0, History, TimeOnlyAssembler, late_event_history, replay
 
 from zhin_cli.model import SceneChange
 from zhin_cli.store.jsonl import read_session
@@ -115,18 +115,7 @@ def test_negative_control_without_append_only_a_late_event_rewrites_the_prefix()
     from zhin_cli.config import Config
     from zhin_cli.segments.builtin import default_registry
 
-    class TimeOnly(Assembler):
-        def assemble(self, session, upto, request_time, **kwargs):  # type: ignore[no-untyped-def]
-            kwargs["sent_prefix"] = None
-            return super().assemble(session, upto, request_time, **kwargs)
-
-    h = History()
-    h.user(T0, "10002", "a")
-    h.user(T0 + 10 * SEC, "10003", "b")
-    h.assistant(T0 + 11 * SEC, "r1")
-    h.event(T0 + 5 * SEC, "member_left", "10008 leave 1048877509 on 09:00 by 10001")  # delivered late
-    h.user(T0 + 20 * SEC, "10002", "c")
-    h.assistant(T0 + 21 * SEC, "r2")
+    h = late_event_history()
     session = h.session()
     assert prefix_violations(list(Assembler(default_registry(), Config()).replay(session))) == []
-    assert prefix_violations(list(TimeOnly(default_registry(), Config()).replay(session))) == [2]
+    assert prefix_violations(list(TimeOnlyAssembler(default_registry(), Config()).replay(session))) == [2]
