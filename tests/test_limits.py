@@ -49,3 +49,15 @@ def test_an_overlong_line_is_refused_naming_it(tmp_path: Path, monkeypatch: pyte
     path.write_text('{"type":"session","session_id":"s"}\n{"type":"message","x":"' + "y" * 2000 + '"}\n', encoding="utf-8")
     with pytest.raises(InputError, match=r"wide.jsonl:2: line longer than"):
         check_jsonl_limits(path)
+
+
+def test_a_database_session_over_the_limit_is_refused(tmp_path: Path) -> None:
+    db = tmp_path / "data.sqlite"
+    subprocess.run([sys.executable, "-m", "zhin_cli", "import", str(ROOT / "fixtures" / "private-chat.jsonl"), "--db", str(db)],
+                   check=True, capture_output=True, env=clean_env())
+    over = subprocess.run([sys.executable, "-m", "zhin_cli", "trace", "icqq:8596238:private:10002", "--db", str(db)],
+                          capture_output=True, text=True, env={**clean_env(), "ZHIN_MAX_MESSAGES": "10"}, cwd=tmp_path)
+    assert over.returncode == 3 and "session too large: 22 messages" in over.stderr and over.stderr.count("\n") == 1
+    fine = subprocess.run([sys.executable, "-m", "zhin_cli", "trace", "icqq:8596238:private:10002", "--db", str(db)],
+                          capture_output=True, text=True, env={**clean_env(), "ZHIN_MAX_MESSAGES": "22"}, cwd=tmp_path)
+    assert fine.returncode == 0, fine.stderr

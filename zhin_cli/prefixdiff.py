@@ -452,6 +452,14 @@ def _same_text(old: AssembledRequest, new: AssembledRequest, segment_id: str) ->
     return [p.text for p in old.parts if p.segment_id == segment_id] == [p.text for p in new.parts if p.segment_id == segment_id]
 
 
+def _reporting(requests: Iterator[AssembledRequest], session: Any, progress: Callable[[int, int], None] | None) -> Iterator[AssembledRequest]:
+    total = sum(1 for m in session.messages if m.role == "assistant")
+    for request in requests:
+        if progress is not None:
+            progress(request.turn, total)
+        yield request
+
+
 # --- the command, as a library call ----------------------------------------------------------------
 
 
@@ -524,6 +532,7 @@ def run_prefix_diff(
     all_sessions: bool = False,
     fail_on: Iterable[str] = DEFAULT_FAIL_ON,
     after_load: Callable[[], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> PrefixDiffResult:
     from zhin_cli.assemble import Assembler
     from zhin_cli.config import Config, load_config
@@ -550,7 +559,7 @@ def run_prefix_diff(
         result = PrefixDiffResult("turns", fail)
         try:
             for session in sessions:
-                result.sessions.append(diff_turns(session.session_id, assembler.replay(session)))
+                result.sessions.append(diff_turns(session.session_id, _reporting(assembler.replay(session), session, progress)))
         finally:
             for generation in generations:
                 generation.release()

@@ -45,6 +45,7 @@ def trace(
     all_turns: bool = False,
     cwd: Path | None = None,
     after_load: Callable[[], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> TraceResult:
     """Replay ``ref`` (a .jsonl path, or a session id/key in the database) and return the chosen requests.
 
@@ -66,7 +67,10 @@ def trace(
             if not 1 <= wanted <= total:
                 raise UsageError(f"--turn {turn} is out of range: the session has {total} turns (1..{total})")
         requests = []
+        last = total if wanted is None else wanted
         for request in assembler.replay(session):
+            if progress is not None:
+                progress(request.turn, last)
             if wanted is None or request.turn == wanted:
                 requests.append(request)
             if wanted is not None and request.turn >= wanted:

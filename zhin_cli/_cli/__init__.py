@@ -6,7 +6,8 @@ import gc
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import wraps
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -80,6 +81,24 @@ def check_options(provider: str | None, timezone: str | None = None) -> None:
         raise UsageError(f"--provider: unknown provider {provider!r} (known: {', '.join(sorted(PROFILES))})")
     if timezone and not valid_timezone(timezone):
         raise UsageError(f"--timezone: unknown time zone {timezone!r} (expected an IANA name such as Asia/Shanghai)")
+
+
+@contextmanager
+def replay_progress(label: str) -> Iterator[Callable[[int, int], None] | None]:
+    """A progress bar on stderr for long replays; off when stdout is not a terminal (DESIGN §4)."""
+    if not sys.stdout.isatty() or os.environ.get("ZHIN_NO_PROGRESS"):
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=stderr_console(),
+                  transient=True) as bar:
+        task = bar.add_task(label, total=None)
+
+        def update(turn: int, total: int) -> None:
+            bar.update(task, completed=turn, total=total)
+
+        yield update
 
 
 def freeze_loaded() -> None:

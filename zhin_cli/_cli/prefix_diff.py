@@ -18,6 +18,7 @@ from zhin_cli._cli import (
     freeze_loaded,
     handles_errors_like_diff,
     print_json,
+    replay_progress,
     stdout_console,
 )
 from zhin_cli.errors import EXIT_FOUND
@@ -44,8 +45,10 @@ def prefix_diff_command(
     """
     check_options(provider)
     chosen = [c.strip() for c in fail_on.split(",") if c.strip()] if fail_on is not None else list(DEFAULT_FAIL_ON)
-    result = run_prefix_diff(sessions or [], cwd=Path.cwd(), db=db, config_path=config, provider=provider, model=model,
-                             base=base, head=head, all_sessions=all_sessions, fail_on=chosen, after_load=freeze_loaded)
+    with replay_progress("diffing") as progress:
+        result = run_prefix_diff(sessions or [], cwd=Path.cwd(), db=db, config_path=config, provider=provider, model=model,
+                             base=base, head=head, all_sessions=all_sessions, fail_on=chosen,
+                                 after_load=freeze_loaded, progress=progress)
     if as_json:
         print_json(result.as_dict())
     else:

@@ -19,6 +19,7 @@ from zhin_cli._cli import (
     freeze_loaded,
     handles_errors,
     print_json,
+    replay_progress,
     stdout_console,
 )
 from zhin_cli.assemble import AssembledRequest
@@ -48,8 +49,9 @@ def trace_command(
     if turn is not None and all_turns:
         raise UsageError("use either --turn or --all")
     check_options(provider, timezone)
-    result = trace(session, db=db, config_path=config, provider=provider, model=model, timezone=timezone,
-                   turn=turn, all_turns=all_turns, cwd=Path.cwd(), after_load=freeze_loaded)
+    with replay_progress("replaying") as progress:
+        result = trace(session, db=db, config_path=config, provider=provider, model=model, timezone=timezone,
+                       turn=turn, all_turns=all_turns, cwd=Path.cwd(), after_load=freeze_loaded, progress=progress)
     if as_json:
         print_json(result.as_dict())
     else:

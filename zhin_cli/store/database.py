@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from sqlalchemy import Engine, create_engine, event, inspect, literal_column, select
+from sqlalchemy import Engine, create_engine, event, func, inspect, literal_column, select
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from zhin_cli.errors import InputError, SessionNotFound, ZhinError, at_row
@@ -174,6 +174,15 @@ class SessionDatabase:
             columns.append(m.c.parent_id)
         if "extra" in cols:
             columns.append(m.c.extra)
+        from zhin_cli.store import max_messages  # the same limit as for JSONL files
+
+        limit = max_messages()
+        count = conn.execute(select(func.count()).select_from(m).where(m.c.session_id == session_id)).scalar_one()
+        if count > limit:
+            raise InputError(
+                f"session too large: {count:,} messages (ZHIN_MAX_MESSAGES is {limit:,}); raise the limit",
+                where=f"{self.ref.label}: agent_messages",
+            )
         rows = conn.execute(select(*columns).where(m.c.session_id == session_id).order_by(m.c.id)).all()
         by_id = {row.id: row for row in rows}
         if leaf is not None and has_parent:
