@@ -34,7 +34,6 @@ from zhin_cli.format import (
     render_header,
     render_user_id,
 )
-from zhin_cli.model import Actor
 
 EXAMPLES = int(os.environ.get("ZHIN_FUZZ_EXAMPLES", "10000"))
 PIPELINE_EXAMPLES = int(os.environ.get("ZHIN_FUZZ_PIPELINE_EXAMPLES", str(EXAMPLES)))
@@ -171,4 +170,3 @@ def test_the_parser_rejects_lines_that_are_not_headers() -> None:
     assert parse_header("hello") is None
     assert parse_header("[id:m1;user_id:1") is None
     assert parse_header("[id:m1;user_id:1;] text") == [("id", "m1"), ("user_id", "1")]
-    assert Actor("x").subject_id == "x"

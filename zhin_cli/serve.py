@@ -47,6 +47,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from zhin_cli.errors import UsageError, ZhinError
+from zhin_cli.prefixdiff import common_prefix_length
 from zhin_cli.providers import PROFILES, CacheRules, resolve_profile
 from zhin_cli.tokens import TokenCounter, encoding_for_model
 from zhin_cli.validate import VALIDATORS, validate
@@ -85,18 +86,6 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 
-def _common_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> int:
-    """Length of the longest common prefix (binary search over C-speed slice comparisons)."""
-    low, high = 0, min(len(a), len(b))
-    while low < high:
-        middle = (low + high + 1) // 2
-        if a[:middle] == b[:middle]:
-            low = middle
-        else:
-            high = middle - 1
-    return low
-
-
 class PrefixCache:
     """The server's prompt cache: bounded, thread-safe, keyed by (profile, model)."""
 
@@ -118,7 +107,7 @@ class PrefixCache:
 
     def _automatic(self, key: Hashable, tokens: tuple[int, ...], min_tokens: int, step: int) -> CacheOutcome:
         with self._lock:
-            shared = max((_common_prefix(tokens, earlier) for k, earlier in self._sequences if k == key), default=0)
+            shared = max((common_prefix_length(tokens, earlier) for k, earlier in self._sequences if k == key), default=0)
             self._sequences.append((key, tokens))
         read = 0 if shared < min_tokens else shared // step * step
         return CacheOutcome(prompt_tokens=len(tokens), read=read)
