@@ -275,3 +275,15 @@ def test_base_head_flags_an_unstable_head_configuration(tmp_path: Path) -> None:
     result = run(str(FIXTURES / "private-chat.jsonl"), "--base", "base.yaml", "--head", "head.yaml", cwd=tmp_path)
     assert result.returncode == 1
     assert "plugin.clock" in result.stdout and "unexpected break" in result.stdout
+
+
+def test_hysteresis_window_shifts_get_no_hint() -> None:
+    # Negative control of the test above: one shift per five turns is the designed cost, not a problem.
+    h = History()
+    for i in range(30):
+        h.user(T0 + i * SEC, "10002", f"m{i}")
+        h.assistant(T0 + i * SEC + 500, f"r{i}")
+    session = h.session()
+    result = diff_turns(session.session_id, assembler({"window": {"max_messages": 20}}).replay(session))
+    assert [p.to_turn for p in result.pairs if p.cause == "window_shift"] == [11, 16, 21, 26]
+    assert ("window", "tail_limit") not in result.hints

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from builders import MIN, SEC, T0, History, contents, replay, roles
+from pathlib import Path
+
+from builders import MIN, SEC, T0, History, assembler, contents, replay, roles
 
 
 def compacted_history() -> History:
@@ -62,3 +64,80 @@ def test_tail_limit_never_opens_on_a_tool_result() -> None:
     request = replay(h.session(), {"window": {"max_messages": 4}})[-1]
     assert roles(request) == ["system", "user", "user", "user"]
     assert request.verdict.ok and request.window["dropped"] == 3
+
+
+# --- hysteresis (preset-message-skeleton: "超过 2n 才裁到 n", prefix breaks once every n) -------------------------
+
+
+def chat(turns: int) -> History:
+    """``turns`` member messages, each answered: two stored messages per turn."""
+    h = History()
+    for i in range(turns):
+        h.user(T0 + i * MIN, "10002", f"m{i}")
+        h.assistant(T0 + i * MIN + SEC, f"r{i}")
+    return h
+
+
+def shift_turns(config: dict[str, object], turns: int = 40) -> list[int]:
+    from zhin_cli.prefixdiff import diff_turns
+
+    session = chat(turns).session()
+    result = diff_turns(session.session_id, assembler(config).replay(session))
+    assert {p.cause for p in result.pairs} <= {"append", "tail", "window_shift"}
+    return [p.to_turn for p in result.pairs if p.cause == "window_shift"]
+
+
+def test_hysteresis_breaks_the_prefix_exactly_once_per_step() -> None:
+    # max 20, cut to 10: the window may start only every 10 messages = every 5 turns of 2 messages.
+    shifts = shift_turns({"window": {"max_messages": 20}})
+    assert shifts == [11, 16, 21, 26, 31, 36]
+    for request in replay(chat(40).session(), {"window": {"max_messages": 20}}):
+        assert request.window["messages"] <= 20
+        if request.window["dropped"]:
+            assert request.window["messages"] > 10
+
+
+def test_sliding_window_breaks_the_prefix_on_every_turn_past_the_limit() -> None:
+    # Negative control: cut_to = max - 1 is upstream's sliding window; every turn past the limit shifts.
+    assert shift_turns({"window": {"max_messages": 20, "cut_to": 19}}) == list(range(11, 41))
+
+
+def test_explicit_cut_to_sets_the_step() -> None:
+    assert shift_turns({"window": {"max_messages": 20, "cut_to": 4}}, turns=30) == [11, 19, 27]
+
+
+def test_a_turn_replayed_alone_sees_the_window_of_the_full_replay() -> None:
+    from builders import assembler
+
+    session = chat(30).session()
+    full = list(assembler({"window": {"max_messages": 12}}).replay(session))
+    alone = assembler({"window": {"max_messages": 12}})
+    for request, position in zip(full, range(1, len(session.messages), 2), strict=True):
+        single = alone.assemble(session, position, session.messages[position].timestamp, turn=request.turn)
+        assert single.window == request.window and single.request == request.request
+
+
+def test_tail_start_grid() -> None:
+    from zhin_cli.window import tail_start
+
+    assert [tail_start(n, 4, 2) for n in range(1, 11)] == [0, 0, 0, 0, 2, 2, 4, 4, 6, 6]
+    assert [tail_start(n, 4, 3) for n in range(1, 8)] == [0, 0, 0, 0, 1, 2, 3]  # sliding
+    assert [tail_start(n, 4, 0) for n in range(1, 11)] == [0, 0, 0, 0, 4, 4, 4, 4, 8, 8]
+
+
+def test_window_keys_are_checked(tmp_path: Path) -> None:
+    import pytest
+
+    from zhin_cli.config import load_config
+    from zhin_cli.errors import ConfigError
+
+    for body, message in [
+        ("window:\n  cut_to: 80\n", "window.cut_to must be from 0 to window.max_messages - 1, got 80"),
+        ("window:\n  max_messages: 0\n", "window.max_messages must be at least 1"),
+        ("window:\n  keep_membership_events: -1\n", "window.keep_membership_events must be 0 or more"),
+        ("window:\n  max_messages: 10\n  cutto: 3\n", "unknown window keys ['cutto']"),
+    ]:
+        (tmp_path / "zhin.yaml").write_text(body, encoding="utf-8")
+        with pytest.raises(ConfigError) as caught:
+            load_config(tmp_path / "zhin.yaml")
+        assert message in str(caught.value) and "zhin.yaml:" in str(caught.value)

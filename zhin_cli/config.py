@@ -178,11 +178,27 @@ def parse_config(data: Any, path: Path | None = None, lines: dict[str, int] | No
     if "max_chars" in budget:
         config.max_chars = None if budget["max_chars"] is None else _expect(budget["max_chars"], int, "budget.max_chars", config)
     window = _expect(data.get("window") or {}, dict, "window", config)
+    unknown_window = sorted(str(k) for k in set(window) - {"max_messages", "keep_membership_events", "cut_to"})
+    if unknown_window:
+        raise ConfigError(f"unknown window keys {unknown_window} (known: cut_to, keep_membership_events, max_messages)",
+                          where=config.where(f"window.{unknown_window[0]}"))
     max_messages = window.get("max_messages", 80)
-    config.window = WindowConfig(
-        max_messages=None if max_messages is None else _expect(max_messages, int, "window.max_messages", config),
-        keep_membership_events=_expect(window.get("keep_membership_events", 20), int, "window.keep_membership_events", config),
-    )
+    if max_messages is not None:
+        max_messages = _expect(max_messages, int, "window.max_messages", config)
+        if max_messages < 1:
+            raise ConfigError(f"window.max_messages must be at least 1 (or null for no limit), got {max_messages}",
+                              where=config.where("window.max_messages"))
+    keep_events = _expect(window.get("keep_membership_events", 20), int, "window.keep_membership_events", config)
+    if keep_events < 0:
+        raise ConfigError(f"window.keep_membership_events must be 0 or more, got {keep_events}",
+                          where=config.where("window.keep_membership_events"))
+    cut_to = window.get("cut_to")
+    if cut_to is not None:
+        cut_to = _expect(cut_to, int, "window.cut_to", config)
+        if max_messages is None or not 0 <= cut_to < max_messages:
+            raise ConfigError(f"window.cut_to must be from 0 to window.max_messages - 1, got {cut_to}",
+                              where=config.where("window.cut_to"))
+    config.window = WindowConfig(max_messages=max_messages, keep_membership_events=keep_events, cut_to=cut_to)
     segments = _expect(data.get("segments") or {}, dict, "segments", config)
     config.texts = {str(k): _expect(v, str, f"segments.texts.{k}", config) for k, v in (_expect(segments.get("texts") or {}, dict, "segments.texts", config)).items()}
     config.remove_segments = [str(s) for s in _expect(segments.get("remove") or [], list, "segments.remove", config)]

@@ -352,6 +352,7 @@ def diff_turns(session_id: str, requests: Iterable[AssembledRequest]) -> Session
     previous: AssembledRequest | None = None
     previous_serialized: Serialized | None = None
     result: SessionDiff | None = None
+    last_tail_shift: int | None = None
     for request in requests:
         serialized = serialize(request)
         if result is None:
@@ -361,8 +362,11 @@ def diff_turns(session_id: str, requests: Iterable[AssembledRequest]) -> Session
             pair = diff_pair(previous, request, previous_serialized, serialized)
             result.pairs.append(pair)
             if pair.cause == "window_shift" and pair.detail == "tail limit":
-                # Without hysteresis, every turn past window.max_messages moves the window: a miss per turn.
-                result.hints.setdefault(("window", "tail_limit"), Hint("window", "tail_limit")).turns.append(request.turn)
+                # Hysteresis moves the window once per (max_messages - cut_to) messages. Shifts on two turns in a
+                # row mean the step is shorter than a turn (a sliding window): a cache miss on every turn.
+                if last_tail_shift == pair.from_turn:
+                    result.hints.setdefault(("window", "tail_limit"), Hint("window", "tail_limit")).turns.append(request.turn)
+                last_tail_shift = pair.to_turn
             for (old_id, old_text), (new_id, new_text) in zip(previous.system_texts, request.system_texts, strict=False):
                 if old_id == new_id and old_text != new_text:
                     kind = _hint_kind(old_text, new_text)

@@ -22,6 +22,16 @@ from zhin_cli.model import EventMessage, Message, Session, Summary, ToolResultMe
 class WindowConfig:
     max_messages: int | None = 80  # upstream keeps ≤ 80 rows of the active branch
     keep_membership_events: int = 20
+    # Hysteresis: a window that would exceed ``max_messages`` is cut to the newest ``cut_to`` (default half),
+    # so the cached prefix breaks once every ``max_messages - cut_to`` messages instead of on every message.
+    # ``cut_to = max_messages - 1`` is upstream's sliding window (see ``tail_start``).
+    cut_to: int | None = None
+
+    @property
+    def keep_after_cut(self) -> int | None:
+        if self.max_messages is None:
+            return None
+        return self.cut_to if self.cut_to is not None else self.max_messages // 2
 
 
 @dataclass
@@ -59,6 +69,22 @@ class SessionIndex:
         return None
 
 
+def tail_start(available: int, max_messages: int, cut_to: int) -> int:
+    """Where the tail limit opens a window over ``available`` messages: an offset into them.
+
+    Stateless, so replaying one turn alone gives the window a full replay gives it. The window may start only
+    at multiples of ``step = max_messages - cut_to`` (a grid anchored at the history's base, i.e. the start
+    after the compaction summary); it takes the latest grid point that leaves more than ``cut_to`` messages.
+    Its length therefore stays in ``(cut_to, max_messages]``, and the start moves once per ``step`` messages:
+    the hysteresis of preset-message-skeleton ("超过 2n 才裁到 n"). ``cut_to = max_messages - 1`` makes the step 1,
+    which is exactly a sliding window of ``max_messages``.
+    """
+    if available <= max_messages:
+        return 0
+    step = max_messages - cut_to
+    return ((available - cut_to - 1) // step) * step
+
+
 def visible_window(
     session: Session, upto: int, request_time: int, config: WindowConfig, index: SessionIndex | None = None
 ) -> Window:
@@ -71,8 +97,9 @@ def visible_window(
     if summary is not None:
         start = index.positions[summary.anchor_row_id] + 1
         anchor_ts = messages[start - 1].timestamp
-    if config.max_messages is not None and upto - start > config.max_messages:
-        start = upto - config.max_messages
+    keep = config.keep_after_cut
+    if config.max_messages is not None and keep is not None:
+        start += tail_start(upto - start, config.max_messages, keep)
     # Never open the window in the middle of a tool group: results without their call are orphans.
     while start < upto and isinstance(messages[start], ToolResultMessage):
         start += 1

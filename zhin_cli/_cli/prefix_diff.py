@@ -86,9 +86,9 @@ def _print_session(console: Console, session: SessionDiff, fail_on: list[str]) -
         console.print(f"  after:  …{escape(pair.after)}…", soft_wrap=True)
     for hint in session.hints.values():
         if hint.kind == "tail_limit":
-            console.print(f"[yellow]hint:[/] the window's tail limit moved the history {len(hint.turns)} time(s): past "
-                          "window.max_messages every new message shifts the window and the cache misses (raise the limit, "
-                          "or compact)")
+            console.print(f"[yellow]hint:[/] the window's tail limit moved the history on consecutive turns "
+                          f"({len(hint.turns)} time(s)): each move is a cache miss; lower window.cut_to so the window "
+                          "moves once per window.max_messages - cut_to messages (hysteresis), or compact")
             continue
         console.print(f"[yellow]hint:[/] segment {escape(hint.segment)} changes between turns ({hint.kind}) "
                       f"in {len(hint.turns)} turn(s): it breaks the cached prefix every time")

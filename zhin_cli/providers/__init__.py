@@ -25,6 +25,10 @@ class CacheRules:
     min_tokens: int = 1024
     step_tokens: int = 128
     max_breakpoints: int = 0
+    # How long an unused cached prefix survives (seconds): consecutive requests of one session closer than
+    # this form one "cache group" (`zhin stats cache`, `zhin report economy`). providers.md §6 table:
+    # OpenAI in-memory 5–10 min idle, Anthropic 5 min refreshed on hit, DeepSeek best-effort hours.
+    lifetime_seconds: int = 300
 
 
 @dataclass(frozen=True)

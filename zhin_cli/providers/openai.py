@@ -128,7 +128,7 @@ def render_openai(layout: Layout, profile: Capabilities, runtime: RuntimeView) -
     )
 
 
-OPENAI_CACHE = CacheRules(mechanism="automatic", min_tokens=1024, step_tokens=128)
+OPENAI_CACHE = CacheRules(mechanism="automatic", min_tokens=1024, step_tokens=128, lifetime_seconds=600)
 
 register_profile(
     Capabilities(
@@ -169,7 +169,7 @@ register_profile(
         wire=WIRE,
         validator="deepseek-chat",
         mid_conversation_system="none",
-        cache=CacheRules(mechanism="automatic", min_tokens=64, step_tokens=64),
+        cache=CacheRules(mechanism="automatic", min_tokens=64, step_tokens=64, lifetime_seconds=3600),
         description="DeepSeek: state changes downgraded to user messages by default",
     )
 )
