@@ -80,6 +80,26 @@ def normalize_usage(provider_kind: str, usage: Mapping[str, Any]) -> NormalizedU
     return normalizer(usage)
 
 
+# Which kind a stored usage object is, by its keys: the first shape with any of its keys present wins. Order
+# matters where shapes share keys (DeepSeek also has prompt_tokens; the Responses API also has input_tokens).
+USAGE_SHAPES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("zhin-upstream", ("cacheRead", "cacheWrite", "totalTokens", "input")),
+    ("deepseek", ("prompt_cache_hit_tokens", "prompt_cache_miss_tokens")),
+    ("openai-chat", ("prompt_tokens",)),
+    ("openai-responses", ("input_tokens_details",)),
+    ("anthropic-messages", ("cache_read_input_tokens", "cache_creation_input_tokens", "input_tokens")),
+    ("gemini-generate", ("usageMetadata", "promptTokenCount")),
+)
+
+
+def usage_kind_of(usage: Mapping[str, Any]) -> str | None:
+    """The usage kind whose shape ``usage`` has, or ``None`` for an object no API produces."""
+    for kind, keys in USAGE_SHAPES:
+        if any(key in usage for key in keys):
+            return kind
+    return None
+
+
 def hit_rate(usage: NormalizedUsage) -> float | None:
     """``cache_read / total_prompt``; ``None`` when either is not reported or the prompt is empty."""
     if usage.cache_read is None or not usage.total_prompt:

@@ -1,0 +1,89 @@
+"""``zhin stats cache``: prompt-cache hit rates from logged usage (library: ``zhin_cli.stats``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, time, timedelta
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from zhin_cli._cli import DbOption, app, handles_errors, print_json, stdout_console
+from zhin_cli.errors import UsageError
+from zhin_cli.model import Session
+from zhin_cli.stats import CacheStats, cache_stats
+
+stats_app = typer.Typer(help="Statistics over stored sessions.", no_args_is_help=True)
+app.add_typer(stats_app, name="stats")
+
+
+def parse_until(value: str | None) -> datetime:
+    if value is None:
+        return datetime.now(UTC)
+    try:
+        if len(value) == 10:  # a date: the end of that day (UTC)
+            return datetime.combine(datetime.fromisoformat(value).date(), time.max, tzinfo=UTC)
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise UsageError(f"--until: expected a date (2026-11-29) or an ISO 8601 time, got {value!r}") from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def iter_sessions(refs: list[str], db: str | None) -> Iterator[Session]:
+    """The named sessions, or every session of the database when none is named; loaded one at a time."""
+    from zhin_cli.store import load_session
+    from zhin_cli.store.database import SessionDatabase, discover_database, parse_db
+
+    if refs:
+        for ref in refs:
+            yield load_session(ref, db=db, cwd=Path.cwd())
+        return
+    if db is None:
+        found = discover_database(Path.cwd())
+        if found is None:
+            raise UsageError("no sessions: name session files or ids, or pass --db (no .zhin/data.sqlite found upward)")
+        db = str(found)
+    with SessionDatabase(parse_db(db)) as database:
+        for row in database.list_sessions():
+            yield database.load(str(row["session_id"]))
+
+
+def percent(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1%}"
+
+
+def print_stats(stats: CacheStats) -> None:
+    table = Table("provider", "model", "lifetime", "groups", "first: requests", "first: hit rate",
+                  "later: requests", "later: hit rate", "unreported", title="prompt-cache hits (cache-read ÷ prompt tokens)")
+    for key in sorted(stats.models):
+        row = stats.models[key]
+        table.add_row(row.provider, row.model, f"{row.lifetime_seconds}s", str(row.groups),
+                      str(row.first.requests), percent(row.first.hit_rate), str(row.later.requests),
+                      percent(row.later.hit_rate), str(row.first.unreported + row.later.unreported))
+    console = stdout_console()
+    console.print(table)
+    console.print(f"{stats.sessions} session(s). First of group = the first request of a session to a model after "
+                  "more than its cache lifetime without one.")
+
+
+@stats_app.command("cache")
+@handles_errors
+def cache_command(
+    sessions: Annotated[list[str] | None, typer.Argument(help="Session ids/keys or .jsonl files (default: every session in the database).")] = None,
+    db: DbOption = None,
+    days: Annotated[int | None, typer.Option("--days", min=1, help="Only requests of the last N days before --until.")] = None,
+    until: Annotated[str | None, typer.Option("--until", help="End of the period: a date (its end, UTC) or an ISO time. Default: now.")] = None,
+    lifetime: Annotated[int | None, typer.Option("--lifetime", min=1, help="Cache lifetime in seconds for every provider (default: each provider's).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout.")] = False,
+) -> None:
+    """Prompt-cache hit rates from the usage logged on assistant messages: first request of a group vs later."""
+    end = parse_until(until)
+    since = int((end - timedelta(days=days)).timestamp() * 1000) if days is not None else None
+    until_ms = int(end.timestamp() * 1000) if (until is not None or days is not None) else None
+    stats = cache_stats(iter_sessions(list(sessions or []), db), since=since, until=until_ms, lifetime_seconds=lifetime)
+    if as_json:
+        print_json(stats.as_dict())
+    else:
+        print_stats(stats)
