@@ -27,6 +27,10 @@ Point a bot (or the real ``openai`` client) at it and every request is checked t
 * Malformed JSON, a missing model and unknown paths are answered in the dialect's error envelope. Requests with
   ``"stream": true`` get a server-sent-event stream in the API's event format.
 
+With ``capture`` (``--capture DIR``) every POST body is written to ``DIR/NNNNN-<route>.json`` exactly as received
+(bytes, before any check), so any client — a SillyTavern install, the upstream bot, a script — can be compared
+with what this assembler sends (``zhin request-diff``). Headers are never written: they carry the API key.
+
 The server binds to loopback only. ``running_server()`` runs one in a thread for tests; ``serve()`` runs one in
 the foreground for the CLI.
 """
@@ -36,6 +40,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
+import re
 import socket
 import threading
 import time
@@ -44,6 +49,7 @@ from collections.abc import Callable, Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from zhin_cli.errors import UsageError, ZhinError
@@ -440,6 +446,8 @@ class _Handler(BaseHTTPRequestHandler):
         return self.rfile.read(min(max(length, 0), MAX_BODY + 1)) if length else b""
 
     def _respond(self, method: str, raw: bytes) -> None:
+        if method == "POST" and self.server.capture is not None:
+            self.server.capture.write(self.path, raw, self.server.log)
         try:
             reply = answer(self.path, raw, provider=self.server.provider, cache=self.server.cache, method=method)
         except ValueError as error:  # e.g. a malformed chunk size
@@ -465,13 +473,43 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
+class Capture:
+    """Writes request bodies as received, numbered in arrival order, after any already in the folder."""
+
+    def __init__(self, folder: Path) -> None:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise ZhinError(f"cannot create the capture folder: {error.strerror or error}", where=str(folder)) from None
+        if not folder.is_dir():
+            raise ZhinError("the capture folder is not a folder", where=str(folder))
+        self.folder = folder
+        numbers = [int(p.name[:5]) for p in folder.glob("[0-9][0-9][0-9][0-9][0-9]-*.json")]
+        self.next = max(numbers, default=0) + 1
+        self.lock = threading.Lock()
+
+    def write(self, path: str, raw: bytes, log: Log | None = None) -> Path | None:
+        route = re.sub(r"[^A-Za-z0-9]+", "-", path.split("?", 1)[0].removeprefix("/v1/")).strip("-") or "root"
+        with self.lock:
+            target = self.folder / f"{self.next:05d}-{route}.json"
+            self.next += 1
+        try:
+            target.write_bytes(raw)
+        except OSError as error:  # a full disk must not take the server down: say so per request
+            if log:
+                log(f"capture failed: {target}: {error.strerror or error}")
+            return None
+        return target
+
+
 class ConformanceServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], provider: str, log: Log | None = None) -> None:
+    def __init__(self, address: tuple[str, int], provider: str, log: Log | None = None, capture: Path | None = None) -> None:
         self.provider = provider
         self.cache = PrefixCache()
         self.log = log
+        self.capture = Capture(capture) if capture is not None else None
         super().__init__(address, _Handler)
 
     @property
@@ -498,7 +536,8 @@ def loopback_host(host: str) -> str:
     return str(address)
 
 
-def make_server(provider: str = "openai", host: str = "127.0.0.1", port: int = 0, log: Log | None = None) -> ConformanceServer:
+def make_server(provider: str = "openai", host: str = "127.0.0.1", port: int = 0, log: Log | None = None,
+                capture: Path | None = None) -> ConformanceServer:
     """A bound (not yet serving) server; checks the host and that ``provider`` can serve the endpoints that use it."""
     address = loopback_host(host)
     if provider not in PROFILES:
@@ -511,16 +550,16 @@ def make_server(provider: str = "openai", host: str = "127.0.0.1", port: int = 0
         raise UsageError(f"--port {port} is out of range (0-65535; 0 picks a free port)")
     server_class = _ConformanceServer6 if ":" in address else ConformanceServer
     try:
-        return server_class((address, port), provider, log)
+        return server_class((address, port), provider, log, capture)
     except OSError as error:
         raise ZhinError(f"cannot listen on {address}:{port}: {error.strerror or error}") from None
 
 
 @contextmanager
 def running_server(provider: str = "openai", port: int = 0, host: str = "127.0.0.1",
-                   log: Log | None = None) -> Iterator[tuple[str, ConformanceServer]]:
+                   log: Log | None = None, capture: Path | None = None) -> Iterator[tuple[str, ConformanceServer]]:
     """Run a server in a background thread; yields ``(base_url, server)`` and shuts it down on exit."""
-    server = make_server(provider, host, port, log)
+    server = make_server(provider, host, port, log, capture)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="zhin-serve", daemon=True)
     thread.start()
     try:
@@ -532,9 +571,9 @@ def running_server(provider: str = "openai", port: int = 0, host: str = "127.0.0
 
 
 def serve(provider: str = "openai", host: str = "127.0.0.1", port: int = 0, *,
-          on_ready: Callable[[str], None] | None = None, log: Log | None = None) -> None:
+          on_ready: Callable[[str], None] | None = None, log: Log | None = None, capture: Path | None = None) -> None:
     """Serve in the foreground until Ctrl-C (which returns normally)."""
-    server = make_server(provider, host, port, log)
+    server = make_server(provider, host, port, log, capture)
     try:
         if on_ready:
             on_ready(server.base_url)

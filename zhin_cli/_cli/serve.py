@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -22,6 +23,7 @@ def serve_command(
     host: Annotated[str, typer.Option("--host", help="Loopback address to listen on (127.0.0.1, ::1 or localhost only).")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="Port to listen on (0 = pick a free port).")] = 0,
     provider: Annotated[str, typer.Option("--provider", "-p", envvar="ZHIN_PROVIDER", help="Provider profile for POST /v1/chat/completions (openai, deepseek, …).")] = "openai",
+    capture: Annotated[Path | None, typer.Option("--capture", help="Write every request body, as received, to DIR/NNNNN-<route>.json (for `zhin request-diff`).")] = None,
 ) -> None:
     """Run a local conformance server: point a bot or SDK at it to check its requests offline.
 
@@ -32,6 +34,8 @@ def serve_command(
 
     def ready(url: str) -> None:
         routes = ", ".join(f"POST {route}" for route in ENDPOINTS)
-        _stderr_line(f"zhin serve: listening on {url} (provider {provider}; {routes}); Ctrl-C to stop")
+        captured = f"; capturing request bodies into {capture}" if capture is not None else ""
+        _stderr_line(f"zhin serve: listening on {url} (provider {provider}; {routes}){captured}; Ctrl-C to stop")
 
-    serve(provider=provider, host=host, port=port, on_ready=ready, log=lambda line: _stderr_line(f"zhin serve: {line}"))
+    serve(provider=provider, host=host, port=port, on_ready=ready, log=lambda line: _stderr_line(f"zhin serve: {line}"),
+          capture=capture)
