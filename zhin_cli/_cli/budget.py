@@ -1,0 +1,90 @@
+"""``zhin budget check`` / ``update``: the fixed prompt cost per provider profile (library: ``zhin_cli.budget``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from zhin_cli._cli import ConfigOption, DbOption, app, check_options, handles_errors, print_json, stdout_console
+from zhin_cli.budget import DEFAULT_BUDGET_FILE, Budget, BudgetReport, ProfileBudget, check_budget, load_budget, update_budget
+from zhin_cli.errors import EXIT_FOUND, UsageError
+
+budget_app = typer.Typer(help="The fixed prompt cost (system segments, tool schemas) against a committed budget.",
+                         no_args_is_help=True)
+app.add_typer(budget_app, name="budget")
+
+FileOption = Annotated[Path, typer.Option("--file", "-f", help="The budget file.")]
+
+
+def print_report(report: BudgetReport) -> None:
+    table = Table("provider", "model", "part", "budget", "measured", "Δ tokens", "", title=f"fixed prompt cost · {report.path}")
+    for result in report.results:
+        data = result.as_dict()
+        delta = "" if data["delta"] is None else f"{data['delta']:+d}"
+        style = {"over": "red", "new": "red", "under": "green"}.get(result.status, "")
+        table.add_row(result.provider, result.model or "", result.part, str(result.budget if result.budget is not None else "—"),
+                      str(result.measured if result.measured is not None else "—"), delta,
+                      f"[{style}]{result.status}[/]" if style else result.status)
+    console = stdout_console()
+    console.print(table)
+    for result in report.results:
+        if result.status == "over":
+            assert result.budget is not None and result.measured is not None
+            grown = result.measured - result.budget
+            console.print(f"[red]over budget:[/] {result.provider} {result.part} grew from {result.budget} to "
+                          f"{result.measured} tokens (+{grown}, +{grown / max(result.budget, 1):.1%})")
+        elif result.status == "new":
+            console.print(f"[red]not in the budget:[/] {result.provider} {result.part} ({result.measured} tokens)")
+    if any(r.status == "under" for r in report.results) and not report.failed:
+        console.print("some parts are under budget: `zhin budget update` locks the saving in")
+
+
+@budget_app.command("check")
+@handles_errors
+def check_command(
+    file: FileOption = Path(DEFAULT_BUDGET_FILE),
+    as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout.")] = False,
+    db: DbOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Measure the fixed prompt cost and fail if a part grew past its budget.
+
+    Exit status: 0 within budget, 1 a part is over budget or new, 2 usage, 3 bad budget file, session or config.
+    """
+    report = check_budget(load_budget(file), db=db, config_path=config, cwd=Path.cwd())
+    if as_json:
+        print_json(report.as_dict())
+    else:
+        print_report(report)
+    if report.failed:
+        raise typer.Exit(EXIT_FOUND)
+
+
+@budget_app.command("update")
+@handles_errors
+def update_command(
+    file: FileOption = Path(DEFAULT_BUDGET_FILE),
+    sessions: Annotated[list[str] | None, typer.Option("--session", "-s", help="Reference session (file relative to the budget file, or id); replaces the file's list.")] = None,
+    providers: Annotated[list[str] | None, typer.Option("--provider", "-p", help="Provider profile to budget (repeatable); replaces the file's list.")] = None,
+    model: Annotated[str | None, typer.Option("--model", "-m", help="Model for the given --provider profiles.")] = None,
+    db: DbOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Rewrite the budget file from what is measured now (a deliberate change, reviewed in the diff)."""
+    for provider in providers or []:
+        check_options(provider)
+    if file.exists():
+        budget = load_budget(file)
+    elif sessions and providers:
+        budget = Budget(file, [], [])
+    else:
+        raise UsageError(f"{file} does not exist: create it with --session S and --provider P")
+    if sessions:
+        budget.sessions = list(sessions)
+    if providers:
+        budget.profiles = [ProfileBudget(p, model, {}) for p in providers]
+    update_budget(budget, db=db, config_path=config, cwd=Path.cwd())
+    typer.echo(f"wrote {file}: {len(budget.profiles)} profile(s) measured on {len(budget.sessions)} session(s)", err=True)
