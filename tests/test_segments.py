@@ -109,6 +109,29 @@ def test_plugin_from_zhin_yaml_registers_through_a_generation(tmp_path: Path) ->
     assert "my.platform" not in registry
 
 
+def test_a_plugin_file_may_define_dataclasses(tmp_path: Path) -> None:
+    # @dataclass looks its class's module up in sys.modules: a plugin file must be registered there while it runs.
+    (tmp_path / "dc.py").write_text(
+        "from dataclasses import dataclass\n"
+        "@dataclass\n"
+        "class Note:\n"
+        "    id: str = 'dc.note'\n"
+        "    kind: str = 'platform'\n"
+        "    weight: float = 1\n"
+        "    retention: str = 'preferred'\n"
+        "    def inject(self, input):\n"
+        "        return 'note'\n"
+        "def register(generation):\n"
+        "    generation.register(Note())\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "zhin.yaml").write_text("plugins:\n  - dc.py:register\n", encoding="utf-8")
+    registry, generations = load_config(cwd=tmp_path).registry()
+    assert "dc.note" in registry
+    for generation in generations:
+        generation.release()
+
+
 def test_broken_plugin_is_a_config_error_not_a_traceback(tmp_path: Path) -> None:
     (tmp_path / "bad.py").write_text("raise RuntimeError('boom')\n", encoding="utf-8")
     (tmp_path / "zhin.yaml").write_text("plugins: [bad.py]\n", encoding="utf-8")

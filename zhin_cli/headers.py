@@ -20,7 +20,15 @@ from datetime import datetime
 from typing import Literal
 from zoneinfo import ZoneInfo
 
-from zhin_cli.format import StateChange, changed_line, neutralize_body, parse_state_change, render_header, render_user_id
+from zhin_cli.format import (
+    StateChange,
+    changed_line,
+    neutralize_body,
+    parse_state_change,
+    quote_value,
+    render_header,
+    render_user_id,
+)
 from zhin_cli.merge import Placed
 from zhin_cli.model import (
     Actor,
@@ -134,15 +142,21 @@ def mute_seconds(muted_until: int | None, timestamp: int) -> str | None:
     return str(-(-remaining // 1000))
 
 
+def _shown_differs(new: str, old: str | None) -> bool:
+    """A member-controlled value changed *as the model was shown it*: a stored event carries the value already
+    cleaned and cut at 64 characters, so the full value on the member's next message is not a second change."""
+    return old is None or quote_value(new) != quote_value(old)
+
+
 def _changes(prev: Known, new: Known, timestamp: int) -> list[tuple[str, str]]:
     changes: list[tuple[str, str]] = []
-    if new.name is not None and new.name != prev.name:
+    if new.name is not None and _shown_differs(new.name, prev.name):
         changes.append(("name", new.name))
     if new.role is not None and new.role != prev.role:
         changes.append(("role", new.role))
-    if new.card is not None and new.card != prev.card:
+    if new.card is not None and _shown_differs(new.card, prev.card):
         changes.append(("group_nickname", new.card))
-    if new.title is not None and new.title != prev.title:
+    if new.title is not None and _shown_differs(new.title, prev.title):
         changes.append(("group_title", new.title))
     if new.muted_until is not None:
         # Compare effective mutes: a mute that simply ran out is not a change.
@@ -236,7 +250,11 @@ def project(
     aliases: Aliases,
     bot: BotFacts,
     timezone: str,
+    always_full: bool = False,
 ) -> Projection:
+    """``always_full``: every member message gets the full header (the cost baseline of ``zhin report
+    economy``, "the ADR's full header on every message"); changed facts then show in the header itself, so no
+    ``[state change]`` is synthesized. Default off: the projection of ADR 0041."""
     clock = _Clock(timezone)
     known: dict[str, Known] = {}
     window_rows = {p.item.row_id: p.item for p in placed if not isinstance(p.item, SummaryMessage)}
@@ -272,7 +290,7 @@ def project(
             out.append(Projected("tool", entry.segment_id, body=neutralize_body(item.text), tool_call_id=item.tool_call_id,
                                  rows=[item.row_id], timestamp=item.timestamp))
         elif isinstance(item, (UserMessage, AssistantMessage)):
-            out.extend(_member_message(item, entry.segment_id, known, clock, aliases, window_rows, bot, add_events))
+            out.extend(_member_message(item, entry.segment_id, known, clock, aliases, window_rows, bot, add_events, always_full))
     return Projection(out, warnings)
 
 
@@ -285,6 +303,7 @@ def _member_message(
     window_rows: dict[int, Message],
     bot: BotFacts,
     add_events: Callable[[list[ProjectedEvent], str, int], None],
+    always_full: bool = False,
 ) -> list[Projected]:
     is_user = isinstance(item, UserMessage)
     actor = item.actor if isinstance(item, UserMessage) else bot_actor(item, bot)
@@ -299,7 +318,7 @@ def _member_message(
         fields["user_id"] = render_user_id(actor.subject_id)
         prev = known.get(actor.subject_id)
         current = (prev or Known()).merged(actor)
-        if prev is None:
+        if prev is None or always_full:
             kind = "full"
             fields.update(
                 name=current.name,

@@ -1,0 +1,151 @@
+"""``zhin eval``: run YAML scenarios against the offline validators (or a live model); ``zhin schema eval-case``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from zhin_cli._cli import ConfigOption, app, handles_errors, print_json, replay_progress, stderr_console, stdout_console
+from zhin_cli.errors import EXIT_CANNOT_RUN, EXIT_FOUND, UsageError
+
+if TYPE_CHECKING:
+    from zhin_cli.eval.compare import Comparison
+    from zhin_cli.eval.runner import EvalOptions
+
+schema_app = typer.Typer(help="Print the published JSON Schemas.", no_args_is_help=True)
+app.add_typer(schema_app, name="schema")
+
+
+@schema_app.command("eval-case")
+@handles_errors
+def schema_eval_case() -> None:
+    """The JSON Schema (draft 2020-12) of an eval case file (eval_cases/*.yaml)."""
+    from zhin_cli.eval.cases import case_schema
+
+    print_json(case_schema())
+
+
+@app.command("eval")
+@handles_errors
+def eval_command(
+    paths: Annotated[list[Path] | None, typer.Argument(help="Case files or folders (default: eval_cases/).")] = None,
+    provider: Annotated[list[str] | None, typer.Option("--provider", "-p", help="Run only under these provider profiles (repeatable).")] = None,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Cases run at once.")] = 1,
+    repeat: Annotated[int | None, typer.Option("--repeat", help="Live cases: ask the model N times (overrides the case's repeat).")] = None,
+    junit: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML here.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One versioned JSON document on stdout.")] = False,
+    live: Annotated[bool, typer.Option("--live", help="Run live cases against an OpenAI-compatible model (OPENAI_BASE_URL, OPENAI_API_KEY).")] = False,
+    model: Annotated[str | None, typer.Option("--model", "-m", envvar="ZHIN_EVAL_MODEL", help="Live model id.")] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Live: neither read nor write the response cache.")] = False,
+    seed: Annotated[int, typer.Option("--seed", help="Live: seed of the first repeat (repeat k uses seed+k).")] = 0,
+    base: Annotated[str | None, typer.Option("--base", help="Before/after: the base configuration, a zhin.yaml or a git ref (with --head).")] = None,
+    head: Annotated[str | None, typer.Option("--head", help="Before/after: the head configuration, a zhin.yaml or a git ref (with --base).")] = None,
+    config: ConfigOption = None,
+) -> None:
+    """Run eval scenarios: assemble each scripted conversation per provider and check the assertions.
+
+    Every case file is validated against the published schema (`zhin schema eval-case`) before anything runs.
+    Offline, cases that need a live model are skipped with the reason, never passed. A case marked
+    `expect: fail` is a negative control: it passes only when one of its assertions fails.
+
+    Cases without their own `config:` run under the project's zhin.yaml (found upward, or --config). With
+    --base X --head Y they run under both (each a zhin.yaml or a git ref, whose plugin code is used too) and
+    the report shows, per case, the pass/fail change, request- and header-token deltas, prefix breaks and
+    validator verdicts that changed; `zhin eval compare A.json B.json` compares two saved --json results.
+
+    Exit status: 0 all passed (before/after: no regression), 1 a case failed or errored (before/after: a case
+    regressed), 2 usage, 3 could not run (live model unreachable), 4 invalid case file or config.
+    """
+    if paths and paths[0] == Path("compare") and not Path("compare").exists():
+        compare_saved(paths[1:], as_json)
+        return
+    from zhin_cli.eval.report import publish_github, summary_table, write_junit
+    from zhin_cli.eval.runner import EvalOptions, run_eval
+
+    options = EvalOptions(providers=provider or [], jobs=jobs, repeat=repeat, live=live, model=model, use_cache=not no_cache, seed=seed)
+    if base is not None or head is not None:
+        if base is None or head is None or config is not None:
+            raise UsageError("before/after needs both --base and --head (and no --config)")
+        before_after(paths or [Path("eval_cases")], options, base, head, as_json)
+        return
+    from zhin_cli.config import load_config
+
+    options.project_config = load_config(config, cwd=Path.cwd())
+    with replay_progress("eval") as progress:
+        run = run_eval(paths or [Path("eval_cases")], options, progress=progress)
+    if junit is not None:
+        write_junit(run, junit)
+    err = stderr_console()
+    publish_github(run, emit=lambda line: print(line, file=sys.stderr))
+    if as_json:
+        print_json(run.as_dict())
+    else:
+        stdout_console().print(summary_table(run))
+        if junit is not None:
+            err.print(f"JUnit XML: {junit}", markup=False)
+    raise typer.Exit(run.exit_code)
+
+
+def before_after(paths: list[Path], options: EvalOptions, base: str, head: str, as_json: bool) -> None:
+    """The same cases under two configurations (eval:chat 前后对比)."""
+    from zhin_cli.configsource import load_config_source
+    from zhin_cli.eval.compare import compare_results
+    from zhin_cli.eval.runner import run_eval
+
+    runs = []
+    labels = []
+    for side in (base, head):
+        with load_config_source(side, cwd=Path.cwd()) as source:  # the tree (plugin code) lives while the side runs
+            options.project_config = source.config
+            with replay_progress(f"eval {source.label}") as progress:
+                runs.append(run_eval(paths, options, progress=progress))
+            labels.append(source.label)
+    comparison = compare_results(runs[0].as_dict(), runs[1].as_dict(), labels[0], labels[1])
+    show_comparison(comparison, as_json)
+    if any(run.exit_code == EXIT_CANNOT_RUN for run in runs):
+        raise typer.Exit(EXIT_CANNOT_RUN)
+    raise typer.Exit(EXIT_FOUND if comparison.regressions else 0)
+
+
+def compare_saved(files: list[Path], as_json: bool) -> None:
+    from zhin_cli.eval.compare import compare_results, load_result
+
+    if len(files) != 2:
+        raise UsageError("usage: zhin eval compare BASE.json HEAD.json (two saved `zhin eval --json` results)")
+    comparison = compare_results(load_result(files[0]), load_result(files[1]), str(files[0]), str(files[1]))
+    show_comparison(comparison, as_json)
+    raise typer.Exit(EXIT_FOUND if comparison.regressions else 0)
+
+
+def show_comparison(comparison: Comparison, as_json: bool) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    if as_json:
+        print_json(comparison.as_dict())
+        return
+    table = Table("case", "base → head", "change", "Δ request tokens", "Δ header tokens", "notes",
+                  title=f"eval before/after · {comparison.base_label} → {comparison.head_label}")
+    styles = {"regressed": "red", "fixed": "green", "added": "cyan", "removed": "yellow"}
+    for case in comparison.cases:
+        if case.change == "same":
+            continue
+        deltas = [(p.provider, p.prompt_tokens, p.header_tokens) for p in case.providers if p.prompt_tokens or p.header_tokens]
+        notes = list(case.reasons)
+        for p in case.providers:
+            notes += [f"{p.provider}: turn {b['turn']} prefix no longer breaks" for b in p.fixed_breaks]
+            notes += [f"{p.provider}: turn {r['turn']} no longer rejected" for r in p.fixed_rejections]
+        style = styles.get(case.change)
+        table.add_row(escape(case.key), f"{case.base or '—'} → {case.head or '—'}",
+                      f"[{style}]{case.change}[/]" if style else case.change,
+                      ", ".join(f"{name} {tokens:+d}" for name, tokens, _ in deltas if tokens),
+                      ", ".join(f"{name} {tokens:+d}" for name, _, tokens in deltas if tokens),
+                      escape("; ".join(notes)))
+    console = stdout_console()
+    console.print(table)
+    summary = comparison.as_dict()["summary"]
+    console.print(", ".join(f"{count} {change}" for change, count in summary.items()) +
+                  f" · {len(comparison.regressions)} regression(s)")
