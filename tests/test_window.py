@@ -136,8 +136,69 @@ def test_window_keys_are_checked(tmp_path: Path) -> None:
         ("window:\n  max_messages: 0\n", "window.max_messages must be at least 1"),
         ("window:\n  keep_membership_events: -1\n", "window.keep_membership_events must be 0 or more"),
         ("window:\n  max_messages: 10\n  cutto: 3\n", "unknown window keys ['cutto']"),
+        ("window:\n  max_blocks: 0\n", "window.max_blocks must be at least 1"),
+        ("window:\n  max_blocks: 10\n  cut_blocks_to: 10\n", "window.cut_blocks_to must be from 0 to window.max_blocks - 1"),
+        ("window:\n  cut_blocks_to: 1\n", "window.cut_blocks_to must be from 0 to window.max_blocks - 1"),
     ]:
         (tmp_path / "zhin.yaml").write_text(body, encoding="utf-8")
         with pytest.raises(ConfigError) as caught:
             load_config(tmp_path / "zhin.yaml")
         assert message in str(caught.value) and "zhin.yaml:" in str(caught.value)
+
+
+def busy_chat(turns: int) -> History:
+    """A group where 1 to 4 members speak before each bot reply, and every third reply runs a tool loop."""
+    h = History()
+    t = T0
+    for i in range(turns):
+        for k in range(1 + (i * 7) % 4):
+            t += SEC
+            h.user(t, f"1000{k}", f"m{i}.{k}")
+        if i % 3 == 2:
+            h.assistant(t + 1, "", calls=[(f"call_{i}", "search")])
+            h.result(t + 2, f"call_{i}")
+            t += 2
+        t += SEC
+        h.assistant(t, f"r{i}")
+    return h
+
+
+def test_block_hysteresis_breaks_the_prefix_exactly_once_per_n_turns() -> None:
+    # max_blocks 10 → cut to the newest 5 blocks: the window moves once every 5 blocks (rounds), whatever the
+    # number of messages or tool calls in a round.
+    from zhin_cli.prefixdiff import diff_turns
+
+    session = busy_chat(30).session()
+    config = {"window": {"max_messages": None, "max_blocks": 10}}
+    requests = list(assembler(config).replay(session))
+    result = diff_turns(session.session_id, iter(requests))
+    assert {p.cause for p in result.pairs} <= {"append", "tail", "window_shift"}
+    shifted_blocks = []
+    for pair in result.pairs:
+        if pair.cause == "window_shift":
+            shifted_blocks.append(requests[pair.to_turn - 1].window["dropped"])
+    # the window starts only at the first message of block 5, 10, 15 … after the first cut
+    starts = [0] + [i + 1 for i, m in enumerate(session.messages) if type(m).__name__ == "AssistantMessage" and m.text]
+    assert shifted_blocks == [starts[5 * k] for k in range(1, len(shifted_blocks) + 1)]
+    # requests of a tool loop belong to the block they continue: 30 rounds + 10 tool continuations = 40 turns
+    assert len(requests) == 40
+    final_turns = [pair.to_turn for pair in result.pairs if pair.cause == "window_shift"]
+    rounds = [sum(1 for r in requests[:turn] if r.request["messages"][-1]["role"] != "tool") for turn in final_turns]
+    assert [b - a for a, b in zip(rounds, rounds[1:], strict=False)] == [5] * (len(rounds) - 1)
+
+
+def test_without_a_block_limit_the_message_limit_moves_the_window_more_often() -> None:
+    # Negative control: the same chat with the message limit alone shifts on a message grid, not every 5 rounds.
+    from zhin_cli.prefixdiff import diff_turns
+
+    session = busy_chat(30).session()
+    requests = list(assembler({"window": {"max_messages": 20}}).replay(session))
+    result = diff_turns(session.session_id, iter(requests))
+    assert sum(p.cause == "window_shift" for p in result.pairs) > 6
+
+
+def test_the_later_of_the_two_grids_wins() -> None:
+    session = busy_chat(30).session()
+    both = replay(session, {"window": {"max_messages": 20, "max_blocks": 40}})
+    messages_only = replay(session, {"window": {"max_messages": 20}})
+    assert [r.window for r in both] == [r.window for r in messages_only]  # 40 blocks never bind before 20 messages

@@ -15,7 +15,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
-from zhin_cli.model import EventMessage, Message, Session, Summary, ToolResultMessage
+from zhin_cli.model import AssistantMessage, EventMessage, Message, Session, Summary, ToolResultMessage
 
 
 @dataclass(frozen=True)
@@ -26,12 +26,24 @@ class WindowConfig:
     # so the cached prefix breaks once every ``max_messages - cut_to`` messages instead of on every message.
     # ``cut_to = max_messages - 1`` is upstream's sliding window (see ``tail_start``).
     cut_to: int | None = None
+    # The same hysteresis counted in *blocks* (rounds: the members' messages since the bot's last reply, and that
+    # reply with its tool loop), preset-message-skeleton's "超过 2n 才裁到 n，前缀每 n 轮才断一次": over
+    # ``max_blocks`` the window is cut to the newest ``cut_blocks_to`` (default half), so the prefix breaks once
+    # per ``max_blocks - cut_blocks_to`` bot turns however busy the chat is. Off by default (None).
+    max_blocks: int | None = None
+    cut_blocks_to: int | None = None
 
     @property
     def keep_after_cut(self) -> int | None:
         if self.max_messages is None:
             return None
         return self.cut_to if self.cut_to is not None else self.max_messages // 2
+
+    @property
+    def keep_blocks_after_cut(self) -> int | None:
+        if self.max_blocks is None:
+            return None
+        return self.cut_blocks_to if self.cut_blocks_to is not None else self.max_blocks // 2
 
 
 @dataclass
@@ -50,6 +62,7 @@ class SessionIndex:
     membership: list[int]  # positions of join/leave events, ascending
     summaries: list[Summary]  # by time
     summary_times: list[int]
+    block_starts: list[int] = field(default_factory=list)  # positions right after a final bot reply, ascending
 
     @staticmethod
     def of(session: Session) -> SessionIndex:
@@ -58,7 +71,12 @@ class SessionIndex:
             i for i, m in enumerate(session.messages) if isinstance(m, EventMessage) and m.kind != "member_changed"
         ]
         summaries = sorted(session.summaries, key=lambda s: s.timestamp)
-        return SessionIndex(positions, membership, summaries, [s.timestamp for s in summaries])
+        # A block ends with the bot's final reply (an assistant message without tool calls): the next one starts
+        # right after it.
+        block_starts = [
+            i + 1 for i, m in enumerate(session.messages) if isinstance(m, AssistantMessage) and not m.tool_calls
+        ]
+        return SessionIndex(positions, membership, summaries, [s.timestamp for s in summaries], block_starts)
 
     def summary_for(self, upto: int, request_time: int) -> Summary | None:
         """The newest summary made by ``request_time`` whose anchor is visible before position ``upto``."""
@@ -97,9 +115,19 @@ def visible_window(
     if summary is not None:
         start = index.positions[summary.anchor_row_id] + 1
         anchor_ts = messages[start - 1].timestamp
+    base = start
     keep = config.keep_after_cut
     if config.max_messages is not None and keep is not None:
-        start += tail_start(upto - start, config.max_messages, keep)
+        start = base + tail_start(upto - base, config.max_messages, keep)
+    keep_blocks = config.keep_blocks_after_cut
+    if config.max_blocks is not None and keep_blocks is not None:
+        # Blocks of the history after the base: the base itself opens one, then every start before ``upto``.
+        # (Counted with two bisections, never sliced: per-request work stays independent of the session's length.)
+        first = bisect.bisect_right(index.block_starts, base)
+        count = 1 + bisect.bisect_left(index.block_starts, upto) - first
+        offset = tail_start(count, config.max_blocks, keep_blocks)
+        block_start = base if offset == 0 else index.block_starts[first + offset - 1]
+        start = max(start, block_start)  # both grids are stateless; the later start wins
     # Never open the window in the middle of a tool group: results without their call are orphans.
     while start < upto and isinstance(messages[start], ToolResultMessage):
         start += 1
