@@ -246,6 +246,29 @@ def _classify(old: AssembledRequest, new: AssembledRequest, a: Serialized, b: Se
     return "messages_changed", f"message {index} was rewritten"
 
 
+LOOKBACK_BLOCKS = 20  # Anthropic checks for an earlier cache entry about 20 blocks back from each breakpoint
+
+
+def _marked_blocks(body: dict[str, Any]) -> list[int]:
+    """Positions (counted over all message content blocks) of the blocks that carry ``cache_control``."""
+    marked: list[int] = []
+    position = 0
+    for message in body.get("messages") or []:
+        content = message.get("content") if isinstance(message, dict) else None
+        for block in content if isinstance(content, list) else [content]:
+            if isinstance(block, dict) and "cache_control" in block:
+                marked.append(position)
+            position += 1
+    return marked
+
+
+def _within_lookback(old_body: dict[str, Any], new_body: dict[str, Any]) -> bool:
+    """Whether a breakpoint of the new request lies at most ``LOOKBACK_BLOCKS`` blocks after the old request's
+    last message breakpoint (where its entry was written): otherwise the lookup never reaches that entry."""
+    old_marks, new_marks = _marked_blocks(old_body), _marked_blocks(new_body)
+    return bool(old_marks) and any(0 <= mark - old_marks[-1] <= LOOKBACK_BLOCKS for mark in new_marks)
+
+
 def _cached(old: AssembledRequest, new: AssembledRequest, a: Serialized, common_tokens: int, prompt_tokens: int,
             count: Any) -> int:
     profile = new.profile
@@ -257,9 +280,14 @@ def _cached(old: AssembledRequest, new: AssembledRequest, a: Serialized, common_
         points: list[int] = []
         tokens = 0
         tail_index = next((p.message_index for p in old.parts if p.segment_id == "tail"), None)
+        if not _within_lookback(old.request, new.request):
+            tail_index = None  # the new request's breakpoints cannot see the old entry (providers.md §2.5)
         for chunk in a.chunks:
             if chunk.label == "message" and chunk.message_index == tail_index:
-                points.append(tokens)  # the breakpoint sits on the block before the tail; approximate: up to it
+                # The breakpoint sits on the block before the tail: the entry ends with that block's content,
+                # i.e. where its cache_control marker starts (the next request has the same bytes up to there).
+                marker = chunk.data.find(b',"cache_control"')
+                points.append(tokens + (count(chunk.data[:marker].decode()) if marker > 0 else 0))
             tokens += count(chunk.data.decode())
             if chunk.label in ("system", "tools"):
                 points.append(tokens)

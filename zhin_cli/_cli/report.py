@@ -1,0 +1,86 @@
+"""``zhin report economy``: header tokens and simulated prompt-cache hits (library: ``zhin_cli.economy``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from zhin_cli._cli import ConfigOption, DbOption, app, freeze_loaded, handles_errors, print_json, stdout_console
+from zhin_cli.economy import CASES, STYLES, EconomyReport, SessionEconomy, run_economy
+from zhin_cli.tokens import DEFAULT_ENCODING
+
+report_app = typer.Typer(help="Reports over stored sessions.", no_args_is_help=True)
+app.add_typer(report_app, name="report")
+
+
+@report_app.command("economy")
+@handles_errors
+def economy_command(
+    sessions: Annotated[list[str], typer.Argument(help="Sessions: .jsonl files, folders of them, or session ids / keys in the database.")],
+    provider: Annotated[list[str] | None, typer.Option("--provider", "-p", help=f"Simulate only these providers (repeatable; default: {', '.join(CASES)}).")] = None,
+    encoding: Annotated[str, typer.Option("--encoding", help="Tokenizer for every count (o200k_base or cl100k_base).")] = DEFAULT_ENCODING,
+    as_json: Annotated[bool, typer.Option("--json", help="One versioned JSON document on stdout.")] = False,
+    per_request: Annotated[bool, typer.Option("--per-request", help="With --json: the figures of every request.")] = False,
+    db: DbOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Header tokens and simulated prompt-cache hits: upstream's sender prefix vs the ADR headers; ADR vs flat layout.
+
+    Header tokens per member message for three styles (upstream's sender prefix on every group message, the ADR's full header on every message, the ADR projection).
+
+    Per provider (OpenAI, Anthropic, DeepSeek): prompt tokens and simulated cache hits per request for the ADR layout and a flat layout, first of group vs later, next to the physical limit. Definitions: docs/economy.md.
+    """
+    chosen = [p.strip() for value in provider or [] for p in value.split(",") if p.strip()] or None
+    report = run_economy(sessions, cwd=Path.cwd(), db=db, config_path=config, providers=chosen, encoding=encoding,
+                         after_load=freeze_loaded)
+    if as_json:
+        print_json(report.as_dict(per_request))
+    else:
+        _print(stdout_console(), report)
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1%}"
+
+
+def _print(console: Console, report: EconomyReport) -> None:
+    window = ", ".join(f"{k} {v}" for k, v in report.window.items())
+    console.print(f"tokens: {report.encoding}; window: {escape(window)}")
+    for session in report.sessions:
+        _print_session(console, session)
+
+
+def _print_session(console: Console, session: SessionEconomy) -> None:
+    console.print(f"[bold]{escape(session.session_id)}[/] · {session.messages} messages · {session.requests} requests")
+    headers = session.headers
+    table = Table("header style", "tokens", "per message", "vs full", "vs upstream", title="header tokens "
+                  f"({headers.messages} member messages, each counted once)", title_justify="left")
+    labels = {"upstream": "upstream [sender:…] on every group message", "full": "ADR full header on every message",
+              "adr": "ADR projection (full once, short after)"}
+    for style in STYLES:
+        total = headers.totals[style]
+        table.add_row(escape(labels[style]), str(total), f"{headers.per_message(style):.1f}",
+                      _pct(total / headers.totals["full"] if headers.totals["full"] else None),
+                      _pct(total / headers.totals["upstream"] if headers.totals["upstream"] else None))
+    console.print(table)
+    fields = headers.detail()["fields"]["adr"]
+    console.print("ADR projection, tokens per field: " + ", ".join(f"{k} {v}" for k, v in fields.items()))
+    cache = Table("provider", "requests first/later", "prompt/request adr · flat", "later: adr", "later: flat",
+                  "later: limit", "first: adr · flat", title="simulated prompt cache (token-weighted hit rates)",
+                  title_justify="left")
+    for name, figures in session.cache.items():
+        data = figures.as_dict()
+        cache.add_row(
+            f"{name} ({figures.model}, groups ≤ {figures.lifetime_seconds}s apart)",
+            f"{data['requests_first']}/{data['requests_later']}",
+            f"{data['adr_prompt_tokens_per_request']} · {data['flat_prompt_tokens_per_request']}",
+            _pct(data["adr_later_hit_rate"]), _pct(data["flat_later_hit_rate"]), _pct(data["limit_later"]),
+            f"{_pct(data['adr_first_hit_rate'])} · {_pct(data['flat_first_hit_rate'])}",
+        )
+    console.print(cache)
+    console.print()
