@@ -7,7 +7,7 @@ Each stage is a module; this file only wires them, in that order, and collects w
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -15,8 +15,10 @@ from zhin_cli.config import Config
 from zhin_cli.errors import ConfigError
 from zhin_cli.headers import Aliases, project
 from zhin_cli.merge import ItemKey, item_key, merge
-from zhin_cli.model import AssistantMessage, Session
-from zhin_cli.preset import default_layout
+from zhin_cli.model import AssistantMessage, Message, Session
+from zhin_cli.preset import SYSTEM_SEGMENT, PresetMessage
+from zhin_cli.preset.model import Preset
+from zhin_cli.preset.skeleton import Facts, arrange
 from zhin_cli.providers import Capabilities, RenderedPart, RenderedRequest, render, resolve_profile
 from zhin_cli.providers.shaping import shape
 from zhin_cli.segments import (
@@ -102,6 +104,49 @@ class AssembledRequest:
         }
 
 
+class _RowIndex:
+    """Sender names and stored texts of the window's messages by row id (macros: {{user}}, {{lastUserMessage}});
+    built only if a preset asks."""
+
+    def __init__(self, messages: list[Message]) -> None:
+        self.messages = messages
+        self.by_row: dict[int, Message] | None = None
+
+    def _get(self, row: int) -> Message | None:
+        if self.by_row is None:
+            self.by_row = {m.row_id: m for m in self.messages}
+        return self.by_row.get(row)
+
+    def speaker(self, row: int) -> str | None:
+        message = self._get(row)
+        actor = getattr(message, "actor", None)
+        return getattr(actor, "display_name", None)
+
+    def text(self, row: int) -> str | None:
+        message = self._get(row)
+        return getattr(message, "text", None)
+
+
+def _system_texts(system_parts: list[Any], leading: list[PresetMessage] | None) -> list[tuple[str, str]]:
+    """(segment id, text) of the stable system prefix, in order: the system segments, and with a preset the
+    leading preset entries around them (``preset:main`` …), so prefix-diff can name what changed."""
+    segments = [(p.segment.id, p.text) for p in system_parts if p.text]
+    if leading is None:
+        return segments
+    out: list[tuple[str, str]] = []
+    for block in leading:
+        for segment_id, text in block.pieces:
+            if segment_id == SYSTEM_SEGMENT:
+                out.extend(segments)
+            elif segment_id:
+                out.append((segment_id, text))
+    return out
+
+
+def _macro_warnings(unknown: dict[str, int]) -> list[str]:
+    return [f"unknown macro {{{{{name}}}}} left verbatim ({count}×)" for name, count in sorted(unknown.items())]
+
+
 def _wire_messages(body: dict[str, Any]) -> list[Any]:
     return list(body.get("messages") or body.get("contents") or [])
 
@@ -117,9 +162,12 @@ class Assembler:
         provider: str | None = None,
         model: str | None = None,
         timezone: str | None = None,
+        preset: Preset | None = None,
     ) -> None:
         self.registry = registry
         self.config = config
+        # The message skeleton: the given preset, else zhin.yaml's ``preset:``, else the ADR 0041 layout.
+        self.preset = preset if preset is not None else config.preset()
         self.provider = provider or config.provider or DEFAULT_PROVIDER
         self.model = model or config.model
         self.timezone = timezone or config.timezone
@@ -186,8 +234,14 @@ class Assembler:
         placed = merge(outputs, sent_prefix or ())
         projection = project(placed, aliases=aliases, bot=session.bot, timezone=timezone)
         shaped, shape_warnings = shape(projection.messages, profile)
-        layout = default_layout(system_text(system_parts), shaped, system_text(tail_parts) or None)
-        rendered: RenderedRequest = render(layout, profile, runtime)
+        rows = _RowIndex(window.messages)
+        facts = Facts(session_id=session.session_id, position=upto, request_time=request_time, timezone=timezone,
+                      model=model, bot_name=session.bot.name, is_group=session.is_group, speaker_of=rows.speaker,
+                      raw_text_of=rows.text)
+        arrangement = arrange(self.preset, system_text(system_parts), shaped, system_text(tail_parts) or None, facts)
+        if arrangement.downgrade_mid_system:  # semi/strict post-processing: no system message after the first
+            profile = replace(profile, mid_conversation_system="none")
+        rendered: RenderedRequest = render(arrangement.layout, profile, runtime)
         verdict = validate(profile.validator, rendered.body, model)
 
         reports = [
@@ -202,6 +256,12 @@ class Assembler:
             produced = sum(1 for m in shaped if m.segment_id == segment.id)
             reports.append(SegmentReport(segment.id, segment.kind, segment.weight, sum(map(len, texts)),
                                          sum(counter.count(t) for t in texts), 0, messages=produced))
+        if self.preset is not None:  # preset entries (fixed texts, injections) get their own rows
+            for segment_id, texts in texts_by_segment.items():
+                if segment_id.startswith("preset:"):
+                    produced = len({p.message_index for p in rendered.parts if p.segment_id == segment_id})
+                    reports.append(SegmentReport(segment_id, "preset", 0, sum(map(len, texts)),
+                                                 sum(counter.count(t) for t in texts), 0, messages=produced))
         # Estimate: the text on the wire, plus OpenAI's 3 tokens per message and 3 to prime the reply.
         prompt_tokens = 3 + sum(counter.count(p.text) for p in rendered.parts) + 3 * len(_wire_messages(rendered.body))
         return AssembledRequest(
@@ -218,7 +278,8 @@ class Assembler:
             request=rendered.body,
             prompt_tokens=prompt_tokens,
             verdict=verdict,
-            warnings=projection.warnings + shape_warnings + rendered.warnings,
+            warnings=projection.warnings + shape_warnings + arrangement.warnings + _macro_warnings(arrangement.unknown_macros)
+            + rendered.warnings,
             window={
                 "messages": len(window.messages),
                 "dropped": window.dropped,
@@ -228,5 +289,5 @@ class Assembler:
             sent_keys=[item_key(p.item) for p in placed],
             parts=rendered.parts,
             profile=profile,
-            system_texts=[(p.segment.id, p.text) for p in system_parts if p.text],
+            system_texts=_system_texts(system_parts, arrangement.layout.leading if self.preset is not None else None),
         )

@@ -6,12 +6,17 @@ naming the file and the line of the offending key (``zhin.yaml:7``).
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import re
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -22,7 +27,22 @@ from zhin_cli.segments.builtin import default_registry
 from zhin_cli.store.payload import valid_timezone
 from zhin_cli.window import WindowConfig
 
+if TYPE_CHECKING:
+    from zhin_cli.preset.model import Preset
+
 CONFIG_NAME = "zhin.yaml"
+# ``--preset FILE`` on the command line: replaces the ``preset:`` file of every config loaded while it is
+# set (trace, and both sides of prefix-diff --base/--head), keeping that config's preset options.
+_PRESET_OVERRIDE: ContextVar[Path | None] = ContextVar("zhin_preset_override", default=None)
+
+
+@contextmanager
+def preset_override(path: Path | None) -> Iterator[None]:
+    token = _PRESET_OVERRIDE.set(path)
+    try:
+        yield
+    finally:
+        _PRESET_OVERRIDE.reset(token)
 
 
 @dataclass
@@ -39,6 +59,8 @@ class Config:
     provider_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     tools: list[dict[str, Any]] = field(default_factory=list)
     plugins: list[str] = field(default_factory=list)
+    preset_path: Path | None = None  # ``preset:`` (a file, or ``{file: …, user: …, char: …}``)
+    preset_options: dict[str, Any] = field(default_factory=dict)
     # line of each key in the file: "window.max_messages", "segments.add[0].kind", "plugins[1]" …
     lines: dict[str, int] = field(default_factory=dict, repr=False)
 
@@ -49,6 +71,15 @@ class Config:
         while key not in self.lines and key:
             key = key[: key.rindex("[")] if key.endswith("]") else key.rpartition(".")[0]
         return f"{self.path}:{self.lines[key]}" if key in self.lines else str(self.path)
+
+    def preset(self) -> Preset | None:
+        """The message skeleton this config asks for (``None``: the built-in ADR 0041 layout)."""
+        path = _PRESET_OVERRIDE.get() or self.preset_path
+        if path is None:
+            return None
+        from zhin_cli.preset.importer import load_preset
+
+        return load_preset(path, self.preset_options)
 
     def registry(self) -> tuple[PromptSegmentRegistry, list[Generation]]:
         """Built-ins with this config applied, plus one generation per plugin (release to unload)."""
@@ -67,7 +98,7 @@ class Config:
         for index, spec in enumerate(self.plugins):
             where = self.where(f"plugins[{index}]")
             generation = registry.generation(spec)
-            register = _load_plugin(spec, self.path, where)
+            register = load_plugin(spec, self.path, where)
             try:
                 register(generation)
             except ZhinError as exc:
@@ -91,25 +122,32 @@ def load_config(path: Path | None = None, *, cwd: Path | None = None, search: bo
         path = find_config(cwd or Path.cwd())
     if path is None:
         return Config()
+    data, lines = read_yaml_file(path)
+    return parse_config(data, path, lines)
+
+
+def read_yaml_file(path: Path, error: type[ZhinError] = ConfigError, what: str = "config file") -> tuple[Any, dict[str, int]]:
+    """A YAML file's data and the line of every key; every problem is one ``error`` naming ``file:line``.
+
+    Shared by every YAML input (zhin.yaml, eval cases, prompt-budget.yaml) so they all report alike."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(f"no such config file: {path}") from None
+        raise error(f"no such {what}: {path}") from None
     except UnicodeDecodeError as exc:
         line = path.read_bytes()[: exc.start].count(b"\n") + 1
-        raise ConfigError(f"not UTF-8 (byte {exc.start})", where=f"{path}:{line}") from None
+        raise error(f"not UTF-8 (byte {exc.start})", where=f"{path}:{line}") from None
     except OSError as exc:
-        raise ConfigError(f"cannot read config: {exc}", where=str(path)) from None
+        raise error(f"cannot read {what}: {exc}", where=str(path)) from None
     try:
-        data, lines = _load_yaml(text, path)
+        return _load_yaml(text, path)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"invalid YAML: {problem}", where=where) from None
+        raise error(f"invalid YAML: {problem}", where=where) from None
     except RecursionError:
-        raise ConfigError("invalid YAML: nested too deeply", where=str(path)) from None
-    return parse_config(data, path, lines)
+        raise error("invalid YAML: nested too deeply", where=str(path)) from None
 
 
 def _load_yaml(text: str, path: Path) -> tuple[Any, dict[str, int]]:
@@ -149,6 +187,17 @@ def _key_lines(node: yaml.Node, prefix: str, lines: dict[str, int], seen: set[in
             _key_lines(item, name, lines, seen, path)
 
 
+def _cut_to(window: dict[str, Any], key: str, limit_key: str, limit: int | None, config: Config) -> int | None:
+    """``window.cut_to`` / ``cut_blocks_to``: where a window over its limit is cut, 0 … limit − 1."""
+    value = window.get(key)
+    if value is None:
+        return None
+    value = _expect(value, int, f"window.{key}", config)
+    if limit is None or not 0 <= value < limit:
+        raise ConfigError(f"window.{key} must be from 0 to window.{limit_key} - 1, got {value}", where=config.where(f"window.{key}"))
+    return value
+
+
 def _expect(value: Any, kind: type | tuple[type, ...], what: str, config: Config) -> Any:
     if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
         name = _TYPE_NAMES.get(kind, str(kind)) if isinstance(kind, type) else " or ".join(_TYPE_NAMES.get(k, str(k)) for k in kind)
@@ -163,7 +212,7 @@ def parse_config(data: Any, path: Path | None = None, lines: dict[str, int] | No
     config = Config(path=path, lines=lines or {})
     if not isinstance(data, dict):
         raise ConfigError("the config must be a mapping", where=config.where(""))
-    known = {"provider", "model", "timezone", "budget", "window", "segments", "providers", "tools", "plugins"}
+    known = {"provider", "model", "timezone", "budget", "window", "segments", "providers", "tools", "plugins", "preset"}
     unknown = sorted(str(k) for k in set(data) - known)
     if unknown:
         raise ConfigError(f"unknown config keys {unknown} (known: {sorted(known)})", where=config.where(unknown[0]))
@@ -178,9 +227,10 @@ def parse_config(data: Any, path: Path | None = None, lines: dict[str, int] | No
     if "max_chars" in budget:
         config.max_chars = None if budget["max_chars"] is None else _expect(budget["max_chars"], int, "budget.max_chars", config)
     window = _expect(data.get("window") or {}, dict, "window", config)
-    unknown_window = sorted(str(k) for k in set(window) - {"max_messages", "keep_membership_events", "cut_to"})
+    window_keys = {"max_messages", "cut_to", "max_blocks", "cut_blocks_to", "keep_membership_events"}
+    unknown_window = sorted(str(k) for k in set(window) - window_keys)
     if unknown_window:
-        raise ConfigError(f"unknown window keys {unknown_window} (known: cut_to, keep_membership_events, max_messages)",
+        raise ConfigError(f"unknown window keys {unknown_window} (known: {', '.join(sorted(window_keys))})",
                           where=config.where(f"window.{unknown_window[0]}"))
     max_messages = window.get("max_messages", 80)
     if max_messages is not None:
@@ -192,13 +242,16 @@ def parse_config(data: Any, path: Path | None = None, lines: dict[str, int] | No
     if keep_events < 0:
         raise ConfigError(f"window.keep_membership_events must be 0 or more, got {keep_events}",
                           where=config.where("window.keep_membership_events"))
-    cut_to = window.get("cut_to")
-    if cut_to is not None:
-        cut_to = _expect(cut_to, int, "window.cut_to", config)
-        if max_messages is None or not 0 <= cut_to < max_messages:
-            raise ConfigError(f"window.cut_to must be from 0 to window.max_messages - 1, got {cut_to}",
-                              where=config.where("window.cut_to"))
-    config.window = WindowConfig(max_messages=max_messages, keep_membership_events=keep_events, cut_to=cut_to)
+    cut_to = _cut_to(window, "cut_to", "max_messages", max_messages, config)
+    max_blocks = window.get("max_blocks")
+    if max_blocks is not None:
+        max_blocks = _expect(max_blocks, int, "window.max_blocks", config)
+        if max_blocks < 1:
+            raise ConfigError(f"window.max_blocks must be at least 1 (or null for no limit), got {max_blocks}",
+                              where=config.where("window.max_blocks"))
+    cut_blocks_to = _cut_to(window, "cut_blocks_to", "max_blocks", max_blocks, config)
+    config.window = WindowConfig(max_messages=max_messages, keep_membership_events=keep_events, cut_to=cut_to,
+                                 max_blocks=max_blocks, cut_blocks_to=cut_blocks_to)
     segments = _expect(data.get("segments") or {}, dict, "segments", config)
     config.texts = {str(k): _expect(v, str, f"segments.texts.{k}", config) for k, v in (_expect(segments.get("texts") or {}, dict, "segments.texts", config)).items()}
     config.remove_segments = [str(s) for s in _expect(segments.get("remove") or [], list, "segments.remove", config)]
@@ -228,7 +281,26 @@ def parse_config(data: Any, path: Path | None = None, lines: dict[str, int] | No
         _check_provider_overrides(name, overrides, config)
     config.tools = [_expect(t, dict, f"tools[{i}]", config) for i, t in enumerate(_expect(data.get("tools") or [], list, "tools", config))]
     config.plugins = [_expect(p, str, f"plugins[{i}]", config) for i, p in enumerate(_expect(data.get("plugins") or [], list, "plugins", config))]
+    _parse_preset(data.get("preset"), config)
     return config
+
+
+def _parse_preset(raw: Any, config: Config) -> None:
+    """``preset: presets/x.json`` or ``preset: {file: presets/x.json, user: …, char: …, seed: 3}``."""
+    if raw is None:
+        return
+    from zhin_cli.preset.importer import card_options
+
+    raw = _expect(raw, (str, dict), "preset", config)
+    options = {"file": raw} if isinstance(raw, str) else raw
+    file = options.get("file")
+    if file is not None:
+        file = _expect(file, str, "preset.file", config)
+        path = Path(file).expanduser()
+        if not path.is_absolute() and config.path is not None:
+            path = config.path.parent / path
+        config.preset_path = path
+    config.preset_options = card_options(options, config.where("preset") or "zhin.yaml")
 
 
 def _check_provider_overrides(name: str, overrides: dict[str, Any], config: Config) -> None:
@@ -257,7 +329,7 @@ def _check_provider_overrides(name: str, overrides: dict[str, Any], config: Conf
             raise ConfigError(f"{key}.models.{pattern}: {exc.message}", where=where) from None
 
 
-def _load_plugin(spec: str, config_path: Path | None, where: str | None = None) -> Any:
+def load_plugin(spec: str, config_path: Path | None, where: str | None = None) -> Any:
     """``module:function`` or ``path/to/file.py:function``; the function receives a ``Generation``."""
     target, _, attr = spec.partition(":")
     attr = attr or "register"
@@ -268,11 +340,19 @@ def _load_plugin(spec: str, config_path: Path | None, where: str | None = None) 
                 file = config_path.parent / file
             if not file.is_file():
                 raise ConfigError(f"plugin {spec!r}: no such file {file}", where=where)
-            module_spec = importlib.util.spec_from_file_location(f"zhin_plugin_{file.stem}", file)
+            # A unique module name per file (a base and a head tree may both hold plugins/clock.py), registered in
+            # sys.modules while it runs: @dataclass and typing look their module up there.
+            name = f"zhin_plugin_{file.stem}_{hashlib.sha1(str(file.resolve()).encode()).hexdigest()[:10]}"
+            module_spec = importlib.util.spec_from_file_location(name, file)
             if module_spec is None or module_spec.loader is None:
                 raise ConfigError(f"cannot load plugin file {file}", where=where)
             module = importlib.util.module_from_spec(module_spec)
-            module_spec.loader.exec_module(module)
+            sys.modules[name] = module
+            try:
+                module_spec.loader.exec_module(module)
+            except BaseException:
+                sys.modules.pop(name, None)
+                raise
         else:
             module = importlib.import_module(target)
     except ConfigError:

@@ -13,6 +13,7 @@ from rich.table import Table
 from zhin_cli._cli import (
     ConfigOption,
     DbOption,
+    PresetOption,
     app,
     check_options,
     freeze_loaded,
@@ -21,6 +22,7 @@ from zhin_cli._cli import (
     replay_progress,
     stdout_console,
 )
+from zhin_cli.config import preset_override
 from zhin_cli.errors import EXIT_FOUND
 from zhin_cli.prefixdiff import CAUSES, DEFAULT_FAIL_ON, EXPECTED, ConfigDiff, PrefixDiffResult, SessionDiff, run_prefix_diff
 
@@ -36,6 +38,7 @@ def prefix_diff_command(
     all_sessions: Annotated[bool, typer.Option("--all", help="Every session in the database.")] = False,
     fail_on: Annotated[str | None, typer.Option("--fail-on", help=f"Comma-separated causes that count as a break (default: all but {', '.join(sorted(EXPECTED))}). Causes: {', '.join(CAUSES)}.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One versioned JSON document on stdout.")] = False,
+    preset: PresetOption = None,
     db: DbOption = None,
     config: ConfigOption = None,
 ) -> None:
@@ -45,7 +48,7 @@ def prefix_diff_command(
     """
     check_options(provider)
     chosen = [c.strip() for c in fail_on.split(",") if c.strip()] if fail_on is not None else list(DEFAULT_FAIL_ON)
-    with replay_progress("diffing") as progress:
+    with replay_progress("diffing") as progress, preset_override(preset):
         result = run_prefix_diff(sessions or [], cwd=Path.cwd(), db=db, config_path=config, provider=provider, model=model,
                              base=base, head=head, all_sessions=all_sessions, fail_on=chosen,
                                  after_load=freeze_loaded, progress=progress)

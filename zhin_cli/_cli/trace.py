@@ -14,6 +14,7 @@ from rich.table import Table
 from zhin_cli._cli import (
     ConfigOption,
     DbOption,
+    PresetOption,
     app,
     check_options,
     freeze_loaded,
@@ -23,6 +24,7 @@ from zhin_cli._cli import (
     stdout_console,
 )
 from zhin_cli.assemble import AssembledRequest
+from zhin_cli.config import preset_override
 from zhin_cli.errors import EXIT_FOUND, UsageError
 from zhin_cli.trace import trace
 
@@ -39,6 +41,7 @@ def trace_command(
     show_request: Annotated[bool, typer.Option("--show-request", help="Print the exact wire body.")] = False,
     validate: Annotated[bool, typer.Option("--validate", help="Exit 1 if the offline validator rejects any shown request (its verdict is always shown).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One versioned JSON document on stdout.")] = False,
+    preset: PresetOption = None,
     db: DbOption = None,
     config: ConfigOption = None,
 ) -> None:
@@ -49,7 +52,7 @@ def trace_command(
     if turn is not None and all_turns:
         raise UsageError("use either --turn or --all")
     check_options(provider, timezone)
-    with replay_progress("replaying") as progress:
+    with replay_progress("replaying") as progress, preset_override(preset):
         result = trace(session, db=db, config_path=config, provider=provider, model=model, timezone=timezone,
                        turn=turn, all_turns=all_turns, cwd=Path.cwd(), after_load=freeze_loaded, progress=progress)
     if as_json:

@@ -1,39 +1,31 @@
-"""Stage 6 — the message skeleton. Today: the built-in default layout of ADR 0041 (+0045).
+"""Stage 6 — the message skeleton (preset-message-skeleton; reference/sillytavern.md).
 
-system prompt (segments 1–4) → history → current input, with the runtime tail (scene line, kind 5)
-after the current message's text. SillyTavern-style presets (preset-message-skeleton) will declare other
-skeletons here; the assembler calls ``layout`` and never arranges messages itself.
+A preset declares what the final ``messages[]`` looks like; the runtime only fills its holes. The
+built-in default preset is the ADR 0041 (+0045) layout: system prompt (segments 1–4) → history →
+current input, with the runtime tail (scene line, kind 5) after the current message's text.
+SillyTavern chat-completion presets are imported as they are found in the wild (``importer``), their
+macros expanded at assembly time (``macros``), their regex scripts run on the history (``regex``), and
+ST's squash and post-processing applied as separate layers (``shaping``). The assembler calls
+``arrange`` and never arranges messages itself; the renderers consume the ``Layout``.
+
+Modules: ``model`` (data), ``importer``, ``macros``, ``regex``, ``skeleton`` (holes, injections),
+``shaping`` (squash, post-processing), ``lint`` (diagnostics and probe).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from zhin_cli.preset.layout import (
+    SYSTEM_SEGMENT,
+    TAIL_SEGMENT,
+    TAIL_SEPARATOR,
+    Item,
+    Layout,
+    PresetMessage,
+    default_layout,
+)
+from zhin_cli.preset.model import Diagnostic, Preset
 
-from zhin_cli.headers import Projected
-
-TAIL_SEPARATOR = "\n\n"
-
-
-@dataclass
-class Layout:
-    system: str
-    messages: list[Projected]
-    tail: str | None
-    # The current input (newest member message) carries the tail. Within a tool loop it keeps carrying
-    # it, so continuation requests only append. ``None``: no member message, the tail travels alone.
-    tail_index: int | None
-
-    def text_of(self, index: int) -> str:
-        message = self.messages[index]
-        if index == self.tail_index and self.tail:
-            return message.text + TAIL_SEPARATOR + self.tail
-        return message.text
-
-
-def default_layout(system: str, messages: list[Projected], tail: str | None) -> Layout:
-    tail_index = None
-    for index in range(len(messages) - 1, -1, -1):
-        if messages[index].role == "user":
-            tail_index = index
-            break
-    return Layout(system=system, messages=messages, tail=tail, tail_index=tail_index)
+__all__ = [
+    "SYSTEM_SEGMENT", "TAIL_SEGMENT", "TAIL_SEPARATOR", "Diagnostic", "Item", "Layout", "Preset", "PresetMessage",
+    "default_layout",
+]

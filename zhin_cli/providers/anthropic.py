@@ -16,7 +16,7 @@ import json
 import re
 from typing import Any
 
-from zhin_cli.preset import Layout
+from zhin_cli.preset import Layout, PresetMessage
 from zhin_cli.providers import CacheRules, Capabilities, RenderedPart, RenderedRequest, register_profile, register_renderer
 from zhin_cli.providers.openai import state_lines
 from zhin_cli.segments import RuntimeView
@@ -79,6 +79,10 @@ class _Turns:
             self.parts.append(RenderedPart(segment, text, len(self.messages) - 1))
         return block
 
+    def add_pieces(self, role: str, block: dict[str, Any], pieces: list[tuple[str, str]]) -> None:
+        self.add(role, block, "", "")
+        self.parts.extend(RenderedPart(segment, text, len(self.messages) - 1) for segment, text in pieces if segment)
+
 
 @register_renderer(WIRE)
 def render_anthropic(layout: Layout, profile: Capabilities, runtime: RuntimeView) -> RenderedRequest:
@@ -88,13 +92,24 @@ def render_anthropic(layout: Layout, profile: Capabilities, runtime: RuntimeView
         body["tools"] = [_tool(t) for t in runtime.tools]
     parts: list[RenderedPart] = []
     breakpoints: list[dict[str, Any]] = []
-    if layout.system:
-        body["system"] = [{"type": "text", "text": layout.system, "cache_control": dict(EPHEMERAL)}]
-        parts.append(RenderedPart("system", layout.system, -1))
+    leading = layout.leading
+    if leading:
+        # leading system entries become the top-level system, one text block each (ST use_sysprompt)
+        body["system"] = [{"type": "text", "text": block.spoken_text()} for block in leading]
+        body["system"][-1]["cache_control"] = dict(EPHEMERAL)
+        parts.extend(RenderedPart(segment, text, -1) for block in leading for segment, text in block.spoken_pieces() if segment)
         breakpoints.append({"after": "system", "message_index": -1, "explicit": True})
     modes: set[str] = set()
     for index, message in enumerate(layout.messages):
-        if message.role == "state":
+        if isinstance(message, PresetMessage):
+            text = message.spoken_text()
+            if message.role == "system" and _mid_system_ok(layout, index, profile, runtime.model):
+                turns.messages.append({"role": "system", "content": [{"type": "text", "text": text}]})
+                turns.parts.extend(RenderedPart(seg, piece, len(turns.messages) - 1) for seg, piece in message.spoken_pieces() if seg)
+            else:  # mid-conversation system is user text unless the model accepts it there (like state changes)
+                turns.add_pieces("assistant" if message.role == "assistant" else "user", {"type": "text", "text": text},
+                                 message.spoken_pieces())
+        elif message.role == "state":
             if _mid_system_ok(layout, index, profile, runtime.model):
                 text = state_lines(message, "system")
                 turns.messages.append({"role": "system", "content": [{"type": "text", "text": text}]})

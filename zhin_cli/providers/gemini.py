@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from zhin_cli.preset import Layout
+from zhin_cli.preset import Layout, PresetMessage
 from zhin_cli.providers import CacheRules, Capabilities, RenderedPart, RenderedRequest, register_profile, register_renderer
 from zhin_cli.providers.anthropic import _input
 from zhin_cli.providers.openai import state_lines
@@ -55,15 +55,21 @@ def render_gemini(layout: Layout, profile: Capabilities, runtime: RuntimeView) -
     out = _Contents()
     body: dict[str, Any] = {}
     parts: list[RenderedPart] = []
-    if layout.system:
-        body["systemInstruction"] = {"parts": [{"text": layout.system}]}
-        parts.append(RenderedPart("system", layout.system, -1))
+    leading = layout.leading
+    if leading:
+        body["systemInstruction"] = {"parts": [{"text": block.spoken_text()} for block in leading]}
+        parts.extend(RenderedPart(segment, text, -1) for block in leading for segment, text in block.spoken_pieces() if segment)
     if runtime.tools:
         body["tools"] = [{"functionDeclarations": [_declaration(t) for t in runtime.tools]}]
     names: dict[str, str] = {}
     used_state = False
     for index, message in enumerate(layout.messages):
-        if message.role == "state":
+        if isinstance(message, PresetMessage):  # no system role inside contents: system entries are user text
+            role = "model" if message.role == "assistant" else "user"
+            pieces = [piece for piece in message.spoken_pieces() if piece[0]]
+            out.add(role, {"text": message.spoken_text()}, pieces[0][0] if pieces else "", pieces[0][1] if pieces else "")
+            out.parts.extend(RenderedPart(segment, text, len(out.contents) - 1) for segment, text in pieces[1:])
+        elif message.role == "state":
             text = state_lines(message, "none")  # no system role inside contents
             out.add("user", {"text": text}, message.segment_id, text)
             used_state = True
@@ -86,7 +92,7 @@ def render_gemini(layout: Layout, profile: Capabilities, runtime: RuntimeView) -
         out.add("user", {"text": layout.tail}, "tail", layout.tail)
     body["contents"] = out.contents
     tail_at = next((p.message_index for p in out.parts if p.segment_id == "tail"), len(out.contents))
-    breakpoints = [{"after": "system", "message_index": -1, "explicit": False}] if layout.system else []
+    breakpoints = [{"after": "system", "message_index": -1, "explicit": False}] if leading else []
     breakpoints.append({"before": "tail", "message_index": tail_at, "explicit": False})
     return RenderedRequest(body=body, state_rendering="user" if used_state else "none-needed",
                            cache_breakpoints=breakpoints, parts=parts + out.parts)

@@ -9,7 +9,7 @@ from typing import Any
 
 from zhin_cli.format import STATE_CHANGE_PREFIX, host_header
 from zhin_cli.headers import Projected
-from zhin_cli.preset import TAIL_SEPARATOR, Layout
+from zhin_cli.preset import TAIL_SEPARATOR, Layout, PresetMessage
 from zhin_cli.providers import (
     CacheRules,
     Capabilities,
@@ -86,15 +86,28 @@ def _with_tail(layout: Layout, index: int, text: str, segment: str) -> tuple[str
     return text, [(segment, text)]
 
 
+def _named(entry: dict[str, Any], message: PresetMessage) -> dict[str, Any]:
+    if message.name:
+        entry["name"] = message.name
+    return entry
+
+
 @register_renderer(WIRE)
 def render_openai(layout: Layout, profile: Capabilities, runtime: RuntimeView) -> RenderedRequest:
     wire = _Wire(profile)
-    if layout.system:
-        wire.add({"role": profile.system_prompt_role, "content": layout.system}, [("system", layout.system)])
+    for block in layout.leading:
+        wire.add(_named({"role": profile.system_prompt_role, "content": block.text}, block), list(block.pieces))
     mode = profile.mid_conversation_system
     used_state = False
     for index, message in enumerate(layout.messages):
-        if message.role == "state":
+        if isinstance(message, PresetMessage):
+            # a preset entry after the conversation started: system follows the mid-conversation rule
+            role = message.role if message.role != "system" else (mode if mode != "none" else "user")
+            if message.name and role not in ("system", "developer"):
+                wire.add({"role": role, "content": message.spoken_text()}, message.spoken_pieces())
+            else:
+                wire.add(_named({"role": role, "content": message.text}, message), list(message.pieces))
+        elif message.role == "state":
             text = state_lines(message, mode)
             wire.add({"role": mode if mode != "none" else "user", "content": text}, [(message.segment_id, text)])
             used_state = True
@@ -118,7 +131,8 @@ def render_openai(layout: Layout, profile: Capabilities, runtime: RuntimeView) -
     if runtime.tools:
         body["tools"] = list(runtime.tools)
     tail_message = next((p.message_index for p in wire.parts if p.segment_id == "tail"), len(wire.messages))
-    breakpoints = [{"after": "system", "message_index": 0, "explicit": False}] if layout.system else []
+    leading = len(layout.leading)
+    breakpoints = [{"after": "system", "message_index": leading - 1, "explicit": False}] if leading else []
     breakpoints.append({"before": "tail", "message_index": tail_message, "explicit": False})
     return RenderedRequest(
         body=body,

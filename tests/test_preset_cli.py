@@ -1,0 +1,103 @@
+"""``zhin preset lint|probe`` and ``--preset`` on trace / prefix-diff, through the real CLI."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from subprocess import CompletedProcess
+
+ROOT = Path(__file__).resolve().parent.parent
+PRESETS = ROOT / "fixtures" / "presets"
+ST_DEFAULT = PRESETS / "st-default.json"
+COMMUNITY = PRESETS / "community-zh.json"
+SESSION = ROOT / "fixtures" / "private-chat.jsonl"
+Run = Callable[..., CompletedProcess[str]]
+
+
+def one_line_error(result: CompletedProcess[str]) -> str:
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def test_lint_exit_codes_and_json(zhin: Run, tmp_path: Path) -> None:
+    clean = zhin("preset", "lint", ST_DEFAULT)
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    assert "0 error(s), 0 warning(s)" in clean.stdout
+    found = zhin("preset", "lint", COMMUNITY, "--json")
+    assert found.returncode == 1
+    data = json.loads(found.stdout)
+    assert data["version"] == 1 and data["order_source"] == "100001"
+    assert {"name": "loomStyle", "known": False, "entries": ["loom"]} in data["macros"]
+    assert data["counts"]["warning"] >= 4
+    assert {d["code"] for d in data["diagnostics"]} >= {"bad-depth", "unknown-macro", "never-sent", "unknown-extension"}
+    bad = tmp_path / "bad.json"
+    bad.write_text('{\n  "prompts": [\n    {"identifier": "x",,}\n  ]\n}\n', encoding="utf-8")
+    broken = zhin("preset", "lint", bad)
+    assert broken.returncode == 3
+    assert one_line_error(broken) == f"zhin: error: {bad}:3: preset is not valid JSON: Expecting property name enclosed in double quotes"
+    assert zhin("preset", "lint", tmp_path / "absent.json").returncode == 3
+
+
+def test_probe_st_default_json(zhin: Run) -> None:
+    result = zhin("preset", "probe", ST_DEFAULT, "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert [m["role"] for m in data["messages"]] == ["system", "system", "system", "user", "assistant", "user", "assistant", "user"]
+    assert data["messages"][0]["sources"] == ["preset:main"]
+    table = zhin("preset", "probe", ST_DEFAULT, "--session", SESSION, "--provider", "anthropic")
+    assert table.returncode == 0, table.stderr
+    assert "system (top-level)" in table.stdout and "entry main" in table.stdout and "hole currentTurn" in table.stdout
+
+
+def test_trace_with_preset_and_bad_preset(zhin: Run, tmp_path: Path) -> None:
+    plain = json.loads(zhin("trace", SESSION, "--json").stdout)
+    with_preset = zhin("trace", SESSION, "--json", "--preset", COMMUNITY)
+    assert with_preset.returncode == 0, with_preset.stderr
+    request = json.loads(with_preset.stdout)["requests"][0]
+    contents = [m["content"] for m in request["request"]["messages"]]
+    assert contents[0] == "你是Zhin，正在和" + contents[0].split("正在和")[1]
+    assert contents != [m["content"] for m in plain["requests"][0]["request"]["messages"]]
+    assert any("loomStyle" in w for w in request["warnings"])
+    missing = zhin("trace", SESSION, "--preset", tmp_path / "nope.json")
+    assert missing.returncode == 3
+    assert "no such preset file" in one_line_error(missing)
+
+
+def test_prefix_diff_with_preset(zhin: Run, tmp_path: Path) -> None:
+    base = zhin("prefix-diff", SESSION, "--json")
+    assert base.returncode == 0, base.stdout + base.stderr
+    with_preset = zhin("prefix-diff", SESSION, "--json", "--preset", ST_DEFAULT)
+    assert with_preset.returncode in (0, 1), with_preset.stderr
+    assert json.loads(with_preset.stdout) != json.loads(base.stdout)
+    missing = zhin("prefix-diff", SESSION, "--preset", tmp_path / "nope.json")
+    assert missing.returncode == 2  # like diff: any trouble is 2
+    assert "no such preset file" in one_line_error(missing)
+
+
+def test_zhin_yaml_preset_key_with_options(zhin: Run, tmp_path: Path) -> None:
+    (tmp_path / "presets").mkdir()
+    (tmp_path / "presets" / "p.json").write_text(COMMUNITY.read_text(encoding="utf-8"), encoding="utf-8")
+    (tmp_path / "zhin.yaml").write_text("preset:\n  file: presets/p.json\n  user: 旅人\n  char: 小知\n", encoding="utf-8")
+    result = zhin("trace", SESSION, "--json")
+    assert result.returncode == 0, result.stderr
+    first = json.loads(result.stdout)["requests"][0]["request"]["messages"][0]["content"]
+    assert first == "你是小知，正在和旅人在群里聊天。"
+    (tmp_path / "zhin.yaml").write_text("timezone: UTC\npreset:\n  file: presets/p.json\n  colour: red\n", encoding="utf-8")
+    bad = zhin("trace", SESSION)
+    assert bad.returncode == 3
+    assert "unknown preset option 'colour'" in one_line_error(bad) and "zhin.yaml:2" in bad.stderr
+
+
+def test_prefix_diff_base_head_with_a_preset_per_side(zhin: Run, tmp_path: Path) -> None:
+    (tmp_path / "base.yaml").write_text(f"preset: {ST_DEFAULT}\n", encoding="utf-8")
+    (tmp_path / "head.yaml").write_text(f"preset: {COMMUNITY}\n", encoding="utf-8")
+    result = zhin("prefix-diff", SESSION, "--base", "base.yaml", "--head", "head.yaml", "--json")
+    assert result.returncode in (0, 1), result.stderr
+    comparison = json.loads(result.stdout)["sessions"][0]
+    assert comparison["first_divergence"]["segment"] == "preset:main"  # both start with main; its text differs
+    (tmp_path / "head.yaml").write_text(f"preset: {ST_DEFAULT}\n", encoding="utf-8")
+    same = json.loads(zhin("prefix-diff", SESSION, "--base", "base.yaml", "--head", "head.yaml", "--json").stdout)
+    assert same["sessions"][0]["first_divergence"] is None  # negative control: same preset, no divergence

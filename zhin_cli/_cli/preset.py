@@ -1,0 +1,93 @@
+"""``zhin preset lint`` and ``zhin preset probe``: import a SillyTavern chat-completion preset and show what it does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from zhin_cli._cli import ConfigOption, DbOption, app, check_options, freeze_loaded, handles_errors, print_json, stdout_console
+from zhin_cli.errors import EXIT_FOUND
+
+preset_app = typer.Typer(name="preset", help="Import and inspect SillyTavern chat-completion presets.", no_args_is_help=True)
+app.add_typer(preset_app, name="preset")
+
+PresetFile = Annotated[Path, typer.Argument(help="A SillyTavern chat-completion preset (.json).")]
+STYLES = {"error": "red", "warning": "yellow", "info": "dim"}
+
+
+@preset_app.command("lint")
+@handles_errors
+def lint_command(
+    file: PresetFile,
+    as_json: Annotated[bool, typer.Option("--json", help="One versioned JSON document on stdout.")] = False,
+) -> None:
+    """Check a preset: unknown macros, entries that are never sent, bad depths, cache-breaking macros, unknown keys.
+
+    Exit status: 0 clean (info only), 1 warnings or errors found, 2 usage, 3 the file cannot be read or is not a preset.
+    """
+    from zhin_cli.preset.lint import lint
+
+    result = lint(file)
+    if as_json:
+        print_json(result.as_dict())
+    else:
+        console = stdout_console()
+        preset = result.preset
+        console.print(f"[bold]{escape(result.file)}[/] · {len(preset.prompts)} prompts · order {preset.order_source} "
+                      f"({sum(e.enabled for e in preset.order)}/{len(preset.order)} enabled) · "
+                      f"squash {'on' if preset.squash else 'off'} · post-processing {preset.post_processing or 'none'} · "
+                      f"{len(preset.regex_scripts)} regex script(s)")
+        for diagnostic in result.diagnostics:
+            style = STYLES[diagnostic.severity]
+            where = f"{escape(diagnostic.where)}: " if diagnostic.where else ""
+            console.print(f"{where}[{style}]{diagnostic.severity}[/] [{diagnostic.code}] {escape(diagnostic.message)}", soft_wrap=True)
+        counts = result.counts()
+        console.print(f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} note(s)")
+    if result.failed:
+        raise typer.Exit(EXIT_FOUND)
+
+
+@preset_app.command("probe")
+@handles_errors
+def probe_command(
+    file: PresetFile,
+    session: Annotated[str | None, typer.Option("--session", "-s", help="A session .jsonl file, or a session id / key in the database (default: a built-in sample conversation).")] = None,
+    provider: Annotated[str | None, typer.Option("--provider", "-p", envvar="ZHIN_PROVIDER", help="Provider profile (openai, anthropic, gemini, …).")] = None,
+    model: Annotated[str | None, typer.Option("--model", "-m", envvar="ZHIN_MODEL", help="Model id (default: the stored one, else gpt-4o).")] = None,
+    show_request: Annotated[bool, typer.Option("--show-request", help="Also print the exact wire body.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One versioned JSON document on stdout.")] = False,
+    db: DbOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Show the message skeleton a preset produces for the last request of a session: role, entries/holes, size.
+
+    Exit status: 0 ok, 2 usage, 3 cannot run (bad preset, session or config).
+    """
+    from zhin_cli.preset.lint import probe
+
+    check_options(provider)
+    result = probe(file, session_ref=session, db=db, config_path=config, provider=provider, model=model, cwd=Path.cwd(),
+                   after_load=freeze_loaded)
+    if as_json:
+        print_json(result.as_dict())
+        return
+    console = stdout_console()
+    table = Table(title=f"{escape(result.file)} · {escape(result.session_id)} turn {result.turn} · {result.provider} · {result.model}",
+                  title_justify="left")
+    for column, justify in (("#", "right"), ("role", "left"), ("from", "left"), ("chars", "right"), ("tokens", "right"),
+                            ("starts with", "left")):
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for message in result.messages:
+        table.add_row("top" if message.index < 0 else str(message.index), message.role, escape(", ".join(message.labels)),
+                      str(message.chars), str(message.tokens), escape(message.preview.replace("\n", "⏎")))
+    console.print(table)
+    for warning in result.warnings:
+        console.print(f"[yellow]warning:[/] {escape(warning)}")
+    if show_request:
+        import json
+
+        console.file.write(json.dumps(result.request, ensure_ascii=False, indent=2) + "\n")

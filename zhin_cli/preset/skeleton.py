@@ -1,0 +1,395 @@
+"""Fill a preset's skeleton with one request's content (preset-message-skeleton; sillytavern.md §2).
+
+The runtime only fills holes; it never appends outside the skeleton:
+
+* ``worldBookBefore`` (ST ``worldInfoBefore``): zhin's system segments, one system message;
+* ``chatHistory``: the projected history as real turns (headers, state changes, tool groups), with the
+  in-chat injections placed by depth and ``[Start a new Chat]`` on top;
+* ``worldBookAfter`` (ST ``worldInfoAfter``): the ``world_book_after`` option, empty unless configured;
+* ``currentTurn``: the newest member message the request answers (and, in a tool loop, the calls and
+  results after it). Not in the order → the last message of the chatHistory block, as in ST;
+* ``postTurn``: the runtime tail (scene line). Not in the order → appended to the current turn after
+  ``"\n\n"`` (ADR 0045), exactly as the built-in layout does.
+
+The built-in default preset (``DEFAULT_PRESET``) is ``worldBookBefore → chatHistory`` with nothing else:
+the ADR 0041 layout, byte for byte.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from zhin_cli.headers import Projected
+from zhin_cli.preset.layout import SYSTEM_SEGMENT, TAIL_SEGMENT, Item, Layout, PresetMessage
+from zhin_cli.preset.macros import MacroContext, MacroEngine
+from zhin_cli.preset.model import (
+    APPENDED_WHEN_MISSING,
+    BUILTIN_PROMPTS,
+    HOLE_ALIASES,
+    ST_MARKERS,
+    ZHIN_HOLES,
+    OrderEntry,
+    Preset,
+    PromptEntry,
+)
+from zhin_cli.preset.regex import AI_OUTPUT, USER_INPUT, applies, run_script
+from zhin_cli.preset.shaping import post_process, squash
+
+# ST code defaults for keys a preset may leave out (openai.js default_settings).
+ST_DEFAULTS: dict[str, Any] = {
+    "new_chat_prompt": "[Start a new Chat]",
+    "new_example_chat_prompt": "[Example Chat]",
+    "wi_format": "{0}",
+    "scenario_format": "{{scenario}}",
+    "personality_format": "{{personality}}",
+    "send_if_empty": "",
+}
+INJECTION_ROLES = ("assistant", "user", "system")  # top to bottom inside one order group (ST code)
+MARKER_IDS = frozenset(ST_MARKERS) | frozenset(ZHIN_HOLES)
+
+DEFAULT_PRESET = Preset(
+    name="default (ADR 0041)",
+    path=None,
+    prompts={
+        "worldBookBefore": PromptEntry("worldBookBefore", name="zhin system prompt", marker=True),
+        "chatHistory": PromptEntry("chatHistory", name="history and current input", marker=True),
+    },
+    order=[OrderEntry("worldBookBefore"), OrderEntry("chatHistory")],
+    order_source="default",
+    settings={"new_chat_prompt": "", "new_example_chat_prompt": ""},
+    builtin=True,
+)
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the macros and the holes need to know about the request, beyond the projected messages."""
+
+    session_id: str = ""
+    position: int = 0  # where the request sits in the session (seeds {{roll}} / {{random}})
+    request_time: int = 0
+    timezone: str = "UTC"
+    model: str = ""
+    bot_name: str | None = None
+    is_group: bool = True
+    speaker_of: Callable[[int], str | None] = field(default=lambda row: None)  # row id → sender display name
+    raw_text_of: Callable[[int], str | None] = field(default=lambda row: None)  # row id → stored text
+
+
+@dataclass
+class EntryReport:
+    identifier: str
+    status: str  # sent | in-chat | disabled | not-in-order | never-sent | empty | skipped-trigger | appended
+    detail: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"identifier": self.identifier, "status": self.status, "detail": self.detail}
+
+
+@dataclass
+class Arrangement:
+    layout: Layout
+    downgrade_mid_system: bool  # semi/strict post-processing: no system message after the first
+    entries: list[EntryReport]
+    unknown_macros: dict[str, int]
+    random_macros: list[str]
+    variables: dict[str, str]
+    warnings: list[str]
+
+
+def _current_index(messages: list[Projected]) -> int | None:
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index].role == "user":
+            return index
+    return None
+
+
+def _seed(preset: Preset, facts: Facts) -> str:
+    return hashlib.sha256(f"{preset.card.seed}\x00{facts.session_id}\x00{facts.position}".encode()).hexdigest()
+
+
+def _format_wi(template: str, text: str) -> str:
+    if not text:
+        return ""
+    if not template.strip():
+        return text
+    return re.sub(r"\{(\d+)\}", lambda m: text if m.group(1) == "0" else m.group(0), template)
+
+
+class _Builder:
+    def __init__(self, preset: Preset, facts: Facts, system: str, messages: list[Projected], tail: str | None) -> None:
+        self.preset = preset
+        self.facts = facts
+        self.system = system
+        self.tail = tail
+        index = _current_index(messages)
+        self.history = list(messages if index is None else messages[:index])
+        self.current = None if index is None else messages[index]
+        self.loop = [] if index is None else list(messages[index + 1 :])
+        speaker = facts.speaker_of(self.current.rows[0]) if self.current is not None and self.current.rows else None
+        card = preset.card
+        last_char = next((m for m in reversed(self.history) if m.role == "assistant" and m.body), None)
+        self.context = MacroContext(
+            # {{user}}: in a group chat the speaker changes every turn, and a name that changes in the prefix
+            # breaks the prompt cache on every request; so only private chats default to the member's name.
+            user=card.user or (speaker if not facts.is_group and speaker else "User"),
+            char=card.char or facts.bot_name or "Assistant",
+            persona=card.persona, description=card.description, personality=card.personality, scenario=card.scenario,
+            last_user_message=self._raw(self.current), last_char_message=self._raw(last_char),
+            last_message=self._raw(self.current or (self.history[-1] if self.history else None)),
+            model=facts.model, now_ms=facts.request_time, timezone=facts.timezone,
+            seed=_seed(preset, facts), session_seed=f"{card.seed}\x00{facts.session_id}",
+        )
+        self.engine = MacroEngine(self.context)
+        self.entries: list[EntryReport] = []
+        self.warnings: list[str] = []
+
+    def _raw(self, message: Projected | None) -> str:
+        if message is None or not message.rows:
+            return ""
+        return self.facts.raw_text_of(message.rows[0]) or message.body
+
+    def setting(self, key: str) -> str:
+        value = self.preset.setting(key, ST_DEFAULTS.get(key, ""))
+        return value if isinstance(value, str) else str(value)
+
+    # -- regex (promptOnly, history only, before macros and injections) --------------------------------
+    def apply_regex(self) -> None:
+        scripts = self.preset.regex_scripts  # ``applies`` keeps the promptOnly, enabled ones
+        if not scripts:
+            return
+        chat = self.history + ([self.current] if self.current is not None else [])
+        rewritten: dict[int, Projected] = {}
+        for position, message in enumerate(chat):
+            if message.role not in ("user", "assistant") or not message.body:
+                continue
+            depth = len(chat) - 1 - position
+            placement = USER_INPUT if message.role == "user" else AI_OUTPUT
+            body = message.body
+            for script in scripts:
+                if applies(script, placement, depth):
+                    body = run_script(script, body, self.engine.expand)
+            if body != message.body:
+                rewritten[id(message)] = replace(message, body=body)
+        self.history = [rewritten.get(id(m), m) for m in self.history]
+        if self.current is not None:
+            self.current = rewritten.get(id(self.current), self.current)
+
+    # -- the ordered collection -----------------------------------------------------------------------
+    def collection(self) -> list[PromptEntry]:
+        preset = self.preset
+        mentioned = {HOLE_ALIASES.get(e.identifier, e.identifier) for e in preset.order}
+        out: list[PromptEntry] = []
+        for order_entry in preset.order:
+            entry = preset.prompts.get(order_entry.identifier) or PromptEntry(order_entry.identifier, marker=True)
+            if not order_entry.enabled:
+                self.entries.append(EntryReport(entry.identifier, "disabled"))
+            elif not entry.triggered("normal"):
+                self.entries.append(EntryReport(entry.identifier, "skipped-trigger", ",".join(entry.injection_trigger)))
+            else:
+                out.append(entry)
+        listed = {e.identifier for e in preset.order}
+        for identifier in preset.prompts:
+            if identifier not in listed and HOLE_ALIASES.get(identifier, identifier) not in APPENDED_WHEN_MISSING:
+                self.entries.append(EntryReport(identifier, "not-in-order"))
+        for hole in APPENDED_WHEN_MISSING:
+            if hole not in mentioned:
+                # ST: runtime-filled markers the order does not mention come after every ordered block.
+                out.append(preset.prompts.get(hole) or PromptEntry(hole, marker=True))
+        return out
+
+    def marker_text(self, identifier: str) -> str | None:
+        """Content of a runtime-filled marker, or None if ``identifier`` is not one."""
+        identifier = HOLE_ALIASES.get(identifier, identifier)
+        card, expand = self.preset.card, self.engine.expand
+        if identifier == "worldBookBefore":
+            # zhin's own segment text is data, never a template: only the wi_format wrapper is expanded.
+            return self._wrap_wi(self.system)
+        if identifier == "worldBookAfter":
+            return self._wrap_wi(expand(card.world_book_after))
+        if identifier == "charDescription":
+            return expand(card.description)
+        if identifier == "charPersonality":
+            return expand(self.setting("personality_format")) if card.personality else ""
+        if identifier == "scenario":
+            return expand(self.setting("scenario_format")) if card.scenario else ""
+        if identifier == "personaDescription":
+            return expand(card.persona)
+        return None
+
+    def _wrap_wi(self, text: str) -> str:
+        template = self.setting("wi_format")
+        if not text or template == "{0}":
+            return text
+        formatted = _format_wi(template, "\x00")
+        before, _, after = formatted.partition("\x00")
+        return self.engine.expand(before) + text + self.engine.expand(after)
+
+    def examples(self, segment: str, role_set: bool, role: str) -> list[PresetMessage]:
+        text = self.engine.expand(self.preset.card.examples)
+        if not text.strip():
+            return []
+        if not text.lstrip().lower().startswith("<start>"):
+            text = "<START>\n" + text
+        user, char = self.context.user, self.context.char
+        out: list[PresetMessage] = []
+        separator = self.engine.expand(self.setting("new_example_chat_prompt"))
+        for block in re.split(r"<start>", text, flags=re.IGNORECASE):
+            if not block.strip():
+                continue
+            turns: list[tuple[str, list[str]]] = []
+            for line in block.strip().split("\n"):
+                if line.startswith(f"{user}:"):
+                    turns.append(("user", [line]))
+                elif line.startswith(f"{char}:"):
+                    turns.append(("assistant", [line]))
+                elif turns:
+                    turns[-1][1].append(line)
+                else:
+                    turns.append(("assistant", [line]))  # lines before the first tag stick to the first turn
+            if separator:
+                out.append(PresetMessage("system", [("preset:newChat", separator)], exempt=True))
+            for speaker_role, lines in turns:
+                name = user if speaker_role == "user" else char
+                content = "\n".join(lines)
+                if content.startswith(f"{name}:"):
+                    content = content[len(name) + 1 :]
+                content = content.strip()
+                if content:
+                    out.append(PresetMessage("system", [(segment, content)],
+                                             name="example_user" if speaker_role == "user" else "example_assistant", speaker=name))
+        return out
+
+    # -- chatHistory block with in-chat injections ----------------------------------------------------------
+    def history_block(self, injections: list[tuple[int, int, int, str, str, str]], with_current: bool) -> list[Item]:
+        chat: list[Projected] = list(self.history)
+        if with_current and self.current is not None:
+            chat.append(self.current)
+        inserts: dict[int, list[PresetMessage]] = {}
+        count = len(chat)
+        by_depth: dict[int, list[tuple[int, int, int, str, str, str]]] = {}
+        for injection in injections:
+            by_depth.setdefault(injection[0], []).append(injection)
+        for depth in sorted(by_depth, reverse=True):
+            position = max(0, count - depth)
+            while 0 < position < count and chat[position].role == "tool":
+                position -= 1  # never between a tool call and its result
+            groups: dict[int, list[tuple[int, int, int, str, str, str]]] = {}
+            for injection in by_depth[depth]:
+                groups.setdefault(injection[1], []).append(injection)
+            for order in sorted(groups):
+                for role in INJECTION_ROLES:
+                    members = sorted((i for i in groups[order] if i[3] == role), key=lambda i: i[2])
+                    if not members:
+                        continue
+                    pieces: list[tuple[str, str]] = []
+                    for member in members:
+                        if pieces:
+                            pieces.append(("", "\n"))
+                        pieces.append((member[4], member[5].strip()))
+                    inserts.setdefault(position, []).append(PresetMessage(role, pieces, in_history=True))  # type: ignore[arg-type]
+        out: list[Item] = []
+        new_chat = self.engine.expand(self.setting("new_chat_prompt"))
+        if new_chat:
+            out.append(PresetMessage("system", [("preset:newMainChat", new_chat)], exempt=True, in_history=True))
+        for position, message in enumerate(chat):
+            out.extend(inserts.get(position, []))
+            out.append(message)
+        out.extend(inserts.get(count, []))
+        send_if_empty = self.setting("send_if_empty")
+        if send_if_empty and chat and chat[-1].role == "assistant":
+            out.append(PresetMessage("user", [("preset:send_if_empty", self.engine.expand(send_if_empty))], in_history=True))
+        if with_current:
+            out.extend(self.loop)
+        return out
+
+    def build(self) -> Arrangement:
+        preset = self.preset
+        self.apply_regex()
+        collection = self.collection()
+        ordered = {HOLE_ALIASES.get(e.identifier, e.identifier) for e in collection}
+        explicit_current = "currentTurn" in ordered
+        explicit_post = "postTurn" in ordered
+        # First pass, in prompt order: expand every entry (variables flow from earlier entries to later ones).
+        slots: list[tuple[str, Any]] = []
+        injections: list[tuple[int, int, int, str, str, str]] = []
+        for sequence, entry in enumerate(collection):
+            identifier = HOLE_ALIASES.get(entry.identifier, entry.identifier)
+            segment = SYSTEM_SEGMENT if identifier == "worldBookBefore" else f"preset:{entry.identifier}"
+            role = entry.role if entry.role_set or not (entry.marker or identifier in MARKER_IDS) else "system"
+            if identifier in ("chatHistory", "currentTurn", "postTurn"):
+                if entry.in_chat:
+                    self.warnings.append(f"preset entry {entry.identifier!r} is a hole and cannot be injected in-chat; placed by order")
+                slots.append((identifier, None))
+                self.entries.append(EntryReport(entry.identifier, "sent", "hole"))
+                continue
+            if identifier == "dialogueExamples":
+                slots.append(("messages", self.examples(segment, entry.role_set, role)))
+                self.entries.append(EntryReport(entry.identifier, "sent", "examples"))
+                continue
+            text = self.marker_text(identifier)
+            if text is None:
+                if entry.marker and entry.identifier not in BUILTIN_PROMPTS:
+                    self.entries.append(EntryReport(entry.identifier, "never-sent", "unknown marker"))
+                    continue
+                if not entry.in_chat and entry.identifier not in BUILTIN_PROMPTS and entry.system_prompt is not False:
+                    # ST: a relative custom prompt is sent only with system_prompt === false
+                    self.entries.append(EntryReport(entry.identifier, "never-sent", "system_prompt is not false"))
+                    continue
+                text = self.engine.expand(entry.content)
+            if entry.in_chat:
+                if entry.injection_depth is None:
+                    self.entries.append(EntryReport(entry.identifier, "never-sent", "in-chat without an integer depth"))
+                elif text.strip():
+                    injections.append((entry.injection_depth, entry.injection_order, sequence, role, segment, text))
+                    self.entries.append(EntryReport(entry.identifier, "in-chat", f"depth {entry.injection_depth}, order {entry.injection_order}"))
+                else:
+                    self.entries.append(EntryReport(entry.identifier, "empty"))
+                continue
+            if not text:
+                self.entries.append(EntryReport(entry.identifier, "empty"))
+                continue
+            slots.append(("messages", [PresetMessage(role, [(segment, text)])]))
+            self.entries.append(EntryReport(entry.identifier, "sent"))
+        # Second pass: lay the slots out.
+        items: list[Item] = []
+        for kind, value in slots:
+            if kind == "messages":
+                items.extend(value)
+            elif kind == "chatHistory":
+                items.extend(self.history_block(injections, with_current=not explicit_current))
+            elif kind == "currentTurn" and self.current is not None:
+                items.append(self.current)
+                items.extend(self.loop)
+            elif kind == "postTurn" and self.tail:
+                items.append(PresetMessage("system", [(TAIL_SEGMENT, self.tail)]))
+        if "chatHistory" not in ordered and injections:
+            self.warnings.append("in-chat entries need a chatHistory entry in the order; none was placed")
+        items = [i for i in items if not isinstance(i, PresetMessage) or i.text]  # ST: empty messages vanish
+        if preset.squash:
+            items = squash(items)
+        items, downgrade = post_process(items, preset.post_processing)
+        return self._arrangement(items, downgrade, explicit_post)
+
+    def _arrangement(self, items: list[Item], downgrade: bool, explicit_post: bool) -> Arrangement:
+        leading: list[PresetMessage] = []
+        while items and isinstance(items[0], PresetMessage) and items[0].role == "system":
+            first = items.pop(0)
+            assert isinstance(first, PresetMessage)
+            leading.append(first)
+        tail = None if explicit_post else self.tail
+        tail_index = next((i for i, m in enumerate(items) if m is self.current), None) if tail else None
+        # tail_index None with a tail: the current turn was not sent (no chatHistory), the tail travels alone
+        system = "\n".join(block.text for block in leading)
+        layout = Layout(system=system, messages=items, tail=tail, tail_index=tail_index, system_blocks=leading)
+        return Arrangement(layout, downgrade, self.entries, dict(self.context.unknown), list(self.context.random_used),
+                           dict(self.context.variables), self.warnings)
+
+
+def arrange(preset: Preset | None, system: str, messages: list[Projected], tail: str | None, facts: Facts | None = None) -> Arrangement:
+    """The preset stage: the skeleton of ``preset`` (default: the ADR 0041 layout) filled with this request."""
+    return _Builder(preset or DEFAULT_PRESET, facts or Facts(), system, messages, tail).build()
