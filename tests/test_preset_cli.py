@@ -101,3 +101,26 @@ def test_prefix_diff_base_head_with_a_preset_per_side(zhin: Run, tmp_path: Path)
     (tmp_path / "head.yaml").write_text(f"preset: {ST_DEFAULT}\n", encoding="utf-8")
     same = json.loads(zhin("prefix-diff", SESSION, "--base", "base.yaml", "--head", "head.yaml", "--json").stdout)
     assert same["sessions"][0]["first_divergence"] is None  # negative control: same preset, no divergence
+
+
+def test_a_changing_preset_entry_after_the_first_message_is_system_changed(zhin: Run, tmp_path: Path) -> None:
+    # main is fixed; "clock" (a second system entry, wire message 1) shows the newest message: it changes every
+    # turn. prefix-diff must call that system_changed and name the entry, not messages_changed.
+    preset = {
+        "squash_system_messages": False,
+        "prompts": [
+            {"identifier": "main", "name": "main", "role": "system", "system_prompt": True, "content": "你是{{char}}。"},
+            {"identifier": "clock", "name": "clock", "role": "system", "system_prompt": False, "content": "最新：{{lastUserMessage}}"},
+            {"identifier": "chatHistory", "name": "Chat History", "system_prompt": True, "marker": True},
+        ],
+        "prompt_order": [{"character_id": 100001, "order": [
+            {"identifier": "main", "enabled": True}, {"identifier": "clock", "enabled": True},
+            {"identifier": "worldInfoBefore", "enabled": True}, {"identifier": "chatHistory", "enabled": True}]}],
+    }
+    (tmp_path / "clock.json").write_text(json.dumps(preset, ensure_ascii=False), encoding="utf-8")
+    result = zhin("prefix-diff", ROOT / "fixtures" / "group-busy.jsonl", "--preset", tmp_path / "clock.json", "--json")
+    assert result.returncode == 1, result.stderr
+    pairs = json.loads(result.stdout)["sessions"][0]["pairs"]
+    changed = [p for p in pairs if p["cause"] == "system_changed"]
+    assert changed and all(p["first_divergence"]["segment"] == "preset:clock" for p in changed)
+    assert not [p for p in pairs if p["cause"] == "messages_changed"]

@@ -204,6 +204,13 @@ def _is_system_message(request: AssembledRequest) -> bool:
     return bool(messages) and isinstance(messages[0], dict) and messages[0].get("role") in ("system", "developer") and bool(request.system_texts)
 
 
+def _is_fixed_message(request: AssembledRequest, index: int | None) -> bool:
+    """A wire message made only of the system prompt or preset entries (``preset:<id>``): the fixed part a
+    preset lays out around the history, so a change there is ``system_changed``, not ``messages_changed``."""
+    ids = [p.segment_id for p in request.parts if p.message_index == index]
+    return bool(ids) and all(i == "system" or i.startswith("preset:") for i in ids)
+
+
 def _system_segment(old: AssembledRequest, new: AssembledRequest) -> str | None:
     """The first system-prompt segment whose text differs between the two requests."""
     for (old_id, old_text), (new_id, new_text) in zip(old.system_texts, new.system_texts, strict=False):
@@ -226,6 +233,8 @@ def _classify(old: AssembledRequest, new: AssembledRequest, a: Serialized, b: Se
         names_new = sorted(t.get("function", t).get("name", "") for t in new.request.get("tools", []))
         return "tools_changed", "same tools, different order" if names_old == names_new else "tool definitions differ"
     if chunk.label == "system" or (chunk.label == "message" and chunk.message_index == 0 and _is_system_message(new)):
+        return "system_changed", ""
+    if chunk.label == "message" and _is_fixed_message(old, chunk.message_index) and _is_fixed_message(new, chunk.message_index):
         return "system_changed", ""
     moved = (old.window["dropped"], old.window["summary_anchor"]) != (new.window["dropped"], new.window["summary_anchor"])
     if moved:
