@@ -10,12 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-COMMANDS = ["", "trace", "prefix-diff", "providers", "serve", "import", "export", "sessions", "completion"]
+COMMANDS = ["", "trace", "prefix-diff", "providers", "serve", "import", "export", "sessions", "facts show", "facts prune", "stats cache", "fixtures synth", "report economy", "eval", "schema eval-case", "preset lint", "preset probe", "completion"]
 
 
 def help_text(command: str) -> str:
     env = {**os.environ, "COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb", "_TYPER_FORCE_DISABLE_TERMINAL": "1"}
-    args = [sys.executable, "-m", "zhin_cli", *([command] if command else []), "--help"]
+    args = [sys.executable, "-m", "zhin_cli", *command.split(), "--help"]  # "stats cache": a sub-command
     out = subprocess.run(args, capture_output=True, text=True, env=env, check=True).stdout
     return "\n".join(line.rstrip() for line in out.strip().splitlines())
 

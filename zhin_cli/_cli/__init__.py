@@ -114,10 +114,15 @@ def print_json(data: Any) -> None:
 
 DbOption = Annotated[
     str | None,
-    typer.Option("--db", envvar="ZHIN_DB", help="Database: a file path or URL (sqlite:///path). Default: .zhin/data.sqlite found upward."),
+    typer.Option("--db", envvar="ZHIN_DB", help="Database: a file path, sqlite:///path, postgresql://user:password@host/db or mysql://…. Default: .zhin/data.sqlite found upward."),
 ]
 ConfigOption = Annotated[
     Path | None, typer.Option("--config", "-c", envvar="ZHIN_CONFIG", help="zhin.yaml to use (default: found upward).")
+]
+PresetOption = Annotated[
+    Path | None,
+    typer.Option("--preset", envvar="ZHIN_PRESET", help="A SillyTavern chat-completion preset (.json) as the message skeleton "
+                 "(default: zhin.yaml's preset:, else the built-in ADR 0041 layout)."),
 ]
 
 
@@ -134,10 +139,18 @@ def root(
     """Show, test and gate what a group-chat LLM bot sends to its model."""
 
 
+from zhin_cli._cli import budget as _budget  # noqa: E402,F401
 from zhin_cli._cli import data as _data  # noqa: E402,F401
+from zhin_cli._cli import eval as _eval  # noqa: E402,F401
+from zhin_cli._cli import facts as _facts  # noqa: E402,F401
+from zhin_cli._cli import fixtures as _fixtures  # noqa: E402,F401
 from zhin_cli._cli import prefix_diff as _prefix_diff  # noqa: E402,F401
+from zhin_cli._cli import preset as _preset  # noqa: E402,F401
 from zhin_cli._cli import providers as _providers  # noqa: E402,F401
+from zhin_cli._cli import report as _report  # noqa: E402,F401
+from zhin_cli._cli import request_diff as _request_diff  # noqa: E402,F401
 from zhin_cli._cli import serve as _serve  # noqa: E402,F401
+from zhin_cli._cli import stats as _stats  # noqa: E402,F401
 from zhin_cli._cli import trace as _trace  # noqa: E402,F401
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -13,21 +14,30 @@ from zhin_cli._cli import DbOption, app, handles_errors, print_json, stdout_cons
 from zhin_cli.errors import UsageError, ZhinError
 from zhin_cli.store import load_session
 from zhin_cli.store.database import DEFAULT_DB, SessionDatabase, discover_database, import_session, parse_db
+from zhin_cli.store.events import import_events
 from zhin_cli.store.jsonl import read_session, write_session
 
 
 @app.command("import")
 @handles_errors
 def import_command(
-    files: Annotated[list[Path], typer.Argument(help="Session .jsonl files.")],
-    db: Annotated[Path, typer.Option("--db", help="SQLite file to write (created in upstream zhin's schema).")] = DEFAULT_DB,
+    files: Annotated[list[Path] | None, typer.Argument(help="Session .jsonl files.")] = None,
+    db: Annotated[str, typer.Option("--db", help="Database to write (tables created in upstream zhin's schema): an SQLite file, or a postgresql:// or mysql:// URL.")] = str(DEFAULT_DB),
     replace: Annotated[bool, typer.Option("--replace", help="Replace a session that is already there.")] = False,
+    events: Annotated[bool, typer.Option("--events", help="Also turn conversation_events member_increase / member_decrease rows into event messages (once each).")] = False,
 ) -> None:
-    """Load session JSONL files into a zhin SQLite database (default .zhin/data.sqlite)."""
-    sessions = [read_session(f) for f in files]  # all parsed before anything is written
+    """Load session JSONL files into a zhin database (default .zhin/data.sqlite); with --events, import join/leave events."""
+    if not files and not events:
+        raise UsageError("nothing to import: give session .jsonl files, or --events")
+    sessions = [read_session(f) for f in files or []]  # all parsed before anything is written
+    label = parse_db(db).label
     for session in sessions:
         rows = import_session(session, db, replace=replace)
-        typer.echo(f"imported {session.session_id} ({rows} messages) into {db}", err=True)
+        typer.echo(f"imported {session.session_id} ({rows} messages) into {label}", err=True)
+    if events:
+        result = import_events(db)
+        typer.echo(f"imported {len(result.added)} member events into {label} ({result.already} already there, "
+                   f"{len(result.no_session)} for sessions not in the database)", err=True)
 
 
 @app.command("export")
@@ -68,10 +78,16 @@ def sessions_command(
     if as_json:
         print_json({"version": 1, "sessions": rows})
         return
-    table = Table("session_id", "session_key", "status", "updated_at")
+    table = Table("session_key", "session_id (epoch)", "messages", "last activity (UTC)")
     for row in rows:
-        table.add_row(*(str(row.get(k) or "") for k in ("session_id", "session_key", "status", "updated_at")))
+        table.add_row(str(row["session_key"] or ""), str(row["session_id"]), str(row["messages"]), format_ms(row["last_activity"]))
     stdout_console().print(table)
+
+
+def format_ms(value: int | None) -> str:
+    if value is None:
+        return ""
+    return datetime.fromtimestamp(value / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 @app.command("completion")

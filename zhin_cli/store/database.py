@@ -1,7 +1,9 @@
 """Sessions in zhin's own database (``.zhin/data.sqlite`` by default), through SQLAlchemy Core.
 
-Reading never writes: SQLite files are opened with ``mode=ro`` and ``PRAGMA query_only``, so a trace
-leaves a production database byte-identical. Writing (``zhin import``) is a separate, explicit path.
+Reading never writes: SQLite files are opened with ``mode=ro`` and ``PRAGMA query_only``, PostgreSQL connections
+with ``default_transaction_read_only``, MySQL/MariaDB sessions with ``SET SESSION TRANSACTION READ ONLY``, so a
+trace leaves a production database unchanged. Writing (``zhin import``, ``zhin facts prune``) is a separate,
+explicit path through ``writable_engine``.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ from typing import Any
 from urllib.parse import quote
 
 from sqlalchemy import Engine, create_engine, event, func, inspect, literal_column, select
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
+from sqlalchemy.pool import NullPool
 
-from zhin_cli.errors import InputError, SessionNotFound, ZhinError, at_row
+from zhin_cli.errors import InputError, SessionNotFound, UsageError, ZhinError, at_row
 from zhin_cli.model import BotFacts, MemberSnapshot, Message, SceneChange, SceneFacts, Session, Summary
 from zhin_cli.store import schema
 from zhin_cli.store.jsonl import message_line
@@ -44,22 +48,75 @@ def discover_database(start: Path) -> Path | None:
 
 
 @dataclass(frozen=True)
+class ServerDialect:
+    """How one kind of database server is reached: the SQLAlchemy driver and how to keep reads read-only."""
+
+    drivername: str
+    read_only_connect_args: dict[str, Any]
+    connect_args: dict[str, Any]
+
+
+POSTGRES = ServerDialect(
+    drivername="postgresql+psycopg",
+    # Every transaction on a reading connection is READ ONLY: the server itself refuses a write.
+    read_only_connect_args={"options": "-c default_transaction_read_only=on"},
+    connect_args={"connect_timeout": 10},
+)
+
+MYSQL = ServerDialect(
+    drivername="mysql+pymysql",
+    # Every transaction on a reading connection is READ ONLY: the server refuses a write.
+    read_only_connect_args={"init_command": "SET SESSION TRANSACTION READ ONLY"},
+    connect_args={"connect_timeout": 10, "charset": "utf8mb4"},
+)
+
+# URL scheme → dialect. A new server kind is one entry here (and a pinned driver in pyproject.toml).
+SERVER_DIALECTS: dict[str, ServerDialect] = {
+    "postgresql": POSTGRES,
+    "postgres": POSTGRES,
+    "postgresql+psycopg": POSTGRES,
+    "mysql": MYSQL,
+    "mariadb": MYSQL,
+    "mysql+pymysql": MYSQL,
+}
+
+@dataclass(frozen=True)
 class DatabaseRef:
     url: str
     label: str  # what messages call it (a path, or the URL without password)
     sqlite_path: Path | None
+    server: ServerDialect | None = None
 
 
 def parse_db(value: str) -> DatabaseRef:
-    """``sqlite:///path``, a bare file path, or any SQLAlchemy URL (``postgresql://…``)."""
+    """``sqlite:///path``, a bare file path, or a server URL (``postgresql://``, ``postgres://``, ``mysql://``,
+    ``mariadb://``)."""
     if value.startswith("sqlite:///"):
         path = Path(value[len("sqlite:///") :])
         return DatabaseRef(url=value, label=str(path), sqlite_path=path)
     if re.match(r"^[a-z][a-z0-9+]*://", value):
-        label = re.sub(r"//([^:/@]+):[^@]*@", r"//\1:***@", value)
-        return DatabaseRef(url=value, label=label, sqlite_path=None)
+        scheme = value.split("://", 1)[0]
+        masked = re.sub(r"//([^:/@]+):[^@]*@", r"//\1:***@", value)
+        server = SERVER_DIALECTS.get(scheme)
+        if server is None:
+            known = ", ".join(sorted({*SERVER_DIALECTS, "sqlite"}))
+            raise UsageError(f"--db {masked}: unknown database URL scheme {scheme!r} (known: {known})")
+        try:
+            given = make_url(value)
+        except ArgumentError:
+            raise UsageError(f"--db {masked}: not a database URL") from None
+        url = given.set(drivername=server.drivername)
+        return DatabaseRef(url=url.render_as_string(hide_password=False), label=given.render_as_string(hide_password=True),
+                           sqlite_path=None, server=server)
     path = Path(value)
     return DatabaseRef(url=f"sqlite:///{path}", label=str(path), sqlite_path=path)
+
+
+def db_error(exc: BaseException) -> str:
+    """A driver's error as one line (server messages span several; passwords never appear in them)."""
+    original = exc.orig if isinstance(exc, DBAPIError) else exc
+    lines = [line.strip() for line in str(original).splitlines() if line.strip()]
+    return lines[0] if lines else type(original).__name__
 
 
 def _read_only_engine(ref: DatabaseRef) -> Engine:
@@ -84,11 +141,31 @@ def _read_only_engine(ref: DatabaseRef) -> Engine:
             dbapi_connection.execute("PRAGMA query_only = ON")
 
         return engine
+    assert ref.server is not None
     try:
-        engine = create_engine(ref.url, execution_options={"postgresql_readonly": True})
+        return create_engine(
+            ref.url,
+            connect_args={**ref.server.connect_args, **ref.server.read_only_connect_args},
+            execution_options={"postgresql_readonly": True},
+            poolclass=NullPool,
+        )
     except (SQLAlchemyError, ImportError) as exc:
-        raise ZhinError(f"cannot open database: {exc}", where=ref.label) from None
-    return engine
+        raise ZhinError(f"cannot open database: {db_error(exc)}", where=ref.label) from None
+
+
+def writable_engine(ref: DatabaseRef) -> Engine:
+    """For the commands that write when asked (``zhin import``, ``zhin facts prune``) — nothing else."""
+    if ref.sqlite_path is not None:
+        try:
+            ref.sqlite_path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ZhinError(f"cannot create folder: {exc.strerror}", where=str(ref.sqlite_path.parent)) from None
+        return create_engine(f"sqlite:///{ref.sqlite_path}", poolclass=NullPool)
+    assert ref.server is not None
+    try:
+        return create_engine(ref.url, connect_args=dict(ref.server.connect_args), poolclass=NullPool)
+    except (SQLAlchemyError, ImportError) as exc:
+        raise ZhinError(f"cannot open database: {db_error(exc)}", where=ref.label) from None
 
 
 class SessionDatabase:
@@ -100,7 +177,7 @@ class SessionDatabase:
         try:
             self.tables = set(inspect(self.engine).get_table_names())
         except DBAPIError as exc:
-            raise InputError(f"cannot read database: {exc.orig}", where=ref.label) from None
+            raise InputError(f"cannot read database: {db_error(exc)}", where=ref.label) from None
         missing = [t for t in schema.REQUIRED_TABLES if t not in self.tables]
         if missing:
             raise InputError(f"not a zhin database: missing table {', '.join(missing)}", where=ref.label)
@@ -115,19 +192,42 @@ class SessionDatabase:
         self.close()
 
     def list_sessions(self) -> list[dict[str, Any]]:
+        """Every epoch: id, key, status, message rows, and last activity (ms; the newest message or update)."""
         s = schema.agent_sessions
+        m = schema.agent_messages
+        counts = (
+            select(m.c.session_id, func.count().label("messages"), func.max(m.c.timestamp).label("last_message"))
+            .group_by(m.c.session_id)
+            .subquery()
+        )
+        query = (
+            select(s.c.session_id, s.c.session_key, s.c.status, s.c.updated_at, counts.c.messages, counts.c.last_message)
+            .select_from(s.outerjoin(counts, counts.c.session_id == s.c.session_id))
+            .order_by(s.c.session_key, s.c.created_at, s.c.session_id)
+        )
         try:
             with self._connect() as conn:
-                rows = conn.execute(select(s.c.session_id, s.c.session_key, s.c.status, s.c.updated_at)).all()
+                rows = conn.execute(query).all()
         except DBAPIError as exc:
-            raise InputError(f"cannot read database: {exc.orig}", where=self.ref.label) from None
-        return [dict(row._mapping) for row in rows]
+            raise InputError(f"cannot read database: {db_error(exc)}", where=self.ref.label) from None
+        listed = []
+        for row in rows:
+            times = [t for t in (row.updated_at, row.last_message) if isinstance(t, int)]
+            listed.append({
+                "session_id": row.session_id,
+                "session_key": row.session_key,
+                "status": row.status,
+                "updated_at": row.updated_at,
+                "messages": int(row.messages or 0),
+                "last_activity": max(times) if times else None,
+            })
+        return listed
 
     def _connect(self) -> Any:
         try:
             return self.engine.connect()
         except DBAPIError as exc:
-            raise InputError(f"cannot read database: {exc.orig}", where=self.ref.label) from None
+            raise InputError(f"cannot read database: {db_error(exc)}", where=self.ref.label) from None
 
     def load(self, ref: str) -> Session:
         """A session by epoch id (``key#time-seq``) or by session key (its newest epoch)."""
@@ -135,7 +235,7 @@ class SessionDatabase:
             with self._connect() as conn:
                 return self._load(conn, ref)
         except DBAPIError as exc:
-            raise InputError(f"cannot read database: {exc.orig}", where=self.ref.label) from None
+            raise InputError(f"cannot read database: {db_error(exc)}", where=self.ref.label) from None
 
     def _load(self, conn: Any, ref: str) -> Session:
         s = schema.agent_sessions
@@ -280,7 +380,9 @@ class SessionDatabase:
             return []
         t = schema.agent_summaries
         # upstream's agent_summaries has no id column: SQLite's rowid names the row
-        row_id: Any = literal_column("rowid") if self.engine.dialect.name == "sqlite" else literal_column("NULL")
+        summary_columns = {c["name"] for c in inspect(conn).get_columns("agent_summaries")}
+        row_id: Any = (t.c.id if "id" in summary_columns
+                       else literal_column("rowid") if self.engine.dialect.name == "sqlite" else literal_column("NULL"))
         rows = conn.execute(
             select(t.c.summary, t.c.anchor_message_id, t.c.created_at, row_id.label("row_id"))
             .where(t.c.session_id == session_id)
@@ -320,7 +422,7 @@ class SessionDatabase:
         if "ai_scene_members" not in self.tables or not session_key:
             return []
         t = schema.ai_scene_members
-        rows = conn.execute(select(t).where(t.c.scene_key == session_key).order_by(t.c.updated_at)).all()
+        rows = conn.execute(select(t).where(t.c.scene_key == session_key).order_by(t.c.updated_at, t.c.user_id)).all()
         members = []
         for r in rows:
             where = at_row("ai_scene_members", r.user_id, self.ref.label)
@@ -331,23 +433,24 @@ class SessionDatabase:
         return members
 
 
-def import_session(session: Session, db_path: Path, *, replace: bool = False) -> int:
-    """Write a session into a (new or existing) zhin SQLite database in upstream's schema. Returns rows."""
-    db_path.parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(f"sqlite:///{db_path}")
+def import_session(session: Session, db: str | Path, *, replace: bool = False) -> int:
+    """Write a session into a (new or existing) zhin database — an SQLite file or a server URL — in upstream's
+    schema. Returns the number of message rows written."""
+    ref = parse_db(str(db))
+    engine = writable_engine(ref)
     try:
         schema.metadata.create_all(engine)
         with engine.begin() as conn:
             exists = conn.execute(select(schema.agent_sessions.c.session_id).where(schema.agent_sessions.c.session_id == session.session_id)).first()
             if exists and not replace:
-                raise ZhinError(f"session {session.session_id!r} is already in {db_path} (use --replace)")
+                raise ZhinError(f"session {session.session_id!r} is already in {ref.label} (use --replace)")
             if exists:
                 for table in (schema.agent_messages, schema.agent_summaries, schema.zhin_scene_changes):
                     conn.execute(table.delete().where(table.c.session_id == session.session_id))
                 conn.execute(schema.agent_sessions.delete().where(schema.agent_sessions.c.session_id == session.session_id))
             _write(conn, session)
     except SQLAlchemyError as exc:
-        raise ZhinError(f"cannot write database: {str(exc.orig if isinstance(exc, DBAPIError) else exc).splitlines()[0]}", where=str(db_path)) from None
+        raise ZhinError(f"cannot write database: {db_error(exc)}", where=ref.label) from None
     finally:
         engine.dispose()
     return len(session.messages)
@@ -425,3 +528,27 @@ def _write(conn: Any, session: Session) -> None:
             timezone=session.timezone,
         )
     )
+    _write_members(conn, session, key)
+
+
+def _write_members(conn: Any, session: Session, key: str) -> None:
+    """The newest snapshot of each member (``member`` lines) as its ``ai_scene_members`` row."""
+    from zhin_cli.facts import clean_text  # stored text is bounded the same way as the facts cache's
+
+    newest: dict[str, MemberSnapshot] = {}
+    for member in sorted(session.members, key=lambda m: m.timestamp):
+        newest[member.user_id] = member
+    t = schema.ai_scene_members
+    platform = key.split(":")[0]
+    for member in newest.values():
+        conn.execute(t.delete().where((t.c.platform == platform) & (t.c.scene_key == key) & (t.c.user_id == member.user_id)))
+        conn.execute(t.insert().values(
+            platform=platform,
+            scene_key=key,
+            user_id=member.user_id,
+            platform_role=clean_text(member.facts.get("platform_role")),
+            card=clean_text(member.facts.get("card")),
+            title=clean_text(member.facts.get("title")),
+            muted_until=member.facts.get("muted_until"),
+            updated_at=member.timestamp,
+        ))

@@ -1,0 +1,76 @@
+"""``zhin facts show`` / ``zhin facts prune``: the stored member and scene facts (ADR 0041 §6)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from zhin_cli._cli import DbOption, app, handles_errors, print_json, stdout_console
+from zhin_cli.errors import UsageError
+from zhin_cli.facts import prune_database, show_facts
+from zhin_cli.store.database import discover_database
+
+facts_app = typer.Typer(help="Stored member and scene facts (ADR 0041 §6): show them, prune them to their bounds.",
+                        no_args_is_help=True)
+app.add_typer(facts_app, name="facts")
+
+
+def _database(db: str | None) -> str:
+    if db is not None:
+        return db
+    found = discover_database(Path.cwd())
+    if found is None:
+        raise UsageError("no .zhin/data.sqlite found from here upward; pass --db")
+    return str(found)
+
+
+@facts_app.command("show")
+@handles_errors
+def show_command(
+    session: Annotated[str, typer.Argument(help="Session id or key.")],
+    db: DbOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout.")] = False,
+) -> None:
+    """Show the stored scene facts, bot role and member rows of a session (read only)."""
+    data = show_facts(_database(db), session)
+    if as_json:
+        print_json(data)
+        return
+    console = stdout_console()
+    console.print(f"session key: {data['session_key']}", markup=False)
+    scene = data["scene"] or {}
+    for name in ("title", "owner_id", "admins", "member_count", "muted_all", "facts_updated_at"):
+        if scene.get(name) is not None:
+            console.print(f"{name}: {scene[name]}", markup=False)
+    console.print(f"bot_role: {data['bot_role'] or '-'}", markup=False)
+    table = Table("user_id", "platform_role", "card", "title", "muted_until", "updated_at")
+    for member in data["members"]:
+        table.add_row(*(str(member[k]) if member[k] is not None else "" for k in
+                        ("user_id", "platform_role", "card", "title", "muted_until", "updated_at")))
+    console.print(table)
+
+
+@facts_app.command("prune")
+@handles_errors
+def prune_command(
+    db: DbOption = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Report what would be removed; change nothing.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout.")] = False,
+) -> None:
+    """Apply the facts bounds: members who left, rows not updated for 90 days, over 2000 rows per session, long text."""
+    report = prune_database(_database(db), dry_run=dry_run)
+    if as_json:
+        print_json(report.as_dict())
+        return
+    verb = "would remove" if dry_run else "removed"
+    console = stdout_console()
+    console.print(f"{verb} {report.removed} member rows: {len(report.left)} left, {len(report.expired)} not updated for 90 days, "
+                  f"{len(report.over_cap)} over 2000 per session; {'would clean' if dry_run else 'cleaned'} text in "
+                  f"{len(report.cleaned)}", markup=False)
+    for label, rows in (("left", report.left), ("expired", report.expired), ("over cap", report.over_cap),
+                        ("cleaned", report.cleaned)):
+        for scene_key, user_id in rows:
+            console.print(f"  {label}: {scene_key} {user_id}", markup=False)
