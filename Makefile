@@ -4,8 +4,9 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 DEMO_DB = demo/.zhin/data.sqlite
 STAMP   = $(VENV)/.installed
+LIVE_VENV ?= .venv-live
 
-.PHONY: demo test install docs fuzz lint typecheck check bench clean
+.PHONY: demo test gates install docs fuzz lint typecheck check bench clean eval-live
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,8 +26,16 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -p no:cacheprovider
 
+# The pre-merge gates of the README, on this repository itself: the eval scenarios offline (JUnit in
+# reports/), the fixed prompt cost against prompt-budget.yaml, and prefix stability of the fixtures.
+gates: $(STAMP)
+	mkdir -p reports
+	$(BIN)/zhin eval eval_cases/ -j 2 --junit reports/eval-junit.xml
+	$(BIN)/zhin budget check
+	$(BIN)/zhin prefix-diff fixtures/
+
 lint: $(STAMP)
-	$(BIN)/ruff check zhin_cli tests
+	$(BIN)/ruff check zhin_cli tests benchmarks scripts
 	$(BIN)/mypy
 
 check: lint test
@@ -35,12 +44,22 @@ fuzz: $(STAMP)
 	ZHIN_FUZZ_EXAMPLES=200000 $(BIN)/python -m pytest -n 2 -p no:cacheprovider tests/test_properties.py
 
 bench: $(STAMP)
+	$(BIN)/python benchmarks/machine.py
 	$(BIN)/python benchmarks/replay.py
 	$(BIN)/python benchmarks/prefix_diff.py
 	$(BIN)/python benchmarks/memory.py
+	$(BIN)/python benchmarks/economy.py
+
+# The live tier (docs/live.md): a real llama.cpp server with SmolLM2-135M-Instruct on 127.0.0.1, in a venv of its
+# own. The first run on a machine compiles llama.cpp (about 6 min on 2 cores); the wheel is cached in
+# ~/.cache/zhin-wheels, so later runs install in seconds.
+eval-live: $(STAMP)
+	$(BIN)/python scripts/live_server.py install --venv $(LIVE_VENV)
+	$(BIN)/python scripts/live_server.py run --venv $(LIVE_VENV) -- $(BIN)/python -m pytest -p no:cacheprovider tests/live
+	$(BIN)/python scripts/live_server.py run --venv $(LIVE_VENV) -- $(BIN)/zhin eval --live eval_cases/
 
 clean:
-	rm -rf $(VENV) demo .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(LIVE_VENV) demo .pytest_cache .mypy_cache .ruff_cache
 
 docs: $(STAMP)
 	$(BIN)/python scripts/gen_cli_docs.py

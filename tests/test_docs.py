@@ -18,3 +18,24 @@ def test_readme_has_the_two_setup_commands_and_ci_runs_the_test_command() -> Non
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "make demo" in readme and "make test" in readme
     assert "make test" in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+
+
+def test_every_command_is_in_the_reference() -> None:
+    import importlib.util
+
+    import typer
+
+    from zhin_cli._cli import app
+
+    def walk(command: object, prefix: str) -> list[str]:
+        children = getattr(command, "commands", None)
+        if not children:
+            return [prefix]
+        return [name for key, child in children.items() for name in walk(child, f"{prefix} {key}".strip())]
+
+    spec = importlib.util.spec_from_file_location("gen_cli_docs", ROOT / "scripts" / "gen_cli_docs.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    registered = set(walk(typer.main.get_command(app), ""))
+    assert registered - set(module.COMMANDS) == set()
