@@ -487,3 +487,48 @@ def test_replay_reads_member_facts_as_stored(tmp_path: Path) -> None:
     assert facts.member("10004") == MemberFacts(platform_role="member", card="阿杰-国服上分中", muted_until=0, updated_at=1761790000000)
     assert facts.member("10004", at=1761789999999) is None  # not known yet at that time
     assert facts.member("10005") is None
+
+
+# --- the assembler's SessionView reads from the cache ---------------------------------------------------------
+
+
+class MemberCountSegment:
+    """A platform segment that states current facts, read through ``input.session.facts``."""
+
+    id, kind, weight, retention = "test.facts", "platform", 1.0, "preferred"
+
+    def inject(self, input: object) -> str:
+        session = input.session  # type: ignore[attr-defined]
+        if session.facts is None or session.session_key is None:
+            return ""
+        scene = session.facts.scene(session.session_key)
+        member = session.facts.member(session.session_key, "10002")
+        return (f"members: {scene.member_count if scene else '?'}; your role: {session.facts.bot_role(session.session_key)}; "
+                f"10002 card: {member.card if member else '?'}")
+
+
+def facts_request(facts: object) -> str:
+    from builders import SEC, T0 as HT0, History, assembler
+
+    h = History()
+    h.user(HT0, "10002", "在吗")
+    h.assistant(HT0 + SEC, "在")
+    built = assembler()
+    built.registry.register(MemberCountSegment())
+    built.facts = facts  # type: ignore[assignment]
+    request = list(built.replay(h.session()))[-1]
+    return next(text for segment_id, text in request.system_texts if segment_id == "test.facts") if any(
+        segment_id == "test.facts" for segment_id, _ in request.system_texts) else ""
+
+
+def test_segments_read_current_facts_through_the_session_view(cache: FactsCache, platform: FakePlatform) -> None:
+    platform.scenes[KEY] = SceneFactsRow(member_count=57)
+    platform.members["10002"] = MemberFacts(platform_role="member", card="明明")
+    assert facts_request(cache) == "members: 57; your role: admin; 10002 card: 明明"
+    platform.failing = True  # L1 still answers within its 60 s, the bot role falls back to the last L2 value
+    assert facts_request(cache) == "members: 57; your role: admin; 10002 card: 明明"
+
+
+def test_a_replay_without_a_facts_source_sees_none() -> None:
+    # Negative control: trace/prefix-diff/eval replays pass no facts source, so no current fact leaks in.
+    assert facts_request(None) == ""

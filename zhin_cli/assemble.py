@@ -24,6 +24,7 @@ from zhin_cli.providers.shaping import shape
 from zhin_cli.segments import (
     MESSAGE_KINDS,
     SYSTEM_PROMPT_KINDS,
+    FactsReader,
     PromptSegmentRegistry,
     RuntimeView,
     SegmentInput,
@@ -163,8 +164,10 @@ class Assembler:
         model: str | None = None,
         timezone: str | None = None,
         preset: Preset | None = None,
+        facts: FactsReader | None = None,
     ) -> None:
         self.registry = registry
+        self.facts = facts  # current member/scene facts for segments (SessionView.facts); None in replays
         self.config = config
         # The message skeleton: the given preset, else zhin.yaml's ``preset:``, else the ADR 0041 layout.
         self.preset = preset if preset is not None else config.preset()
@@ -224,6 +227,8 @@ class Assembler:
             is_group=session.is_group,
             summary=window.summary,
             summary_timestamp=window.summary_anchor_timestamp,
+            session_key=session.session_key,
+            facts=self.facts,
         )
         seg_input = SegmentInput(history=[*window.carried_events, *window.messages], runtime=runtime, session=view)
 

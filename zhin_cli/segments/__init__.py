@@ -32,6 +32,17 @@ class RuntimeView:
     config: dict[str, Any] = field(default_factory=dict)
 
 
+class FactsReader(Protocol):
+    """Current member and scene facts (ADR 0041 §6): ``zhin_cli.facts.FactsCache`` (L1 → L2 → platform) or
+    ``FactsStore`` (L2 rows only). Results are ``facts.MemberFacts`` / ``facts.SceneFactsRow`` or None."""
+
+    def member(self, scene_key: str, user_id: str) -> Any: ...
+
+    def scene(self, scene_key: str) -> Any: ...
+
+    def bot_role(self, scene_key: str) -> str | None: ...
+
+
 @dataclass(frozen=True)
 class SessionView:
     session_id: str
@@ -40,6 +51,11 @@ class SessionView:
     is_group: bool
     summary: Summary | None = None
     summary_timestamp: int = 0
+    # The runtime's facts source, when the caller has one (a running bot): a segment reads *current* facts of
+    # any member through it. A replay (trace, prefix-diff, eval) has none: what each message's actor carried is
+    # what the bot saw then, and reading today's facts into an old request would falsify it.
+    session_key: str | None = None
+    facts: FactsReader | None = None
 
 
 @dataclass(frozen=True)
