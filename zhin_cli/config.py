@@ -126,21 +126,31 @@ def load_config(path: Path | None = None, *, cwd: Path | None = None, search: bo
     return parse_config(data, path, lines)
 
 
+def read_text_file(path: Path, error: type[ZhinError] = ConfigError, what: str = "config file", encoding: str = "utf-8") -> str:
+    """A text input's contents; a missing file, a folder, bytes that are not UTF-8 (with their line) or an OS
+    error is one ``error``. Shared by every file the toolkit reads as text so they all report alike."""
+    try:
+        return path.read_text(encoding=encoding)
+    except FileNotFoundError:
+        raise error(f"no such {what}: {path}") from None
+    except IsADirectoryError:
+        raise error(f"{what} is a directory, not a file: {path}") from None
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise error(f"{what} is not UTF-8 (byte {exc.start})", where=f"{path}:{line}") from None
+    except OSError as exc:
+        raise error(f"cannot read {what}: {exc.strerror or exc}", where=str(path)) from None
+
+
 def read_yaml_file(path: Path, error: type[ZhinError] = ConfigError, what: str = "config file") -> tuple[Any, dict[str, int]]:
     """A YAML file's data and the line of every key; every problem is one ``error`` naming ``file:line``.
 
     Shared by every YAML input (zhin.yaml, eval cases, prompt-budget.yaml) so they all report alike."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise error(f"no such {what}: {path}") from None
-    except UnicodeDecodeError as exc:
-        line = path.read_bytes()[: exc.start].count(b"\n") + 1
-        raise error(f"not UTF-8 (byte {exc.start})", where=f"{path}:{line}") from None
-    except OSError as exc:
-        raise error(f"cannot read {what}: {exc}", where=str(path)) from None
+    text = read_text_file(path, error, what)
     try:
         return _load_yaml(text, path)
+    except ConfigError as exc:  # a duplicate key, reported as the caller's kind of error
+        raise error(exc.message, where=exc.where) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)

@@ -108,6 +108,33 @@ def freeze_loaded() -> None:
     gc.freeze()
 
 
+def database_or_discovered(db: str | None) -> str:
+    """``--db`` as given, else the ``.zhin/data.sqlite`` found from the current directory upward (usage error if none)."""
+    from zhin_cli.store.database import discover_database
+
+    if db is not None:
+        return db
+    found = discover_database(Path.cwd())
+    if found is None:
+        raise UsageError("no .zhin/data.sqlite found from here upward; pass --db")
+    return str(found)
+
+
+def write_jsonl_output(session: Any, output: Path | None) -> int | None:
+    """A session as JSONL on stdout, or into ``output`` (one-line error if it cannot be written); lines written."""
+    from zhin_cli.store.jsonl import write_session
+
+    if output is None:
+        write_session(session, sys.stdout)
+        return None
+    try:
+        handle = output.open("w", encoding="utf-8")
+    except OSError as exc:
+        raise ZhinError(f"cannot write: {exc.strerror}", where=str(output)) from None
+    with handle:
+        return write_session(session, handle)
+
+
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
 

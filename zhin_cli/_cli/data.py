@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -10,12 +9,12 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from zhin_cli._cli import DbOption, app, handles_errors, print_json, stdout_console
-from zhin_cli.errors import UsageError, ZhinError
+from zhin_cli._cli import DbOption, app, database_or_discovered, handles_errors, print_json, stdout_console, write_jsonl_output
+from zhin_cli.errors import UsageError
 from zhin_cli.store import load_session
-from zhin_cli.store.database import DEFAULT_DB, SessionDatabase, discover_database, import_session, parse_db
+from zhin_cli.store.database import DEFAULT_DB, SessionDatabase, import_session, parse_db
 from zhin_cli.store.events import import_events
-from zhin_cli.store.jsonl import read_session, write_session
+from zhin_cli.store.jsonl import read_session
 
 
 @app.command("import")
@@ -48,16 +47,9 @@ def export_command(
     db: DbOption = None,
 ) -> None:
     """Write a stored session as JSONL (the interchange format)."""
-    loaded = load_session(session, db=db, cwd=Path.cwd())
-    if output is None:
-        write_session(loaded, sys.stdout)
+    count = write_jsonl_output(load_session(session, db=db, cwd=Path.cwd()), output)
+    if count is None:
         return
-    try:
-        handle = output.open("w", encoding="utf-8")
-    except OSError as exc:
-        raise ZhinError(f"cannot write: {exc.strerror}", where=str(output)) from None
-    with handle:
-        count = write_session(loaded, handle)
     typer.echo(f"wrote {count} lines to {output}", err=True)
 
 
@@ -68,12 +60,7 @@ def sessions_command(
     as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout.")] = False,
 ) -> None:
     """List the sessions in a database (to find the id to trace)."""
-    if db is None:
-        found = discover_database(Path.cwd())
-        if found is None:
-            raise UsageError("no .zhin/data.sqlite found from here upward; pass --db")
-        db = str(found)
-    with SessionDatabase(parse_db(db)) as database:
+    with SessionDatabase(parse_db(database_or_discovered(db))) as database:
         rows = database.list_sessions()
     if as_json:
         print_json({"version": 1, "sessions": rows})

@@ -2,29 +2,19 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
-from zhin_cli._cli import DbOption, app, handles_errors, print_json, stdout_console
-from zhin_cli.errors import UsageError
+from zhin_cli._cli import DbOption, app, database_or_discovered, handles_errors, print_json, stdout_console
 from zhin_cli.facts import prune_database, show_facts
-from zhin_cli.store.database import discover_database
 
 facts_app = typer.Typer(help="Stored member and scene facts (ADR 0041 §6): show them, prune them to their bounds.",
                         no_args_is_help=True)
 app.add_typer(facts_app, name="facts")
 
 
-def _database(db: str | None) -> str:
-    if db is not None:
-        return db
-    found = discover_database(Path.cwd())
-    if found is None:
-        raise UsageError("no .zhin/data.sqlite found from here upward; pass --db")
-    return str(found)
 
 
 @facts_app.command("show")
@@ -35,7 +25,7 @@ def show_command(
     as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout.")] = False,
 ) -> None:
     """Show the stored scene facts, bot role and member rows of a session (read only)."""
-    data = show_facts(_database(db), session)
+    data = show_facts(database_or_discovered(db), session)
     if as_json:
         print_json(data)
         return
@@ -61,7 +51,7 @@ def prune_command(
     as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout.")] = False,
 ) -> None:
     """Apply the facts bounds: members who left, rows not updated for 90 days, over 2000 rows per session, long text."""
-    report = prune_database(_database(db), dry_run=dry_run)
+    report = prune_database(database_or_discovered(db), dry_run=dry_run)
     if as_json:
         print_json(report.as_dict())
         return

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from zhin_cli._cli import app, handles_errors
-from zhin_cli.errors import ZhinError
-from zhin_cli.store.jsonl import write_session
+from zhin_cli._cli import app, handles_errors, write_jsonl_output
 from zhin_cli.synth import SynthOptions, synthesize
 
 fixtures_app = typer.Typer(help="Session fixtures: synthetic group chats for tests and economy reports.", no_args_is_help=True)
@@ -39,13 +36,7 @@ def synth_command(
     """
     session = synthesize(SynthOptions(members=members, messages=messages, seed=seed, bot_rate=bot_rate,
                                       tool_rate=tool_rate, event_rate=event_rate, compact_every=compact_every))
-    if output is None:
-        write_session(session, sys.stdout)
+    count = write_jsonl_output(session, output)
+    if count is None:
         return
-    try:
-        handle = output.open("w", encoding="utf-8")
-    except OSError as exc:
-        raise ZhinError(f"cannot write: {exc.strerror}", where=str(output)) from None
-    with handle:
-        count = write_session(session, handle)
     typer.echo(f"wrote {count} lines ({len(session.messages)} messages) to {output}", err=True)

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from zhin_cli._cli import DbOption, app, handles_errors, print_json, stdout_console
+from zhin_cli._cli import DbOption, app, database_or_discovered, handles_errors, print_json, stdout_console
 from zhin_cli.errors import UsageError
 from zhin_cli.model import Session
 from zhin_cli.stats import CacheStats, cache_stats
@@ -34,18 +34,13 @@ def parse_until(value: str | None) -> datetime:
 def iter_sessions(refs: list[str], db: str | None) -> Iterator[Session]:
     """The named sessions, or every session of the database when none is named; loaded one at a time."""
     from zhin_cli.store import load_session
-    from zhin_cli.store.database import SessionDatabase, discover_database, parse_db
+    from zhin_cli.store.database import SessionDatabase, parse_db
 
     if refs:
         for ref in refs:
             yield load_session(ref, db=db, cwd=Path.cwd())
         return
-    if db is None:
-        found = discover_database(Path.cwd())
-        if found is None:
-            raise UsageError("no sessions: name session files or ids, or pass --db (no .zhin/data.sqlite found upward)")
-        db = str(found)
-    with SessionDatabase(parse_db(db)) as database:
+    with SessionDatabase(parse_db(database_or_discovered(db))) as database:
         for row in database.list_sessions():
             yield database.load(str(row["session_id"]))
 

@@ -13,9 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from zhin_cli.errors import EXIT_INVALID_CASE, ConfigError, ZhinError
+from zhin_cli.errors import EXIT_INVALID_CASE, ZhinError
 from zhin_cli.eval import assertions as _assertions  # noqa: F401  (registers the built-in assertions)
 from zhin_cli.eval import timeline as _timeline  # noqa: F401  (registers the built-in steps)
 from zhin_cli.eval import transforms as _transforms  # noqa: F401  (registers the built-in transforms)
@@ -224,27 +222,9 @@ def _error_key(error: Any) -> str:
 
 
 def read_yaml(path: Path) -> tuple[Any, dict[str, int]]:
-    from zhin_cli.config import _load_yaml
+    from zhin_cli.config import read_yaml_file
 
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise CaseError("no such case file", where=str(path)) from None
-    except UnicodeDecodeError as exc:
-        line = path.read_bytes()[: exc.start].count(b"\n") + 1
-        raise CaseError(f"not UTF-8 (byte {exc.start})", where=f"{path}:{line}") from None
-    except OSError as exc:
-        raise CaseError(f"cannot read: {exc.strerror or exc}", where=str(path)) from None
-    try:
-        return _load_yaml(text, path)
-    except ConfigError as exc:  # duplicate key
-        raise CaseError(exc.message, where=exc.where) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise CaseError(f"invalid YAML: {problem}", where=f"{path}:{mark.line + 1}" if mark else str(path)) from None
-    except RecursionError:
-        raise CaseError("invalid YAML: nested too deeply", where=str(path)) from None
+    return read_yaml_file(path, CaseError, "case file")
 
 
 def load_case_file(path: Path) -> list[Case]:

@@ -14,6 +14,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from zhin_cli.config import read_text_file
 from zhin_cli.errors import ConfigError
 from zhin_cli.preset.model import (
     CHARACTER_ID,
@@ -39,17 +40,7 @@ ROLES: tuple[Role, ...] = ("system", "user", "assistant")
 
 def load_preset(path: Path, options: dict[str, Any] | None = None) -> Preset:
     """Read a preset file; ``options`` (zhin.yaml ``preset:`` mapping) override its ``extensions.zhin``."""
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise ConfigError(f"no such preset file: {path}") from None
-    except IsADirectoryError:
-        raise ConfigError(f"preset is a directory, not a file: {path}") from None
-    except UnicodeDecodeError as exc:
-        line = path.read_bytes()[: exc.start].count(b"\n") + 1
-        raise ConfigError(f"preset is not UTF-8 (byte {exc.start})", where=f"{path}:{line}") from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read preset: {exc.strerror or exc}", where=str(path)) from None
+    text = read_text_file(path, ConfigError, "preset file", encoding="utf-8-sig")  # ST files may start with a BOM
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
