@@ -1,7 +1,7 @@
 """Member and scene facts, two levels (ADR 0041 §6; issue 7 items 2–4).
 
 The platform is the one thing faked (``FakePlatform``); the clock is a ``FakeClock`` (ms) the tests move by
-hand; L2 is a real SQLite database (the same SQLAlchemy code path as PostgreSQL, see test_postgres.py).
+hand; L2 is a real SQLite database (the same SQLAlchemy code path as PostgreSQL, see test_servers.py).
 """
 
 from __future__ import annotations
