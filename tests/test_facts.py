@@ -508,7 +508,8 @@ class MemberCountSegment:
 
 
 def facts_request(facts: object) -> str:
-    from builders import SEC, T0 as HT0, History, assembler
+    from builders import SEC, History, assembler
+    from builders import T0 as HT0
 
     h = History()
     h.user(HT0, "10002", "在吗")
