@@ -56,7 +56,7 @@ bench: $(STAMP)
 eval-live: $(STAMP)
 	$(BIN)/python scripts/live_server.py install --venv $(LIVE_VENV)
 	$(BIN)/python scripts/live_server.py run --venv $(LIVE_VENV) -- $(BIN)/python -m pytest -p no:cacheprovider tests/live
-	$(BIN)/python scripts/live_server.py run --venv $(LIVE_VENV) -- $(BIN)/zhin eval --live eval_cases/
+	$(BIN)/python scripts/live_server.py run --venv $(LIVE_VENV) -- $(BIN)/zhin eval --live --no-cache eval_cases/
 
 clean:
 	rm -rf $(VENV) $(LIVE_VENV) demo .pytest_cache .mypy_cache .ruff_cache
