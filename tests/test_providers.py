@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from builders import SEC, T0, History, contents, request_for_next, roles
 
@@ -68,6 +70,25 @@ def test_per_provider_override_from_config() -> None:
     assert request.state_rendering == "user"
     with pytest.raises(ConfigError, match="mid_conversation_system must be"):
         resolve_profile("openai", "gpt-4o", {"mid_conversation_system": "sometimes"})
+
+
+def test_null_content_override_and_the_llama_cpp_profile() -> None:
+    # llama-cpp-python's server rejects an assistant tool-call message with "content": null (live tier finding)
+    h = History()
+    h.user(T0, "10002", "天气？")
+    h.assistant(T0 + SEC, "", calls=[("call_1", "weather")])
+    h.result(T0 + 2 * SEC, "call_1")
+
+    def tool_call_content(request: Any) -> Any:
+        return next(m["content"] for m in request.request["messages"] if m.get("tool_calls"))
+
+    assert tool_call_content(request_for_next(h, T0 + 3 * SEC, provider="openai-compatible")) is None
+    assert tool_call_content(request_for_next(h, T0 + 3 * SEC, provider="llama-cpp")) == ""
+    overridden = request_for_next(h, T0 + 3 * SEC, {"providers": {"openai-compatible": {"null_content": "empty"}}},
+                                  provider="openai-compatible")
+    assert tool_call_content(overridden) == ""
+    with pytest.raises(ConfigError, match="null_content must be null or empty, got 'none'"):
+        resolve_profile("openai-compatible", "m", {"null_content": "none"})
 
 
 def test_unknown_provider_is_a_config_error() -> None:

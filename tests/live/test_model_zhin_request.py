@@ -19,7 +19,6 @@ reuses).
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +26,11 @@ import pytest
 
 from zhin_cli.assemble import AssembledRequest
 from zhin_cli.eval.live import LiveModel, LiveModelError
-from zhin_cli.providers import PROFILES, register_profile
+from zhin_cli.providers import PROFILES
 from zhin_cli.trace import trace
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
-LLAMA_PROFILE = "llama-cpp-python"
+LLAMA_PROFILE = "llama-cpp"
 TURNS: dict[str, list[int] | None] = {"private-chat.jsonl": None, "legacy-upstream.jsonl": None, "group-busy.jsonl": [4, 5, 6]}
 
 
@@ -47,9 +46,8 @@ def has_null_content(body: dict[str, Any]) -> bool:
 
 @pytest.fixture(scope="module")
 def llama_profile() -> str:
-    if LLAMA_PROFILE not in PROFILES:
-        register_profile(replace(PROFILES["openai-compatible"], name=LLAMA_PROFILE, null_content="empty",
-                                 description="llama-cpp-python's server: assistant tool-call messages need string content"))
+    """The shipped profile for this server (zhin_cli/providers/local.py): tool-call messages with "" content."""
+    assert PROFILES[LLAMA_PROFILE].null_content == "empty"
     return LLAMA_PROFILE
 
 

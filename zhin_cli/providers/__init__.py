@@ -99,7 +99,13 @@ def register_renderer(wire: str) -> Callable[[Renderer], Renderer]:
     return add
 
 
-OVERRIDABLE = {"mid_conversation_system", "system_prompt_role", "alternation", "validator"}
+OVERRIDABLE = {"mid_conversation_system", "system_prompt_role", "alternation", "validator", "null_content"}
+OVERRIDE_VALUES: dict[str, tuple[str, ...]] = {
+    "mid_conversation_system": ("system", "developer", "none"),
+    "system_prompt_role": ("system", "developer", "user"),
+    "alternation": ("free", "merge"),
+    "null_content": ("null", "empty"),
+}
 
 
 def resolve_profile(name: str, model: str, overrides: dict[str, Any] | None = None) -> Capabilities:
@@ -127,8 +133,9 @@ def resolve_profile(name: str, model: str, overrides: dict[str, Any] | None = No
         bad = set(overrides) - OVERRIDABLE
         if bad:
             raise ConfigError(f"provider override keys {sorted(bad)} not supported (allowed: {sorted(OVERRIDABLE)}, models)")
-        if overrides.get("mid_conversation_system", "system") not in ("system", "developer", "none"):
-            raise ConfigError("mid_conversation_system must be system, developer or none")
+        for key, allowed in OVERRIDE_VALUES.items():
+            if key in overrides and overrides[key] not in allowed:
+                raise ConfigError(f"{key} must be {', '.join(allowed[:-1])} or {allowed[-1]}, got {overrides[key]!r}")
         profile = replace(profile, **overrides)
     if profile.system_only_at_start and profile.mid_conversation_system != "none":
         # the template would reject (or silently move) a system message after index 0

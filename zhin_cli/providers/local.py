@@ -10,7 +10,7 @@ messages anywhere (Llama 3.x, Qwen2.5, Qwen3) may opt in per model in ``zhin.yam
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 
 from zhin_cli.providers import CacheRules, Capabilities, register_profile
 
@@ -64,16 +64,22 @@ def _rules() -> tuple[tuple[str, dict[str, Any]], ...]:
     )
 
 
-for _name, _description in (
-    ("vllm", "vLLM serving a Hugging Face model: the model's chat template decides what is legal"),
-    ("ollama", "Ollama: the model's chat template decides what is legal"),
-):
+_SERVERS: tuple[tuple[str, str, Literal["null", "empty"]], ...] = (
+    ("vllm", "vLLM serving a Hugging Face model: the model's chat template decides what is legal", "null"),
+    ("ollama", "Ollama: the model's chat template decides what is legal", "null"),
+    # llama-cpp-python's server (0.3.36) validates messages with pydantic and answers an assistant tool-call
+    # message with "content": null with HTTP 500 "validation errors" (found by the live tier, docs/live.md).
+    ("llama-cpp", "llama-cpp-python's server: the GGUF's chat template decides; tool-call messages carry \"\" content",
+     "empty"),
+)
+for _name, _description, _null_content in _SERVERS:
     register_profile(
         Capabilities(
             name=_name,
             wire="openai-chat",
             validator="openai-chat",
             mid_conversation_system="none",
+            null_content=_null_content,
             cache=CacheRules(mechanism="automatic", min_tokens=0, step_tokens=1),
             model_rules=_rules(),
             description=_description,
