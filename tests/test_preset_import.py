@@ -99,6 +99,12 @@ def test_lint_flags_a_preset_without_chat_history() -> None:
     assert {"no-history", "system-appended"} <= codes_found
 
 
+def test_a_squash_setting_that_is_not_a_boolean_is_reported_and_means_off() -> None:
+    preset = parse_preset({"squash_system_messages": "yes", "prompts": []})
+    assert "bad-squash" in codes(preset) and preset.squash is False
+    assert "bad-squash" not in codes(parse_preset({"squash_system_messages": True, "prompts": []}))
+
+
 def test_bad_regex_is_skipped_and_reported() -> None:
     data = {"prompts": [], "extensions": {"regex_scripts": [{"scriptName": "broken", "findRegex": "/([a-/g", "promptOnly": True}]}}
     preset = parse_preset(data)

@@ -289,6 +289,10 @@ def parse_preset(data: Any, *, path: Path | None = None, text: str | None = None
     unknown = sorted(k for k in data if k not in KNOWN_TOP_LEVEL)
     for key in unknown:
         reader.report("info", "unknown-key", f"unknown top-level key {key!r} kept (not used for assembly)", key, f'"{key}"')
+    squash = data.get("squash_system_messages")
+    if squash is not None and not isinstance(squash, bool):
+        reader.report("warning", "bad-squash", f"squash_system_messages is {type(squash).__name__} {squash!r}, not true/false; "
+                      "ST squashes only on true, so nothing is squashed", "squash_system_messages", '"squash_system_messages"')
     mode = data.get("custom_prompt_post_processing") or ""
     if mode not in POST_PROCESSING:
         reader.report("warning", "bad-post-processing", f"custom_prompt_post_processing {mode!r} is unknown; no post-processing",
