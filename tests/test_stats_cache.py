@@ -126,6 +126,10 @@ def test_cli_json_and_table(zhin: Any, tmp_path: Path) -> None:
     # --days before --until: a period that ends before every request counts nothing
     empty = json.loads(zhin("stats", "cache", *files, "--days", "1", "--until", "2020-01-01", "--json").stdout)
     assert all(row["first"]["requests"] == row["later"]["requests"] == 0 for row in empty["models"])
+    # a period reaching back before year 1 is simply "everything up to --until", not an overflow
+    everything = zhin("stats", "cache", *files, "--days", "99999999", "--json")
+    assert everything.returncode == 0, everything.stderr
+    assert {r["provider"]: r["later"]["requests"] for r in json.loads(everything.stdout)["models"]} == {"openai": 3, "anthropic": 2}
 
 
 def test_cli_errors_are_one_line(zhin: Any, tmp_path: Path) -> None:

@@ -75,7 +75,12 @@ def cache_command(
 ) -> None:
     """Prompt-cache hit rates from the usage logged on assistant messages: first request of a group vs later."""
     end = parse_until(until)
-    since = int((end - timedelta(days=days)).timestamp() * 1000) if days is not None else None
+    since = None
+    if days is not None:
+        try:
+            since = int((end - timedelta(days=days)).timestamp() * 1000)
+        except OverflowError:  # before year 1: the period starts at the beginning of time
+            since = int(datetime.min.replace(tzinfo=UTC).timestamp() * 1000)
     until_ms = int(end.timestamp() * 1000) if (until is not None or days is not None) else None
     stats = cache_stats(iter_sessions(list(sessions or []), db), since=since, until=until_ms, lifetime_seconds=lifetime)
     if as_json:
