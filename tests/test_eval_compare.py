@@ -134,7 +134,8 @@ def test_compare_two_saved_results(zhin: Any, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("args, code, text", [
     (("compare", "only.json"), 2, "two saved"),
-    (("compare", "nope.json", "nope.json"), 3, "nope.json: no such file"),
+    (("compare", "nope.json", "nope.json"), 3, "no such eval result: nope.json"),
+    (("compare", "zhin.yaml", "zhin.yaml"), 3, "zhin.yaml:1: eval result is not valid JSON"),
     (("cases", "--base", "zhin.yaml"), 2, "both --base and --head"),
     (("cases", "--base", "zhin.yaml", "--head", "no-such-ref"), 2, "no-such-ref"),
 ])

@@ -37,7 +37,7 @@ def test_lint_exit_codes_and_json(zhin: Run, tmp_path: Path) -> None:
     bad.write_text('{\n  "prompts": [\n    {"identifier": "x",,}\n  ]\n}\n', encoding="utf-8")
     broken = zhin("preset", "lint", bad)
     assert broken.returncode == 3
-    assert one_line_error(broken) == f"zhin: error: {bad}:3: preset is not valid JSON: Expecting property name enclosed in double quotes"
+    assert one_line_error(broken) == f"zhin: error: {bad}:3: preset file is not valid JSON: Expecting property name enclosed in double quotes (column 24)"
     assert zhin("preset", "lint", tmp_path / "absent.json").returncode == 3
 
 

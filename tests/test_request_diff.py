@@ -125,9 +125,11 @@ def test_capture_numbers_continue_and_every_body_is_kept_as_sent(tmp_path: Path)
 def test_bad_input_is_one_line_and_exit_2(zhin: Any, tmp_path: Path) -> None:
     (tmp_path / "bad.json").write_text('{"model": "m",\n "messages": [}', encoding="utf-8")
     (tmp_path / "ok.json").write_text('{"model": "m", "messages": []}', encoding="utf-8")
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
     for args, expected in [
-        (("bad.json", "ok.json"), "bad.json:2: not JSON"),
-        (("missing.json", "ok.json"), "missing.json: no such file"),
+        (("bad.json", "ok.json"), "bad.json:2: request file is not valid JSON"),
+        (("deep.json", "ok.json"), "deep.json: request file is not valid JSON: nested too deeply"),
+        (("missing.json", "ok.json"), "no such request file: missing.json"),
         (("ok.json", "ok.json", "--ignore", "messages[x]"), "--ignore 'messages[x]'"),
     ]:
         result = zhin("request-diff", *args)

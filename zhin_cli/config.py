@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import json
 import re
 import sys
 from collections.abc import Iterator
@@ -140,6 +141,18 @@ def read_text_file(path: Path, error: type[ZhinError] = ConfigError, what: str =
         raise error(f"{what} is not UTF-8 (byte {exc.start})", where=f"{path}:{line}") from None
     except OSError as exc:
         raise error(f"cannot read {what}: {exc.strerror or exc}", where=str(path)) from None
+
+
+def read_json_file(path: Path, error: type[ZhinError] = ConfigError, what: str = "JSON file",
+                   encoding: str = "utf-8") -> tuple[Any, str]:
+    """A JSON file's data and its text; unreadable, not JSON (with its line) or nested too deeply is one ``error``."""
+    text = read_text_file(path, error, what, encoding)
+    try:
+        return json.loads(text), text
+    except json.JSONDecodeError as exc:
+        raise error(f"{what} is not valid JSON: {exc.msg} (column {exc.colno})", where=f"{path}:{exc.lineno}") from None
+    except RecursionError:
+        raise error(f"{what} is not valid JSON: nested too deeply", where=str(path)) from None
 
 
 def read_yaml_file(path: Path, error: type[ZhinError] = ConfigError, what: str = "config file") -> tuple[Any, dict[str, int]]:

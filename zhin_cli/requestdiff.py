@@ -27,6 +27,7 @@ from typing import Any
 
 from deepdiff import DeepDiff
 
+from zhin_cli.config import read_json_file
 from zhin_cli.errors import InputError, UsageError, ZhinError
 
 CONTEXT = 40  # characters of text shown on each side of a string's first difference
@@ -126,18 +127,8 @@ def first_difference(before: str, after: str) -> tuple[int, str, str]:
 
 def load_side(path: Path, turn: int | None = None) -> Side:
     """A request body from a JSON file: a body as sent, or a ``zhin trace --json`` document."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError("no such file", where=str(path)) from None
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror}", where=str(path)) from None
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise InputError("not UTF-8 text", where=str(path)) from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"not JSON: {exc.msg} (column {exc.colno})", where=f"{path}:{exc.lineno}") from None
+    data, text = read_json_file(path, InputError, "request file")
+    raw = text.encode("utf-8")  # the bytes as stored: UTF-8 decoding and encoding round-trip exactly
     if not isinstance(data, dict):
         raise InputError(f"expected a JSON object (a request body or a zhin trace --json document), got {type(data).__name__}",
                          where=str(path))

@@ -135,18 +135,9 @@ def compare_results(base: dict[str, Any], head: dict[str, Any], base_label: str 
 
 def load_result(path: Path) -> dict[str, Any]:
     """A saved ``zhin eval --json`` document."""
-    import json
+    from zhin_cli.config import read_json_file
 
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError("no such file", where=str(path)) from None
-    except UnicodeDecodeError:
-        raise InputError("not UTF-8 text", where=str(path)) from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"not JSON: {exc.msg}", where=f"{path}:{exc.lineno}") from None
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror}", where=str(path)) from None
+    data, _ = read_json_file(path, InputError, "eval result")
     if not isinstance(data, dict) or not isinstance(data.get("cases"), list) or data.get("version") != 1:
         raise InputError("not a zhin eval --json result (version 1 with cases)", where=str(path))
     return data

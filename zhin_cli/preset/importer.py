@@ -14,7 +14,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from zhin_cli.config import read_text_file
+from zhin_cli.config import read_json_file
 from zhin_cli.errors import ConfigError
 from zhin_cli.preset.model import (
     CHARACTER_ID,
@@ -40,13 +40,7 @@ ROLES: tuple[Role, ...] = ("system", "user", "assistant")
 
 def load_preset(path: Path, options: dict[str, Any] | None = None) -> Preset:
     """Read a preset file; ``options`` (zhin.yaml ``preset:`` mapping) override its ``extensions.zhin``."""
-    text = read_text_file(path, ConfigError, "preset file", encoding="utf-8-sig")  # ST files may start with a BOM
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"preset is not valid JSON: {exc.msg}", where=f"{path}:{exc.lineno}") from None
-    except RecursionError:
-        raise ConfigError("preset is not valid JSON: nested too deeply", where=str(path)) from None
+    data, text = read_json_file(path, ConfigError, "preset file", encoding="utf-8-sig")  # ST files may start with a BOM
     return parse_preset(data, path=path, text=text, options=options)
 
 
