@@ -73,6 +73,15 @@ class History:
                        list(self.messages), summaries=list(self.summaries))
 
 
+def answered_chat(turns: int, gap: int = MIN) -> History:
+    """``turns`` member messages from 10002, each answered by the bot: two stored messages per turn."""
+    h = History()
+    for i in range(turns):
+        h.user(T0 + i * gap, "10002", f"m{i}")
+        h.assistant(T0 + i * gap + 500, f"r{i}")
+    return h
+
+
 def assembler(config: dict[str, Any] | Config | None = None, **options: Any) -> Assembler:
     cfg = config if isinstance(config, Config) else parse_config(config or {})
     registry, _ = cfg.registry()

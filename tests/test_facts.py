@@ -514,12 +514,10 @@ def facts_request(facts: object) -> str:
     h = History()
     h.user(HT0, "10002", "在吗")
     h.assistant(HT0 + SEC, "在")
-    built = assembler()
+    built = assembler(facts=facts)
     built.registry.register(MemberCountSegment())
-    built.facts = facts  # type: ignore[assignment]
     request = list(built.replay(h.session()))[-1]
-    return next(text for segment_id, text in request.system_texts if segment_id == "test.facts") if any(
-        segment_id == "test.facts" for segment_id, _ in request.system_texts) else ""
+    return dict(request.system_texts).get("test.facts", "")
 
 
 def test_segments_read_current_facts_through_the_session_view(cache: FactsCache, platform: FakePlatform) -> None:

@@ -9,7 +9,7 @@ from datetime import UTC
 from pathlib import Path
 
 import pytest
-from builders import MIN, SEC, T0, History, TimeOnlyAssembler, assembler, late_event_history, replay
+from builders import MIN, SEC, T0, History, TimeOnlyAssembler, answered_chat, assembler, late_event_history, replay
 
 from zhin_cli.model import SceneChange
 from zhin_cli.prefixdiff import diff_pair, diff_turns, serialize
@@ -164,11 +164,7 @@ def two_turns_plus() -> History:
 
 
 def test_tail_limit_window_shift_is_reported_with_a_hint() -> None:
-    h = History()
-    for i in range(6):
-        h.user(T0 + i * SEC, "10002", f"m{i}")
-        h.assistant(T0 + i * SEC + 500, f"r{i}")
-    session = h.session()
+    session = answered_chat(6, gap=SEC).session()
     result = diff_turns(session.session_id, assembler({"window": {"max_messages": 4}}).replay(session))
     shifts = [p for p in result.pairs if p.cause == "window_shift"]
     assert shifts and all(p.detail == "tail limit" for p in shifts)
@@ -279,11 +275,7 @@ def test_base_head_flags_an_unstable_head_configuration(tmp_path: Path) -> None:
 
 def test_hysteresis_window_shifts_get_no_hint() -> None:
     # Negative control of the test above: one shift per five turns is the designed cost, not a problem.
-    h = History()
-    for i in range(30):
-        h.user(T0 + i * SEC, "10002", f"m{i}")
-        h.assistant(T0 + i * SEC + 500, f"r{i}")
-    session = h.session()
+    session = answered_chat(30, gap=SEC).session()
     result = diff_turns(session.session_id, assembler({"window": {"max_messages": 20}}).replay(session))
     assert [p.to_turn for p in result.pairs if p.cause == "window_shift"] == [11, 16, 21, 26]
     assert ("window", "tail_limit") not in result.hints

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from builders import MIN, SEC, T0, History, assembler, contents, replay, roles
+from builders import MIN, SEC, T0, History, answered_chat, assembler, contents, replay, roles
 
 
 def compacted_history() -> History:
@@ -69,19 +69,10 @@ def test_tail_limit_never_opens_on_a_tool_result() -> None:
 # --- hysteresis (preset-message-skeleton: "超过 2n 才裁到 n", prefix breaks once every n) -------------------------
 
 
-def chat(turns: int) -> History:
-    """``turns`` member messages, each answered: two stored messages per turn."""
-    h = History()
-    for i in range(turns):
-        h.user(T0 + i * MIN, "10002", f"m{i}")
-        h.assistant(T0 + i * MIN + SEC, f"r{i}")
-    return h
-
-
 def shift_turns(config: dict[str, object], turns: int = 40) -> list[int]:
     from zhin_cli.prefixdiff import diff_turns
 
-    session = chat(turns).session()
+    session = answered_chat(turns).session()
     result = diff_turns(session.session_id, assembler(config).replay(session))
     assert {p.cause for p in result.pairs} <= {"append", "tail", "window_shift"}
     return [p.to_turn for p in result.pairs if p.cause == "window_shift"]
@@ -91,7 +82,7 @@ def test_hysteresis_breaks_the_prefix_exactly_once_per_step() -> None:
     # max 20, cut to 10: the window may start only every 10 messages = every 5 turns of 2 messages.
     shifts = shift_turns({"window": {"max_messages": 20}})
     assert shifts == [11, 16, 21, 26, 31, 36]
-    for request in replay(chat(40).session(), {"window": {"max_messages": 20}}):
+    for request in replay(answered_chat(40).session(), {"window": {"max_messages": 20}}):
         assert request.window["messages"] <= 20
         if request.window["dropped"]:
             assert request.window["messages"] > 10
@@ -109,7 +100,7 @@ def test_explicit_cut_to_sets_the_step() -> None:
 def test_a_turn_replayed_alone_sees_the_window_of_the_full_replay() -> None:
     from builders import assembler
 
-    session = chat(30).session()
+    session = answered_chat(30).session()
     full = list(assembler({"window": {"max_messages": 12}}).replay(session))
     alone = assembler({"window": {"max_messages": 12}})
     for request, position in zip(full, range(1, len(session.messages), 2), strict=True):
