@@ -3,6 +3,10 @@
 Everything member-controlled passes through ``escape_value`` (headers) or ``quote_value`` (state-change
 values) before it reaches the model. Both remove every line break and control character, so a value can
 never start a line of its own, and cut at 64 characters with ``…``.
+
+A model may read text as if normalised (NFKC: ``；`` is ``;``) or not see invisible characters at all, so the
+delimiters' look-alikes are escaped like the delimiters, reserved ids are compared after escaping on a
+normalised key, and member lines are matched against the host's shapes after the same normalisation.
 """
 
 from __future__ import annotations
@@ -36,6 +40,22 @@ _LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 # Format characters that reorder or hide text (bidi overrides/isolates, zero-width joiners …).
 _INVISIBLE_CATEGORIES = frozenset({"Cf"})
 
+# Look-alikes of the host's delimiters. The NFKC ones are complete for this Python's Unicode (a test scans every
+# code point); the others are Unicode confusables (UTS #39) that NFKC leaves alone.
+# A value's field ends at ``;`` and its header at ``]``: their look-alikes are escaped like them (to a space).
+FIELD_END_LOOKALIKES = frozenset("\u037e\ufe14\ufe54\uff1b" "\ufe48\uff3d")  # ; ; ; ;  ] ]
+# ``"`` and ``\\`` close and escape a quoted state-change value: their look-alikes get a backslash too.
+QUOTE_LOOKALIKES = frozenset("\uff02" "\ufe68\uff3c")
+_OPENING_BRACKETS = "[\ufe47\uff3b"  # every character whose NFKC form is "["
+_COLON_CONFUSABLES = ("\u02d0\u02f8\u0589\u05c3\u0703\u0704\u16ec\u1803\u1809\u205a\u2236\ua4fd\ua789\ufe30")
+_SEMICOLON_CONFUSABLES = "\u204f"
+# Characters that draw a blank although they are letters (Hangul fillers, the braille blank) …
+_BLANK_LOOKING = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+# … and Unicode's default-ignorable code points outside category Cf (drawn as nothing): CGJ, Khmer inherent
+# vowels, Mongolian variation selectors, variation selectors, and the unassigned rest of the ignorable blocks.
+_IGNORABLE_RANGES = ((0x034F, 0x034F), (0x17B4, 0x17B5), (0x180B, 0x180F), (0x2065, 0x2065), (0xFE00, 0xFE0F),
+                     (0xFFF0, 0xFFF8), (0xE0000, 0xE0FFF))
+
 
 def _clean(value: str, forbidden: str) -> str:
     out: list[str] = []
@@ -57,22 +77,67 @@ def cut(value: str, limit: int = MAX_VALUE_CHARS) -> str:
     return value if len(value) <= limit else value[: limit - 1] + ELLIPSIS
 
 
+_HEADER_FORBIDDEN = ";]" + "".join(sorted(FIELD_END_LOOKALIKES))
+
+
 @functools.lru_cache(maxsize=65536)  # names and ids repeat on every request of a replay
 def escape_value(value: str) -> str:
-    """A header value: ``;``, ``]`` and every line break become a space; controls removed; ≤ 64 chars."""
-    return cut(_clean(value, ";]"))
+    """A header value: ``;``, ``]``, their look-alikes (``；`` ``;`` ``］`` …) and every line break become a space;
+    controls and format characters removed; ≤ 64 chars."""
+    return cut(_clean(value, _HEADER_FORBIDDEN))
 
 
 @functools.lru_cache(maxsize=16384)
 def quote_value(value: str) -> str:
-    """A member-controlled value inside a ``[state change]`` line: escaped, cut, in double quotes."""
+    """A member-controlled value inside a ``[state change]`` line: escaped, cut, in double quotes. ``\\``, ``"``
+    and their NFKC look-alikes (``＼`` ``＂``) get a backslash, so no reader sees the quotes close early."""
     cleaned = cut(_clean(value, ""))
-    return '"' + cleaned.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return '"' + "".join("\\" + c if c in '"\\' or c in QUOTE_LOOKALIKES else c for c in cleaned) + '"'
+
+
+def _ignorable(char: str) -> bool:
+    """Drawn as nothing or as a blank: whitespace, format characters (Cf), default-ignorables, Hangul fillers."""
+    if char.isspace() or char in _BLANK_LOOKING or unicodedata.category(char) == "Cf":
+        return True
+    code = ord(char)
+    return any(low <= code <= high for low, high in _IGNORABLE_RANGES)
+
+
+# Letters that look like the Latin letters of the reserved words (UTS #39 confusables, Cyrillic/Greek/small
+# capitals), digits and bars that pass for o/l, and "rn" for "m". Applied to the id only to decide whether it is
+# reserved: a false positive costs a visible ``user:`` prefix, a false negative a forged host.
+_SKELETON = str.maketrans({
+    **dict.fromkeys("аɑα⍺ᴀ", "a"), **dict.fromkeys("еҽᴇ℮", "e"), **dict.fromkeys("іιɩꙇ", "i"),
+    **dict.fromkeys("оοᴏ0", "o"), **dict.fromkeys("ѕꜱ", "s"), **dict.fromkeys("уүʏ", "y"), "ᴛ": "t", "ᴍ": "m",
+    "ɴ": "n", "ј": "j", "һ": "h", **dict.fromkeys("ӏǀʟ1|IΙІӀ", "l"),
+    **dict.fromkeys("АΑ", "A"), **dict.fromkeys("ВΒ", "B"), **dict.fromkeys("ЕΕ", "E"), **dict.fromkeys("КΚ", "K"),
+    **dict.fromkeys("МΜ", "M"), **dict.fromkeys("НΗ", "H"), **dict.fromkeys("ОΟ", "O"), **dict.fromkeys("РΡ", "P"),
+    **dict.fromkeys("СϹ", "C"), **dict.fromkeys("ТΤ", "T"), **dict.fromkeys("ХΧ", "X"), **dict.fromkeys("УΥ", "Y"),
+    "Ѕ": "S", "Ј": "J", "Ν": "N", "Ζ": "Z",
+})
+
+
+def _skeleton(text: str) -> str:
+    return text.translate(_SKELETON).replace("rn", "m")
+
+
+@functools.lru_cache(maxsize=16384)
+def is_reserved_id(user_id: str) -> bool:
+    """Whether the id *as rendered* reads as a reserved word: escaped first (escaping deletes invisible characters
+    and turns delimiters into spaces), then NFKC, case folding, without whitespace, format and other ignorable
+    characters, and with look-alike letters mapped (``ѕуѕtеm``, ``ＴＯＯＬ``, ``systern``). The cut's ``…`` is not
+    part of the id."""
+    escaped = escape_value(user_id)
+    if escaped.endswith(ELLIPSIS) and len(_clean(user_id, _HEADER_FORBIDDEN)) > MAX_VALUE_CHARS:
+        escaped = escaped[: -len(ELLIPSIS)]
+    text = "".join(c for c in unicodedata.normalize("NFKC", escaped) if not _ignorable(c))
+    folded = unicodedata.normalize("NFKC", text.casefold())
+    return _skeleton(folded) in RESERVED_IDS or _skeleton(text).casefold() in RESERVED_IDS
 
 
 def render_user_id(user_id: str) -> str:
-    """``user_id:system`` is reserved for the host: a member whose id is a reserved word is ``user:<id>``."""
-    return f"user:{user_id}" if user_id.lower() in RESERVED_IDS else user_id
+    """``user_id:system`` is reserved for the host: a member whose id reads as a reserved word is ``user:<id>``."""
+    return f"user:{user_id}" if is_reserved_id(user_id) else user_id
 
 
 def render_header(fields: dict[str, str | None]) -> str:
@@ -101,20 +166,50 @@ def host_header(alias: str, time: str) -> str:
 
 # A line a member wrote that looks like one of the host's own lines: a header `[k:v;…` or `[state change]`.
 # Anything header-like: a bracket, then a `key:value;` field before the bracket closes (`[id:…;`, `[:;user_id:…;`).
-_HOST_SHAPE = re.compile(r"[\[［](?:state change\]|[^\]\n;]*:[^\]\n]*;)", re.IGNORECASE)
+# Matched on the line as a normalising reader sees it (`_folded_line`): look-alikes of `[ ] ; :` are those
+# characters, every blank is a space and invisible characters are gone.
+_HOST_SHAPE = re.compile(r"\[(?:\s*state\s*change\s*\]|[^\];]*:[^\]]*;)", re.IGNORECASE)
+_OPENER = re.compile(f"[{re.escape(_OPENING_BRACKETS)}]")
 FULLWIDTH_BRACKET = "［"
+
+
+@functools.lru_cache(maxsize=4096)
+def _fold(char: str) -> str:
+    """One character as a normalising reader sees it, for matching host shapes."""
+    if char in _COLON_CONFUSABLES:
+        return ":"
+    if char in _SEMICOLON_CONFUSABLES:
+        return ";"
+    return "".join(" " if c.isspace() or c in _BLANK_LOOKING else "" if _ignorable(c) else c
+                   for c in unicodedata.normalize("NFKC", char))
+
+
+def _folded_line(text: str, start: int) -> str:
+    """``text`` from ``start`` to the end of its line, folded; it stops after the first ``]`` (a host shape
+    never needs more), so a long line costs one pass at most."""
+    out: list[str] = []
+    for index in range(start, len(text)):
+        char = text[index]
+        if char in _LINE_BREAKS:
+            break
+        folded = _fold(char)
+        out.append(folded)
+        if "]" in folded:
+            break
+    return "".join(out)
 
 
 def _invisible_or_blank(char: str) -> bool:
     """Characters a line may start with and still *look* like it starts at the next character."""
-    return (char.isspace() and char not in _LINE_BREAKS) or unicodedata.category(char) == "Cf"
+    return char not in _LINE_BREAKS and _ignorable(char)
 
 
 def neutralize_body(text: str) -> str:
     """Member text that imitates a host line (``[id:…;user_id:system;…]``, ``[state change] …``) keeps
     its words but not the host's shape: the opening bracket becomes a full-width ``［``. A line starts at
-    the text's start or after any Unicode line break, and may begin with spaces or invisible characters."""
-    if "[" not in text and "［" not in text:
+    the text's start or after any Unicode line break, and may begin with spaces or invisible characters.
+    The shape is matched over look-alikes (``[id：m9；…``, ``[state\u00a0change]``), see ``_fold``."""
+    if not _OPENER.search(text):
         return text
     out = list(text)
     at_line_start = True
@@ -125,7 +220,7 @@ def neutralize_body(text: str) -> str:
             at_line_start = True
         elif at_line_start and not _invisible_or_blank(char):
             at_line_start = False
-            if char == "[" and _HOST_SHAPE.match(text, index):
+            if char in _OPENING_BRACKETS and _HOST_SHAPE.match(_folded_line(text, index)):
                 out[index] = FULLWIDTH_BRACKET
         index += 1
     return "".join(out)
@@ -182,7 +277,7 @@ class StateChange:
 
 def _token(value: str, host_ok: bool = False) -> str:
     """An id inside a state-change line: one token (no whitespace, no quotes), so the line parses back."""
-    value = "".join("_" if c.isspace() or c == '"' else c for c in escape_value(value)) or "_"
+    value = "".join("_" if c.isspace() or c == '"' or c in QUOTE_LOOKALIKES else c for c in escape_value(value)) or "_"
     if host_ok and value == "system":
         return value
     return render_user_id(value)
