@@ -276,11 +276,18 @@ class StateChange:
 
 
 def _token(value: str, host_ok: bool = False) -> str:
-    """An id inside a state-change line: one token (no whitespace, no quotes), so the line parses back."""
-    value = "".join("_" if c.isspace() or c == '"' or c in QUOTE_LOOKALIKES else c for c in escape_value(value)) or "_"
+    """An id inside a state-change line: one token (no whitespace, no quotes, nor their NFKC look-alikes), so the
+    line parses back, also after normalisation."""
+    value = "".join("_" if _splits_token(c) else c for c in escape_value(value)) or "_"
     if host_ok and value == "system":
         return value
     return render_user_id(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _splits_token(char: str) -> bool:
+    """Whitespace, ``"`` and every character a normalising reader sees as either (``＂``, ``¨`` is NFKC " ̈")."""
+    return char.isspace() or char == '"' or any(c.isspace() or c == '"' for c in unicodedata.normalize("NFKC", char))
 
 
 def _by(value: str) -> str:
