@@ -56,3 +56,13 @@ def at_line(path: Path | str, line: int) -> str:
 def at_row(table: str, row_id: object, db: str | None = None) -> str:
     prefix = f"{db}: " if db else ""
     return f"{prefix}{table} row {row_id}"
+
+
+# Ended by a signal (after cleanup ran): 128 + the signal number, as a shell reports a process a signal killed.
+EXIT_INTERRUPTED = 130  # SIGINT (Ctrl-C)
+EXIT_TERMINATED = 143  # SIGTERM
+
+
+class OutputError(ZhinError):
+    """Output that cannot be written: stdout on a full disk or closed, ``--output`` on a full disk (nothing is left
+    half-written there: output files are written to a temporary name and renamed when complete)."""

@@ -74,10 +74,13 @@ _RESULTS = {"weather": "上海 明天：多云转小雨，18~23°C，东北风3�
             "calculator": "23", "web_search": "搜索结果：1. 城市公园徒步 2. 美术馆新展 3. 夜市美食街"}
 
 
+MAX_MEMBERS = 100_000  # a group larger than any platform allows; each member costs memory before a row is written
+
+
 @dataclass(frozen=True)
 class SynthOptions:
     members: int = 60
-    messages: int = 2000
+    messages: int = 2000  # at most ZHIN_MAX_MESSAGES (check)
     seed: int = 1
     bot_rate: float = 0.08
     tool_rate: float = 0.2
@@ -85,10 +88,15 @@ class SynthOptions:
     compact_every: int = 400
 
     def check(self) -> None:
-        if self.members < 2:
-            raise UsageError("--members must be at least 2")
+        from zhin_cli.store import max_messages
+
+        if not 2 <= self.members <= MAX_MEMBERS:
+            raise UsageError(f"--members must be from 2 to {MAX_MEMBERS:,}, got {self.members:,}")
         if self.messages < 3:
             raise UsageError("--messages must be at least 3 (a member message, an @-mention and the reply)")
+        if self.messages > max_messages():  # a file zhin would refuse to load (and hours and gigabytes to write)
+            raise UsageError(f"--messages must be at most {max_messages():,} (ZHIN_MAX_MESSAGES, the largest session "
+                             f"zhin loads), got {self.messages:,}")
         for name in ("bot_rate", "tool_rate", "event_rate"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import gc
+import io
 import json
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -16,7 +18,15 @@ import typer
 from rich.console import Console
 
 from zhin_cli import __version__
-from zhin_cli.errors import EXIT_CANNOT_RUN, EXIT_USAGE, UsageError, ZhinError
+from zhin_cli.errors import (
+    EXIT_CANNOT_RUN,
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
+    EXIT_USAGE,
+    OutputError,
+    UsageError,
+    ZhinError,
+)
 
 app = typer.Typer(
     name="zhin",
@@ -30,18 +40,35 @@ app = typer.Typer(
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+class _StdoutConsole(Console):
+    def on_broken_pipe(self) -> None:
+        """The reader went away (``zhin trace … | head``): stop quietly with 0 (rich's default exits 1, which is
+        trace's "rejected" status and fails ``set -o pipefail`` steps)."""
+        self.quiet = True
+        _silence_stdout()
+        raise SystemExit(0)
+
+
 def stdout_console() -> Console:
     # Piped output is read by people and scripts alike: never crop it to an 80-column default.
     width = None if sys.stdout.isatty() else max(int(os.environ.get("COLUMNS") or 0), 200)
-    return Console(no_color=bool(os.environ.get("NO_COLOR")) or None, highlight=False, width=width)
+    return _StdoutConsole(no_color=bool(os.environ.get("NO_COLOR")) or None, highlight=False, width=width)
 
 
 def stderr_console() -> Console:
     return Console(stderr=True, no_color=bool(os.environ.get("NO_COLOR")) or None, highlight=False)
 
 
+def report(message: str) -> None:
+    """``zhin: error: message`` as one line on stderr (nothing if stderr itself cannot be written)."""
+    try:
+        stderr_console().print(f"zhin: error: {message}", markup=False, highlight=False, soft_wrap=True)
+    except (OSError, ValueError):  # stderr closed or on a full disk: the exit status still tells
+        pass
+
+
 def fail(message: str, code: int) -> None:
-    stderr_console().print(f"zhin: error: {message}", markup=False, highlight=False, soft_wrap=True)
+    report(message)
     raise typer.Exit(code)
 
 
@@ -56,8 +83,8 @@ def handles_errors(function: F, *, trouble: int | None = None) -> F:
             return function(*args, **kwargs)
         except ZhinError as error:
             fail(str(error).replace("\n", " "), trouble if trouble is not None else error.exit_code)
-        except BrokenPipeError:
-            sys.stderr.close()
+        except BrokenPipeError:  # the reader of stdout went away (`| head`): quietly 0
+            _silence_stdout()
             raise typer.Exit(0) from None
         except MemoryError:
             fail("out of memory", trouble if trouble is not None else EXIT_CANNOT_RUN)
@@ -122,21 +149,20 @@ def database_or_discovered(db: str | None) -> str:
 
 def write_jsonl_output(session: Any, output: Path | None) -> int | None:
     """A session as JSONL on stdout, or into ``output`` (one-line error if it cannot be written); lines written."""
+    from zhin_cli.outputfiles import atomic_output
     from zhin_cli.store.jsonl import write_session
 
     if output is None:
         write_session(session, sys.stdout)
         return None
-    try:
-        handle = output.open("w", encoding="utf-8")
-    except OSError as exc:
-        raise ZhinError(f"cannot write: {exc.strerror}", where=str(output)) from None
-    with handle:
+    with atomic_output(output) as handle:  # a full disk leaves no half-written file (and the old one intact)
         return write_session(session, handle)
 
 
 def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
+    from zhin_cli.outputfiles import escape_surrogates
+
+    sys.stdout.write(escape_surrogates(json.dumps(data, ensure_ascii=False, indent=2)) + "\n")
 
 
 DbOption = Annotated[
@@ -166,6 +192,130 @@ def root(
     """Show, test and gate what a group-chat LLM bot sends to its model."""
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread like SIGINT's KeyboardInterrupt: every ``finally``, ``with`` and
+    ``except BaseException`` cleanup runs (temporary files, half-built databases, extracted git trees)."""
+
+
+_SIGNALLED: list[int] = []
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    if _SIGNALLED:  # a second signal while cleaning up: end at once, as if no handler were installed
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
+    _SIGNALLED.append(signum)
+    raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+def _install_signal_handlers() -> None:
+    for signum, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL)):
+        try:
+            if signal.getsignal(signum) is default:  # an ignored signal (nohup, a background job) stays ignored
+                signal.signal(signum, _on_signal)
+        except ValueError:  # not the main thread (an embedding caller): leave signals alone
+            return
+
+
+class _StdoutRaw(io.RawIOBase):
+    """fd 1 for ``sys.stdout``: a write that fails ends the command with one line (OutputError, exit 3) or, for a
+    reader that went away (EPIPE), quietly with 0 — wherever it happens, inside a command or at the final flush.
+    After a failure the rest is discarded, so the interpreter's own flush at exit cannot fail again."""
+
+    def __init__(self, closed: bool) -> None:
+        super().__init__()
+        self.closed_at_start = closed
+        self.failed = False
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return 1
+
+    def isatty(self) -> bool:
+        return not self.closed_at_start and os.isatty(1)
+
+    def write(self, data: Any) -> int:
+        size = len(memoryview(data))
+        if self.failed:
+            return size
+        if self.closed_at_start:
+            self.failed = True
+            raise OutputError("cannot write to stdout: it is closed")
+        try:
+            return os.write(1, data)
+        except BrokenPipeError:
+            self.failed = True
+            _silence_stdout()
+            raise SystemExit(0) from None
+        except OSError as exc:
+            self.failed = True
+            _silence_stdout()
+            raise OutputError(f"cannot write to stdout: {exc.strerror or exc}") from None
+
+
+def _silence_stdout() -> None:
+    """Point fd 1 at /dev/null: later writes (ours, the interpreter's final flush) succeed and go nowhere."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+    except OSError:
+        pass
+
+
+def _guard_standard_streams() -> None:
+    """A closed fd 0/1/2 is given /dev/null (so no file the command opens becomes "stdout"), and ``sys.stdout``
+    becomes a stream over :class:`_StdoutRaw`. A stdout that pytest or a caller replaced is left alone."""
+    closed = set()
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            opened = os.open(os.devnull, os.O_RDWR)
+            if opened != fd:
+                os.dup2(opened, fd)
+                os.close(opened)
+            closed.add(fd)
+    current = sys.stdout
+    try:
+        ours = current is None or current.fileno() == 1
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        ours = False
+    if not ours:
+        return
+    if current is not None:
+        try:
+            current.flush()
+        except (OSError, ValueError):
+            pass
+    raw = _StdoutRaw(closed=1 in closed)
+    encoding = getattr(current, "encoding", None) or "utf-8"
+    # backslashreplace: a lone surrogate that reaches stdout despite the readers is written as its JSON escape
+    sys.stdout = io.TextIOWrapper(io.BufferedWriter(raw), encoding=encoding, errors="backslashreplace",
+                                  line_buffering=raw.isatty())
+    if 2 in closed or sys.stderr is None:
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
+
+
+def _finish(code: int) -> int:
+    """Flush stdout inside the contract: a failure is one line and exit 3 (if nothing failed before), EPIPE is 0."""
+    try:
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except OutputError as error:
+        if code == 0:
+            report(str(error))
+            code = error.exit_code
+    except SystemExit as exc:  # EPIPE at the last write
+        code = exc.code if isinstance(exc.code, int) else 0
+    except (OSError, ValueError):
+        code = code or EXIT_CANNOT_RUN
+    return code
+
+
 from zhin_cli._cli import budget as _budget  # noqa: E402,F401
 from zhin_cli._cli import data as _data  # noqa: E402,F401
 from zhin_cli._cli import eval as _eval  # noqa: E402,F401
@@ -182,10 +332,29 @@ from zhin_cli._cli import trace as _trace  # noqa: E402,F401
 
 
 def main() -> None:
-    # add_completion=False keeps typer's --install-completion options off every command, but then typer never
-    # registers its shell classes: register them so `zhin completion SHELL` scripts (which call back with
-    # _ZHIN_COMPLETE=complete_<shell>) and the command itself find them.
-    from typer._completion_classes import completion_init
+    """The ``zhin`` entry point. Exit status beyond each command's own: SIGINT 130, SIGTERM 143 (cleanup ran);
+    a stdout that cannot be written 3 (one line); a reader of stdout that went away (EPIPE) 0."""
+    _guard_standard_streams()
+    _install_signal_handlers()
+    code: int = 0
+    try:
+        # add_completion=False keeps typer's --install-completion options off every command, but then typer never
+        # registers its shell classes: register them so `zhin completion SHELL` scripts (which call back with
+        # _ZHIN_COMPLETE=complete_<shell>) and the command itself find them.
+        from typer._completion_classes import completion_init
 
-    completion_init()
-    app(prog_name="zhin")
+        completion_init()
+        app(prog_name="zhin")
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if not isinstance(exc.code, (int, type(None))):
+            report(str(exc.code))
+    except KeyboardInterrupt:
+        code = EXIT_INTERRUPTED
+    except ZhinError as error:  # raised outside a command (an OutputError while typer prints help or usage)
+        report(str(error).replace("\n", " "))
+        code = error.exit_code
+    code = _finish(code)
+    if _SIGNALLED:
+        code = EXIT_TERMINATED if _SIGNALLED[0] == signal.SIGTERM else EXIT_INTERRUPTED
+    sys.exit(code)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from zhin_cli.errors import InputError, SessionNotFound, at_line
+from zhin_cli.inputfiles import DIGIT_LIMIT_MESSAGE, is_digit_limit, lone_surrogate_in_json, open_regular, surrogate_message
 from zhin_cli.model import (
     BotFacts,
     MemberSnapshot,
@@ -22,7 +23,9 @@ from zhin_cli.model import (
     Session,
     Summary,
 )
+from zhin_cli.outputfiles import escape_surrogates
 from zhin_cli.store.payload import (
+    MAX_ROW_ID,
     ToolPairing,
     check_member_facts,
     check_scene_facts,
@@ -101,8 +104,8 @@ def _session_line(builder: _Builder, obj: dict[str, Any], where: str) -> None:
 def _message_line(builder: _Builder, obj: dict[str, Any], where: str) -> None:
     session = builder.require_session(where)
     row_id = obj.get("id", builder.next_row_id)
-    if not isinstance(row_id, int) or isinstance(row_id, bool) or row_id < 1:
-        raise InputError(f"'id' must be a positive integer, got {short(row_id)}", where=where)
+    if not isinstance(row_id, int) or isinstance(row_id, bool) or not 1 <= row_id <= MAX_ROW_ID:
+        raise InputError(f"'id' must be a positive integer (at most {MAX_ROW_ID}), got {short(row_id)}", where=where)
     if row_id in builder.seen_row_ids:
         raise InputError(f"duplicate message id {row_id}", where=where)
     builder.seen_row_ids.add(row_id)
@@ -134,7 +137,7 @@ def _scene_line(builder: _Builder, obj: dict[str, Any], where: str) -> None:
 def _summary_line(builder: _Builder, obj: dict[str, Any], where: str) -> None:
     session = builder.require_session(where)
     anchor = obj.get("anchor_message_id")
-    if not isinstance(anchor, int) or isinstance(anchor, bool):
+    if not isinstance(anchor, int) or isinstance(anchor, bool) or not -MAX_ROW_ID <= anchor <= MAX_ROW_ID:
         raise InputError("'anchor_message_id' must be the integer id of the last message summarised", where=where)
     if not isinstance(obj.get("summary"), str):
         raise InputError("'summary' must be a string", where=where)
@@ -161,11 +164,9 @@ def _timestamp(obj: dict[str, Any], where: str) -> int:
 def read_session(path: Path) -> Session:
     """Parse a session file; any malformed line is an ``InputError`` naming ``file:line``."""
     try:
-        handle = path.open("rb")
+        handle = open_regular(path, InputError, "session file")
     except FileNotFoundError:
         raise SessionNotFound(f"no such file: {path}") from None
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror}", where=str(path)) from None
     builder = _Builder(path=str(path))
     with handle:
         for number, raw_line in enumerate(handle, start=1):
@@ -182,6 +183,13 @@ def read_session(path: Path) -> Session:
                 raise InputError(f"invalid JSON: {exc.msg} (column {exc.colno})", where=where) from None
             except RecursionError:
                 raise InputError("invalid JSON: nested too deeply", where=where) from None
+            except ValueError as exc:
+                if not is_digit_limit(exc):
+                    raise
+                raise InputError(f"invalid JSON: {DIGIT_LIMIT_MESSAGE}", where=where) from None
+            offset = lone_surrogate_in_json(text)
+            if offset is not None:
+                raise InputError(surrogate_message(text[offset : offset + 6]), where=where)
             if not isinstance(obj, dict):
                 raise InputError(f"expected a JSON object, got {type(obj).__name__}", where=where)
             kind = obj.get("type")
@@ -253,6 +261,7 @@ def message_line(message: Message) -> dict[str, Any]:
 def write_session(session: Session, out: IO[str]) -> int:
     count = 0
     for obj in session_lines(session):
-        out.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n")
+        # escape_surrogates: readers refuse lone surrogates; one that came another way is written as its escape
+        out.write(escape_surrogates(json.dumps(obj, ensure_ascii=False, separators=(",", ":"))) + "\n")
         count += 1
     return count

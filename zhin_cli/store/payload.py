@@ -6,11 +6,13 @@ the same one-line errors (the caller supplies ``where``: ``file:line`` or ``tabl
 
 from __future__ import annotations
 
+import reprlib
 from dataclasses import dataclass, field, replace
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from zhin_cli.errors import InputError
+from zhin_cli.inputfiles import lone_surrogate_in_json, surrogate_message
 from zhin_cli.model import (
     EVENT_KINDS,
     Actor,
@@ -28,12 +30,39 @@ ROLES = ("user", "assistant", "toolResult", "event")
 # no date exists, so such a value is bad input, not a crash at render time.
 MIN_TIMESTAMP = -62_135_596_800_000 + 86_400_000
 MAX_TIMESTAMP = 253_402_300_800_000 - 2 * 86_400_000
+# Integers that are stored in database columns (row ids, counts): a signed 64-bit integer, the widest column any
+# of the three databases has. 10^30 is bad input at read, not an OverflowError half-way through an import.
+MAX_ROW_ID = 2**63 - 1
 
 
 def short(value: Any) -> str:
-    """``repr`` for an error message: a 5 MB field must not become a 5 MB error line."""
+    """``repr`` for an error message: a 5 MB field must not become a 5 MB error line (nor take a second to format:
+    strings and containers are cut before they are formatted)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        return f"an integer of {len(str(abs(value))) if value.bit_length() < 14_000 else 'over 4,300'} digits"
+    if isinstance(value, str) and len(value) > 200:
+        value = value[:200]
+    elif isinstance(value, (list, dict)):
+        text = _REPR.repr(value)
+        return text if len(text) <= 80 else text[:77] + "..."
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxdict, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 3, 6, 6, 60, 60, 60
+
+
+def check_payload_text(text: str, where: str) -> None:
+    """A stored payload's JSON text (a database column) holding a lone surrogate escape (``\\ud800``) is bad input
+    (see ``zhin_cli.inputfiles``): call before or after ``json.loads`` of the column."""
+    offset = lone_surrogate_in_json(text)
+    if offset is not None:
+        raise InputError(surrogate_message(text[offset : offset + 6]), where=where)
+
+
+def _check_int(value: Any, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
 def check_timestamp(value: Any, key: str, where: str) -> int:
@@ -71,8 +100,9 @@ def check_scene_facts(data: dict[str, Any], where: str, prefix: str = "") -> Non
     ):
         raise InputError(f"'{prefix}admins' must be a list of user ids, got {short(admins)}", where=where)
     count = data.get("member_count")
-    if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 0):
-        raise InputError(f"'{prefix}member_count' must be a non-negative integer, got {short(count)}", where=where)
+    if count is not None and not _check_int(count, 0, MAX_ROW_ID):
+        raise InputError(f"'{prefix}member_count' must be a non-negative integer (at most 2^63 - 1), got {short(count)}",
+                         where=where)
     mute = data.get("global_mute")
     if mute is not None and not isinstance(mute, bool):
         raise InputError(f"'{prefix}global_mute' must be true or false, got {short(mute)}", where=where)
@@ -82,8 +112,9 @@ def check_member_facts(data: dict[str, Any], where: str) -> None:
     """Member facts (``member`` lines, ``ai_scene_members`` rows); other keys are kept and ignored."""
     check_str(data, ("platform_role", "card", "title"), where)
     muted = data.get("muted_until")
-    if muted is not None and (not isinstance(muted, int) or isinstance(muted, bool)):
-        raise InputError(f"'muted_until' must be an integer (ms epoch, 0 = not muted), got {short(muted)}", where=where)
+    if muted is not None and not _check_int(muted, MIN_TIMESTAMP, MAX_TIMESTAMP):
+        raise InputError(f"'muted_until' must be an integer (ms epoch, 0 = not muted) between the years 1 and 9999, "
+                         f"got {short(muted)}", where=where)
 
 
 def message_from_payload(
@@ -186,8 +217,9 @@ def _actor(value: Any, where: str, key: str) -> Actor | None:
     if not isinstance(value, dict) or not isinstance(value.get("subjectId"), (str, int)):
         raise InputError(f"'{key}' must be an object with a 'subjectId'", where=where)
     muted = value.get("mutedUntil")
-    if muted is not None and (not isinstance(muted, int) or isinstance(muted, bool)):
-        raise InputError(f"'{key}.mutedUntil' must be an integer (ms epoch, 0 = not muted)", where=where)
+    if muted is not None and not _check_int(muted, MIN_TIMESTAMP, MAX_TIMESTAMP):
+        raise InputError(f"'{key}.mutedUntil' must be an integer (ms epoch, 0 = not muted) between the years 1 and 9999",
+                         where=where)
     roles = value.get("roles")
     if roles is not None and not (isinstance(roles, list) and all(isinstance(r, str) for r in roles)):
         raise InputError(f"'{key}.roles' must be a list of strings", where=where)
