@@ -168,12 +168,14 @@ def host_header(alias: str, time: str) -> str:
 # Anything header-like: a bracket, then a `key:value;` field before the bracket closes (`[id:…;`, `[:;user_id:…;`).
 # Matched on the line as a normalising reader sees it (`_folded_line`): look-alikes of `[ ] ; :` are those
 # characters, every blank is a space and invisible characters are gone.
-_HOST_SHAPE = re.compile(r"\[(?:\s*state\s*change\s*\]|[^\];]*:[^\]]*;)", re.IGNORECASE)
+_SHAPE = r"\[(?:\s*state\s*change\s*\]|[^\];{breaks}]*:[^\]{breaks}]*;)"
+_HOST_SHAPE = re.compile(_SHAPE.format(breaks=""), re.IGNORECASE)  # on a folded line
+_HOST_SHAPE_RAW = re.compile(_SHAPE.format(breaks=re.escape(_LINE_BREAKS)), re.IGNORECASE)  # as written
+_ASCII_LINE = re.compile(r"[\x00-\x09\x0e-\x1b\x1f-\x7f]*(?:[\n\r\x0b\x0c\x1c-\x1e]|\Z)")  # folding changes no ASCII shape
 _OPENER = re.compile(f"[{re.escape(_OPENING_BRACKETS)}]")
 FULLWIDTH_BRACKET = "［"
 
 
-@functools.lru_cache(maxsize=4096)
 def _fold(char: str) -> str:
     """One character as a normalising reader sees it, for matching host shapes."""
     if char in _COLON_CONFUSABLES:
@@ -184,19 +186,22 @@ def _fold(char: str) -> str:
                    for c in unicodedata.normalize("NFKC", char))
 
 
+class _FoldTable(dict[int, str]):
+    """``str.translate`` table for ``_fold``, filled on first sight of a character (hits run in C)."""
+
+    def __missing__(self, code: int) -> str:
+        folded = self[code] = _fold(chr(code))
+        return folded
+
+
+_FOLD_TABLE = _FoldTable()
+_LINE_END = re.compile(f"[{_LINE_BREAKS}]")
+
+
 def _folded_line(text: str, start: int) -> str:
-    """``text`` from ``start`` to the end of its line, folded; it stops after the first ``]`` (a host shape
-    never needs more), so a long line costs one pass at most."""
-    out: list[str] = []
-    for index in range(start, len(text)):
-        char = text[index]
-        if char in _LINE_BREAKS:
-            break
-        folded = _fold(char)
-        out.append(folded)
-        if "]" in folded:
-            break
-    return "".join(out)
+    """``text`` from ``start`` to the end of its line, folded."""
+    end = _LINE_END.search(text, start)
+    return text[start : end.start() if end else len(text)].translate(_FOLD_TABLE)
 
 
 def _invisible_or_blank(char: str) -> bool:
@@ -220,7 +225,10 @@ def neutralize_body(text: str) -> str:
             at_line_start = True
         elif at_line_start and not _invisible_or_blank(char):
             at_line_start = False
-            if char in _OPENING_BRACKETS and _HOST_SHAPE.match(_folded_line(text, index)):
+            if char in _OPENING_BRACKETS and (
+                _HOST_SHAPE_RAW.match(text, index)
+                or (not _ASCII_LINE.match(text, index) and _HOST_SHAPE.match(_folded_line(text, index)))
+            ):
                 out[index] = FULLWIDTH_BRACKET
         index += 1
     return "".join(out)
