@@ -100,6 +100,13 @@ def test_state_change_tokens_use_the_same_reserved_check() -> None:
     forged_operator = changed_line("ｓｙｓｔｅｍ", "10002", "role", "owner").render()
     assert forged_operator.startswith("user:ｓｙｓｔｅｍ changed 10002 ")
     assert changed_line("system", "10002", "role", "owner").render() == 'system changed 10002 role to "owner"'  # the host's own
+    # a stored line whose operator only looks like the host's
+    from zhin_cli.format import parse_state_change
+
+    stored = parse_state_change('system\u200b changed 10002 role to "owner"', "member_changed")
+    assert stored is not None and stored.render() == 'user:system changed 10002 role to "owner"'
+    joined = parse_state_change("10009 join 1048877509 on 10:40 by system\u00ad", "member_joined")
+    assert joined is not None and joined.render() == "10009 join 1048877509 on 10:40 by user:system"
 
 
 # --- (2) look-alikes of the field delimiters in header values -------------------------------------------

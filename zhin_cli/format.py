@@ -285,11 +285,11 @@ class StateChange:
 
 def _token(value: str, host_ok: bool = False) -> str:
     """An id inside a state-change line: one token (no whitespace, no quotes, nor their NFKC look-alikes), so the
-    line parses back, also after normalisation."""
-    value = "".join("_" if _splits_token(c) else c for c in escape_value(value)) or "_"
+    line parses back, also after normalisation. Only the exact word ``system`` is the host operator; any other
+    spelling that reads as it (``system``+U+200B, ``ｓｙｓｔｅｍ``) is a member id and gets ``user:``."""
     if host_ok and value == "system":
         return value
-    return render_user_id(value)
+    return render_user_id("".join("_" if _splits_token(c) else c for c in escape_value(value)) or "_")
 
 
 @functools.lru_cache(maxsize=4096)
