@@ -259,12 +259,21 @@ def _check_expansion(root: yaml.Node, path: Path) -> None:
     if size(root) <= MAX_YAML_EXPANSION or sum(1 + len(str(n.value)) if isinstance(n, yaml.ScalarNode) else 1
                                                for n in _distinct_nodes(root)) > MAX_YAML_EXPANSION:
         return  # within the bound, or big without help from aliases (the file itself is that big)
-    where, name = root.start_mark.line + 1, "the document"
-    if isinstance(root, yaml.MappingNode):
-        key_node = next((k for k, v in root.value if sizes.get(id(v), 0) > MAX_YAML_EXPANSION), root.value[-1][0])
-        where, name = key_node.start_mark.line + 1, repr(str(key_node.value)[:40])
-    raise ConfigError(f"YAML aliases expand {name} to more than {MAX_YAML_EXPANSION:,} nodes and characters "
-                      "(an alias bomb?): refused", where=f"{path}:{where}")
+    # Name the innermost value that alone expands past the bound (``model[7]``), at its line.
+    node, name, line = root, "", root.start_mark.line + 1
+    while True:
+        if isinstance(node, yaml.MappingNode):
+            steps = [(f"{name}.{k.value}" if name else str(k.value), v, k.start_mark.line + 1) for k, v in node.value]
+        elif isinstance(node, yaml.SequenceNode):
+            steps = [(f"{name}[{i}]", v, v.start_mark.line + 1) for i, v in enumerate(node.value)]
+        else:
+            break
+        step = next((s for s in steps if sizes.get(id(s[1]), 0) > MAX_YAML_EXPANSION), None)
+        if step is None:
+            break
+        name, node, line = step
+    raise ConfigError(f"YAML aliases expand {name[:80] or 'the document'} to more than {MAX_YAML_EXPANSION:,} nodes "
+                      "and characters (an alias bomb?): refused", where=f"{path}:{line}")
 
 
 def _distinct_nodes(root: yaml.Node) -> Iterator[yaml.Node]:
