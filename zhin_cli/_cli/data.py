@@ -12,8 +12,7 @@ from rich.table import Table
 from zhin_cli._cli import DbOption, app, database_or_discovered, handles_errors, print_json, stdout_console, write_jsonl_output
 from zhin_cli.errors import UsageError
 from zhin_cli.store import load_session
-from zhin_cli.store.database import DEFAULT_DB, SessionDatabase, import_session, parse_db
-from zhin_cli.store.events import import_events
+from zhin_cli.store.database import DEFAULT_DB, SessionDatabase, import_sessions, parse_db
 from zhin_cli.store.jsonl import read_session
 
 
@@ -25,18 +24,19 @@ def import_command(
     replace: Annotated[bool, typer.Option("--replace", help="Replace a session that is already there.")] = False,
     events: Annotated[bool, typer.Option("--events", help="Also turn conversation_events member_increase / member_decrease rows into event messages (once each).")] = False,
 ) -> None:
-    """Load session JSONL files into a zhin database (default .zhin/data.sqlite); with --events, import join/leave events."""
+    """Load session JSONL files into a zhin database (default .zhin/data.sqlite); with --events, import join/leave events.
+    All or nothing: on an error or an interruption the database is as it was (a new one does not appear)."""
     if not files and not events:
         raise UsageError("nothing to import: give session .jsonl files, or --events")
     sessions = [read_session(f) for f in files or []]  # all parsed before anything is written
     label = parse_db(db).label
+    result = import_sessions(sessions, db, replace=replace, events=events)  # all or nothing
     for session in sessions:
-        rows = import_session(session, db, replace=replace)
-        typer.echo(f"imported {session.session_id} ({rows} messages) into {label}", err=True)
-    if events:
-        result = import_events(db)
-        typer.echo(f"imported {len(result.added)} member events into {label} ({result.already} already there, "
-                   f"{len(result.no_session)} for sessions not in the database)", err=True)
+        typer.echo(f"imported {session.session_id} ({result.rows[session.session_id]} messages) into {label}", err=True)
+    if result.events is not None:
+        added = result.events
+        typer.echo(f"imported {len(added.added)} member events into {label} ({added.already} already there, "
+                   f"{len(added.no_session)} for sessions not in the database)", err=True)
 
 
 @app.command("export")

@@ -2,20 +2,27 @@
 
 Reading never writes: SQLite files are opened with ``mode=ro`` and ``PRAGMA query_only``, PostgreSQL connections
 with ``default_transaction_read_only``, MySQL/MariaDB sessions with ``SET SESSION TRANSACTION READ ONLY``, so a
-trace leaves a production database unchanged. Writing (``zhin import``, ``zhin facts prune``) is a separate,
-explicit path through ``writable_engine``.
+trace leaves a production database unchanged. Reading is correct beside a bot that writes: each load is one read
+transaction (one snapshot), never an ``immutable`` open. Writing (``zhin import``, ``zhin facts prune``) is a
+separate, explicit path through ``writable_engine``; ``zhin import`` is all or nothing.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import re
+import secrets
+import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from sqlalchemy import Engine, create_engine, event, func, inspect, literal_column, select
+from sqlalchemy import Connection, Engine, create_engine, event, func, inspect, literal_column, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 from sqlalchemy.pool import NullPool
@@ -34,6 +41,9 @@ from zhin_cli.store.payload import (
     short,
     valid_timezone,
 )
+
+if TYPE_CHECKING:
+    from zhin_cli.store.events import EventImport
 
 DEFAULT_DB = Path(".zhin") / "data.sqlite"
 
@@ -119,6 +129,35 @@ def db_error(exc: BaseException) -> str:
     return lines[0] if lines else type(original).__name__
 
 
+# SQLite's extended result code for "a hot journal needs rolling back, but this connection is read-only".
+SQLITE_READONLY_ROLLBACK = 776
+# How long zhin's own statements wait for a writer's lock (ms): a bot's commit holds the file for milliseconds.
+SQLITE_BUSY_TIMEOUT_S = 5.0
+# The lock bytes of SQLite's unix VFS (sqlite3.c: PENDING_BYTE, SHARED_FIRST, SHARED_SIZE).
+_SHARED_FIRST = 0x40000000 + 2
+_SHARED_SIZE = 510
+
+
+def _sqlite_engine(uri: str, *, read_only: bool) -> Engine:
+    """An SQLite engine whose transactions are real: pysqlite's legacy mode would send no BEGIN before a SELECT
+    (each statement its own snapshot) nor before DDL. Here every SQLAlchemy transaction is one SQLite
+    transaction — ``BEGIN`` (deferred: the snapshot is taken at the first SELECT) for reads, ``BEGIN IMMEDIATE``
+    (the write lock up front, so a read-modify-write cannot interleave with a bot's write) for writes."""
+    engine = create_engine(uri, poolclass=NullPool, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # SQLAlchemy's begin event below sends BEGIN, nothing else does
+        if read_only:
+            dbapi_connection.execute("PRAGMA query_only = ON")
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+
+    return engine
+
+
 def _read_only_engine(ref: DatabaseRef) -> Engine:
     if ref.sqlite_path is not None:
         path = ref.sqlite_path
@@ -128,39 +167,39 @@ def _read_only_engine(ref: DatabaseRef) -> Engine:
             header = handle.read(20)
             if header[:16] != b"SQLite format 3\x00":
                 raise InputError("not an SQLite database", where=str(path))
-        uri = f"sqlite:///file:{quote(str(path.resolve()))}?mode=ro&uri=true"
-        if header[18:20] == b"\x02\x02" and not Path(f"{path}-wal").exists():
-            # A WAL-mode database with no writer attached: every committed page is in the file. A read-only
-            # connection would still create -wal/-shm files next to it and, unable to checkpoint, leave them
-            # behind; `immutable` reads the file as it is and creates nothing.
-            uri += "&immutable=1"
-        engine = create_engine(uri)
-
-        @event.listens_for(engine, "connect")
-        def _query_only(dbapi_connection: Any, _record: Any) -> None:
-            dbapi_connection.execute("PRAGMA query_only = ON")
-
-        return engine
+        # Never `immutable=1`: that promises SQLite no one else writes the file, so it takes no locks and
+        # notices no commit — a bot that connects, commits and closes while zhin is between two SELECTs
+        # rewrites pages under it ("database disk image is malformed", rows of another snapshot).
+        return _sqlite_engine(f"sqlite:///file:{quote(str(path.resolve()))}?mode=ro&uri=true", read_only=True)
     assert ref.server is not None
     try:
-        return create_engine(
+        engine = create_engine(
             ref.url,
             connect_args={**ref.server.connect_args, **ref.server.read_only_connect_args},
-            execution_options={"postgresql_readonly": True},
+            execution_options={"postgresql_readonly": True, "isolation_level": "REPEATABLE READ"},
             poolclass=NullPool,
         )
     except (SQLAlchemyError, ImportError) as exc:
         raise ZhinError(f"cannot open database: {db_error(exc)}", where=ref.label) from None
+    if ref.server is MYSQL:
+        @event.listens_for(engine, "begin")
+        def _consistent_snapshot(conn: Any) -> None:
+            # InnoDB takes a REPEATABLE READ snapshot at the first read; this takes it now, read only.
+            conn.exec_driver_sql("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+    return engine
 
 
-def writable_engine(ref: DatabaseRef) -> Engine:
-    """For the commands that write when asked (``zhin import``, ``zhin facts prune``) — nothing else."""
+def writable_engine(ref: DatabaseRef, *, sqlite_path: Path | None = None) -> Engine:
+    """For the commands that write when asked (``zhin import``, ``zhin facts prune``) — nothing else.
+    ``sqlite_path`` writes another file than ``ref`` names (``zhin import`` builds a new database under a
+    temporary name)."""
     if ref.sqlite_path is not None:
+        path = sqlite_path or ref.sqlite_path
         try:
-            ref.sqlite_path.parent.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise ZhinError(f"cannot create folder: {exc.strerror}", where=str(ref.sqlite_path.parent)) from None
-        return create_engine(f"sqlite:///{ref.sqlite_path}", poolclass=NullPool)
+            raise ZhinError(f"cannot create folder: {exc.strerror}", where=str(path.parent)) from None
+        return _sqlite_engine(f"sqlite:///{path}", read_only=False)
     assert ref.server is not None
     try:
         return create_engine(ref.url, connect_args=dict(ref.server.connect_args), poolclass=NullPool)
@@ -168,28 +207,158 @@ def writable_engine(ref: DatabaseRef) -> Engine:
         raise ZhinError(f"cannot open database: {db_error(exc)}", where=ref.label) from None
 
 
+def hot_journal_error(path: Path) -> InputError:
+    """A writer crashed mid-transaction: SQLite must roll its journal back before anyone reads, which a read-only
+    connection cannot do (SQLite says "attempt to write a readonly database")."""
+    return InputError(
+        f"hot journal {path}-journal: a writer crashed mid-transaction and zhin, which only reads, cannot roll it back;"
+        f" open the database once with a writer (start the bot, or run `sqlite3 {path} 'PRAGMA user_version'`),"
+        " then run zhin again",
+        where=str(path),
+    )
+
+
+def _sqlite_error_code(exc: BaseException) -> int | None:
+    original = exc.orig if isinstance(exc, DBAPIError) else exc
+    return getattr(original, "sqlite_errorcode", None)
+
+
+# Resolved path → how many SessionDatabase objects of this process have it open: -wal/-shm are removed only
+# after the last one closed.
+_OPEN_HERE: dict[Path, int] = {}
+
+# Per database file: one descriptor for _remove_created_wal_files, opened once and never closed — closing any
+# descriptor of a file drops every POSIX lock this process holds on it, including those of SQLite connections.
+_LOCK_FDS: dict[tuple[int, int], int] = {}
+
+
+def _lock_fd(path: Path) -> int | None:
+    try:
+        st = os.stat(path)
+        key = (st.st_dev, st.st_ino)
+        if key not in _LOCK_FDS:
+            fd = os.open(path, os.O_RDWR)  # a write lock needs a writable descriptor; nothing is written through it
+            if (os.fstat(fd).st_dev, os.fstat(fd).st_ino) != key:
+                return None  # replaced in between; the descriptor stays open (see above), unused
+            _LOCK_FDS[key] = fd
+        return _LOCK_FDS[key]
+    except OSError:
+        return None
+
+
+def _ofd_lock(fd: int, kind: int) -> bool:
+    flock = struct.pack("hhqqi4x", kind, os.SEEK_SET, _SHARED_FIRST, _SHARED_SIZE, 0)
+    try:
+        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, flock)  # Linux
+    except OSError:
+        return False
+    return True
+
+
+def _remove_created_wal_files(path: Path, created: list[Path]) -> None:
+    """Remove the ``-wal``/``-shm`` files SQLite created to read a WAL database (a read-only connection cannot
+    checkpoint, so it leaves them) — only when that is certainly safe:
+
+    * an exclusive lock on SQLite's SHARED byte range succeeds: every connection to a WAL database holds a shared
+      lock there while it is open and takes one before it opens ``-wal``/``-shm``, so no connection has them open
+      and none can open them until the lock is released. It is an open-file-description lock (Linux), which
+      also conflicts with the locks of this process's own connections; without those locks the files stay;
+    * the ``-wal`` holds no frame. A writer that attached, committed and closed while zhin read leaves its
+      commits there (it cannot checkpoint past a reader): they are its data, for its next connection to
+      checkpoint, and stay.
+    """
+    if not hasattr(fcntl, "F_OFD_SETLK") or not any(p.exists() for p in created):
+        return
+    fd = _lock_fd(path)
+    if fd is None or not _ofd_lock(fd, fcntl.F_WRLCK):
+        return  # a file zhin may not open for writing, or another connection is open: the files stay
+    try:
+        wal = Path(f"{path}-wal")
+        if wal in created and wal.exists() and wal.stat().st_size > 0:
+            return
+        for file in created:
+            file.unlink(missing_ok=True)
+    except OSError:
+        return
+    finally:
+        _ofd_lock(fd, fcntl.F_UNLCK)
+
+
+@dataclass
+class _SessionRows:
+    """Everything one session load fetched, inside one read transaction: plain rows, parsed after it ended."""
+
+    info: dict[str, Any]
+    tables: set[str]
+    messages: list[Any]
+    has_parent: bool
+    profile: dict[str, Any] | None
+    summaries: list[Any]
+    scene_changes: list[Any]
+    members: list[Any]
+
+
 class SessionDatabase:
-    """Read-only access to the sessions in one database."""
+    """Read-only access to the sessions in one database.
+
+    Every read (``load``, ``list_sessions``, ``snapshot``) is one read transaction: all its SELECTs see one
+    committed state of the database, whatever a bot commits meanwhile. Rows are fetched at once and parsed after
+    the transaction ends, so the lock (SQLite's SHARED lock in rollback-journal mode, which makes a writer wait)
+    is held only while SQLite reads (docs/storage.md, "Reading beside a live writer")."""
 
     def __init__(self, ref: DatabaseRef) -> None:
         self.ref = ref
+        self._created: list[Path] = []
+        self._open_path: Path | None = None
         self.engine = _read_only_engine(ref)
+        if ref.sqlite_path is not None:
+            self._open_path = ref.sqlite_path.resolve()
+            _OPEN_HERE[self._open_path] = _OPEN_HERE.get(self._open_path, 0) + 1
+            # What SQLite may create next to a WAL database for this read; removed at close when safe.
+            self._created = [p for p in (Path(f"{self._open_path}-wal"), Path(f"{self._open_path}-shm")) if not p.exists()]
         try:
-            self.tables = set(inspect(self.engine).get_table_names())
-        except DBAPIError as exc:
-            raise InputError(f"cannot read database: {db_error(exc)}", where=ref.label) from None
+            with self.snapshot() as conn:
+                self.tables = set(inspect(conn).get_table_names())
+        except BaseException:
+            self.close()
+            raise
         missing = [t for t in schema.REQUIRED_TABLES if t not in self.tables]
         if missing:
+            self.close()
             raise InputError(f"not a zhin database: missing table {', '.join(missing)}", where=ref.label)
 
     def close(self) -> None:
         self.engine.dispose()
+        path, self._open_path = self._open_path, None
+        if path is None:
+            return
+        _OPEN_HERE[path] -= 1
+        if _OPEN_HERE[path] == 0:
+            del _OPEN_HERE[path]
+            if self._created:
+                _remove_created_wal_files(path, self._created)
 
     def __enter__(self) -> SessionDatabase:
         return self
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
+
+    def read_error(self, exc: DBAPIError) -> ZhinError:
+        if _sqlite_error_code(exc) == SQLITE_READONLY_ROLLBACK and self.ref.sqlite_path is not None:
+            return hot_journal_error(self.ref.sqlite_path)
+        return InputError(f"cannot read database: {db_error(exc)}", where=self.ref.label)
+
+    @contextmanager
+    def snapshot(self) -> Iterator[Connection]:
+        """One read transaction (SQLite ``BEGIN``…``COMMIT``; REPEATABLE READ, read only on the servers): every
+        statement run on the connection sees the same committed state. Fetch what you need and leave: in
+        rollback-journal mode a bot cannot commit while it is open."""
+        try:
+            with self.engine.connect() as conn, conn.begin():
+                yield conn
+        except DBAPIError as exc:
+            raise self.read_error(exc) from None
 
     def list_sessions(self) -> list[dict[str, Any]]:
         """Every epoch: id, key, status, message rows, and last activity (ms; the newest message or update)."""
@@ -205,11 +374,8 @@ class SessionDatabase:
             .select_from(s.outerjoin(counts, counts.c.session_id == s.c.session_id))
             .order_by(s.c.session_key, s.c.created_at, s.c.session_id)
         )
-        try:
-            with self._connect() as conn:
-                rows = conn.execute(query).all()
-        except DBAPIError as exc:
-            raise InputError(f"cannot read database: {db_error(exc)}", where=self.ref.label) from None
+        with self.snapshot() as conn:
+            rows = conn.execute(query).all()
         listed = []
         for row in rows:
             times = [t for t in (row.updated_at, row.last_message) if isinstance(t, int)]
@@ -223,21 +389,17 @@ class SessionDatabase:
             })
         return listed
 
-    def _connect(self) -> Any:
-        try:
-            return self.engine.connect()
-        except DBAPIError as exc:
-            raise InputError(f"cannot read database: {db_error(exc)}", where=self.ref.label) from None
-
     def load(self, ref: str) -> Session:
-        """A session by epoch id (``key#time-seq``) or by session key (its newest epoch)."""
-        try:
-            with self._connect() as conn:
-                return self._load(conn, ref)
-        except DBAPIError as exc:
-            raise InputError(f"cannot read database: {db_error(exc)}", where=self.ref.label) from None
+        """A session by epoch id (``key#time-seq``) or by session key (its newest epoch), as of one snapshot."""
+        with self.snapshot() as conn:
+            rows = self._fetch(conn, ref)
+        return self._build(rows)
 
-    def _load(self, conn: Any, ref: str) -> Session:
+    # --- inside the read transaction: SELECTs only, every result fetched at once --------------------------------
+
+    def _fetch(self, conn: Any, ref: str) -> _SessionRows:
+        inspector = inspect(conn)
+        tables = set(inspector.get_table_names())
         s = schema.agent_sessions
         row = conn.execute(select(s).where(s.c.session_id == ref)).first()
         if row is None:
@@ -249,41 +411,80 @@ class SessionDatabase:
         info = dict(row._mapping)
         session_id = info["session_id"]
         session_key = info.get("session_key") or session_id.split("#")[0]
-        messages = self._messages(conn, session_id, info.get("active_leaf_message_id"))
+        messages, has_parent = self._fetch_messages(conn, inspector, session_id)
+        profile = None
+        if "ai_session_profiles" in tables:
+            p = schema.ai_session_profiles
+            cols = {c["name"] for c in inspector.get_columns("ai_session_profiles")}
+            found = conn.execute(select(*(p.c[c] for c in p.c.keys() if c in cols)).where(p.c.session_key == session_key)).first()
+            profile = None if found is None else dict(found._mapping)
+        summaries: list[Any] = []
+        if "agent_summaries" in tables:
+            t = schema.agent_summaries
+            # upstream's agent_summaries has no id column: SQLite's rowid names the row
+            summary_columns = {c["name"] for c in inspector.get_columns("agent_summaries")}
+            row_id: Any = (t.c.id if "id" in summary_columns
+                           else literal_column("rowid") if self.engine.dialect.name == "sqlite" else literal_column("NULL"))
+            summaries = conn.execute(
+                select(t.c.summary, t.c.anchor_message_id, t.c.created_at, row_id.label("row_id"))
+                .where(t.c.session_id == session_id)
+                .order_by(t.c.created_at)
+            ).all()
+        scene_changes: list[Any] = []
+        if "zhin_scene_changes" in tables:
+            c = schema.zhin_scene_changes
+            scene_changes = conn.execute(select(c).where(c.c.session_id == session_id).order_by(c.c.timestamp, c.c.id)).all()
+        members: list[Any] = []
+        if "ai_scene_members" in tables and session_key:
+            a = schema.ai_scene_members
+            members = conn.execute(select(a).where(a.c.scene_key == session_key).order_by(a.c.updated_at, a.c.user_id)).all()
+        return _SessionRows(info=info, tables=tables, messages=messages, has_parent=has_parent, profile=profile,
+                            summaries=summaries, scene_changes=scene_changes, members=members)
+
+    def _fetch_messages(self, conn: Any, inspector: Any, session_id: str) -> tuple[list[Any], bool]:
+        from zhin_cli.store import max_messages  # the same limit as for JSONL files
+
+        m = schema.agent_messages
+        columns = [m.c.id, m.c.role, m.c.payload, m.c.timestamp]
+        cols = {c["name"] for c in inspector.get_columns("agent_messages")}
+        has_parent = "parent_id" in cols
+        if has_parent:
+            columns.append(m.c.parent_id)
+        if "extra" in cols:
+            columns.append(m.c.extra)
+        limit = max_messages()
+        # One pass over the table (upstream has no index on session_id): at most limit + 1 rows tell "too large".
+        rows = conn.execute(select(*columns).where(m.c.session_id == session_id).order_by(m.c.id).limit(limit + 1)).all()
+        if len(rows) > limit:
+            count = conn.execute(select(func.count()).select_from(m).where(m.c.session_id == session_id)).scalar_one()
+            raise InputError(
+                f"session too large: {count:,} messages (ZHIN_MAX_MESSAGES is {limit:,}); raise the limit",
+                where=f"{self.ref.label}: agent_messages",
+            )
+        return rows, has_parent
+
+    # --- after it: parsing and checks, no database access ---------------------------------------------------------
+
+    def _build(self, rows: _SessionRows) -> Session:
+        info = rows.info
+        session_id = info["session_id"]
+        session_key = info.get("session_key") or session_id.split("#")[0]
         session = Session(
             session_id=session_id,
             session_key=session_key,
             timezone=None,
             bot=BotFacts(),
             scene=SceneFacts(),
-            messages=messages,
+            messages=self._messages(rows.messages, info.get("active_leaf_message_id"), rows.has_parent),
             source=self.ref.label,
         )
-        self._profile(conn, session)
-        session.summaries = self._summaries(conn, session_id)
-        session.scene_changes = self._scene_changes(conn, session_id)
-        session.members = self._members(conn, session_key)
+        self._profile(rows.profile, session)
+        session.summaries = self._summaries(rows.summaries, session_id)
+        session.scene_changes = self._scene_changes(rows.scene_changes)
+        session.members = self._members(rows.members)
         return session
 
-    def _messages(self, conn: Any, session_id: str, leaf: int | None) -> list[Message]:
-        m = schema.agent_messages
-        columns = [m.c.id, m.c.role, m.c.payload, m.c.timestamp]
-        cols = {c["name"] for c in inspect(conn).get_columns("agent_messages")}
-        has_parent = "parent_id" in cols
-        if has_parent:
-            columns.append(m.c.parent_id)
-        if "extra" in cols:
-            columns.append(m.c.extra)
-        from zhin_cli.store import max_messages  # the same limit as for JSONL files
-
-        limit = max_messages()
-        count = conn.execute(select(func.count()).select_from(m).where(m.c.session_id == session_id)).scalar_one()
-        if count > limit:
-            raise InputError(
-                f"session too large: {count:,} messages (ZHIN_MAX_MESSAGES is {limit:,}); raise the limit",
-                where=f"{self.ref.label}: agent_messages",
-            )
-        rows = conn.execute(select(*columns).where(m.c.session_id == session_id).order_by(m.c.id)).all()
+    def _messages(self, rows: list[Any], leaf: int | None, has_parent: bool) -> list[Message]:
         by_id = {row.id: row for row in rows}
         if leaf is not None and has_parent:
             chain: list[Any] = []
@@ -305,19 +506,16 @@ class SessionDatabase:
         tools = ToolPairing()
         for row in rows:
             where = at_row("agent_messages", row.id, self.ref.label)
-            try:
-                payload = json.loads(row.payload)
-            except (ValueError, TypeError):  # not JSON, not UTF-8 (a BLOB), NULL
-                raise InputError("payload is not JSON", where=where) from None
+            payload = _json_column(row.payload, "payload", where)
             extra: dict[str, Any] = {}
             raw_extra = getattr(row, "extra", None)
             if raw_extra:
-                try:
-                    parsed = json.loads(raw_extra)
-                except (ValueError, TypeError):
-                    raise InputError("extra is not JSON", where=where) from None
+                parsed = _json_column(raw_extra, "extra", where)
                 extra = parsed if isinstance(parsed, dict) else {}
-            message = message_from_payload(payload, row_id=row.id, where=where, extra=extra)
+            try:
+                message = message_from_payload(payload, row_id=row.id, where=where, extra=extra)
+            except RecursionError:
+                raise InputError("payload is nested too deeply", where=where) from None
             raw = {"type": "message", **payload, "id": row.id}
             if extra:
                 raw["extra"] = extra
@@ -326,68 +524,51 @@ class SessionDatabase:
             messages.append(message)
         return messages
 
-    def _profile(self, conn: Any, session: Session) -> None:
+    def _profile(self, data: dict[str, Any] | None, session: Session) -> None:
         parts = (session.session_key or "").split(":")
         # session key = <platform>:<endpoint (bot account)>:<kind>:<scene id>
         scene: dict[str, Any] = {}
         if len(parts) >= 4:
             scene = {"scene_type": parts[2], "scene_id": parts[3]}
             session.bot = BotFacts(user_id=parts[1])
-        if "ai_session_profiles" in self.tables:
-            p = schema.ai_session_profiles
-            cols = {c["name"] for c in inspect(conn).get_columns("ai_session_profiles")}
-            row = conn.execute(select(*(p.c[c] for c in p.c.keys() if c in cols)).where(p.c.session_key == session.session_key)).first()
-            if row is not None:
-                data = dict(row._mapping)
-                where = at_row("ai_session_profiles", session.session_key, self.ref.label)
-                admins = data.get("admins")
-                if admins == "":
-                    admins = []
-                elif admins:
-                    try:
-                        admins = json.loads(admins)
-                    except (ValueError, TypeError):
-                        raise InputError("admins is not a JSON array", where=where) from None
-                muted_all = data.get("muted_all")
-                if muted_all is not None and (not isinstance(muted_all, int) or isinstance(muted_all, bool)):
-                    raise InputError(f"muted_all must be 0 or 1, got {short(muted_all)}", where=where)
-                for key, value in (
-                    ("scene_id", data.get("scene_id")),
-                    ("scene_type", data.get("scene_type")),
-                    ("scene_name", data.get("title")),
-                    ("owner_id", data.get("owner_id")),
-                    ("admins", admins),
-                    ("member_count", data.get("member_count")),
-                    ("global_mute", None if data.get("muted_all") is None else bool(data["muted_all"])),
-                ):
-                    if value is not None:
-                        scene[key] = value
-                check_scene_facts(scene, where)
-                timezone = data.get("timezone")
-                if timezone and (not isinstance(timezone, str) or not valid_timezone(timezone)):
-                    raise InputError(f"unknown time zone {short(timezone)}", where=where)
-                session.bot = BotFacts(
-                    user_id=data.get("bot_user_id") or session.bot.user_id,
-                    name=data.get("bot_name"),
-                    group_nickname=data.get("bot_nickname"),
-                    platform_role=data.get("bot_role"),
-                )
-                session.timezone = timezone
+        if data is not None:
+            where = at_row("ai_session_profiles", session.session_key, self.ref.label)
+            admins = data.get("admins")
+            if admins == "":
+                admins = []
+            elif admins:
+                try:
+                    admins = json.loads(admins)
+                except (ValueError, TypeError, RecursionError):
+                    raise InputError("admins is not a JSON array", where=where) from None
+            muted_all = data.get("muted_all")
+            if muted_all is not None and (not isinstance(muted_all, int) or isinstance(muted_all, bool)):
+                raise InputError(f"muted_all must be 0 or 1, got {short(muted_all)}", where=where)
+            for key, value in (
+                ("scene_id", data.get("scene_id")),
+                ("scene_type", data.get("scene_type")),
+                ("scene_name", data.get("title")),
+                ("owner_id", data.get("owner_id")),
+                ("admins", admins),
+                ("member_count", data.get("member_count")),
+                ("global_mute", None if data.get("muted_all") is None else bool(data["muted_all"])),
+            ):
+                if value is not None:
+                    scene[key] = value
+            check_scene_facts(scene, where)
+            timezone = data.get("timezone")
+            if timezone and (not isinstance(timezone, str) or not valid_timezone(timezone)):
+                raise InputError(f"unknown time zone {short(timezone)}", where=where)
+            session.bot = BotFacts(
+                user_id=data.get("bot_user_id") or session.bot.user_id,
+                name=data.get("bot_name"),
+                group_nickname=data.get("bot_nickname"),
+                platform_role=data.get("bot_role"),
+            )
+            session.timezone = timezone
         session.scene = SceneFacts.from_mapping(scene)
 
-    def _summaries(self, conn: Any, session_id: str) -> list[Summary]:
-        if "agent_summaries" not in self.tables:
-            return []
-        t = schema.agent_summaries
-        # upstream's agent_summaries has no id column: SQLite's rowid names the row
-        summary_columns = {c["name"] for c in inspect(conn).get_columns("agent_summaries")}
-        row_id: Any = (t.c.id if "id" in summary_columns
-                       else literal_column("rowid") if self.engine.dialect.name == "sqlite" else literal_column("NULL"))
-        rows = conn.execute(
-            select(t.c.summary, t.c.anchor_message_id, t.c.created_at, row_id.label("row_id"))
-            .where(t.c.session_id == session_id)
-            .order_by(t.c.created_at)
-        ).all()
+    def _summaries(self, rows: list[Any], session_id: str) -> list[Summary]:
         summaries = []
         for number, r in enumerate(rows, start=1):
             where = at_row("agent_summaries", r.row_id if r.row_id is not None else f"#{number} of {session_id}", self.ref.label)
@@ -400,17 +581,11 @@ class SessionDatabase:
             summaries.append(Summary(timestamp=created, summary=r.summary, anchor_row_id=anchor))
         return summaries
 
-    def _scene_changes(self, conn: Any, session_id: str) -> list[SceneChange]:
-        if "zhin_scene_changes" not in self.tables:
-            return []
-        t = schema.zhin_scene_changes
+    def _scene_changes(self, rows: list[Any]) -> list[SceneChange]:
         changes = []
-        for r in conn.execute(select(t).where(t.c.session_id == session_id).order_by(t.c.timestamp, t.c.id)).all():
+        for r in rows:
             where = at_row("zhin_scene_changes", r.id, self.ref.label)
-            try:
-                data = json.loads(r.changes)
-            except (ValueError, TypeError):
-                raise InputError("changes is not JSON", where=where) from None
+            data = _json_column(r.changes, "changes", where)
             if not isinstance(data, dict):
                 raise InputError(f"changes must be a JSON object of scene facts, got {short(data)}", where=where)
             check_timestamp(r.timestamp, "timestamp", where)
@@ -418,11 +593,7 @@ class SessionDatabase:
             changes.append(SceneChange(timestamp=r.timestamp, changes=data, raw={"type": "scene", "timestamp": r.timestamp, **data}))
         return changes
 
-    def _members(self, conn: Any, session_key: str | None) -> list[MemberSnapshot]:
-        if "ai_scene_members" not in self.tables or not session_key:
-            return []
-        t = schema.ai_scene_members
-        rows = conn.execute(select(t).where(t.c.scene_key == session_key).order_by(t.c.updated_at, t.c.user_id)).all()
+    def _members(self, rows: list[Any]) -> list[MemberSnapshot]:
         members = []
         for r in rows:
             where = at_row("ai_scene_members", r.user_id, self.ref.label)
@@ -433,27 +604,121 @@ class SessionDatabase:
         return members
 
 
+def _json_column(value: Any, column: str, where: str) -> Any:
+    """A JSON text column: not JSON, not UTF-8 (a BLOB), NULL or nested past Python's recursion limit is one line."""
+    try:
+        return json.loads(value)
+    except RecursionError:
+        raise InputError(f"{column} is nested too deeply", where=where) from None
+    except (ValueError, TypeError):
+        raise InputError(f"{column} is not JSON", where=where) from None
+
+
+@dataclass
+class ImportResult:
+    """What ``import_sessions`` wrote: message rows per session id, and the member events (``--events``)."""
+
+    rows: dict[str, int]
+    events: EventImport | None
+
+
 def import_session(session: Session, db: str | Path, *, replace: bool = False) -> int:
-    """Write a session into a (new or existing) zhin database — an SQLite file or a server URL — in upstream's
-    schema. Returns the number of message rows written."""
+    """Write one session into a (new or existing) zhin database; the number of message rows written."""
+    return import_sessions([session], db, replace=replace).rows[session.session_id]
+
+
+def import_sessions(sessions: list[Session], db: str | Path, *, replace: bool = False, events: bool = False) -> ImportResult:
+    """Write sessions (and, with ``events``, the member events of ``conversation_events``) into a zhin database —
+    an SQLite file or a server URL — in upstream's schema. All or nothing: a new SQLite file is built under a
+    temporary name next to it and appears complete or not at all; an existing database gets one transaction
+    (on MySQL/MariaDB, where DDL commits by itself, the missing tables are created first, then one transaction
+    writes every row). An error, Ctrl-C or SIGTERM part way leaves the database as it was."""
     ref = parse_db(str(db))
+    path = ref.sqlite_path
+    if path is not None and not path.exists():
+        if events and not sessions:
+            raise SessionNotFound(f"no such database file: {path}")
+        return _import_into_new_file(ref, path, sessions, replace=replace, events=events)
     engine = writable_engine(ref)
     try:
-        schema.metadata.create_all(engine)
+        if engine.dialect.name in ("mysql", "mariadb"):
+            schema.metadata.create_all(engine)
         with engine.begin() as conn:
-            exists = conn.execute(select(schema.agent_sessions.c.session_id).where(schema.agent_sessions.c.session_id == session.session_id)).first()
-            if exists and not replace:
-                raise ZhinError(f"session {session.session_id!r} is already in {ref.label} (use --replace)")
-            if exists:
-                for table in (schema.agent_messages, schema.agent_summaries, schema.zhin_scene_changes):
-                    conn.execute(table.delete().where(table.c.session_id == session.session_id))
-                conn.execute(schema.agent_sessions.delete().where(schema.agent_sessions.c.session_id == session.session_id))
-            _write(conn, session)
-    except SQLAlchemyError as exc:
-        raise ZhinError(f"cannot write database: {db_error(exc)}", where=ref.label) from None
+            return _import(conn, ref, sessions, replace=replace, events=events)
+    except (SQLAlchemyError, OverflowError) as exc:
+        raise _write_error(exc, ref) from None
     finally:
         engine.dispose()
-    return len(session.messages)
+
+
+def _import(conn: Any, ref: DatabaseRef, sessions: list[Session], *, replace: bool, events: bool) -> ImportResult:
+    """Everything ``import_sessions`` writes, on one connection inside one transaction."""
+    from zhin_cli.store.events import import_member_events
+
+    schema.metadata.create_all(conn)
+    rows: dict[str, int] = {}
+    for session in sessions:
+        exists = conn.execute(select(schema.agent_sessions.c.session_id).where(schema.agent_sessions.c.session_id == session.session_id)).first()
+        if exists and not replace:
+            raise ZhinError(f"session {session.session_id!r} is already in {ref.label} (use --replace); nothing imported")
+        if exists:
+            for table in (schema.agent_messages, schema.agent_summaries, schema.zhin_scene_changes):
+                conn.execute(table.delete().where(table.c.session_id == session.session_id))
+            conn.execute(schema.agent_sessions.delete().where(schema.agent_sessions.c.session_id == session.session_id))
+        _write(conn, session)
+        rows[session.session_id] = len(session.messages)
+    return ImportResult(rows=rows, events=import_member_events(conn, ref.label) if events else None)
+
+
+def _import_into_new_file(ref: DatabaseRef, path: Path, sessions: list[Session], *, replace: bool, events: bool) -> ImportResult:
+    """Build the database as a hidden temporary file in the target's folder, then give it its name with a hard
+    link (which, unlike a rename, never replaces a file that appeared meanwhile). Until then nothing is at
+    ``path``; on any error or interruption the temporary file and its journal are removed."""
+    temporary = path.parent / f".{path.name}.{secrets.token_hex(6)}.zhin-import"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))  # the umask's mode, as sqlite3's
+    except OSError as exc:
+        raise ZhinError(f"cannot create the database: {exc.strerror}", where=str(path)) from None
+    try:
+        engine = writable_engine(ref, sqlite_path=temporary)
+        try:
+            with engine.begin() as conn:
+                result = _import(conn, ref, sessions, replace=replace, events=events)
+        except (SQLAlchemyError, OverflowError) as exc:
+            raise _write_error(exc, ref) from None
+        finally:
+            engine.dispose()
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            raise ZhinError("the file appeared while zhin was importing into it; nothing imported, run again",
+                            where=str(path)) from None
+        except OSError:  # a file system without hard links: a rename (which replaces a file that appeared meanwhile)
+            os.replace(temporary, path)
+        _sync_folder(path.parent)
+        return result
+    finally:
+        for leftover in (temporary, Path(f"{temporary}-journal")):
+            leftover.unlink(missing_ok=True)
+
+
+def _sync_folder(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _write_error(exc: Exception, ref: DatabaseRef) -> ZhinError:
+    """A driver's refusal (or Python's sqlite3 refusing an integer past 64 bits) as one line; nothing was written."""
+    return ZhinError(f"cannot write database: {db_error(exc)}; nothing imported", where=ref.label)
 
 
 def _write(conn: Any, session: Session) -> None:

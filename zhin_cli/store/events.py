@@ -22,9 +22,8 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sqlalchemy import and_, inspect, select
-from sqlalchemy.exc import SQLAlchemyError
 
-from zhin_cli.errors import InputError, SessionNotFound, ZhinError, at_row
+from zhin_cli.errors import InputError, ZhinError, at_row
 from zhin_cli.store import schema
 
 MEMBER_EVENT_KINDS = {
@@ -76,10 +75,13 @@ def member_events(conn: Any, label: str | None = None) -> list[MemberEvent]:
     """Every member join/leave in ``conversation_events``, in sequence (``id``) order."""
     t = schema.conversation_events
     events = []
-    for row in conn.execute(select(t.c.id, t.c.event_id, t.c.conversation_key, t.c.event_json, t.c.time).order_by(t.c.id)):
+    rows = conn.execute(select(t.c.id, t.c.event_id, t.c.conversation_key, t.c.event_json, t.c.time).order_by(t.c.id)).all()
+    for row in rows:  # fetched at once: a reader's lock is not held while the rows are checked
         where = at_row("conversation_events", row.id, label)
         try:
             data = json.loads(row.event_json)
+        except RecursionError:
+            raise InputError("event_json is nested too deeply", where=where) from None
         except (ValueError, TypeError):
             raise InputError("event_json is not JSON", where=where) from None
         if not isinstance(data, dict):
@@ -161,17 +163,8 @@ def import_member_events(conn: Any, label: str) -> EventImport:
 
 def import_events(db: str) -> EventImport:
     """``zhin import --events --db URL``: one transaction; the database is written only here."""
-    from zhin_cli.store.database import db_error, parse_db, writable_engine
+    from zhin_cli.store.database import import_sessions
 
-    ref = parse_db(db)
-    if ref.sqlite_path is not None and not ref.sqlite_path.is_file():
-        raise SessionNotFound(f"no such database file: {ref.sqlite_path}")
-    engine = writable_engine(ref)
-    try:
-        schema.metadata.create_all(engine)
-        with engine.begin() as conn:
-            return import_member_events(conn, ref.label)
-    except SQLAlchemyError as exc:
-        raise ZhinError(f"cannot write database: {db_error(exc)}", where=ref.label) from None
-    finally:
-        engine.dispose()
+    result = import_sessions([], db, events=True).events
+    assert result is not None
+    return result
