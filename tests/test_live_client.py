@@ -367,11 +367,19 @@ def test_a_corrupt_cache_file_is_a_miss(serve: Any, tmp_path: Path) -> None:
     assert json.loads(path.read_text(encoding="utf-8"))["reply"]["text"] == "hello there"  # rewritten
 
 
-def test_default_cache_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_default_cache_dir_is_the_user_cache_directory_never_the_checkout(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # a checkout's files are whatever its last pull request made them: its cache must not answer for the model
     monkeypatch.delenv("ZHIN_EVAL_CACHE_DIR", raising=False)
     monkeypatch.chdir(tmp_path)
-    assert default_cache_dir() == tmp_path / ".zhin" / "eval-cache"
-    monkeypatch.setenv("ZHIN_EVAL_CACHE_DIR", str(tmp_path / "elsewhere"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_cache_dir() == tmp_path / "xdg" / "zhin" / "eval-cache"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert default_cache_dir() == tmp_path / "home" / ".cache" / "zhin" / "eval-cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")  # the XDG spec: a relative path is ignored
+    assert default_cache_dir() == tmp_path / "home" / ".cache" / "zhin" / "eval-cache"
+    assert not str(default_cache_dir()).startswith(str(tmp_path / ".zhin"))
+    monkeypatch.setenv("ZHIN_EVAL_CACHE_DIR", str(tmp_path / "elsewhere"))  # an explicit choice still wins
     assert default_cache_dir() == tmp_path / "elsewhere"
 
 

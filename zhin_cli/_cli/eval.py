@@ -40,6 +40,7 @@ def eval_command(
     live: Annotated[bool, typer.Option("--live", help="Run live cases against an OpenAI-compatible model (OPENAI_BASE_URL, OPENAI_API_KEY).")] = False,
     model: Annotated[str | None, typer.Option("--model", "-m", envvar="ZHIN_EVAL_MODEL", help="Live model id.")] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Live: neither read nor write the response cache.")] = False,
+    cache_dir: Annotated[Path | None, typer.Option("--cache-dir", envvar="ZHIN_EVAL_CACHE_DIR", help="Live: the response cache folder (default: the user cache directory, $XDG_CACHE_HOME/zhin/eval-cache or ~/.cache/zhin/eval-cache, never the checkout).")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Live: seed of the first repeat (repeat k uses seed+k).")] = 0,
     base: Annotated[str | None, typer.Option("--base", help="Before/after: the base configuration, a zhin.yaml or a git ref (with --head).")] = None,
     head: Annotated[str | None, typer.Option("--head", help="Before/after: the head configuration, a zhin.yaml or a git ref (with --base).")] = None,
@@ -58,6 +59,10 @@ def eval_command(
 
     Exit status: 0 all passed (before/after: no regression), 1 a case failed or errored (before/after: a case
     regressed), 2 usage, 3 could not run (live model unreachable), 4 invalid case file or config.
+
+    Live answers read from the response cache are counted in the report ("k of n live answers from cache");
+    the cache is never the checkout's unless --cache-dir names it. Credentials in OPENAI_BASE_URL are never
+    shown or stored (shown as ***).
     """
     if paths and paths[0] == Path("compare") and not Path("compare").exists():
         compare_saved(paths[1:], as_json)
@@ -65,7 +70,8 @@ def eval_command(
     from zhin_cli.eval.report import publish_github, summary_table, write_junit
     from zhin_cli.eval.runner import EvalOptions, run_eval
 
-    options = EvalOptions(providers=provider or [], jobs=jobs, repeat=repeat, live=live, model=model, use_cache=not no_cache, seed=seed)
+    options = EvalOptions(providers=provider or [], jobs=jobs, repeat=repeat, live=live, model=model, use_cache=not no_cache, seed=seed,
+                          cache_dir=cache_dir)
     if base is not None or head is not None:
         if base is None or head is None or config is not None:
             raise UsageError("before/after needs both --base and --head (and no --config)")

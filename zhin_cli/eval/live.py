@@ -10,12 +10,17 @@ server's ``usage``.
 * Failures: the ``openai`` client's own retries (exponential backoff from 0.5 s, at most 8 s, with jitter;
   ``Retry-After`` honoured) on 408/409/429/5xx, timeouts and refused connections, ``max_retries`` times. What
   still fails becomes one ``LiveModelError`` line naming the URL and the HTTP status.
-* The key is never shown: it is not part of any message, cache file or cache key, and any text a server sends
-  back (an error body that echoes the ``Authorization`` header) has it replaced with ``***``.
-* Response cache: one JSON file per request under ``cache_dir`` (default ``$ZHIN_EVAL_CACHE_DIR``, else
-  ``.zhin/eval-cache/`` in the current directory), named by the sha256 of the canonical JSON of the whole
-  request: base URL, model, seed and body. A second identical request is answered from the file
-  (``cached=True``); ``use_cache=False`` neither reads nor writes it. An unreadable or foreign file is a miss.
+* Credentials are never shown or stored: the key is not part of any message, cache file or cache key; the base
+  URL is shown (and keys the cache) only masked (``zhin_cli.redact.mask_url``: user information and
+  password-like query values become ``***``); any text a server sends back (an error body that echoes the
+  ``Authorization`` header) has the key and the URL's secrets replaced with ``***``. A base URL that does not
+  parse is a one-line usage error (``BadBaseURL``, exit 2).
+* Response cache: one JSON file per request under ``cache_dir`` (default ``$ZHIN_EVAL_CACHE_DIR``, else the
+  user cache directory, ``$XDG_CACHE_HOME/zhin/eval-cache`` or ``~/.cache/zhin/eval-cache`` — never the
+  checkout, whose files anyone who sends a pull request can write), named by the sha256 of the canonical JSON
+  of the whole request: masked base URL, model, seed and body. A second identical request is answered from the
+  file (``cached=True``; ``answers`` / ``from_cache`` count them for the report); ``use_cache=False`` neither
+  reads nor writes it. An unreadable or foreign file is a miss.
 """
 
 from __future__ import annotations
@@ -30,9 +35,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
-from zhin_cli.errors import ZhinError
+from zhin_cli.errors import EXIT_USAGE, ZhinError
+from zhin_cli.redact import MASK, is_secret_parameter, mask_url, redact_text, split_userinfo
 
 if TYPE_CHECKING:
     import openai
@@ -49,6 +55,12 @@ class LiveModelError(ZhinError):
     """The live model could not answer (unreachable, refused the request, no key): eval exit 3, could not run."""
 
 
+class BadBaseURL(LiveModelError):
+    """The base URL is not an http(s) URL that parses (``http://[::1:1/v1``, a port that is not a number): usage."""
+
+    exit_code = EXIT_USAGE
+
+
 @dataclass
 class LiveReply:
     text: str
@@ -58,12 +70,43 @@ class LiveReply:
 
 
 def default_cache_dir() -> Path:
+    """``$ZHIN_EVAL_CACHE_DIR``, else the user cache directory: ``$XDG_CACHE_HOME/zhin/eval-cache`` (an absolute
+    ``XDG_CACHE_HOME`` only, as the XDG spec says) or ``~/.cache/zhin/eval-cache``."""
     configured = os.environ.get(CACHE_DIR_ENV)
-    return Path(configured) if configured else Path.cwd() / ".zhin" / "eval-cache"
+    if configured:
+        return Path(configured)
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
+    return base / "zhin" / "eval-cache"
+
+
+def url_secrets(url: str) -> list[str]:
+    """What of ``url`` is secret: the user information (raw and decoded, whole and the password alone) and the
+    values of password-like query parameters."""
+    found: list[str] = []
+    _scheme, sep, rest = url.partition("://")
+    if sep:
+        userinfo, rest = split_userinfo(rest)
+        if userinfo:
+            password = userinfo.partition(":")[2]
+            found += [userinfo, unquote(userinfo), password, unquote(password)]
+    query = rest.partition("?")[2].partition("#")[0]
+    found += [value for name, value in parse_qsl(query, keep_blank_values=False) if is_secret_parameter(name)]
+    return sorted({s for s in found if s}, key=len, reverse=True)
+
+
+def _host(url: str) -> str | None:
+    """The host of ``url`` (the user information ends at the last ``@``); ValueError when it does not parse."""
+    parts = urlsplit(mask_url(url))
+    parts.port  # noqa: B018 — raises ValueError for a port that is not a number 0–65535
+    return parts.hostname
 
 
 def is_loopback_url(url: str) -> bool:
-    host = urlsplit(url).hostname
+    try:
+        host = _host(url)
+    except ValueError:
+        return False
     if not host:
         return False
     if host == "localhost" or host.endswith(".localhost"):
@@ -79,10 +122,11 @@ def _canonical(value: Any) -> str:
 
 
 def cache_key(base_url: str, request: dict[str, Any]) -> str:
-    """sha256 of everything that decides the answer: where it is asked, and the full request body."""
+    """sha256 of everything that decides the answer: where it is asked (the masked URL: credentials never enter
+    the key, not even hashed), and the full request body."""
     identity = {
         "version": CACHE_VERSION,
-        "base_url": base_url.rstrip("/"),
+        "base_url": mask_url(base_url.rstrip("/")),
         "model": request.get("model"),
         "seed": request.get("seed"),
         "body": request,
@@ -109,16 +153,22 @@ class LiveModel:
         cache_dir: Path | None = None,
         use_cache: bool = True,
     ) -> None:
-        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
-        scheme = urlsplit(self.base_url).scheme
-        if scheme not in ("http", "https") or not urlsplit(self.base_url).hostname:
-            raise LiveModelError(f"live model base URL {self.base_url!r} is not an http(s) URL")
+        given = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+        self._base_url = given  # private: may hold credentials; only the openai client gets it
+        self.base_url = mask_url(given)  # what messages, cache keys and cache files show
+        try:
+            host = _host(given)
+        except ValueError as error:
+            raise BadBaseURL(f"live model base URL {self.base_url!r} is not a URL ({redact_text(str(error))})") from None
+        if urlsplit(self.base_url).scheme not in ("http", "https") or not host:
+            raise BadBaseURL(f"live model base URL {self.base_url!r} is not an http(s) URL")
         key = api_key or os.environ.get("OPENAI_API_KEY") or None
         if key is None:
-            if not is_loopback_url(self.base_url):
+            if not is_loopback_url(given):
                 raise LiveModelError(f"no API key for the live model at {self.base_url}: set OPENAI_API_KEY")
             key = LOCAL_PLACEHOLDER_KEY
         self._api_key = key  # private: never formatted into anything this class shows
+        self._secrets = [s for s in [key, *url_secrets(given)] if s]
         self.model = model
         self.timeout = timeout
         self.max_retries = max_retries
@@ -126,6 +176,8 @@ class LiveModel:
         self.use_cache = use_cache
         self._client: openai.OpenAI | None = None
         self._lock = threading.Lock()
+        self.answers = 0  # replies returned by complete()
+        self.from_cache = 0  # of which read from the cache
 
     def __repr__(self) -> str:
         return f"LiveModel(base_url={self.base_url!r}, model={self.model!r}, use_cache={self.use_cache})"
@@ -150,13 +202,20 @@ class LiveModel:
         if self.use_cache:
             stored = self._read_cache(key)
             if stored is not None:
+                self._count(cached=True)
                 return LiveReply(stored["text"], stored["usage"], cached=True,
                                  latency_ms=(time.perf_counter() - started) * 1000)
         text, usage = self._post(request)
         latency_ms = (time.perf_counter() - started) * 1000
         if self.use_cache:
             self._write_cache(key, request, text, usage, latency_ms)
+        self._count(cached=False)
         return LiveReply(text, usage, cached=False, latency_ms=latency_ms)
+
+    def _count(self, *, cached: bool) -> None:
+        with self._lock:
+            self.answers += 1
+            self.from_cache += cached
 
     def close(self) -> None:
         with self._lock:
@@ -179,13 +238,20 @@ class LiveModel:
 
                 # A loopback server is reached directly: a proxy from the environment must not intercept it.
                 http_client = (openai.DefaultHttpxClient(trust_env=False, timeout=self.timeout)
-                               if is_loopback_url(self.base_url) else None)
-                self._client = openai.OpenAI(base_url=self.base_url, api_key=self._api_key, timeout=self.timeout,
+                               if is_loopback_url(self._base_url) else None)
+                self._client = openai.OpenAI(base_url=self._base_url, api_key=self._api_key, timeout=self.timeout,
                                              max_retries=self.max_retries, http_client=http_client)
             return self._client
 
+    def _hide_secrets(self, text: str) -> str:
+        """``text`` without the key or the base URL's credentials."""
+        for secret in self._secrets:
+            text = text.replace(secret, MASK)
+        return text
+
     def _hide_key(self, text: str) -> str:
-        return text.replace(self._api_key, "***") if self._api_key else text
+        """A message: no key, no credentials of the base URL or of any URL a server quotes (``redact_text``)."""
+        return redact_text(self._hide_secrets(text))
 
     def _fail(self, what: str) -> LiveModelError:
         return LiveModelError(self._hide_key(_one_line(f"live model at {self.base_url}: {what}")))
@@ -248,7 +314,7 @@ class LiveModel:
             # Write then rename: parallel eval workers never read half a file.
             with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=target.parent, suffix=".tmp",
                                              delete=False) as handle:
-                handle.write(self._hide_key(json.dumps(entry, ensure_ascii=False, indent=1)))
+                handle.write(self._hide_secrets(json.dumps(entry, ensure_ascii=False, indent=1)))
             os.replace(handle.name, target)
         except OSError as error:
             raise LiveModelError(f"cannot write the live-model cache {target}: {error.strerror or error}") from None

@@ -1,5 +1,8 @@
 """Reporters for an eval run: rich summary table, JUnit XML, GitHub annotations and step summary.
 
+Every report of a live run says how many of the live model's answers came from the response cache (the table's
+caption, the step summary, ``live_answers`` in ``--json``, a ``live_answers`` property of each JUnit test suite).
+
 JUnit: one ``<testsuite>`` per case file, one ``<testcase>`` per case. A failed assertion is a
 ``<failure>``, a case that could not be evaluated an ``<error>``, a case that needs a live model (offline)
 or no selected provider a ``<skipped>`` with the reason — never an empty (passed) testcase.
@@ -37,6 +40,8 @@ def summary_table(run: EvalRun) -> Table:
                       Text(",".join(result.providers)), Text(result.status, style=style), Text(detail))
     counts = run.counts()
     table.caption = " · ".join(f"{n} {s}" for s, n in counts.items() if n) + f" · {run.duration:.2f}s"
+    if run.live_answers is not None:  # answers from a cache are not the model's: say how many there were
+        table.caption += f" · {run.live_answers.describe()}"
     return table
 
 
@@ -61,6 +66,9 @@ def junit_xml(run: EvalRun) -> ET.ElementTree:
             failures=str(sum(r.status == "failed" for r in results)), errors=str(sum(r.status == "error" for r in results)),
             skipped=str(sum(r.status == "skipped" for r in results)), time=f"{sum(r.duration for r in results):.3f}",
         )
+        if run.live_answers is not None:  # of the whole run (JUnit has no run-level properties)
+            ET.SubElement(ET.SubElement(suite, "properties"), "property", name="live_answers",
+                          value=run.live_answers.describe())
         for result in results:
             case = ET.SubElement(suite, "testcase", classname=file.stem, name=result.case.id, file=str(file),
                                  line=str(result.line), time=f"{result.duration:.3f}")
@@ -111,6 +119,7 @@ def step_summary(run: EvalRun) -> str:
     counts = run.counts()
     lines = [f"### zhin eval ({'live' if run.live else 'offline'})", "",
              " · ".join(f"**{n}** {s}" for s, n in counts.items()), "",
+             *([run.live_answers.describe().replace("|", "\\|"), ""] if run.live_answers is not None else []),
              "| case | expect | providers | status | detail |", "|---|---|---|---|---|"]
     icons = {"passed": "✅", "failed": "❌", "error": "💥", "skipped": "⏭️"}
     for r in run.results:
