@@ -260,7 +260,8 @@ def test_chunked_request_body(openai_server: tuple[str, openai.OpenAI]) -> None:
     base_url, _ = openai_server
     body = json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": "chunked"}]}).encode()
     with http() as web:
-        response = web.post(f"{base_url}/chat/completions", content=iter([body[:10], body[10:]]))
+        response = web.post(f"{base_url}/chat/completions", content=iter([body[:10], body[10:]]),
+                            headers={"Content-Type": "application/json"})
     assert response.status_code == 200 and response.json()["object"] == "chat.completion"
 
 
@@ -322,7 +323,7 @@ def messages_api(anthropic_profile: None) -> Iterator[Callable[..., httpx2.Respo
     with running_server(provider="openai") as (base_url, _), http() as web:
         def post(body: Any, **kwargs: Any) -> httpx2.Response:
             if isinstance(body, bytes):
-                return web.post(f"{base_url}/messages", content=body, **kwargs)
+                return web.post(f"{base_url}/messages", content=body, headers={"Content-Type": "application/json"}, **kwargs)
             return web.post(f"{base_url}/messages", json=body, headers={"anthropic-version": "2023-06-01", "x-api-key": "test-key"},
                             **kwargs)
 

