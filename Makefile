@@ -28,9 +28,11 @@ test: $(STAMP)
 
 # The pre-merge gates of the README, on this repository itself: the eval scenarios offline (JUnit in
 # reports/), the fixed prompt cost against prompt-budget.yaml, and prefix stability of the fixtures.
+# The scenarios load this repository's own plugins (eval_cases/plugins/): opted in with --allow-plugins
+# (README "Plugins and trust"); no git ref's plugin code runs here.
 gates: $(STAMP)
 	mkdir -p reports
-	$(BIN)/zhin eval eval_cases/ -j 2 --junit reports/eval-junit.xml
+	$(BIN)/zhin --allow-plugins eval eval_cases/ -j 2 --junit reports/eval-junit.xml
 	$(BIN)/zhin budget check
 	$(BIN)/zhin prefix-diff fixtures/
 
@@ -56,7 +58,7 @@ bench: $(STAMP)
 eval-live: $(STAMP)
 	$(BIN)/python scripts/live_server.py install --venv $(LIVE_VENV)
 	$(BIN)/python scripts/live_server.py run --venv $(LIVE_VENV) -- $(BIN)/python -m pytest -p no:cacheprovider tests/live
-	$(BIN)/python scripts/live_server.py run --venv $(LIVE_VENV) -- $(BIN)/zhin eval --live --no-cache eval_cases/
+	$(BIN)/python scripts/live_server.py run --venv $(LIVE_VENV) -- $(BIN)/zhin --allow-plugins eval --live --no-cache eval_cases/
 
 clean:
 	rm -rf $(VENV) $(LIVE_VENV) demo .pytest_cache .mypy_cache .ruff_cache

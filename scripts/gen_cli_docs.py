@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-COMMANDS = ["", "trace", "prefix-diff", "providers", "serve", "import", "export", "sessions", "facts show", "facts prune", "stats cache", "fixtures synth", "report economy", "eval", "schema eval-case", "preset lint", "preset probe", "budget check", "budget update", "request-diff", "completion"]
+COMMANDS = ["", "trace", "prefix-diff", "providers", "serve", "import", "export", "sessions", "facts show", "facts prune", "stats cache", "fixtures synth", "report economy", "eval", "schema eval-case", "preset lint", "preset probe", "budget check", "budget update", "request-diff", "trust", "completion"]
 
 
 def help_text(command: str) -> str:

@@ -13,6 +13,13 @@ from zhin_cli.configsource import ConfigSource, load_config_source
 from zhin_cli.errors import EXIT_USAGE, ConfigError, UsageError
 from zhin_cli.segments import PromptSegment, PromptSegmentRegistry, TextSegment
 
+
+@pytest.fixture(autouse=True)
+def _ref_plugins_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests load a ref's plugin code on purpose: opted in (without it, tests/test_trust.py: refused)."""
+    monkeypatch.setenv("ZHIN_ALLOW_REF_PLUGINS", "1")
+
+
 PLUGIN = """\
 from dataclasses import dataclass
 

@@ -337,7 +337,8 @@ def test_cli_passing_suite_exits_0(zhin: Callable[..., Any], tmp_path: Path) -> 
     assert "base" in result.stdout and "passed" in result.stdout
 
 
-def test_jobs_do_not_change_results() -> None:
+def test_jobs_do_not_change_results(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ZHIN_ALLOW_PLUGINS", "1")  # the shipped cases load their plugins: the project's own, opted in
     paths = [ROOT / "eval_cases"]
     one = run_eval(paths, EvalOptions(jobs=1)).as_dict()
     four = run_eval(paths, EvalOptions(jobs=4)).as_dict()
@@ -374,6 +375,7 @@ def test_live_cases_run_end_to_end_against_the_loopback_conformance_server(tmp_p
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.setenv("ZHIN_EVAL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("ZHIN_ALLOW_PLUGINS", "1")  # adr-4's negative control loads the project's own plugin
     paths = [ROOT / "eval_cases" / "live-smoke.yaml", ROOT / "eval_cases" / "adr-4-nickname-injection.yaml"]
     with running_server("openai") as (base_url, _):
         options = EvalOptions(live=True, base_url=base_url, providers=["openai"])

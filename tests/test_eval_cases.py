@@ -21,6 +21,12 @@ CRITERIA = ("1", "2", "3", "4", "5", "5a", "6", "7", "8")
 KNOWN_BUGS: dict[str, str] = {}  # case id → reason, for a case that finds a bug not fixed yet (strict xfail)
 
 
+@pytest.fixture(autouse=True)
+def _the_projects_own_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shipped cases load the project's own plugins (eval_cases/plugins/): opted in, as `make gates` does."""
+    monkeypatch.setenv("ZHIN_ALLOW_PLUGINS", "1")
+
+
 def _criterion(case: Case) -> str | None:
     match = re.match(r"ADR 0041 acceptance (\w+)", case.data.get("criterion", ""))
     return match.group(1) if match else None

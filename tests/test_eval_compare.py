@@ -60,8 +60,8 @@ def config_file(root: Path, name: str, **options: Any) -> str:
     return str(folder / "zhin.yaml")
 
 
-def compare(zhin: Any, root: Path, base: str, head: str) -> tuple[int, dict[str, Any]]:
-    result = zhin("eval", "cases", "--base", base, "--head", head, "--json", cwd=root)
+def compare(zhin: Any, root: Path, base: str, head: str, *opt_in: str) -> tuple[int, dict[str, Any]]:
+    result = zhin(*opt_in, "eval", "cases", "--base", base, "--head", head, "--json", cwd=root)
     assert result.returncode in (0, 1), result.stderr
     return result.returncode, json.loads(result.stdout)
 
@@ -113,7 +113,7 @@ def test_git_refs_with_their_own_plugin_code(zhin: Any, tmp_path: Path) -> None:
     git("add", ".")
     git("commit", "-qm", "head")
     project(tmp_path)  # the working tree is back to base: only the refs carry the plugin
-    code, report = compare(zhin, tmp_path, "HEAD~1", "HEAD")
+    code, report = compare(zhin, tmp_path, "HEAD~1", "HEAD", "--allow-ref-plugins")  # a ref's plugin code: opted in
     assert code == 1 and report["head"].startswith("HEAD (")
     assert any("plugin.clock" in r for r in report["cases"][0]["reasons"])
 

@@ -171,9 +171,11 @@ def test_tail_limit_window_shift_is_reported_with_a_hint() -> None:
     assert ("window", "tail_limit") in result.hints
 
 
-def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def run(*args: str, cwd: Path, opt_in: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    """``opt_in``: global flags such as ``--allow-plugins`` (plugins of a found zhin.yaml run only when trusted)."""
     env = {"PATH": "/usr/bin:/bin", "NO_COLOR": "1", "HOME": str(Path.home())}
-    return subprocess.run([sys.executable, "-m", "zhin_cli", "prefix-diff", *args], capture_output=True, text=True, cwd=cwd, env=env)
+    return subprocess.run([sys.executable, "-m", "zhin_cli", *opt_in, "prefix-diff", *args], capture_output=True, text=True,
+                          cwd=cwd, env=env)
 
 
 def write_clock_plugin(path: Path) -> None:
@@ -208,7 +210,7 @@ def test_cli_exit_codes_like_diff(tmp_path: Path) -> None:
 def test_cli_negative_control_unstable_config_exits_1(tmp_path: Path) -> None:
     write_clock_plugin(tmp_path / "clock.py")
     (tmp_path / "zhin.yaml").write_text("plugins: ['clock.py:register']\n", encoding="utf-8")
-    result = run(str(FIXTURES / "group-busy.jsonl"), cwd=tmp_path)
+    result = run(str(FIXTURES / "group-busy.jsonl"), cwd=tmp_path, opt_in=("--allow-plugins",))
     assert result.returncode == 1, result.stdout + result.stderr
     assert "system_changed" in result.stdout and "plugin.clock" in result.stdout and "clock_time" in result.stdout
 
@@ -253,14 +255,16 @@ def test_base_head_git_refs_report_exactly_the_changed_segment(tmp_path: Path) -
     git("commit", "-qm", "v1", cwd=repo)
     (repo / "persona.py").write_text((repo / "persona.py").read_text(encoding="utf-8").replace("cats", "cats and dogs"), encoding="utf-8")
     git("commit", "-qam", "persona v2", cwd=repo)
-    result = run(str(FIXTURES / "private-chat.jsonl"), "--base", "HEAD~1", "--head", "main", "--json", cwd=repo)
+    result = run(str(FIXTURES / "private-chat.jsonl"), "--base", "HEAD~1", "--head", "main", "--json", cwd=repo,
+                 opt_in=("--allow-ref-plugins",))
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
     comparison = document["sessions"][0]
     assert [(s["id"], s["status"], s["chars"]) for s in comparison["segments"]] == [("plugin.persona", "changed", 9)]
     assert comparison["first_divergence"]["segment"] == "plugin.persona"
     assert document["base"].startswith("HEAD~1 (") and document["head"].startswith("main (")
-    same = run(str(FIXTURES / "private-chat.jsonl"), "--base", "HEAD", "--head", "main", "--json", cwd=repo)
+    same = run(str(FIXTURES / "private-chat.jsonl"), "--base", "HEAD", "--head", "main", "--json", cwd=repo,
+               opt_in=("--allow-ref-plugins",))
     assert json.loads(same.stdout)["sessions"][0]["segments"] == []
 
 

@@ -93,7 +93,8 @@ def test_criterion_8_plugin_platform_segment_appears_in_place_and_vanishes_with_
     assert contents(after)[0] == system.replace("\n\nWEATHER TOOL GUIDE", "")
 
 
-def test_plugin_from_zhin_yaml_registers_through_a_generation(tmp_path: Path) -> None:
+def test_plugin_from_zhin_yaml_registers_through_a_generation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ZHIN_ALLOW_PLUGINS", "1")  # a zhin.yaml found upward runs its plugins only when trusted
     (tmp_path / "myplugin.py").write_text(
         "from zhin_cli.segments import TextSegment\n"
         "def register(generation):\n"
@@ -109,7 +110,8 @@ def test_plugin_from_zhin_yaml_registers_through_a_generation(tmp_path: Path) ->
     assert "my.platform" not in registry
 
 
-def test_a_plugin_file_may_define_dataclasses(tmp_path: Path) -> None:
+def test_a_plugin_file_may_define_dataclasses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ZHIN_ALLOW_PLUGINS", "1")
     # @dataclass looks its class's module up in sys.modules: a plugin file must be registered there while it runs.
     (tmp_path / "dc.py").write_text(
         "from dataclasses import dataclass\n"
@@ -132,7 +134,8 @@ def test_a_plugin_file_may_define_dataclasses(tmp_path: Path) -> None:
         generation.release()
 
 
-def test_broken_plugin_is_a_config_error_not_a_traceback(tmp_path: Path) -> None:
+def test_broken_plugin_is_a_config_error_not_a_traceback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ZHIN_ALLOW_PLUGINS", "1")
     (tmp_path / "bad.py").write_text("raise RuntimeError('boom')\n", encoding="utf-8")
     (tmp_path / "zhin.yaml").write_text("plugins: [bad.py]\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="plugin 'bad.py' failed to load: RuntimeError: boom"):

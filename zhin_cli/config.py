@@ -37,6 +37,7 @@ from zhin_cli.providers import PROFILES, resolve_profile
 from zhin_cli.segments import KINDS, Generation, PromptSegmentRegistry, TextSegment
 from zhin_cli.segments.builtin import default_registry
 from zhin_cli.store.payload import valid_timezone
+from zhin_cli.trust import GIVEN, PluginSource, authorize, inside, plugin_file
 from zhin_cli.window import WindowConfig
 
 if TYPE_CHECKING:
@@ -75,6 +76,8 @@ class Config:
     preset_options: dict[str, Any] = field(default_factory=dict)
     # line of each key in the file: "window.max_messages", "segments.add[0].kind", "plugins[1]" …
     lines: dict[str, int] = field(default_factory=dict, repr=False)
+    # what lets its plugins run (zhin_cli.trust): named on the command line, found upward, a case file, a git ref
+    source: PluginSource = field(default=GIVEN, repr=False)
 
     def where(self, key: str) -> str | None:
         """``file:line`` of ``key`` (or of the nearest enclosing key the file has), for error messages."""
@@ -107,10 +110,16 @@ class Config:
             except ConfigError as exc:
                 raise ConfigError(exc.message, where=exc.where or self.where(f"segments.add[{index}]")) from None
         generations = [config_generation]
+        base = self.path.parent if self.path is not None else Path.cwd()
+        for index, spec in enumerate(self.plugins):  # a ref's or a case's plugin file leaving its tree: refused first
+            file = plugin_file(spec, base)
+            if file is not None:
+                inside(file, self.source, spec, self.where(f"plugins[{index}]"))
+        authorize(self.source, self.plugins, self.where("plugins"))  # fail closed: no plugin code ran yet
         for index, spec in enumerate(self.plugins):
             where = self.where(f"plugins[{index}]")
             generation = registry.generation(spec)
-            register = load_plugin(spec, self.path, where)
+            register = load_plugin(spec, self.path, where, source=self.source)
             try:
                 register(generation)
             except ZhinError as exc:
@@ -130,12 +139,18 @@ def find_config(start: Path) -> Path | None:
 
 
 def load_config(path: Path | None = None, *, cwd: Path | None = None, search: bool = True) -> Config:
+    """``path`` (named by the user: its plugins may run), else the ``zhin.yaml`` found upward from ``cwd``
+    (its plugins run only if trusted: ``zhin trust``, ``--allow-plugins``), else the built-in defaults."""
+    source = GIVEN
     if path is None and search:
         path = find_config(cwd or Path.cwd())
+        source = PluginSource("found", path) if path is not None else GIVEN
     if path is None:
         return Config()
     data, lines = read_yaml_file(path)
-    return parse_config(data, path, lines)
+    config = parse_config(data, path, lines)
+    config.source = source
+    return config
 
 
 def read_text_file(path: Path, error: type[ZhinError] = ConfigError, what: str = "config file", encoding: str = "utf-8") -> str:
@@ -455,8 +470,11 @@ def _check_provider_overrides(name: str, overrides: dict[str, Any], config: Conf
             raise ConfigError(f"{key}.models.{pattern}: {exc.message}", where=where) from None
 
 
-def load_plugin(spec: str, config_path: Path | None, where: str | None = None) -> Any:
-    """``module:function`` or ``path/to/file.py:function``; the function receives a ``Generation``."""
+def load_plugin(spec: str, config_path: Path | None, where: str | None = None, *, source: PluginSource = GIVEN) -> Any:
+    """``module:function`` or ``path/to/file.py:function``; the function receives a ``Generation``.
+
+    The caller has checked the spec may run (``zhin_cli.trust.authorize``); a plugin file of a ref or a case
+    (``source.root``) is refused here too if it resolves outside that tree."""
     target, _, attr = spec.partition(":")
     attr = attr or "register"
     try:
@@ -464,6 +482,7 @@ def load_plugin(spec: str, config_path: Path | None, where: str | None = None) -
             file = Path(target)
             if not file.is_absolute() and config_path is not None:
                 file = config_path.parent / file
+            inside(file, source, spec, where)
             if not file.is_file():
                 raise ConfigError(f"plugin {spec!r}: no such file {file}", where=where)
             # A unique module name per file (a base and a head tree may both hold plugins/clock.py), registered in

@@ -5,20 +5,28 @@ resolves ``main`` in the git repository containing ``cwd``, extracts that commit
 directory (``git archive``), finds ``zhin.yaml`` there exactly as ``find_config`` would from ``cwd`` (same
 path relative to the repository top level, upward but never above the tree's root) and loads it, so
 ``file.py:func`` plugins resolve inside the extracted tree: the ref's config with the ref's plugin code.
-``module:func`` plugins are imported from the running environment, not from the ref.
+``module:func`` plugins are imported from the running environment, not from the ref. A ref's plugins run only
+with ``zhin --allow-ref-plugins`` (``zhin_cli.trust``), and its plugin files must resolve inside the tree.
 
 The temporary tree must outlive ``Config.registry()`` (plugin files are read then); ``close()`` (or leaving
-the ``with`` block) deletes it. Anything that is neither a file nor a ref is a one-line ``UsageError``.
+the ``with`` block) deletes it, and so does an interrupt (SIGINT, or SIGTERM once the CLI turns it into an
+exception) at any point: the tree is owned by a finalizer from the moment it exists, and is removed when the
+exception leaves (or, at the latest, when the interpreter exits). Anything that is neither a file nor a ref is a
+one-line ``UsageError``.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import tarfile
 import tempfile
+import threading
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -26,6 +34,7 @@ from typing import IO
 
 from zhin_cli.config import CONFIG_NAME, Config, load_config
 from zhin_cli.errors import ConfigError, UsageError, ZhinError
+from zhin_cli.trust import PluginSource
 
 
 @dataclass
@@ -67,18 +76,36 @@ def load_config_source(value: str, *, cwd: Path) -> ConfigSource:
     if commit is None:
         raise UsageError(f"{value!r} is neither a config file nor a git ref of {repo.name}")
     short = repo.short(commit)
-    tempdir = Path(tempfile.mkdtemp(prefix="zhin-ref-"))
+    with _signals_deferred():  # the tree never exists without the finalizer that removes it
+        source = ConfigSource(config=Config(), label=f"{value} ({short})", commit=commit,
+                              tempdir=Path(tempfile.mkdtemp(prefix="zhin-ref-")))
     try:
+        tempdir = source.tempdir
+        assert tempdir is not None
         repo.extract(commit, tempdir, value)
         path = _find_in_tree(tempdir, repo.prefix)
         if path is None:
-            config, label = Config(), f"{value} ({short}, no {CONFIG_NAME})"
+            source.label = f"{value} ({short}, no {CONFIG_NAME})"
         else:
-            config, label = _load_in_tree(path, tempdir, value), f"{value} ({short})"
-    except BaseException:
-        shutil.rmtree(tempdir, ignore_errors=True)
+            source.config = _load_in_tree(path, tempdir, value)
+            source.config.source = PluginSource("ref", path, tempdir, value, f"git ref {value!r} ({short})")
+    except BaseException:  # an error, Ctrl-C, SIGTERM (raised by the CLI's handler): no tree is left behind
+        source.close()
         raise
-    return ConfigSource(config=config, label=label, commit=commit, tempdir=tempdir)
+    return source
+
+
+@contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """SIGINT/SIGTERM held back (delivered right after) while a temporary tree and its finalizer are created."""
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 # --- git -----------------------------------------------------------------------------------------------
@@ -152,6 +179,10 @@ class _Repo:
                 process.kill()
                 process.wait()
                 raise ZhinError(f"cannot extract {value!r} ({commit[:12]}): {exc}") from None
+            except BaseException:  # interrupted: git must not outlive us writing into a pipe nobody reads
+                process.kill()
+                process.wait()
+                raise
             finally:
                 process.stdout.close()
             if process.wait() != 0:

@@ -187,9 +187,20 @@ def version_callback(value: bool) -> None:
 
 @app.callback()
 def root(
+    ctx: typer.Context,
     version: Annotated[bool, typer.Option("--version", callback=version_callback, is_eager=True, help="Print the version.")] = False,
+    allow_plugins: Annotated[bool, typer.Option(
+        "--allow-plugins", envvar="ZHIN_ALLOW_PLUGINS",
+        help="Run the plugins of a zhin.yaml found upward and of eval case files without `zhin trust` (your own checkout, its CI).")] = False,
+    allow_ref_plugins: Annotated[bool, typer.Option(
+        "--allow-ref-plugins", envvar="ZHIN_ALLOW_REF_PLUGINS",
+        help="Run the plugin code of --base/--head git refs (on a pull request: the pull request's code).")] = False,
 ) -> None:
     """Show, test and gate what a group-chat LLM bot sends to its model."""
+    from zhin_cli.trust import set_allowed
+
+    set_allowed(plugins=allow_plugins, ref_plugins=allow_ref_plugins)  # for this command only (README "Plugins and trust")
+    ctx.call_on_close(set_allowed)
 
 
 class Terminated(KeyboardInterrupt):
@@ -329,6 +340,7 @@ from zhin_cli._cli import request_diff as _request_diff  # noqa: E402,F401
 from zhin_cli._cli import serve as _serve  # noqa: E402,F401
 from zhin_cli._cli import stats as _stats  # noqa: E402,F401
 from zhin_cli._cli import trace as _trace  # noqa: E402,F401
+from zhin_cli._cli import trust as _trust  # noqa: E402,F401
 
 
 def main() -> None:

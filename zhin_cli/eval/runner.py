@@ -40,6 +40,7 @@ from zhin_cli.model import BotFacts, SceneFacts
 from zhin_cli.providers import PROFILES, resolve_profile
 from zhin_cli.segments import Generation, TextSegment
 from zhin_cli.store.payload import valid_timezone
+from zhin_cli.trust import PluginSource, UntrustedPlugins, authorize, inside, plugin_file
 from zhin_cli.validate import validate
 from zhin_cli.window import SessionIndex
 
@@ -151,7 +152,10 @@ def prepare(case: Case, *, cwd: Path | None = None, project: Config | None = Non
             config = project
         else:
             config = parse_config(data.get("config") or {}, case.file, _sub_lines(case, "config"))
+            config.source = PluginSource.case(case.file)  # its plugins: trusted case file, inside its folder
         config.registry()  # plugins load now: a broken one is the case's problem, named at its line
+    except UntrustedPlugins:
+        raise  # not the case file's fault: its own one line and exit status, before anything runs
     except ConfigError as exc:
         raise CaseError(f"config: {exc.message}", where=exc.where or case.where("config")) from None
     providers: list[tuple[str, str | None]] = []
@@ -220,7 +224,10 @@ def _check_references(case: Case, built: Built) -> None:
             (loaded.add if action.load else loaded.discard)(action.name)
             if action.load and action.spec:
                 try:
-                    load_plugin(action.spec, case.file, where)
+                    _authorize_step(action.spec, case, where)
+                    load_plugin(action.spec, case.file, where, source=PluginSource.case(case.file))
+                except UntrustedPlugins:
+                    raise
                 except ConfigError as exc:
                     raise CaseError(exc.message, where=exc.where or where) from None
     labels = {t.label for t in built.turns if t.label}
@@ -272,6 +279,18 @@ def assemble_turns(prepared: Prepared, provider: str, model: str | None) -> Prov
     return ProviderRun(provider=provider, model=requests[0].model if requests else (model or ""), requests=requests, labels=labels)
 
 
+def _authorize_step(spec: str, case: Case, where: str | None) -> None:
+    """A ``plugin: {load: …}`` step may run: its file is inside the case's folder and exists (else the case file is
+    wrong, exit 4), and the case file is trusted (else :class:`UntrustedPlugins`). Nothing of the plugin ran yet."""
+    source = PluginSource.case(case.file)
+    file = plugin_file(spec, case.file.parent)
+    if file is not None:
+        inside(file, source, spec, where)
+        if not file.is_file():
+            raise ConfigError(f"plugin {spec!r}: no such file {file}", where=where)
+    authorize(source, [spec], where)
+
+
 def _plugin_action(action: PluginAction, registry: Any, loaded: dict[str, Generation], case: Case) -> None:
     where = f"{case.file}:{action.line}" if action.line else None
     if not action.load:
@@ -280,10 +299,13 @@ def _plugin_action(action: PluginAction, registry: Any, loaded: dict[str, Genera
     generation = registry.generation(action.name)
     try:
         if action.spec:
-            load_plugin(action.spec, case.file, where)(generation)
+            _authorize_step(action.spec, case, where)  # again: the file is executed again now, it may have changed
+            load_plugin(action.spec, case.file, where, source=PluginSource.case(case.file))(generation)
         for segment in action.segments:
             generation.register(TextSegment(segment["id"], segment["kind"], segment["text"], segment.get("weight", 0),
                                             segment.get("retention", "preferred")))
+    except UntrustedPlugins:
+        raise
     except ZhinError as exc:
         raise ConfigError(f"plugin {action.name!r}: {exc.message}", where=exc.where or where) from None
     except Exception as exc:  # the plugin's own bug: one line, never a traceback
