@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FIXTURES, clean_env
-from sqlalchemy import Engine, event, func, select as sql_select
-
 import sqlite_writer
+from conftest import FIXTURES, clean_env
+from sqlalchemy import Engine, event, func
+from sqlalchemy import select as sql_select
+
 from zhin_cli.model import Session
 from zhin_cli.store import schema
 from zhin_cli.store.database import SessionDatabase, import_session, parse_db
