@@ -99,6 +99,7 @@ class EvalOptions:
     live: bool = False
     model: str | None = None
     use_cache: bool = True
+    cache_dir: Path | None = None  # --cache-dir: the live response cache (default: the user cache directory)
     base_url: str | None = None
     api_key: str | None = None
     seed: int = 0
@@ -108,10 +109,27 @@ class EvalOptions:
 
 
 @dataclass
+class LiveAnswers:
+    """How the live model's answers were obtained: ``from_cache`` of ``total`` were read from ``cache_dir``."""
+
+    total: int
+    from_cache: int
+    cache_dir: str | None  # None: the cache was off (--no-cache)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"total": self.total, "from_cache": self.from_cache, "cache_dir": self.cache_dir}
+
+    def describe(self) -> str:
+        where = f" ({self.cache_dir})" if self.cache_dir is not None else " (cache off)"
+        return f"{self.from_cache} of {self.total} live answers from cache{where}"
+
+
+@dataclass
 class EvalRun:
     results: list[CaseResult]
     live: bool
     duration: float
+    live_answers: LiveAnswers | None = None  # set when a live model was asked
 
     def counts(self) -> dict[str, int]:
         return {s: sum(1 for r in self.results if r.status == s) for s in ("passed", "failed", "error", "skipped")}
@@ -123,9 +141,12 @@ class EvalRun:
         return EXIT_FOUND if any(r.status in ("failed", "error") for r in self.results) else EXIT_OK
 
     def as_dict(self) -> dict[str, Any]:
-        return {"version": EVAL_VERSION, "live": self.live, "duration_ms": round(self.duration * 1000, 1),
-                "summary": {**self.counts(), "total": len(self.results), "exit_code": self.exit_code},
-                "cases": [r.as_dict() for r in self.results]}
+        document = {"version": EVAL_VERSION, "live": self.live, "duration_ms": round(self.duration * 1000, 1),
+                    "summary": {**self.counts(), "total": len(self.results), "exit_code": self.exit_code},
+                    "cases": [r.as_dict() for r in self.results]}
+        if self.live_answers is not None:
+            document["live_answers"] = self.live_answers.as_dict()
+        return document
 
 
 # --- preparing a case (everything that can be wrong with the file, found before anything runs) ----------------
@@ -447,7 +468,8 @@ def _run_live(prepared: Prepared, options: EvalOptions, live_model: Any, run: Pr
 def make_live_model(options: EvalOptions) -> Any:
     from zhin_cli.eval.live import LiveModel  # lazy: offline runs never import the client
 
-    return LiveModel(base_url=options.base_url, api_key=options.api_key, model=options.model, use_cache=options.use_cache)
+    return LiveModel(base_url=options.base_url, api_key=options.api_key, model=options.model, use_cache=options.use_cache,
+                     cache_dir=options.cache_dir)
 
 
 def run_eval(paths: list[Path], options: EvalOptions, *, progress: Callable[[int, int], None] | None = None) -> EvalRun:
@@ -476,4 +498,8 @@ def run_eval(paths: list[Path], options: EvalOptions, *, progress: Callable[[int
             done += 1
             if progress:
                 progress(done, len(prepared))
-    return EvalRun([r for r in results if r is not None], options.live, time.perf_counter() - started)
+    answers = None
+    if live_model is not None:
+        answers = LiveAnswers(live_model.answers, live_model.from_cache,
+                              str(live_model.cache_dir) if live_model.use_cache else None)
+    return EvalRun([r for r in results if r is not None], options.live, time.perf_counter() - started, answers)
