@@ -59,7 +59,7 @@ def stderr_console() -> Console:
     return Console(stderr=True, no_color=bool(os.environ.get("NO_COLOR")) or None, highlight=False)
 
 
-def report(message: str) -> None:
+def report_error(message: str) -> None:
     """``zhin: error: message`` as one line on stderr (nothing if stderr itself cannot be written)."""
     try:
         stderr_console().print(f"zhin: error: {message}", markup=False, highlight=False, soft_wrap=True)
@@ -68,7 +68,7 @@ def report(message: str) -> None:
 
 
 def fail(message: str, code: int) -> None:
-    report(message)
+    report_error(message)
     raise typer.Exit(code)
 
 
@@ -203,6 +203,22 @@ def root(
     ctx.call_on_close(set_allowed)
 
 
+from zhin_cli._cli import budget as _budget  # noqa: E402,F401
+from zhin_cli._cli import data as _data  # noqa: E402,F401
+from zhin_cli._cli import eval as _eval  # noqa: E402,F401
+from zhin_cli._cli import facts as _facts  # noqa: E402,F401
+from zhin_cli._cli import fixtures as _fixtures  # noqa: E402,F401
+from zhin_cli._cli import prefix_diff as _prefix_diff  # noqa: E402,F401
+from zhin_cli._cli import preset as _preset  # noqa: E402,F401
+from zhin_cli._cli import providers as _providers  # noqa: E402,F401
+from zhin_cli._cli import report as _report  # noqa: E402,F401
+from zhin_cli._cli import request_diff as _request_diff  # noqa: E402,F401
+from zhin_cli._cli import serve as _serve  # noqa: E402,F401
+from zhin_cli._cli import stats as _stats  # noqa: E402,F401
+from zhin_cli._cli import trace as _trace  # noqa: E402,F401
+from zhin_cli._cli import trust as _trust  # noqa: E402,F401
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised in the main thread like SIGINT's KeyboardInterrupt: every ``finally``, ``with`` and
     ``except BaseException`` cleanup runs (temporary files, half-built databases, extracted git trees)."""
@@ -318,29 +334,13 @@ def _finish(code: int) -> int:
             sys.stdout.flush()
     except OutputError as error:
         if code == 0:
-            report(str(error))
+            report_error(str(error))
             code = error.exit_code
     except SystemExit as exc:  # EPIPE at the last write
         code = exc.code if isinstance(exc.code, int) else 0
     except (OSError, ValueError):
         code = code or EXIT_CANNOT_RUN
     return code
-
-
-from zhin_cli._cli import budget as _budget  # noqa: E402,F401
-from zhin_cli._cli import data as _data  # noqa: E402,F401
-from zhin_cli._cli import eval as _eval  # noqa: E402,F401
-from zhin_cli._cli import facts as _facts  # noqa: E402,F401
-from zhin_cli._cli import fixtures as _fixtures  # noqa: E402,F401
-from zhin_cli._cli import prefix_diff as _prefix_diff  # noqa: E402,F401
-from zhin_cli._cli import preset as _preset  # noqa: E402,F401
-from zhin_cli._cli import providers as _providers  # noqa: E402,F401
-from zhin_cli._cli import report as _report  # noqa: E402,F401
-from zhin_cli._cli import request_diff as _request_diff  # noqa: E402,F401
-from zhin_cli._cli import serve as _serve  # noqa: E402,F401
-from zhin_cli._cli import stats as _stats  # noqa: E402,F401
-from zhin_cli._cli import trace as _trace  # noqa: E402,F401
-from zhin_cli._cli import trust as _trust  # noqa: E402,F401
 
 
 def main() -> None:
@@ -360,11 +360,11 @@ def main() -> None:
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         if not isinstance(exc.code, (int, type(None))):
-            report(str(exc.code))
+            report_error(str(exc.code))
     except KeyboardInterrupt:
         code = EXIT_INTERRUPTED
     except ZhinError as error:  # raised outside a command (an OutputError while typer prints help or usage)
-        report(str(error).replace("\n", " "))
+        report_error(str(error).replace("\n", " "))
         code = error.exit_code
     code = _finish(code)
     if _SIGNALLED:
