@@ -79,7 +79,11 @@ def test_api_key_never_appears_in_any_output(demo_db: Path, tmp_path: Path) -> N
         result = subprocess.run([sys.executable, "-m", "zhin_cli", *command, "--db", str(demo_db)], capture_output=True,
                                 text=True, cwd=tmp_path, env=env)
         outputs += [result.stdout, result.stderr]
-    for bad in (["trace", "nope", "--db", str(tmp_path / "missing.sqlite")], ["trace", "x", "--db", f"postgresql://bot:{CANARY}@127.0.0.1:1/zhin"]):
+    for bad in (["trace", "nope", "--db", str(tmp_path / "missing.sqlite")], ["trace", "x", "--db", f"postgresql://bot:{CANARY}@127.0.0.1:1/zhin"],
+                # an unencoded '@' in the password, a password query parameter, a URL that does not parse
+                ["sessions", "--db", f"postgresql://bot:p@{CANARY}@127.0.0.1:1/zhin"],
+                ["trace", "x", "--db", f"mysql://bot@127.0.0.1:1/zhin?Password={CANARY}"],
+                ["trace", "x", "--db", f"postgresql://bot:{CANARY}@[::1:1/zhin"]):
         result = subprocess.run([sys.executable, "-m", "zhin_cli", *bad], capture_output=True, text=True, cwd=tmp_path, env=env)
         assert result.returncode != 0
         outputs += [result.stdout, result.stderr]
