@@ -8,8 +8,10 @@ regex scripts that do not compile — is kept or skipped exactly as ST would, an
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
+import reprlib
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -36,6 +38,18 @@ from zhin_cli.preset.model import (
 )
 
 ROLES: tuple[Role, ...] = ("system", "user", "assistant")
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlist, _REPR.maxdict = 3, 80, 80, 5, 5
+
+
+def _short(value: Any) -> str:
+    """``repr`` for a message, bounded: a 5 MB string or a list nested 900 deep is cut, never a RecursionError."""
+    return _REPR.repr(value)
+
+
+def _as_text(value: Any) -> str:
+    """``str`` of a scalar (as ST's ``String()``); a list or object becomes a bounded repr (str() may recurse)."""
+    return value if isinstance(value, str) else str(value) if isinstance(value, int | float | None) else _short(value)
 
 
 def load_preset(path: Path, options: dict[str, Any] | None = None) -> Preset:
@@ -44,25 +58,84 @@ def load_preset(path: Path, options: dict[str, Any] | None = None) -> Preset:
     return parse_preset(data, path=path, text=text, options=options)
 
 
-def _line_of(text: str | None, *needles: str) -> int | None:
-    """The line of the first needle found in the raw text (JSON keeps no positions after parsing)."""
-    if not text:
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_COLON = re.compile(r"\s*:\s*")
+_PAIR_NEEDLE = re.compile(r'"([^"]*)": ?"(.*)"', re.DOTALL)
+_STRING_NEEDLE = re.compile(r'"(.*)"', re.DOTALL)
+
+
+def _decoded(token: str) -> str:
+    if "\\" not in token:
+        return token[1:-1]
+    try:
+        value = json.loads(token)
+    except ValueError:
+        return token[1:-1]
+    return value if isinstance(value, str) else token[1:-1]
+
+
+class _Lines:
+    """Lines of needles in a preset's raw text (JSON keeps no positions after parsing), found in O(1) each.
+
+    A needle ``"key": "value"`` or ``"value"`` (built from parsed, decoded values) is looked up in an index of the
+    file's string tokens and key/value pairs, made in one pass; any other needle is searched once and kept. Searching
+    the text for every needle made a preset with 50,000 prompts take minutes (each search reads up to the whole file)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._index: tuple[dict[str, int], dict[tuple[str, str], int]] | None = None
+        self._found: dict[str, int] = {}
+        self._newlines: list[int] | None = None
+
+    def _tokens(self) -> tuple[dict[str, int], dict[tuple[str, str], int]]:
+        if self._index is None:
+            strings: dict[str, int] = {}
+            pairs: dict[tuple[str, str], int] = {}
+            previous: tuple[str, int, int] | None = None
+            for token in _STRING.finditer(self.text):
+                value = _decoded(token.group())
+                strings.setdefault(value, token.start())
+                if previous is not None and _COLON.fullmatch(self.text, previous[2], token.start()):
+                    pairs.setdefault((previous[0], value), previous[1])
+                previous = (value, token.start(), token.end())
+            self._index = strings, pairs
+        return self._index
+
+    def position(self, needle: str) -> int | None:
+        strings, pairs = self._tokens()
+        pair = _PAIR_NEEDLE.fullmatch(needle)
+        if pair is not None:
+            return pairs.get((pair.group(1), pair.group(2)))
+        single = _STRING_NEEDLE.fullmatch(needle)
+        if single is not None:
+            return strings.get(single.group(1))
+        if needle not in self._found:
+            self._found[needle] = self.text.find(needle)
+        at = self._found[needle]
+        return at if at >= 0 else None
+
+    def line(self, *needles: str) -> int | None:
+        for needle in needles:
+            at = self.position(needle)
+            if at is not None:
+                if self._newlines is None:
+                    self._newlines = [m.start() for m in re.finditer("\n", self.text)]
+                return bisect.bisect_left(self._newlines, at) + 1
         return None
-    for needle in needles:
-        at = text.find(needle)
-        if at >= 0:
-            return text.count("\n", 0, at) + 1
-    return None
 
 
 class _Reader:
     def __init__(self, path: Path | None, text: str | None) -> None:
         self.path = path
         self.text = text
+        self.lines = _Lines(text) if text else None
         self.diagnostics: list[Diagnostic] = []
 
+    def line_of(self, *needles: str) -> int | None:
+        return self.lines.line(*needles) if self.lines is not None else None
+
     def where(self, key: str, *needles: str) -> str:
-        line = _line_of(self.text, *needles)
+        line = self.line_of(*needles)
         name = str(self.path) if self.path else "<preset>"
         return f"{name}:{line}" if line else f"{name} ({key})"
 
@@ -87,18 +160,20 @@ def _prompt(raw: Any, index: int, reader: _Reader) -> PromptEntry:
         raise reader.fail(f"{key} must be an object, got {type(raw).__name__}", key)
     identifier = raw.get("identifier")
     if not isinstance(identifier, str) or not identifier:
-        raise reader.fail(f"{key} has no identifier (a non-empty string)", key, f'"name": {json.dumps(raw.get("name"), ensure_ascii=False)}')
+        name = raw.get("name")
+        raise reader.fail(f"{key} has no identifier (a non-empty string)", key,
+                          *([f'"name": {json.dumps(name, ensure_ascii=False)}'] if isinstance(name, str) else []))
     needles = _identifier_needles(identifier)
     role_raw = raw.get("role")
     role: Role = "system"
     if role_raw is not None and role_raw not in ROLES:
-        reader.report("warning", "bad-role", f"prompt {identifier!r}: role {role_raw!r} is not system/user/assistant; sent as system",
+        reader.report("warning", "bad-role", f"prompt {_short(identifier)}: role {_short(role_raw)} is not system/user/assistant; sent as system",
                       key, *needles)
     elif role_raw is not None:
         role = role_raw
     content = raw.get("content")
     if content is not None and not isinstance(content, str):
-        reader.report("warning", "bad-content", f"prompt {identifier!r}: content is {type(content).__name__}, not text; treated as empty",
+        reader.report("warning", "bad-content", f"prompt {_short(identifier)}: content is {type(content).__name__}, not text; treated as empty",
                       key, *needles)
         content = ""
     position = raw.get("injection_position", 0)
@@ -106,26 +181,26 @@ def _prompt(raw: Any, index: int, reader: _Reader) -> PromptEntry:
     depth_raw = raw.get("injection_depth")
     depth = _int_or_none(depth_raw)
     if position == 1 and depth is None:
-        what = "missing" if depth_raw is None else f"{type(depth_raw).__name__} {depth_raw!r}"
+        what = "missing" if depth_raw is None else f"{type(depth_raw).__name__} {_short(depth_raw)}"
         reader.report("warning", "bad-depth",
-                      f"in-chat prompt {identifier!r}: injection_depth is {what}, not an integer; ST never injects it (never sent)",
+                      f"in-chat prompt {_short(identifier)}: injection_depth is {what}, not an integer; ST never injects it (never sent)",
                       key, *needles)
     elif depth is not None and depth < 0:
-        reader.report("warning", "bad-depth", f"in-chat prompt {identifier!r}: negative injection_depth {depth}; never injected", key, *needles)
+        reader.report("warning", "bad-depth", f"in-chat prompt {_short(identifier)}: negative injection_depth {depth}; never injected", key, *needles)
         depth = None
     order = _int_or_none(raw.get("injection_order"))
     trigger = raw.get("injection_trigger") or []
     if not isinstance(trigger, list):
         trigger = []
     if raw.get("forbid_overrides") is True:
-        reader.report("info", "forbid-overrides", f"prompt {identifier!r}: forbid_overrides kept; zhin has no character card "
+        reader.report("info", "forbid-overrides", f"prompt {_short(identifier)}: forbid_overrides kept; zhin has no character card "
                       "that could override it, so it changes nothing", key, *needles)
     unknown = {k: v for k, v in raw.items() if k not in KNOWN_PROMPT_FIELDS}
     if unknown:
-        reader.report("info", "unknown-field", f"prompt {identifier!r}: unknown fields kept: {', '.join(sorted(unknown))}", key, *needles)
+        reader.report("info", "unknown-field", f"prompt {_short(identifier)}: unknown fields kept: {', '.join(sorted(unknown))}", key, *needles)
     return PromptEntry(
         identifier=identifier,
-        name=str(raw.get("name") or ""),
+        name=_as_text(raw.get("name") or ""),
         role=role,
         role_set=role_raw in ROLES,
         content=content or "",
@@ -135,10 +210,10 @@ def _prompt(raw: Any, index: int, reader: _Reader) -> PromptEntry:
         injection_position=position,
         injection_depth=depth,
         injection_order=100 if order is None else order,
-        injection_trigger=tuple(str(t) for t in trigger),
+        injection_trigger=tuple(_as_text(t) for t in trigger),
         forbid_overrides=raw.get("forbid_overrides") is True,
         extra=unknown,
-        line=_line_of(reader.text, *needles),
+        line=reader.line_of(*needles),
     )
 
 
@@ -152,9 +227,9 @@ def _order(data: dict[str, Any], prompts: dict[str, PromptEntry], reader: _Reade
     for index, item in enumerate(raw_orders):
         if not isinstance(item, dict) or not isinstance(item.get("order"), list):
             raise reader.fail(f"prompt_order[{index}] must be an object with an order list", f"prompt_order[{index}]", '"prompt_order"')
-        character = str(item.get("character_id"))  # ST compares String(character_id): "100001" works too
+        character = _as_text(item.get("character_id"))  # ST compares String(character_id): "100001" works too
         if isinstance(item.get("character_id"), str):
-            reader.report("info", "string-character-id", f"prompt_order[{index}]: character_id is the string {character!r} (accepted, as ST does)",
+            reader.report("info", "string-character-id", f"prompt_order[{index}]: character_id is the string {_short(character)} (accepted, as ST does)",
                           f"prompt_order[{index}]", f'"character_id": "{character}"', f'"character_id":"{character}"')
         by_character.setdefault(character, item["order"])
     if CHARACTER_ID in by_character:
@@ -180,11 +255,11 @@ def _order(data: dict[str, Any], prompts: dict[str, PromptEntry], reader: _Reade
         identifier = item["identifier"]
         if identifier not in prompts and identifier not in ST_MARKERS and identifier not in ZHIN_HOLES:
             reader.report("warning", "order-unknown-prompt",
-                          f"prompt_order names {identifier!r}, which prompts[] does not define; removed (as ST does)",
+                          f"prompt_order names {_short(identifier)}, which prompts[] does not define; removed (as ST does)",
                           "prompt_order", f'"identifier": "{identifier}"')
             continue
         if identifier in seen:
-            reader.report("warning", "order-duplicate", f"prompt_order names {identifier!r} twice; the first wins", "prompt_order")
+            reader.report("warning", "order-duplicate", f"prompt_order names {_short(identifier)} twice; the first wins", "prompt_order")
             continue
         seen.add(identifier)
         order.append(OrderEntry(identifier, item.get("enabled") is not False))
@@ -199,10 +274,10 @@ def _regex_script(raw: Any, index: int, reader: _Reader) -> RegexScript | None:
     if not isinstance(raw, dict):
         reader.report("warning", "bad-regex", f"{key} is not an object; skipped", key)
         return None
-    name = str(raw.get("scriptName") or f"#{index}")
+    name = _as_text(raw.get("scriptName") or f"#{index}")
     find = raw.get("findRegex")
     if not isinstance(find, str) or not find:
-        reader.report("warning", "bad-regex", f"regex script {name!r}: no findRegex; skipped", key, f'"scriptName": "{name}"')
+        reader.report("warning", "bad-regex", f"regex script {_short(name)}: no findRegex; skipped", key, f'"scriptName": "{name}"')
         return None
     literal = _REGEX_LITERAL.match(find)
     pattern, flags = (literal.group(1), literal.group(2)) if literal else (find, "")
@@ -214,7 +289,7 @@ def _regex_script(raw: Any, index: int, reader: _Reader) -> RegexScript | None:
         name=name,
         pattern=pattern,
         flags=flags,
-        replace=str(raw.get("replaceString") or ""),
+        replace=_as_text(raw.get("replaceString") or ""),
         trim_strings=tuple(str(s) for s in raw.get("trimStrings") or [] if isinstance(s, str)),
         placement=tuple(p for p in raw.get("placement") or [] if isinstance(p, int)),
         disabled=raw.get("disabled") is True,
@@ -222,11 +297,14 @@ def _regex_script(raw: Any, index: int, reader: _Reader) -> RegexScript | None:
         markdown_only=raw.get("markdownOnly") is True,
         min_depth=depth(raw.get("minDepth")),
         max_depth=depth(raw.get("maxDepth")),
+        line=reader.line_of(f'"scriptName": "{name}"', f'"scriptName":"{name}"'),
     )
-    from zhin_cli.preset.regex import compile_script
+    from zhin_cli.preset.regex import compile_problem
 
-    if compile_script(script) is None:
-        reader.report("warning", "bad-regex", f"regex script {name!r}: {find!r} does not compile; skipped (as ST does)",
+    problem = compile_problem(script)
+    if problem is not None:
+        as_st = " (as ST does)" if problem == "does not compile" else ""
+        reader.report("warning", "bad-regex", f"regex script {_short(name)}: {_short(find)} {problem}; skipped{as_st}",
                       key, f'"scriptName": "{name}"')
         return None
     return script
@@ -243,12 +321,12 @@ def card_options(raw: Any, where: str) -> dict[str, Any]:
         if key in ("file", "path"):
             continue
         if key not in CardOptions.FIELDS:
-            raise ConfigError(f"unknown preset option {key!r} (known: file, {', '.join(CardOptions.FIELDS)})", where=where)
+            raise ConfigError(f"unknown preset option {_short(key)} (known: file, {', '.join(CardOptions.FIELDS)})", where=where)
         if key == "seed":
             if not isinstance(value, int) or isinstance(value, bool):
-                raise ConfigError(f"preset option seed must be an integer, got {value!r}", where=where)
+                raise ConfigError(f"preset option seed must be an integer, got {_short(value)}", where=where)
         elif value is not None and not isinstance(value, str):
-            raise ConfigError(f"preset option {key} must be text, got {value!r}", where=where)
+            raise ConfigError(f"preset option {key} must be text, got {_short(value)}", where=where)
         out[key] = value
     return out
 
@@ -267,7 +345,7 @@ def parse_preset(data: Any, *, path: Path | None = None, text: str | None = None
     for index, raw in enumerate(raw_prompts):
         entry = _prompt(raw, index, reader)
         if entry.identifier in prompts:
-            reader.report("warning", "duplicate-prompt", f"prompts[] defines {entry.identifier!r} twice; the last one wins",
+            reader.report("warning", "duplicate-prompt", f"prompts[] defines {_short(entry.identifier)} twice; the last one wins",
                           f"prompts[{index}]", *_identifier_needles(entry.identifier))
         prompts[entry.identifier] = entry
     # ST's Prompt Manager migration: legacy top-level prompt strings become entries.
@@ -278,18 +356,18 @@ def parse_preset(data: Any, *, path: Path | None = None, text: str | None = None
     ordered = {e.identifier for e in order}
     for entry in prompts.values():
         if entry.identifier not in ordered and not entry.marker:
-            reader.report("info", "not-in-order", f"prompt {entry.identifier!r} is not in prompt_order ({source}): never sent",
+            reader.report("info", "not-in-order", f"prompt {_short(entry.identifier)} is not in prompt_order ({source}): never sent",
                           "prompts", *_identifier_needles(entry.identifier))
     unknown = sorted(k for k in data if k not in KNOWN_TOP_LEVEL)
     for key in unknown:
-        reader.report("info", "unknown-key", f"unknown top-level key {key!r} kept (not used for assembly)", key, f'"{key}"')
+        reader.report("info", "unknown-key", f"unknown top-level key {_short(key)} kept (not used for assembly)", key, f'"{key}"')
     squash = data.get("squash_system_messages")
     if squash is not None and not isinstance(squash, bool):
-        reader.report("warning", "bad-squash", f"squash_system_messages is {type(squash).__name__} {squash!r}, not true/false; "
+        reader.report("warning", "bad-squash", f"squash_system_messages is {type(squash).__name__} {_short(squash)}, not true/false; "
                       "ST squashes only on true, so nothing is squashed", "squash_system_messages", '"squash_system_messages"')
     mode = data.get("custom_prompt_post_processing") or ""
     if mode not in POST_PROCESSING:
-        reader.report("warning", "bad-post-processing", f"custom_prompt_post_processing {mode!r} is unknown; no post-processing",
+        reader.report("warning", "bad-post-processing", f"custom_prompt_post_processing {_short(mode)} is unknown; no post-processing",
                       "custom_prompt_post_processing", '"custom_prompt_post_processing"')
     elif mode == "single":
         reader.report("warning", "single-not-supported",
@@ -301,7 +379,7 @@ def parse_preset(data: Any, *, path: Path | None = None, text: str | None = None
         extensions = {}
     unknown_extensions = sorted(k for k in extensions if k not in KNOWN_EXTENSIONS)
     for key in unknown_extensions:
-        reader.report("info", "unknown-extension", f"extension data {key!r} kept (stock ST does not read it either)",
+        reader.report("info", "unknown-extension", f"extension data {_short(key)} kept (stock ST does not read it either)",
                       f"extensions.{key}", f'"{key}"')
     scripts: list[RegexScript] = []
     raw_scripts = extensions.get("regex_scripts") or []

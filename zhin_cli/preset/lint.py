@@ -1,8 +1,9 @@
 """``zhin preset lint`` and ``zhin preset probe`` as library calls that return data.
 
 lint: the importer's diagnostics plus what only the whole preset shows — unknown macros (``known=false``),
-entries that can never be sent, holes missing from the order, and macros that break the prompt cache
-because their value changes between requests while they sit in the stable prefix (before chatHistory).
+entries that can never be sent, holes missing from the order, macros that break the prompt cache
+because their value changes between requests while they sit in the stable prefix (before chatHistory),
+macros nested past what zhin expands, and regex scripts with nested quantifiers (catastrophic backtracking).
 
 probe: the message skeleton the preset produces for one request — each wire message's role, the preset
 entries or holes it is made of, its characters and tokens.
@@ -16,8 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from zhin_cli.preset.importer import load_preset
-from zhin_cli.preset.macros import RANDOM_MACROS, TIME_MACROS, is_known, macro_names
-from zhin_cli.preset.model import BUILTIN_PROMPTS, HOLE_ALIASES, ST_MARKERS, ZHIN_HOLES, Diagnostic, Preset
+from zhin_cli.preset.macros import MAX_NESTING, RANDOM_MACROS, TIME_MACROS, is_known, scan_macros
+from zhin_cli.preset.model import BUILTIN_PROMPTS, HOLE_ALIASES, ST_MARKERS, ZHIN_HOLES, Diagnostic, Preset, RegexScript
+from zhin_cli.preset.regex import BUDGET_SECONDS, nested_quantifier
+
+
+def applies_at_all(script: RegexScript) -> bool:
+    """Whether zhin ever runs ``script`` at assembly (promptOnly, enabled, on some placement)."""
+    return script.prompt_only and not script.disabled and bool(script.placement)
 
 LINT_VERSION = 1
 PROBE_VERSION = 1
@@ -85,6 +92,7 @@ def lint_preset(preset: Preset, file: str = "") -> LintResult:
         report("warning", "system-disabled", "worldInfoBefore/worldBookBefore is disabled: zhin's system prompt is never sent")
     history_at = canonical.index("chatHistory") if "chatHistory" in canonical else len(canonical)
     macros: dict[str, dict[str, Any]] = {}
+    seen: dict[str, set[str]] = {}  # macro name → the entries of its record, as a set
     for position, identifier in enumerate(enabled):
         entry = preset.prompts.get(identifier)
         if entry is None:
@@ -98,9 +106,14 @@ def lint_preset(preset: Preset, file: str = "") -> LintResult:
         if entry.marker and identifier not in ST_MARKERS and identifier not in ZHIN_HOLES and identifier not in BUILTIN_PROMPTS:
             report("warning", "unknown-marker", f"marker {identifier!r} is not one zhin fills; it sends nothing", identifier)
         in_prefix = position < history_at and not entry.in_chat
-        for name in macro_names(entry.content):
+        names, depth = scan_macros(entry.content)
+        if depth > MAX_NESTING:
+            report("warning", "deep-macros", f"prompt {identifier!r} nests macros {depth} levels deep: zhin expands {MAX_NESTING} "
+                   "levels and leaves the deeper ones verbatim", identifier)
+        for name in names:
             record = macros.setdefault(name, {"name": name, "known": is_known(name), "entries": []})
-            if identifier not in record["entries"]:
+            if identifier not in seen.setdefault(name, set()):
+                seen[name].add(identifier)
                 record["entries"].append(identifier)
             lower = name.lower()
             if in_prefix and lower in RANDOM_MACROS:
@@ -113,9 +126,22 @@ def lint_preset(preset: Preset, file: str = "") -> LintResult:
         if not record["known"]:
             report("warning", "unknown-macro", f"unknown macro {{{{{record['name']}}}}} (known=false) in "
                    f"{', '.join(record['entries'])}: left verbatim, as ST does", record["entries"][0])
+    ordered = {e.identifier for e in preset.order}  # once: per prompt, a preset of 50,000 prompts took minutes
     for identifier in preset.prompts:
-        if identifier not in {e.identifier for e in preset.order} and preset.prompts[identifier].in_chat:
+        if identifier not in ordered and preset.prompts[identifier].in_chat:
             report("info", "in-chat-not-in-order", f"in-chat prompt {identifier!r} is not in the order: never injected", identifier)
+    for script in preset.regex_scripts:
+        nested = nested_quantifier(script)
+        if nested is None:
+            continue
+        runs = applies_at_all(script)
+        where = f"{preset.path or preset.name}:{script.line}" if script.line else None
+        out.append(Diagnostic("warning" if runs else "info", "nested-quantifier",
+                              f"regex script {script.name!r}: {nested[:80]!r} is a quantified group that holds a quantifier, the "
+                              "shape that backtracks catastrophically (a few dozen characters of one chat message can take "
+                              f"minutes); zhin stops a script after {BUDGET_SECONDS * 1000:.0f} ms per request and skips it, "
+                              "but ST does not: make the inner part possessive or atomic, or rewrite it without nesting"
+                              + ("" if runs else " (zhin does not run this script: not promptOnly, or disabled)"), where))
     return LintResult(file or (str(preset.path) if preset.path else preset.name), preset, out, sorted(macros.values(), key=lambda m: m["name"]))
 
 

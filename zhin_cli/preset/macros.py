@@ -8,22 +8,42 @@ reported. Variables live in one ``MacroContext`` — one assembly — and are vi
 Randomness (``roll``, ``random``) comes from the context's seeded generator: the same request always
 expands the same way (replays and diffs are reproducible). ``pick`` is seeded by the session and the
 text, so it also stays the same across turns.
+
+A hostile text cannot make expansion raise or hang (docs/design-notes.md, "Presets"): braces are paired
+in one linear pass, each argument is expanded once, macros nested deeper than ``MAX_NESTING`` levels stay
+verbatim, and everything the macros of one assembly produce (results, variable values) shares one budget
+of ``MAX_OUTPUT`` characters. Past a bound a macro stays verbatim and the context records a problem, which
+the request reports as a warning; ``roll`` and ``newline`` outside their bounds are "bad arguments".
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 from zoneinfo import ZoneInfo
 
 TRIM_MARK = "\x00trim\x00"
-_TRIM = re.compile(r"\n*" + re.escape(TRIM_MARK) + r"\n*")
-_DICE = re.compile(r"^\s*(\d*)\s*d\s*(\d+)\s*(?:([+-])\s*(\d+))?\s*$", re.IGNORECASE)
+# Possessive quantifiers: each class is disjoint from the next, so the language is the same as with greedy
+# ones, and a formula of a million blanks is refused in linear time instead of backtracking quadratically.
+_DICE = re.compile(r"^\s*+(\d*+)\s*+d\s*+(\d++)\s*+(?:([+-])\s*+(\d++))?\s*+$", re.IGNORECASE)
+_COUNT = re.compile(r"\s*+([0-9]{1,6})\s*+")  # {{newline::N}}: ASCII digits (str.isdigit also takes "²", int() does not)
+
+MAX_NESTING = 100  # macro levels expanded; a macro nested deeper stays verbatim (ST has no limit; no real preset nests 10)
+MAX_OUTPUT = 10_000_000  # characters the macros of one assembly may produce: results and variable values, together
+MAX_DICE = 1000  # {{roll:NdS}}: at most this many dice …
+MAX_DIE = 10**15  # … sides and modifier below this
+MAX_NEWLINES = 10_000  # {{newline::N}}
+
+
+class OverBudget(Exception):
+    """Raised by ``MacroContext.charge`` when the macros of one assembly would produce more than ``MAX_OUTPUT``."""
 
 
 @dataclass
@@ -46,10 +66,32 @@ class MacroContext:
     variables: dict[str, str] = field(default_factory=dict)
     unknown: dict[str, int] = field(default_factory=dict)  # unknown macro name → times seen
     random_used: list[str] = field(default_factory=list)  # macros whose value is random (cache warning)
+    problems: dict[str, int] = field(default_factory=dict)  # bounds hit (nesting, output) → times; reported as warnings
+    budget: int = MAX_OUTPUT  # characters the macros may still produce (``charge``)
     rng: random.Random = field(init=False)
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
+
+    def charge(self, characters: int) -> None:
+        """Account for ``characters`` a macro is about to produce or copy; ``OverBudget`` past ``MAX_OUTPUT``."""
+        if characters > self.budget:
+            self.budget = 0
+            raise OverBudget
+        self.budget -= characters
+
+    def problem(self, text: str) -> None:
+        self.problems[text] = self.problems.get(text, 0) + 1
+
+    def snapshot(self) -> tuple[Any, ...]:
+        """Everything expansion can change, to undo a regex script that was skipped half-way."""
+        return (dict(self.variables), dict(self.unknown), list(self.random_used), dict(self.problems), self.budget,
+                self.rng.getstate())
+
+    def restore(self, state: tuple[Any, ...]) -> None:
+        variables, unknown, random_used, problems, self.budget, rng = state
+        self.variables, self.unknown, self.random_used, self.problems = dict(variables), dict(unknown), list(random_used), dict(problems)
+        self.rng.setstate(rng)
 
     def now(self) -> datetime:
         return datetime.fromtimestamp(self.now_ms / 1000, tz=ZoneInfo(self.timezone))
@@ -93,7 +135,10 @@ for _name, _getter in {
 def _newline(ctx: MacroContext, args: list[str]) -> str | None:
     if not args:
         return "\n"
-    return "\n" * int(args[0]) if len(args) == 1 and args[0].strip().isdigit() else None
+    count = _COUNT.fullmatch(args[0]) if len(args) == 1 else None
+    if count is None or int(count.group(1)) > MAX_NEWLINES:
+        return None
+    return "\n" * int(count.group(1))
 
 
 @macro("getvar")
@@ -111,12 +156,15 @@ def _setvar(ctx: MacroContext, args: list[str]) -> str | None:
 
 def _number(text: str) -> float | None:
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         return None
+    return None if math.isnan(value) else value  # JS: Number("NaN") is not a number, so addvar concatenates
 
 
 def _format_number(value: float) -> str:
+    if math.isinf(value) or math.isnan(value):  # "1e999" is Infinity in JS too; int() of it would raise
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     return str(int(value)) if value == int(value) else str(value)
 
 
@@ -126,6 +174,7 @@ def _addvar(ctx: MacroContext, args: list[str]) -> str | None:
         return None
     name, value = args[0].strip(), args[1]
     current = ctx.variables.get(name, "")
+    ctx.charge(len(current) + len(value))  # the new value is a copy of both (and parsing reads the old one)
     try:
         array = json.loads(current) if current.startswith("[") else None
     except json.JSONDecodeError:
@@ -146,6 +195,7 @@ def _step(delta: int) -> Handler:
         if len(args) != 1:
             return None
         name = args[0].strip()
+        ctx.charge(len(ctx.variables.get(name, "")))  # parsing reads the old value
         value = _format_number((_number(ctx.variables.get(name, "")) or 0) + delta)
         ctx.variables[name] = value
         return value
@@ -166,13 +216,18 @@ def _roll(ctx: MacroContext, args: list[str]) -> str | None:
         formula = f"1d{formula}"
     match = _DICE.match(formula)
     ctx.random_used.append("roll")
-    if not match or int(match.group(2)) < 1:
+    if not match:
         return ""  # ST: an invalid formula gives ""
-    count = int(match.group(1) or 1)
-    total = sum(ctx.rng.randint(1, int(match.group(2))) for _ in range(min(count, 1000)))
-    if match.group(3):
-        total += int(match.group(4)) * (1 if match.group(3) == "+" else -1)
-    return str(total)
+    numbers = [match.group(1) or "1", match.group(2), match.group(4) or "0"]
+    if any(len(number) > 15 for number in numbers):  # past MAX_DIE (and int() refuses 4,300 digits)
+        return None
+    count, sides, modifier = (int(number) for number in numbers)
+    if sides < 1:
+        return ""
+    if count > MAX_DICE or sides >= MAX_DIE or modifier >= MAX_DIE:
+        return None  # left verbatim and reported, never a silently smaller roll
+    total = sum(ctx.rng.randint(1, sides) for _ in range(count))
+    return str(total + (modifier if match.group(3) != "-" else -modifier))
 
 
 def _choices(args: list[str]) -> list[str]:
@@ -198,131 +253,202 @@ def _pick(ctx: MacroContext, args: list[str]) -> str | None:
     return items[int.from_bytes(digest[:8], "big") % len(items)]
 
 
-def _split_top(body: str, separator: str = "::") -> list[str]:
-    """Split at ``separator`` outside nested ``{{…}}``."""
-    parts: list[str] = []
-    depth = 0
-    start = 0
-    index = 0
-    while index < len(body):
-        if body.startswith("{{", index):
-            depth += 1
-            index += 2
-        elif body.startswith("}}", index) and depth:
-            depth -= 1
-            index += 2
-        elif depth == 0 and body.startswith(separator, index):
-            parts.append(body[start:index])
-            index += len(separator)
-            start = index
-        else:
-            index += 1
-    parts.append(body[start:])
+_BRACES = re.compile(r"\{\{|\}\}")
+_OPEN_OR_SEPARATOR = re.compile(r"\{\{|::")
+
+
+def _pairs(text: str) -> dict[int, int]:
+    """Start of every ``{{`` → start of the ``}}`` that balances it, in one pass (an unbalanced ``{{`` is absent).
+
+    The same pairing a scan from each ``{{`` counting ``{{`` up and ``}}`` down finds, for all of them at once:
+    nesting thousands deep costs one pass, not one per level."""
+    pairs: dict[int, int] = {}
+    stack: list[int] = []
+    for token in _BRACES.finditer(text):
+        if token.group() == "{{":
+            stack.append(token.start())
+        elif stack:
+            pairs[stack.pop()] = token.start()
+    return pairs
+
+
+def _closing(text: str, start: int, end: int, pairs: dict[int, int]) -> int | None:
+    """Index of the ``}}`` that balances the ``{{`` at ``start`` inside ``text[:end]``, or None (then it is text)."""
+    close = pairs.get(start)
+    return close if close is not None and close + 2 <= end else None
+
+
+def _split_top(text: str, lo: int, hi: int, pairs: dict[int, int]) -> list[tuple[int, int]]:
+    """``text[lo:hi]`` split at ``::`` outside nested ``{{…}}``, as (start, end) ranges. Nested macros are jumped
+    over through ``pairs``, so each level reads only its own separators."""
+    parts: list[tuple[int, int]] = []
+    start = index = lo
+    while True:
+        token = _OPEN_OR_SEPARATOR.search(text, index, hi)
+        if token is None:
+            break
+        if token.group() == "::":
+            parts.append((start, token.start()))
+            start = index = token.end()
+            continue
+        close = _closing(text, token.start(), hi, pairs)
+        if close is None:  # an unbalanced {{ swallows the rest: no separator after it counts
+            break
+        index = close + 2
+    parts.append((start, hi))
     return parts
 
 
-def _closing(text: str, start: int) -> int | None:
-    """Index of the ``}}`` that balances the ``{{`` at ``start``, or None (an unclosed ``{{`` is text)."""
-    depth = 0
-    index = start
-    while index < len(text) - 1:
-        if text.startswith("{{", index):
-            depth += 1
-            index += 2
-        elif text.startswith("}}", index):
-            depth -= 1
-            if depth == 0:
-                return index
-            index += 2
-        else:
-            index += 1
-    return None
+# A macro's head: its name, then (an argument follows) blanks and at most one ":". Anchored on both sides and
+# possessive, so it reads the head only, never the argument (which may hold the rest of a deeply nested text).
+_HEAD = re.compile(r"\s*+([A-Za-z_.$][^\s:{}]*+)(?=[\s:]|$)\s*+:?\s*+")
+_COMMENT = re.compile(r"\s*+//")
+_BLOCK_COMMENT = re.compile(r"\s*+//\s*+")
+NESTING_PROBLEM = f"macros nested deeper than {MAX_NESTING} levels are left verbatim"
+OUTPUT_PROBLEM = f"macros produced more than {MAX_OUTPUT:,} characters in one request; the rest are left verbatim"
 
 
-_NAME = re.compile(r"\s*([A-Za-z_.$][^\s:{}]*)\s*(?:[:\s]\s*(.*))?$", re.DOTALL)
+def _apply_trim(text: str) -> str:
+    """``{{trim}}``: remove each mark and the newlines on both sides of it (a split, not a regex: linear on any text)."""
+    if TRIM_MARK not in text:
+        return text
+    pieces = text.split(TRIM_MARK)
+    last = len(pieces) - 1
+    for index, piece in enumerate(pieces):
+        if index < last:
+            piece = piece.rstrip("\n")
+        if index:
+            piece = piece.lstrip("\n")
+        pieces[index] = piece
+    return "".join(pieces)
 
 
 class MacroEngine:
     def __init__(self, context: MacroContext) -> None:
         self.context = context
+        self._text = ""
+        self._pairs: dict[int, int] = {}
 
     def expand(self, text: str) -> str:
         """Expand every macro in ``text`` and apply ``{{trim}}`` (which never crosses texts)."""
         if "{{" not in text:
             return text
-        return _TRIM.sub("", self._expand(text))
+        outer = self._text, self._pairs  # a handler never expands, but keep expand() re-entrant anyway
+        self._text, self._pairs = text, _pairs(text)
+        try:
+            return _apply_trim(self._expand(0, len(text), 0))
+        finally:
+            self._text, self._pairs = outer
 
-    def _expand(self, text: str) -> str:
+    def _expand(self, lo: int, hi: int, depth: int) -> str:
+        text = self._text
         out: list[str] = []
-        index = 0
+        index = lo
         while True:
-            start = text.find("{{", index)
+            start = text.find("{{", index, hi)
             if start < 0:
-                out.append(text[index:])
+                out.append(text[index:hi])
                 break
             out.append(text[index:start])
-            end = _closing(text, start)
+            end = _closing(text, start, hi, self._pairs)
             if end is None:
-                out.append(text[start:])
+                out.append(text[start:hi])
                 break
-            body = text[start + 2 : end]
-            if body.strip() == "//":  # block comment {{//}} … {{///}}
-                closer = text.find("{{///}}", end + 2)
-                index = len(text) if closer < 0 else closer + len("{{///}}")
-                continue
-            out.append(self._call(body))
             index = end + 2
+            if _BLOCK_COMMENT.fullmatch(text, start + 2, end):  # block comment {{//}} … {{///}}
+                closer = text.find("{{///}}", index, hi)
+                index = hi if closer < 0 else closer + len("{{///}}")
+                continue
+            if depth >= MAX_NESTING:
+                self.context.problem(NESTING_PROBLEM)
+                out.append(text[start:index])
+                continue
+            out.append(self._call(start + 2, end, depth))
         return "".join(out)
 
-    def _call(self, body: str) -> str:
-        stripped = body.lstrip()
-        if stripped.startswith("//"):
-            self._expand(stripped[2:])  # nested macros still run (ST evaluates arguments first), then vanish
+    def _call(self, lo: int, hi: int, depth: int) -> str:
+        text = self._text
+        comment = _COMMENT.match(text, lo, hi)
+        if comment:
+            self._expand(comment.end(), hi, depth + 1)  # nested macros still run (ST evaluates arguments first), then vanish
             return ""
-        parts = _split_top(body)
-        head = parts[0]
-        match = _NAME.match(head)
+        parts = _split_top(text, lo, hi, self._pairs)
+        first_lo, first_hi = parts[0]
+        match = _HEAD.match(text, first_lo, first_hi)
         if match is None:
-            return "{{" + self._expand(body) + "}}"
+            return "{{" + self._expand(lo, hi, depth + 1) + "}}"
         name = match.group(1)
-        args = [a for a in ([match.group(2)] if match.group(2) is not None and match.group(2) != "" else [])]
+        has_argument = match.end() < first_hi
         if len(parts) > 1:
-            if match.group(2):  # "{{name rest::x}}": not a macro call we understand
-                return "{{" + self._expand(body) + "}}"
-            args = parts[1:]
+            if has_argument:  # "{{name rest::x}}": not a macro call we understand
+                return "{{" + self._expand(lo, hi, depth + 1) + "}}"
+            pieces, prefix = parts[1:], text[first_lo:first_hi] + "::"
+        elif has_argument:  # "{{name arg}}" / "{{name:arg}}": one argument
+            pieces, prefix = [(match.end(), hi)], text[lo : match.end()]
+        else:
+            pieces, prefix = [], text[lo:hi]
+        # Each argument is expanded once: a verbatim macro is rebuilt from them (expanding the body again would
+        # run their variables twice, and double the work at every level of nesting).
+        expanded = [self._expand(a, b, depth + 1) for a, b in pieces]
+
+        def verbatim() -> str:
+            return "{{" + prefix + "::".join(expanded) + "}}"
+
         handler = MACROS.get(name.lower())
-        expanded = [self._expand(a) for a in args]
         if handler is None:
             # Legacy {{time_UTC+2}} and similar names are unknown too; report and keep.
             self.context.unknown[name] = self.context.unknown.get(name, 0) + 1
-            return "{{" + self._expand(body) + "}}"
-        result = handler(self.context, expanded)
+            return verbatim()
+        try:
+            result = handler(self.context, expanded)
+            if result is not None:
+                self.context.charge(len(result))
+        except OverBudget:
+            self.context.problem(OUTPUT_PROBLEM)
+            return verbatim()
         if result is None:
             self.context.unknown.setdefault(f"{name} (bad arguments)", 0)
             self.context.unknown[f"{name} (bad arguments)"] += 1
-            return "{{" + self._expand(body) + "}}"
+            return verbatim()
         return result
+
+
+def scan_macros(text: str) -> tuple[list[str], int]:
+    """The names of the macros in ``text`` (pre-order, any depth; a comment is ``//`` and hides its insides) and
+    how deep balanced ``{{…}}`` nest, without expanding anything and without recursion."""
+    pairs = _pairs(text)
+    names: list[str] = []
+    ranges = [(0, len(text))]
+    while ranges:
+        lo, hi = ranges[-1]
+        start = text.find("{{", lo, hi)
+        end = None if start < 0 else _closing(text, start, hi, pairs)
+        if start < 0 or end is None:  # an unclosed {{ ends this level, as it ends expansion there
+            ranges.pop()
+            continue
+        ranges[-1] = (end + 2, hi)
+        if _COMMENT.match(text, start + 2, end):
+            names.append("//")
+            continue
+        first = _split_top(text, start + 2, end, pairs)[0]
+        match = _HEAD.match(text, first[0], first[1])
+        names.append(match.group(1) if match else text[start + 2 : min(end, start + 4096)].strip()[:20])
+        ranges.append((start + 2, end))
+    depth = deepest = 0
+    for _position, step in sorted([(s, 1) for s in pairs] + [(e, -1) for e in pairs.values()]):
+        depth += step
+        deepest = max(deepest, depth)
+    return names, deepest
 
 
 def macro_names(text: str) -> list[str]:
     """Names of the macros in ``text`` at any nesting depth (for lint), without expanding anything."""
-    names: list[str] = []
-    index = 0
-    while True:
-        start = text.find("{{", index)
-        if start < 0:
-            return names
-        end = _closing(text, start)
-        if end is None:
-            return names
-        body = text[start + 2 : end]
-        if body.lstrip().startswith("//") or body.strip() == "//":
-            names.append("//")
-        else:
-            match = _NAME.match(_split_top(body)[0])
-            names.append(match.group(1) if match else body.strip()[:20])
-            names.extend(macro_names(body))
-        index = start + 2 if end is None else end + 2
+    return scan_macros(text)[0]
+
+
+def macro_depth(text: str) -> int:
+    """How deep the balanced ``{{…}}`` in ``text`` nest (lint warns past ``MAX_NESTING``)."""
+    return scan_macros(text)[1]
 
 
 def is_known(name: str) -> bool:

@@ -123,6 +123,7 @@ class RegexScript:
     markdown_only: bool = False
     min_depth: int | None = None
     max_depth: int | None = None
+    line: int | None = None  # where the script starts in the preset file (lint)
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,9 @@ class Preset:
     unknown_keys: list[str] = field(default_factory=list)
     unknown_extensions: list[str] = field(default_factory=list)
     builtin: bool = False  # the built-in default (the ADR 0041 layout)
+    # Run state, not file content: regex scripts (index → reason) that hit a bound (time, growth) in this run;
+    # every later request of the run skips them without trying again (and warns).
+    skipped_scripts: dict[int, str] = field(default_factory=dict)
 
     def setting(self, key: str, default: Any) -> Any:
         value = self.settings.get(key, default)

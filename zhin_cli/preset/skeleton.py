@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from zhin_cli.headers import Projected
+from zhin_cli.preset import regex as regex_module
 from zhin_cli.preset.layout import SYSTEM_SEGMENT, TAIL_SEGMENT, Item, Layout, PresetMessage
 from zhin_cli.preset.macros import MacroContext, MacroEngine
 from zhin_cli.preset.model import (
@@ -35,8 +37,9 @@ from zhin_cli.preset.model import (
     OrderEntry,
     Preset,
     PromptEntry,
+    RegexScript,
 )
-from zhin_cli.preset.regex import AI_OUTPUT, USER_INPUT, applies, run_script
+from zhin_cli.preset.regex import AI_OUTPUT, USER_INPUT, ScriptSkipped, applies, run_script
 from zhin_cli.preset.shaping import post_process, squash
 
 # ST code defaults for keys a preset may leave out (openai.js default_settings).
@@ -101,6 +104,20 @@ class Arrangement:
     warnings: list[str]
 
 
+class _Skip(Exception):
+    def __init__(self, index: int, reason: str) -> None:
+        self.index = index
+        self.reason = reason
+
+
+def regex_budget() -> float:
+    return regex_module.BUDGET_SECONDS  # read at run time, so a test can shorten it
+
+
+def _skipped_warning(script: RegexScript, reason: str) -> str:
+    return f"preset regex script {script.name!r} was skipped: {reason}"
+
+
 def _current_index(messages: list[Projected]) -> int | None:
     for index in range(len(messages) - 1, -1, -1):
         if messages[index].role == "user":
@@ -159,20 +176,42 @@ class _Builder:
 
     # -- regex (promptOnly, history only, before macros and injections) --------------------------------
     def apply_regex(self) -> None:
+        """Run the scripts; one that hits a bound (time, growth) is skipped for the whole request: everything it
+        did is undone (messages and macro state), the scripts run again without it, and a warning names it."""
         scripts = self.preset.regex_scripts  # ``applies`` keeps the promptOnly, enabled ones
         if not scripts:
             return
+        skipped = self.preset.skipped_scripts  # kept for the run: a later request skips it without trying again
+        for index in sorted(skipped):
+            self.warnings.append(_skipped_warning(scripts[index], skipped[index]))
+        while True:
+            state = self.context.snapshot()
+            try:
+                self._run_scripts([(i, s) for i, s in enumerate(scripts) if i not in skipped])
+                return
+            except _Skip as skip:
+                self.context.restore(state)
+                skipped[skip.index] = skip.reason
+                self.warnings.append(_skipped_warning(scripts[skip.index], skip.reason))
+
+    def _run_scripts(self, scripts: list[tuple[int, RegexScript]]) -> None:
         chat = self.history + ([self.current] if self.current is not None else [])
         rewritten: dict[int, Projected] = {}
+        left = {index: regex_budget() for index, _script in scripts}  # seconds each script may still spend
         for position, message in enumerate(chat):
             if message.role not in ("user", "assistant") or not message.body:
                 continue
             depth = len(chat) - 1 - position
             placement = USER_INPUT if message.role == "user" else AI_OUTPUT
             body = message.body
-            for script in scripts:
+            for index, script in scripts:
                 if applies(script, placement, depth):
-                    body = run_script(script, body, self.engine.expand)
+                    started = time.perf_counter()
+                    try:
+                        body = run_script(script, body, self.engine.expand, deadline=started + left[index])
+                    except ScriptSkipped as exc:
+                        raise _Skip(index, exc.reason) from None
+                    left[index] -= time.perf_counter() - started
             if body != message.body:
                 rewritten[id(message)] = replace(message, body=body)
         self.history = [rewritten.get(id(m), m) for m in self.history]
@@ -386,8 +425,9 @@ class _Builder:
         # tail_index None with a tail: the current turn was not sent (no chatHistory), the tail travels alone
         system = "\n".join(block.text for block in leading)
         layout = Layout(system=system, messages=items, tail=tail, tail_index=tail_index, system_blocks=leading)
+        bounds = [f"{problem} ({count}×)" for problem, count in self.context.problems.items()]  # macros past a bound
         return Arrangement(layout, downgrade, self.entries, dict(self.context.unknown), list(self.context.random_used),
-                           dict(self.context.variables), self.warnings)
+                           dict(self.context.variables), self.warnings + bounds)
 
 
 def arrange(preset: Preset | None, system: str, messages: list[Projected], tail: str | None, facts: Facts | None = None) -> Arrangement:
