@@ -303,3 +303,82 @@ def test_facts_prune_on_the_server_dry_run_then_for_real(server: Server, db_url:
     shown = json.loads(ok(zhin("facts", "show", GROUP, "--json", "--db", db_url, cwd=tmp_path)).stdout)
     assert [(m["user_id"], m["card"]) for m in shown["members"]] == [("fresh", "卡片")]
     assert shown["scene"]["member_count"] == 42 and shown["bot_role"] == "admin"
+
+
+# --- one snapshot per read (issue 14 §1): a bot committing between two of zhin's statements is never half seen ---
+
+PRIVATE_EPOCH = "icqq:8596238:private:10002#1761800000000-1"
+PRIVATE_KEY = "icqq:8596238:private:10002"
+
+
+def _bot_write(server: Server, url: str, i: int) -> None:
+    """One bot write through the server's own driver and its own session: a message on the active branch, the
+    session's leaf, the profile's title and a summary, in one transaction."""
+    with Admin(server, url) as conn:
+        conn.execute("START TRANSACTION" if server is MARIADB else "BEGIN")
+        leaf = conn.execute("SELECT active_leaf_message_id FROM agent_sessions WHERE session_id = %s", (PRIVATE_EPOCH,)).fetchone()[0]
+        at = 1_761_900_000_000 + i * 1000
+        payload = json.dumps({"role": "user", "content": [{"type": "text", "text": f"live write {i}"}], "timestamp": at,
+                              "actor": {"subjectId": "10002", "displayName": "小明", "roles": [], "scope": "private"}})
+        insert = ("INSERT INTO agent_messages (session_id, role, payload, parent_id, extra, timestamp) VALUES (%s,%s,%s,%s,'',%s)"
+                  + ("" if server is MARIADB else " RETURNING id"))
+        cursor = conn.execute(insert, (PRIVATE_EPOCH, "user", payload, leaf, at))
+        row = cursor.lastrowid if server is MARIADB else cursor.fetchone()[0]
+        conn.execute("UPDATE agent_sessions SET active_leaf_message_id = %s, updated_at = %s WHERE session_id = %s", (row, at, PRIVATE_EPOCH))
+        conn.execute("UPDATE ai_session_profiles SET title = %s WHERE session_key = %s", (f"title {i}", PRIVATE_KEY))
+        conn.execute("INSERT INTO agent_summaries (session_id, summary, anchor_message_id, created_at) VALUES (%s,%s,%s,%s)",
+                     (PRIVATE_EPOCH, f"summary {i}", row, at))
+        conn.execute("COMMIT")
+
+
+def _load(url: str) -> str:
+    with SessionDatabase(parse_db(url)) as database:
+        session = database.load(PRIVATE_KEY)
+    return repr((session.scene, [m.raw for m in session.messages], session.summaries))
+
+
+def test_a_bot_committing_between_any_two_statements_of_a_load_is_never_half_seen(server: Server, db_url: str,
+                                                                                    tmp_path: Path) -> None:
+    from sqlalchemy import Engine, event
+
+    ok(zhin("import", FIXTURES / "private-chat.jsonl", "--db", db_url, cwd=tmp_path))
+    point, points, wrong = 0, 1, []
+    while point < points:
+        before = _load(db_url)
+        statements: list[str] = []
+
+        def hook(*_args: Any, at: int = point, statements: list[str] = statements) -> None:
+            if len(statements) == at:
+                _bot_write(server, db_url, at + 1)
+            statements.append("")
+
+        event.listen(Engine, "before_cursor_execute", hook)
+        try:
+            result = _load(db_url)
+        finally:
+            event.remove(Engine, "before_cursor_execute", hook)
+        after = _load(db_url)
+        assert after != before and f"live write {point + 1}" in after  # the bot did commit
+        if result not in (before, after):
+            wrong.append(point)
+        points = len(statements)
+        point += 1
+    assert points >= 6, "too few statements to interleave"
+    assert not wrong, f"{len(wrong)} of {points} interleavings read a mix of two snapshots (bot before statements {wrong})"
+
+
+def test_one_read_snapshot_holds_while_a_bot_commits_and_a_new_one_sees_it(server: Server, db_url: str,
+                                                                           tmp_path: Path) -> None:
+    from sqlalchemy import func, select
+
+    from zhin_cli.store import schema
+
+    ok(zhin("import", FIXTURES / "private-chat.jsonl", "--db", db_url, cwd=tmp_path))
+    count = select(func.count()).select_from(schema.agent_messages)
+    with SessionDatabase(parse_db(db_url)) as database:
+        with database.snapshot() as conn:
+            first = conn.execute(count).scalar()
+            _bot_write(server, db_url, 1)
+            assert conn.execute(count).scalar() == first  # the same snapshot
+        with database.snapshot() as conn:  # negative control: a new read sees the commit
+            assert conn.execute(count).scalar() == first + 1
