@@ -176,8 +176,10 @@ class Case:
     @staticmethod
     def of(name: str, entry: dict[str, Any]) -> Case:
         kind = entry["kind"]
-        return Case(name, kind, {**KINDS[kind], **entry.get("exit", {})}, entry.get("error", ""), entry.get("errors", {}),
-                    entry.get("line"), entry.get("row"))
+        exits = {**KINDS[kind], **entry.get("exit", {})}
+        if "commands" in entry:  # only some of the kind's commands apply (e.g. a FIFO is no git ref for --base)
+            exits = {command: code for command, code in exits.items() if command in entry["commands"]}
+        return Case(name, kind, exits, entry.get("error", ""), entry.get("errors", {}), entry.get("line"), entry.get("row"))
 
 
 def file_cases() -> dict[str, Case]:
@@ -199,12 +201,12 @@ def command_lines(case: Case, source: Path, tmp: Path) -> Iterator[tuple[str, li
         folder = tmp / f"{number}-{command.split()[0]}"
         folder.mkdir()
         if case.kind == "jsonl":
-            where = f"{source}:{case.line}"
+            where = f"{source}:{case.line}" if case.line is not None else str(source)
             argv = {"trace": ["trace", str(source)], "export": ["export", str(source)], "prefix-diff": ["prefix-diff", str(source)],
                     "import": ["import", str(source), "--db", str(folder / "imported.sqlite")]}[command]
             yield command, argv, folder, where
         elif case.kind == "config":
-            where = f"{source}:{case.line}"
+            where = f"{source}:{case.line}" if case.line is not None else str(source)
             argv = {"trace": ["trace", str(FIXTURE), "--config", str(source)],
                     "prefix-diff": ["prefix-diff", str(FIXTURE), "--config", str(source)],
                     "prefix-diff --base": ["prefix-diff", str(FIXTURE), "--base", str(source), "--head", str(source)]}[command]
@@ -221,6 +223,10 @@ def command_lines(case: Case, source: Path, tmp: Path) -> Iterator[tuple[str, li
             argv = {"trace": ["trace", SID, "--db", str(db)], "export": ["export", SID, "--db", str(db)],
                     "sessions": ["sessions", "--db", str(db)], "prefix-diff": ["prefix-diff", SID, "--db", str(db)],
                     "import": ["import", str(FIXTURE), "--db", str(db)]}[command]
+            yield command, argv, folder, where
+        elif case.kind in ("request", "case"):  # a request-diff side, an eval case file
+            where = f"{source}:{case.line}" if case.line is not None else str(source)
+            argv = {"request-diff": ["request-diff", str(source), str(source)], "eval": ["eval", str(source)]}[command]
             yield command, argv, folder, where
         else:
             raise AssertionError(f"{case.name}: no commands for kind {case.kind!r}")
@@ -277,7 +283,8 @@ def test_every_corpus_file_has_an_entry() -> None:
         failing = any(code not in (0, 1) for code in case.exits.values())
         if failing:
             assert case.error, f"{name}: a failing case needs an error fragment"
-            assert (case.line is not None) == (case.kind in ("jsonl", "config")), f"{name}: JSONL and YAML errors name a line"
+            assert (case.line is not None) == (case.kind in ("jsonl", "config", "request", "case")), \
+                f"{name}: JSONL, JSON and YAML errors name a line"
         if case.kind == "support":
             users = MANIFEST["files"][name]["used_by"]
             assert users and all(u in FILE_CASES for u in users), name
@@ -410,7 +417,49 @@ JSONL_BUILDERS: dict[str, Callable[[Path], None]] = {
     "jsonl/deeply-nested": lambda p: _jsonl(p, "[" * 100_000 + "]" * 100_000),
 }
 
-BUILDERS = {**DB_BUILDERS, **JSONL_BUILDERS}
+# Issue 14 §3: lone surrogates in every kind of string a member or the bot controls, integers past Python's digit
+# limit or past a database column, and files that are not files (a FIFO blocked every reader forever).
+def _surrogate_in(field: str) -> str:
+    """Line 4 with ``\\ud800`` in ``field`` (JSON.stringify writes a lone surrogate as this escape)."""
+    line: dict[str, Any] = {"type": "message", **_user(3), "id": 3}
+    if field.startswith("actor."):
+        line["actor"] = {**line["actor"], field.split(".", 1)[1]: "x\ud800"}
+    elif field == "text":
+        line["content"] = [{"type": "text", "text": "x\ud800"}]
+    elif field == "key":
+        line["x\udfff"] = 1
+    else:
+        line[field] = "x\ud800"
+    return json.dumps(line)  # ASCII: the escape, not the character
+
+
+SURROGATE_FIELDS = ["text", "actor.displayName", "actor.card", "actor.title", "actor.subjectId", "messageId", "replyTo", "name", "key"]
+JSONL_BUILDERS.update({f"jsonl/lone-surrogate-{field.replace('.', '-')}": (lambda f: lambda p: _jsonl(p, _surrogate_in(f)))(field)
+                       for field in SURROGATE_FIELDS})
+JSONL_BUILDERS.update({
+    "jsonl/lone-surrogate-summary": lambda p: _jsonl(p, json.dumps({"type": "summary", "timestamp": T0 + 2500, "summary": "\udc00",
+                                                                   "anchor_message_id": 2})),
+    "jsonl/lone-surrogate-member-card": lambda p: _jsonl(p, json.dumps({"type": "member", "timestamp": T0 + 2500, "user_id": "10002",
+                                                                       "card": "\ud800"})),
+    "jsonl/lone-surrogate-scene-name": lambda p: _jsonl(p, json.dumps({"type": "scene", "timestamp": T0 + 2500, "scene_name": "\ud800"})),
+    "jsonl/integer-5000-digits-id": lambda p: _jsonl(p, _message(3, _user(3)).replace('"id":3', '"id":' + "9" * 5000)),
+    "jsonl/integer-5000-digits-timestamp": lambda p: _jsonl(p, _message(3, _user(3)).replace(str(T0 + 3000), "1" * 5000)),
+    "jsonl/integer-1e30-anchor": lambda p: _jsonl(p, js({"type": "summary", "timestamp": T0 + 2500, "summary": "hi",
+                                                         "anchor_message_id": 10**30})),
+    "jsonl/integer-1e30-actor-muted-until": lambda p: _jsonl(p, _message(3, {**_user(3), "actor": {"subjectId": "1", "mutedUntil": 10**30}})),
+    "jsonl/integer-1e30-session-member-count": lambda p: p.write_text(
+        "\n".join([js({"type": "session", "session_id": SID, "scene": {"member_count": -(10**30)}}), _message(1, _user(1))]) + "\n",
+        encoding="utf-8"),
+})
+
+OTHER_BUILDERS: dict[str, Callable[[Path], None]] = {
+    "config/fifo": os.mkfifo,
+    "request/fifo": os.mkfifo,
+    "case/fifo": os.mkfifo,
+}
+
+BUILDERS = {**DB_BUILDERS, **JSONL_BUILDERS, **OTHER_BUILDERS}
+SOURCE_NAMES = {"jsonl": "input.jsonl", "db": "input.sqlite", "config": "input.yaml", "request": "input.json", "case": "input.yaml"}
 
 
 def test_every_generated_case_has_an_entry() -> None:
@@ -424,7 +473,7 @@ def test_every_generated_case_has_an_entry() -> None:
 def test_generated_case(cli: Runner, name: str, tmp_path: Path) -> None:
     tmp = tmp_path.resolve()
     case = GENERATED[name]
-    source = tmp / ("input.jsonl" if case.kind == "jsonl" else "input.sqlite")
+    source = tmp / SOURCE_NAMES[case.kind]
     BUILDERS[name](source)
     if name.startswith("jsonl/huge"):
         assert source.stat().st_size > HUGE
