@@ -205,8 +205,10 @@ def _describe(error: Any) -> str:
 
 
 def _short_instance(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:79] + "…"
+    """A bounded repr: a huge instance (a 5 MB string, a list of a million items) is cut before it is formatted."""
+    from zhin_cli.store.payload import short
+
+    return short(value)
 
 
 def _error_key(error: Any) -> str:
