@@ -974,8 +974,8 @@ def serve(provider: str = "openai", host: str = "127.0.0.1", port: int = 0, *,
         pass
     finally:
         server.server_close()
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def _stop(signum: int, frame: Any) -> None:
