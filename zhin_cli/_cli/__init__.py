@@ -344,8 +344,9 @@ def _finish(code: int) -> int:
 
 
 def main() -> None:
-    """The ``zhin`` entry point. Exit status beyond each command's own: SIGINT 130, SIGTERM 143 (cleanup ran);
-    a stdout that cannot be written 3 (one line); a reader of stdout that went away (EPIPE) 0."""
+    """The ``zhin`` entry point. Exit status beyond each command's own: SIGINT 130, SIGTERM 143 (cleanup ran, quiet;
+    a command that handles the interrupt itself, like ``serve``, keeps its status); a stdout that cannot be written 3
+    (one line); a reader of stdout that went away (EPIPE) 0. README "Exit status"."""
     _guard_standard_streams()
     _install_signal_handlers()
     code: int = 0
@@ -367,6 +368,6 @@ def main() -> None:
         report_error(str(error).replace("\n", " "))
         code = error.exit_code
     code = _finish(code)
-    if _SIGNALLED:
+    if _SIGNALLED and code == EXIT_INTERRUPTED:  # the interrupt ended the command (one that handles it, serve, keeps its 0)
         code = EXIT_TERMINATED if _SIGNALLED[0] == signal.SIGTERM else EXIT_INTERRUPTED
     sys.exit(code)
