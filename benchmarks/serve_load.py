@@ -5,6 +5,7 @@ Not part of the suite (it takes tens of seconds); the suite's bounded version is
 
     .venv/bin/python benchmarks/serve_load.py --clients 32 --requests 100            # this checkout
     .venv/bin/python benchmarks/serve_load.py --tree /tmp/old --clients 32 --requests 100   # another checkout
+    .venv/bin/python benchmarks/serve_load.py --uploads 8 --upload-mb 70   # peak RSS under concurrent big bodies
 """
 
 from __future__ import annotations
@@ -57,13 +58,56 @@ def classify(error: BaseException) -> str:
     return type(error).__name__
 
 
+def uploads(process: subprocess.Popen[str], base_url: str, args: argparse.Namespace) -> None:
+    """N concurrent chunked uploads of --upload-mb MiB (1 MiB chunks): answers and the server's peak RSS."""
+    import socket
+
+    port = int(base_url.rsplit(":", 1)[1].split("/", 1)[0])
+    piece = b" " * (1 << 20)
+    frame = b"%x\r\n%s\r\n" % (len(piece), piece)
+    outcomes: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def upload() -> None:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=120) as sock:
+                sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                             b"Transfer-Encoding: chunked\r\n\r\n")
+                for _ in range(args.upload_mb):
+                    sock.sendall(frame)
+                sock.sendall(b"0\r\n\r\n")
+                answer = sock.recv(100).split(b" ", 2)[1].decode()
+        except OSError as error:
+            answer = type(error).__name__
+        with lock:
+            outcomes[answer] += 1
+
+    before = peak_rss_mib(process.pid)
+    started = time.perf_counter()
+    threads = [threading.Thread(target=upload) for _ in range(args.uploads)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    rss = peak_rss_mib(process.pid)
+    process.terminate()
+    process.wait(timeout=10)
+    print(f"tree {args.tree}: {args.uploads} concurrent chunked uploads of {args.upload_mb} MiB in "
+          f"{time.perf_counter() - started:.1f} s: {dict(outcomes)}; server peak RSS {before:.0f} → {rss:.0f} MiB")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tree", type=Path, default=ROOT, help="checkout whose zhin_cli runs the server")
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--requests", type=int, default=100, help="requests per client")
+    parser.add_argument("--uploads", type=int, default=0, help="instead: this many concurrent chunked uploads")
+    parser.add_argument("--upload-mb", type=int, default=70)
     args = parser.parse_args()
     process, base_url = start_server(args.tree)
+    if args.uploads:
+        uploads(process, base_url, args)
+        return
     latencies: list[float] = []
     failures: Counter[str] = Counter()
     lock = threading.Lock()

@@ -438,7 +438,8 @@ def answer(path: str, raw: bytes | bytearray, *, provider: str, cache: PrefixCac
 # HTTP/1.0); connections beyond the pool wait in a short queue and then in the kernel's listen backlog (BACKLOG),
 # so a burst of clients waits instead of being reset. Each connection must send its whole request within
 # REQUEST_DEADLINE and never stay silent longer than IDLE_TIMEOUT. Request bodies held in memory across all
-# requests at once are bounded by MAX_BUFFERED (a body waits up to BUFFER_WAIT for room, then gets a 503).
+# requests at once are bounded by MAX_BUFFERED (a body waits up to BUFFER_WAIT for room, then gets a 503; a chunked
+# body that already holds room gets the 503 at once rather than wait on others that grow too).
 
 
 WORKERS = 16
@@ -692,7 +693,8 @@ class _Handler(BaseHTTPRequestHandler):
                     return data, held
                 if len(data) + size > MAX_BODY:
                     raise ClientError(413, f"chunked request body is over the {MAX_BODY}-byte limit")
-                if not self.server.budget.take(size, BUFFER_WAIT):
+                # a body that already holds room does not wait for more (two growing bodies would wait on each other)
+                if not self.server.budget.take(size, 0.0 if held else BUFFER_WAIT):
                     raise ClientError(503, "too many large request bodies at once; retry shortly")
                 held += size
                 left = size
