@@ -354,7 +354,7 @@ def _good_db_bytes(tmp: Path) -> bytes:
 
 PROFILE = "INSERT INTO ai_session_profiles (session_key, platform, {column}) VALUES ('test:1:group:42', 'test', '{value}')"
 
-DB_BUILDERS: dict[str, Callable[[Path], None]] = {
+DB_BUILDERS: dict[str, Callable[[Path], object]] = {
     "db/payload-not-json": lambda p: _with_row2(p, payload='{"role":"assistant","content":[{"type":"text"'),
     "db/payload-not-utf8": lambda p: _good_then(p, "UPDATE agent_messages SET payload = ? WHERE id = 2", params=(b"\xff\xfe{\x00",)),
     "db/payload-is-array": lambda p: _with_row2(p, payload="[1, 2]"),
@@ -407,7 +407,7 @@ def _jsonl(path: Path, fourth: str) -> None:
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-JSONL_BUILDERS: dict[str, Callable[[Path], None]] = {
+JSONL_BUILDERS: dict[str, Callable[[Path], object]] = {
     "jsonl/huge-valid-line": lambda p: _jsonl(p, _message(3, _user(3, _huge_text()))),
     "jsonl/huge-broken-line": lambda p: _jsonl(p, _message(3, _user(3, _huge_text()))[:-40]),
     "jsonl/huge-id": lambda p: _jsonl(p, _message(_huge_text(), _user(3))),
@@ -452,7 +452,7 @@ JSONL_BUILDERS.update({
         encoding="utf-8"),
 })
 
-OTHER_BUILDERS: dict[str, Callable[[Path], None]] = {
+OTHER_BUILDERS: dict[str, Callable[[Path], object]] = {
     "config/fifo": os.mkfifo,
     "request/fifo": os.mkfifo,
     "case/fifo": os.mkfifo,

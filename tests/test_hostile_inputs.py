@@ -17,6 +17,7 @@ from conftest import FIXTURES, clean_env, js
 from zhin_cli.config import MAX_YAML_EXPANSION, load_config, read_json_file, read_yaml_file
 from zhin_cli.errors import ConfigError, InputError, UsageError
 from zhin_cli.inputfiles import lone_surrogate_in_json, open_regular
+from zhin_cli.model import UserMessage
 from zhin_cli.outputfiles import escape_surrogates
 from zhin_cli.requestdiff import load_side
 from zhin_cli.store.jsonl import read_session
@@ -70,8 +71,8 @@ def test_a_surrogate_pair_and_an_escaped_backslash_are_fine(tmp_path: Path) -> N
     """Negative control: ``\\ud83d\\ude00`` is 😀; ``\\\\ud800`` is a backslash and five letters."""
     path = write(tmp_path / "s.jsonl", js(SESSION), '{"type":"message","role":"user","content":[{"type":"text","text":'
                  '"\\ud83d\\ude00 \\\\ud800"}],"timestamp":1700000000000,"actor":{"subjectId":"1"}}')
-    session = read_session(path)
-    assert session.messages[0].content[0]["text"] == "😀 \\ud800"
+    message = read_session(path).messages[0]
+    assert isinstance(message, UserMessage) and message.content[0]["text"] == "😀 \\ud800"
 
 
 def test_a_database_payload_with_a_lone_surrogate_is_refused_at_its_row() -> None:

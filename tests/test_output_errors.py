@@ -18,9 +18,9 @@ FIXTURE = FIXTURES / "private-chat.jsonl"
 BUSY = FIXTURES / "group-busy.jsonl"
 
 
-def run(args: list[str], cwd: Path, **kwargs: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "zhin_cli", *args], cwd=cwd, env=clean_env(), capture_output=kwargs.pop("capture", True),  # type: ignore[arg-type]
-                          text=True, timeout=120, stdin=subprocess.DEVNULL, **kwargs)  # type: ignore[call-overload]
+def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "zhin_cli", *args], cwd=cwd, env=clean_env(), capture_output=True,
+                          text=True, timeout=120, stdin=subprocess.DEVNULL)
 
 
 def one_line(stderr: str) -> str:

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,9 +17,9 @@ from conftest import FIXTURES, clean_env
 MESSAGES = "150000"  # ~45 MB of JSONL: a few seconds of writing, long enough to be interrupted half-way
 
 
-def _start(tmp_path: Path, *args: str, preexec_fn: object = None) -> subprocess.Popen[str]:
+def _start(tmp_path: Path, *args: str, preexec_fn: Callable[[], object] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "zhin_cli", *args], cwd=tmp_path, env=clean_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, preexec_fn=preexec_fn)  # type: ignore[arg-type]
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, preexec_fn=preexec_fn)
 
 
 def _wait_for_partial_output(tmp_path: Path, proc: subprocess.Popen[str], timeout: float = 90) -> Path:
