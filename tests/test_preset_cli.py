@@ -124,3 +124,12 @@ def test_a_changing_preset_entry_after_the_first_message_is_system_changed(zhin:
     changed = [p for p in pairs if p["cause"] == "system_changed"]
     assert changed and all(p["first_divergence"]["segment"] == "preset:clock" for p in changed)
     assert not [p for p in pairs if p["cause"] == "messages_changed"]
+
+
+def test_lint_text_output_shows_each_code(zhin: Run) -> None:
+    # The code in brackets is text, not console markup: `[unknown-macro]` must reach the terminal as written.
+    result = zhin("preset", "lint", COMMUNITY)
+    assert result.returncode == 1
+    assert "[unknown-macro]" in result.stdout and "[bad-depth]" in result.stdout
+    # Negative control: the severity word (real markup around it) is still printed without its tags.
+    assert "warning [" in result.stdout and "[/]" not in result.stdout

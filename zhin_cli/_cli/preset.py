@@ -44,7 +44,7 @@ def lint_command(
         for diagnostic in result.diagnostics:
             style = STYLES[diagnostic.severity]
             where = f"{escape(diagnostic.where)}: " if diagnostic.where else ""
-            console.print(f"{where}[{style}]{diagnostic.severity}[/] [{diagnostic.code}] {escape(diagnostic.message)}", soft_wrap=True)
+            console.print(f"{where}[{style}]{diagnostic.severity}[/] \\[{diagnostic.code}] {escape(diagnostic.message)}", soft_wrap=True)
         counts = result.counts()
         console.print(f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} note(s)")
     if result.failed:
