@@ -283,3 +283,23 @@ def test_synth_follows_zhin_max_messages(monkeypatch: pytest.MonkeyPatch) -> Non
     with pytest.raises(UsageError, match="at most 1,000"):
         SynthOptions(messages=1001).check()
     SynthOptions(messages=1000).check()
+
+
+# --- command-line arguments that are not text -------------------------------------------------------------------
+
+
+def test_an_argument_that_is_not_utf8_is_a_usage_error(tmp_path: Path) -> None:
+    """Bytes that are not UTF-8 arrive as lone surrogates: as a session id they reached SQLite (a traceback)."""
+    db = tmp_path / "data.sqlite"
+    assert subprocess.run([sys.executable, "-m", "zhin_cli", "import", str(FIXTURES / "private-chat.jsonl"), "--db", str(db)],
+                          env=clean_env(), capture_output=True, timeout=120).returncode == 0
+    result = subprocess.run([sys.executable.encode(), b"-m", b"zhin_cli", b"trace", b"\xff", b"--db", os.fsencode(db)], cwd=tmp_path,
+                            env=clean_env(), capture_output=True, timeout=120, stdin=subprocess.DEVNULL)
+    stderr = result.stderr.decode("utf-8", "replace")
+    assert result.returncode == 2 and "Traceback" not in stderr and stderr.count("\n") == 1, stderr
+    assert "argument 2 is not UTF-8 text: \\xff" in stderr
+    # negative control: a file whose name is not UTF-8 is still a file
+    (tmp_path / os.fsdecode(b"\xfe.jsonl")).write_bytes((FIXTURES / "private-chat.jsonl").read_bytes())
+    fine = subprocess.run([sys.executable.encode(), b"-m", b"zhin_cli", b"export", b"\xfe.jsonl"], cwd=tmp_path, env=clean_env(),
+                          capture_output=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert fine.returncode == 0, fine.stderr

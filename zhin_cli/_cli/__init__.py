@@ -6,6 +6,7 @@ import gc
 import io
 import json
 import os
+import re
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -343,6 +344,24 @@ def _finish(code: int) -> int:
     return code
 
 
+def _argument_not_text(arguments: list[str]) -> str | None:
+    """An argument holding bytes that are not UTF-8 (Python carries them as lone surrogates) names no session id,
+    ref or option value: a usage error, unless it is the name of a file that exists (file names may be any bytes)."""
+    for index, argument in enumerate(arguments, start=1):
+        if _SURROGATE.search(argument) is None:
+            continue
+        value = argument.partition("=")[2] if argument.startswith("--") and "=" in argument else argument
+        if os.path.lexists(value):
+            continue
+        raw = os.fsencode(argument)
+        shown = repr(raw[:60])[2:-1] + ("…" if len(raw) > 60 else "")
+        return f"argument {index} is not UTF-8 text: {shown} (ids and values must be text; a file name may be any bytes if the file exists)"
+    return None
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def main() -> None:
     """The ``zhin`` entry point. Exit status beyond each command's own: SIGINT 130, SIGTERM 143 (cleanup ran, quiet;
     a command that handles the interrupt itself, like ``serve``, keeps its status); a stdout that cannot be written 3
@@ -350,6 +369,10 @@ def main() -> None:
     _guard_standard_streams()
     _install_signal_handlers()
     code: int = 0
+    bad = _argument_not_text(sys.argv[1:])
+    if bad is not None:
+        report_error(bad)
+        sys.exit(EXIT_USAGE)
     try:
         # add_completion=False keeps typer's --install-completion options off every command, but then typer never
         # registers its shell classes: register them so `zhin completion SHELL` scripts (which call back with
