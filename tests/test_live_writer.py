@@ -4,7 +4,7 @@ The writer is a real second process (tests/sqlite_writer.py: plain ``sqlite3``, 
 has). Every read must equal a quiescent re-read of a snapshot the writer actually produced:
 
 * the deterministic interleaving: the writer attaches, commits and closes between two of zhin's statements, for
-  every pair (an SQLAlchemy ``before_cursor_execute`` hook runs it synchronously there);
+  every pair (SQLite's trace hook runs it synchronously there);
 * a random hammer for a bounded time, the writer reconnecting per write and staying connected;
 
 both in WAL mode and in rollback-journal (DELETE) mode. Also: the database file stays byte-identical (the
@@ -116,24 +116,23 @@ class Writer:
 
 @contextmanager
 def between_statements(callback: Callable[[int], None]) -> Iterator[list[str]]:
-    """Call ``callback(n)`` before zhin's n-th statement (and once more before its COMMIT); yields the statements."""
+    """Call ``callback(n)`` before zhin's n-th SQLite statement (BEGIN, each SELECT, COMMIT) starts running;
+    yields the statements. SQLite's own trace hook (``set_trace_callback``) on every connection zhin opens: it
+    fires as a statement begins, before it takes a lock, whichever layer sent it."""
     statements: list[str] = []
 
-    def before(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+    def trace(statement: str) -> None:
         callback(len(statements))
         statements.append(statement)
 
-    def before_commit(_conn: Any) -> None:
-        callback(len(statements))
-        statements.append("COMMIT")
+    def on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.set_trace_callback(trace)
 
-    event.listen(Engine, "before_cursor_execute", before)
-    event.listen(Engine, "commit", before_commit)
+    event.listen(Engine, "connect", on_connect)
     try:
         yield statements
     finally:
-        event.remove(Engine, "before_cursor_execute", before)
-        event.remove(Engine, "commit", before_commit)
+        event.remove(Engine, "connect", on_connect)
 
 
 def load_with_writer_at(db: Path, point: int) -> tuple[str, int]:

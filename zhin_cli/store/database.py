@@ -15,7 +15,9 @@ import json
 import os
 import re
 import secrets
+import sqlite3
 import struct
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -23,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote, unquote
 
-from sqlalchemy import Connection, Engine, create_engine, event, func, inspect, literal_column, select
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, select, text
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 from sqlalchemy.pool import NullPool
@@ -197,8 +199,8 @@ def db_error(exc: BaseException) -> str:
 
 # SQLite's extended result code for "a hot journal needs rolling back, but this connection is read-only".
 SQLITE_READONLY_ROLLBACK = 776
-# How long zhin's own statements wait for a writer's lock (ms): a bot's commit holds the file for milliseconds.
-SQLITE_BUSY_TIMEOUT_S = 5.0
+# How long zhin's own statements wait for a writer's lock (s): a bot's commit holds the file for milliseconds.
+SQLITE_BUSY_TIMEOUT_S = 10.0
 # The lock bytes of SQLite's unix VFS (sqlite3.c: PENDING_BYTE, SHARED_FIRST, SHARED_SIZE).
 _SHARED_FIRST = 0x40000000 + 2
 _SHARED_SIZE = 510
@@ -350,18 +352,42 @@ def _remove_created_wal_files(path: Path, created: list[Path]) -> None:
         _ofd_lock(fd, fcntl.F_UNLCK)
 
 
+_Raw = tuple[tuple[str, ...], list[tuple[Any, ...]]]  # column names and rows, as fetched
+_NONE: _Raw = ((), [])
+
+
+class _Row:
+    """One fetched row: attributes and ``_mapping`` by column name, as SQLAlchemy's rows (built after the read
+    transaction, so the lock is not held while Python makes objects)."""
+
+    __slots__ = ("_mapping",)
+
+    def __init__(self, mapping: dict[str, Any]) -> None:
+        self._mapping = mapping
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._mapping[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def _rows(raw: _Raw) -> list[_Row]:
+    names, tuples = raw
+    return [_Row(dict(zip(names, values, strict=True))) for values in tuples]
+
+
 @dataclass
 class _SessionRows:
-    """Everything one session load fetched, inside one read transaction: plain rows, parsed after it ended."""
+    """Everything one session load fetched, inside one read transaction: column names and plain tuples (made
+    into rows, parsed and checked after the transaction ended)."""
 
     info: dict[str, Any]
-    tables: set[str]
-    messages: list[Any]
-    has_parent: bool
-    profile: dict[str, Any] | None
-    summaries: list[Any]
-    scene_changes: list[Any]
-    members: list[Any]
+    messages: _Raw
+    profile: _Raw
+    summaries: _Raw
+    scene_changes: _Raw
+    members: _Raw
 
 
 class SessionDatabase:
@@ -384,7 +410,7 @@ class SessionDatabase:
             self._created = [p for p in (Path(f"{self._open_path}-wal"), Path(f"{self._open_path}-shm")) if not p.exists()]
         try:
             with self.snapshot() as conn:
-                self.tables = set(inspect(conn).get_table_names())
+                self.tables = _table_names(conn)
         except BaseException:
             self.close()
             raise
@@ -410,38 +436,53 @@ class SessionDatabase:
     def __exit__(self, *_exc: object) -> None:
         self.close()
 
-    def read_error(self, exc: DBAPIError) -> ZhinError:
+    def read_error(self, exc: DBAPIError | sqlite3.Error) -> ZhinError:
         if _sqlite_error_code(exc) == SQLITE_READONLY_ROLLBACK and self.ref.sqlite_path is not None:
             return hot_journal_error(self.ref.sqlite_path)
         return InputError(f"cannot read database: {db_error(exc)}", where=self.ref.label)
 
     @contextmanager
     def snapshot(self) -> Iterator[Connection]:
-        """One read transaction (SQLite ``BEGIN``…``COMMIT``; REPEATABLE READ, read only on the servers): every
-        statement run on the connection sees the same committed state. Fetch what you need and leave: in
-        rollback-journal mode a bot cannot commit while it is open."""
+        """One read transaction (SQLite ``BEGIN``…``COMMIT``; REPEATABLE READ, read only on the servers), its
+        snapshot taken on entry: every statement run on the connection sees the same committed state. Fetch what
+        you need and leave: in rollback-journal mode a bot cannot commit while it is open."""
+        conn = self._begin_read()
         try:
-            with self.engine.connect() as conn, conn.begin():
+            try:
                 yield conn
-        except DBAPIError as exc:
-            raise self.read_error(exc) from None
+                conn.commit()
+            except (DBAPIError, sqlite3.Error) as exc:
+                raise self.read_error(exc) from None
+        finally:
+            conn.close()
+
+    def _begin_read(self) -> Connection:
+        """A connection inside a read transaction whose snapshot is taken (SQLite: the SHARED lock or the WAL read
+        mark, by reading the schema). A writer deleting its journal just as SQLite looks at it makes the journal
+        look hot for a moment — a read-only connection then reports SQLITE_READONLY_ROLLBACK: retried for about a
+        second before it is called a hot journal (one a crashed writer left stays)."""
+        probe = _SQL_SQLITE_TABLES if self.engine.dialect.name == "sqlite" else _SQL_PROBE
+        for delay in (*_HOT_JOURNAL_RETRIES, None):
+            conn = self.engine.connect()
+            try:
+                conn.begin()
+                _query(conn, probe)
+                return conn
+            except (DBAPIError, sqlite3.Error) as exc:
+                conn.close()
+                if delay is None or _sqlite_error_code(exc) != SQLITE_READONLY_ROLLBACK:
+                    raise self.read_error(exc) from None
+            except BaseException:
+                conn.close()
+                raise
+            time.sleep(delay)
+        raise AssertionError("unreachable")
 
     def list_sessions(self) -> list[dict[str, Any]]:
         """Every epoch: id, key, status, message rows, and last activity (ms; the newest message or update)."""
-        s = schema.agent_sessions
-        m = schema.agent_messages
-        counts = (
-            select(m.c.session_id, func.count().label("messages"), func.max(m.c.timestamp).label("last_message"))
-            .group_by(m.c.session_id)
-            .subquery()
-        )
-        query = (
-            select(s.c.session_id, s.c.session_key, s.c.status, s.c.updated_at, counts.c.messages, counts.c.last_message)
-            .select_from(s.outerjoin(counts, counts.c.session_id == s.c.session_id))
-            .order_by(s.c.session_key, s.c.created_at, s.c.session_id)
-        )
         with self.snapshot() as conn:
-            rows = conn.execute(query).all()
+            raw = _query(conn, _SQL_SESSION_LIST)
+        rows = _rows(raw)
         listed = []
         for row in rows:
             times = [t for t in (row.updated_at, row.last_message) if isinstance(t, int)]
@@ -462,72 +503,47 @@ class SessionDatabase:
         return self._build(rows)
 
     # --- inside the read transaction: SELECTs only, every result fetched at once --------------------------------
+    #
+    # In rollback-journal mode the transaction holds SQLite's SHARED lock, and a bot committing meanwhile is
+    # refused (busy_timeout 0) or waits: it must be short. The statements are plain text (``SELECT *``, no
+    # reflection, nothing for SQLAlchemy to compile — compiling Core statements took ~20 of the ~24 ms a load
+    # spent inside the transaction); the rows are parsed and checked after it (``_build``).
 
     def _fetch(self, conn: Any, ref: str) -> _SessionRows:
-        inspector = inspect(conn)
-        tables = set(inspector.get_table_names())
-        s = schema.agent_sessions
-        row = conn.execute(select(s).where(s.c.session_id == ref)).first()
-        if row is None:
-            row = conn.execute(
-                select(s).where(s.c.session_key == ref).order_by(s.c.created_at.desc(), s.c.session_id.desc())
-            ).first()
-        if row is None:
+        tables = _table_names(conn)
+        names, found = _query(conn, _SQL_SESSION_BY_ID, {"ref": ref})
+        if not found:
+            names, found = _query(conn, _SQL_SESSION_BY_KEY, {"ref": ref})
+        if not found:
             raise SessionNotFound(f"no session {ref!r} in {self.ref.label} (try `zhin sessions`)")
-        info = dict(row._mapping)
+        info = dict(zip(names, found[0], strict=True))
         session_id = info["session_id"]
         session_key = info.get("session_key") or session_id.split("#")[0]
-        messages, has_parent = self._fetch_messages(conn, inspector, session_id)
-        profile = None
-        if "ai_session_profiles" in tables:
-            p = schema.ai_session_profiles
-            cols = {c["name"] for c in inspector.get_columns("ai_session_profiles")}
-            found = conn.execute(select(*(p.c[c] for c in p.c.keys() if c in cols)).where(p.c.session_key == session_key)).first()
-            profile = None if found is None else dict(found._mapping)
-        summaries: list[Any] = []
-        if "agent_summaries" in tables:
-            t = schema.agent_summaries
-            # upstream's agent_summaries has no id column: SQLite's rowid names the row
-            summary_columns = {c["name"] for c in inspector.get_columns("agent_summaries")}
-            row_id: Any = (t.c.id if "id" in summary_columns
-                           else literal_column("rowid") if self.engine.dialect.name == "sqlite" else literal_column("NULL"))
-            summaries = conn.execute(
-                select(t.c.summary, t.c.anchor_message_id, t.c.created_at, row_id.label("row_id"))
-                .where(t.c.session_id == session_id)
-                .order_by(t.c.created_at)
-            ).all()
-        scene_changes: list[Any] = []
-        if "zhin_scene_changes" in tables:
-            c = schema.zhin_scene_changes
-            scene_changes = conn.execute(select(c).where(c.c.session_id == session_id).order_by(c.c.timestamp, c.c.id)).all()
-        members: list[Any] = []
-        if "ai_scene_members" in tables and session_key:
-            a = schema.ai_scene_members
-            members = conn.execute(select(a).where(a.c.scene_key == session_key).order_by(a.c.updated_at, a.c.user_id)).all()
-        return _SessionRows(info=info, tables=tables, messages=messages, has_parent=has_parent, profile=profile,
-                            summaries=summaries, scene_changes=scene_changes, members=members)
+        messages = self._fetch_messages(conn, session_id)
+        sqlite = conn.dialect.name == "sqlite"
+        return _SessionRows(
+            info=info,
+            messages=messages,
+            profile=_query(conn, _SQL_PROFILE, {"key": session_key}) if "ai_session_profiles" in tables else _NONE,
+            summaries=_query(conn, _SQL_SUMMARIES_SQLITE if sqlite else _SQL_SUMMARIES, {"sid": session_id})
+            if "agent_summaries" in tables else _NONE,
+            scene_changes=_query(conn, _SQL_SCENE_CHANGES, {"sid": session_id}) if "zhin_scene_changes" in tables else _NONE,
+            members=_query(conn, _SQL_MEMBERS, {"key": session_key}) if "ai_scene_members" in tables and session_key else _NONE,
+        )
 
-    def _fetch_messages(self, conn: Any, inspector: Any, session_id: str) -> tuple[list[Any], bool]:
+    def _fetch_messages(self, conn: Any, session_id: str) -> _Raw:
         from zhin_cli.store import max_messages  # the same limit as for JSONL files
 
-        m = schema.agent_messages
-        columns = [m.c.id, m.c.role, m.c.payload, m.c.timestamp]
-        cols = {c["name"] for c in inspector.get_columns("agent_messages")}
-        has_parent = "parent_id" in cols
-        if has_parent:
-            columns.append(m.c.parent_id)
-        if "extra" in cols:
-            columns.append(m.c.extra)
         limit = max_messages()
         # One pass over the table (upstream has no index on session_id): at most limit + 1 rows tell "too large".
-        rows = conn.execute(select(*columns).where(m.c.session_id == session_id).order_by(m.c.id).limit(limit + 1)).all()
+        names, rows = _query(conn, _SQL_MESSAGES, {"sid": session_id, "n": limit + 1})
         if len(rows) > limit:
-            count = conn.execute(select(func.count()).select_from(m).where(m.c.session_id == session_id)).scalar_one()
+            count = _query(conn, _SQL_MESSAGE_COUNT, {"sid": session_id})[1][0][0]
             raise InputError(
                 f"session too large: {count:,} messages (ZHIN_MAX_MESSAGES is {limit:,}); raise the limit",
                 where=f"{self.ref.label}: agent_messages",
             )
-        return rows, has_parent
+        return names, rows
 
     # --- after it: parsing and checks, no database access ---------------------------------------------------------
 
@@ -541,13 +557,14 @@ class SessionDatabase:
             timezone=None,
             bot=BotFacts(),
             scene=SceneFacts(),
-            messages=self._messages(rows.messages, info.get("active_leaf_message_id"), rows.has_parent),
+            messages=self._messages(_rows(rows.messages), info.get("active_leaf_message_id"), "parent_id" in rows.messages[0]),
             source=self.ref.label,
         )
-        self._profile(rows.profile, session)
-        session.summaries = self._summaries(rows.summaries, session_id)
-        session.scene_changes = self._scene_changes(rows.scene_changes)
-        session.members = self._members(rows.members)
+        profile = _rows(rows.profile)
+        self._profile(profile[0]._mapping if profile else None, session)
+        session.summaries = self._summaries(_rows(rows.summaries), session_id)
+        session.scene_changes = self._scene_changes(_rows(rows.scene_changes))
+        session.members = self._members(_rows(rows.members))
         return session
 
     def _messages(self, rows: list[Any], leaf: int | None, has_parent: bool) -> list[Message]:
@@ -637,7 +654,10 @@ class SessionDatabase:
     def _summaries(self, rows: list[Any], session_id: str) -> list[Summary]:
         summaries = []
         for number, r in enumerate(rows, start=1):
-            where = at_row("agent_summaries", r.row_id if r.row_id is not None else f"#{number} of {session_id}", self.ref.label)
+            # upstream's agent_summaries has no id column: SQLite's rowid names the row
+            fields = r._mapping
+            row_id = fields["id"] if "id" in fields else fields.get("zhin_rowid")
+            where = at_row("agent_summaries", row_id if row_id is not None else f"#{number} of {session_id}", self.ref.label)
             if not isinstance(r.summary, str):
                 raise InputError(f"summary is not text, got {short(r.summary)}", where=where)
             anchor = r.anchor_message_id or 0
@@ -663,11 +683,55 @@ class SessionDatabase:
         members = []
         for r in rows:
             where = at_row("ai_scene_members", r.user_id, self.ref.label)
-            facts = {k: v for k, v in r._mapping.items() if k not in ("platform", "scene_key", "user_id", "updated_at") and v is not None}
+            facts = {k: v for k, v in r._mapping.items() if k in _MEMBER_FACTS and v is not None}
             check_member_facts(facts, where)
             updated = check_timestamp(r.updated_at or 0, "updated_at", where)
             members.append(MemberSnapshot(timestamp=updated, user_id=str(r.user_id), facts=facts))
         return members
+
+
+# The statements of a load (see SessionDatabase._fetch). ``SELECT *``: whatever columns this database's version
+# of a table has (upstream's agent_summaries has no id, older ones no parent_id / extra); names are read by key.
+_SQL_SESSION_BY_ID = "SELECT * FROM agent_sessions WHERE session_id = :ref"
+_SQL_SESSION_BY_KEY = "SELECT * FROM agent_sessions WHERE session_key = :ref ORDER BY created_at DESC, session_id DESC"
+_SQL_MESSAGES = "SELECT * FROM agent_messages WHERE session_id = :sid ORDER BY id LIMIT :n"
+_SQL_MESSAGE_COUNT = "SELECT count(*) FROM agent_messages WHERE session_id = :sid"
+_SQL_PROFILE = "SELECT * FROM ai_session_profiles WHERE session_key = :key"
+_SQL_SUMMARIES = "SELECT * FROM agent_summaries WHERE session_id = :sid ORDER BY created_at"
+_SQL_SUMMARIES_SQLITE = "SELECT rowid AS zhin_rowid, * FROM agent_summaries WHERE session_id = :sid ORDER BY created_at"
+_SQL_SCENE_CHANGES = "SELECT * FROM zhin_scene_changes WHERE session_id = :sid ORDER BY timestamp, id"
+_SQL_MEMBERS = "SELECT * FROM ai_scene_members WHERE scene_key = :key ORDER BY updated_at, user_id"
+_SQL_SESSION_LIST = (
+    "SELECT s.session_id, s.session_key, s.status, s.updated_at, c.messages, c.last_message FROM agent_sessions s"
+    " LEFT OUTER JOIN (SELECT session_id, count(*) AS messages, max(timestamp) AS last_message FROM agent_messages"
+    " GROUP BY session_id) c ON c.session_id = s.session_id ORDER BY s.session_key, s.created_at, s.session_id"
+)
+_SQL_SQLITE_TABLES = "SELECT name FROM sqlite_master WHERE type = 'table'"
+_SQL_PROBE = "SELECT 1"
+_HOT_JOURNAL_RETRIES = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
+_MEMBER_FACTS = frozenset(schema.ai_scene_members.c.keys()) - {"platform", "scene_key", "user_id", "updated_at"}
+
+
+def _query(conn: Any, sql: str, params: dict[str, Any] | None = None) -> _Raw:
+    """Run one SELECT and fetch every row at once: column names and tuples. On SQLite straight through the
+    DB-API cursor (``:name`` parameters are sqlite3's own style), inside the connection's transaction — SQLAlchemy's
+    per-statement work (results, row objects) took ten times SQLite's own time, all of it under the lock."""
+    if conn.dialect.name == "sqlite":
+        cursor = conn.connection.dbapi_connection.cursor()
+        try:
+            cursor.execute(sql, params or {})
+            return tuple(d[0] for d in cursor.description), cursor.fetchall()
+        finally:
+            cursor.close()
+    result = conn.execute(text(sql), params or {})
+    return tuple(result.keys()), [tuple(row) for row in result.all()]
+
+
+def _table_names(conn: Any) -> set[str]:
+    """The tables, inside the caller's transaction (on SQLite one plain query, not SQLAlchemy's reflection)."""
+    if conn.dialect.name == "sqlite":
+        return {name for (name,) in _query(conn, _SQL_SQLITE_TABLES)[1]}
+    return set(inspect(conn).get_table_names())
 
 
 def _json_column(value: Any, column: str, where: str) -> Any:
