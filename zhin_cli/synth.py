@@ -95,8 +95,8 @@ class SynthOptions:
         if self.messages < 3:
             raise UsageError("--messages must be at least 3 (a member message, an @-mention and the reply)")
         if self.messages > max_messages():  # a file zhin would refuse to load (and hours and gigabytes to write)
-            raise UsageError(f"--messages must be at most {max_messages():,} (ZHIN_MAX_MESSAGES, the largest session "
-                             f"zhin loads), got {self.messages:,}")
+            raise UsageError(f"--messages must be at most {max_messages():,} (ZHIN_MAX_MESSAGES, the limit on what zhin "
+                             f"loads), got {self.messages:,}")
         for name in ("bot_rate", "tool_rate", "event_rate"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
