@@ -463,17 +463,20 @@ class SessionDatabase:
         second before it is called a hot journal (one a crashed writer left stays)."""
         probe = _SQL_SQLITE_TABLES if self.engine.dialect.name == "sqlite" else _SQL_PROBE
         for delay in (*_HOT_JOURNAL_RETRIES, None):
-            conn = self.engine.connect()
+            conn: Connection | None = None
             try:
+                conn = self.engine.connect()  # a server refusing the login fails here
                 conn.begin()
                 _query(conn, probe)
                 return conn
             except (DBAPIError, sqlite3.Error) as exc:
-                conn.close()
+                if conn is not None:
+                    conn.close()
                 if delay is None or _sqlite_error_code(exc) != SQLITE_READONLY_ROLLBACK:
                     raise self.read_error(exc) from None
             except BaseException:
-                conn.close()
+                if conn is not None:
+                    conn.close()
                 raise
             time.sleep(delay)
         raise AssertionError("unreachable")
