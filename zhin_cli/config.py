@@ -215,8 +215,6 @@ def read_yaml_file(path: Path, error: type[ZhinError] = ConfigError, what: str =
 # ("billion laughs") is a few hundred bytes that expand to gigabytes when formatted, validated or serialised.
 # Real configs and case files that reuse an anchor stay far below (a 50 KB timeline reused 40 times is 2 M).
 MAX_YAML_EXPANSION = 4_000_000
-
-
 _INT_TAG = "tag:yaml.org,2002:int"
 
 
