@@ -250,9 +250,7 @@ def test_every_reader_refuses_a_fifo(reader, fifo: Path) -> None:  # type: ignor
 @pytest.mark.parametrize("args", [
     ["trace", "{fixture}", "--config", "{fifo}"], ["trace", "{fixture}", "--preset", "{fifo}"],
     ["request-diff", "{fifo}", "{fixture}"], ["eval", "{fifo}"],
-    pytest.param(["trace", "{fifo}.jsonl"], marks=pytest.mark.xfail(
-        strict=True, reason="store/__init__.py check_jsonl_limits opens the session file before read_session: it must "
-        "use zhin_cli.inputfiles.open_regular (a change for the owner of that file)")),
+    ["trace", "{fifo}.jsonl"],
 ])
 def test_the_cli_refuses_a_fifo_in_one_line_without_hanging(args: list[str], tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "pipe")

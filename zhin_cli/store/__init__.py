@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Protocol
 
 from zhin_cli.errors import InputError, SessionNotFound
+from zhin_cli.inputfiles import open_regular
 from zhin_cli.model import Session
 
 
@@ -39,7 +40,7 @@ def check_jsonl_limits(path: Path) -> None:
     line_start = 0
     offset = 0
     try:
-        with path.open("rb") as handle:
+        with open_regular(path, InputError, "session file") as handle:
             while block := handle.read(2**20):
                 newline = block.find(b"\n")
                 while newline >= 0:
