@@ -295,3 +295,15 @@ def test_no_output_of_an_eval_run_holds_a_secret_of_the_base_url(live_server: st
     # controls: the run really reported the unreachable server by its (masked) URL and wrote cache files
     assert "cannot connect" in everything and "http://***@127.0.0.1:" in everything and "api_key=***" in everything
     assert len(list((tmp_path / "xdg").rglob("*.json"))) == 2
+
+
+def test_every_cli_error_line_is_redacted(capsys: pytest.CaptureFixture[str]) -> None:
+    # Any message that reaches the user goes through one exit: a URL with credentials in a library's own words is masked.
+    from zhin_cli._cli import report_error
+
+    report_error("driver said: cannot reach postgresql://bot:hunter2@db.example/zhin")
+    err = capsys.readouterr().err
+    assert "hunter2" not in err and "postgresql://***@db.example/zhin" in err
+    # Negative control: an ordinary message is printed as it is.
+    report_error("zhin.yaml:3: unknown key 'windows'")
+    assert capsys.readouterr().err == "zhin: error: zhin.yaml:3: unknown key 'windows'\n"

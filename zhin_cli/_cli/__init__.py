@@ -19,6 +19,7 @@ import typer
 from rich.console import Console
 
 from zhin_cli import __version__
+from zhin_cli.redact import redact_text
 from zhin_cli.errors import (
     EXIT_CANNOT_RUN,
     EXIT_INTERRUPTED,
@@ -61,9 +62,10 @@ def stderr_console() -> Console:
 
 
 def report_error(message: str) -> None:
-    """``zhin: error: message`` as one line on stderr (nothing if stderr itself cannot be written)."""
+    """``zhin: error: message`` as one line on stderr (nothing if stderr itself cannot be written). Every message
+    passes through ``redact_text`` on its way out: a credential a driver or a library echoes is never shown."""
     try:
-        stderr_console().print(f"zhin: error: {message}", markup=False, highlight=False, soft_wrap=True)
+        stderr_console().print(f"zhin: error: {redact_text(message)}", markup=False, highlight=False, soft_wrap=True)
     except (OSError, ValueError):  # stderr closed or on a full disk: the exit status still tells
         pass
 
