@@ -513,8 +513,14 @@ class SessionDatabase:
     # spent inside the transaction); the rows are parsed and checked after it (``_build``).
 
     def _fetch(self, conn: Any, ref: str) -> _SessionRows:
+        try:
+            return self._fetch_rows(conn, ref)
+        except _MissingColumn as exc:
+            raise InputError(str(exc), where=self.ref.label) from None
+
+    def _fetch_rows(self, conn: Any, ref: str) -> _SessionRows:
         tables = _table_names(conn)
-        names, found = _query(conn, _SQL_SESSION_BY_ID, {"ref": ref})
+        names, found = _require(_query(conn, _SQL_SESSION_BY_ID, {"ref": ref}), "agent_sessions")
         if not found:
             names, found = _query(conn, _SQL_SESSION_BY_KEY, {"ref": ref})
         if not found:
@@ -528,10 +534,12 @@ class SessionDatabase:
             info=info,
             messages=messages,
             profile=_query(conn, _SQL_PROFILE, {"key": session_key}) if "ai_session_profiles" in tables else _NONE,
-            summaries=_query(conn, _SQL_SUMMARIES_SQLITE if sqlite else _SQL_SUMMARIES, {"sid": session_id})
-            if "agent_summaries" in tables else _NONE,
-            scene_changes=_query(conn, _SQL_SCENE_CHANGES, {"sid": session_id}) if "zhin_scene_changes" in tables else _NONE,
-            members=_query(conn, _SQL_MEMBERS, {"key": session_key}) if "ai_scene_members" in tables and session_key else _NONE,
+            summaries=_require(_query(conn, _SQL_SUMMARIES_SQLITE if sqlite else _SQL_SUMMARIES, {"sid": session_id}),
+                               "agent_summaries") if "agent_summaries" in tables else _NONE,
+            scene_changes=_require(_query(conn, _SQL_SCENE_CHANGES, {"sid": session_id}), "zhin_scene_changes")
+            if "zhin_scene_changes" in tables else _NONE,
+            members=_require(_query(conn, _SQL_MEMBERS, {"key": session_key}), "ai_scene_members")
+            if "ai_scene_members" in tables and session_key else _NONE,
         )
 
     def _fetch_messages(self, conn: Any, session_id: str) -> _Raw:
@@ -539,7 +547,7 @@ class SessionDatabase:
 
         limit = max_messages()
         # One pass over the table (upstream has no index on session_id): at most limit + 1 rows tell "too large".
-        names, rows = _query(conn, _SQL_MESSAGES, {"sid": session_id, "n": limit + 1})
+        names, rows = _require(_query(conn, _SQL_MESSAGES, {"sid": session_id, "n": limit + 1}), "agent_messages")
         if len(rows) > limit:
             count = _query(conn, _SQL_MESSAGE_COUNT, {"sid": session_id})[1][0][0]
             raise InputError(
@@ -695,23 +703,40 @@ class SessionDatabase:
 
 # The statements of a load (see SessionDatabase._fetch). ``SELECT *``: whatever columns this database's version
 # of a table has (upstream's agent_summaries has no id, older ones no parent_id / extra); names are read by key.
-_SQL_SESSION_BY_ID = "SELECT * FROM agent_sessions WHERE session_id = :ref"
-_SQL_SESSION_BY_KEY = "SELECT * FROM agent_sessions WHERE session_key = :ref ORDER BY created_at DESC, session_id DESC"
-_SQL_MESSAGES = "SELECT * FROM agent_messages WHERE session_id = :sid ORDER BY id LIMIT :n"
-_SQL_MESSAGE_COUNT = "SELECT count(*) FROM agent_messages WHERE session_id = :sid"
-_SQL_PROFILE = "SELECT * FROM ai_session_profiles WHERE session_key = :key"
-_SQL_SUMMARIES = "SELECT * FROM agent_summaries WHERE session_id = :sid ORDER BY created_at"
-_SQL_SUMMARIES_SQLITE = "SELECT rowid AS zhin_rowid, * FROM agent_summaries WHERE session_id = :sid ORDER BY created_at"
-_SQL_SCENE_CHANGES = "SELECT * FROM zhin_scene_changes WHERE session_id = :sid ORDER BY timestamp, id"
-_SQL_MEMBERS = "SELECT * FROM ai_scene_members WHERE scene_key = :key ORDER BY updated_at, user_id"
+_SQL_SESSION_BY_ID = "SELECT * FROM agent_sessions WHERE agent_sessions.session_id = :ref"
+_SQL_SESSION_BY_KEY = ("SELECT * FROM agent_sessions WHERE agent_sessions.session_key = :ref"
+                       " ORDER BY agent_sessions.created_at DESC, agent_sessions.session_id DESC")
+_SQL_MESSAGES = ("SELECT * FROM agent_messages WHERE agent_messages.session_id = :sid ORDER BY agent_messages.id"
+                 " LIMIT :n")
+_SQL_MESSAGE_COUNT = "SELECT count(*) FROM agent_messages WHERE agent_messages.session_id = :sid"
+_SQL_PROFILE = "SELECT * FROM ai_session_profiles WHERE ai_session_profiles.session_key = :key"
+_SQL_SUMMARIES = ("SELECT * FROM agent_summaries WHERE agent_summaries.session_id = :sid"
+                  " ORDER BY agent_summaries.created_at")
+_SQL_SUMMARIES_SQLITE = ("SELECT rowid AS zhin_rowid, * FROM agent_summaries WHERE agent_summaries.session_id = :sid"
+                         " ORDER BY agent_summaries.created_at")
+_SQL_SCENE_CHANGES = ("SELECT * FROM zhin_scene_changes WHERE zhin_scene_changes.session_id = :sid"
+                      " ORDER BY zhin_scene_changes.timestamp, zhin_scene_changes.id")
+_SQL_MEMBERS = ("SELECT * FROM ai_scene_members WHERE ai_scene_members.scene_key = :key"
+                " ORDER BY ai_scene_members.updated_at, ai_scene_members.user_id")
 _SQL_SESSION_LIST = (
-    "SELECT s.session_id, s.session_key, s.status, s.updated_at, c.messages, c.last_message FROM agent_sessions s"
-    " LEFT OUTER JOIN (SELECT session_id, count(*) AS messages, max(timestamp) AS last_message FROM agent_messages"
-    " GROUP BY session_id) c ON c.session_id = s.session_id ORDER BY s.session_key, s.created_at, s.session_id"
+    "SELECT agent_sessions.session_id, agent_sessions.session_key, agent_sessions.status, agent_sessions.updated_at,"
+    " c.messages, c.last_message FROM agent_sessions LEFT OUTER JOIN (SELECT agent_messages.session_id AS session_id,"
+    " count(*) AS messages, max(agent_messages.timestamp) AS last_message FROM agent_messages"
+    " GROUP BY agent_messages.session_id) c ON c.session_id = agent_sessions.session_id"
+    " ORDER BY agent_sessions.session_key, agent_sessions.created_at, agent_sessions.session_id"
 )
 _SQL_SQLITE_TABLES = "SELECT name FROM sqlite_master WHERE type = 'table'"
 _SQL_PROBE = "SELECT 1"
 _HOT_JOURNAL_RETRIES = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
+# The columns a table must have (what the Core selects before named): a database without one is refused with
+# SQLite's own words, "no such column: table.column", not read with the column missing.
+_REQUIRED_COLUMNS = {
+    "agent_sessions": tuple(schema.agent_sessions.c.keys()),
+    "agent_messages": ("id", "role", "payload", "timestamp"),
+    "agent_summaries": ("summary", "anchor_message_id", "created_at"),
+    "zhin_scene_changes": tuple(schema.zhin_scene_changes.c.keys()),
+    "ai_scene_members": tuple(schema.ai_scene_members.c.keys()),
+}
 _MEMBER_FACTS = frozenset(schema.ai_scene_members.c.keys()) - {"platform", "scene_key", "user_id", "updated_at"}
 
 
@@ -728,6 +753,18 @@ def _query(conn: Any, sql: str, params: dict[str, Any] | None = None) -> _Raw:
             cursor.close()
     result = conn.execute(text(sql), params or {})
     return tuple(result.keys()), [tuple(row) for row in result.all()]
+
+
+def _require(raw: _Raw, table: str) -> _Raw:
+    names = raw[0]
+    for column in _REQUIRED_COLUMNS[table]:
+        if column not in names:
+            raise _MissingColumn(f"cannot read database: no such column: {table}.{column}")
+    return raw
+
+
+class _MissingColumn(Exception):
+    """Raised inside the read transaction; ``SessionDatabase`` makes it an InputError naming the database."""
 
 
 def _table_names(conn: Any) -> set[str]:
