@@ -49,3 +49,26 @@ def test_negative_control_moderate_nesting_loads_and_jsonl_refuses_the_same_dept
                      encoding="utf-8")
     result = zhin("export", jsonl, cwd=tmp_path)
     assert result.returncode == 3 and result.stderr == f"zhin: error: {jsonl}:2: invalid JSON: nested too deeply\n"
+
+
+@pytest.mark.parametrize("command", [["export"], ["trace", "--json"], ["prefix-diff"]])
+def test_a_lone_surrogate_in_a_row_is_one_line_naming_the_row(tmp_path: Path, upstream_db: Callable[..., Path],
+                                                              command: list[str]) -> None:
+    # The same rule as a JSONL line: a \ud800 escape no output can encode is refused where it is read (prefix-diff
+    # used to crash with a UnicodeEncodeError traceback, export and trace wrote it through).
+    text = BODY.replace('"text":"hi"', '"text":"a\\ud800b"') + "0"
+    db = upstream_db(tmp_path / "d.sqlite", SESSION_ID, [{"payload": "{" + text + "}", "role": "user",
+                                                           "timestamp": 1700000000000}])
+    result = zhin(command[0], SESSION_ID, *command[1:], "--db", db, cwd=tmp_path)
+    assert result.returncode == (2 if command[0] == "prefix-diff" else 3), result.stderr  # prefix-diff exits like diff
+    assert result.stderr.startswith(f"zhin: error: {db}: agent_messages row 1: ") and "surrogate" in result.stderr
+    assert len(result.stderr.splitlines()) == 1 and result.stdout == ""
+
+
+def test_negative_control_a_surrogate_pair_in_a_row_is_the_character(tmp_path: Path, upstream_db: Callable[..., Path]) -> None:
+    text = BODY.replace('"text":"hi"', '"text":"a\\ud83d\\ude00b"') + "0"
+    db = upstream_db(tmp_path / "d.sqlite", SESSION_ID, [{"payload": "{" + text + "}", "role": "user",
+                                                           "timestamp": 1700000000000}])
+    result = zhin("export", SESSION_ID, "--db", db, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "\U0001f600" in result.stdout or "\\ud83d\\ude00" in result.stdout

@@ -38,6 +38,7 @@ from zhin_cli.store.jsonl import message_line
 from zhin_cli.store.payload import (
     ToolPairing,
     check_member_facts,
+    check_payload_text,
     check_scene_facts,
     check_timestamp,
     check_tool_pairing,
@@ -775,7 +776,10 @@ def _table_names(conn: Any) -> set[str]:
 
 
 def _json_column(value: Any, column: str, where: str) -> Any:
-    """A JSON text column: not JSON, not UTF-8 (a BLOB), NULL or nested past Python's recursion limit is one line."""
+    """A JSON text column: not JSON, not UTF-8 (a BLOB), NULL, nested past Python's recursion limit or holding a lone
+    surrogate escape (``\ud800``, which no output can encode: the same rule as JSONL) is one line."""
+    if isinstance(value, str):
+        check_payload_text(value, where)
     try:
         return json.loads(value)
     except RecursionError:
