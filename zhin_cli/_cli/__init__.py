@@ -19,7 +19,6 @@ import typer
 from rich.console import Console
 
 from zhin_cli import __version__
-from zhin_cli.redact import redact_text
 from zhin_cli.errors import (
     EXIT_CANNOT_RUN,
     EXIT_INTERRUPTED,
@@ -29,6 +28,7 @@ from zhin_cli.errors import (
     UsageError,
     ZhinError,
 )
+from zhin_cli.redact import redact_text
 
 app = typer.Typer(
     name="zhin",
