@@ -184,7 +184,8 @@ def test_an_alias_bomb_is_refused_quickly_naming_its_key(document: str, line: in
     start = time.perf_counter()
     with pytest.raises(ConfigError, match=rf"zhin.yaml:{line}: YAML aliases expand {name} to more than") as caught:
         load_config(path)
-    assert time.perf_counter() - start < 5 and len(str(caught.value)) < 200
+    # the message stays short whatever the expansion (the temp folder's path length varies with the worker)
+    assert time.perf_counter() - start < 5 and len(str(caught.value)) - len(str(path)) < 200
 
 
 def test_a_recursive_alias_is_refused(tmp_path: Path) -> None:
