@@ -28,12 +28,13 @@ import json
 import threading
 import time
 import unicodedata
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from sqlalchemy import Engine, and_, func, select
+from sqlalchemy import Connection, Engine, and_, func, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from zhin_cli.model import Session
@@ -154,18 +155,27 @@ class FactsStore:
             schema.ai_session_profiles.create(engine, checkfirst=True)
             schema.ai_scene_members.create(engine, checkfirst=True)
 
-    def member(self, scene_key: str, user_id: str) -> MemberFacts | None:
+    @contextmanager
+    def _reading(self, conn: Connection | None) -> Iterator[Connection]:
+        """The caller's connection (one read snapshot across several reads: ``show_facts``), else one of our own."""
+        if conn is not None:
+            yield conn
+        else:
+            with self.engine.connect() as own:
+                yield own
+
+    def member(self, scene_key: str, user_id: str, conn: Connection | None = None) -> MemberFacts | None:
         t = schema.ai_scene_members
-        with self.engine.connect() as conn:
+        with self._reading(conn) as conn:
             row = conn.execute(select(t).where(_member_key(scene_key, user_id))).first()
         if row is None:
             return None
         return MemberFacts(platform_role=row.platform_role, card=row.card, title=row.title, muted_until=row.muted_until,
                            updated_at=row.updated_at or 0)
 
-    def members(self, scene_key: str) -> dict[str, MemberFacts]:
+    def members(self, scene_key: str, conn: Connection | None = None) -> dict[str, MemberFacts]:
         t = schema.ai_scene_members
-        with self.engine.connect() as conn:
+        with self._reading(conn) as conn:
             rows = conn.execute(select(t).where(t.c.scene_key == scene_key).order_by(t.c.user_id)).all()
         return {str(r.user_id): MemberFacts(platform_role=r.platform_role, card=r.card, title=r.title,
                                             muted_until=r.muted_until, updated_at=r.updated_at or 0) for r in rows}
@@ -184,9 +194,9 @@ class FactsStore:
         with self.engine.begin() as conn:
             conn.execute(schema.ai_scene_members.delete().where(_member_key(scene_key, user_id)))
 
-    def scene(self, scene_key: str) -> SceneFactsRow | None:
+    def scene(self, scene_key: str, conn: Connection | None = None) -> SceneFactsRow | None:
         p = schema.ai_session_profiles
-        with self.engine.connect() as conn:
+        with self._reading(conn) as conn:
             row = conn.execute(select(p).where(p.c.session_key == scene_key)).first()
         if row is None or row.facts_updated_at is None:
             return None
@@ -203,9 +213,9 @@ class FactsStore:
                   "facts_updated_at": facts.facts_updated_at}
         self._upsert_profile(scene_key, values)
 
-    def bot_role(self, scene_key: str) -> str | None:
+    def bot_role(self, scene_key: str, conn: Connection | None = None) -> str | None:
         p = schema.ai_session_profiles
-        with self.engine.connect() as conn:
+        with self._reading(conn) as conn:
             value = conn.execute(select(p.c.bot_role).where(p.c.session_key == scene_key)).scalar()
         return value if isinstance(value, str) else None
 
@@ -563,11 +573,11 @@ class StoredFacts:
 
 def show_facts(db: str, session: str) -> dict[str, Any]:
     """``zhin facts show``: the stored scene facts, bot role and member rows of a session (epoch id or key),
-    read through a read-only connection."""
+    read in one read-only snapshot (a bot committing meanwhile is seen wholly or not at all)."""
     from zhin_cli.errors import SessionNotFound
     from zhin_cli.store.database import SessionDatabase, parse_db
 
-    with SessionDatabase(parse_db(db)) as database, database.engine.connect() as conn:
+    with SessionDatabase(parse_db(db)) as database, database.snapshot() as conn:
         s = schema.agent_sessions
         key = conn.execute(select(s.c.session_key).where(s.c.session_id == session)).scalar()
         if key is None and conn.execute(select(s.c.session_key).where(s.c.session_key == session)).first() is not None:
@@ -575,9 +585,9 @@ def show_facts(db: str, session: str) -> dict[str, Any]:
         if key is None:
             raise SessionNotFound(f"no session {session!r} in {database.ref.label} (try `zhin sessions`)")
         store = FactsStore(database.engine, create=False)
-        scene = store.scene(key) if "ai_session_profiles" in database.tables else None
-        bot_role = store.bot_role(key) if "ai_session_profiles" in database.tables else None
-        members = store.members(key) if "ai_scene_members" in database.tables else {}
+        scene = store.scene(key, conn) if "ai_session_profiles" in database.tables else None
+        bot_role = store.bot_role(key, conn) if "ai_session_profiles" in database.tables else None
+        members = store.members(key, conn) if "ai_scene_members" in database.tables else {}
     return {
         "version": 1,
         "session_key": key,
