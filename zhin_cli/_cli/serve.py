@@ -27,9 +27,9 @@ def serve_command(
 ) -> None:
     """Run a local conformance server: point a bot or SDK at it to check its requests offline.
 
-    POST /v1/chat/completions (OpenAI-shaped, --provider profile) and POST /v1/messages (Anthropic-shaped, anthropic profile). A request the provider would reject gets the provider's status and error body; any other gets a deterministic reply whose usage reports prompt-cache hits from the server's own prefix cache. Prints the base URL on stderr, logs one line per request there, and runs until Ctrl-C.
+    POST /v1/chat/completions (OpenAI-shaped, --provider profile) and POST /v1/messages (Anthropic-shaped, anthropic profile). A request the provider would reject gets the provider's status and error body; any other gets a deterministic reply whose usage reports prompt-cache hits from the server's own prefix cache. Prints the base URL on stderr, logs one line per request there, and runs until Ctrl-C or SIGTERM. Loopback only; Host/Origin/Content-Type guarded; bodies over 64 MiB get 413 and are not captured; captures are written atomically (README "Safety").
 
-    Exit status: 0 stopped with Ctrl-C, 2 usage (non-loopback host, unknown provider), 3 cannot run (port in use).
+    Exit status: 0 stopped with Ctrl-C or SIGTERM, 2 usage (non-loopback host, unknown provider), 3 cannot run (port in use).
     """
 
     def ready(url: str) -> None:
