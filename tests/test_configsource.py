@@ -270,10 +270,21 @@ def test_a_file_path_loads_that_file(repo: Path, tmp_path: Path) -> None:
         assert source.config.provider == "openai" and source.label == str(elsewhere)
 
 
-def test_a_file_wins_over_a_ref_of_the_same_name(repo: Path) -> None:
-    (repo / "main").write_text("model: from-file\n", encoding="utf-8")
-    with load_config_source("main", cwd=repo) as source:
+@pytest.mark.parametrize("name", ["main", "HEAD", "v1"])
+def test_a_file_named_like_a_ref_is_ambiguous_not_a_stand_in_for_the_ref(repo: Path, name: str) -> None:
+    # A checkout's file must not replace a ref: a pull request adding `HEAD` would turn `--head HEAD` into a config
+    # the user named (whose plugins run without --allow-ref-plugins). Refused like git's "ambiguous argument".
+    (repo / name).write_text("model: from-file\n", encoding="utf-8")
+    with pytest.raises(UsageError) as caught:
+        load_config_source(name, cwd=repo)
+    assert str(caught.value).startswith(f"{name!r} is both a file and a git ref of {repo}: write ./{name} for the file")
+    assert caught.value.exit_code == EXIT_USAGE
+    # Written as a path, it is the file; a file that is no ref is the file too (negative controls).
+    with load_config_source(f"./{name}", cwd=repo) as source:
         assert source.config.model == "from-file" and source.commit is None
+    (repo / "other.yaml").write_text("model: other\n", encoding="utf-8")
+    with load_config_source("other.yaml", cwd=repo) as source:
+        assert source.config.model == "other" and source.commit is None
 
 
 # --- errors --------------------------------------------------------------------------------------------------

@@ -343,6 +343,29 @@ def test_git_ref_plugins_need_their_own_opt_in(user: Env) -> None:
     assert list(user.tmpdir.iterdir()) == []  # every extracted tree was removed
 
 
+@pytest.mark.parametrize("name", ["HEAD", "main"])
+def test_a_file_named_like_the_ref_cannot_stand_in_for_it(user: Env, name: str) -> None:
+    """A pull request that adds a plain file `HEAD` (or `main`) with plugins: `--head HEAD` must not read it as a
+    config the user named (its plugins would run without --allow-ref-plugins)."""
+    repo = user.tmp / "repo"
+    repo.mkdir()
+    git("init", "-q", "-b", "main", cwd=repo)
+    (repo / "zhin.yaml").write_text("provider: openai\n", encoding="utf-8")  # the refs themselves run no code
+    git("add", "-A", cwd=repo)
+    git("commit", "-qm", "v1", cwd=repo)
+    write_plugin(repo / "p" / "evil.py", "planted")
+    (repo / name).write_text("plugins: ['p/evil.py:register']\n", encoding="utf-8")
+    (repo / "cases").mkdir()
+    (repo / "cases" / "plain.yaml").write_text(CASE.format(id="plain", steps=""), encoding="utf-8")
+    for command in (["prefix-diff", SESSION], ["eval", "cases"]):
+        result = user(*command, "--base", "HEAD~0", "--head", name, cwd=repo)
+        assert_refused(result, 2, f"{name!r} is both a file and a git ref", f"./{name}")
+    assert user.ran() == []  # the planted plugin never ran
+    # Negative control: named as a path, it is the user's explicit choice of that file, and its plugin runs.
+    assert user("prefix-diff", SESSION, "--base", "HEAD~0", "--head", f"./{name}", cwd=repo).returncode in (0, 1)
+    assert "planted" in user.ran()
+
+
 @pytest.mark.parametrize("path", ["../evil.py", "absolute"])
 def test_a_git_ref_plugin_path_cannot_leave_the_extracted_tree(user: Env, path: str) -> None:
     # TMPDIR is user.tmpdir, so the tree is user.tmpdir/zhin-ref-…/ and ../evil.py is a real file next to it

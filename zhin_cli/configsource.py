@@ -67,6 +67,12 @@ def load_config_source(value: str, *, cwd: Path) -> ConfigSource:
     """``value`` is a config file path (relative to ``cwd``) or a git ref of the repository containing ``cwd``."""
     candidate = cwd / value if value else None
     if candidate is not None and candidate.is_file():
+        if _names_a_ref(value, cwd):
+            # A file in the checkout never stands in for a ref: a pull request that adds a file named `HEAD` or
+            # `main` would otherwise turn `--head HEAD` into "a config you named" and run its plugins without
+            # --allow-ref-plugins. Refuse like git does ("ambiguous argument … both revision and filename").
+            raise UsageError(f"{value!r} is both a file and a git ref of {cwd}: write ./{value} for the file, or remove "
+                             f"or rename the file to use the ref")
         return ConfigSource(config=load_config(candidate), label=value)
     if not value or value.startswith("-") or any(c in value for c in "\0\r\n"):  # never an option to git
         raise UsageError(f"{value!r} is neither a config file nor a git ref of {cwd}")
@@ -93,6 +99,18 @@ def load_config_source(value: str, *, cwd: Path) -> ConfigSource:
         source.close()
         raise
     return source
+
+
+def _names_a_ref(value: str, cwd: Path) -> bool:
+    """Whether ``value`` also resolves as a git ref or commit of the repository at ``cwd`` (False outside one, and
+    for values written as paths: ``./x``, ``/x``, ``../x`` are never refs)."""
+    if value.startswith(("-", ".", "/")) or any(c in value for c in "\0\r\n"):
+        return False
+    try:
+        repo = _Repo.at(cwd, value)
+    except UsageError:  # not a repository, or git missing: nothing to confuse the file with
+        return False
+    return repo.resolve(value) is not None
 
 
 @contextmanager
