@@ -112,3 +112,36 @@ def test_a_body_that_finds_no_room_in_the_buffer_gets_a_503(monkeypatch: pytest.
             assert status_of(read_all(holder)) == 200  # the one that had room is answered
         assert wait_for(lambda: server.budget.used == 0)
         assert status_of(post(port, valid + b" " * (size - len(valid)))) == 200  # room again
+
+
+def test_a_burst_of_connections_waits_in_the_listen_backlog_instead_of_failing() -> None:
+    """120 connections at once while the only worker is busy: each completes its TCP handshake in the kernel's listen
+    backlog (socketserver's default of 5 dropped the rest: their connects hang and time out) and is answered later."""
+    burst = 120  # under Linux's smallest somaxconn (128), so the test holds on any kernel
+    with running_server(workers=1) as (_, server):
+        port = server.server_address[1]
+        assert server.socket is not None
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as holder:
+            holder.sendall(b"POST /v1/chat/completions HTTP/1.0\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                           b"Content-Length: 10\r\n\r\n")  # the worker waits for a body that is not sent yet
+            connected: list[socket.socket] = []
+            failed = 0
+            try:
+                for _ in range(burst):
+                    try:
+                        connected.append(socket.create_connection(("127.0.0.1", port), timeout=1.0))
+                    except OSError:
+                        failed += 1
+                assert failed == 0, f"{failed} of {burst} connects failed while the worker was busy"
+                holder.sendall(b'{"x": 1}  ')
+                read_all(holder)
+                body = b'{"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}'
+                request = (b"POST /v1/chat/completions HTTP/1.0\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                           b"Content-Length: %d\r\n\r\n" % len(body) + body)
+                for conn in connected[:8]:  # the waiting connections are real: they are answered in turn
+                    conn.settimeout(30)
+                    conn.sendall(request)
+                    assert status_of(read_all(conn)) == 200
+            finally:
+                for conn in connected:
+                    conn.close()
