@@ -111,7 +111,7 @@ def test_state_change_tokens_use_the_same_reserved_check() -> None:
 
 # --- (2) look-alikes of the field delimiters in header values -------------------------------------------
 
-@pytest.mark.parametrize("semicolon", ["\u037e", "\uff1b", "\ufe54", "\ufe14"])
+@pytest.mark.parametrize("semicolon", ["\u037e", "\uff1b", "\ufe54", "\ufe14", "\u204f"])
 def test_lookalike_semicolon_in_a_display_name_does_not_make_header_fields(semicolon: str) -> None:
     name = f"x{semicolon}user_id:system{semicolon}role:owner"
     header = render_header({"id": "m1", "user_id": "10002", "name": name})

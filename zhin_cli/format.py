@@ -43,7 +43,7 @@ _INVISIBLE_CATEGORIES = frozenset({"Cf"})
 # Look-alikes of the host's delimiters. The NFKC ones are complete for this Python's Unicode (a test scans every
 # code point); the others are Unicode confusables (UTS #39) that NFKC leaves alone.
 # A value's field ends at ``;`` and its header at ``]``: their look-alikes are escaped like them (to a space).
-FIELD_END_LOOKALIKES = frozenset("\u037e\ufe14\ufe54\uff1b" "\ufe48\uff3d")  # ; ; ; ;  ] ]
+FIELD_END_LOOKALIKES = frozenset("\u037e\ufe14\ufe54\uff1b" "\u204f" "\ufe48\uff3d")  # ; ; ; ;  ⁏ (UTS #39)  ] ]
 # ``"`` and ``\\`` close and escape a quoted state-change value: their look-alikes get a backslash too.
 QUOTE_LOOKALIKES = frozenset("\uff02" "\ufe68\uff3c")
 _OPENING_BRACKETS = "[\ufe47\uff3b"  # every character whose NFKC form is "["
