@@ -531,3 +531,32 @@ def test_segments_read_current_facts_through_the_session_view(cache: FactsCache,
 def test_a_replay_without_a_facts_source_sees_none() -> None:
     # Negative control: trace/prefix-diff/eval replays pass no facts source, so no current fact leaks in.
     assert facts_request(None) == ""
+
+
+@pytest.mark.parametrize(("admins", "message"), [
+    ("[[[[x", "admins is not a JSON array"),
+    ("[" * 200_000 + "]" * 200_000, "admins is not a JSON array"),  # JSON, but nested past the recursion limit
+    ("5", "'admins' must be a list of user ids, got 5"),
+    ('[["10001"]]', "'admins' must be a list of user ids, got [['10001']]"),
+])
+def test_facts_show_on_malformed_admins_is_the_one_line_error_trace_gives(tmp_path: Path, admins: str, message: str) -> None:
+    db = tmp_path / "data.sqlite"
+    assert zhin("import", FIXTURES / "group-busy.jsonl", "--db", db, cwd=tmp_path).returncode == 0
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE ai_session_profiles SET admins = ? WHERE session_key = ?", (admins, KEY))
+    error = f"zhin: error: {db}: ai_session_profiles row {KEY}: {message}\n"
+    shown = zhin("facts", "show", KEY, "--db", db, cwd=tmp_path)  # was a JSONDecodeError/RecursionError traceback
+    assert (shown.returncode, shown.stderr) == (3, error)
+    traced = zhin("trace", KEY, "--db", db, cwd=tmp_path)  # what zhin trace already said
+    assert (traced.returncode, traced.stderr) == (3, error)
+
+
+def test_facts_show_reads_well_formed_admins(tmp_path: Path) -> None:  # the negative control
+    db = tmp_path / "data.sqlite"
+    assert zhin("import", FIXTURES / "group-busy.jsonl", "--db", db, cwd=tmp_path).returncode == 0
+    for admins, expected in (('["10002", 10003]', ["10002", "10003"]), ("", None), ("[]", [])):
+        with sqlite3.connect(db) as conn:
+            conn.execute("UPDATE ai_session_profiles SET admins = ? WHERE session_key = ?", (admins, KEY))
+        shown = zhin("facts", "show", KEY, "--json", "--db", db, cwd=tmp_path)
+        assert shown.returncode == 0 and shown.stderr == "", shown.stderr
+        assert json.loads(shown.stdout)["scene"]["admins"] == expected

@@ -6,10 +6,14 @@ unroll, presets with tens of thousands of prompts. Each test also runs the ordin
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import FIXTURES, clean_env
 
 from zhin_cli.headers import Projected
 from zhin_cli.preset import regex as preset_regex
@@ -284,3 +288,41 @@ def test_diagnostics_quote_huge_values_briefly() -> None:
     messages = [d.message for d in preset.diagnostics if d.code in ("bad-role", "bad-depth")]
     assert len(messages) == 2 and all(len(m) < 400 for m in messages)  # was the whole megabyte
     assert "role 'rrrr" in messages[0]
+
+
+# -- addvar on a value nested too deep for the JSON reader (issue 14 §3: never a traceback) --------------------
+
+
+DEEP = 200_000  # far past the interpreter's recursion limit
+
+
+@pytest.mark.parametrize("deep", ["[" * DEEP, "[" * DEEP + "]" * DEEP])
+def test_addvar_on_a_value_nested_too_deep_concatenates_not_a_recursion_error(deep: str) -> None:
+    # an unclosed one is not JSON; a closed one is, but too deep to read: both are plain text, as any non-array
+    out, ctx = expand("{{setvar::a::" + deep + "}}{{addvar::a::1}}")  # json.loads raised RecursionError
+    assert out == "" and ctx.variables["a"] == deep + "1"
+
+
+def test_addvar_still_appends_to_a_json_array_and_adds_numbers() -> None:  # the negative control
+    _out, ctx = expand("{{setvar::a::[[1], \"x\"]}}{{addvar::a::y}}{{setvar::n::2}}{{addvar::n::3}}{{setvar::s::[x}}{{addvar::s::1}}")
+    assert json.loads(ctx.variables["a"]) == [[1], "x", "y"]
+    assert ctx.variables["n"] == "5" and ctx.variables["s"] == "[x1"
+
+
+def test_a_preset_whose_addvar_reads_a_deep_value_runs_in_every_command(tmp_path: Path) -> None:
+    content = "{{setvar::a::" + "[" * DEEP + "}}{{addvar::a::1}}ok"
+    deep = tmp_path / "deep.json"
+    fine = tmp_path / "fine.json"
+    for path, text in ((deep, content), (fine, "{{setvar::a::[]}}{{addvar::a::1}}ok")):
+        path.write_text(json.dumps({
+            "prompts": [{"identifier": "main", "content": text, "system_prompt": True}],
+            "prompt_order": [{"character_id": 100001, "order": [{"identifier": "main"}, {"identifier": "chatHistory"}]}],
+        }), encoding="utf-8")
+    session = FIXTURES / "private-chat.jsonl"
+    for argv in (["preset", "lint"], ["preset", "probe"], ["trace", str(session), "--preset"]):
+        results = {path.name: subprocess.run([sys.executable, "-m", "zhin_cli", *argv, str(path)], cwd=tmp_path, env=clean_env(),
+                                             capture_output=True, text=True, encoding="utf-8", errors="replace", timeout=120,
+                                             stdin=subprocess.DEVNULL) for path in (deep, fine)}
+        for name, result in results.items():  # the old code: a RecursionError traceback, exit 1, for deep.json only
+            assert "Traceback" not in result.stderr and "RecursionError" not in result.stderr, (argv, name, result.stderr[-500:])
+        assert results["deep.json"].returncode == results["fine.json"].returncode, (argv, results["deep.json"].stderr[-500:])

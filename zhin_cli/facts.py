@@ -194,13 +194,22 @@ class FactsStore:
         with self.engine.begin() as conn:
             conn.execute(schema.ai_scene_members.delete().where(_member_key(scene_key, user_id)))
 
-    def scene(self, scene_key: str, conn: Connection | None = None) -> SceneFactsRow | None:
+    def scene(self, scene_key: str, conn: Connection | None = None, *, label: str | None = None) -> SceneFactsRow | None:
+        """The stored scene facts; ``label`` names the database in the error a malformed ``admins`` gives."""
         p = schema.ai_session_profiles
         with self._reading(conn) as conn:
             row = conn.execute(select(p).where(p.c.session_key == scene_key)).first()
         if row is None or row.facts_updated_at is None:
             return None
-        admins = json.loads(row.admins) if row.admins else None
+        from zhin_cli.errors import InputError, at_row
+        from zhin_cli.store.payload import check_scene_facts
+
+        where = at_row("ai_session_profiles", scene_key, label)
+        try:  # read as zhin trace reads it (store.database._profile): bad JSON, or nested past the recursion limit
+            admins = json.loads(row.admins) if row.admins else None
+        except (ValueError, TypeError, RecursionError):
+            raise InputError("admins is not a JSON array", where=where) from None
+        check_scene_facts({"admins": admins}, where)  # JSON, but not a list of user ids
         return SceneFactsRow(title=row.title, owner_id=row.owner_id, admins=None if admins is None else tuple(map(str, admins)),
                              member_count=row.member_count, muted_all=None if row.muted_all is None else bool(row.muted_all),
                              facts_updated_at=row.facts_updated_at)
@@ -585,7 +594,7 @@ def show_facts(db: str, session: str) -> dict[str, Any]:
         if key is None:
             raise SessionNotFound(f"no session {session!r} in {database.ref.label} (try `zhin sessions`)")
         store = FactsStore(database.engine, create=False)
-        scene = store.scene(key, conn) if "ai_session_profiles" in database.tables else None
+        scene = store.scene(key, conn, label=database.ref.label) if "ai_session_profiles" in database.tables else None
         bot_role = store.bot_role(key, conn) if "ai_session_profiles" in database.tables else None
         members = store.members(key, conn) if "ai_scene_members" in database.tables else {}
     return {

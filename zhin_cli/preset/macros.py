@@ -168,6 +168,28 @@ def _format_number(value: float) -> str:
     return str(int(value)) if value == int(value) else str(value)
 
 
+def _json_array(text: str) -> list[Any] | None:
+    """``text`` as a JSON array, or None when it is not one: not JSON, or nested past the recursion limit (which
+    is then a value like any other non-array, so addvar concatenates — never a RecursionError)."""
+    if not text.startswith("["):
+        return None
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, list) else None
+
+
+def _appended(array: list[Any] | None, value: str) -> str | None:
+    """``array`` with ``value`` appended, as JSON; None if it cannot be written (nested past the recursion limit)."""
+    if array is None:
+        return None
+    try:
+        return json.dumps([*array, value], ensure_ascii=False)
+    except RecursionError:
+        return None
+
+
 @macro("addvar")
 def _addvar(ctx: MacroContext, args: list[str]) -> str | None:
     if len(args) != 2:
@@ -175,14 +197,10 @@ def _addvar(ctx: MacroContext, args: list[str]) -> str | None:
     name, value = args[0].strip(), args[1]
     current = ctx.variables.get(name, "")
     ctx.charge(len(current) + len(value))  # the new value is a copy of both (and parsing reads the old one)
-    try:
-        array = json.loads(current) if current.startswith("[") else None
-    except json.JSONDecodeError:
-        array = None
+    appended = _appended(_json_array(current), value)
     left, right = _number(current), _number(value)
-    if isinstance(array, list):
-        array.append(value)
-        ctx.variables[name] = json.dumps(array, ensure_ascii=False)
+    if appended is not None:
+        ctx.variables[name] = appended
     elif left is not None and right is not None:
         ctx.variables[name] = _format_number(left + right)
     else:
