@@ -40,7 +40,7 @@ def _input(arguments: Any) -> dict[str, Any]:
     if isinstance(arguments, str):
         try:
             value = json.loads(arguments)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # not JSON, or nested too deeply: kept verbatim
             return {"arguments": arguments}
         return value if isinstance(value, dict) else {"value": value}
     return {"value": arguments}

@@ -123,6 +123,8 @@ def _parse_user_object(text: str) -> dict[str, Any] | None:
         return value if isinstance(value, dict) else None
     except json.JSONDecodeError:
         pass
+    except RecursionError:  # JSON nested too deeply to parse: not a header (nor a loose one)
+        return None
     inner = text[1:-1]
     result: dict[str, Any] = {}
     for part in re.split(r"[,;]\s*(?=[a-zA-Z_]+\s*[:=])", inner):
