@@ -307,3 +307,12 @@ def test_every_cli_error_line_is_redacted(capsys: pytest.CaptureFixture[str]) ->
     # Negative control: an ordinary message is printed as it is.
     report_error("zhin.yaml:3: unknown key 'windows'")
     assert capsys.readouterr().err == "zhin: error: zhin.yaml:3: unknown key 'windows'\n"
+
+
+def test_punctuation_after_a_url_in_a_sentence_is_kept() -> None:
+    from zhin_cli.redact import redact_text
+
+    said = redact_text("cannot read postgresql://h/db?user=u&password=hunter2: connection refused.")
+    assert said == "cannot read postgresql://h/db?user=u&password=***: connection refused."
+    # Negative control: the secret is still masked when nothing follows it.
+    assert redact_text("postgresql://h/db?password=hunter2") == "postgresql://h/db?password=***"

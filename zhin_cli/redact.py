@@ -90,11 +90,25 @@ def remember_secret(value: str | None) -> None:
 
 def _mask_pair(match: re.Match[str]) -> str:
     if match["key"] is not None:
-        return f"{match['key']}{match['sep']}{MASK}" if is_secret_parameter(match["key"]) else match[0]
+        if not is_secret_parameter(match["key"]):
+            return match[0]
+        value = match["value"]
+        # unquoted, the punctuation ending the clause (`password=x: refused`) is the sentence's, not the secret's
+        bare = value.rstrip(".,:;!?)")
+        tail = "" if value[:1] in "'\"" or not bare else value[len(bare):]
+        return f"{match['key']}{match['sep']}{MASK}{tail}"
     if not is_secret_parameter(match["jkey"]):
         return match[0]
     quote = match["q"]
     return f"{quote}{match['jkey']}{quote}{match['jsep']}\"{MASK}\""
+
+
+def _mask_url_in_text(match: re.Match[str]) -> str:
+    """A URL inside a sentence: the punctuation that ends the sentence or clause (``…/db?password=x: cannot``) is
+    not part of it, so it is kept after the masked URL instead of being masked with the last query value."""
+    url = match[0]
+    bare = url.rstrip(".,:;!?)")
+    return mask_url(bare) + url[len(bare):]
 
 
 def redact_text(text: str) -> str:
@@ -103,5 +117,5 @@ def redact_text(text: str) -> str:
         remembered = sorted(_remembered, key=len, reverse=True)
     for secret in remembered:
         text = text.replace(secret, MASK)
-    text = _URL_IN_TEXT.sub(lambda m: mask_url(m[0]), text)
+    text = _URL_IN_TEXT.sub(_mask_url_in_text, text)
     return _PAIR_IN_TEXT.sub(_mask_pair, text)
