@@ -12,7 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, clean_env
+from conftest import clean_env
+
+from zhin_cli.store.jsonl import write_session
+from zhin_cli.synth import SynthOptions, synthesize
 
 MESSAGES = "150000"  # ~45 MB of JSONL: a few seconds of writing, long enough to be interrupted half-way
 
@@ -75,10 +78,14 @@ def test_an_ignored_sigterm_stays_ignored(tmp_path: Path) -> None:
 
 def test_sigterm_while_reading_exits_143_quietly(tmp_path: Path) -> None:
     """Any point of any command: here a replay of every turn (no output file involved)."""
-    proc = _start(tmp_path, "trace", str(FIXTURES / "group-busy.jsonl"), "--all", "--json")
-    time.sleep(1.5)
+    # A session long enough that its all-turn replay is still running when the signal comes, on any machine (a
+    # replay costs milliseconds per turn; this one has hundreds of turns): the test never has to skip.
+    session = tmp_path / "long.jsonl"
+    with session.open("w", encoding="utf-8") as out:
+        write_session(synthesize(SynthOptions(messages=20000, seed=3)), out)
+    proc = _start(tmp_path, "trace", str(session), "--all", "--json")
+    time.sleep(2.0)
+    assert proc.poll() is None, "the replay finished before the signal: make the session longer"
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=60)
-    if proc.returncode == 0:
-        pytest.skip("the replay finished before the signal arrived")
     assert (proc.returncode, stderr) == (143, "")
