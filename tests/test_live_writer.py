@@ -135,10 +135,10 @@ def between_statements(callback: Callable[[int], None]) -> Iterator[list[str]]:
         event.remove(Engine, "connect", on_connect)
 
 
-def load_with_writer_at(db: Path, point: int) -> tuple[str, int]:
-    """zhin's read with the writer process started before statement ``point``: it commits there if the database
-    lets it (WAL; rollback mode before zhin's read lock), else it waits for zhin's COMMIT. The read and how many
-    statement points there were."""
+def load_with_writer_at(db: Path, point: int, reader: Callable[[Path], str] = read) -> tuple[str, int]:
+    """``reader``'s read (default: a session load) with the writer process started before statement ``point``: it
+    commits there if the database lets it (WAL; rollback mode before zhin's read lock), else it waits for zhin's
+    COMMIT. The read and how many statement points there were."""
     writers: list[Writer] = []
 
     def maybe_write(n: int) -> None:
@@ -149,28 +149,33 @@ def load_with_writer_at(db: Path, point: int) -> tuple[str, int]:
             writer.wait_for("done 1", 0.3)  # committed, or blocked by zhin's lock
 
     with between_statements(maybe_write) as statements:
-        result = read(db)
+        result = reader(db)
     for writer in writers:
         assert "done 1" in writer.finish()
     return result, len(statements)
 
 
+def mixed_reads(template: Path, folder: Path, mode: str, reader: Callable[[Path], str] = read) -> tuple[list[str], int]:
+    """The writer committing before each of ``reader``'s statements in turn, each on a fresh copy: the reads that
+    are neither the state before nor the state after the write, and how many statement points there were."""
+    before = reader(start_db(template, folder / "s0", mode))
+    after = reader(sqlite_writer.snapshot_at(template, 1, folder))
+    assert before != after and not before.startswith("error") and not after.startswith("error")
+    points, point, wrong = 1, 0, []
+    while point < points:
+        db = start_db(template, folder / f"run{point}", mode)
+        result, points = load_with_writer_at(db, point, reader)
+        assert reader(db) == after  # the writer did produce snapshot 1
+        if result not in (before, after):
+            wrong.append(f"writer before statement {point}: {result[:300]}")
+        point += 1
+    return wrong, points
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_a_writer_committing_between_any_two_statements_never_shows_a_mixed_read(template: Path, tmp_path: Path,
                                                                                 mode: str) -> None:
-    before = read(start_db(template, tmp_path / "s0", mode))
-    after = read(sqlite_writer.snapshot_at(template, 1, tmp_path))
-    assert before != after and not before.startswith("error") and not after.startswith("error")
-    points = 1
-    wrong: list[str] = []
-    point = 0
-    while point < points:
-        db = start_db(template, tmp_path / f"run{point}", mode)
-        result, points = load_with_writer_at(db, point)
-        assert read(db) == after  # the writer did produce snapshot 1
-        if result not in (before, after):
-            wrong.append(f"writer before statement {point}: {result[:200]}")
-        point += 1
+    wrong, points = mixed_reads(template, tmp_path, mode)
     assert points >= 8, "the hook saw too few statements to interleave"
     assert not wrong, f"{len(wrong)} of {points} interleavings read wrong: " + " | ".join(wrong)
 
