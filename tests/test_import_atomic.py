@@ -115,3 +115,34 @@ def test_a_signal_during_an_import_into_an_existing_database_leaves_it_as_it_was
     assert "Traceback" not in err
     assert not journal.exists(), "a hot journal was left behind"
     assert dump(db) == before
+
+
+def test_a_new_database_that_cannot_be_put_in_place_is_one_error_and_leaves_nothing(tmp_path: Path,
+                                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # No hard links on this file system, and the rename fallback fails too (permissions, a full folder): one
+    # ZhinError naming the file, no temporary file left, no database.
+    import errno
+    import os
+
+    from zhin_cli.errors import ZhinError
+    from zhin_cli.store import database
+    from zhin_cli.store.jsonl import read_session
+
+    def refuse(*_args: object) -> None:
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    def deny(*_args: object) -> None:
+        raise OSError(errno.EACCES, "Permission denied")
+
+    session = read_session(Path(__file__).resolve().parent.parent / "fixtures" / "private-chat.jsonl")
+    target = tmp_path / "new.sqlite"
+    real_replace = os.replace
+    monkeypatch.setattr(database.os, "link", refuse)
+    monkeypatch.setattr(database.os, "replace", deny)
+    with pytest.raises(ZhinError, match="cannot create the database: Permission denied; nothing imported"):
+        database.import_sessions([session], target)
+    assert list(tmp_path.iterdir()) == []
+    # Negative control: with the rename working, the fallback puts the database in place.
+    monkeypatch.setattr(database.os, "replace", real_replace)
+    database.import_sessions([session], target)
+    assert [p.name for p in tmp_path.iterdir()] == ["new.sqlite"]

@@ -495,3 +495,19 @@ def test_set_allowed_is_what_the_global_flags_set(store: Path, tmp_path: Path, m
     with pytest.raises(trust.UntrustedPlugins):
         config.registry()
 
+
+
+def test_no_home_and_no_xdg_config_home_is_one_line_not_a_traceback(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from zhin_cli import trust
+    from zhin_cli.errors import ConfigError
+
+    def no_home() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    with pytest.raises(ConfigError, match="set XDG_CONFIG_HOME or HOME"):
+        trust.store_path()
+    # Negative control: an absolute XDG_CONFIG_HOME needs no home folder.
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    assert trust.store_path() == tmp_path / "zhin" / "trusted.json"

@@ -94,8 +94,13 @@ def ref_plugins_allowed() -> bool:
 
 def store_path() -> Path:
     base = os.environ.get("XDG_CONFIG_HOME") or ""
-    root = Path(base) if base and Path(base).is_absolute() else Path.home() / ".config"
-    return root / "zhin" / "trusted.json"
+    if base and Path(base).is_absolute():
+        return Path(base) / "zhin" / "trusted.json"
+    try:
+        home = Path.home()
+    except RuntimeError:  # no HOME and no passwd entry (a container's arbitrary uid)
+        raise ConfigError("no user configuration folder for the trust store: set XDG_CONFIG_HOME or HOME") from None
+    return home / ".config" / "zhin" / "trusted.json"
 
 
 def sha256_file(path: Path) -> str | None:

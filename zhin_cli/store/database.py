@@ -869,7 +869,10 @@ def _import_into_new_file(ref: DatabaseRef, path: Path, sessions: list[Session],
             raise ZhinError("the file appeared while zhin was importing into it; nothing imported, run again",
                             where=str(path)) from None
         except OSError:  # a file system without hard links: a rename (which replaces a file that appeared meanwhile)
-            os.replace(temporary, path)
+            try:
+                os.replace(temporary, path)
+            except OSError as exc:
+                raise ZhinError(f"cannot create the database: {exc.strerror}; nothing imported", where=str(path)) from None
         _sync_folder(path.parent)
         return result
     finally:
