@@ -237,3 +237,14 @@ def test_a_slow_drip_hits_the_request_deadline() -> None:
             except OSError:
                 closed = True
         assert closed and time.monotonic() - started < 10
+
+
+def test_a_json_null_body_is_the_wrong_type_not_too_deep() -> None:
+    from zhin_cli.serve import PrefixCache, answer
+
+    for scalar in (b"null", b"5", b'"text"', b"true"):
+        reply = answer("/v1/chat/completions", scalar, provider="openai", cache=PrefixCache())
+        assert reply.status == 400 and reply.note == "bad JSON", scalar
+    # Negative control: a body nested past the limit is still refused as too deep.
+    deep = answer("/v1/chat/completions", b"[" * 100000 + b"]" * 100000, provider="openai", cache=PrefixCache())
+    assert deep.status == 400 and deep.note == "nested too deep"

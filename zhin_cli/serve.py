@@ -396,8 +396,8 @@ def answer(path: str, raw: bytes | bytearray, *, provider: str, cache: PrefixCac
     except (UnicodeDecodeError, ValueError) as error:  # also a 5000-digit integer (Python's int-digit limit)
         return Reply(400, dialect.error(400, f"zhin serve: the request body is not valid JSON ({error})"), note="bad JSON")
     except RecursionError:
-        body = None
-    if body is None or nesting_over(body, MAX_DEPTH):
+        body = _TOO_DEEP
+    if body is _TOO_DEEP or nesting_over(body, MAX_DEPTH):  # not `None`: a body of JSON `null` is a wrong type, not deep
         return Reply(400, dialect.error(400, f"zhin serve: the request body nests deeper than {MAX_DEPTH} levels"),
                      note="nested too deep")
     if not isinstance(body, dict):
@@ -545,9 +545,12 @@ def _origin_is_loopback(origin: str) -> bool:
     return parts.scheme in ("http", "https") and host is not None and loopback_authority(f"[{host}]" if ":" in host else host)
 
 
+_TOO_DEEP = object()  # json.loads gave up on the body's nesting
+
+
 def nesting_over(value: Any, limit: int) -> bool:
     """Whether JSON ``value`` nests deeper than ``limit`` (without recursion)."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
+    stack: list[tuple[Any, int]] = [(value, 1)] if isinstance(value, (dict, list)) else []  # a scalar nests nothing
     while stack:
         item, depth = stack.pop()
         children = item.values() if isinstance(item, dict) else item
@@ -574,7 +577,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.handle_one_request()
         except (OSError, ValueError) as error:  # the client went away, stalled or sent garbage: close quietly
             self.close_connection = True
-            self._log(f"{self.command or '-'} {self.path if hasattr(self, 'path') else '-'}: connection closed "
+            self._log(f"{getattr(self, 'command', None) or '-'} {getattr(self, 'path', None) or '-'}: connection closed "
                       f"({type(error).__name__}: {error})")
 
     def finish(self) -> None:
