@@ -160,8 +160,6 @@ def read_text_file(path: Path, error: type[ZhinError] = ConfigError, what: str =
         data = read_regular_bytes(path, error, what)  # a FIFO or a device is refused before reading
     except FileNotFoundError:
         raise error(f"no such {what}: {path}") from None
-    except IsADirectoryError:
-        raise error(f"{what} is a directory, not a file: {path}") from None
     except OSError as exc:
         raise error(f"cannot read {what}: {exc.strerror or exc}", where=str(path)) from None
     try:

@@ -98,15 +98,6 @@ def surrogate_message(escape: str) -> str:
             "(UTF-8 cannot encode it; write the whole character or its pair of escapes)")
 
 
-def check_json_text(text: str, where_line: Any) -> None:
-    """Refuse JSON ``text`` holding a lone surrogate escape; ``where_line(line)`` names the place (1-based line
-    within ``text``)."""
-    offset = lone_surrogate_in_json(text)
-    if offset is not None:
-        line = text.count("\n", 0, offset) + 1
-        raise InputError(surrogate_message(text[offset : offset + 6]), where=where_line(line))
-
-
 def first_surrogate(value: Any) -> str | None:
     """The first lone surrogate in any string (key or value) of a parsed JSON/YAML value, as ``\\udXXX``."""
     stack = [value]

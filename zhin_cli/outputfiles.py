@@ -9,7 +9,6 @@ file (``/dev/null``, ``/dev/stdout``, a FIFO) is written directly: it cannot be 
 from __future__ import annotations
 
 import os
-import re
 import secrets
 import stat
 from collections.abc import Iterator
@@ -18,8 +17,7 @@ from pathlib import Path
 from typing import IO
 
 from zhin_cli.errors import OutputError
-
-SURROGATE = re.compile("[\ud800-\udfff]")
+from zhin_cli.inputfiles import SURROGATE
 
 
 def escape_surrogates(text: str) -> str:

@@ -6,7 +6,6 @@ import gc
 import io
 import json
 import os
-import re
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -28,6 +27,7 @@ from zhin_cli.errors import (
     UsageError,
     ZhinError,
 )
+from zhin_cli.inputfiles import SURROGATE
 from zhin_cli.redact import redact_text
 
 app = typer.Typer(
@@ -350,7 +350,7 @@ def _argument_not_text(arguments: list[str]) -> str | None:
     """An argument holding bytes that are not UTF-8 (Python carries them as lone surrogates) names no session id,
     ref or option value: a usage error, unless it is the name of a file that exists (file names may be any bytes)."""
     for index, argument in enumerate(arguments, start=1):
-        if _SURROGATE.search(argument) is None:
+        if SURROGATE.search(argument) is None:
             continue
         value = argument.partition("=")[2] if argument.startswith("--") and "=" in argument else argument
         if os.path.lexists(value):
@@ -361,7 +361,6 @@ def _argument_not_text(arguments: list[str]) -> str | None:
     return None
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def main() -> None:
