@@ -21,14 +21,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from zhin_cli.errors import ConfigError
+from zhin_cli.errors import ConfigError, OutputError
+from zhin_cli.outputfiles import atomic_output
 
 STORE_VERSION = 1
 ENV_ALLOW = "ZHIN_ALLOW_PLUGINS"
@@ -141,17 +141,13 @@ def _write_store(entries: dict[str, dict[str, Any]]) -> None:
     path = store_path()
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, temp = tempfile.mkstemp(prefix=".trusted.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump({"version": STORE_VERSION, "trusted": entries}, handle, ensure_ascii=False, indent=2, sort_keys=True)
-                handle.write("\n")
-            os.replace(temp, path)
-        except BaseException:
-            Path(temp).unlink(missing_ok=True)
-            raise
+        with atomic_output(path) as handle:  # whole or not at all: a damaged store would fail closed
+            json.dump({"version": STORE_VERSION, "trusted": entries}, handle, ensure_ascii=False, indent=2, sort_keys=True)
+            handle.write("\n")
     except OSError as exc:
         raise ConfigError(f"cannot write the trust store: {exc.strerror or exc}", where=str(path)) from None
+    except OutputError as exc:
+        raise ConfigError(f"cannot write the trust store: {exc.message}", where=str(path)) from None
 
 
 def plugin_file(spec: str, base: Path) -> Path | None:
