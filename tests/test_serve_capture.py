@@ -4,6 +4,7 @@ SIGINT) leaves no truncated capture and no temporary file."""
 
 from __future__ import annotations
 
+import errno
 import json
 import signal
 import socket
@@ -74,7 +75,7 @@ def test_a_name_taken_meanwhile_moves_on_to_the_next_number(tmp_path: Path) -> N
 
 def test_without_hard_links_a_name_is_claimed_exclusively_then_replaced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def no_links(*args: object) -> None:
-        raise PermissionError("links not supported")
+        raise PermissionError(errno.EPERM, "Operation not permitted")  # what link(2) says where links are unsupported
 
     monkeypatch.setattr("os.link", no_links)
     (tmp_path / "00001-chat-completions.json").write_bytes(b"theirs")
@@ -84,6 +85,17 @@ def test_without_hard_links_a_name_is_claimed_exclusively_then_replaced(tmp_path
     assert written is not None and written.name == "00003-chat-completions.json" and written.read_bytes() == b"mine"
     assert (tmp_path / "00002-chat-completions.json").read_bytes() == b"also theirs"
     assert len(list(tmp_path.iterdir())) == 3
+
+
+def test_a_link_that_fails_for_another_reason_claims_no_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The temporary file vanished (a shutdown removed it): no empty numbered capture may be left in its place.
+    def gone(*args: object) -> None:
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory")
+
+    monkeypatch.setattr("os.link", gone)
+    capture = Capture(tmp_path)
+    assert capture.write("/v1/chat/completions", b"mine") is None
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

@@ -38,6 +38,7 @@ the foreground for the CLI.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import io
 import ipaddress
@@ -545,6 +546,8 @@ def _origin_is_loopback(origin: str) -> bool:
     return parts.scheme in ("http", "https") and host is not None and loopback_authority(f"[{host}]" if ":" in host else host)
 
 
+# link(2) errors that mean "this file system has no hard links" (not "this file is gone")
+_NO_HARD_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.EMLINK, errno.ENOSYS})
 _TOO_DEEP = object()  # json.loads gave up on the body's nesting
 
 
@@ -813,7 +816,10 @@ class Capture:
                     os.link(temporary, target)
                 except FileExistsError:
                     raise
-                except OSError:  # no hard links here: claim the name, then move the body onto it
+                except OSError as error:
+                    if error.errno not in _NO_HARD_LINKS:  # e.g. the temporary file is gone (shut down meanwhile)
+                        raise
+                    # no hard links here: claim the name, then move the body onto it
                     open(target, "xb").close()
                     os.replace(temporary, target)
                 return target
