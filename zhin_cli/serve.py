@@ -61,6 +61,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from zhin_cli.errors import UsageError, ZhinError
+from zhin_cli.loopback import is_loopback_name
 from zhin_cli.prefixdiff import common_prefix_length
 from zhin_cli.providers import PROFILES, CacheRules, resolve_profile
 from zhin_cli.tokens import TokenCounter, encoding_for_model
@@ -528,13 +529,7 @@ def loopback_authority(value: str) -> bool:
             return False
     else:
         name = value
-    name = name.lower().rstrip(".")
-    if name == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
+    return is_loopback_name(name)
 
 
 def _origin_is_loopback(origin: str) -> bool:

@@ -26,7 +26,6 @@ server's ``usage``.
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import json
 import os
 import tempfile
@@ -38,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from zhin_cli.errors import EXIT_USAGE, ZhinError
+from zhin_cli.loopback import is_loopback_name
 from zhin_cli.redact import MASK, is_secret_parameter, mask_url, redact_text, split_userinfo
 
 if TYPE_CHECKING:
@@ -107,14 +107,7 @@ def is_loopback_url(url: str) -> bool:
         host = _host(url)
     except ValueError:
         return False
-    if not host:
-        return False
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return host is not None and host != "" and is_loopback_name(host)
 
 
 def _canonical(value: Any) -> str:
