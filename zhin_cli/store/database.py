@@ -38,10 +38,10 @@ from zhin_cli.store.jsonl import message_line
 from zhin_cli.store.payload import (
     ToolPairing,
     check_member_facts,
-    check_payload_text,
     check_scene_facts,
     check_timestamp,
     check_tool_pairing,
+    json_column,
     message_from_payload,
     short,
     valid_timezone,
@@ -601,11 +601,11 @@ class SessionDatabase:
         tools = ToolPairing()
         for row in rows:
             where = at_row("agent_messages", row.id, self.ref.label)
-            payload = _json_column(row.payload, "payload", where)
+            payload = json_column(row.payload, "payload", where)
             extra: dict[str, Any] = {}
             raw_extra = getattr(row, "extra", None)
             if raw_extra:
-                parsed = _json_column(raw_extra, "extra", where)
+                parsed = json_column(raw_extra, "extra", where)
                 extra = parsed if isinstance(parsed, dict) else {}
             try:
                 message = message_from_payload(payload, row_id=row.id, where=where, extra=extra)
@@ -683,7 +683,7 @@ class SessionDatabase:
         changes = []
         for r in rows:
             where = at_row("zhin_scene_changes", r.id, self.ref.label)
-            data = _json_column(r.changes, "changes", where)
+            data = json_column(r.changes, "changes", where)
             if not isinstance(data, dict):
                 raise InputError(f"changes must be a JSON object of scene facts, got {short(data)}", where=where)
             check_timestamp(r.timestamp, "timestamp", where)
@@ -773,19 +773,6 @@ def _table_names(conn: Any) -> set[str]:
     if conn.dialect.name == "sqlite":
         return {name for (name,) in _query(conn, _SQL_SQLITE_TABLES)[1]}
     return set(inspect(conn).get_table_names())
-
-
-def _json_column(value: Any, column: str, where: str) -> Any:
-    """A JSON text column: not JSON, not UTF-8 (a BLOB), NULL, nested past Python's recursion limit or holding a lone
-    surrogate escape (``\ud800``, which no output can encode: the same rule as JSONL) is one line."""
-    if isinstance(value, str):
-        check_payload_text(value, where)
-    try:
-        return json.loads(value)
-    except RecursionError:
-        raise InputError(f"{column} is nested too deeply", where=where) from None
-    except (ValueError, TypeError):
-        raise InputError(f"{column} is not JSON", where=where) from None
 
 
 @dataclass

@@ -25,6 +25,7 @@ from sqlalchemy import and_, inspect, select
 
 from zhin_cli.errors import InputError, ZhinError, at_row
 from zhin_cli.store import schema
+from zhin_cli.store.payload import json_column
 
 MEMBER_EVENT_KINDS = {
     "member_increase": "member_joined",
@@ -78,12 +79,7 @@ def member_events(conn: Any, label: str | None = None) -> list[MemberEvent]:
     rows = conn.execute(select(t.c.id, t.c.event_id, t.c.conversation_key, t.c.event_json, t.c.time).order_by(t.c.id)).all()
     for row in rows:  # fetched at once: a reader's lock is not held while the rows are checked
         where = at_row("conversation_events", row.id, label)
-        try:
-            data = json.loads(row.event_json)
-        except RecursionError:
-            raise InputError("event_json is nested too deeply", where=where) from None
-        except (ValueError, TypeError):
-            raise InputError("event_json is not JSON", where=where) from None
+        data = json_column(row.event_json, "event_json", where)
         if not isinstance(data, dict):
             continue
         kind = MEMBER_EVENT_KINDS.get(str(data.get("type") or data.get("event") or ""))

@@ -6,6 +6,7 @@ the same one-line errors (the caller supplies ``where``: ``file:line`` or ``tabl
 
 from __future__ import annotations
 
+import json
 import reprlib
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -59,6 +60,19 @@ def check_payload_text(text: str, where: str) -> None:
     offset = lone_surrogate_in_json(text)
     if offset is not None:
         raise InputError(surrogate_message(text[offset : offset + 6]), where=where)
+
+
+def json_column(value: Any, column: str, where: str) -> Any:
+    """A JSON text column: not JSON, not UTF-8 (a BLOB), NULL, nested past Python's recursion limit or holding a lone
+    surrogate escape (``\\ud800``, which no output can encode: the same rule as JSONL) is one line."""
+    if isinstance(value, str):
+        check_payload_text(value, where)
+    try:
+        return json.loads(value)
+    except RecursionError:
+        raise InputError(f"{column} is nested too deeply", where=where) from None
+    except (ValueError, TypeError):
+        raise InputError(f"{column} is not JSON", where=where) from None
 
 
 def _check_int(value: Any, low: int, high: int) -> bool:
