@@ -13,9 +13,9 @@ from zhin_cli.errors import UsageError
 
 def plugin_specs(path: Path) -> list[str]:
     """The plugins a zhin.yaml or an eval case file names (validated first: a broken file is its one-line error)."""
-    from zhin_cli.config import load_config, read_yaml_file
+    from zhin_cli.config import parse_config, read_yaml_file
 
-    data, _ = read_yaml_file(path)
+    data, lines = read_yaml_file(path)
     if isinstance(data, dict) and "cases" in data:
         from zhin_cli.eval.cases import load_case_file
 
@@ -27,7 +27,7 @@ def plugin_specs(path: Path) -> list[str]:
                 if isinstance(load, str):
                     specs.append(load)
         return list(dict.fromkeys(specs))
-    return list(load_config(path).plugins)
+    return list(parse_config(data, path, lines).plugins)
 
 
 def _files(paths: list[Path]) -> list[Path]:
