@@ -45,7 +45,8 @@ def accepts(family: str, request: dict[str, Any]) -> bool:
 
 
 def test_one_registered_validator_per_family() -> None:
-    assert set(FAMILIES) == {"mistral", "mixtral", "gemma", "llama3", "qwen2.5", "qwen3", "qwen3.5", "deepseek"}
+    assert set(FAMILIES) == {"mistral", "mixtral", "gemma", "gemma2", "llama3", "qwen2.5", "qwen3", "qwen3.5", "deepseek",
+                             "deepseek-v3", "deepseek-v3.1"}
     assert {f"template:{family}" for family in FAMILIES} <= set(VALIDATORS)
 
 
@@ -199,9 +200,18 @@ def test_deepseek_object_arguments_crash() -> None:
         ("deepseek-r1", "deepseek"),
         ("deepseek-r1:7b", "deepseek"),
         ("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", "deepseek"),
-        ("deepseek-ai/DeepSeek-V3", "deepseek"),
+        ("deepseek-ai/DeepSeek-V3", "deepseek-v3"),  # V3 and V3.1 ship their own templates (issue 15 C4)
+        ("deepseek-ai/DeepSeek-V3-0324", "deepseek-v3"),
+        ("deepseek-v3:671b", "deepseek-v3"),
+        ("deepseek-ai/DeepSeek-V3.1", "deepseek-v3.1"),
+        ("deepseek-v3.1:671b", "deepseek-v3.1"),
+        ("deepseek-ai/DeepSeek-V3.2-Exp", "deepseek"),
         ("gpt-4o", None),
-        ("google/gemma-2-2b-it", None),
+        ("google/gemma-2-2b-it", "gemma2"),  # issue 15 C1: Gemma 2 had no family
+        ("google/gemma-2-9b-it", "gemma2"),
+        ("gemma2:2b", "gemma2"),
+        ("google/gemma-3-270m-it", "gemma"),
+        ("gemma-4-e2b-it", None),
         ("Qwen/Qwen3-Coder-30B-A3B-Instruct", None),
         ("Qwen/Qwen3.6-27B", None),
         ("mistral-small:24b", None),
@@ -226,3 +236,76 @@ def test_served_variant_applies_the_servers_normalisation_first() -> None:
     assert validate("template:deepseek", string_args, "deepseek-r1").ok
     served = validate("served:deepseek", string_args, "deepseek-r1")
     assert (served.ok, served.message) == (False, 'can only concatenate str (not "dict") to str')
+
+
+GEMMA2_SYSTEM = "System role not supported"
+
+
+@pytest.mark.parametrize(
+    ("messages", "message"),
+    [
+        ((SYSTEM, USER), GEMMA2_SYSTEM),  # not even at index 0
+        ((SYSTEM,), GEMMA2_SYSTEM),
+        ((USER, USER), GEMMA_ALTERNATION),
+        ((ASSISTANT, USER), GEMMA_ALTERNATION),
+        ((USER, calls("a", content=""), tool("a")), GEMMA_ALTERNATION),
+    ],
+)
+def test_gemma2_rejects(messages: tuple[dict[str, Any], ...], message: str) -> None:
+    expect("gemma2", body(*messages), message)
+
+
+def test_gemma2_accepts_alternation_and_a_system_message_in_a_model_slot() -> None:
+    assert accepts("gemma2", body(USER, ASSISTANT, USER))
+    assert accepts("gemma2", body(USER, STATE, USER))  # rendered as <start_of_turn>system, unchecked
+    assert accepts("gemma2", body())
+
+
+def test_vllm_gemma2_is_checked_by_its_template_not_plain_openai_rules() -> None:
+    from zhin_cli.providers import resolve_profile
+
+    profile = resolve_profile("vllm", "google/gemma-2-2b-it")
+    assert (profile.validator, profile.alternation, profile.mid_conversation_system) == ("served:gemma2", "merge", "none")
+
+
+DROPPED = "the template drops the tool call of message 1"
+
+
+def test_deepseek_v3_served_drops_the_tool_call_with_a_warning_not_a_400() -> None:
+    """Issue 15 C4: vLLM turns null content into "", the V3 template then skips the call branch — no error."""
+    request = body(USER, calls("a", arguments='{"q": 1}'), tool("a"), ASSISTANT)
+    served = validate("served:deepseek-v3", request, "deepseek-ai/DeepSeek-V3")
+    assert served.as_dict() == {"ok": True, "status": 200, "warnings": [DROPPED]}
+    # the raw template sees content null: the call branch, with the JSON string concatenated — no drop
+    assert validate("template:deepseek-v3", request, "deepseek-ai/DeepSeek-V3").as_dict() == {"ok": True, "status": 200}
+    # negative controls: object arguments with null content do reach the concatenation; R1 and V3.1 crash served
+    objects = body(USER, calls("a", arguments={"q": 1}), tool("a"))
+    expect("deepseek-v3", objects, 'can only concatenate str (not "dict") to str')
+    for family in ("deepseek", "deepseek-v3.1"):
+        verdict = validate(f"served:{family}", request, "deepseek")
+        assert (verdict.ok, verdict.message) == (False, 'can only concatenate str (not "dict") to str')
+
+
+def test_templates_without_a_tool_branch_warn_about_the_dropped_calls() -> None:
+    two = "the template drops the tool calls of message 1"
+    for family in ("mixtral", "gemma", "gemma2"):
+        verdict = validate(f"served:{family}", body(USER, calls("a", "b", content="x"), USER), "m")
+        assert (verdict.ok, verdict.warnings) == (True, (two,)), family
+        assert validate(f"served:{family}", body(USER, ASSISTANT, USER), "m").warnings == ()  # negative control
+
+
+def test_call_text_and_system_prompt_drops_are_warnings() -> None:
+    text = "the template drops the text of message 2 (it renders only the tool calls of an assistant message)"
+    verdict = validate("served:llama3", body(SYSTEM, USER, calls("a", content="looking"), tool("a")), "llama3.1")
+    assert verdict.warnings == (text,)
+    assert validate("served:llama3", body(SYSTEM, USER, calls("a", content=""), tool("a")), "llama3.1").warnings == ()
+    mistral = validate("served:mistral", body(SYSTEM, USER, calls("abcDEF123", content="looking"), tool("abcDEF123")), "m")
+    assert mistral.warnings == (
+        "the template drops the system message (it renders it only inside a last user message, and the last message is 'tool')",
+        text,
+    )
+    # ending on a user turn, the system message is rendered (inside it): no warning
+    ok = body(SYSTEM, USER, calls("abcDEF123", content=""), tool("abcDEF123"), ASSISTANT, USER)
+    assert validate("served:mistral", ok, "m").as_dict() == {"ok": True, "status": 200}
+    # a rejected body says its 400, not the drops
+    assert validate("served:mistral", body(SYSTEM, USER, USER, calls("abcDEF123", content="x")), "m").warnings == ()

@@ -5,26 +5,50 @@ the template after the server's own normalisation of the body) that answers as t
 
 Both default to ``mid_conversation_system: none`` (ADR 0041 §2); a model whose template takes system
 messages anywhere (Llama 3.x, Qwen2.5, Qwen3) may opt in per model in ``zhin.yaml``.
+
+Some templates cannot take parts of the history at all, whatever their order (``TEMPLATE_NEEDS``); the local
+profiles render through the OpenAI renderer wrapped by ``render_local_chat`` (registered for the same wire), which
+reshapes the layout before and the body after it, so that every turn of the history is still sent:
+
+* no tool role (Mixtral, Gemma 2 and 3), or tool calls the served template cannot take (DeepSeek R1/V3.1
+  concatenate ``arguments`` as strings, but vLLM and Ollama hand them parsed objects; DeepSeek V3 drops calls
+  whose content is not null, and vLLM sends ``""``): tool calls and results are sent as host-only text lines
+  inside the assistant and user turns (``[tool call id:…;name:…;] {json}``, ``[tool result id:…;name:…;] …``;
+  docs/design-notes.md "Local templates without a tool role"), and a warning on the request says so;
+* no system role (Gemma 2), or one only some revisions of the template take (Mixtral's first revision raises on
+  any system message, Gemma 3's first revision crashes on a string one): the leading system text opens the first
+  user turn, joined by a blank line — which is exactly where the later revisions put it themselves.
 """
 
 from __future__ import annotations
 
+import json
 import re
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from zhin_cli.providers import CacheRules, Capabilities, register_profile
+from zhin_cli.format import escape_value
+from zhin_cli.headers import Projected
+from zhin_cli.preset import Layout
+from zhin_cli.providers import CacheRules, Capabilities, RenderedRequest, register_profile, register_renderer
+from zhin_cli.providers.openai import WIRE, render_openai
+from zhin_cli.segments import RuntimeView
 
 # Model id → template family: first match wins (searched case-insensitively in the whole id, so HF ids such
 # as "mistralai/Mistral-7B-Instruct-v0.3" and Ollama tags such as "mistral-nemo:12b" both work). Ids whose
-# template differs from every family here map to None (Gemma 2 and 4, Llama 3.0 and 4, Qwen3-Coder/VL,
+# template differs from every family here map to None (Gemma 4, Llama 3.0 and 4, Qwen3-Coder/VL,
 # Qwen3.6+, Mistral Small 3 / Devstral / Magistral, …) and get the plain OpenAI rules.
 FAMILY_PATTERNS: tuple[tuple[str, str], ...] = (
-    (r"deepseek-?(r1|v3)", "deepseek"),  # first: R1 distills are named after their Qwen/Llama base
+    # first: R1 distills are named after their Qwen/Llama base. V3 and V3.1 ship different templates.
+    (r"deepseek-?v3\.1(?!\d)", "deepseek-v3.1"),
+    (r"deepseek-?v3(?![.\d])", "deepseek-v3"),
+    (r"deepseek-?(r1|v3)", "deepseek"),
     (r"mixtral", "mixtral"),
     (r"mistral-7b-instruct-v0\.[12]\b", "mixtral"),  # v0.1/v0.2 ship the same template as Mixtral
     (r"mistral-nemo|mistral-7b-instruct-v0\.3|mistral-small(-instruct)?-2409|mistral-small:22b", "mistral"),
     (r"(^|/)mistral(:[\w.-]*)?$", "mistral"),  # Ollama "mistral", "mistral:7b", "mistral:v0.3" (= v0.3)
     (r"gemma-?3n?(?![\d.])", "gemma"),
+    (r"gemma-?2(?![\d.])", "gemma2"),
     (r"llama-?3[.-][123](?!\d)", "llama3"),
     (r"qwen-?3\.5(?!\d)", "qwen3.5"),
     (r"qwen-?3(?![\d.])(?!.*(coder|vl|omni|next))", "qwen3"),
@@ -42,12 +66,36 @@ FAMILY_RULES: dict[str, dict[str, Any]] = {
     "mistral": {**_STRICT, "tool_call_id": "alnum9"},
     "mixtral": {**_STRICT, "null_content": "empty"},
     "gemma": {**_STRICT, "null_content": "empty"},
+    "gemma2": {**_STRICT, "null_content": "empty"},  # null content would render as the text "None"
     "llama3": {"single_tool_call": True},
     "qwen3.5": {"system_only_at_start": True},
     "qwen3": {"null_content": "empty"},
     "qwen2.5": {},
     "deepseek": {"system_only_at_start": True},  # the template moves every system message to the top
+    "deepseek-v3": {"system_only_at_start": True},
+    "deepseek-v3.1": {"system_only_at_start": True},
 }
+
+
+@dataclass(frozen=True)
+class TemplateNeeds:
+    """What a template cannot take at all, and the renderer therefore sends another way (module docstring)."""
+
+    text_tools: str | None = None  # why tool calls and results go as text (None: native tool messages)
+    system_in_first_user: bool = False  # the leading system text opens the first user turn
+
+
+NO_TOOL_ROLE = "the template has no tool role"
+TEMPLATE_NEEDS: dict[str, TemplateNeeds] = {
+    "mixtral": TemplateNeeds(NO_TOOL_ROLE, system_in_first_user=True),
+    "gemma": TemplateNeeds(NO_TOOL_ROLE, system_in_first_user=True),
+    "gemma2": TemplateNeeds(NO_TOOL_ROLE, system_in_first_user=True),
+    "deepseek": TemplateNeeds("the template concatenates arguments as strings; the server parses them into objects"),
+    "deepseek-v3.1": TemplateNeeds("the template concatenates arguments as strings; the server parses them into objects"),
+    "deepseek-v3": TemplateNeeds("the template drops tool calls whose content is not null; the server sends \"\""),
+}
+TOOL_CALL_TEXT = "[tool call id:{id};name:{name};] {arguments}"
+TOOL_RESULT_TEXT = "[tool result id:{id};name:{name};] {body}"
 
 
 def template_family(model: str) -> str | None:
@@ -56,6 +104,95 @@ def template_family(model: str) -> str | None:
         if re.search(pattern, model, flags=re.IGNORECASE):
             return family
     return None
+
+
+def profile_family(profile: Capabilities) -> str | None:
+    """The template family a profile speaks to: the one its validator (``served:<family>`` or
+    ``template:<family>``) names, so a ``zhin.yaml`` validator override carries the renderer along."""
+    prefix, _, family = profile.validator.partition(":")
+    return family if prefix in ("served", "template") and family in FAMILY_RULES else None
+
+
+def _arguments_text(arguments: Any) -> str:
+    """One JSON line: parsed and re-serialised when it is JSON text, else the raw text as a JSON string —
+    never a line break, so no argument can start a line of its own."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError:
+            pass
+    return json.dumps(arguments, ensure_ascii=False)
+
+
+def tools_as_text(layout: Layout) -> tuple[Layout, int, int]:
+    """Each assistant tool call becomes a ``[tool call …]`` line after the message's text, each tool result a
+    user turn opening with ``[tool result …]``: (layout, calls, results). Message positions do not change, so
+    the tail stays on the current input; the renderer's alternation merge joins the new user turns with the
+    member messages around them."""
+    names = {call.id: call.name for m in layout.messages if isinstance(m, Projected) for call in m.tool_calls}
+    messages: list[Any] = []
+    calls = results = 0
+    for message in layout.messages:
+        if isinstance(message, Projected) and message.role == "assistant" and message.tool_calls:
+            lines = [TOOL_CALL_TEXT.format(id=escape_value(c.id), name=escape_value(c.name), arguments=_arguments_text(c.arguments))
+                     for c in message.tool_calls]
+            calls += len(lines)
+            body = "\n".join([message.body, *lines] if message.body else lines)
+            message = replace(message, body=body, tool_calls=[])
+        elif isinstance(message, Projected) and message.role == "tool":
+            call_id = message.tool_call_id or ""
+            line = TOOL_RESULT_TEXT.format(id=escape_value(call_id), name=escape_value(names.get(call_id, "")), body=message.body)
+            results += 1
+            message = replace(message, role="user", body=line, header=None, header_kind=None, tool_call_id=None)
+        messages.append(message)
+    return replace(layout, messages=messages), calls, results
+
+
+def system_into_first_user(rendered: RenderedRequest) -> None:
+    """The leading system message(s) open the first user turn (``system\n\nuser``); with no user turn to open
+    (the history starts with the bot, or is empty) they become that user turn."""
+    messages: list[dict[str, Any]] = rendered.body["messages"]
+    leading = 0
+    while leading < len(messages) and messages[leading]["role"] == "system":
+        leading += 1
+    if not leading:
+        return
+    text = "\n\n".join(str(m["content"] or "") for m in messages[:leading])
+    if leading < len(messages) and messages[leading]["role"] == "user":
+        first = messages[leading]
+        messages[: leading + 1] = [{**first, "content": f"{text}\n\n{first['content'] or ''}"}]
+        shift = leading
+    else:
+        messages[:leading] = [{"role": "user", "content": text}]
+        shift = leading - 1
+    rendered.parts = [replace(p, message_index=max(0, p.message_index - shift)) if p.message_index >= 0 else p
+                      for p in rendered.parts]
+    for breakpoint in rendered.cache_breakpoints:
+        breakpoint["message_index"] = max(0, breakpoint["message_index"] - shift)
+
+
+@register_renderer(WIRE)
+def render_local_chat(layout: Layout, profile: Capabilities, runtime: RuntimeView) -> RenderedRequest:
+    """The OpenAI-chat renderer, plus what the profile's template family needs (``TEMPLATE_NEEDS``); for
+    every other profile exactly ``render_openai``."""
+    family = profile_family(profile)
+    needs = TEMPLATE_NEEDS.get(family or "")
+    if family is None:
+        return render_openai(layout, profile, runtime)
+    calls = results = 0
+    if needs and needs.text_tools:
+        layout, calls, results = tools_as_text(layout)
+    rendered = render_openai(layout, profile, runtime)
+    if needs and needs.system_in_first_user:
+        system_into_first_user(rendered)
+    if calls or results:
+        rendered.warnings.append(
+            f"{calls} tool call(s) and {results} tool result(s) sent as text lines in the user/assistant turns "
+            f"({family}: {needs.text_tools if needs else ''}; docs/design-notes.md \"Local templates without a tool role\")")
+    from zhin_cli.validate.templates import template_warnings  # late: the validators import this module
+
+    rendered.warnings.extend(template_warnings(profile.validator, rendered.body))
+    return rendered
 
 
 def _rules() -> tuple[tuple[str, dict[str, Any]], ...]:

@@ -22,6 +22,9 @@ class Verdict:
     code: str | int | None = None
     # The exact JSON body the real API answers with (its error envelope); None = the OpenAI shape.
     envelope: dict[str, Any] | None = None
+    # Accepted, but the real template silently loses part of the request (e.g. "the template drops the tool
+    # call of message 3"): no HTTP error would ever say so, so the validator does.
+    warnings: tuple[str, ...] = ()
 
     def error_body(self) -> dict[str, Any]:
         if self.envelope is not None:
@@ -30,7 +33,7 @@ class Verdict:
 
     def as_dict(self) -> dict[str, Any]:
         if self.ok:
-            return {"ok": True, "status": 200}
+            return {"ok": True, "status": 200, **({"warnings": list(self.warnings)} if self.warnings else {})}
         return {"ok": False, "status": self.status, "body": self.error_body()}
 
 

@@ -18,6 +18,12 @@ Two registered names per family: ``template:<family>`` answers for the raw templ
 what ``apply_chat_template`` and llama.cpp-style engines see); ``served:<family>`` first applies the
 server's normalisation (``served()``) and is what the ``vllm`` and ``ollama`` profiles use.
 ``template_family(model)`` maps HF ids and Ollama tags to the family.
+
+A template that renders without error but silently loses part of the request (the tool calls of an assistant
+message it has no branch for, the text next to a tool call, a system prompt it places only in a last user turn
+that is not there) is accepted with a warning in ``Verdict.warnings`` ("the template drops the tool call of
+message 3", 0-based indices into ``messages``): no server would answer 400, so neither do we, but nobody
+should believe the model saw it.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ MISTRAL_ROLES = "Only user and assistant roles are supported, with the exception
 MISTRAL_TOOL_ID = "Tool call IDs should be alphanumeric strings with length 9!"
 GEMMA_ALTERNATION = "Conversation roles must alternate user/assistant/user/assistant/..."
 GEMMA_CONTENT = "Invalid content type"
+GEMMA2_SYSTEM = "System role not supported"
 LLAMA_SINGLE_CALL = "This model only supports single tool-calls at once!"
 LLAMA_NO_FIRST_USER = "Cannot put tools in the first user message when there's no first user message!"
 QWEN35_NO_MESSAGES = "No messages provided."
@@ -50,6 +57,7 @@ CRASH_NONE_IN = "argument of type 'NoneType' is not iterable"  # '</think>' in c
 CRASH_ITEMS = "Can only get item pairs from a mapping."  # tool_call.arguments|items on a JSON string (Qwen3.5)
 
 TemplateCheck = Callable[[list[dict[str, Any]], dict[str, Any]], str | None]
+DropCheck = Callable[[list[dict[str, Any]], dict[str, Any]], list[str]]
 
 
 def _error(message: str) -> Verdict:
@@ -127,6 +135,18 @@ def _gemma(messages: list[dict[str, Any]], body: dict[str, Any]) -> str | None:
             return GEMMA_ALTERNATION
         if not isinstance(message.get("content"), str | list | dict):
             return GEMMA_CONTENT  # raise: neither string nor iterable (null content)
+    return None
+
+
+def _gemma2(messages: list[dict[str, Any]], body: dict[str, Any]) -> str | None:
+    """gemma-2 (as gemma-2-2b-it): no system role at all, not even at index 0; then the same parity check as
+    Gemma 3 over every message (a system message in a model slot is rendered, unchecked). Content goes through
+    ``|trim``, which takes anything (null renders as the text "None")."""
+    if messages and messages[0].get("role") == "system":
+        return GEMMA2_SYSTEM
+    for position, message in enumerate(messages):
+        if (message.get("role") == "user") != (position % 2 == 0):
+            return GEMMA_ALTERNATION
     return None
 
 
@@ -222,15 +242,36 @@ def _qwen35(messages: list[dict[str, Any]], body: dict[str, Any]) -> str | None:
     return None
 
 
+def _concatenated_arguments(message: dict[str, Any]) -> str | None:
+    """The crash of ``… + tool['function']['arguments'] + …`` on arguments that are not a string."""
+    for call in message["tool_calls"]:
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict) and "arguments" in function and not isinstance(function["arguments"], str):
+            return f'can only concatenate str (not "{type(function["arguments"]).__name__}") to str'  # crash
+    return None
+
+
 def _deepseek(messages: list[dict[str, Any]], body: dict[str, Any]) -> str | None:
-    """deepseek-r1 / v3 / v3.1: every system message is accepted (the template moves them all to the very
-    start — a relocation, not an error). Arguments are concatenated as strings, so object arguments crash."""
+    """deepseek-r1 (and its distills) and deepseek-v3.1: every system message is accepted (the template moves
+    them all to the very start — a relocation, not an error). Arguments are concatenated as strings, so object
+    arguments — what vLLM and Ollama hand the template — crash on every replayed tool call."""
     for message in messages:
         if message.get("role") == "assistant" and _has_tool_calls(message):
-            for call in message["tool_calls"]:
-                function = call.get("function") if isinstance(call, dict) else None
-                if isinstance(function, dict) and "arguments" in function and not isinstance(function["arguments"], str):
-                    return f'can only concatenate str (not "{type(function["arguments"]).__name__}") to str'  # crash
+            problem = _concatenated_arguments(message)
+            if problem:
+                return problem
+    return None
+
+
+def _deepseek_v3(messages: list[dict[str, Any]], body: dict[str, Any]) -> str | None:
+    """deepseek-v3: as R1, but an assistant message is a tool-call turn only when its ``content`` is null;
+    with any other content (vLLM's ``""``) its calls are silently dropped (a warning, ``_drops_deepseek_v3``),
+    so only a null-content tool-call turn can crash on object arguments."""
+    for message in messages:
+        if message.get("role") == "assistant" and message.get("content") is None and _has_tool_calls(message):
+            problem = _concatenated_arguments(message)
+            if problem:
+                return problem
     return None
 
 
@@ -238,11 +279,62 @@ FAMILIES: dict[str, TemplateCheck] = {
     "mistral": _mistral,
     "mixtral": _mixtral,
     "gemma": _gemma,
+    "gemma2": _gemma2,
     "llama3": _llama3,
     "qwen2.5": _qwen25,
     "qwen3": _qwen3,
     "qwen3.5": _qwen35,
     "deepseek": _deepseek,
+    "deepseek-v3": _deepseek_v3,
+    "deepseek-v3.1": _deepseek,
+}
+
+
+# --- what an accepting template silently loses -------------------------------------------------------------
+
+def _calls_dropped(position: int, message: dict[str, Any]) -> str:
+    calls = "tool call" if len(message["tool_calls"]) == 1 else "tool calls"
+    return f"the template drops the {calls} of message {position}"
+
+
+def _text(message: dict[str, Any]) -> bool:
+    content = message.get("content")
+    return bool(content.strip()) if isinstance(content, str) else bool(content)
+
+
+def _drops_tool_calls(messages: list[dict[str, Any]], body: dict[str, Any]) -> list[str]:
+    """Templates without a tool branch (Mixtral, Gemma 2 and 3) render an assistant message's content only."""
+    return [_calls_dropped(i, m) for i, m in enumerate(messages) if m.get("role") == "assistant" and _has_tool_calls(m)]
+
+
+def _drops_call_text(messages: list[dict[str, Any]], body: dict[str, Any]) -> list[str]:
+    """Templates whose tool-call branch renders the calls only (Mistral v0.3/Nemo, Llama 3.x)."""
+    return [f"the template drops the text of message {i} (it renders only the tool calls of an assistant message)"
+            for i, m in enumerate(messages) if m.get("role") == "assistant" and _has_tool_calls(m) and _text(m)]
+
+
+def _drops_mistral(messages: list[dict[str, Any]], body: dict[str, Any]) -> list[str]:
+    """Mistral v0.3/Nemo put the leading system message into the *last* message, and only if that is a user
+    turn: a request that ends on a tool result (or an assistant turn) loses the whole system prompt."""
+    out = _drops_call_text(messages, body)
+    if len(messages) > 1 and messages[0].get("role") == "system" and messages[-1].get("role") != "user":
+        out.insert(0, "the template drops the system message (it renders it only inside a last user message, "
+                      f"and the last message is {messages[-1].get('role')!r})")
+    return out
+
+
+def _drops_deepseek_v3(messages: list[dict[str, Any]], body: dict[str, Any]) -> list[str]:
+    return [_calls_dropped(i, m) for i, m in enumerate(messages)
+            if m.get("role") == "assistant" and m.get("content") is not None and _has_tool_calls(m)]
+
+
+DROPS: dict[str, DropCheck] = {
+    "mistral": _drops_mistral,
+    "mixtral": _drops_tool_calls,
+    "gemma": _drops_tool_calls,
+    "gemma2": _drops_tool_calls,
+    "llama3": _drops_call_text,
+    "deepseek-v3": _drops_deepseek_v3,
 }
 
 
@@ -272,12 +364,34 @@ def served(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _messages(body: dict[str, Any], normalize: bool) -> list[dict[str, Any]]:
+    raw = body.get("messages")
+    messages = [message for message in raw if isinstance(message, dict)] if isinstance(raw, list) else []
+    return served(messages) if normalize else messages
+
+
+def _judge(family: str, body: dict[str, Any], normalize: bool) -> Verdict:
+    messages = _messages(body, normalize)
+    problem = FAMILIES[family](messages, body)
+    if problem:
+        return _error(problem)
+    drops = DROPS.get(family)
+    warnings = drops(messages, body) if drops else []
+    return Verdict(ok=True, warnings=tuple(warnings)) if warnings else ACCEPTED
+
+
+def template_warnings(validator: str, body: dict[str, Any]) -> list[str]:
+    """What the template named by ``validator`` (``served:<family>``/``template:<family>``) silently drops from
+    ``body``; [] for any other validator, and for a body the template rejects (its 400 says enough)."""
+    prefix, _, family = validator.partition(":")
+    if prefix not in ("served", "template") or family not in FAMILIES:
+        return []
+    return list(_judge(family, body, normalize=prefix == "served").warnings)
+
+
 def _register(family: str, check: TemplateCheck) -> None:
     def run(body: dict[str, Any], normalize: bool) -> Verdict:
-        raw = body.get("messages")
-        messages = [message for message in raw if isinstance(message, dict)] if isinstance(raw, list) else []
-        problem = check(served(messages) if normalize else messages, body)
-        return _error(problem) if problem else ACCEPTED
+        return _judge(family, body, normalize)
 
     @register_validator(f"template:{family}")
     def validate_template(body: dict[str, Any], model: str) -> Verdict:
