@@ -6,19 +6,19 @@ Each stage is a module; this file only wires them, in that order, and collects w
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from zhin_cli.config import Config
 from zhin_cli.errors import ConfigError
-from zhin_cli.headers import Aliases, project
+from zhin_cli.headers import Aliases, Projected, ProjectedEvent, Projection, events_timed_on_wire, project
 from zhin_cli.merge import ItemKey, item_key, merge
 from zhin_cli.model import AssistantMessage, Message, Session
 from zhin_cli.preset import SYSTEM_SEGMENT, PresetMessage
 from zhin_cli.preset.model import Preset
-from zhin_cli.preset.skeleton import Facts, arrange
+from zhin_cli.preset.skeleton import Arrangement, Facts, arrange
 from zhin_cli.providers import Capabilities, RenderedPart, RenderedRequest, render, resolve_profile
 from zhin_cli.providers.shaping import shape
 from zhin_cli.segments import (
@@ -103,6 +103,17 @@ class AssembledRequest:
             "warnings": self.warnings,
             "request": self.request,
         }
+
+
+class _Built(NamedTuple):
+    """Stages 5–7 of one request (projection → shaping → preset → render), for one choice of timed events."""
+
+    projection: Projection
+    shaped: list[Projected]
+    shape_warnings: list[str]
+    arrangement: Arrangement
+    profile: Capabilities
+    rendered: RenderedRequest
 
 
 class _RowIndex:
@@ -237,16 +248,31 @@ class Assembler:
         message_segments = self.registry.ordered(MESSAGE_KINDS)
         outputs = [(segment, list(run_inject(segment, seg_input) or [])) for segment in message_segments]
         placed = merge(outputs, sent_prefix or ())
-        projection = project(placed, aliases=aliases, bot=session.bot, timezone=timezone)
-        shaped, shape_warnings = shape(projection.messages, profile)
         rows = _RowIndex(window.messages)
         facts = Facts(session_id=session.session_id, position=upto, request_time=request_time, timezone=timezone,
                       model=model, bot_name=session.bot.name, is_group=session.is_group, speaker_of=rows.speaker,
                       raw_text_of=rows.text)
-        arrangement = arrange(self.preset, system_text(system_parts), shaped, system_text(tail_parts) or None, facts)
-        if arrangement.downgrade_mid_system:  # semi/strict post-processing: no system message after the first
-            profile = replace(profile, mid_conversation_system="none")
-        rendered: RenderedRequest = render(arrangement.layout, profile, runtime)
+        base_profile = profile
+
+        def build(timed: Callable[[ProjectedEvent], bool]) -> _Built:
+            projection = project(placed, aliases=aliases, bot=session.bot, timezone=timezone, timed_events=timed)
+            shaped, shape_warnings = shape(projection.messages, base_profile)
+            arrangement = arrange(self.preset, system_text(system_parts), shaped, system_text(tail_parts) or None, facts)
+            used = base_profile
+            if arrangement.downgrade_mid_system:  # semi/strict post-processing: no system message after the first
+                used = replace(base_profile, mid_conversation_system="none")
+            return _Built(projection, shaped, shape_warnings, arrangement, used, render(arrangement.layout, used, runtime))
+
+        # A time counts as shown only where it is on the wire (ADR §1's 1-minute rule): a downgraded state change
+        # prints it in its host header, a system/developer one does not. Guess from the profile; where the
+        # renderer decided otherwise for some message (Anthropic places system only at some positions; a preset's
+        # semi/strict downgrades everything), project again with what it really sent. Times never change roles
+        # or positions, so the second rendering makes the same choices.
+        guess = base_profile.mid_conversation_system == "none"
+        projection, shaped, shape_warnings, arrangement, profile, rendered = build(lambda _event: guess)
+        timed = events_timed_on_wire(projection, ((p.segment_id, p.text) for p in rendered.parts))
+        if timed != {e.alias for m in projection.messages for e in m.events if guess}:
+            projection, shaped, shape_warnings, arrangement, profile, rendered = build(lambda event: event.alias in timed)
         verdict = validate(profile.validator, rendered.body, model)
 
         reports = [

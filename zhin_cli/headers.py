@@ -14,7 +14,7 @@ not conform is never sent (it is reported as a warning instead).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Literal
@@ -23,6 +23,7 @@ from zoneinfo import ZoneInfo
 from zhin_cli.format import (
     StateChange,
     changed_line,
+    host_header,
     neutralize_body,
     parse_state_change,
     quote_value,
@@ -45,6 +46,8 @@ from zhin_cli.model import (
 from zhin_cli.store.legacy import split_roles
 
 MINUTE_MS = 60_000
+# The only ``origin`` a header ever shows (ADR §1: "另一个 Bot 发言时全量头带 origin:peer_bot … 真人不带 origin 字段").
+PEER_BOT = "peer_bot"
 SUMMARY_PREFIX = "[Previous conversation summary]\n"
 HeaderKind = Literal["full", "short"]
 
@@ -251,10 +254,17 @@ def project(
     bot: BotFacts,
     timezone: str,
     always_full: bool = False,
+    timed_events: Callable[[ProjectedEvent], bool] | None = None,
 ) -> Projection:
     """``always_full``: every member message gets the full header (the cost baseline of ``zhin report
     economy``, "the ADR's full header on every message"); changed facts then show in the header itself, so no
-    ``[state change]`` is synthesized. Default off: the projection of ADR 0041."""
+    ``[state change]`` is synthesized. Default off: the projection of ADR 0041.
+
+    ``timed_events``: which state changes will print their time on the wire — a downgraded (``none``) line
+    carries the host header with ``time:``, a ``system``/``developer`` line carries none. Only those count as
+    "time shown" for the 1-minute rule; the others must not reset the clock (the model would never see that a
+    minute passed). ``None``: every event is timed (the ``none`` path). The assembler knows the answer only
+    after rendering and re-projects when its first guess was wrong (``events_timed_on_wire``)."""
     clock = _Clock(timezone)
     known: dict[str, Known] = {}
     window_rows = {p.item.row_id: p.item for p in placed if not isinstance(p.item, SummaryMessage)}
@@ -270,7 +280,8 @@ def project(
             out.append(Projected("state", segment_id, events=list(events), timestamp=timestamp,
                                  rows=[e.row_id for e in events if e.row_id is not None]))
         for event in events:
-            clock.shown(event.timestamp)
+            if timed_events is None or timed_events(event):
+                clock.shown(event.timestamp)
 
     for entry in placed:
         item = entry.item
@@ -326,7 +337,7 @@ def _member_message(
                 group_nickname=current.card,
                 group_title=current.title,
                 mute_time=mute_seconds(current.muted_until, item.timestamp),
-                origin=current.origin,
+                origin=PEER_BOT if current.origin == PEER_BOT else None,  # a human never carries origin
             )
         else:
             changes = _changes(prev, current, item.timestamp)
@@ -348,3 +359,20 @@ def _member_message(
     body = neutralize_body(item.text)
     return [Projected(role, segment_id, body=body, header=render_header(fields), header_kind=kind,
                       tool_calls=tool_calls, rows=[item.row_id], timestamp=item.timestamp)]
+
+
+def events_timed_on_wire(projection: Projection, wire_texts: Iterable[tuple[str, str]]) -> set[str]:
+    """Aliases of the state changes whose time the rendered request shows: their host header
+    ``[id:<alias>;user_id:system;time:HH:mm;]`` is on the wire, in a text of their own segment
+    (``wire_texts``: (segment id, text) pieces as rendered). Only the host writes that header — member text
+    cannot start a line with it, and member pieces belong to other segments."""
+    texts: dict[str, list[str]] = {}
+    for segment_id, text in wire_texts:
+        texts.setdefault(segment_id, []).append(text)
+    timed: set[str] = set()
+    for message in projection.messages:
+        if message.role != "state":
+            continue
+        rendered = "\n".join(texts.get(message.segment_id, ()))
+        timed.update(e.alias for e in message.events if host_header(e.alias, e.time) in rendered)
+    return timed

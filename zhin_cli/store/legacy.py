@@ -134,17 +134,31 @@ def _parse_user_object(text: str) -> dict[str, Any] | None:
     return result or None
 
 
-def merge_actor(primary: Actor | None, fallback: Actor | None) -> Actor | None:
-    """Facts from ``primary`` win; ``fallback`` only fills fields primary does not know."""
+def merge_actor(primary: Actor | None, fallback: Actor | None, *, roles_known: bool = False) -> Actor | None:
+    """Facts from ``primary`` win; ``fallback`` only fills fields primary does not know (same sender only).
+
+    ``roles_known``: primary's product roles are a stated fact even when empty (an upstream ``actor`` with
+    ``roles: []`` or ``["user"]`` says "no product role"), so they are never filled from ``fallback``.
+    """
     if primary is None:
         return fallback
     if fallback is None or fallback.subject_id != primary.subject_id:
         return primary
     values = dict(primary.__dict__)
     for key, value in fallback.__dict__.items():
+        if key == "roles" and roles_known:
+            continue
         if values.get(key) in (None, ()) and value not in (None, ()):
             values[key] = value
     return Actor(**values)
+
+
+def actor_with_header(actor: Actor | None, roles_known: bool, header: Actor | None) -> Actor | None:
+    """A row's facts when its ``name`` holds an old header string (ADR §4, §7): each fact from the row's actor
+    when it has one, else from the header — upstream actors never carry the platform role, card, title or mute
+    that the header showed, and dropping them would render the row differently from what was sent before. A
+    header of another sender is ignored. Without an actor the header's facts are the row's facts."""
+    return merge_actor(actor, header, roles_known=roles_known)
 
 
 assert set(_PLATFORM_ALIASES.values()) <= set(PLATFORM_ROLES)

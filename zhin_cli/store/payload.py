@@ -165,11 +165,15 @@ def message_from_payload(
                     raise InputError("toolCall block needs a string 'id' and 'name'", where=where)
         if payload.get("usage") is not None and not isinstance(payload.get("usage"), dict):
             raise InputError(f"'usage' must be an object, got {short(payload.get('usage'))}", where=where)
+        check_str(payload, ("name",), where)
         return AssistantMessage(
             content=content,
             timestamp=timestamp,
             row_id=row_id,
-            assistant_actor=_actor(payload.get("assistantActor"), where, "assistantActor"),
+            # a legacy row may hold the bot's old header in ``name``: its facts are what the model was shown
+            assistant_actor=legacy.actor_with_header(
+                _actor(payload.get("assistantActor"), where, "assistantActor"),
+                _roles_known(payload.get("assistantActor")), _header_actor(payload, timestamp)),
             message_id=_opt_str(payload, "messageId", where),
             provider=_opt_str(payload, "provider", where),
             model=_opt_str(payload, "model", where),
@@ -197,19 +201,21 @@ def _user_message(
             text, prefix_actor = legacy.strip_text_prefix(block["text"])
             block = {**block, "text": text}
         cleaned.append(block)
-    header_actor = None
-    if isinstance(payload.get("name"), str):
-        header_actor = legacy.parse_header_string(payload["name"], timestamp)
+    header_actor = _header_actor(payload, timestamp)
     sender = extra.get("sender") if isinstance(extra, dict) else None
     sender_actor = None
     if isinstance(sender, dict) and sender.get("id") is not None:
         sender_actor = legacy.actor_from_sender(sender)
     if actor is None:
-        # Only rows without an ``actor`` fall back to legacy facts. When a row has one, it wins outright (as in
-        # upstream's agentMessageRowToLlm): ``extra.sender`` is an older projection that can disagree with it,
-        # and filling gaps from it would show facts the actor never claimed (e.g. a platform role).
+        # Rows without an ``actor`` take their facts from the legacy sources, the old header first.
         for fallback in (header_actor, sender_actor, prefix_actor):
             actor = legacy.merge_actor(actor, fallback)
+    else:
+        # With an ``actor``, only an old header in ``name`` fills the facts the actor lacks (it is what the model
+        # was shown for this very row). ``extra.sender`` and text prefixes never do (as in upstream's
+        # agentMessageRowToLlm): they are older projections that can disagree with the actor, and filling gaps
+        # from them would show facts the actor never claimed (e.g. a platform role).
+        actor = legacy.actor_with_header(actor, _roles_known(payload.get("actor")), header_actor)
     reply_to = payload.get("replyTo")
     quote = extra.get("quote") if isinstance(extra, dict) else None
     if reply_to is None and isinstance(quote, dict) and quote.get("messageId") is not None:
@@ -223,6 +229,17 @@ def _user_message(
         reply_to=None if reply_to is None else str(reply_to),
         raw=payload,
     )
+
+
+def _header_actor(payload: dict[str, Any], timestamp: int) -> Actor | None:
+    """The facts of an old header string stored in ``name`` (legacy rows, ADR §7), if it holds one."""
+    name = payload.get("name")
+    return legacy.parse_header_string(name, timestamp) if isinstance(name, str) else None
+
+
+def _roles_known(value: Any) -> bool:
+    """An actor that lists its roles (even ``[]``) states its product roles."""
+    return isinstance(value, dict) and value.get("roles") is not None
 
 
 def _actor(value: Any, where: str, key: str) -> Actor | None:
