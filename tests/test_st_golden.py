@@ -120,13 +120,14 @@ def _pieces(content: str, parts: list[tuple[str, str]]) -> list[_Piece]:
     return out
 
 
-def _without(pieces: list[_Piece], segment: str) -> list[_Piece]:
-    """Drop the parts of ``segment`` and, for each, the one joiner that tied it to its neighbours."""
+def _without(pieces: list[_Piece], segment: str, *, joined: bool = True) -> list[_Piece]:
+    """Drop the parts of ``segment`` and, if they were ``joined`` to their neighbours (squash, merge), for each the
+    one joiner that tied it in. (The tail part carries its own separator: it is not joined.)"""
     out = list(pieces)
     while any(p.segment == segment for p in out):
         at = next(i for i, p in enumerate(out) if p.segment == segment)
-        before = at > 0 and not out[at - 1].segment
-        after = at + 1 < len(out) and not out[at + 1].segment
+        before = joined and at > 0 and not out[at - 1].segment
+        after = joined and at + 1 < len(out) and not out[at + 1].segment
         start = at - 1 if before else at
         end = at + 2 if after and not before else at + 1
         del out[start:end]
@@ -148,7 +149,7 @@ def zhin_messages(request: Any, projected: list[Projected]) -> list[dict[str, An
             if piece.segment in history_segments and headers and piece.text.startswith(headers[0]):
                 header = headers.pop(0)
                 piece.text = piece.text[len(header):].removeprefix(" ")
-        pieces = _without(_without(pieces, SYSTEM_SEGMENT), TAIL_SEGMENT)
+        pieces = _without(_without(pieces, SYSTEM_SEGMENT), TAIL_SEGMENT, joined=False)
         text = "".join(p.text for p in pieces)
         if not text:
             continue  # the message was only zhin's system segments (worldInfoBefore is empty in ST)
