@@ -255,3 +255,77 @@ def test_a4b_negative_control_extra_sender_still_never_fills_an_actor(tmp_path: 
     session = legacy_session(tmp_path, line(1, "user", "早", TEN, actor=carol,
                                             extra={"sender": {"id": "10005", "roles": ["scene_owner"]}}))
     assert session.messages[0].actor.platform_role is None
+
+
+# --- A5: the compaction summary sits at its anchor's place, on the compaction turn too --------------------------
+
+
+def compaction_chat() -> History:
+    """Rows 1–4 are compacted (a join among them), m5 and m6 were sent before the compaction, m7 after it."""
+    h = History()
+    h.user(T0, "10002", "a")
+    h.assistant(T0 + 10 * SEC, "r1")  # turn 1
+    h.event(T0 + MIN, "member_joined", "10009 join 1048877509 on 09:01 by self")
+    h.user(T0 + MIN + 10 * SEC, "10003", "d")  # row 4: the anchor
+    h.user(T0 + 2 * MIN, "10002", "e")  # m5 (alias m4)
+    h.user(T0 + 2 * MIN + 10 * SEC, "10003", "f")
+    h.assistant(T0 + 2 * MIN + 20 * SEC, "r2")  # turn 2: rows 1–6
+    h.summary(T0 + 3 * MIN, anchor_row=4, text="小明和莉莉打了招呼。")
+    h.user(T0 + 4 * MIN, "10002", "g")
+    h.assistant(T0 + 4 * MIN + 10 * SEC, "r3")  # turn 3: the compaction turn
+    h.user(T0 + 5 * MIN, "10003", "h")
+    h.assistant(T0 + 5 * MIN + 10 * SEC, "r4")  # turn 4
+    return h
+
+
+def bodies(request: AssembledRequest) -> list[str]:
+    """Each history message's body without its header (the scene tail cut off), state lines as they are."""
+    out = []
+    for text in contents(request)[1:]:
+        text = text.split("\n\n[scene_id:", 1)[0]
+        out.append(HEADER.sub("", text, count=1).strip() if text.startswith("[id:m") else text)
+    return out
+
+
+def test_a5_summary_opens_the_history_on_the_compaction_turn() -> None:
+    requests = replay(compaction_chat().session())
+    compaction = requests[2]
+    assert compaction.window["summary_anchor"] == 4
+    assert bodies(compaction)[:6] == [
+        "[state change] 10009 join 1048877509 on 09:01 by self",  # carried from the compacted part, older
+        "[Previous conversation summary]\n小明和莉莉打了招呼。",
+        "e", "f", "r2", "g",
+    ]
+
+
+def test_a5_prefix_across_the_compaction_turn() -> None:
+    session = compaction_chat().session()
+    requests = replay(session)
+    causes = {(p.from_turn, p.to_turn): (p.cause, p.detail) for p in diff_turns(session.session_id, iter(requests)).pairs}
+    assert causes[(2, 3)] == ("window_shift", "compaction")
+    assert causes[(3, 4)][0] in ("append", "tail")  # the summary stays where it was: only appends after it
+    turn3, turn4 = bodies(requests[2]), bodies(requests[3])
+    assert turn4[: len(turn3)] == turn3
+    # the cached prefix breaks at the same place as with the summary appended: the first compacted message
+    before, at = contents(requests[1]), contents(requests[2])
+    assert before[:2] != at[:2] and before[0] == at[0]
+
+
+def test_a5_negative_control_without_compaction_late_items_still_only_append() -> None:
+    """Only a new summary moves; append-only stays for everything else (a late event goes after the reply)."""
+    from builders import late_event_history
+
+    request = replay(late_event_history().session())[-1]
+    texts = bodies(request)
+    leave = next(i for i, t in enumerate(texts) if "leave 1048877509" in t)
+    assert texts.index("r1") < leave
+
+
+def test_a5_a_summary_sent_once_keeps_its_place_under_the_tail_limit() -> None:
+    h = answered_chat(6)
+    h.summary(T0 + 3 * MIN, anchor_row=2)
+    requests = replay(h.session(), {"window": {"max_messages": 4, "cut_to": 2}})
+    assert [r.window["summary_anchor"] for r in requests] == [None, None, None, 2, 2, 2]
+    assert [r.window["dropped"] for r in requests][3:] == [4, 6, 8]  # the tail limit moves the window past the anchor
+    for request in requests[3:]:
+        assert bodies(request)[0].startswith("[Previous conversation summary]")

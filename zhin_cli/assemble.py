@@ -37,7 +37,7 @@ from zhin_cli.segments import (
 from zhin_cli.tokens import counter as shared_counter
 from zhin_cli.tokens import encoding_for_model
 from zhin_cli.validate import Verdict, validate
-from zhin_cli.window import SessionIndex, visible_window
+from zhin_cli.window import SessionIndex, summary_in_prefix, visible_window
 
 DEFAULT_PROVIDER = "openai"
 DEFAULT_MODEL = "gpt-4o"
@@ -247,7 +247,7 @@ class Assembler:
         tail_parts = inject_text(self.registry.ordered(("scene",)), seg_input)
         message_segments = self.registry.ordered(MESSAGE_KINDS)
         outputs = [(segment, list(run_inject(segment, seg_input) or [])) for segment in message_segments]
-        placed = merge(outputs, sent_prefix or ())
+        placed = merge(outputs, summary_in_prefix(window, sent_prefix or ()))
         rows = _RowIndex(window.messages)
         facts = Facts(session_id=session.session_id, position=upto, request_time=request_time, timezone=timezone,
                       model=model, bot_name=session.bot.name, is_group=session.is_group, speaker_of=rows.speaker,

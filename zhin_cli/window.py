@@ -13,8 +13,10 @@ per session answers "where is row N" and "which membership events come before po
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from zhin_cli.merge import ItemKey
 from zhin_cli.model import AssistantMessage, EventMessage, Message, Session, Summary, ToolResultMessage
 
 
@@ -144,3 +146,28 @@ def visible_window(
         dropped=start,
         request_time=request_time,
     )
+
+
+def summary_in_prefix(window: Window, sent: Sequence[ItemKey]) -> list[ItemKey]:
+    """The previous request's order (``merge``'s append-only prefix) with a new compaction summary in its place.
+
+    Append-only puts everything the previous request did not send after what it sent, so a summary made since
+    would follow messages it is older than (m5, m6, then the summary of rows 1–4, then m7). But compaction has
+    already broken the cached prefix at its first removed message, so nothing is gained by appending it, and the
+    model would read the summary of the past after the present. The summary therefore takes its anchor's place
+    among the sent items, as a merge by time would put it: after the (carried) events up to its anchor's time,
+    before every later message. Everything else keeps the sent order (a late event still goes after the reply
+    that was written without it). Once sent, the summary is part of the prefix like any item.
+    (docs/design-notes.md, "Summary placement after compaction (A5)")
+    """
+    if window.summary is None:
+        return list(sent)
+    key: ItemKey = ("summary", window.summary.anchor_row_id)
+    if not sent or key in sent:
+        return list(sent)
+    # sort keys as in merge: time, then state (events) before the summary, the summary before other messages
+    order = {("row", m.row_id): (m.timestamp, 0 if isinstance(m, EventMessage) else 1)
+             for m in (*window.carried_events, *window.messages)}
+    at = (window.summary_anchor_timestamp, 0)
+    position = next((i for i, k in enumerate(sent) if k in order and order[k] > at), len(sent))
+    return [*sent[:position], key, *sent[position:]]
