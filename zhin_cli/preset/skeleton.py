@@ -26,7 +26,7 @@ from typing import Any
 
 from zhin_cli.headers import Projected
 from zhin_cli.preset import regex as regex_module
-from zhin_cli.preset.layout import SYSTEM_SEGMENT, TAIL_SEGMENT, Item, Layout, PresetMessage
+from zhin_cli.preset.layout import SYSTEM_SEGMENT, TAIL_SEGMENT, TAIL_SEPARATOR, Item, Layout, PresetMessage
 from zhin_cli.preset.macros import MacroContext, MacroEngine
 from zhin_cli.preset.model import (
     APPENDED_WHEN_MISSING,
@@ -135,6 +135,82 @@ def _format_wi(template: str, text: str) -> str:
     if not template.strip():
         return text
     return re.sub(r"\{(\d+)\}", lambda m: text if m.group(1) == "0" else m.group(0), template)
+
+
+@dataclass(frozen=True)
+class _Injection:
+    """An in-chat entry, expanded, waiting for its place in the chatHistory block."""
+
+    depth: int
+    order: int
+    sequence: int  # position in the prompt order (members of one group keep it)
+    role: str
+    segment: str
+    text: str  # as expanded, not trimmed
+    report: EntryReport
+
+
+def _trimmed(pieces: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``pieces`` as one text with its leading and trailing whitespace removed (attribution kept)."""
+    out = list(pieces)
+    while out and not out[0][1].lstrip():
+        out.pop(0)
+    if out:
+        out[0] = (out[0][0], out[0][1].lstrip())
+    while out and not out[-1][1].rstrip():
+        out.pop()
+    if out:
+        out[-1] = (out[-1][0], out[-1][1].rstrip())
+    return out
+
+
+def _injected(role: str, members: list[_Injection]) -> PresetMessage | None:
+    """One message for the entries of one depth, order and role (ST ``populationInjectionPrompts``): their texts
+    joined as written with ``"\n"``, and only the joined text trimmed — so blank lines inside an entry, and a
+    whitespace-only entry between two others, stay. A group that is only whitespace sends nothing."""
+    pieces: list[tuple[str, str]] = []
+    for member in members:
+        if pieces:
+            pieces.append(("", "\n"))
+        pieces.append((member.segment, member.text))
+    pieces = _trimmed(pieces)
+    if not pieces:
+        for member in members:
+            member.report.status, member.report.detail = "empty", "whitespace only, alone in its group"
+        return None
+    return PresetMessage(role, pieces, in_history=True)  # type: ignore[arg-type]
+
+
+def _example_turns(block: str, user: str, char: str) -> list[tuple[str, str]]:
+    """One ``<START>`` block as (role, text) example messages, the way ST 1.18 reads it (golden set).
+
+    A line starting ``{{user}}:`` or ``{{char}}:`` (the names as they are, spaces included) opens a message when
+    the speaker changes; every other line — and a second line of the same speaker — belongs to the message being
+    read, and lines before the block's first speaker line join the first message. A message's text is its lines
+    joined with ``"\n"``, the first ``Name:`` in it removed (the space after it stays where it was not at the
+    start: ``"*The motor hums.*\n Is it cold?"``), then trimmed. A block without any speaker line gives no
+    message at all."""
+    turns: list[tuple[str, str]] = []
+    speaker: str | None = None
+    lines: list[str] = []
+
+    def flush() -> None:
+        if speaker is not None:
+            name = user if speaker == "user" else char
+            content = "\n".join(lines).replace(f"{name}:", "", 1).strip()
+            if content:
+                turns.append((speaker, content))
+        lines.clear()
+
+    for line in block.split("\n"):
+        role = "user" if line.startswith(f"{user}:") else "assistant" if line.startswith(f"{char}:") else None
+        if role is not None and speaker is not None and role != speaker:
+            flush()
+        if role is not None:
+            speaker = role
+        lines.append(line)
+    flush()
+    return turns
 
 
 class _Builder:
@@ -278,59 +354,40 @@ class _Builder:
         out: list[PresetMessage] = []
         separator = self.engine.expand(self.setting("new_example_chat_prompt"))
         for block in re.split(r"<start>", text, flags=re.IGNORECASE):
-            if not block.strip():
-                continue
-            turns: list[tuple[str, list[str]]] = []
-            for line in block.strip().split("\n"):
-                if line.startswith(f"{user}:"):
-                    turns.append(("user", [line]))
-                elif line.startswith(f"{char}:"):
-                    turns.append(("assistant", [line]))
-                elif turns:
-                    turns[-1][1].append(line)
-                else:
-                    turns.append(("assistant", [line]))  # lines before the first tag stick to the first turn
+            turns = _example_turns(block.strip(), user, char)
+            if not turns:
+                continue  # ST removes the separator of a block that gave no example message
             if separator:
                 out.append(PresetMessage("system", [("preset:newChat", separator)], exempt=True))
-            for speaker_role, lines in turns:
+            for speaker_role, content in turns:
                 name = user if speaker_role == "user" else char
-                content = "\n".join(lines)
-                if content.startswith(f"{name}:"):
-                    content = content[len(name) + 1 :]
-                content = content.strip()
-                if content:
-                    out.append(PresetMessage("system", [(segment, content)],
-                                             name="example_user" if speaker_role == "user" else "example_assistant", speaker=name))
+                out.append(PresetMessage("system", [(segment, content)],
+                                         name="example_user" if speaker_role == "user" else "example_assistant", speaker=name))
         return out
 
     # -- chatHistory block with in-chat injections ----------------------------------------------------------
-    def history_block(self, injections: list[tuple[int, int, int, str, str, str]], with_current: bool) -> list[Item]:
+    def history_block(self, injections: list[_Injection], with_current: bool) -> list[Item]:
         chat: list[Projected] = list(self.history)
         if with_current and self.current is not None:
             chat.append(self.current)
         inserts: dict[int, list[PresetMessage]] = {}
         count = len(chat)
-        by_depth: dict[int, list[tuple[int, int, int, str, str, str]]] = {}
+        by_depth: dict[int, list[_Injection]] = {}
         for injection in injections:
-            by_depth.setdefault(injection[0], []).append(injection)
+            by_depth.setdefault(injection.depth, []).append(injection)
         for depth in sorted(by_depth, reverse=True):
             position = max(0, count - depth)
             while 0 < position < count and chat[position].role == "tool":
                 position -= 1  # never between a tool call and its result
-            groups: dict[int, list[tuple[int, int, int, str, str, str]]] = {}
+            groups: dict[int, list[_Injection]] = {}
             for injection in by_depth[depth]:
-                groups.setdefault(injection[1], []).append(injection)
+                groups.setdefault(injection.order, []).append(injection)
             for order in sorted(groups):
                 for role in INJECTION_ROLES:
-                    members = sorted((i for i in groups[order] if i[3] == role), key=lambda i: i[2])
-                    if not members:
-                        continue
-                    pieces: list[tuple[str, str]] = []
-                    for member in members:
-                        if pieces:
-                            pieces.append(("", "\n"))
-                        pieces.append((member[4], member[5].strip()))
-                    inserts.setdefault(position, []).append(PresetMessage(role, pieces, in_history=True))  # type: ignore[arg-type]
+                    members = sorted((i for i in groups[order] if i.role == role), key=lambda i: i.sequence)
+                    message = _injected(role, members)
+                    if message is not None:
+                        inserts.setdefault(position, []).append(message)
         out: list[Item] = []
         new_chat = self.engine.expand(self.setting("new_chat_prompt"))
         if new_chat:
@@ -355,7 +412,7 @@ class _Builder:
         explicit_post = "postTurn" in ordered
         # First pass, in prompt order: expand every entry (variables flow from earlier entries to later ones).
         slots: list[tuple[str, Any]] = []
-        injections: list[tuple[int, int, int, str, str, str]] = []
+        injections: list[_Injection] = []
         for sequence, entry in enumerate(collection):
             identifier = HOLE_ALIASES.get(entry.identifier, entry.identifier)
             segment = SYSTEM_SEGMENT if identifier == "worldBookBefore" else f"preset:{entry.identifier}"
@@ -383,9 +440,10 @@ class _Builder:
             if entry.in_chat:
                 if entry.injection_depth is None:
                     self.entries.append(EntryReport(entry.identifier, "never-sent", "in-chat without an integer depth"))
-                elif text.strip():
-                    injections.append((entry.injection_depth, entry.injection_order, sequence, role, segment, text))
-                    self.entries.append(EntryReport(entry.identifier, "in-chat", f"depth {entry.injection_depth}, order {entry.injection_order}"))
+                elif text:  # whitespace only is kept: it counts inside its group (see _injected)
+                    report = EntryReport(entry.identifier, "in-chat", f"depth {entry.injection_depth}, order {entry.injection_order}")
+                    injections.append(_Injection(entry.injection_depth, entry.injection_order, sequence, role, segment, text, report))
+                    self.entries.append(report)
                 else:
                     self.entries.append(EntryReport(entry.identifier, "empty"))
                 continue
@@ -411,16 +469,26 @@ class _Builder:
         items = [i for i in items if not isinstance(i, PresetMessage) or i.text]  # ST: empty messages vanish
         if preset.squash:
             items = squash(items)
-        items, downgrade = post_process(items, preset.post_processing)
-        return self._arrangement(items, downgrade, explicit_post)
+        tail = None if explicit_post else self.tail
+        folded_tail: list[bool] = []
 
-    def _arrangement(self, items: list[Item], downgrade: bool, explicit_post: bool) -> Arrangement:
+        def history_pieces(message: Projected) -> list[tuple[str, str]]:
+            """A history message folded into another by post-processing: the current input takes its tail along."""
+            if message is self.current and tail:
+                folded_tail.append(True)
+                return [(message.segment_id, message.text), (TAIL_SEGMENT, TAIL_SEPARATOR + tail)]
+            return [(message.segment_id, message.text)]
+
+        items, downgrade = post_process(items, preset.post_processing, history_pieces=history_pieces,
+                                        user=self.context.user, char=self.context.char)
+        return self._arrangement(items, downgrade, None if folded_tail else tail)
+
+    def _arrangement(self, items: list[Item], downgrade: bool, tail: str | None) -> Arrangement:
         leading: list[PresetMessage] = []
         while items and isinstance(items[0], PresetMessage) and items[0].role == "system":
             first = items.pop(0)
             assert isinstance(first, PresetMessage)
             leading.append(first)
-        tail = None if explicit_post else self.tail
         tail_index = next((i for i, m in enumerate(items) if m is self.current), None) if tail else None
         # tail_index None with a tail: the current turn was not sent (no chatHistory), the tail travels alone
         system = "\n".join(block.text for block in leading)
