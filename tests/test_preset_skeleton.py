@@ -10,6 +10,7 @@ import pytest
 from builders import MIN, T0, History, assembler
 
 import zhin_cli.assemble as assemble_module
+from zhin_cli.headers import Projected
 from zhin_cli.model import SceneFacts
 from zhin_cli.preset import PresetMessage, default_layout
 from zhin_cli.preset.importer import load_preset, parse_preset
@@ -180,8 +181,11 @@ def test_squash_on_and_off() -> None:
     assert off[0] == ("system", "主") and off[1] == ("system", "文风")
     assert on[0][1].startswith("主\n文风\nYou are")  # adjacent unnamed system messages, joined with one \n
     assert on[1] == ("system", "[Start a new Chat]")  # newMainChat is never folded
-    assert on[-2] == ("system", "注入") and on[-1] == ("system", "史后")  # the history area is not folded
-    assert len(on) == len(off) - 2
+    # inside the chatHistory block too, as real ST does (tests/st_golden squash run): the depth-0 system entry and
+    # the post-history instructions after it become one message, which stays at depth 0
+    assert off[-2:] == [("system", "注入"), ("system", "史后")]
+    assert on[-1] == ("system", "注入\n史后") and on[-2][0] == "user"
+    assert len(on) == len(off) - 3
 
 
 def test_post_processing_merge_semi_strict() -> None:
@@ -199,7 +203,9 @@ def test_post_processing_merge_semi_strict() -> None:
     assert merged[-1] == ("system", "史后")
     semi = wire(last_request(preset(entries, order, custom_prompt_post_processing="semi"), h))
     assert [r for r, _ in semi].count("system") == 1 and semi[0][0] == "system"
-    assert semi[-1] == ("user", "史后")  # every system message after the first becomes user
+    # every system message after the first becomes user, and is merged with the user turn before it — the current
+    # input, whose scene tail stays right after its own text (as ST merges it: tests/st_golden semi run)
+    assert semi[-1][0] == "user" and body_of(semi[-1][1]).startswith("新人报到\n\n[scene_id:") and semi[-1][1].endswith("]\n\n史后")
     state = [r for r, t in semi if t.startswith("[id:e")]
     assert state == ["user"]  # state changes downgraded too
     assert [r for r, t in none if t.startswith("[state change]")] == ["system"]  # (they were system without it)
@@ -376,3 +382,114 @@ def test_native_holes_need_no_prompt_definition_and_trace_reports_preset_rows() 
     rows = {s.id: s for s in request.segments}
     assert rows["preset:main"].kind == "preset" and rows["preset:main"].chars == 1 and rows["preset:main"].messages == 1
     assert "preset:main" not in {s.id for s in last_request(None).segments}
+
+
+# -- ST 1.18 semantics pinned by the golden set (issue 15 B3, B6); each also has a case where the rule must not apply --
+
+def _in_chat(identifier: str, content: str, depth: int, role: str = "system", order: int = 100) -> dict[str, Any]:
+    return entry(identifier, content, role=role, injection_position=1, injection_depth=depth, injection_order=order)
+
+
+def test_in_chat_group_joins_raw_texts_and_trims_only_the_joined_text() -> None:
+    entries = [_in_chat("a", "\n  甲  \n", 0), _in_chat("ws", "  \n\t \n", 0), _in_chat("b", "\n\n乙\n\n", 0),
+               _in_chat("alone", " \n \n ", 1, role="user"),  # whitespace only, alone in its group: nothing
+               _in_chat("asst-ws", "\t\n", 0, role="assistant")]  # same depth and order, other role: its own group
+    baseline = wire(last_request(preset([])))
+    messages = wire(last_request(preset(entries)))
+    # ST: joined as written with "\n", then only the joined text is trimmed (the blank lines and the
+    # whitespace-only entry in the middle stay); the old code stripped each entry first: "甲\n乙"
+    assert messages[-1] == ("system", "甲  \n\n  \n\t \n\n\n\n乙")
+    assert len(messages) == len(baseline) + 1 and all(text.strip() for _, text in messages)
+    history = [Projected("user", "history.user", body="你好", rows=[1])]
+    reports = {e.identifier: (e.status, e.detail) for e in arrange(preset(entries), "SYS", history, None).entries}
+    assert reports["alone"] == reports["asst-ws"] == ("empty", "whitespace only, alone in its group")
+    assert reports["ws"][0] == reports["a"][0] == "in-chat"
+
+
+def test_example_dialogue_blocks_as_st_reads_them() -> None:
+    examples = ("<START>\n*门吱呀一声。*\nSol Reyes: 冷吗？\nJuniper: 一月更冷。\n暖气比我还老。\nJuniper: 真的。\nSol Reyes: 懂了\n"
+                "<START>\n只有旁白，没有人说话\n"
+                "<START>\nSol: 不是说话人\nSol Reyes: 好")
+    p = preset([{"identifier": "dialogueExamples", "marker": True}], order=["dialogueExamples", "worldInfoBefore", "chatHistory"],
+               extensions={"zhin": {"user": "Sol Reyes", "char": "Juniper", "examples": examples}})
+    messages = [(m.get("name"), m["content"]) for m in last_request(p).request["messages"][:6]]
+    assert messages == [
+        (None, "[Example Chat]"),
+        # a line before the first Name: joins the first message; the space after the removed name stays
+        ("example_user", "*门吱呀一声。*\n 冷吗？"),
+        # a multi-line message stays one; a second line of the same speaker joins it (only the first Name: goes)
+        ("example_assistant", "一月更冷。\n暖气比我还老。\nJuniper: 真的。"),
+        ("example_user", "懂了"),
+        # the narration-only block gives no message and no separator; "Sol:" is not the speaker "Sol Reyes"
+        (None, "[Example Chat]"),
+        ("example_user", "Sol: 不是说话人\n 好"),
+    ]
+    assert last_request(p).request["messages"][6]["content"].startswith("You are")  # nothing else from the examples
+
+
+def test_entries_deeper_than_the_chat_sit_under_new_chat_deeper_first() -> None:
+    p = preset([_in_chat("d10", "十", 10), _in_chat("d30", "三十", 30), _in_chat("d2", "二", 2)])
+    bodies = [body_of(text).split("\n\n")[0] for _, text in wire(last_request(p))[1:]]
+    assert bodies[:4] == ["[Start a new Chat]", "三十", "十", "我推门进去"]
+    assert bodies[bodies.index("二") + 1 :][:2] == ["雨很大", "我抬头"]  # depth 2 is inside the chat (negative control)
+
+
+def test_triggers_and_system_prompt_true_custom_entries_are_not_sent() -> None:
+    p = preset([entry("cont", "只在继续", injection_trigger=["continue"]), entry("norm", "普通与重试", injection_trigger=["normal", "swipe"]),
+                {"identifier": "sp", "role": "system", "content": "标了系统", "system_prompt": True},
+                {"identifier": "sp-missing", "role": "system", "content": "没写系统"},
+                {**_in_chat("sp-chat", "深处", 0), "system_prompt": True}])
+    texts = [text for _, text in wire(last_request(p))]
+    assert "普通与重试" in texts and "深处" in texts  # a normal-generation trigger, and in-chat entries: sent
+    assert not {"只在继续", "标了系统", "没写系统"} & set(texts)
+
+
+def test_names_behavior_changes_nothing_and_history_never_carries_name() -> None:
+    def messages(names: int) -> list[dict[str, Any]]:
+        p = preset([{"identifier": "dialogueExamples", "marker": True}, entry("a", "助手条目", role="assistant")],
+                   order=["dialogueExamples", "a", "worldInfoBefore", "chatHistory"], names_behavior=names,
+                   extensions={"zhin": {"user": "旅人", "char": "小知", "examples": "旅人: 你好\n小知: 嗯。"}})
+        return last_request(p).request["messages"]
+
+    plain = messages(0)
+    assert [m.get("name") for m in plain[:3]] == [None, "example_user", "example_assistant"]  # the examples' names
+    assert not any("name" in m for m in plain[3:])  # ADR 0041 acceptance 5: no name on preset or history messages
+    assert messages(1) == messages(2) == messages(-1) == plain  # ST's names go on history messages, which zhin never names
+
+
+def test_merge_joins_a_reply_and_the_assistant_entry_after_it_across_the_history_boundary() -> None:
+    entries = [_in_chat("d1", "*钟声*", 1, role="assistant")]
+    merged = wire(last_request(preset(entries, custom_prompt_post_processing="merge")))
+    reply = next(text for role, text in merged if role == "assistant" and "雨很大" in text)
+    assert reply.startswith("[id:m4;") and reply.endswith("] 雨很大\n\n*钟声*")  # the header stays where its text starts
+    plain = wire(last_request(preset(entries)))
+    assert ("assistant", "*钟声*") in plain  # negative control: no post-processing, two messages
+    assert [r for r, _ in plain].count("assistant") == [r for r, _ in merged].count("assistant") + 1
+
+
+def test_post_processing_never_folds_a_tool_call() -> None:
+    from zhin_cli.model import ToolCall
+    from zhin_cli.preset.shaping import post_process
+
+    call = Projected("assistant", "history.assistant", body="查一下", tool_calls=[ToolCall("c1", "search", {})])
+    text = Projected("assistant", "history.assistant", body="好的")
+    entry_after = PresetMessage("assistant", [("preset:a", "条目")])
+    out, _ = post_process([call, entry_after], "merge")
+    assert out == [call, entry_after]
+    out, _ = post_process([text, entry_after], "merge")  # negative control: a plain reply does merge
+    assert [(m.role, m.text) for m in out] == [("assistant", "好的\n\n条目")]
+
+
+def test_single_is_one_user_message_with_speaker_prefixes() -> None:
+    p = preset([entry("main", "主"), entry("a", "助手条目", role="assistant")], order=["main", "worldInfoBefore", "a", "chatHistory"],
+               custom_prompt_post_processing="single", extensions={"zhin": {"user": "旅人", "char": "小知"}})
+    request = last_request(p)
+    (message,) = request.request["messages"]
+    text = message["content"]
+    assert message["role"] == "user" and text.startswith("主\n\nYou are")  # system parts are not prefixed
+    assert "\n\n小知: 助手条目\n\n[Start a new Chat]\n\n旅人: [id:m1;" in text
+    assert "\n\n小知: [id:m2;" in text and "] 门后是雨\n\n旅人: [id:m3;" in text
+    assert text.rsplit("旅人: ", 1)[1].split("] ", 1)[1].startswith("我抬头\n\n[scene_id:")  # the current input keeps its tail
+    assert {p.segment_id for p in request.parts} >= {"preset:main", "system", "tail", "history.user"}  # attribution kept
+    strict = last_request(preset([entry("main", "主")], custom_prompt_post_processing="strict")).request["messages"]
+    assert len(strict) > 1  # negative control: strict keeps the turns

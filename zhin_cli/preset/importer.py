@@ -370,9 +370,10 @@ def parse_preset(data: Any, *, path: Path | None = None, text: str | None = None
         reader.report("warning", "bad-post-processing", f"custom_prompt_post_processing {_short(mode)} is unknown; no post-processing",
                       "custom_prompt_post_processing", '"custom_prompt_post_processing"')
     elif mode == "single":
-        reader.report("warning", "single-not-supported",
-                      "custom_prompt_post_processing 'single' would fold the real multi-turn history into one user message; "
-                      "zhin applies 'strict' instead", "custom_prompt_post_processing", '"custom_prompt_post_processing"')
+        reader.report("info", "single-user-message",
+                      "custom_prompt_post_processing 'single': the whole prompt, history included, is sent as one user message "
+                      "(as ST does); tool calls and state changes keep their own messages", "custom_prompt_post_processing",
+                      '"custom_prompt_post_processing"')
     extensions = data.get("extensions") or {}
     if not isinstance(extensions, dict):
         reader.report("warning", "bad-extensions", "extensions is not an object; ignored", "extensions", '"extensions"')
