@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from zhin_cli.preset.macros import MacroContext, MacroEngine, macro_names
+from zhin_cli.preset.macros import MacroContext, MacroEngine, js_trim, macro_names, prepare_card_fields
 
 T0 = 1761699600000  # 2025-10-29 09:00 Asia/Shanghai (a Wednesday)
 
@@ -85,3 +85,55 @@ def test_pick_is_stable_for_the_session_and_text() -> None:
 
 def test_macro_names_for_lint() -> None:
     assert macro_names("{{// c}}{{user}} {{random::a::{{char}}}} {{roll:1d6}}") == ["//", "user", "random", "char", "roll"]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("<USER> / <user> / <User> / <uSeR>", "阿丽 / 阿丽 / 阿丽 / 阿丽"),  # any case (ST /<USER>/gi)
+        ("<BOT> <bot> <CHAR> <char>", "小知 小知 小知 小知"),
+        ("<GROUP> <CHARIFNOTGROUP> <charIfNotGroup>", "小知 小知 小知"),  # solo: the character's name
+        ("`<user>` in backticks", "`阿丽` in backticks"),  # ST rewrites inside code spans too
+        ("{{setvar::g::<user>}}[{{getvar::g}}]", "[阿丽]"),  # a rewritten marker is a macro like any other
+        ("{{// <user> }}x", "x"),
+        ("<users> </user> <user/> <user > < user> <use r>", "<users> </user> <user/> <user > < user> <use r>"),
+        ("<uſer> <ᴜser>", "<uſer> <ᴜser>"),  # JS /i folds no non-ASCII letter onto ASCII (Python's would: ſ → s)
+        ("<USER", "<USER"),
+    ],
+)
+def test_legacy_angle_bracket_markers(text: str, expected: str) -> None:
+    assert engine().expand(text) == expected
+
+
+def test_legacy_markers_in_a_group_and_in_macro_results() -> None:
+    assert engine(group="阿丽, 小知").expand("<GROUP>|<CHARIFNOTGROUP>|<char>") == "阿丽, 小知|阿丽, 小知|小知"
+    # a macro's result is never rewritten or expanded again: only the template's own markers are
+    assert engine(last_user_message="<user> {{char}}").expand("{{lastUserMessage}}") == "<user> {{char}}"
+
+
+def test_summary_macro() -> None:
+    e = engine(summary="They met at the door.")
+    assert e.expand("[{{summary}}] [{{SUMMARY}}]") == "[They met at the door.] [They met at the door.]"
+    e = engine()
+    assert e.expand("[{{summary}}]") == "[]"  # no compaction summary: "" (ST's Summarize with no summary)
+    assert e.context.unknown == {}
+    assert engine(summary="{{user}} <bot>").expand("{{summary}}") == "{{user}} <bot>"  # the summary is data
+    assert engine().expand("{{summary::x}}") == "{{summary::x}}"  # wrong arguments: verbatim (negative control)
+
+
+def test_js_trim_is_javascripts_not_pythons() -> None:
+    assert js_trim("\ufeff\u00a0\u3000 \t\n a  b \r\n\u2029") == "a  b"
+    assert js_trim("\x1c\x85 a \x1f") == "\x1c\x85 a \x1f"  # str.strip() would remove these; JS keeps them
+    assert "\x1c a".strip() == "a"  # (what makes the line above a real check)
+
+
+def test_prepare_card_fields() -> None:
+    e = engine(description="raw")  # persona 旅人: what a field must not see of the card macros
+    prepare_card_fields(e, {"description": "  {{newline}}{{char}}{{description}}{{persona}}\r\n{{x}} \n",
+                            "personality": "\t{{setvar::m::1}}calm ", "persona": "{{getvar::m}}<USER>", "scenario": ""})
+    context = e.context
+    # trimmed before expanding (the macro's own newline stays), card macros empty inside a field, \r removed
+    assert context.description == "\n小知\n{{x}}"
+    assert (context.personality, context.persona, context.scenario) == ("calm", "1阿丽", "")  # fields in ST's order
+    assert e.expand("{{description}}|{{charPersonality}}|{{persona}}") == "\n小知\n{{x}}|calm|1阿丽"
+    assert context.unknown == {"x": 1}

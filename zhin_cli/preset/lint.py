@@ -3,7 +3,8 @@
 lint: the importer's diagnostics plus what only the whole preset shows — unknown macros (``known=false``),
 entries that can never be sent, holes missing from the order, macros that break the prompt cache
 because their value changes between requests while they sit in the stable prefix (before chatHistory),
-macros nested past what zhin expands, and regex scripts with nested quantifiers (catastrophic backtracking).
+macros nested past what zhin expands, regex scripts with nested quantifiers (catastrophic backtracking), lower-case
+``<user>``-style tags that ST's legacy markers rewrite into names, and where ``{{summary}}`` comes from.
 
 probe: the message skeleton the preset produces for one request — each wire message's role, the preset
 entries or holes it is made of, its characters and tokens.
@@ -17,7 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from zhin_cli.preset.importer import load_preset
-from zhin_cli.preset.macros import MAX_NESTING, RANDOM_MACROS, TIME_MACROS, is_known, scan_macros
+from zhin_cli.preset.macros import (
+    LEGACY_MARKERS,
+    MAX_NESTING,
+    RANDOM_MACROS,
+    TIME_MACROS,
+    is_known,
+    legacy_markers,
+    scan_macros,
+)
 from zhin_cli.preset.model import BUILTIN_PROMPTS, HOLE_ALIASES, ST_MARKERS, ZHIN_HOLES, Diagnostic, Preset, RegexScript
 from zhin_cli.preset.regex import BUDGET_SECONDS, nested_quantifier
 
@@ -29,6 +38,22 @@ def applies_at_all(script: RegexScript) -> bool:
 LINT_VERSION = 1
 PROBE_VERSION = 1
 TURN_DEPENDENT = frozenset({"lastusermessage", "lastmessage", "lastcharmessage"})
+_BECOMES = {"user": "the user's name", "char": "the character's name", "group": "the group's names (or the character's name)",
+            "charIfNotGroup": "the group's names (or the character's name)"}
+
+
+def _xml_like_markers(text: str) -> list[str]:
+    """Legacy markers written in lower case (``<user>``, ``<char>``, …): the spelling of an XML tag, which ST's
+    engine rewrites like ``<USER>``. Each distinct tag once, in order."""
+    return list(dict.fromkeys(tag for tag in legacy_markers(text) if tag == tag.lower()))
+
+
+def _legacy_note(tags: list[str], where: str, text: str) -> str:
+    described = "; ".join(
+        f"{tag} becomes {_BECOMES[LEGACY_MARKERS[tag[1:-1]]]}"
+        + (f" (its closing </{tag[1:-1]}> stays)" if f"</{tag[1:-1]}>" in text.lower() else "") for tag in tags)
+    return (f"{where}: {described} — ST's macro engine rewrites the legacy markers <USER>, <BOT>, <CHAR>, <GROUP> and "
+            "<CHARIFNOTGROUP> in any case, and zhin does the same; if an XML tag is meant, rename it (e.g. <user_input>)")
 
 
 @dataclass
@@ -106,6 +131,9 @@ def lint_preset(preset: Preset, file: str = "") -> LintResult:
         if entry.marker and identifier not in ST_MARKERS and identifier not in ZHIN_HOLES and identifier not in BUILTIN_PROMPTS:
             report("warning", "unknown-marker", f"marker {identifier!r} is not one zhin fills; it sends nothing", identifier)
         in_prefix = position < history_at and not entry.in_chat
+        tags = _xml_like_markers(entry.content)
+        if tags:
+            report("info", "legacy-marker", _legacy_note(tags, f"prompt {identifier!r}", entry.content), identifier)
         names, depth = scan_macros(entry.content)
         if depth > MAX_NESTING:
             report("warning", "deep-macros", f"prompt {identifier!r} nests macros {depth} levels deep: zhin expands {MAX_NESTING} "
@@ -125,7 +153,23 @@ def lint_preset(preset: Preset, file: str = "") -> LintResult:
     for record in macros.values():
         if not record["known"]:
             report("warning", "unknown-macro", f"unknown macro {{{{{record['name']}}}}} (known=false) in "
-                   f"{', '.join(record['entries'])}: left verbatim, as ST does", record["entries"][0])
+                   f"{', '.join(record['entries'])}: zhin leaves it verbatim, as stock ST does (an ST extension that "
+                   "defines it would expand it there)", record["entries"][0])
+        elif record["name"].lower() == "summary":
+            report("info", "summary-macro", f"{{{{{record['name']}}}}} in {', '.join(record['entries'])} is zhin's compaction "
+                   "summary when the window has one, else empty (in ST: the Summarize extension's summary); the summary "
+                   "message itself also stays in the history", record["entries"][0])
+    card = preset.card
+    for option in ("persona", "description", "personality", "scenario", "examples", "world_book_after"):
+        text = getattr(card, option)
+        tags = _xml_like_markers(text)
+        if tags:
+            report("info", "legacy-marker", _legacy_note(tags, f"preset option {option}", text))
+    wi_format = preset.setting("wi_format", "{0}")
+    if isinstance(wi_format, str) and wi_format.strip() and "{0}" not in wi_format:
+        report("warning", "wi-format-without-text", f"wi_format {wi_format[:80]!r} has no {{0}}: ST drops the World Info "
+               "text, and so does zhin for world_book_after; zhin's own system prompt (worldInfoBefore) is kept, after "
+               "the format")
     ordered = {e.identifier for e in preset.order}  # once: per prompt, a preset of 50,000 prompts took minutes
     for identifier in preset.prompts:
         if identifier not in ordered and preset.prompts[identifier].in_chat:

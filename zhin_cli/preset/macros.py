@@ -14,6 +14,11 @@ in one linear pass, each argument is expanded once, macros nested deeper than ``
 verbatim, and everything the macros of one assembly produce (results, variable values) shares one budget
 of ``MAX_OUTPUT`` characters. Past a bound a macro stays verbatim and the context records a problem, which
 the request reports as a warning; ``roll`` and ``newline`` outside their bounds are "bad arguments".
+
+Before the pass, ST's legacy angle-bracket markers (``<USER>``, ``<BOT>``, ``<CHAR>``, ``<GROUP>``,
+``<CHARIFNOTGROUP>``, any case) are rewritten into their macros, as ST's engine pre-processor does — so a
+preset's ``<user>`` meant as an XML tag becomes the user's name there too (lint notes it). Card fields go
+through ``prepare_card_fields`` (ST's ``getCharacterCardFields``) before anything else is expanded.
 """
 
 from __future__ import annotations
@@ -41,6 +46,35 @@ MAX_DICE = 1000  # {{roll:NdS}}: at most this many dice …
 MAX_DIE = 10**15  # … sides and modifier below this
 MAX_NEWLINES = 10_000  # {{newline::N}}
 
+# ST's legacy non-brace markers → the macro each becomes (MacroEngine pre-processor "core:legacy-markers": a
+# case-insensitive /<USER>/gi …). re.ASCII: JS /i without the u flag never folds a non-ASCII letter onto an
+# ASCII one, while Python's Unicode folding would read "<uſer>" (long s) as <USER>.
+LEGACY_MARKERS = {"user": "user", "bot": "char", "char": "char", "group": "group", "charifnotgroup": "charIfNotGroup"}
+_LEGACY = re.compile(r"<(user|bot|char|group|charifnotgroup)>", re.IGNORECASE | re.ASCII)
+# What JavaScript's String.prototype.trim removes (WhiteSpace and LineTerminator): not Python's str.strip,
+# which also strips U+001C–U+001F and U+0085 and keeps U+FEFF.
+JS_WHITESPACE = "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+# Card fields in the order ST resolves them (getCharacterCardFields): variables flow in that order.
+CARD_FIELDS = ("description", "personality", "persona", "scenario")
+
+
+def js_trim(text: str) -> str:
+    """``text.trim()`` as JavaScript does it."""
+    return text.strip(JS_WHITESPACE)
+
+
+def rewrite_legacy_markers(text: str) -> str:
+    """``<USER>`` → ``{{user}}``, ``<BOT>``/``<CHAR>`` → ``{{char}}``, ``<GROUP>`` → ``{{group}}``,
+    ``<CHARIFNOTGROUP>`` → ``{{charIfNotGroup}}``, any case; the macros are then expanded like any other."""
+    if "<" not in text:
+        return text
+    return _LEGACY.sub(lambda m: "{{" + LEGACY_MARKERS[m.group(1).lower()] + "}}", text)
+
+
+def legacy_markers(text: str) -> list[str]:
+    """The legacy markers in ``text`` as written (for lint)."""
+    return [m.group() for m in _LEGACY.finditer(text)] if "<" in text else []
+
 
 class OverBudget(Exception):
     """Raised by ``MacroContext.charge`` when the macros of one assembly would produce more than ``MAX_OUTPUT``."""
@@ -58,6 +92,7 @@ class MacroContext:
     last_user_message: str = ""
     last_char_message: str = ""
     last_message: str = ""
+    summary: str = ""  # {{summary}}: the compaction summary of the window, "" without one (ST: the Summarize extension's)
     model: str = ""
     now_ms: int = 0
     timezone: str = "UTC"
@@ -121,7 +156,7 @@ for _name, _getter in {
     "scenario": lambda c: c.scenario, "charScenario": lambda c: c.scenario,
     "group": lambda c: c.group or c.char, "charIfNotGroup": lambda c: c.group or c.char,
     "lastUserMessage": lambda c: c.last_user_message, "lastCharMessage": lambda c: c.last_char_message,
-    "lastMessage": lambda c: c.last_message, "model": lambda c: c.model,
+    "lastMessage": lambda c: c.last_message, "model": lambda c: c.model, "summary": lambda c: c.summary,
     "noop": lambda c: "", "trim": lambda c: TRIM_MARK,
     "isotime": lambda c: c.now().strftime("%H:%M"), "isodate": lambda c: c.now().strftime("%Y-%m-%d"),
     "weekday": lambda c: c.now().strftime("%A"),
@@ -348,7 +383,8 @@ class MacroEngine:
         self._pairs: dict[int, int] = {}
 
     def expand(self, text: str) -> str:
-        """Expand every macro in ``text`` and apply ``{{trim}}`` (which never crosses texts)."""
+        """Rewrite the legacy markers, expand every macro in ``text`` and apply ``{{trim}}`` (which never crosses texts)."""
+        text = rewrite_legacy_markers(text)
         if "{{" not in text:
             return text
         outer = self._text, self._pairs  # a handler never expands, but keep expand() re-entrant anyway
@@ -429,6 +465,20 @@ class MacroEngine:
             self.context.unknown[f"{name} (bad arguments)"] += 1
             return verbatim()
         return result
+
+
+def prepare_card_fields(engine: MacroEngine, raw: dict[str, str]) -> None:
+    """Set the card fields of ``engine``'s context as ST prepares them (``getCharacterCardFields`` →
+    ``baseChatReplace``), once per request and before anything else is expanded: each field trimmed (JS
+    ``trim``), then macro-expanded with the card macros empty — ``{{description}}`` inside a card field gives
+    "", never itself — then ``\r`` removed. The markers, ``{{description}}`` and the other card macros use
+    the result."""
+    context = engine.context
+    for name in CARD_FIELDS:
+        setattr(context, name, "")
+    prepared = {name: engine.expand(js_trim(raw.get(name, ""))).replace("\r", "") for name in CARD_FIELDS}
+    for name, value in prepared.items():
+        setattr(context, name, value)
 
 
 def scan_macros(text: str) -> tuple[list[str], int]:

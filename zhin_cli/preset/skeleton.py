@@ -24,10 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from zhin_cli.headers import Projected
+from zhin_cli.headers import SUMMARY_PREFIX, Projected
 from zhin_cli.preset import regex as regex_module
 from zhin_cli.preset.layout import SYSTEM_SEGMENT, TAIL_SEGMENT, TAIL_SEPARATOR, Item, Layout, PresetMessage
-from zhin_cli.preset.macros import MacroContext, MacroEngine
+from zhin_cli.preset.macros import MacroContext, MacroEngine, prepare_card_fields
 from zhin_cli.preset.model import (
     APPENDED_WHEN_MISSING,
     BUILTIN_PROMPTS,
@@ -129,12 +129,12 @@ def _seed(preset: Preset, facts: Facts) -> str:
     return hashlib.sha256(f"{preset.card.seed}\x00{facts.session_id}\x00{facts.position}".encode()).hexdigest()
 
 
-def _format_wi(template: str, text: str) -> str:
-    if not text:
-        return ""
+def _format_wi(template: str) -> list[str]:
+    """``wi_format`` split at its ``{0}`` (ST ``formatWorldInfo``: the text goes in at every ``{0}``, any other
+    ``{n}`` stays as written; a blank format is the text alone)."""
     if not template.strip():
-        return text
-    return re.sub(r"\{(\d+)\}", lambda m: text if m.group(1) == "0" else m.group(0), template)
+        return ["", ""]
+    return template.split("{0}")
 
 
 @dataclass(frozen=True)
@@ -231,13 +231,19 @@ class _Builder:
             # breaks the prompt cache on every request; so only private chats default to the member's name.
             user=card.user or (speaker if not facts.is_group and speaker else "User"),
             char=card.char or facts.bot_name or "Assistant",
-            persona=card.persona, description=card.description, personality=card.personality, scenario=card.scenario,
             last_user_message=self._raw(self.current), last_char_message=self._raw(last_char),
             last_message=self._raw(self.current or (self.history[-1] if self.history else None)),
+            # {{summary}}: the window's compaction summary (its text, as the summary message carries it), else ""
+            summary=next((m.body.removeprefix(SUMMARY_PREFIX) for m in messages if m.role == "summary"), ""),
             model=facts.model, now_ms=facts.request_time, timezone=facts.timezone,
             seed=_seed(preset, facts), session_seed=f"{card.seed}\x00{facts.session_id}",
         )
         self.engine = MacroEngine(self.context)
+        # ST's order (sillytavern.md §4.6): card fields first, then the World Info entries, then the preset's
+        # entries — so a {{setvar}} in a card field or the world book is seen by every entry.
+        prepare_card_fields(self.engine, {"description": card.description, "personality": card.personality,
+                                          "persona": card.persona, "scenario": card.scenario})
+        self.world_info_after = self.engine.expand(card.world_book_after)  # an entry's macros expand on activation
         self.entries: list[EntryReport] = []
         self.warnings: list[str] = []
 
@@ -320,29 +326,35 @@ class _Builder:
     def marker_text(self, identifier: str) -> str | None:
         """Content of a runtime-filled marker, or None if ``identifier`` is not one."""
         identifier = HOLE_ALIASES.get(identifier, identifier)
-        card, expand = self.preset.card, self.engine.expand
+        context = self.context  # the card fields as prepare_card_fields left them: trimmed and expanded
         if identifier == "worldBookBefore":
             # zhin's own segment text is data, never a template: only the wi_format wrapper is expanded.
-            return self._wrap_wi(self.system)
+            return self._wrap_wi(self.system, keep=True)
         if identifier == "worldBookAfter":
-            return self._wrap_wi(expand(card.world_book_after))
+            return self._wrap_wi(self.world_info_after)
         if identifier == "charDescription":
-            return expand(card.description)
-        if identifier == "charPersonality":
-            return expand(self.setting("personality_format")) if card.personality else ""
-        if identifier == "scenario":
-            return expand(self.setting("scenario_format")) if card.scenario else ""
+            return context.description
         if identifier == "personaDescription":
-            return expand(card.persona)
+            return context.persona
+        if identifier in ("charPersonality", "scenario"):
+            # ST: a non-empty field goes through its format (whose {{personality}}/{{scenario}} is the prepared
+            # field); a blank format sends the field itself; an empty field sends nothing, whatever the format.
+            value = context.personality if identifier == "charPersonality" else context.scenario
+            template = self.setting("personality_format" if identifier == "charPersonality" else "scenario_format")
+            return (self.engine.expand(template) if template else value) if value else ""
         return None
 
-    def _wrap_wi(self, text: str) -> str:
+    def _wrap_wi(self, text: str, keep: bool = False) -> str:
+        """``text`` in ``wi_format``: the format's macros are expanded, ``text`` is not expanded again. A format
+        without ``{0}`` drops the text, as ST does — except zhin's own system prompt (``keep``), which then
+        follows the format (losing it would be worse than not matching ST; lint warns)."""
         template = self.setting("wi_format")
         if not text or template == "{0}":
             return text
-        formatted = _format_wi(template, "\x00")
-        before, _, after = formatted.partition("\x00")
-        return self.engine.expand(before) + text + self.engine.expand(after)
+        pieces = _format_wi(template)
+        if len(pieces) == 1 and keep:
+            pieces.append("")
+        return text.join(self.engine.expand(piece) for piece in pieces)
 
     def examples(self, segment: str, role_set: bool, role: str) -> list[PresetMessage]:
         text = self.engine.expand(self.preset.card.examples)
