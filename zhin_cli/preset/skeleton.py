@@ -397,9 +397,9 @@ class _Builder:
             for order in sorted(groups):
                 for role in INJECTION_ROLES:
                     members = sorted((i for i in groups[order] if i.role == role), key=lambda i: i.sequence)
-                    message = _injected(role, members)
-                    if message is not None:
-                        inserts.setdefault(position, []).append(message)
+                    injected = _injected(role, members)
+                    if injected is not None:
+                        inserts.setdefault(position, []).append(injected)
         out: list[Item] = []
         new_chat = self.engine.expand(self.setting("new_chat_prompt"))
         if new_chat:
