@@ -6,7 +6,7 @@ Each stage is a module; this file only wires them, in that order, and collects w
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -15,8 +15,9 @@ from zhin_cli.config import Config
 from zhin_cli.errors import ConfigError
 from zhin_cli.headers import Aliases, Projected, ProjectedEvent, Projection, events_timed_on_wire, project
 from zhin_cli.merge import ItemKey, item_key, merge
-from zhin_cli.model import AssistantMessage, Message, Session
+from zhin_cli.model import AssistantMessage, Message, Session, UserMessage
 from zhin_cli.preset import SYSTEM_SEGMENT, PresetMessage
+from zhin_cli.preset.macros import MacroContext, MacroEngine
 from zhin_cli.preset.model import Preset
 from zhin_cli.preset.skeleton import Arrangement, Facts, arrange
 from zhin_cli.providers import Capabilities, RenderedPart, RenderedRequest, render, resolve_profile
@@ -163,6 +164,28 @@ def _wire_messages(body: dict[str, Any]) -> list[Any]:
     return list(body.get("messages") or body.get("contents") or [])
 
 
+def greeting_position(messages: Sequence[Message]) -> int | None:
+    """Where the session's greeting is, if it has one: an assistant message with text and no tool call that opens
+    the conversation, with no member input before it.
+
+    SillyTavern writes the card's ``first_mes`` into a new chat without calling the model; a bot that does the
+    same stores it as the first assistant row. No request produced it, so a replay makes none for it (turn
+    numbers still count it: turn k is the k-th assistant message). Only the very first stored message can be the
+    greeting: a bot message after a join or another event answered that event, which is model input.
+    (docs/design-notes.md, "The greeting (B5)")"""
+    if not messages:
+        return None
+    first = messages[0]
+    if isinstance(first, AssistantMessage) and first.text and not first.tool_calls:
+        return 0
+    return None
+
+
+def greeting_turn(messages: Sequence[Message]) -> int | None:
+    """The greeting's turn number (1: it is the first assistant message), or None without a greeting."""
+    return 1 if greeting_position(messages) is not None else None
+
+
 class Assembler:
     """Assembles requests for one session under one configuration (registry, provider, model)."""
 
@@ -196,13 +219,24 @@ class Assembler:
         return name
 
     def replay(self, session: Session) -> Iterator[AssembledRequest]:
-        """Turn k = the request that produced the k-th assistant message, from what was visible then."""
+        """Turn k = the request that produced the k-th stored assistant message, from what was visible then.
+
+        The greeting (``greeting_position``) has no request: nobody asked the model for it. A stored greeting keeps
+        its turn number (turn 1); a card greeting (``greeted``) is not a stored message and has none. Either way it
+        stays in the history of every later request, as the first thing in the chat."""
+        stored = session
+        session, _ = self.greeted(session, 0)
         aliases = Aliases.of(session)
         session_index = SessionIndex.of(session)
         sent: list[ItemKey] = []
         turn = 0
+        greeting = greeting_position(session.messages)
         for position, message in enumerate(session.messages):
             if not isinstance(message, AssistantMessage):
+                continue
+            if position == greeting:
+                turn += 1 if session is stored else 0
+                sent = [("row", message.row_id)]  # in the chat before anything else arrived
                 continue
             turn += 1
             request = self.assemble(session, position, message.timestamp, turn=turn, sent_prefix=sent, aliases=aliases,
@@ -210,6 +244,29 @@ class Assembler:
             # What the next request must keep as its prefix: what this one sent, plus the reply it produced.
             sent = [*request.sent_keys, ("row", message.row_id)]
             yield request
+
+    def greeted(self, session: Session, upto: int) -> tuple[Session, int]:
+        """``session`` opened with the preset's card greeting (``greeting`` option, ST's ``first_mes``) when it
+        stored no greeting of its own, and ``upto`` moved past it; else both unchanged.
+
+        SillyTavern writes ``first_mes`` into every new chat, so its requests carry it as the first assistant
+        message; a bot bound to the same card that never stored it would otherwise be replayed without it. The
+        text is expanded once, as ST does when the chat opens: ``{{char}}`` and ``{{user}}`` as the preset stage
+        sets them (card options, else the bot's name; ``{{user}}`` the chat's member in a private chat, else
+        ``User``). The row is not stored: its id is below every stored one and its time 1 ms before the first
+        message, so the merge keeps it first."""
+        card = self.preset.card if self.preset is not None else None
+        if card is None or not card.greeting or not session.messages or greeting_position(session.messages) is not None:
+            return session, upto
+        first = session.messages[0]
+        member = next((m.actor.display_name for m in session.messages if isinstance(m, UserMessage) and m.actor), None)
+        context = MacroContext(user=card.user or (member if not session.is_group and member else "User"),
+                               char=card.char or session.bot.name or "Assistant", now_ms=first.timestamp - 1,
+                               timezone=self._timezone(session))
+        text = MacroEngine(context).expand(card.greeting)
+        row = min(m.row_id for m in session.messages) - 1
+        greeting = AssistantMessage([{"type": "text", "text": text}], first.timestamp - 1, row)
+        return replace(session, messages=[greeting, *session.messages]), upto + 1
 
     def assemble(
         self,
@@ -223,6 +280,9 @@ class Assembler:
         stored_model: str | None = None,
         index: SessionIndex | None = None,
     ) -> AssembledRequest:
+        greeted, upto = self.greeted(session, upto)
+        if greeted is not session:  # positions, aliases and index of the stored session do not fit the greeted one
+            session, aliases, index = greeted, None, None
         model = self.model or stored_model or DEFAULT_MODEL
         profile: Capabilities = resolve_profile(self.provider, model, self.config.provider_overrides.get(self.provider))
         timezone = self._timezone(session)

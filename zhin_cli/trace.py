@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zhin_cli.assemble import AssembledRequest, Assembler
+from zhin_cli.assemble import AssembledRequest, Assembler, greeting_turn
 from zhin_cli.config import load_config
 from zhin_cli.errors import UsageError
 from zhin_cli.model import AssistantMessage
@@ -22,6 +22,8 @@ class TraceResult:
     source: str
     turns: int
     requests: list[AssembledRequest]
+    greeting_turn: int | None = None  # the greeting's turn: it has no request (``assemble.greeting_position``)
+    notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -29,8 +31,19 @@ class TraceResult:
             "session_id": self.session_id,
             "source": self.source,
             "turns": self.turns,
+            "greeting_turn": self.greeting_turn,
+            "notes": self.notes,
             "requests": [r.as_dict() for r in self.requests],
         }
+
+
+CARD_GREETING_NOTE = ("the session stored no greeting: the preset's card greeting (option greeting) opens the history "
+                      "of every request, as SillyTavern's chat has it; it is not a stored message and has no turn")
+
+
+def greeting_note(turn: int) -> str:
+    return (f"turn {turn} is the greeting: it opens the chat with no member input before it (as SillyTavern writes "
+            "the card's first_mes), so no request was made for it; it stays in the history of later requests")
 
 
 def trace(
@@ -61,14 +74,21 @@ def trace(
         total = sum(1 for m in session.messages if isinstance(m, AssistantMessage))
         if total == 0:
             raise UsageError(f"session {session.session_id!r} has no assistant message, so no request to replay")
+        greeting = greeting_turn(session.messages)
+        if greeting is not None and total == 1 and turn is None and not all_turns:
+            raise UsageError(f"session {session.session_id!r} has only its greeting (turn 1, written without a request), "
+                             "so no request to replay")
         wanted: int | None = None
         if not all_turns:
             wanted = total if turn is None else (turn if turn > 0 else total + 1 + turn)
             if not 1 <= wanted <= total:
                 raise UsageError(f"--turn {turn} is out of range: the session has {total} turns (1..{total})")
+        notes = [greeting_note(greeting)] if greeting is not None and wanted in (None, greeting) else []
+        if assembler.greeted(session, 0)[0] is not session:
+            notes.append(CARD_GREETING_NOTE)
         requests = []
         last = total if wanted is None else wanted
-        for request in assembler.replay(session):
+        for request in ([] if wanted is not None and wanted == greeting else assembler.replay(session)):
             if progress is not None:
                 progress(request.turn, last)
             if wanted is None or request.turn == wanted:
@@ -78,4 +98,4 @@ def trace(
     finally:
         for generation in generations:
             generation.release()
-    return TraceResult(session.session_id, session.source, total, requests)
+    return TraceResult(session.session_id, session.source, total, requests, greeting, notes)

@@ -60,6 +60,8 @@ def trace_command(
     else:
         console = stdout_console()
         console.print(f"[bold]{escape(result.session_id)}[/] · {escape(result.source)} · {result.turns} turns")
+        for note in result.notes:
+            console.print(f"note: {escape(note)}")
         for request in result.requests:
             _print_request(console, request, show_request)
     if validate and any(not r.verdict.ok for r in result.requests):

@@ -140,8 +140,11 @@ class CardOptions:
     examples: str = ""  # dialogueExamples marker: <START>-separated example chats
     world_book_after: str = ""  # worldBookAfter / worldInfoAfter hole
     seed: int = 0  # seeds {{roll}} / {{random}} (with the session id and the request position)
+    # ST's first_mes: opens the history of a session that stored no greeting (assemble.Assembler.greeted)
+    greeting: str = ""
 
-    FIELDS = ("user", "char", "persona", "description", "personality", "scenario", "examples", "world_book_after", "seed")
+    FIELDS = ("user", "char", "persona", "description", "personality", "scenario", "examples", "world_book_after", "seed",
+              "greeting")
 
 
 @dataclass

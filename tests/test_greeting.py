@@ -1,0 +1,208 @@
+"""Issue 15 §B5: the greeting. SillyTavern writes the card's first_mes into a new chat without calling the model;
+a leading assistant message with no member input before it is that greeting: no request is replayed for it, it
+stays in the history of later requests, and ``trace`` says so. Turn numbers still count it (turn k = the k-th
+assistant message), so numbering never changes for a stored session."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from builders import BOT, MIN, SEC, T0, History, contents, replay
+
+from zhin_cli.assemble import greeting_position
+from zhin_cli.errors import UsageError
+from zhin_cli.model import AssistantMessage, UserMessage
+from zhin_cli.prefixdiff import diff_turns
+from zhin_cli.trace import trace
+
+
+def greeted() -> History:
+    h = History()
+    h.assistant(T0, "你好，我是 Zhin。")  # the greeting: nothing before it
+    h.user(T0 + MIN, "10002", "你好", display_name="小明")
+    h.assistant(T0 + MIN + 10 * SEC, "有什么可以帮你？")
+    h.user(T0 + 2 * MIN, "10002", "讲个笑话", display_name="小明")
+    h.assistant(T0 + 2 * MIN + 10 * SEC, "好的……")
+    return h
+
+
+def save(h: History, tmp_path: Path) -> Path:
+    """The history as a session JSONL file (the builders' messages carry no stored payload)."""
+    session = h.session()
+    lines: list[dict[str, Any]] = [{"type": "session", "session_id": session.session_id, "timezone": session.timezone,
+                                    "bot": {"user_id": BOT.user_id, "name": BOT.name}, "scene": {"scene_id": "42", "scene_type": "group"}}]
+    for m in session.messages:
+        line: dict[str, Any] = {"type": "message", "id": m.row_id, "role": m.role, "timestamp": m.timestamp}
+        if isinstance(m, UserMessage):
+            assert m.actor is not None
+            line |= {"content": m.content, "actor": {"subjectId": m.actor.subject_id, "displayName": m.actor.display_name}}
+        else:
+            assert isinstance(m, AssistantMessage)
+            line["content"] = m.content
+        lines.append(line)
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines), encoding="utf-8")
+    return path
+
+
+def test_no_request_for_the_greeting_and_it_stays_in_the_history() -> None:
+    requests = replay(greeted().session())
+    assert [r.turn for r in requests] == [2, 3]  # turn 1 is the greeting: no request
+    first = contents(requests[0])
+    assert first[1] == f"[id:m1;user_id:{BOT.user_id};name:Zhin;role:admin;group_nickname:小知;date:2025-10-29;time:09:00;] 你好，我是 Zhin。"
+    assert requests[0].request["messages"][1]["role"] == "assistant"
+    assert first[2].startswith("[id:m2;user_id:10002;")
+    assert contents(requests[1])[1] == first[1]  # and in every later request
+
+
+def test_the_first_request_is_not_a_scene_line_alone() -> None:
+    """What the old replay sent for the greeting: a request whose only history is the scene line."""
+    for request in replay(greeted().session()):
+        assert any(c.startswith("[id:m2;") or c.startswith("[id:m4;") for c in contents(request))
+
+
+@pytest.mark.parametrize(("build", "turns"), [
+    # negative controls: these opening bot messages answer something, so their request is replayed
+    (lambda h: (h.user(T0, "10002", "hi"), h.assistant(T0 + SEC, "hello")), [1]),
+    (lambda h: (h.event(T0, "member_joined", "10009 join 1048877509 on 09:00 by self"), h.assistant(T0 + SEC, "欢迎！")), [1]),
+    (lambda h: (h.assistant(T0, "", calls=[("c1", "lookup")]), h.result(T0 + SEC, "c1"), h.assistant(T0 + 2 * SEC, "done")),
+     [1, 2]),
+])
+def test_negative_control_only_a_leading_text_reply_is_the_greeting(build: Any, turns: list[int]) -> None:
+    h = History()
+    build(h)
+    session = h.session()
+    assert greeting_position(session.messages) is None
+    assert [r.turn for r in replay(session)] == turns
+
+
+def test_the_greeting_is_in_the_chat_before_anything_else() -> None:
+    """The first real request is built as if the greeting had been sent already (append-only keeps it first)."""
+    from builders import assembler
+
+    session = greeted().session()
+    first = replay(session)[0]
+    direct = assembler().assemble(session, 2, session.messages[2].timestamp, turn=2, sent_prefix=[("row", 1)])
+    assert direct.request == first.request and first.sent_keys[0] == ("row", 1)
+
+
+def test_trace_turn_of_the_greeting_is_a_note(tmp_path: Path) -> None:
+    path = save(greeted(), tmp_path)
+    result = trace(str(path), turn=1, cwd=tmp_path)
+    assert result.requests == [] and result.greeting_turn == 1 and result.turns == 3
+    assert result.notes and "turn 1 is the greeting" in result.notes[0] and "no request" in result.notes[0]
+    assert [r.turn for r in trace(str(path), all_turns=True, cwd=tmp_path).requests] == [2, 3]
+    assert trace(str(path), all_turns=True, cwd=tmp_path).notes == result.notes
+    last = trace(str(path), cwd=tmp_path)
+    assert [r.turn for r in last.requests] == [3] and last.greeting_turn == 1 and last.notes == []
+    assert trace(str(path), turn=2, cwd=tmp_path).notes == []  # a turn that is not the greeting: no note
+
+
+def test_trace_of_a_session_with_only_its_greeting(tmp_path: Path) -> None:
+    h = History()
+    h.assistant(T0, "你好")
+    path = save(h, tmp_path)
+    with pytest.raises(UsageError, match="only its greeting"):
+        trace(str(path), cwd=tmp_path)
+    assert trace(str(path), turn=1, cwd=tmp_path).requests == []
+
+
+def test_trace_cli_says_so(tmp_path: Path, zhin: Any) -> None:
+    path = save(greeted(), tmp_path)
+    shown = zhin("trace", path, "--all")
+    assert shown.returncode == 0, shown.stderr
+    assert "note: turn 1 is the greeting" in shown.stdout
+    assert "turn 1 ·" not in shown.stdout and "turn 2 ·" in shown.stdout
+    one = zhin("trace", path, "--turn", "1", "--json")
+    assert one.returncode == 0, one.stderr
+    document = json.loads(one.stdout)
+    assert document["greeting_turn"] == 1 and document["requests"] == [] and document["turns"] == 3
+    plain = zhin("trace", path, "--turn", "2", "--json")
+    assert json.loads(plain.stdout)["notes"] == []
+
+
+def test_prefix_diff_starts_at_the_first_real_request() -> None:
+    session = greeted().session()
+    result = diff_turns(session.session_id, iter(replay(session)))
+    assert [(p.from_turn, p.to_turn) for p in result.pairs] == [(2, 3)]
+    assert result.pairs[0].cause in ("append", "tail")
+
+
+# --- the card option ``greeting`` (ST's first_mes) ----------------------------------------------------------------
+
+PRESET = Path(__file__).resolve().parent.parent / "fixtures" / "presets" / "st-default.json"
+CARD_GREETING = "你好，我是{{char}}。{{user}}，今天想聊什么？"
+
+
+def card_config(**options: Any) -> dict[str, Any]:
+    return {"preset": {"file": str(PRESET), **options}}
+
+
+def private_chat() -> History:
+    h = History()
+    h.user(T0, "10002", "在吗", display_name="小明")
+    h.assistant(T0 + 10 * SEC, "在")
+    h.user(T0 + MIN, "10002", "讲个笑话", display_name="小明")
+    h.assistant(T0 + MIN + 10 * SEC, "好的……")
+    return h
+
+
+def private(h: History) -> Any:
+    from zhin_cli.model import SceneFacts
+
+    return h.session(scene=SceneFacts(scene_id="10002", scene_type="private"))
+
+
+def history_texts(request: Any) -> list[tuple[str, str]]:
+    return [(m["role"], m["content"]) for m in request.request["messages"] if m["role"] in ("user", "assistant")]
+
+
+def test_card_greeting_opens_a_session_that_stored_none() -> None:
+    requests = replay(private(private_chat()), card_config(greeting=CARD_GREETING))
+    assert [r.turn for r in requests] == [1, 2]  # turn numbers still count stored replies only
+    for request in requests:
+        role, text = history_texts(request)[0]
+        assert role == "assistant"
+        # expanded once, as ST writes first_mes: {{char}} the bot, {{user}} the member of the private chat
+        assert text.endswith("] 你好，我是Zhin。小明，今天想聊什么？") and text.startswith(f"[id:m1;user_id:{BOT.user_id};")
+    assert history_texts(requests[0])[1][1].startswith("[id:m2;user_id:10002;")
+
+
+def test_card_greeting_in_a_group_greets_user() -> None:
+    h = private_chat()
+    request = replay(h.session(), card_config(greeting=CARD_GREETING, char="小知"))[-1]
+    assert history_texts(request)[0][1].endswith("] 你好，我是小知。User，今天想聊什么？")
+
+
+def test_card_greeting_direct_assemble_equals_the_replay() -> None:
+    """Callers that assemble one position of the stored session (eval, golden tests) get the same request."""
+    from builders import assembler
+
+    session = private(private_chat())
+    config = card_config(greeting=CARD_GREETING)
+    requests = replay(session, config)
+    direct = assembler(card_config(greeting=CARD_GREETING)).assemble(
+        session, 3, session.messages[3].timestamp, turn=2, sent_prefix=requests[0].sent_keys + [("row", 2)])
+    assert direct.request == requests[1].request
+
+
+def test_negative_control_a_stored_greeting_wins_and_no_option_adds_nothing() -> None:
+    h = greeted()
+    with_option = replay(private(h), card_config(greeting=CARD_GREETING))
+    without = replay(private(h), card_config())
+    assert [r.request for r in with_option] == [r.request for r in without]
+    plain = replay(private(private_chat()), card_config())
+    assert history_texts(plain[0])[0][0] == "user"
+
+
+def test_trace_notes_the_card_greeting(tmp_path: Path) -> None:
+    import yaml
+
+    path = save(private_chat(), tmp_path)
+    (tmp_path / "zhin.yaml").write_text(yaml.safe_dump(card_config(greeting=CARD_GREETING), allow_unicode=True), encoding="utf-8")
+    result = trace(str(path), all_turns=True, cwd=tmp_path)
+    assert [r.turn for r in result.requests] == [1, 2] and result.greeting_turn is None
+    assert any("card greeting" in note for note in result.notes)
