@@ -351,10 +351,11 @@ def test_arrange_without_preset_uses_default() -> None:
 def test_mid_conversation_system_entries_follow_the_profile_rule() -> None:
     p = preset([entry("d0", "深度0", injection_position=1, injection_depth=0)])
     plain = last_request(p, provider="anthropic", model="claude-sonnet-4-5").request["messages"][-1]
-    assert plain["role"] == "user" and plain["content"][-1]["text"] == "深度0"  # downgraded, in the user turn
+    # downgraded, in the user turn, with the host-only header (issue 15 A6)
+    assert plain["role"] == "user" and plain["content"][-1]["text"] == "[user_id:system;] 深度0"
     allowed = last_request(p, provider="anthropic", model="claude-opus-4-8").request["messages"][-1]
     assert allowed == {"role": "system", "content": [{"type": "text", "text": "深度0"}]}  # accepted there
-    assert wire(last_request(p, provider="deepseek"))[-1] == ("user", "深度0")  # DeepSeek: none → user
+    assert wire(last_request(p, provider="deepseek"))[-1] == ("user", "[user_id:system;] 深度0")  # DeepSeek: none → user
     assert wire(last_request(p, provider="openai"))[-1] == ("system", "深度0")
     assert wire(last_request(p, provider="openai", model="o3"))[-1] == ("developer", "深度0")
 

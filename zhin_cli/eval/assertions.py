@@ -271,14 +271,30 @@ def _headers(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
     return _each_turn(run, spec, test)
 
 
+EXAMPLE_NAMES = ("example_user", "example_assistant")  # SillyTavern's names for example dialogue turns
+
+
+def is_example_turn(request: AssembledRequest, index: int, message: dict[str, Any]) -> bool:
+    """A preset example turn with ST's name, on a profile whose wire has the field (issue 15 A7): every piece of
+    its text comes from a preset entry, and its name is ``example_user`` or ``example_assistant``."""
+    if message.get("name") not in EXAMPLE_NAMES or (request.profile is not None and not request.profile.example_names):
+        return False
+    sources = {p.segment_id for p in request.parts if p.message_index == index}
+    return bool(sources) and all(source.startswith("preset:") for source in sources)
+
+
 @assertion("name_fields", params={"count": {"type": "integer", "minimum": 0, "description": "default 0"}})
 def _name_fields(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
-    """How many wire messages carry a provider ``name`` field (ADR 0041: never set)."""
+    """How many wire messages carry a provider ``name`` field, preset example turns left out: member, bot,
+    state-change, tool and summary messages and zhin's system prompt never do (ADR 0041 criterion 5); a preset
+    example turn may carry ST's ``example_user``/``example_assistant`` where the wire has the field (OpenAI)."""
     wanted = spec.get("count", 0)
 
     def test(request: AssembledRequest) -> str | None:
-        with_name = [i for i, m in enumerate(wire_messages(request)) if isinstance(m, dict) and "name" in m]
-        return f"{len(with_name)} message(s) carry `name` (indexes {with_name[:10]}), expected {wanted}" if len(with_name) != wanted else None
+        with_name = [i for i, m in enumerate(wire_messages(request))
+                     if isinstance(m, dict) and "name" in m and not is_example_turn(request, i, m)]
+        return f"{len(with_name)} message(s) other than preset example turns carry `name` (indexes {with_name[:10]}), " \
+            f"expected {wanted}" if len(with_name) != wanted else None
 
     return _each_turn(run, spec, test)
 

@@ -46,10 +46,21 @@ class Capabilities:
     hold_during_tool_loop: bool = False  # no user turn between a tool result and the reply (Gemini, Mistral)
     null_content: Literal["null", "empty"] = "null"  # Qwen3 templates crash on null content
     mid_system_models: tuple[str, ...] = ()  # Anthropic: models that accept role "system" mid-conversation
+    # Preset example turns (ST ``example_user`` / ``example_assistant``): True = the wire has OpenAI's ``name``
+    # field and SillyTavern sends it for this source; False = the turn says who speaks in its text ("Name: "),
+    # as ST's converters and post-processing do (docs/design-notes.md "name on example dialogue (A7)").
+    example_names: bool = False
+    prefill: bool = True  # a trailing assistant message is accepted (R1-era deepseek-reasoner: no)
     cache: CacheRules = field(default_factory=CacheRules)
     # (model regex, overrides): first match wins, e.g. o-series take `developer`.
     model_rules: tuple[tuple[str, dict[str, Any]], ...] = ()
     description: str = ""
+
+    @property
+    def strict_turns(self) -> bool:
+        """The template wants ST's ``strict`` shape: one leading system message, then user and assistant turns
+        alternating, the first one a user turn (Mistral, Mixtral, Gemma; R1-era deepseek-reasoner)."""
+        return self.alternation == "merge" and self.system_only_at_start
 
     def for_model(self, model: str) -> Capabilities:
         for pattern, overrides in self.model_rules:
@@ -144,7 +155,8 @@ def resolve_profile(name: str, model: str, overrides: dict[str, Any] | None = No
 
 
 def render(layout: Layout, profile: Capabilities, runtime: RuntimeView) -> RenderedRequest:
-    return RENDERERS[profile.wire](layout, profile, runtime)
+    """Fit the preset's items to what the profile takes (``shaping.fit_layout``), then render the wire."""
+    return RENDERERS[profile.wire](fit_layout(layout, profile), profile, runtime)
 
 
 # Built-in renderers and profiles register themselves on import.
@@ -152,3 +164,4 @@ from zhin_cli.providers import anthropic as _anthropic  # noqa: E402,F401
 from zhin_cli.providers import gemini as _gemini  # noqa: E402,F401
 from zhin_cli.providers import local as _local  # noqa: E402,F401
 from zhin_cli.providers import openai as _openai  # noqa: E402,F401
+from zhin_cli.providers.shaping import fit_layout  # noqa: E402

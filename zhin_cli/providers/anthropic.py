@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from typing import Any
 
 from zhin_cli.preset import Layout, PresetMessage
 from zhin_cli.providers import CacheRules, Capabilities, RenderedPart, RenderedRequest, register_profile, register_renderer
 from zhin_cli.providers.openai import state_lines
+from zhin_cli.providers.shaping import downgraded, spoken, without_prefill
 from zhin_cli.segments import RuntimeView
 
 WIRE = "anthropic-messages"
@@ -100,15 +102,18 @@ def render_anthropic(layout: Layout, profile: Capabilities, runtime: RuntimeView
         parts.extend(RenderedPart(segment, text, -1) for block in leading for segment, text in block.spoken_pieces() if segment)
         breakpoints.append({"after": "system", "message_index": -1, "explicit": True})
     modes: set[str] = set()
+    from zhin_cli.validate.anthropic import rejects_prefill  # late: the validators import the providers
+
+    if rejects_prefill(runtime.model):  # the model's version table lives with the validator (§2.3)
+        layout = replace(layout, messages=without_prefill(layout.messages, bool(layout.tail) and layout.tail_index is None))
     for index, message in enumerate(layout.messages):
         if isinstance(message, PresetMessage):
-            text = message.spoken_text()
             if message.role == "system" and _mid_system_ok(layout, index, profile, runtime.model):
-                turns.messages.append({"role": "system", "content": [{"type": "text", "text": text}]})
+                turns.messages.append({"role": "system", "content": [{"type": "text", "text": message.spoken_text()}]})
                 turns.parts.extend(RenderedPart(seg, piece, len(turns.messages) - 1) for seg, piece in message.spoken_pieces() if seg)
             else:  # mid-conversation system is user text unless the model accepts it there (like state changes)
-                turns.add_pieces("assistant" if message.role == "assistant" else "user", {"type": "text", "text": text},
-                                 message.spoken_pieces())
+                message = downgraded(message) if message.role == "system" else spoken(message)
+                turns.add_pieces(message.role, {"type": "text", "text": message.text}, list(message.pieces))
         elif message.role == "state":
             if _mid_system_ok(layout, index, profile, runtime.model):
                 text = state_lines(message, "system")

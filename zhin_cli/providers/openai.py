@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import string
 from typing import Any
 
@@ -18,6 +19,7 @@ from zhin_cli.providers import (
     register_profile,
     register_renderer,
 )
+from zhin_cli.providers.shaping import joined
 from zhin_cli.segments import RuntimeView
 
 WIRE = "openai-chat"
@@ -95,18 +97,17 @@ def _named(entry: dict[str, Any], message: PresetMessage) -> dict[str, Any]:
 @register_renderer(WIRE)
 def render_openai(layout: Layout, profile: Capabilities, runtime: RuntimeView) -> RenderedRequest:
     wire = _Wire(profile)
-    for block in layout.leading:
-        wire.add(_named({"role": profile.system_prompt_role, "content": block.text}, block), list(block.pieces))
     mode = profile.mid_conversation_system
+    # ``none``: no system message after the first, so the leading entries are one (ST's semi join, A6)
+    leading = joined(layout.leading) if mode == "none" else layout.leading
+    for block in leading:
+        wire.add(_named({"role": profile.system_prompt_role, "content": block.text}, block), list(block.pieces))
     used_state = False
     for index, message in enumerate(layout.messages):
         if isinstance(message, PresetMessage):
-            # a preset entry after the conversation started: system follows the mid-conversation rule
-            role = message.role if message.role != "system" else (mode if mode != "none" else "user")
-            if message.name and role not in ("system", "developer"):
-                wire.add({"role": role, "content": message.spoken_text()}, message.spoken_pieces())
-            else:
-                wire.add(_named({"role": role, "content": message.text}, message), list(message.pieces))
+            # fit_layout has made a system entry user text unless the profile takes system here
+            role = mode if message.role == "system" else message.role
+            wire.add(_named({"role": role, "content": message.text}, message), list(message.pieces))
         elif message.role == "state":
             text = state_lines(message, mode)
             wire.add({"role": mode if mode != "none" else "user", "content": text}, [(message.segment_id, text)])
@@ -131,8 +132,7 @@ def render_openai(layout: Layout, profile: Capabilities, runtime: RuntimeView) -
     if runtime.tools:
         body["tools"] = list(runtime.tools)
     tail_message = next((p.message_index for p in wire.parts if p.segment_id == "tail"), len(wire.messages))
-    leading = len(layout.leading)
-    breakpoints = [{"after": "system", "message_index": leading - 1, "explicit": False}] if leading else []
+    breakpoints = [{"after": "system", "message_index": len(leading) - 1, "explicit": False}] if leading else []
     breakpoints.append({"before": "tail", "message_index": tail_message, "explicit": False})
     return RenderedRequest(
         body=body,
@@ -150,6 +150,7 @@ register_profile(
         wire=WIRE,
         mid_conversation_system="system",
         cache=OPENAI_CACHE,
+        example_names=True,  # ST's OpenAI source sends example turns with name example_user / example_assistant
         model_rules=(
             # o1-mini / o1-preview reject both system and developer: downgrade (providers.md §1.2)
             (r"^o1-(mini|preview)", {"mid_conversation_system": "none", "system_prompt_role": "user"}),
@@ -165,6 +166,7 @@ register_profile(
         mid_conversation_system="developer",
         system_prompt_role="developer",
         cache=OPENAI_CACHE,
+        example_names=True,
         description="OpenAI o-series reasoning models: developer messages",
     )
 )
@@ -174,9 +176,16 @@ register_profile(
         wire=WIRE,
         mid_conversation_system="system",
         cache=CacheRules(mechanism="none", min_tokens=0, step_tokens=1),
+        example_names=True,  # the OpenAI schema's name field (ST's OpenRouter and custom sources pass it through)
         description="OpenRouter, Groq and other OpenAI-compatible gateways: system by default",
     )
 )
+# Models with the R1-era ``deepseek-reasoner`` ordering rules (Jan–Apr 2025, reference/providers.md §4.1): one
+# leading system message, user and assistant alternating from a user turn, no trailing assistant. Today's
+# ``deepseek-reasoner`` alias is V4 thinking mode, where they are not known to apply, so it is not listed;
+# ``deepseek-reasoner-r1`` is our name for the R1-era endpoint. The validator reads the same tuple.
+R1_ERA_MODELS: tuple[str, ...] = ("deepseek-reasoner-r1",)
+
 register_profile(
     Capabilities(
         name="deepseek",
@@ -184,6 +193,10 @@ register_profile(
         validator="deepseek-chat",
         mid_conversation_system="none",
         cache=CacheRules(mechanism="automatic", min_tokens=64, step_tokens=64, lifetime_seconds=3600),
+        # ST's DeepSeek source runs semi_tools post-processing: no name, example turns say "Name: " in the text
+        example_names=False,
+        model_rules=tuple((f"^{re.escape(model)}$", {"alternation": "merge", "system_only_at_start": True, "prefill": False})
+                          for model in R1_ERA_MODELS),
         description="DeepSeek: state changes downgraded to user messages by default",
     )
 )
