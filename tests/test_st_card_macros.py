@@ -162,12 +162,13 @@ def test_legacy_markers_in_entries_but_not_in_member_text() -> None:
 
 def test_lint_notes_lower_case_tags_only() -> None:
     p = preset([entry("xml", "<user>{{lastUserMessage}}</user> then <char>"), entry("upper", "<USER> and <User> and <BOT>")],
-               {"description": "about <bot>"})
+               {"description": "about <bot>"}, new_chat_prompt="[<group> begins]")
     notes = [d for d in lint_preset(p).diagnostics if d.code == "legacy-marker"]
-    assert [d.severity for d in notes] == ["info", "info"]
+    assert [d.severity for d in notes] == ["info", "info", "info"]
     assert "prompt 'xml': <user> becomes the user's name (its closing </user> stays); <char> becomes the character's name" \
         in notes[0].message
     assert notes[1].message.startswith("preset option description: <bot> becomes the character's name")
+    assert notes[2].message.startswith("new_chat_prompt: <group> becomes the group's names")
     clean = preset([entry("upper", "<USER> <Char> <user_input> </user>")])
     assert not [d for d in lint_preset(clean).diagnostics if d.code == "legacy-marker"]
 

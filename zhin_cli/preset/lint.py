@@ -38,6 +38,9 @@ def applies_at_all(script: RegexScript) -> bool:
 LINT_VERSION = 1
 PROBE_VERSION = 1
 TURN_DEPENDENT = frozenset({"lastusermessage", "lastmessage", "lastcharmessage"})
+# Top-level texts the skeleton macro-expands (and so rewrites legacy markers in).
+EXPANDED_SETTINGS = ("new_chat_prompt", "new_example_chat_prompt", "personality_format", "scenario_format", "wi_format",
+                     "send_if_empty")
 _BECOMES = {"user": "the user's name", "char": "the character's name", "group": "the group's names (or the character's name)",
             "charIfNotGroup": "the group's names (or the character's name)"}
 
@@ -165,6 +168,10 @@ def lint_preset(preset: Preset, file: str = "") -> LintResult:
         tags = _xml_like_markers(text)
         if tags:
             report("info", "legacy-marker", _legacy_note(tags, f"preset option {option}", text))
+    for key in EXPANDED_SETTINGS:
+        value = preset.settings.get(key)
+        if isinstance(value, str) and (tags := _xml_like_markers(value)):
+            report("info", "legacy-marker", _legacy_note(tags, key, value))
     wi_format = preset.setting("wi_format", "{0}")
     if isinstance(wi_format, str) and wi_format.strip() and "{0}" not in wi_format:
         report("warning", "wi-format-without-text", f"wi_format {wi_format[:80]!r} has no {{0}}: ST drops the World Info "
