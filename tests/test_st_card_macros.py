@@ -117,6 +117,20 @@ def test_card_fields_are_expanded_before_the_entries() -> None:
     assert sent["personaDescription"] == "P"  # a field never sees what an entry sets later (negative control)
 
 
+def test_example_dialogue_is_prepared_like_a_card_field() -> None:
+    """mes_example is a card field in ST: trimmed, expanded once before the entries (card macros empty inside),
+    ``\\r`` removed — so a CRLF file gives the same messages as an LF one."""
+    options = {**NAMES, "description": "D",
+               "examples": "\r\n <START>\r\n{{user}}: Cold?{{setvar::ex::1}}\r\n{{char}}: Colder{{description}}.\r\nStill.\r\n"}
+    p = preset([entry("main", "ex={{getvar::ex}}"), marker("dialogueExamples")], options)
+    arrangement = build(p)
+    examples = [(m.name, m.text) for m in [*arrangement.layout.system_blocks, *arrangement.layout.messages]
+                if isinstance(m, PresetMessage) and m.name]
+    assert examples == [("example_user", "Cold?"), ("example_assistant", "Colder.\nStill.")]
+    assert texts(arrangement)["main"] == "ex=1"  # expanded before the entries, as ST does
+    assert texts(build(preset([entry("recap", "[{{description}}]")], options)))["recap"] == "[D]"  # outside: the card's
+
+
 # -- B6: World Info ----------------------------------------------------------------------------------------
 
 

@@ -54,8 +54,10 @@ _LEGACY = re.compile(r"<(user|bot|char|group|charifnotgroup)>", re.IGNORECASE | 
 # What JavaScript's String.prototype.trim removes (WhiteSpace and LineTerminator): not Python's str.strip,
 # which also strips U+001C–U+001F and U+0085 and keeps U+FEFF.
 JS_WHITESPACE = "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
-# Card fields in the order ST resolves them (getCharacterCardFields): variables flow in that order.
-CARD_FIELDS = ("description", "personality", "persona", "scenario")
+# Card fields in the order ST resolves them (getCharacterCardFields): variables flow in that order. All but
+# the examples are also macros ({{description}} …), read from the context.
+CARD_FIELDS = ("examples", "description", "personality", "persona", "scenario")
+CARD_MACRO_FIELDS = ("description", "personality", "persona", "scenario")
 
 
 def js_trim(text: str) -> str:
@@ -467,18 +469,19 @@ class MacroEngine:
         return result
 
 
-def prepare_card_fields(engine: MacroEngine, raw: dict[str, str]) -> None:
-    """Set the card fields of ``engine``'s context as ST prepares them (``getCharacterCardFields`` →
-    ``baseChatReplace``), once per request and before anything else is expanded: each field trimmed (JS
-    ``trim``), then macro-expanded with the card macros empty — ``{{description}}`` inside a card field gives
-    "", never itself — then ``\r`` removed. The markers, ``{{description}}`` and the other card macros use
-    the result."""
+def prepare_card_fields(engine: MacroEngine, raw: dict[str, str]) -> dict[str, str]:
+    """The card fields as ST prepares them (``getCharacterCardFields`` → ``baseChatReplace``), once per request
+    and before anything else is expanded: each field trimmed (JS ``trim``), then macro-expanded with the card
+    macros empty — ``{{description}}`` inside a card field gives "", never itself — then ``\\r`` removed. They
+    are set on ``engine``'s context (the markers and the card macros read them there) and returned, the
+    examples included."""
     context = engine.context
-    for name in CARD_FIELDS:
+    for name in CARD_MACRO_FIELDS:
         setattr(context, name, "")
     prepared = {name: engine.expand(js_trim(raw.get(name, ""))).replace("\r", "") for name in CARD_FIELDS}
-    for name, value in prepared.items():
-        setattr(context, name, value)
+    for name in CARD_MACRO_FIELDS:
+        setattr(context, name, prepared[name])
+    return prepared
 
 
 def scan_macros(text: str) -> tuple[list[str], int]:

@@ -241,8 +241,10 @@ class _Builder:
         self.engine = MacroEngine(self.context)
         # ST's order (sillytavern.md §4.6): card fields first, then the World Info entries, then the preset's
         # entries — so a {{setvar}} in a card field or the world book is seen by every entry.
-        prepare_card_fields(self.engine, {"description": card.description, "personality": card.personality,
-                                          "persona": card.persona, "scenario": card.scenario})
+        fields = prepare_card_fields(self.engine, {"examples": card.examples, "description": card.description,
+                                                   "personality": card.personality, "persona": card.persona,
+                                                   "scenario": card.scenario})
+        self.card_examples = fields["examples"]  # prepared like the other card fields; not expanded again
         self.world_info_after = self.engine.expand(card.world_book_after)  # an entry's macros expand on activation
         self.entries: list[EntryReport] = []
         self.warnings: list[str] = []
@@ -357,7 +359,7 @@ class _Builder:
         return text.join(self.engine.expand(piece) for piece in pieces)
 
     def examples(self, segment: str, role_set: bool, role: str) -> list[PresetMessage]:
-        text = self.engine.expand(self.preset.card.examples)
+        text = self.card_examples
         if not text.strip():
             return []
         if not text.lstrip().lower().startswith("<start>"):
