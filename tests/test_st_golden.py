@@ -205,10 +205,10 @@ CASES = [pytest.param(run["label"], turn, id=f"{run['label']}-{turn:02d}",
          for run in RUNS for turn in range(1, run["turns"] + 1)]
 
 
-@pytest.mark.parametrize(("label", "turn"), CASES)
-def test_zhin_request_equals_sillytavern(label: str, turn: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _zhin_request(label: str, turn: int, folder: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[Projected]]:
+    """zhin's request for ``turn`` of ``label`` and the projected history messages it was built from."""
     run = next(r for r in RUNS if r["label"] == label)
-    config = parse_config({"preset": {"file": str(_preset_file(run, tmp_path)), **_card_options()}})
+    config = parse_config({"preset": {"file": str(_preset_file(run, folder)), **_card_options()}})
     session = _session(label)
     chat = _chat(label)
     position = 2 * turn  # reply k is the (2k)-th message after the greeting
@@ -223,6 +223,29 @@ def test_zhin_request_equals_sillytavern(label: str, turn: int, tmp_path: Path, 
     monkeypatch.setattr(assemble_module, "arrange", capturing)
     request = assembler(config, provider="openai", model="gpt-4o").assemble(
         session, position, session.messages[position].timestamp)
-    actual = zhin_messages(request, seen[-1])
-    expected = st_messages(run, turn)
+    return request, seen[-1]
+
+
+@pytest.mark.parametrize(("label", "turn"), CASES)
+def test_zhin_request_equals_sillytavern(label: str, turn: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    request, projected = _zhin_request(label, turn, tmp_path, monkeypatch)
+    actual = zhin_messages(request, projected)
+    expected = st_messages(next(r for r in RUNS if r["label"] == label), turn)
     assert json.dumps(actual, ensure_ascii=False, indent=1) == json.dumps(expected, ensure_ascii=False, indent=1)
+
+
+def test_the_comparison_can_fail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Negative controls: zhin's wire as sent is not ST's (the removal is needed and takes only zhin's additions),
+    and another turn's or another run's capture does not match."""
+    request, projected = _zhin_request("plain", 2, tmp_path, monkeypatch)
+    plain = next(r for r in RUNS if r["label"] == "plain")
+    actual = zhin_messages(request, projected)
+    assert actual == st_messages(plain, 2)
+    raw = [{k: v for k, v in m.items() if k in ("role", "content", "name")} for m in request.request["messages"]]
+    assert raw != st_messages(plain, 2) and len(raw) == len(actual) + 1  # + zhin's system message
+    removed = sum(len(m["content"]) for m in raw) - sum(len(m["content"]) for m in actual)
+    tail = sum(len(p.text) for p in request.parts if p.segment_id == TAIL_SEGMENT)
+    system = sum(len(p.text) for p in request.parts if p.segment_id == SYSTEM_SEGMENT)
+    assert removed == tail + system + sum(len(m.header or "") + 1 for m in projected)  # exactly those, nothing else
+    assert actual != st_messages(plain, 3)
+    assert actual != st_messages(next(r for r in RUNS if r["label"] == "squash"), 2)
