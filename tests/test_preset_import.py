@@ -142,3 +142,14 @@ def test_missing_and_non_utf8_files(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not UTF-8") as caught:
         load_preset(path)
     assert caught.value.where == f"{path}:2"
+
+
+def test_single_post_processing_is_supported_and_only_noted() -> None:
+    """'single' is ST's one-user-message mode, done as ST does it (tests/st_golden single run): an info note that
+    says what happens, not the old 'treated as strict' warning."""
+    single = parse_preset({"prompts": [], "custom_prompt_post_processing": "single"})
+    (note,) = [d for d in single.diagnostics if "single" in d.message]
+    assert (note.severity, note.code) == ("info", "single-user-message") and "one user message" in note.message
+    assert single.post_processing == "single"
+    strict = parse_preset({"prompts": [], "custom_prompt_post_processing": "strict"})
+    assert not [d for d in strict.diagnostics if "single" in d.code]  # negative control
