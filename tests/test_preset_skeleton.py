@@ -494,3 +494,24 @@ def test_single_is_one_user_message_with_speaker_prefixes() -> None:
     assert {p.segment_id for p in request.parts} >= {"preset:main", "system", "tail", "history.user"}  # attribution kept
     strict = last_request(preset([entry("main", "主")], custom_prompt_post_processing="strict")).request["messages"]
     assert len(strict) > 1  # negative control: strict keeps the turns
+
+
+@pytest.mark.parametrize("mode", ["merge", "merge_tools", "semi", "strict", "single"])
+def test_post_processing_with_a_tool_loop_and_a_state_change_is_accepted_everywhere(mode: str) -> None:
+    h = conversation()
+    h.event(T0 + 5 * MIN + 500, "member_joined", "10009 join 1048877509 on 09:05 by 10001")
+    h.user(T0 + 6 * MIN, "10004", "查一下")
+    h.assistant(T0 + 7 * MIN, "", calls=[("c1", "search")])
+    h.result(T0 + 7 * MIN, "c1")
+    h.assistant(T0 + 8 * MIN, "查到了")
+    p = preset([entry("main", "主"), _in_chat("d1", "深1", 1, role="assistant"), _in_chat("d0", "深0", 0), entry("jailbreak", "史后")],
+               order=["main", "worldInfoBefore", "d1", "d0", "chatHistory", "jailbreak"], custom_prompt_post_processing=mode)
+    for provider, model in (("openai", "gpt-4o"), ("deepseek", "deepseek-chat"), ("anthropic", "claude-sonnet-4-5"),
+                            ("gemini", "gemini-2.5-flash")):
+        request = last_request(p, h, provider=provider, model=model)
+        assert request.verdict.ok, (provider, request.verdict.as_dict())
+        if provider == "openai":
+            messages = request.request["messages"]
+            call = next(i for i, m in enumerate(messages) if m.get("tool_calls"))
+            assert messages[call + 1]["role"] == "tool"  # the call and its result are never folded away
+            assert sum(m["content"].count("[scene_id:") for m in messages if m["role"] == "user") == 1  # one tail
