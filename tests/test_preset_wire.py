@@ -26,6 +26,7 @@ from zhin_cli.preset.importer import load_preset, parse_preset
 from zhin_cli.preset.model import Preset
 from zhin_cli.providers import PROFILES, resolve_profile
 from zhin_cli.providers.local import FAMILY_RULES, template_family
+from zhin_cli.providers.shaping import fit_layout
 
 PRESETS = Path(__file__).resolve().parent.parent / "fixtures" / "presets"
 GOLDEN = Path(__file__).resolve().parents[2] / "shared" / "reference" / "st-golden" / "content" / "golden-preset.json"
@@ -194,6 +195,10 @@ def test_every_preset_renders_an_accepted_request_on_every_turn(preset_name: str
         if profile.wire == "openai-chat" and request.profile and request.profile.mid_conversation_system == "none":
             # the profile takes no system message after the first: one leading system message, at most
             assert not system_after_start(request), [wire_messages(request)[i] for i in system_after_start(request)]
+        # A7: no name but ST's example names, and those only where the wire has the field
+        assert name_fields(request).ok, name_fields(request).message
+        if not profile.example_names:
+            assert named(request) == []
 
 
 @pytest.mark.parametrize("preset_name", sorted(PRESET_CACHE))
@@ -207,6 +212,27 @@ def test_a_preset_never_makes_an_accepted_tool_loop_rejected(preset_name: str, p
     accepted = {r.turn for r in baseline if r.verdict.ok}
     requests = run(PRESET_CACHE[preset_name], provider, model, tool_chat())
     assert not rejected([r for r in requests if r.turn in accepted]), rejected(requests)
+
+
+def test_the_default_layout_passes_fit_layout_untouched(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without preset items the request is the ADR layout, byte for byte, on every profile; with them it is not
+    (negative control)."""
+    import zhin_cli.providers as providers
+
+    calls: list[bool] = []
+
+    def spy(layout: Any, profile: Any) -> Any:
+        fitted = fit_layout(layout, profile)
+        calls.append(fitted is layout)
+        return fitted
+
+    monkeypatch.setattr(providers, "fit_layout", spy)
+    for provider, model in all_profiles():
+        run(None, provider, model, group_chat())
+    assert calls and all(calls)
+    calls.clear()
+    run(own_preset(), "deepseek", "deepseek-chat", group_chat())
+    assert calls and not any(calls)
 
 
 # --- A6: what each case renders ------------------------------------------------------------------------------
