@@ -222,7 +222,7 @@ def _appended(array: list[Any] | None, value: str) -> str | None:
     if array is None:
         return None
     try:
-        return json.dumps([*array, value], ensure_ascii=False)
+        return json.dumps([*array, value], ensure_ascii=False, separators=(",", ":"))  # JSON.stringify: no spaces
     except RecursionError:
         return None
 
