@@ -26,7 +26,7 @@ class PresetMessage:
     name: str | None = None  # OpenAI ``name`` field (ST example dialogues: example_user / example_assistant)
     speaker: str | None = None  # who speaks, for wires without ``name``: the text is prefixed "speaker: "
     exempt: bool = False  # never squashed (ST: newMainChat, newChat)
-    in_history: bool = False  # part of the chatHistory block (squash never folds it)
+    in_history: bool = False  # part of the chatHistory block: an in-chat entry, a separator, or history text folded in
 
     @property
     def text(self) -> str:
