@@ -72,6 +72,18 @@ def test_per_provider_override_from_config() -> None:
         resolve_profile("openai", "gpt-4o", {"mid_conversation_system": "sometimes"})
 
 
+def test_yes_no_overrides_give_a_configured_model_the_r1_era_rules_and_are_type_checked() -> None:
+    """A deployment serving R1 under its own id: the R1-era rules by override (issue 15 A6); a gateway that
+    rejects ``name``: example_names false. Non-booleans are a ConfigError (negative control)."""
+    r1 = resolve_profile("deepseek", "my-r1", {"alternation": "merge", "system_only_at_start": True, "prefill": False})
+    assert r1.strict_turns and not r1.prefill and r1.mid_conversation_system == "none"
+    assert resolve_profile("deepseek", "deepseek-reasoner-r1") == r1  # the built-in rule for the listed id
+    assert not resolve_profile("deepseek", "deepseek-chat").strict_turns
+    assert not resolve_profile("openai-compatible", "x", {"example_names": False}).example_names
+    with pytest.raises(ConfigError, match="prefill must be true or false"):
+        resolve_profile("deepseek", "my-r1", {"prefill": "no"})
+
+
 def test_null_content_override_and_the_llama_cpp_profile() -> None:
     # llama-cpp-python's server rejects an assistant tool-call message with "content": null (live tier finding)
     h = History()

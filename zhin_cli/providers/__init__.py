@@ -110,7 +110,10 @@ def register_renderer(wire: str) -> Callable[[Renderer], Renderer]:
     return add
 
 
-OVERRIDABLE = {"mid_conversation_system", "system_prompt_role", "alternation", "validator", "null_content"}
+# Yes/no overrides: a gateway that rejects ``name`` (example_names: false), a model served with R1-era rules
+# (system_only_at_start: true, prefill: false; issue 15 A6).
+BOOLEAN_OVERRIDES = frozenset({"example_names", "prefill", "system_only_at_start"})
+OVERRIDABLE = {"mid_conversation_system", "system_prompt_role", "alternation", "validator", "null_content", *BOOLEAN_OVERRIDES}
 OVERRIDE_VALUES: dict[str, tuple[str, ...]] = {
     "mid_conversation_system": ("system", "developer", "none"),
     "system_prompt_role": ("system", "developer", "user"),
@@ -147,6 +150,9 @@ def resolve_profile(name: str, model: str, overrides: dict[str, Any] | None = No
         for key, allowed in OVERRIDE_VALUES.items():
             if key in overrides and overrides[key] not in allowed:
                 raise ConfigError(f"{key} must be {', '.join(allowed[:-1])} or {allowed[-1]}, got {overrides[key]!r}")
+        for key in BOOLEAN_OVERRIDES & overrides.keys():
+            if not isinstance(overrides[key], bool):
+                raise ConfigError(f"{key} must be true or false, got {overrides[key]!r}")
         profile = replace(profile, **overrides)
     if profile.system_only_at_start and profile.mid_conversation_system != "none":
         # the template would reject (or silently move) a system message after index 0

@@ -31,7 +31,8 @@ from zhin_cli.validate import ACCEPTED, Verdict, register_validator
 # the deepseek profile, whose renderer rules follow the same list. Today's ``deepseek-reasoner`` alias points
 # at V4 thinking mode, where these checks are not known to apply [U], so the plain alias is *not* listed. A
 # deployment that still serves R1 under another id adds it with ``set_r1_era_models`` (validator only: the
-# renderer follows such a model with a ``zhin.yaml`` override, ``alternation: merge``).
+# renderer follows such a model with the ``zhin.yaml`` overrides ``alternation: merge``,
+# ``system_only_at_start: true``, ``prefill: false``).
 _configured_r1_models: tuple[str, ...] = ()
 
 INSUFFICIENT_TOOLS_MESSAGE = (
