@@ -114,7 +114,9 @@ def test_mistral_on_vllm_merges_user_turns_keeps_headers_and_uses_9_char_ids() -
 def test_llama3_splits_parallel_tool_calls() -> None:
     request = request_for_next(tool_loop(), T0 + 8 * SEC, provider="ollama", model="llama3.2")
     roles = [m["role"] for m in request.request["messages"]]
-    assert roles == ["system", "user", "assistant", "tool", "assistant", "tool", "user"]
+    # the bot's text first, in a turn of its own: the template renders only the call of a tool-call message
+    assert roles == ["system", "user", "assistant", "assistant", "tool", "assistant", "tool", "user"]
+    assert request.request["messages"][2]["content"].endswith("let me check")
     assert all(len(m.get("tool_calls", [])) <= 1 for m in request.request["messages"])
 
 

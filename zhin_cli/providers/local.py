@@ -83,6 +83,7 @@ class TemplateNeeds:
 
     text_tools: str | None = None  # why tool calls and results go as text (None: native tool messages)
     system_in_first_user: bool = False  # the leading system text opens the first user turn
+    call_text_apart: bool = False  # the bot's text (and header) beside a tool call gets its own assistant message
 
 
 NO_TOOL_ROLE = "the template has no tool role"
@@ -93,6 +94,8 @@ TEMPLATE_NEEDS: dict[str, TemplateNeeds] = {
     "deepseek": TemplateNeeds("the template concatenates arguments as strings; the server parses them into objects"),
     "deepseek-v3.1": TemplateNeeds("the template concatenates arguments as strings; the server parses them into objects"),
     "deepseek-v3": TemplateNeeds("the template drops tool calls whose content is not null; the server sends \"\""),
+    # Llama 3.x renders only the call of a tool-call message; it takes consecutive assistant turns
+    "llama3": TemplateNeeds(call_text_apart=True),
 }
 TOOL_CALL_TEXT = "[tool call id:{id};name:{name};] {arguments}"
 TOOL_RESULT_TEXT = "[tool result id:{id};name:{name};] {body}"
@@ -148,6 +151,21 @@ def tools_as_text(layout: Layout) -> tuple[Layout, int, int]:
     return replace(layout, messages=messages), calls, results
 
 
+def call_text_apart(layout: Layout) -> Layout:
+    """An assistant message with tool calls and text becomes two: its text (with its header) first, then its
+    calls alone — for templates that render a tool-call message's calls but not its text (Llama 3.x)."""
+    messages: list[Any] = []
+    tail_index = layout.tail_index
+    for index, message in enumerate(layout.messages):
+        if isinstance(message, Projected) and message.role == "assistant" and message.tool_calls and message.text:
+            messages.append(replace(message, tool_calls=[]))
+            message = replace(message, header=None, header_kind=None, body="")
+            if tail_index is not None and tail_index > index:
+                tail_index += 1
+        messages.append(message)
+    return replace(layout, messages=messages, tail_index=tail_index)
+
+
 def system_into_first_user(rendered: RenderedRequest) -> None:
     """The leading system message(s) open the first user turn (``system\n\nuser``); with no user turn to open
     (the history starts with the bot, or is empty) they become that user turn."""
@@ -182,6 +200,8 @@ def render_local_chat(layout: Layout, profile: Capabilities, runtime: RuntimeVie
     calls = results = 0
     if needs and needs.text_tools:
         layout, calls, results = tools_as_text(layout)
+    if needs and needs.call_text_apart:
+        layout = call_text_apart(layout)
     rendered = render_openai(layout, profile, runtime)
     if needs and needs.system_in_first_user:
         system_into_first_user(rendered)
