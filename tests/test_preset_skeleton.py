@@ -492,6 +492,9 @@ def test_single_is_one_user_message_with_speaker_prefixes() -> None:
     assert "\n\n小知: [id:m2;" in text and "] 门后是雨\n\n旅人: [id:m3;" in text
     assert text.rsplit("旅人: ", 1)[1].split("] ", 1)[1].startswith("我抬头\n\n[scene_id:")  # the current input keeps its tail
     assert {p.segment_id for p in request.parts} >= {"preset:main", "system", "tail", "history.user"}  # attribution kept
+    named = preset([entry("a", "小知: 已经署名", role="assistant")], custom_prompt_post_processing="single",
+                   extensions={"zhin": {"user": "旅人", "char": "小知"}})
+    assert last_request(named).request["messages"][0]["content"].startswith("小知: 已经署名\n\n")  # not "小知: 小知: "
     strict = last_request(preset([entry("main", "主")], custom_prompt_post_processing="strict")).request["messages"]
     assert len(strict) > 1  # negative control: strict keeps the turns
 

@@ -91,7 +91,8 @@ class _Shaper:
 
     def single(self, items: list[Item]) -> list[Item]:
         """One user message for every run of foldable items (the whole prompt, unless a tool call or a state
-        change sits in it); user and assistant parts say who speaks, system parts do not."""
+        change sits in it); user and assistant parts say who speaks (unless their text already starts with
+        ``"Name: "``, as ST checks), system parts do not."""
         out: list[Item] = []
         run: Pieces = []
 
@@ -107,8 +108,9 @@ class _Shaper:
                 continue
             pieces = self.pieces(item)
             role = _role(item)
-            if role in ("user", "assistant"):
-                speaker = self.user if role == "user" else self.char
+            speaker = self.user if role == "user" else self.char
+            said = item.text if isinstance(item, PresetMessage) else item.body  # a header is zhin's, not the text
+            if role in ("user", "assistant") and not said.startswith(f"{speaker}: "):
                 pieces = [(pieces[0][0] if pieces else "", f"{speaker}: "), *pieces]
             if run:
                 run.append(("", MERGE_JOINER))
