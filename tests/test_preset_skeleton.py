@@ -413,7 +413,7 @@ def test_example_dialogue_blocks_as_st_reads_them() -> None:
                 "<START>\nSol: 不是说话人\nSol Reyes: 好")
     p = preset([{"identifier": "dialogueExamples", "marker": True}], order=["dialogueExamples", "worldInfoBefore", "chatHistory"],
                extensions={"zhin": {"user": "Sol Reyes", "char": "Juniper", "examples": examples}})
-    messages = [(m.get("name"), m["content"]) for m in last_request(p).request["messages"][:6]]
+    messages = [(m.get("name"), m["content"]) for m in last_request(p).request["messages"][:7]]
     assert messages == [
         (None, "[Example Chat]"),
         # a line before the first Name: joins the first message; the space after the removed name stays
@@ -421,11 +421,16 @@ def test_example_dialogue_blocks_as_st_reads_them() -> None:
         # a multi-line message stays one; a second line of the same speaker joins it (only the first Name: goes)
         ("example_assistant", "一月更冷。\n暖气比我还老。\nJuniper: 真的。"),
         ("example_user", "懂了"),
-        # the narration-only block gives no message and no separator; "Sol:" is not the speaker "Sol Reyes"
+        (None, "[Example Chat]"),  # the narration-only block gives no message, but ST still sends its separator
+        # "Sol:" is not the speaker "Sol Reyes": a line of the message that follows
         (None, "[Example Chat]"),
         ("example_user", "Sol: 不是说话人\n 好"),
     ]
-    assert last_request(p).request["messages"][6]["content"].startswith("You are")  # nothing else from the examples
+    assert last_request(p).request["messages"][7]["content"].startswith("You are")  # nothing else from the examples
+    lower = preset([{"identifier": "dialogueExamples", "marker": True}], order=["dialogueExamples", "worldInfoBefore", "chatHistory"],
+                   extensions={"zhin": {"user": "Sol Reyes", "char": "Juniper", "examples": "<start>\nSol Reyes: 嗨"}})
+    # ST checks for a leading "<START>" case-sensitively, then splits in any case: an empty first block
+    assert [m["content"] for m in last_request(lower).request["messages"][:3]] == ["[Example Chat]", "[Example Chat]", "嗨"]
 
 
 def test_entries_deeper_than_the_chat_sit_under_new_chat_deeper_first() -> None:

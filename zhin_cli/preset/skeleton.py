@@ -189,7 +189,7 @@ def _example_turns(block: str, user: str, char: str) -> list[tuple[str, str]]:
     read, and lines before the block's first speaker line join the first message. A message's text is its lines
     joined with ``"\n"``, the first ``Name:`` in it removed (the space after it stays where it was not at the
     start: ``"*The motor hums.*\n Is it cold?"``), then trimmed. A block without any speaker line gives no
-    message at all."""
+    message (its separator is still sent)."""
     turns: list[tuple[str, str]] = []
     speaker: str | None = None
     lines: list[str] = []
@@ -360,17 +360,18 @@ class _Builder:
 
     def examples(self, segment: str, role_set: bool, role: str) -> list[PresetMessage]:
         text = self.card_examples
-        if not text.strip():
+        if not text.strip() or text == "<START>":
             return []
-        if not text.lstrip().lower().startswith("<start>"):
-            text = "<START>\n" + text
+        # ST parseMesExamples: a text not starting with <START> (case-sensitive) gets one; the split is
+        # case-insensitive and drops what comes before the first marker. Every block gets its separator, even
+        # one that gives no example message (ST inserts newChat per block).
+        if not text.startswith("<START>"):
+            text = "<START>\n" + text.strip()
         user, char = self.context.user, self.context.char
         out: list[PresetMessage] = []
         separator = self.engine.expand(self.setting("new_example_chat_prompt"))
-        for block in re.split(r"<start>", text, flags=re.IGNORECASE):
+        for block in re.split(r"<start>", text, flags=re.IGNORECASE)[1:]:
             turns = _example_turns(block.strip(), user, char)
-            if not turns:
-                continue  # ST removes the separator of a block that gave no example message
             if separator:
                 out.append(PresetMessage("system", [("preset:newChat", separator)], exempt=True))
             for speaker_role, content in turns:
