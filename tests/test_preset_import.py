@@ -153,3 +153,23 @@ def test_single_post_processing_is_supported_and_only_noted() -> None:
     assert single.post_processing == "single"
     strict = parse_preset({"prompts": [], "custom_prompt_post_processing": "strict"})
     assert not [d for d in strict.diagnostics if "single" in d.code]  # negative control
+
+
+def test_an_in_chat_depth_past_st_maximum_is_never_injected() -> None:
+    """ST injects in-chat entries for depths 0…10000 only (MAX_INJECTION_DEPTH); deeper ones are never sent."""
+    from zhin_cli.headers import Projected
+    from zhin_cli.preset.skeleton import arrange
+
+    def in_chat(identifier: str, depth: int) -> dict[str, Any]:
+        return {"identifier": identifier, "role": "system", "content": identifier, "system_prompt": False,
+                "injection_position": 1, "injection_depth": depth}
+
+    preset = parse_preset({"prompts": [in_chat("deepest", 10000), in_chat("too-deep", 10001), {"identifier": "chatHistory", "marker": True}],
+                           "prompt_order": [{"character_id": 100001, "order": [{"identifier": i, "enabled": True}
+                                                                              for i in ("deepest", "too-deep", "chatHistory")]}]})
+    (bad,) = [d for d in preset.diagnostics if d.code == "bad-depth"]
+    assert "too-deep" in bad.message and "10000" in bad.message
+    history = [Projected("user", "history.user", body="你好", rows=[1])]
+    layout = arrange(preset, "", history, None).layout
+    texts = [m.text for m in [*layout.leading, *layout.messages]]
+    assert texts == ["[Start a new Chat]", "deepest", "你好"]  # 10000 is still injected (negative control)

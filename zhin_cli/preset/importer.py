@@ -25,6 +25,7 @@ from zhin_cli.preset.model import (
     KNOWN_PROMPT_FIELDS,
     KNOWN_TOP_LEVEL,
     LEGACY_CHARACTER_ID,
+    MAX_INJECTION_DEPTH,
     POST_PROCESSING,
     ST_MARKERS,
     ZHIN_HOLES,
@@ -187,6 +188,10 @@ def _prompt(raw: Any, index: int, reader: _Reader) -> PromptEntry:
                       key, *needles)
     elif depth is not None and depth < 0:
         reader.report("warning", "bad-depth", f"in-chat prompt {_short(identifier)}: negative injection_depth {depth}; never injected", key, *needles)
+        depth = None
+    elif depth is not None and depth > MAX_INJECTION_DEPTH and position == 1:
+        reader.report("warning", "bad-depth", f"in-chat prompt {_short(identifier)}: injection_depth {depth} is past ST's maximum "
+                      f"{MAX_INJECTION_DEPTH}; ST never injects it (never sent)", key, *needles)
         depth = None
     order = _int_or_none(raw.get("injection_order"))
     trigger = raw.get("injection_trigger") or []

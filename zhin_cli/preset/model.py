@@ -33,6 +33,7 @@ DEFAULT_ORDER = (("main", True), ("worldInfoBefore", True), ("personaDescription
                  ("charPersonality", True), ("scenario", True), ("enhanceDefinitions", False), ("nsfw", True),
                  ("worldInfoAfter", True), ("dialogueExamples", True), ("chatHistory", True), ("jailbreak", True))
 POST_PROCESSING = ("", "merge", "merge_tools", "semi", "semi_tools", "strict", "strict_tools", "single", "claude")
+MAX_INJECTION_DEPTH = 10000  # ST script.js: in-chat entries are injected for depths 0…10000 only
 PLACEHOLDER = "[Start a new chat]"  # ST's shipped config.yaml promptPlaceholder (strict post-processing)
 
 # Top-level keys a saved ST preset carries (openai.js settingsToUpdate) plus legacy keys seen in real
