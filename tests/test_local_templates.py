@@ -116,9 +116,11 @@ class Rendered:
     prompt: str = ""
 
 
-def render(fixture: str, body: dict[str, Any]) -> Rendered:
+def render(fixture: str, body: dict[str, Any], *, served: bool = True) -> Rendered:
+    """``served``: after vLLM's normalisation; else the body as sent (``apply_chat_template``, llama.cpp-style)."""
+    messages = vllm_normalised(body["messages"]) if served else copy.deepcopy(body["messages"])
     try:
-        prompt = compiled(fixture).render(messages=vllm_normalised(body["messages"]), tools=body.get("tools"),
+        prompt = compiled(fixture).render(messages=messages, tools=body.get("tools"),
                                           bos_token="<s>", eos_token="</s>", add_generation_prompt=True)
     except jinja2.exceptions.TemplateError as error:  # raise_exception, or UndefinedError (a crash)
         return Rendered(False, error.message or str(error))
@@ -306,6 +308,38 @@ def test_validator_verdict_equals_the_templates(template: Template, control: str
         for index, message in enumerate(body["messages"]):
             if "zz-probe" in json.dumps(message.get("tool_calls")):  # the control's own call
                 assert ("zz-probe" in outcome.prompt) == (index not in dropped), (template.fixture, index, verdict.warnings)
+
+
+def _object_call() -> dict[str, Any]:
+    call = _calls("abcDEF123")
+    call["tool_calls"][0]["function"]["arguments"] = {"q": "zz-probe"}
+    return call
+
+
+RAW_CONTROLS: dict[str, Any] = {
+    "null content beside native calls": lambda m: [*m, _calls("abcDEF123"), _tool("abcDEF123"),
+                                                   {"role": "assistant", "content": "done"}, {"role": "user", "content": "thx"}],
+    "null content on a plain reply": lambda m: [*m, {"role": "assistant", "content": None}, {"role": "user", "content": "thx"}],
+    "object arguments": lambda m: [*m, _object_call(), _tool("abcDEF123")],
+    "string arguments, empty content": lambda m: [*m, _calls("abcDEF123", content=""), _tool("abcDEF123")],
+}
+
+
+@pytest.mark.parametrize("control", [*CONTROLS, *RAW_CONTROLS])
+@pytest.mark.parametrize("template", [t for t in TEMPLATE_CASES if t.exact],
+                         ids=[i for t, i in zip(TEMPLATE_CASES, IDS, strict=True) if t.exact])
+def test_raw_template_validator_equals_the_template_on_the_body_as_sent(template: Template, control: str) -> None:
+    """``template:<family>``: the same comparison without the server's normalisation (null stays null, arguments
+    stay JSON text) — what ``apply_chat_template`` and llama.cpp-style engines see."""
+    from zhin_cli.providers.local import template_family
+
+    body = _edit(_base(template.model), {**CONTROLS, **RAW_CONTROLS}[control])
+    verdict = validate(f"template:{template_family(template.model)}", body, template.model)
+    outcome = render(template.fixture, body, served=False)
+    if template.fixture == "gemma2" and control == "null content on a plain reply":
+        # |trim prints null as "None": rendered, and our validator accepts too (nothing is dropped, it is garbled)
+        assert outcome.ok and "None" in outcome.prompt
+    assert (verdict.ok, verdict.message) == (outcome.ok, outcome.message)
 
 
 def test_the_negative_controls_do_reject_on_every_strict_template() -> None:

@@ -137,7 +137,14 @@ def test_llama3_tools_need_a_first_user_message() -> None:
 
 
 def test_qwen25_accepts_system_anywhere_and_any_order() -> None:
-    assert accepts("qwen2.5", body(ASSISTANT, USER, USER, STATE, calls("a", "b"), tool("a"), tool("b"), NULL_ASSISTANT))
+    assert accepts("qwen2.5", body(ASSISTANT, USER, USER, STATE, calls("a", "b"), tool("a"), tool("b"), ASSISTANT))
+
+
+def test_qwen25_null_content_outside_a_tool_call_turn_crashes() -> None:
+    """``'\n' + message.content`` for every turn but a tool-call one (issue 15 C4: was accepted)."""
+    expect("qwen2.5", body(USER, NULL_ASSISTANT, USER), 'can only concatenate str (not "NoneType") to str')
+    assert accepts("qwen2.5", body(USER, calls("a", content=None), tool("a")))  # negative control: the call branch
+    assert validate("served:qwen2.5", body(USER, NULL_ASSISTANT, USER), "qwen2.5").ok  # vLLM sends ""
 
 
 def test_qwen3_null_assistant_content_crashes() -> None:
@@ -167,7 +174,17 @@ def test_qwen35_accepts_a_leading_system_and_mapping_arguments() -> None:
 
 
 def test_deepseek_accepts_and_relocates_system_messages() -> None:
-    assert accepts("deepseek", body(ASSISTANT, USER, USER, STATE, calls("a", "b"), tool("a"), tool("b"), NULL_ASSISTANT))
+    assert accepts("deepseek", body(ASSISTANT, USER, USER, STATE, calls("a", "b"), tool("a"), tool("b"), ASSISTANT))
+
+
+def test_deepseek_null_content_crashes_where_the_template_uses_it() -> None:
+    """R1/V3.1 search a plain reply for ``</think>``; V3 renders a null plain reply as an (empty) call turn."""
+    for family in ("deepseek", "deepseek-v3.1"):
+        expect(family, body(USER, NULL_ASSISTANT, USER), "argument of type 'NoneType' is not iterable")
+    assert accepts("deepseek-v3", body(USER, NULL_ASSISTANT, USER))
+    for family in ("deepseek", "deepseek-v3", "deepseek-v3.1"):
+        expect(family, body(USER, {"role": "user", "content": None}), 'can only concatenate str (not "NoneType") to str')
+        assert accepts(family, body(USER, calls("a", content=None), tool("a"), ASSISTANT))  # negative control
 
 
 def test_deepseek_object_arguments_crash() -> None:

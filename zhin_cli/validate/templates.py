@@ -167,7 +167,11 @@ def _llama3(messages: list[dict[str, Any]], body: dict[str, Any]) -> str | None:
 
 
 def _qwen25(messages: list[dict[str, Any]], body: dict[str, Any]) -> str | None:
-    """qwen2.5-instruct: no raise in the template; system messages anywhere are rendered in place."""
+    """qwen2.5-instruct: no raise in the template; system messages anywhere are rendered in place. Content is
+    concatenated (``'\n' + message.content``) everywhere except in a tool-call turn, so null content crashes there."""
+    for message in messages:
+        if message.get("content", "") is None and not (message.get("role") == "assistant" and _has_tool_calls(message)):
+            return CRASH_NONE_CONCAT
     return None
 
 
@@ -251,28 +255,42 @@ def _concatenated_arguments(message: dict[str, Any]) -> str | None:
     return None
 
 
+def _deepseek_family(messages: list[dict[str, Any]], calls_need_null: bool) -> str | None:
+    """The DeepSeek templates: first every system text is concatenated into the block at the start, then each
+    message is rendered — user and tool content concatenated, a plain assistant reply searched for ``</think>``,
+    a tool-call turn's arguments concatenated. ``calls_need_null`` (V3): only an assistant message with null
+    content is a tool-call turn (any other has its calls skipped, and a null plain reply renders as an empty
+    call turn)."""
+    if any(m.get("role") == "system" and m.get("content", "") is None for m in messages):
+        return CRASH_NONE_CONCAT
+    for message in messages:
+        role, content = message.get("role"), message.get("content", "")
+        if role in ("user", "tool") and content is None:
+            return CRASH_NONE_CONCAT
+        if role != "assistant":
+            continue
+        call_turn = content is None if calls_need_null else _has_tool_calls(message)
+        if call_turn and _has_tool_calls(message):
+            problem = _concatenated_arguments(message)
+            if problem:
+                return problem
+        elif not call_turn and content is None:
+            return CRASH_NONE_IN  # crash: '</think>' in content
+    return None
+
+
 def _deepseek(messages: list[dict[str, Any]], body: dict[str, Any]) -> str | None:
     """deepseek-r1 (and its distills) and deepseek-v3.1: every system message is accepted (the template moves
     them all to the very start — a relocation, not an error). Arguments are concatenated as strings, so object
     arguments — what vLLM and Ollama hand the template — crash on every replayed tool call."""
-    for message in messages:
-        if message.get("role") == "assistant" and _has_tool_calls(message):
-            problem = _concatenated_arguments(message)
-            if problem:
-                return problem
-    return None
+    return _deepseek_family(messages, calls_need_null=False)
 
 
 def _deepseek_v3(messages: list[dict[str, Any]], body: dict[str, Any]) -> str | None:
     """deepseek-v3: as R1, but an assistant message is a tool-call turn only when its ``content`` is null;
     with any other content (vLLM's ``""``) its calls are silently dropped (a warning, ``_drops_deepseek_v3``),
     so only a null-content tool-call turn can crash on object arguments."""
-    for message in messages:
-        if message.get("role") == "assistant" and message.get("content") is None and _has_tool_calls(message):
-            problem = _concatenated_arguments(message)
-            if problem:
-                return problem
-    return None
+    return _deepseek_family(messages, calls_need_null=True)
 
 
 FAMILIES: dict[str, TemplateCheck] = {
