@@ -447,3 +447,26 @@ def test_llama3_gets_the_bots_text_beside_a_call_as_its_own_turn() -> None:
     # negative control: Qwen renders a tool-call message's text itself, so it stays one message
     qwen = group_requests("Qwen/Qwen2.5-7B-Instruct")[3].request["messages"]
     assert any((m["content"] or "").endswith("我查一下") and len(m.get("tool_calls", [])) == 2 for m in qwen)
+
+
+@pytest.mark.parametrize("fixture,model", [("mixtral", "mistralai/Mixtral-8x7B-Instruct-v0.1"), ("mixtral_early", "mixtral:8x7b"),
+                                           ("gemma2", "gemma2:2b"), ("gemma3_early", "gemma3:1b"), ("gemma3", "gemma3:270m")])
+def test_system_text_opens_the_first_user_turn_or_is_that_turn_when_the_bot_spoke_first(fixture: str, model: str) -> None:
+    h = History()
+    h.assistant(T0, "大家好，我是小知")  # the bot opens the chat (a greeting)
+    h.user(T0 + MIN, "10002", "@小知 你好")
+    h.assistant(T0 + MIN + SEC, "你好")
+    h.user(T0 + 2 * MIN, "10003", "@小知 在吗")
+    h.assistant(T0 + 2 * MIN + SEC, "在")
+    requests = replay(h.session(), provider="vllm", model=model)
+    last = requests[-1].request["messages"]
+    assert [m["role"] for m in last] == ["user", "assistant", "user", "assistant", "user"]
+    assert last[0]["content"].startswith("You are a member of a chat") and "[id:m" not in last[0]["content"]
+    first_user = requests[-1].request["messages"][2]["content"]
+    assert first_user.startswith("[id:m2;user_id:10002;")
+    for request in requests:
+        assert request.verdict.ok and render(fixture, request.request).ok, request.turn
+        assert all(p.message_index < len(request.request["messages"]) for p in request.parts)
+    # a history that opens with a member: the system text and that member's message share the first turn
+    opening = replay(group_chat().session(), provider="vllm", model=model)[0].request["messages"][0]["content"]
+    assert opening.startswith("You are a member of a chat") and "\n\n[id:m1;user_id:10002;" in opening
