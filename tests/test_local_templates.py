@@ -470,3 +470,14 @@ def test_system_text_opens_the_first_user_turn_or_is_that_turn_when_the_bot_spok
     # a history that opens with a member: the system text and that member's message share the first turn
     opening = replay(group_chat().session(), provider="vllm", model=model)[0].request["messages"][0]["content"]
     assert opening.startswith("You are a member of a chat") and "\n\n[id:m1;user_id:10002;" in opening
+
+
+@pytest.mark.parametrize("preset_file", sorted((ROOT / "fixtures" / "presets").glob("*.json")), ids=lambda p: p.stem)
+def test_every_bundled_preset_renders_every_turn_on_every_template(preset_file: Path) -> None:
+    from zhin_cli.preset.importer import load_preset
+
+    preset = load_preset(preset_file)
+    for template in TEMPLATE_CASES:
+        for request in replay(group_chat().session(), {"tools": TOOLS}, provider="vllm", model=template.model, preset=preset):
+            outcome = render(template.fixture, request.request)
+            assert request.verdict.ok and outcome.ok, (template.fixture, request.turn, request.verdict.message, outcome.message)
