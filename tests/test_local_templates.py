@@ -432,6 +432,8 @@ def test_c4_drops_reach_trace_warnings_of_the_request() -> None:
     assert "the template drops the system message (it renders it only inside a last user message, and the last " \
            "message is 'tool')" in request.warnings
     assert "You are a member of a chat" not in render("mistral_v03", request.request).prompt
+    validation = request.as_dict()["validation"]  # trace --json: accepted, and the validator's warning with it
+    assert validation["ok"] and any("drops the system message" in w for w in validation["warnings"])
     ending_on_user = group_requests("mistralai/Mistral-7B-Instruct-v0.3")[0]  # negative control
     assert not any("drops" in w for w in ending_on_user.warnings)
     assert "You are a member of a chat" in render("mistral_v03", ending_on_user.request).prompt
