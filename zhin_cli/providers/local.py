@@ -167,7 +167,7 @@ def call_text_apart(layout: Layout) -> Layout:
 
 
 def system_into_first_user(rendered: RenderedRequest) -> None:
-    """The leading system message(s) open the first user turn (``system\n\nuser``); with no user turn to open
+    """The leading system message(s) open the first user turn (the system text, a blank line, the user text); with no user turn to open
     (the history starts with the bot, or is empty) they become that user turn."""
     messages: list[dict[str, Any]] = rendered.body["messages"]
     leading = 0

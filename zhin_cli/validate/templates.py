@@ -168,7 +168,7 @@ def _llama3(messages: list[dict[str, Any]], body: dict[str, Any]) -> str | None:
 
 def _qwen25(messages: list[dict[str, Any]], body: dict[str, Any]) -> str | None:
     """qwen2.5-instruct: no raise in the template; system messages anywhere are rendered in place. Content is
-    concatenated (``'\n' + message.content``) everywhere except in a tool-call turn, so null content crashes there."""
+    concatenated (``… + message.content + …``) everywhere except in a tool-call turn, so null content crashes there."""
     for message in messages:
         if message.get("content", "") is None and not (message.get("role") == "assistant" and _has_tool_calls(message)):
             return CRASH_NONE_CONCAT
