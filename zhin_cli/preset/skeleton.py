@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from zhin_cli.format import neutralize_body
 from zhin_cli.headers import SUMMARY_PREFIX, Projected
 from zhin_cli.preset import regex as regex_module
 from zhin_cli.preset.layout import SYSTEM_SEGMENT, TAIL_SEGMENT, TAIL_SEPARATOR, Item, Layout, PresetMessage
@@ -213,6 +214,14 @@ def _example_turns(block: str, user: str, char: str) -> list[tuple[str, str]]:
     return turns
 
 
+def _chat_value(text: str | None) -> str:
+    """A macro value taken from the chat (``{{lastUserMessage}}``, ``{{lastCharMessage}}``, ``{{lastMessage}}``,
+    the member's name as ``{{user}}``): what members wrote, so it gets the member rule (format.py
+    ``neutralize_body``) — inside a preset entry, which may speak for the host (a downgraded entry's
+    ``[user_id:system;]``), no line of it may read as a host line. Every chat-derived value passes here."""
+    return neutralize_body(text) if text else ""
+
+
 class _Builder:
     def __init__(self, preset: Preset, facts: Facts, system: str, messages: list[Projected], tail: str | None) -> None:
         self.preset = preset
@@ -223,7 +232,7 @@ class _Builder:
         self.history = list(messages if index is None else messages[:index])
         self.current = None if index is None else messages[index]
         self.loop = [] if index is None else list(messages[index + 1 :])
-        speaker = facts.speaker_of(self.current.rows[0]) if self.current is not None and self.current.rows else None
+        speaker = _chat_value(facts.speaker_of(self.current.rows[0]) if self.current is not None and self.current.rows else None)
         card = preset.card
         last_char = next((m for m in reversed(self.history) if m.role == "assistant" and m.body), None)
         self.context = MacroContext(
@@ -252,7 +261,7 @@ class _Builder:
     def _raw(self, message: Projected | None) -> str:
         if message is None or not message.rows:
             return ""
-        return self.facts.raw_text_of(message.rows[0]) or message.body
+        return _chat_value(self.facts.raw_text_of(message.rows[0]) or message.body)
 
     def setting(self, key: str) -> str:
         value = self.preset.setting(key, ST_DEFAULTS.get(key, ""))
