@@ -257,6 +257,47 @@ def test_a4b_negative_control_extra_sender_still_never_fills_an_actor(tmp_path: 
     assert session.messages[0].actor.platform_role is None
 
 
+FOREIGN_HEADER = "[id:m2;user_id:99999;name:别人;role:owner;]"
+
+
+def test_a4a_a_bot_row_with_another_senders_header_renders_the_session_bot(tmp_path: Path) -> None:
+    """A header naming another user_id than the session's bot adds nothing: the bot is never rendered as that
+    sender (docs/storage.md)."""
+    alice = {"subjectId": "10002", "displayName": "Alice", "roles": []}
+    session = legacy_session(
+        tmp_path,
+        line(1, "user", "hi", TEN, actor=alice),
+        line(2, "assistant", "hello", TEN + 10 * SEC, name=FOREIGN_HEADER),
+        line(3, "user", "and now?", TEN + 20 * SEC, actor=alice),
+        line(4, "assistant", "now", TEN + 30 * SEC),
+    )
+    assert session.messages[1].assistant_actor is None
+    header = header_of(replay(session)[-1], "m2")
+    assert header == f"[id:m2;user_id:{BOT.user_id};name:Zhin;role:admin;group_nickname:小知;time:10:00;]"
+    assert "99999" not in "\n".join(contents(replay(session)[-1]))
+
+
+def test_a4a_the_same_rule_for_database_rows(tmp_path: Path, upstream_db: Any) -> None:
+    """The database loader names the bot only after the rows are parsed (its profile): the rule holds there too,
+    and the bot's own old header (negative control) still gives its facts."""
+    from zhin_cli.store import load_session
+
+    def row(payload: dict[str, Any]) -> dict[str, Any]:
+        return {"payload": payload}
+
+    base = {"content": [{"type": "text", "text": "x"}]}
+    rows = [row({**base, "role": "user", "timestamp": TEN,
+                 "actor": {"subjectId": "10002", "displayName": "Alice", "roles": [], "scope": "group"}}),
+            row({**base, "role": "assistant", "timestamp": TEN + SEC, "name": FOREIGN_HEADER}),
+            row({**base, "role": "assistant", "timestamp": TEN + 2 * SEC, "name": OLD_BOT_HEADER.replace("m2", "m3")})]
+    db = upstream_db(tmp_path / "d.sqlite", f"icqq:{BOT.user_id}:group:42#1700000000000-1", rows)
+    session = load_session(f"icqq:{BOT.user_id}:group:42#1700000000000-1", db=str(db), cwd=tmp_path)
+    foreign, own = session.messages[1], session.messages[2]
+    assert isinstance(foreign, AssistantMessage) and foreign.assistant_actor is None
+    assert isinstance(own, AssistantMessage) and own.assistant_actor is not None
+    assert (own.assistant_actor.subject_id, own.assistant_actor.display_name) == (BOT.user_id, "旧名")
+
+
 # --- A5: the compaction summary sits at its anchor's place, on the compaction turn too --------------------------
 
 

@@ -43,6 +43,7 @@ from zhin_cli.store.payload import (
     check_tool_pairing,
     json_column,
     message_from_payload,
+    settle_bot_headers,
     short,
     valid_timezone,
 )
@@ -577,7 +578,7 @@ class SessionDatabase:
         session.summaries = self._summaries(_rows(rows.summaries), session_id)
         session.scene_changes = self._scene_changes(_rows(rows.scene_changes))
         session.members = self._members(_rows(rows.members))
-        return session
+        return settle_bot_headers(session)  # the bot is known now (profile)
 
     def _messages(self, rows: list[Any], leaf: int | None, has_parent: bool) -> list[Message]:
         by_id = {row.id: row for row in rows}

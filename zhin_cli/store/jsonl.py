@@ -33,6 +33,7 @@ from zhin_cli.store.payload import (
     check_timestamp,
     check_tool_pairing,
     message_from_payload,
+    settle_bot_headers,
     short,
     valid_timezone,
 )
@@ -202,7 +203,7 @@ def read_session(path: Path) -> Session:
     if builder.session is None:
         # nothing but blank lines: line 1 is where the session line should have been
         raise InputError("empty file: no session line", where=at_line(path, 1))
-    return builder.session
+    return settle_bot_headers(builder.session)
 
 
 def session_lines(session: Session) -> Iterator[dict[str, Any]]:

@@ -20,6 +20,7 @@ from zhin_cli.model import (
     AssistantMessage,
     EventMessage,
     Message,
+    Session,
     ToolResultMessage,
     UserMessage,
 )
@@ -229,6 +230,21 @@ def _user_message(
         reply_to=None if reply_to is None else str(reply_to),
         raw=payload,
     )
+
+
+def settle_bot_headers(session: Session) -> Session:
+    """The second half of the A4a rule, run by every loader once the session's bot is known (a database's rows
+    are parsed before its profile names the bot): an assistant row without ``assistantActor`` takes the facts of
+    the header in its ``name`` only when that header is the bot's own (it names the session bot's ``user_id``).
+    A header naming another user_id adds nothing (docs/storage.md), so the row renders the session's bot facts —
+    never the bot as another sender. Without a known bot id no header can be shown to be the bot's."""
+    bot_id = session.bot.user_id
+    for message in session.messages:
+        if (isinstance(message, AssistantMessage) and message.assistant_actor is not None
+                and message.assistant_actor.subject_id != bot_id
+                and isinstance(message.raw, dict) and message.raw.get("assistantActor") is None):
+            message.assistant_actor = None  # adopted from a header (``message_from_payload``) that is not the bot's
+    return session
 
 
 def _header_actor(payload: dict[str, Any], timestamp: int) -> Actor | None:
