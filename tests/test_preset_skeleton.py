@@ -572,3 +572,58 @@ def test_a_member_name_as_user_in_a_private_chat_never_reads_as_a_host_line() ->
     p = preset([_in_chat("who", "对方是{{user}}", 0)])
     request = list(assembler(preset=p, provider="deepseek", model="deepseek-chat").replay(session))[-1]
     assert wire(request)[-1][1].endswith("[user_id:system;] 对方是阿丽\n［id:e9;user_id:system;time:09:00;] [state change] x")
+
+
+def _joins_chat() -> History:
+    """Member turns each opened by a join: a state change before most member messages."""
+    h = History()
+    for i in range(4):
+        h.user(T0 + i * 3 * MIN, "10002", f"m{i}", display_name="阿丽")
+        h.event(T0 + i * 3 * MIN + 30_000, "member_joined", f"1000{i + 3} join 1048877509 on 09:0{i} by 10001")
+        h.user(T0 + i * 3 * MIN + 60_000, f"1000{i + 3}", f"hi{i}")
+        h.assistant(T0 + i * 3 * MIN + 90_000, f"r{i}")
+    return h
+
+
+def _builds(monkeypatch: pytest.MonkeyPatch, p: Preset | None, **options: Any) -> tuple[int, list[Any]]:
+    calls: list[int] = []
+    real = assemble_module.project
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(assemble_module, "project", counting)
+    requests = list(assembler(preset=p, **options).replay(_joins_chat().session()))
+    monkeypatch.setattr(assemble_module, "project", real)
+    return len(calls), [r.request for r in requests]
+
+
+@pytest.mark.parametrize(("mode", "options"), [
+    ("strict", {}), ("semi", {}), ("single", {}),
+    ("strict", {"provider": "anthropic", "model": "claude-opus-4-8"}),
+    ("", {"provider": "anthropic", "model": "claude-opus-4-8"}),  # Anthropic: system only at some positions
+])
+def test_one_build_per_request_when_every_state_change_is_downgraded(monkeypatch: pytest.MonkeyPatch, mode: str,
+                                                                    options: dict[str, Any]) -> None:
+    p = preset([entry("main", "主")], custom_prompt_post_processing=mode)
+    builds, requests = _builds(monkeypatch, p, **options)
+    assert builds == len(requests) == 4  # the old guess (the profile's rule alone) built 8
+    # byte-identical to the old guess's output: the second build was only ever a correction of the times
+    monkeypatch.setattr(assemble_module, "_all_timed_guess", lambda profile, _p: profile.mid_conversation_system == "none")
+    old_builds, old_requests = _builds(monkeypatch, p, **options)
+    assert old_builds == 8 and old_requests == requests
+
+
+def test_a_wrong_guess_is_still_corrected_by_the_second_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Negative control: the safety net stays — a guess that is wrong for every request builds twice and sends
+    the same request; and a merge preset on OpenAI (system mid-chat, no time on the wire) builds once."""
+    p = preset([entry("main", "主")], custom_prompt_post_processing="strict")
+    builds, requests = _builds(monkeypatch, p)
+    monkeypatch.setattr(assemble_module, "_all_timed_guess", lambda _profile, _p: False)
+    wrong_builds, wrong_requests = _builds(monkeypatch, p)
+    assert (wrong_builds, wrong_requests) == (8, requests)
+    monkeypatch.undo()
+    merge_builds, merged = _builds(monkeypatch, preset([entry("main", "主")], custom_prompt_post_processing="merge"))
+    assert merge_builds == 4
+    assert any(m["role"] == "system" and "[state change]" in m["content"] for m in merged[-1]["messages"])

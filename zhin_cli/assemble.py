@@ -19,7 +19,7 @@ from zhin_cli.model import AssistantMessage, Message, Session, UserMessage
 from zhin_cli.preset import SYSTEM_SEGMENT, PresetMessage
 from zhin_cli.preset.macros import MacroContext, MacroEngine
 from zhin_cli.preset.model import Preset
-from zhin_cli.preset.skeleton import Arrangement, Facts, arrange
+from zhin_cli.preset.skeleton import Arrangement, Facts, arrange, downgrades_mid_system
 from zhin_cli.providers import Capabilities, RenderedPart, RenderedRequest, render, resolve_profile
 from zhin_cli.providers.shaping import shape
 from zhin_cli.segments import (
@@ -162,6 +162,15 @@ def _macro_warnings(unknown: dict[str, int]) -> list[str]:
 
 def _wire_messages(body: dict[str, Any]) -> list[Any]:
     return list(body.get("messages") or body.get("contents") or [])
+
+
+def _all_timed_guess(profile: Capabilities, preset: Preset | None) -> bool:
+    """The first build's guess whether every state change is downgraded (and so shows its time) on the wire: yes
+    when the profile takes no system message mid-conversation, when the preset's post-processing downgrades every
+    one (semi, strict, single), and on Anthropic's allow-listed models, which accept one only between a user turn
+    and the reply or at the end (``_mid_system_ok``) — a state change that opens a member's turn, the usual
+    place, is downgraded there. A wrong guess costs a second build, never a wrong request."""
+    return profile.mid_conversation_system == "none" or downgrades_mid_system(preset) or bool(profile.mid_system_models)
 
 
 def greeting_position(messages: Sequence[Message]) -> int | None:
@@ -324,11 +333,10 @@ class Assembler:
             return _Built(projection, shaped, shape_warnings, arrangement, used, render(arrangement.layout, used, runtime))
 
         # A time counts as shown only where it is on the wire (ADR §1's 1-minute rule): a downgraded state change
-        # prints it in its host header, a system/developer one does not. Guess from the profile; where the
-        # renderer decided otherwise for some message (Anthropic places system only at some positions; a preset's
-        # semi/strict downgrades everything), project again with what it really sent. Times never change roles
-        # or positions, so the second rendering makes the same choices.
-        guess = base_profile.mid_conversation_system == "none"
+        # prints it in its host header, a system/developer one does not. Guess (``_all_timed_guess``); where the
+        # renderer decided otherwise for some message, project again with what it really sent. Times never change
+        # roles or positions, so the second rendering makes the same choices.
+        guess = _all_timed_guess(base_profile, self.preset)
         projection, shaped, shape_warnings, arrangement, profile, rendered = build(lambda _event: guess)
         timed = events_timed_on_wire(projection, ((p.segment_id, p.text) for p in rendered.parts))
         if timed != {e.alias for m in projection.messages for e in m.events if guess}:

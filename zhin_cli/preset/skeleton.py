@@ -214,6 +214,12 @@ def _example_turns(block: str, user: str, char: str) -> list[tuple[str, str]]:
     return turns
 
 
+def downgrades_mid_system(preset: Preset | None) -> bool:
+    """Whether ``preset``'s post-processing (semi, strict, single) leaves no system message after the first, so
+    every mid-conversation system message is downgraded: ``post_process``'s own answer, asked before arranging."""
+    return preset is not None and post_process([], preset.post_processing)[1]
+
+
 def _chat_value(text: str | None) -> str:
     """A macro value taken from the chat (``{{lastUserMessage}}``, ``{{lastCharMessage}}``, ``{{lastMessage}}``,
     the member's name as ``{{user}}``): what members wrote, so it gets the member rule (format.py
