@@ -391,3 +391,86 @@ def test_live_cases_run_end_to_end_against_the_loopback_conformance_server(tmp_p
         assert all("from cache" in a.message for r in again for a in r.assertions)
         uncached = [r for r in run_eval(paths, dataclasses.replace(options, use_cache=False)).results if r.case.requires_live]
         assert not any("from cache" in a.message for r in uncached for a in r.assertions)
+
+
+# --- the greeting (issue 15 B5): no request, and turn numbers as zhin trace counts them ------------------------
+
+GREETED = """
+cases:
+  - id: greeted
+    providers: [openai]
+    timeline:
+      - {assistant: {text: "欢迎来到测试群"}, at: "09:00", label: hello}
+      - {user: {from: "10002", text: "早"}}
+      - {assistant: {text: "早上好"}, label: second}
+      - {user: {from: "10002", text: "几点了"}}
+    assertions:
+"""
+
+
+def _greeted_run(tmp_path: Path, assertions: str = "  - {type: verdict, turn: all, accepted: true}\n", head: str = GREETED) -> Any:
+    from zhin_cli.eval.runner import assemble_turns
+
+    path = write(tmp_path, head + textwrap.indent(textwrap.dedent(assertions), "      "))
+    prepared = prepare(load_case_file(path)[0])
+    return prepared, assemble_turns(prepared, "openai", None)
+
+
+def test_eval_makes_no_request_for_the_greeting_and_numbers_turns_as_trace(tmp_path: Path) -> None:
+    from zhin_cli.assemble import Assembler
+
+    prepared, run = _greeted_run(tmp_path)
+    assert [r.turn for r in run.requests] == [2, 3]  # turn 1 is the greeting: no request
+    assert run.greetings == (1,)
+    # zhin trace on the same stored conversation: the same turn 2, byte for byte
+    registry, _ = prepared.config.registry()
+    traced = {r.turn: r.request for r in Assembler(registry, prepared.config, provider="openai").replay(prepared.built.session)}
+    assert list(traced) == [2] and traced[2] == run.select(2)[0][1].request
+    assert run.select(2)[0][0] == 2 and run.select("second")[0][0] == 2 and run.select(-1)[0][0] == 3
+    with pytest.raises(LookupError, match="turn 1 is the greeting"):
+        run.select(1)
+
+
+@pytest.mark.parametrize("turn", ["1", "hello"])
+def test_an_assertion_on_the_greeting_turn_is_an_invalid_case(tmp_path: Path, turn: str) -> None:
+    with pytest.raises(CaseError, match="is the greeting: no request is made for it"):
+        _greeted_run(tmp_path, f"  - {{type: verdict, turn: {turn}, accepted: true}}\n")
+
+
+def test_eval_greeting_negative_controls(tmp_path: Path) -> None:
+    """A first bot message with a tool call answered nothing yet is still model output: it is a request; and a
+    conversation that starts with a member has no greeting."""
+    tool_first = GREETED.replace('{assistant: {text: "欢迎来到测试群"}, at: "09:00", label: hello}',
+                                 '{assistant: {tool_calls: [{id: c1, name: search}]}, at: "09:00", label: hello}\n'
+                                 '      - {tool_result: {call: c1, text: done}}')
+    _, run = _greeted_run(tmp_path, head=tool_first)
+    assert [r.turn for r in run.requests] == [1, 2, 3] and run.greetings == ()
+    _, plain = _greeted_run(tmp_path, head=GREETED.replace('{assistant: {text: "欢迎来到测试群"}, at: "09:00", label: hello}',
+                                                           '{user: {from: "10002", text: "在吗"}, at: "09:00"}'))
+    assert [r.turn for r in plain.requests] == [1, 2] and plain.greetings == ()
+
+
+def test_a_stored_session_opening_with_a_greeting_is_numbered_as_trace(tmp_path: Path) -> None:
+    lines = [{"type": "session", "session_id": "icqq:8596238:group:1048877509#1-1", "timezone": "Asia/Shanghai",
+              "bot": {"user_id": "8596238", "name": "Zhin"}, "scene": {"scene_id": "1048877509", "scene_type": "group"}}]
+    alice = {"subjectId": "10002", "displayName": "小明", "roles": []}
+    for row, (role, text) in enumerate([("assistant", "欢迎来到测试群"), ("user", "早"), ("assistant", "早上好")], start=1):
+        lines.append({"type": "message", "id": row, "role": role, "content": [{"type": "text", "text": text}],
+                      "timestamp": 1761699600000 + row * 10_000, **({"actor": alice} if role == "user" else {})})
+    (tmp_path / "greeted.jsonl").write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines), encoding="utf-8")
+    stored = """
+    cases:
+      - id: stored-greeted
+        providers: [openai]
+        session: {file: greeted.jsonl}
+        assertions:
+    """
+    prepared, run = _greeted_run(tmp_path, head=textwrap.dedent(stored))
+    assert [t.greeting for t in prepared.built.turns] == [True, False]  # the two stored replies
+    assert run.greetings == (1,) and [r.turn for r in run.requests] == [2]
+    from zhin_cli.assemble import Assembler
+    from zhin_cli.store.jsonl import read_session
+
+    registry, _ = prepared.config.registry()
+    traced = list(Assembler(registry, prepared.config, provider="openai").replay(read_session(tmp_path / "greeted.jsonl")))
+    assert [(r.turn, r.request) for r in traced] == [(2, run.select(2)[0][1].request)]

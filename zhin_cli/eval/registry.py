@@ -33,23 +33,29 @@ class ProviderRun:
     requests: list[AssembledRequest]
     labels: dict[str, int]  # turn label → index into ``requests``
     replies: list[LiveReply] = field(default_factory=list)  # live: one reply per repeat, for the chosen turn
+    greetings: tuple[int, ...] = ()  # turn numbers without a request: the greeting (docs/eval.md)
 
     def select(self, turn: Any) -> list[tuple[int, AssembledRequest]]:
-        """``turn``: 1-based number, negative from the end, a label, ``last`` (default) or ``all``."""
+        """``turn``: a turn number as ``zhin trace`` counts it (``request.turn``: the greeting is turn 1 and has no
+        request), negative from the last request, a label, ``last`` (default) or ``all`` (every request)."""
         if turn is None or turn == "last":
             turn = -1
         if turn == "all":
-            return list(enumerate(self.requests, start=1))
+            return [(r.turn, r) for r in self.requests]
         if isinstance(turn, str):
             if turn not in self.labels:
                 raise LookupError(f"no turn labelled {turn!r} (labels: {', '.join(sorted(self.labels)) or 'none'})")
-            index = self.labels[turn]
-            return [(index + 1, self.requests[index])]
-        count = len(self.requests)
-        index = turn - 1 if turn > 0 else count + turn
-        if not 0 <= index < count:
-            raise LookupError(f"turn {turn} does not exist (this conversation has {count} turn(s))")
-        return [(index + 1, self.requests[index])]
+            request = self.requests[self.labels[turn]]
+            return [(request.turn, request)]
+        if turn < 0 and -turn <= len(self.requests):
+            request = self.requests[turn]
+            return [(request.turn, request)]
+        found = [(r.turn, r) for r in self.requests if turn > 0 and r.turn == turn]
+        if found:
+            return found
+        if turn in self.greetings:
+            raise LookupError(f"turn {turn} is the greeting: no request is made for it (as in zhin trace)")
+        raise LookupError(f"turn {turn} does not exist (this conversation has {len(self.requests)} request(s))")
 
 
 Check = Callable[[ProviderRun, dict[str, Any]], Outcome]

@@ -252,6 +252,8 @@ def _check_references(case: Case, built: Built) -> None:
                 except ConfigError as exc:
                     raise CaseError(exc.message, where=exc.where or where) from None
     labels = {t.label for t in built.turns if t.label}
+    greetings = {t.label: number for number, t in enumerate(built.turns, start=1) if t.greeting}
+    asked = sum(1 for t in built.turns if not t.greeting)  # turns with a request
     for index, spec in enumerate(case.data["assertions"]):
         key = f"assertions[{index}]"
         for turn_key in ("turn", "from", "to"):
@@ -259,9 +261,13 @@ def _check_references(case: Case, built: Built) -> None:
             if isinstance(turn, str) and turn not in ("last", "all") and turn not in labels:
                 raise CaseError(f"{turn_key}: no turn labelled {turn!r} (turn labels: {', '.join(sorted(labels)) or 'none'})",
                                 where=case.where(f"{key}.{turn_key}"))
-            if isinstance(turn, int) and not (1 <= abs(turn) <= len(built.turns)):
-                raise CaseError(f"{turn_key}: turn {turn} does not exist (the conversation has {len(built.turns)} turn(s))",
+            if isinstance(turn, int) and not (1 <= turn <= len(built.turns) or 1 <= -turn <= asked):
+                raise CaseError(f"{turn_key}: turn {turn} does not exist (the conversation has {len(built.turns)} turn(s)"
+                                f"{f', {asked} with a request' if asked != len(built.turns) else ''})",
                                 where=case.where(f"{key}.{turn_key}"))
+            if turn in greetings.values() or (isinstance(turn, str) and turn in greetings):
+                raise CaseError(f"{turn_key}: turn {greetings.get(turn, turn) if isinstance(turn, str) else turn} is the "
+                                "greeting: no request is made for it (as in zhin trace)", where=case.where(f"{key}.{turn_key}"))
         # A known provider the case does not run under is fine (a variant may narrow an inherited case's providers).
         unknown = [p for p in spec.get("providers", []) if p not in PROFILES]
         if unknown:
@@ -282,13 +288,20 @@ def assemble_turns(prepared: Prepared, provider: str, model: str | None) -> Prov
     sent: list[Any] = []
     requests: list[AssembledRequest] = []
     labels: dict[str, int] = {}
+    greetings: list[int] = []
     transforms = case.data.get("transforms") or []
+    turn = 0  # turn k: the k-th turn point, as ``zhin trace`` numbers them (the greeting is turn 1, no request)
     for action in built.actions:
         if isinstance(action, PluginAction):
             _plugin_action(action, registry, loaded, case)
             continue
         assert isinstance(action, TurnPoint)
-        request = assembler.assemble(session, action.upto, action.time, turn=len(requests) + 1, sent_prefix=sent,
+        turn += 1
+        if action.greeting:  # nobody asked the model for it (Assembler.replay): it is only in the next prefix
+            greetings.append(turn)
+            sent = [("row", action.reply_row)]
+            continue
+        request = assembler.assemble(session, action.upto, action.time, turn=turn, sent_prefix=sent,
                                      aliases=aliases, index=index)
         sent = [*request.sent_keys, *([("row", action.reply_row)] if action.reply_row is not None else [])]
         for spec in transforms:
@@ -297,7 +310,8 @@ def assemble_turns(prepared: Prepared, provider: str, model: str | None) -> Prov
         if action.label:
             labels[action.label] = len(requests)
         requests.append(request)
-    return ProviderRun(provider=provider, model=requests[0].model if requests else (model or ""), requests=requests, labels=labels)
+    return ProviderRun(provider=provider, model=requests[0].model if requests else (model or ""), requests=requests, labels=labels,
+                       greetings=tuple(greetings))
 
 
 def _authorize_step(spec: str, case: Case, where: str | None) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from zhin_cli.assemble import greeting_position
 from zhin_cli.errors import EXIT_INVALID_CASE, ZhinError
 from zhin_cli.eval.registry import STEPS, step
 from zhin_cli.format import CHANGE_FIELDS, StateChange, changed_line
@@ -47,13 +48,17 @@ class StepError(ZhinError):
 
 @dataclass
 class TurnPoint:
-    """The bot is asked at ``time``, seeing ``session.messages[:upto]``; ``reply_row``: the stored reply, if any."""
+    """The bot is asked at ``time``, seeing ``session.messages[:upto]``; ``reply_row``: the stored reply, if any.
+
+    ``greeting``: the turn is the session's greeting (``assemble.greeting_position``): it has a turn number, as in
+    ``zhin trace``, but nobody asked the model for it, so no request is made."""
 
     upto: int
     time: int
     label: str | None
     reply_row: int | None
     line: int | None = None
+    greeting: bool = False
 
 
 @dataclass
@@ -124,10 +129,13 @@ class Builder:
         if session is None:
             session = Session(session_id, f"eval:{session_id}", timezone, bot, scene, [])
         else:
-            # A stored conversation: each stored reply is a turn (replay semantics); the timeline continues it.
+            # A stored conversation: each stored reply is a turn (replay semantics: the greeting one without a
+            # request); the timeline continues it.
+            greeting = greeting_position(session.messages)
             for position, message in enumerate(session.messages):
                 if isinstance(message, AssistantMessage):
-                    self.actions.append(TurnPoint(position, message.timestamp, None, message.row_id))
+                    self.actions.append(TurnPoint(position, message.timestamp, None, message.row_id,
+                                                  greeting=position == greeting))
                 elif isinstance(message, UserMessage) and message.actor is not None:
                     # Continue with the facts last stored for each member, so the timeline changes only what it says.
                     self.members.setdefault(message.actor.subject_id, {}).update(_facts_of(message.actor, message.timestamp))
@@ -254,7 +262,8 @@ def _user(builder: Builder, spec: dict[str, Any]) -> None:
     },
 })
 def _assistant(builder: Builder, spec: dict[str, Any]) -> None:
-    """A stored bot reply; the request that produced it is a turn."""
+    """A stored bot reply; the request that produced it is a turn. The greeting (text, no tool call, before anything
+    else) is a turn without a request, as in ``zhin trace``."""
     content: list[dict[str, Any]] = [{"type": "text", "text": spec["text"]}] if spec.get("text") else []
     content += [{"type": "toolCall", "id": c["id"], "name": c["name"], "arguments": c.get("arguments", {})}
                 for c in spec.get("tool_calls", [])]
@@ -262,7 +271,8 @@ def _assistant(builder: Builder, spec: dict[str, Any]) -> None:
         raise StepError("an assistant step needs text or tool_calls")
     upto = len(builder.session.messages)
     message = AssistantMessage(content, builder.now, builder.row(), message_id=spec.get("message_id"), model=None)
-    builder.actions.append(TurnPoint(upto, builder.now, None, message.row_id, builder.line))
+    greeting = greeting_position([*builder.session.messages, message]) == upto
+    builder.actions.append(TurnPoint(upto, builder.now, None, message.row_id, builder.line, greeting=greeting))
     builder.append(message)
 
 
