@@ -29,7 +29,7 @@ from zhin_cli.providers.local import FAMILY_RULES, template_family
 from zhin_cli.providers.shaping import fit_layout
 
 PRESETS = Path(__file__).resolve().parent.parent / "fixtures" / "presets"
-GOLDEN = Path(__file__).resolve().parents[2] / "shared" / "reference" / "st-golden" / "content" / "golden-preset.json"
+GOLDEN = Path(__file__).resolve().parent / "st_golden" / "content" / "golden-preset.json"  # the ST golden set's preset
 HOST = "[user_id:system;]"  # the host-only header of a downgraded preset entry
 
 # One sample model id per local template family (and ids no family claims, which get plain OpenAI rules).
@@ -120,8 +120,7 @@ def presets() -> dict[str, Preset | None]:
     out["own-squash"] = own_preset(squash_system_messages=True)
     out["own-merge"] = own_preset(custom_prompt_post_processing="merge")
     out["own-strict"] = own_preset(custom_prompt_post_processing="strict")
-    if GOLDEN.exists():  # the ST golden preset, where the shared reference is mounted (not in CI)
-        out["golden"] = load_preset(GOLDEN)
+    out["golden"] = load_preset(GOLDEN)
     return out
 
 
@@ -171,6 +170,12 @@ def rejected(requests: list[AssembledRequest]) -> list[str]:
     return [f"turn {r.turn}: {r.verdict.status} {r.verdict.message[:120]}" for r in requests if not r.verdict.ok]
 
 
+def system_dropped(requests: list[AssembledRequest]) -> list[str]:
+    """Turns the template would render without the system prompt (Mistral v0.3/Nemo place it only inside a last
+    user turn): accepted by the server, but the model never sees zhin's host rules nor the preset's main text."""
+    return [f"turn {r.turn}: {w}" for r in requests for w in r.warnings if "drops the system message" in w]
+
+
 def wire_messages(request: AssembledRequest) -> list[dict[str, Any]]:
     return list(request.request.get("messages") or request.request.get("contents") or [])
 
@@ -190,6 +195,7 @@ def test_every_preset_renders_an_accepted_request_on_every_turn(preset_name: str
     requests = run(PRESET_CACHE[preset_name], provider, model, group_chat())
     assert len(requests) == 4
     assert not rejected(requests), rejected(requests)
+    assert not system_dropped(requests), system_dropped(requests)
     profile = resolve_profile(provider, model)
     for request in requests:
         if profile.wire == "openai-chat" and request.profile and request.profile.mid_conversation_system == "none":
@@ -206,12 +212,14 @@ def test_every_preset_renders_an_accepted_request_on_every_turn(preset_name: str
 def test_a_preset_never_makes_an_accepted_tool_loop_rejected(preset_name: str, provider: str, model: str) -> None:
     """Tool histories: wherever the default layout is accepted (some templates have no tool role at all, issue
     15 C), every preset is accepted too, the loop's continuation request included."""
+    baseline = run(None, provider, model, tool_chat())
+    assert not system_dropped(baseline), system_dropped(baseline)  # the loop's continuations end on a tool result
     if preset_name == "default":
         return
-    baseline = run(None, provider, model, tool_chat())
     accepted = {r.turn for r in baseline if r.verdict.ok}
     requests = run(PRESET_CACHE[preset_name], provider, model, tool_chat())
     assert not rejected([r for r in requests if r.turn in accepted]), rejected(requests)
+    assert not system_dropped(requests), system_dropped(requests)
 
 
 def test_the_default_layout_passes_fit_layout_untouched(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -277,12 +285,14 @@ def test_a_strict_template_merges_downgraded_entries_into_the_adjacent_user_turn
     assert [m["role"] for m in messages][:3] == ["system", "user", "assistant"]
     # ST strict inserts its placeholder user turn when the first message after the system text is not a user one
     assert messages[1]["content"] == f"{HOST} [Start a new chat]"
-    assert [m["role"] for m in messages[3:]] == ["user", "assistant"] * 4  # alternating after the placeholder
-    lines = messages[-2]["content"].split("\n")
+    # alternating after the placeholder, ending on the user turn the template puts the system text into
+    assert [m["role"] for m in messages[3:]] == ["user", "assistant"] * 3 + ["user"]
+    lines = messages[-1]["content"].split("\n")
     # the current turn between the depth-1 and depth-0 entries, each part with its own header
     assert lines[0] == f"{HOST} 【深度1】记住名字。"
     assert lines[1].startswith("[id:m8;user_id:10003;") and lines[1].endswith("] 再见")
-    assert lines[-3:] == [f"{HOST} 【深度0】别复述。", "【深度0b】保持语气。", f"{HOST} 继续以Zhin的身份回答。"]
+    assert lines[-4:] == [f"{HOST} 【深度0】别复述。", "【深度0b】保持语气。", f"{HOST} 继续以Zhin的身份回答。",
+                          f"{HOST} *Zhin想了想，"]  # the prefill: Mistral's template would drop the system text after it
     # negative control: a template that takes system anywhere and alternation freely (Qwen2.5) needs no placeholder
     qwen = last(own_preset(), "vllm", "Qwen/Qwen2.5-7B-Instruct").request["messages"]
     assert qwen[1] == {"role": "assistant", "content": "*Zhin擦着杯子。*"}
@@ -301,6 +311,31 @@ def test_a_trailing_assistant_entry_is_not_sent_as_prefill_where_the_model_rejec
     assert new[-1]["role"] == "user" and new[-1]["content"][-1]["text"] == f"{HOST} *Zhin想了想，"
     old = last(own_preset(), "anthropic", "claude-3-5-sonnet-20241022").request["messages"]
     assert old[-1] == {"role": "assistant", "content": [{"type": "text", "text": "*Zhin想了想，"}]}  # prefill, as ST sends it
+
+
+@pytest.mark.parametrize("model", ["mistralai/Mistral-7B-Instruct-v0.3", "mistralai/Mistral-Nemo-Instruct-2407", "mistral:7b"])
+def test_mistral_keeps_the_system_prompt_with_a_trailing_prefill_and_in_tool_loops(model: str) -> None:
+    """Mistral v0.3/Nemo render the system text only inside a *last* user turn: a preset's trailing prefill goes as
+    user text in that turn, and a tool-loop continuation carries the system text in its last user turn."""
+    for history in (group_chat(), tool_chat()):
+        requests = run(own_preset(), "vllm", model, history)
+        assert not rejected(requests) and not system_dropped(requests), system_dropped(requests)
+        for request in requests:
+            messages = request.request["messages"]
+            last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
+            text = messages[last_user]["content"]
+            assert f"{HOST} *Zhin想了想，" in text and messages[-1]["role"] != "assistant", request.turn
+            # the system text — zhin's host rules and the preset's main entry — is in the request and placed
+            # where the template renders it: a leading system message before a last user turn, or in that turn
+            if messages[-1]["role"] == "user":
+                assert messages[0]["role"] == "system" and messages[0]["content"].startswith("你是Zhin")
+            else:
+                assert "system" not in [m["role"] for m in messages] and text.startswith("你是Zhin"), request.turn
+    # the tool loop's continuation requests end on a tool result
+    assert [r.request["messages"][-1]["role"] for r in run(own_preset(), "vllm", model, tool_chat())] == ["user", "tool", "user", "tool"]
+    # negative control: a model that takes prefill keeps the trailing entry as an assistant turn (ST's prefill)
+    qwen = last(own_preset(), "vllm", "Qwen/Qwen2.5-7B-Instruct")
+    assert qwen.request["messages"][-1] == {"role": "assistant", "content": "*Zhin想了想，"}
 
 
 def test_a_member_cannot_forge_the_preset_host_header() -> None:

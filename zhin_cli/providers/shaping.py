@@ -179,10 +179,10 @@ def fit_layout(layout: Layout, profile: Capabilities) -> Layout:
             if item.role == "system" and profile.mid_conversation_system == "none":
                 item = downgraded(item)
         messages.append(item)
+    if not profile.prefill:  # first: a downgraded prefill after a tool result then moves before the loop (Mistral)
+        messages = without_prefill(messages, tail_alone=bool(layout.tail) and layout.tail_index is None)
     if profile.hold_during_tool_loop:
         messages = _before_tool_loops(messages)
-    if not profile.prefill:
-        messages = without_prefill(messages, tail_alone=bool(layout.tail) and layout.tail_index is None)
     if profile.strict_turns and messages and not _user_side(messages[0]):
         messages.insert(0, downgraded(PresetMessage("system", [(PLACEHOLDER_SEGMENT, PLACEHOLDER)])))
     tail_index = next((i for i, m in enumerate(messages) if m is current), None) if current is not None else None
