@@ -354,3 +354,7 @@ def test_call_text_and_system_prompt_drops_are_warnings() -> None:
     assert validate("served:mistral", ok, "m").as_dict() == {"ok": True, "status": 200}
     # a rejected body says its 400, not the drops
     assert validate("served:mistral", body(SYSTEM, USER, USER, calls("abcDEF123", content="x")), "m").warnings == ()
+    # the system message alone: the template renders nothing after it, so nothing of it
+    alone = validate("served:mistral", body(SYSTEM), "m")
+    assert alone.ok and alone.warnings == ("the template drops the system message (it renders it only inside a last "
+                                           "user message, and the last message is 'system')",)

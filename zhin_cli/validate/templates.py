@@ -333,9 +333,10 @@ def _drops_call_text(messages: list[dict[str, Any]], body: dict[str, Any]) -> li
 
 def _drops_mistral(messages: list[dict[str, Any]], body: dict[str, Any]) -> list[str]:
     """Mistral v0.3/Nemo put the leading system message into the *last* message, and only if that is a user
-    turn: a request that ends on a tool result (or an assistant turn) loses the whole system prompt."""
+    turn: a request that ends on a tool result (or an assistant turn) loses the whole system prompt — and so does
+    one that is only the system message (nothing after it to render it in)."""
     out = _drops_call_text(messages, body)
-    if len(messages) > 1 and messages[0].get("role") == "system" and messages[-1].get("role") != "user":
+    if messages and messages[0].get("role") == "system" and messages[-1].get("role") != "user":
         out.insert(0, "the template drops the system message (it renders it only inside a last user message, "
                       f"and the last message is {messages[-1].get('role')!r})")
     return out
