@@ -101,13 +101,34 @@ def test_trace_turn_of_the_greeting_is_a_note(tmp_path: Path) -> None:
     assert trace(str(path), turn=2, cwd=tmp_path).notes == []  # a turn that is not the greeting: no note
 
 
-def test_trace_of_a_session_with_only_its_greeting(tmp_path: Path) -> None:
+def test_trace_of_a_session_with_only_its_greeting(tmp_path: Path, zhin: Any) -> None:
+    """One behaviour: the default (last) is --turn -1, which is --turn 1 here: no request, the greeting note,
+    exit 0 — as --all. (It used to be exit 2 by default and exit 0 with --turn -1.)"""
     h = History()
     h.assistant(T0, "你好")
     path = save(h, tmp_path)
-    with pytest.raises(UsageError, match="only its greeting"):
-        trace(str(path), cwd=tmp_path)
-    assert trace(str(path), turn=1, cwd=tmp_path).requests == []
+    results = [trace(str(path), cwd=tmp_path), trace(str(path), turn=-1, cwd=tmp_path),
+               trace(str(path), turn=1, cwd=tmp_path), trace(str(path), all_turns=True, cwd=tmp_path)]
+    for result in results:
+        assert result.requests == [] and result.greeting_turn == 1 and result.turns == 1
+        assert len(result.notes) == 1 and "turn 1 is the greeting" in result.notes[0]
+    for options in ((), ("--turn", "-1"), ("--turn", "1"), ("--all",)):
+        shown = zhin("trace", path, *options)
+        assert shown.returncode == 0 and "note: turn 1 is the greeting" in shown.stdout, (options, shown.stderr)
+
+
+def test_negative_control_trace_errors_stay_errors(tmp_path: Path, zhin: Any) -> None:
+    """A turn that does not exist, and a session with no assistant message at all, are still usage errors."""
+    h = History()
+    h.assistant(T0, "你好")
+    path = save(h, tmp_path)
+    with pytest.raises(UsageError, match="out of range"):
+        trace(str(path), turn=2, cwd=tmp_path)
+    assert zhin("trace", path, "--turn", "-2").returncode == 2
+    empty = History()
+    empty.user(T0, "10002", "在吗", display_name="小明")
+    with pytest.raises(UsageError, match="no assistant message"):
+        trace(str(save(empty, tmp_path)), cwd=tmp_path)
 
 
 def test_trace_cli_says_so(tmp_path: Path, zhin: Any) -> None:

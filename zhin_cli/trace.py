@@ -62,7 +62,8 @@ def trace(
 ) -> TraceResult:
     """Replay ``ref`` (a .jsonl path, or a session id/key in the database) and return the chosen requests.
 
-    Default: the last turn. Turn numbers are 1-based; negative numbers count from the end.
+    Default: the last turn (``turn=-1``). Turn numbers are 1-based; negative numbers count from the end. The
+    greeting's turn has no request: choosing it gives no request and a note (``greeting_note``).
     """
     config = load_config(config_path, cwd=cwd)
     session = load_session(ref, db=db, cwd=cwd)
@@ -74,10 +75,9 @@ def trace(
         total = sum(1 for m in session.messages if isinstance(m, AssistantMessage))
         if total == 0:
             raise UsageError(f"session {session.session_id!r} has no assistant message, so no request to replay")
+        # A turn without a request (the greeting) is a note, never an error — also when it is the last turn, so
+        # the default (last) is always ``--turn -1``: a session holding only its greeting shows the note, exit 0.
         greeting = greeting_turn(session.messages)
-        if greeting is not None and total == 1 and turn is None and not all_turns:
-            raise UsageError(f"session {session.session_id!r} has only its greeting (turn 1, written without a request), "
-                             "so no request to replay")
         wanted: int | None = None
         if not all_turns:
             wanted = total if turn is None else (turn if turn > 0 else total + 1 + turn)

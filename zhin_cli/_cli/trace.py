@@ -33,7 +33,7 @@ from zhin_cli.trace import trace
 @handles_errors
 def trace_command(
     session: Annotated[str, typer.Argument(help="A session .jsonl file, or a session id / key in the database.")],
-    turn: Annotated[int | None, typer.Option("--turn", "-t", help="Turn to show (1-based; -1 = last). Default: last.")] = None,
+    turn: Annotated[int | None, typer.Option("--turn", "-t", help="Turn to show (1-based; -1 = last). Default: last. The greeting's turn has no request: a note, exit 0.")] = None,
     all_turns: Annotated[bool, typer.Option("--all", help="Show every turn.")] = False,
     provider: Annotated[str | None, typer.Option("--provider", "-p", envvar="ZHIN_PROVIDER", help="Provider profile (openai, openai-reasoning, deepseek, …).")] = None,
     model: Annotated[str | None, typer.Option("--model", "-m", envvar="ZHIN_MODEL", help="Model id (default: the model stored with each turn, else gpt-4o).")] = None,
