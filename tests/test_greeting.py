@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from builders import BOT, MIN, SEC, T0, History, contents, replay
+from builders import BOT, MIN, SEC, T0, History, assembler, contents, replay
 
 from zhin_cli.assemble import greeting_position
 from zhin_cli.errors import UsageError
@@ -81,8 +81,6 @@ def test_negative_control_only_a_leading_text_reply_is_the_greeting(build: Any, 
 
 def test_the_greeting_is_in_the_chat_before_anything_else() -> None:
     """The first real request is built as if the greeting had been sent already (append-only keeps it first)."""
-    from builders import assembler
-
     session = greeted().session()
     first = replay(session)[0]
     direct = assembler().assemble(session, 2, session.messages[2].timestamp, turn=2, sent_prefix=[("row", 1)])
@@ -200,8 +198,6 @@ def test_card_greeting_in_a_group_greets_user() -> None:
 
 def test_card_greeting_direct_assemble_equals_the_replay() -> None:
     """Callers that assemble one position of the stored session (eval, golden tests) get the same request."""
-    from builders import assembler
-
     session = private(private_chat())
     config = card_config(greeting=CARD_GREETING)
     requests = replay(session, config)
@@ -227,3 +223,47 @@ def test_trace_notes_the_card_greeting(tmp_path: Path) -> None:
     result = trace(str(path), all_turns=True, cwd=tmp_path)
     assert [r.turn for r in result.requests] == [1, 2] and result.greeting_turn is None
     assert any("card greeting" in note for note in result.notes)
+
+
+# --- the card greeting's row id (never a stored row, never a summary anchor) --------------------------------------
+
+
+def _anchored(anchor: int, first_row: int = 1) -> Any:
+    """The private chat with rows numbered from ``first_row`` and a summary anchored at ``anchor``, made before the
+    last request."""
+    from dataclasses import replace
+
+    from zhin_cli.model import Summary
+
+    session = private(private_chat())
+    messages = [replace(m, row_id=m.row_id + first_row - 1) for m in session.messages]
+    return replace(session, messages=messages, summaries=[Summary(T0 + MIN + SEC, "之前聊过笑话", anchor)])
+
+
+@pytest.mark.parametrize(("anchor", "first_row"), [
+    (0, 1),  # a summary with no anchor (the database's NULL anchor_message_id reads as 0): min(row) - 1 was 0
+    (4, 5),  # an anchor on a row outside this session's path (another branch): min(row) - 1 was that row
+])
+def test_the_card_greeting_is_never_taken_for_a_stored_row(anchor: int, first_row: int) -> None:
+    from zhin_cli.assemble import CARD_GREETING_ROW
+    from zhin_cli.store.payload import MAX_ROW_ID
+
+    session = _anchored(anchor, first_row)
+    config = card_config(greeting=CARD_GREETING)
+    greeted, _ = assembler(config).greeted(session, 0)
+    row = greeted.messages[0].row_id
+    assert row == CARD_GREETING_ROW and not -MAX_ROW_ID - 1 <= row <= MAX_ROW_ID  # outside any 64-bit column
+    requests = replay(session, config)
+    for request in requests:  # the summary's anchor is not in the window, so no summary, and the greeting stays
+        texts = [text for _, text in history_texts(request)]
+        assert texts[0].endswith("] 你好，我是Zhin。小明，今天想聊什么？")
+        assert not any("之前聊过笑话" in str(m.get("content")) for m in request.request["messages"])
+        assert request.window["summary_anchor"] is None
+    assert requests[0].sent_keys[0] == ("row", CARD_GREETING_ROW)
+
+
+def test_negative_control_a_summary_anchored_at_a_stored_row_still_applies_with_the_card_greeting() -> None:
+    requests = replay(_anchored(2), card_config(greeting=CARD_GREETING))
+    last = requests[-1]
+    assert last.window["summary_anchor"] == 2
+    assert any("之前聊过笑话" in str(m.get("content")) for m in last.request["messages"])

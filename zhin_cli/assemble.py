@@ -42,6 +42,10 @@ from zhin_cli.window import SessionIndex, summary_in_prefix, visible_window
 
 DEFAULT_PROVIDER = "openai"
 DEFAULT_MODEL = "gpt-4o"
+# The row id of the card greeting (``Assembler.greeted``), which is not a stored row: below every value a signed
+# 64-bit column can hold, so it can never equal a stored row id (1 … 2^63-1) nor any summary anchor a store can
+# hold (0 there means "no anchor"; JSONL allows negatives), and it still sorts before every stored row.
+CARD_GREETING_ROW = -(2**63) - 1
 
 
 @dataclass
@@ -262,8 +266,9 @@ class Assembler:
         message; a bot bound to the same card that never stored it would otherwise be replayed without it. The
         text is expanded once, as ST does when the chat opens: ``{{char}}`` and ``{{user}}`` as the preset stage
         sets them (card options, else the bot's name; ``{{user}}`` the chat's member in a private chat, else
-        ``User``). The row is not stored: its id is below every stored one and its time 1 ms before the first
-        message, so the merge keeps it first."""
+        ``User``). The row is not stored: its id is ``CARD_GREETING_ROW`` (below and apart from every stored id
+        and summary anchor; ``min(row_id) - 1`` was 0, a summary's "no anchor", or a row of another branch) and
+        its time 1 ms before the first message, so the merge keeps it first."""
         card = self.preset.card if self.preset is not None else None
         if card is None or not card.greeting or not session.messages or greeting_position(session.messages) is not None:
             return session, upto
@@ -273,8 +278,7 @@ class Assembler:
                                char=card.char or session.bot.name or "Assistant", now_ms=first.timestamp - 1,
                                timezone=self._timezone(session))
         text = MacroEngine(context).expand(card.greeting)
-        row = min(m.row_id for m in session.messages) - 1
-        greeting = AssistantMessage([{"type": "text", "text": text}], first.timestamp - 1, row)
+        greeting = AssistantMessage([{"type": "text", "text": text}], first.timestamp - 1, CARD_GREETING_ROW)
         return replace(session, messages=[greeting, *session.messages]), upto + 1
 
     def assemble(
