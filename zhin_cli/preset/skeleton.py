@@ -224,7 +224,8 @@ def _chat_value(text: str | None) -> str:
     """A macro value taken from the chat (``{{lastUserMessage}}``, ``{{lastCharMessage}}``, ``{{lastMessage}}``,
     the member's name as ``{{user}}``): what members wrote, so it gets the member rule (format.py
     ``neutralize_body``) — inside a preset entry, which may speak for the host (a downgraded entry's
-    ``[user_id:system;]``), no line of it may read as a host line. Every chat-derived value passes here."""
+    ``[user_id:system;]``), no line of it may read as a host line. Every chat-derived value passes here, and so
+    does a history message a preset regex script rewrote (``{{match}}`` / ``$1`` groups stay in that message)."""
     return neutralize_body(text) if text else ""
 
 
@@ -311,8 +312,8 @@ class _Builder:
                     except ScriptSkipped as exc:
                         raise _Skip(index, exc.reason) from None
                     left[index] -= time.perf_counter() - started
-            if body != message.body:
-                rewritten[id(message)] = replace(message, body=body)
+            if body != message.body:  # still member text: a script may not shape a host line out of it either
+                rewritten[id(message)] = replace(message, body=_chat_value(body))
         self.history = [rewritten.get(id(m), m) for m in self.history]
         if self.current is not None:
             self.current = rewritten.get(id(self.current), self.current)
