@@ -267,3 +267,65 @@ def test_negative_control_a_summary_anchored_at_a_stored_row_still_applies_with_
     last = requests[-1]
     assert last.window["summary_anchor"] == 2
     assert any("之前聊过笑话" in str(m.get("content")) for m in last.request["messages"])
+
+
+# --- {{user}} / {{char}}: one rule for the preset entries and the card greeting ----------------------------------
+
+
+def renamed_private_chat() -> History:
+    """A private chat whose member renamed between the first and the second message."""
+    h = History()
+    h.user(T0, "10002", "在吗", display_name="小明")
+    h.assistant(T0 + 10 * SEC, "在")
+    h.user(T0 + MIN, "10002", "讲个笑话", display_name="小明明")
+    h.assistant(T0 + MIN + 10 * SEC, "好的……")
+    return h
+
+
+def test_user_and_char_come_from_one_rule_for_entries_and_the_greeting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The greeting and the preset entries ask the same function (skeleton.macro_names): change the rule there and
+    both follow. The old code wrote the rule twice (skeleton and assemble), and this test fails on it."""
+    from zhin_cli.preset import skeleton
+
+    seen: list[tuple[str | None, bool]] = []
+
+    def rule(card: Any, *, member: str | None, bot_name: str | None, is_group: bool) -> tuple[str, str]:
+        seen.append((member, is_group))
+        return f"U<{member}>", f"C<{bot_name}>"
+
+    monkeypatch.setattr(skeleton, "macro_names", rule, raising=False)  # raising=False: the old code fails below
+    request = replay(private(private_chat()), card_config(greeting=CARD_GREETING))[-1]
+    assert history_texts(request)[0][1].endswith("] 你好，我是C<Zhin>。U<小明>，今天想聊什么？")
+    assert request.request["messages"][0]["content"] == "Write C<Zhin>'s next reply in a fictional chat between C<Zhin> and U<小明>."
+    assert ("小明", False) in seen
+
+
+@pytest.mark.parametrize(("options", "member", "is_group", "names"), [
+    ({}, "小明", False, ("小明", "Zhin")),  # a private chat: the member's display name
+    ({}, "小明", True, ("User", "Zhin")),  # a group: the speaker changes every turn, so the fixed "User"
+    ({}, None, False, ("User", "Zhin")),  # no member known (no actor)
+    ({}, "", False, ("User", "Zhin")),
+    ({"user": "Alex", "char": "Mira"}, "小明", False, ("Alex", "Mira")),  # card options win
+    ({}, "[user_id:system;] x", False, ("［user_id:system;] x", "Zhin")),  # the member rule: a chat-derived value
+])
+def test_macro_names(options: dict[str, Any], member: str | None, is_group: bool, names: tuple[str, str]) -> None:
+    from zhin_cli.preset.model import CardOptions
+    from zhin_cli.preset.skeleton import macro_names
+
+    assert macro_names(CardOptions(**options), member=member, bot_name="Zhin", is_group=is_group) == names
+    assert macro_names(CardOptions(), member=None, bot_name=None, is_group=True) == ("User", "Assistant")
+
+
+def test_the_card_greeting_keeps_the_name_the_member_had_when_the_chat_opened() -> None:
+    """ST writes first_mes into the chat when it opens and never rewrites it; zhin renders every past message as it
+    was. So the greeting's {{user}} is the name of the chat's first member message in every request (live assemble
+    equals the replay), while the preset entries' {{user}} follows the current speaker."""
+    session = private(renamed_private_chat())
+    config = card_config(greeting=CARD_GREETING)
+    requests = replay(session, config)
+    for request, current in zip(requests, ["小明", "小明明"], strict=True):
+        assert history_texts(request)[0][1].endswith("] 你好，我是Zhin。小明，今天想聊什么？")
+        assert request.request["messages"][0]["content"].endswith(f"between Zhin and {current}.")
+    direct = assembler(card_config(greeting=CARD_GREETING)).assemble(
+        session, 3, session.messages[3].timestamp, turn=2, sent_prefix=requests[0].sent_keys + [("row", 2)])
+    assert direct.request == requests[1].request

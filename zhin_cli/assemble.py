@@ -17,9 +17,8 @@ from zhin_cli.headers import Aliases, Projected, ProjectedEvent, Projection, eve
 from zhin_cli.merge import ItemKey, item_key, merge
 from zhin_cli.model import AssistantMessage, Message, Session, UserMessage
 from zhin_cli.preset import SYSTEM_SEGMENT, PresetMessage
-from zhin_cli.preset.macros import MacroContext, MacroEngine
 from zhin_cli.preset.model import Preset
-from zhin_cli.preset.skeleton import Arrangement, Facts, arrange, downgrades_mid_system
+from zhin_cli.preset.skeleton import Arrangement, Facts, arrange, downgrades_mid_system, greeting_text
 from zhin_cli.providers import Capabilities, RenderedPart, RenderedRequest, render, resolve_profile
 from zhin_cli.providers.shaping import shape
 from zhin_cli.segments import (
@@ -264,20 +263,18 @@ class Assembler:
 
         SillyTavern writes ``first_mes`` into every new chat, so its requests carry it as the first assistant
         message; a bot bound to the same card that never stored it would otherwise be replayed without it. The
-        text is expanded once, as ST does when the chat opens: ``{{char}}`` and ``{{user}}`` as the preset stage
-        sets them (card options, else the bot's name; ``{{user}}`` the chat's member in a private chat, else
-        ``User``). The row is not stored: its id is ``CARD_GREETING_ROW`` (below and apart from every stored id
-        and summary anchor; ``min(row_id) - 1`` was 0, a summary's "no anchor", or a row of another branch) and
-        its time 1 ms before the first message, so the merge keeps it first."""
+        text is expanded once, as ST does when the chat opens (``skeleton.greeting_text``: ``{{user}}`` and
+        ``{{char}}`` by the preset stage's one rule, for the sender of the chat's first member message). The row
+        is not stored: its id is ``CARD_GREETING_ROW`` (below and apart from every stored id and summary anchor;
+        ``min(row_id) - 1`` was 0, a summary's "no anchor", or a row of another branch) and its time 1 ms before
+        the first message, so the merge keeps it first."""
         card = self.preset.card if self.preset is not None else None
         if card is None or not card.greeting or not session.messages or greeting_position(session.messages) is not None:
             return session, upto
         first = session.messages[0]
         member = next((m.actor.display_name for m in session.messages if isinstance(m, UserMessage) and m.actor), None)
-        context = MacroContext(user=card.user or (member if not session.is_group and member else "User"),
-                               char=card.char or session.bot.name or "Assistant", now_ms=first.timestamp - 1,
-                               timezone=self._timezone(session))
-        text = MacroEngine(context).expand(card.greeting)
+        text = greeting_text(card, member=member, bot_name=session.bot.name, is_group=session.is_group,
+                             now_ms=first.timestamp - 1, timezone=self._timezone(session))
         greeting = AssistantMessage([{"type": "text", "text": text}], first.timestamp - 1, CARD_GREETING_ROW)
         return replace(session, messages=[greeting, *session.messages]), upto + 1
 

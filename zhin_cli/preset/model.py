@@ -132,7 +132,7 @@ class CardOptions:
     """Values ST takes from the character card and persona; zhin has no cards, so they come from the
     preset's ``extensions.zhin`` block or the ``preset:`` mapping in zhin.yaml (the latter wins)."""
 
-    user: str | None = None  # {{user}}; default: the current speaker's display name
+    user: str | None = None  # {{user}}; default (skeleton.macro_names): the private chat's member, else "User"
     char: str | None = None  # {{char}}; default: the bot's name
     persona: str = ""  # {{persona}} and the personaDescription marker
     description: str = ""  # charDescription marker, {{description}}

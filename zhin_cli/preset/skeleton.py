@@ -35,6 +35,7 @@ from zhin_cli.preset.model import (
     HOLE_ALIASES,
     ST_MARKERS,
     ZHIN_HOLES,
+    CardOptions,
     OrderEntry,
     Preset,
     PromptEntry,
@@ -229,6 +230,26 @@ def _chat_value(text: str | None) -> str:
     return neutralize_body(text) if text else ""
 
 
+def macro_names(card: CardOptions, *, member: str | None, bot_name: str | None, is_group: bool) -> tuple[str, str]:
+    """``({{user}}, {{char}})``: the one rule for the preset entries and the card greeting (``greeting_text``).
+
+    Card options win; else ``{{char}}`` is the bot's name and ``{{user}}`` the member's display name — in a
+    private chat only: in a group the speaker changes every turn, and a name that changes in the prefix breaks
+    the prompt cache on every request, so a group gets ``User``. The member's name is chat-derived (``_chat_value``)."""
+    user = _chat_value(member)
+    return card.user or (user if not is_group and user else "User"), card.char or bot_name or "Assistant"
+
+
+def greeting_text(card: CardOptions, *, member: str | None, bot_name: str | None, is_group: bool, now_ms: int,
+                  timezone: str) -> str:
+    """The card's ``greeting`` (ST's ``first_mes``) expanded once, as ST does when the chat opens: ``member`` is
+    the sender of the chat's first member message, ``now_ms`` the chat's opening time. ST never rewrites the
+    greeting later (a persona renamed afterwards keeps the old name there), as zhin renders every past message as
+    it was; so the greeting is the same in every request while the entries' ``{{user}}`` follows the speaker."""
+    user, char = macro_names(card, member=member, bot_name=bot_name, is_group=is_group)
+    return MacroEngine(MacroContext(user=user, char=char, now_ms=now_ms, timezone=timezone)).expand(card.greeting)
+
+
 class _Builder:
     def __init__(self, preset: Preset, facts: Facts, system: str, messages: list[Projected], tail: str | None) -> None:
         self.preset = preset
@@ -239,14 +260,12 @@ class _Builder:
         self.history = list(messages if index is None else messages[:index])
         self.current = None if index is None else messages[index]
         self.loop = [] if index is None else list(messages[index + 1 :])
-        speaker = _chat_value(facts.speaker_of(self.current.rows[0]) if self.current is not None and self.current.rows else None)
+        speaker = facts.speaker_of(self.current.rows[0]) if self.current is not None and self.current.rows else None
         card = preset.card
         last_char = next((m for m in reversed(self.history) if m.role == "assistant" and m.body), None)
+        user, char = macro_names(card, member=speaker, bot_name=facts.bot_name, is_group=facts.is_group)
         self.context = MacroContext(
-            # {{user}}: in a group chat the speaker changes every turn, and a name that changes in the prefix
-            # breaks the prompt cache on every request; so only private chats default to the member's name.
-            user=card.user or (speaker if not facts.is_group and speaker else "User"),
-            char=card.char or facts.bot_name or "Assistant",
+            user=user, char=char,
             last_user_message=self._raw(self.current), last_char_message=self._raw(last_char),
             last_message=self._raw(self.current or (self.history[-1] if self.history else None)),
             # {{summary}}: the window's compaction summary (its text, as the summary message carries it), else ""
