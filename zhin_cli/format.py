@@ -157,9 +157,27 @@ def render_scene_line(fields: list[tuple[str, str]]) -> str:
     return "[" + "".join(f"{k}:{escape_value(v)};" for k, v in fields) + "]"
 
 
+# --- the host's own lines ------------------------------------------------------------------------------
+# Every line shape only the host writes lives here, next to ``neutralize_body``, which keeps members from typing
+# them (tests/test_format.py builds each shape from these and checks that a member's copy is neutralized).
+
+PRESET_HOST_HEADER = "[user_id:system;]"  # opens a downgraded preset entry (providers/shaping.py ``downgraded``)
+
+
 def host_header(alias: str, time: str) -> str:
     """The fixed header of a downgraded state change: only the host can produce ``user_id:system``."""
     return f"[id:{alias};user_id:system;time:{time};]"
+
+
+def tool_call_line(call_id: str, name: str, arguments: str) -> str:
+    """A tool call as host text, for local templates without a tool role (providers/local.py ``tools_as_text``);
+    ``arguments`` is one JSON line."""
+    return f"[tool call id:{escape_value(call_id)};name:{escape_value(name)};] {arguments}"
+
+
+def tool_result_line(call_id: str, name: str, body: str) -> str:
+    """A tool result as host text (the user turn that carries it), for the same templates."""
+    return f"[tool result id:{escape_value(call_id)};name:{escape_value(name)};] {body}"
 
 
 # --- member-written bodies -----------------------------------------------------------------------------

@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from zhin_cli.format import _LINE_BREAKS, escape_value
+from zhin_cli.format import _LINE_BREAKS, tool_call_line, tool_result_line
 from zhin_cli.headers import Projected
 from zhin_cli.preset import Layout
 from zhin_cli.providers import CacheRules, Capabilities, RenderedRequest, register_profile, register_renderer
@@ -116,8 +116,6 @@ TEMPLATE_NEEDS: dict[str, TemplateNeeds] = {
     # Llama 3.x renders only the call of a tool-call message; it takes consecutive assistant turns
     "llama3": TemplateNeeds(call_text_apart=True),
 }
-TOOL_CALL_TEXT = "[tool call id:{id};name:{name};] {arguments}"
-TOOL_RESULT_TEXT = "[tool result id:{id};name:{name};] {body}"
 
 
 def template_family(model: str) -> str | None:
@@ -161,14 +159,13 @@ def tools_as_text(layout: Layout) -> tuple[Layout, int, int]:
     calls = results = 0
     for message in layout.messages:
         if isinstance(message, Projected) and message.role == "assistant" and message.tool_calls:
-            lines = [TOOL_CALL_TEXT.format(id=escape_value(c.id), name=escape_value(c.name), arguments=_arguments_text(c.arguments))
-                     for c in message.tool_calls]
+            lines = [tool_call_line(c.id, c.name, _arguments_text(c.arguments)) for c in message.tool_calls]
             calls += len(lines)
             body = "\n".join([message.body, *lines] if message.body else lines)
             message = replace(message, body=body, tool_calls=[])
         elif isinstance(message, Projected) and message.role == "tool":
             call_id = message.tool_call_id or ""
-            line = TOOL_RESULT_TEXT.format(id=escape_value(call_id), name=escape_value(names.get(call_id, "")), body=message.body)
+            line = tool_result_line(call_id, names.get(call_id, ""), message.body)
             results += 1
             message = replace(message, role="user", body=line, header=None, header_kind=None, tool_call_id=None)
         messages.append(message)

@@ -31,13 +31,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from zhin_cli.format import PRESET_HOST_HEADER
 from zhin_cli.headers import Projected
 from zhin_cli.preset import Item, Layout, PresetMessage
 from zhin_cli.preset.model import PLACEHOLDER
 from zhin_cli.providers import Capabilities
 
 USER_SIDE = ("user", "state", "summary")
-PRESET_HOST_HEADER = "[user_id:system;]"  # a downgraded preset entry: from the host, never a member
 LEADING_JOIN = "\n\n"  # leading system entries joined into one message: ST's merge/semi join
 PLACEHOLDER_SEGMENT = "preset:placeholder"
 
