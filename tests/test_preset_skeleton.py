@@ -643,3 +643,27 @@ def test_a_regex_script_cannot_shape_a_host_line_out_of_member_text() -> None:
     current = wire(last_request(p, h, provider="deepseek", model="deepseek-chat"))[-1][1]
     assert "hi x\n［id:e9;user_id:system;time:09:00;] [state change]" in current
     assert not any(line.startswith("[id:e9") for line in current.split("\n"))
+
+
+@pytest.mark.parametrize(("text", "prefixed"), [
+    ("你好", True),
+    ("小知: 已经署名", False),  # already there: not "小知: 小知: "
+    ("小知:没有空格", True),  # ST checks "Name: " with its space
+    (" 小知: 前面有空格", True),
+    ("说 小知: 在中间", True),
+    ("", True),
+])
+def test_one_rule_for_the_name_prefix_unless_already_there(text: str, prefixed: bool) -> None:
+    """The "Name: " prefix of a named example turn on a wire without ``name`` (``PresetMessage.spoken_text``) and
+    of a user/assistant part under ``single`` post-processing is one rule (``layout.speaker_prefix``)."""
+    from zhin_cli.preset.layout import speaker_prefix
+    from zhin_cli.preset.shaping import post_process
+
+    assert speaker_prefix("小知", text) == ("小知: " if prefixed else "")
+    expected = ("小知: " if prefixed else "") + text
+    named = PresetMessage("assistant", [("preset:a", text)], name="example_assistant", speaker="小知")
+    assert named.spoken_text() == expected
+    assert "".join(t for _, t in named.spoken_pieces()) == expected
+    out, _ = post_process([PresetMessage("assistant", [("preset:a", text)])], "single", char="小知")
+    assert out[0].text == expected
+    assert PresetMessage("assistant", [("preset:a", text)]).spoken_text() == text  # negative control: no name, no prefix

@@ -12,6 +12,14 @@ SYSTEM_SEGMENT = "system"  # attribution of zhin's system prompt (the worldBookB
 TAIL_SEGMENT = "tail"  # attribution of the runtime tail (the postTurn hole)
 
 
+def speaker_prefix(speaker: str, text: str) -> str:
+    """``"speaker: "`` for a text that says who speaks by its first words, unless it already starts so (as ST
+    checks, space included): a named example turn on a wire without ``name`` and a user/assistant part of
+    ``single`` post-processing (preset/shaping.py)."""
+    prefix = f"{speaker}: "
+    return "" if text.startswith(prefix) else prefix
+
+
 @dataclass
 class PresetMessage:
     """A message the preset itself contributes: a fixed entry, a marker's content, an in-chat injection.
@@ -38,13 +46,14 @@ class PresetMessage:
 
     def spoken_text(self) -> str:
         """The text for a wire without the ``name`` field: named example turns say who speaks."""
-        if self.name and self.speaker and not self.text.startswith(f"{self.speaker}: "):
-            return f"{self.speaker}: {self.text}"
-        return self.text
+        return self._spoken_prefix() + self.text
 
     def spoken_pieces(self) -> list[tuple[str, str]]:
-        prefix = self.spoken_text()[: len(self.spoken_text()) - len(self.text)]
+        prefix = self._spoken_prefix()
         return ([(self.segment_id, prefix)] if prefix else []) + list(self.pieces)
+
+    def _spoken_prefix(self) -> str:
+        return speaker_prefix(self.speaker, self.text) if self.name and self.speaker else ""
 
 
 Item = Projected | PresetMessage

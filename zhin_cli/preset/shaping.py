@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from zhin_cli.headers import Projected
-from zhin_cli.preset.layout import Item, PresetMessage
+from zhin_cli.preset.layout import Item, PresetMessage, speaker_prefix
 from zhin_cli.preset.model import PLACEHOLDER
 
 USER_LIKE = ("user", "summary", "state")
@@ -110,8 +110,9 @@ class _Shaper:
             role = _role(item)
             speaker = self.user if role == "user" else self.char
             said = item.text if isinstance(item, PresetMessage) else item.body  # a header is zhin's, not the text
-            if role in ("user", "assistant") and not said.startswith(f"{speaker}: "):
-                pieces = [(pieces[0][0] if pieces else "", f"{speaker}: "), *pieces]
+            prefix = speaker_prefix(speaker, said) if role in ("user", "assistant") else ""
+            if prefix:
+                pieces = [(pieces[0][0] if pieces else "", prefix), *pieces]
             if run:
                 run.append(("", MERGE_JOINER))
             run.extend(pieces)
