@@ -667,3 +667,31 @@ def test_one_rule_for_the_name_prefix_unless_already_there(text: str, prefixed: 
     out, _ = post_process([PresetMessage("assistant", [("preset:a", text)])], "single", char="小知")
     assert out[0].text == expected
     assert PresetMessage("assistant", [("preset:a", text)]).spoken_text() == text  # negative control: no name, no prefix
+
+
+# U+001F is whitespace to Python's str.strip but not to JavaScript's trim; U+FEFF is the other way round.
+JS_KEEPS, JS_TRIMS = "\x1f", "\ufeff"
+
+
+def test_in_chat_groups_are_trimmed_as_javascript_trims() -> None:
+    """ST trims an in-chat group's joined text with String.prototype.trim (macros.js_trim), not Python's strip."""
+    messages = wire(last_request(preset([_in_chat("a", f"{JS_KEEPS}甲{JS_TRIMS}", 0)])))
+    assert messages[-1] == ("system", f"{JS_KEEPS}甲")
+    both = wire(last_request(preset([_in_chat("a", "\u3000\t甲 \u2029", 0)])))  # negative control: both trim these
+    assert both[-1] == ("system", "甲")
+
+
+def test_example_dialogue_is_trimmed_as_javascript_trims() -> None:
+    """ST trims each <START> block and each example message with String.prototype.trim; an examples text that is
+    not empty gets its separator even when trim would leave nothing (ST checks the length, not the trimmed text)."""
+    def sent(examples: str) -> list[tuple[str | None, str]]:
+        p = preset([{"identifier": "dialogueExamples", "marker": True}], order=["dialogueExamples", "worldInfoBefore", "chatHistory"],
+                   extensions={"zhin": {"user": "旅人", "char": "小知", "examples": examples}})
+        messages = last_request(p).request["messages"]
+        return [(m.get("name"), m["content"]) for m in messages[: next(i for i, m in enumerate(messages) if m["content"].startswith("You are"))]]
+
+    assert sent(f"<START>\n旅人: {JS_KEEPS}你好{JS_TRIMS}\n小知: {JS_TRIMS}嗯{JS_KEEPS}") == [
+        (None, "[Example Chat]"), ("example_user", f"{JS_KEEPS}你好"), ("example_assistant", f"嗯{JS_KEEPS}")]
+    assert sent(JS_KEEPS) == [(None, "[Example Chat]")]
+    assert sent("<START>\n旅人: \u3000你好 \n小知: 嗯\t") == [  # negative control: whitespace both trim
+        (None, "[Example Chat]"), ("example_user", "你好"), ("example_assistant", "嗯")]

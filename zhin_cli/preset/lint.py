@@ -24,6 +24,7 @@ from zhin_cli.preset.macros import (
     RANDOM_MACROS,
     TIME_MACROS,
     is_known,
+    js_trim,
     legacy_markers,
     scan_macros,
 )
@@ -173,7 +174,7 @@ def lint_preset(preset: Preset, file: str = "") -> LintResult:
         if isinstance(value, str) and (tags := _xml_like_markers(value)):
             report("info", "legacy-marker", _legacy_note(tags, key, value))
     wi_format = preset.setting("wi_format", "{0}")
-    if isinstance(wi_format, str) and wi_format.strip() and "{0}" not in wi_format:
+    if isinstance(wi_format, str) and js_trim(wi_format) and "{0}" not in wi_format:  # blank as ST: trim()
         report("warning", "wi-format-without-text", f"wi_format {wi_format[:80]!r} has no {{0}}: ST drops the World Info "
                "text, and so does zhin for world_book_after; zhin's own system prompt (worldInfoBefore) is kept, after "
                "the format")

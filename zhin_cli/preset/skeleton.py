@@ -28,7 +28,7 @@ from zhin_cli.format import neutralize_body
 from zhin_cli.headers import SUMMARY_PREFIX, Projected
 from zhin_cli.preset import regex as regex_module
 from zhin_cli.preset.layout import SYSTEM_SEGMENT, TAIL_SEGMENT, TAIL_SEPARATOR, Item, Layout, PresetMessage
-from zhin_cli.preset.macros import MacroContext, MacroEngine, prepare_card_fields
+from zhin_cli.preset.macros import JS_WHITESPACE, MacroContext, MacroEngine, js_trim, prepare_card_fields
 from zhin_cli.preset.model import (
     APPENDED_WHEN_MISSING,
     BUILTIN_PROMPTS,
@@ -134,7 +134,7 @@ def _seed(preset: Preset, facts: Facts) -> str:
 def _format_wi(template: str) -> list[str]:
     """``wi_format`` split at its ``{0}`` (ST ``formatWorldInfo``: the text goes in at every ``{0}``, any other
     ``{n}`` stays as written; a blank format is the text alone)."""
-    if not template.strip():
+    if not js_trim(template):  # ST: format.trim()
         return ["", ""]
     return template.split("{0}")
 
@@ -153,16 +153,16 @@ class _Injection:
 
 
 def _trimmed(pieces: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """``pieces`` as one text with its leading and trailing whitespace removed (attribution kept)."""
+    """``pieces`` as one text trimmed as JavaScript's ``trim`` does (``JS_WHITESPACE``; attribution kept)."""
     out = list(pieces)
-    while out and not out[0][1].lstrip():
+    while out and not out[0][1].lstrip(JS_WHITESPACE):
         out.pop(0)
     if out:
-        out[0] = (out[0][0], out[0][1].lstrip())
-    while out and not out[-1][1].rstrip():
+        out[0] = (out[0][0], out[0][1].lstrip(JS_WHITESPACE))
+    while out and not out[-1][1].rstrip(JS_WHITESPACE):
         out.pop()
     if out:
-        out[-1] = (out[-1][0], out[-1][1].rstrip())
+        out[-1] = (out[-1][0], out[-1][1].rstrip(JS_WHITESPACE))
     return out
 
 
@@ -199,7 +199,7 @@ def _example_turns(block: str, user: str, char: str) -> list[tuple[str, str]]:
     def flush() -> None:
         if speaker is not None:
             name = user if speaker == "user" else char
-            content = "\n".join(lines).replace(f"{name}:", "", 1).strip()
+            content = js_trim("\n".join(lines).replace(f"{name}:", "", 1))
             if content:
                 turns.append((speaker, content))
         lines.clear()
@@ -395,18 +395,18 @@ class _Builder:
 
     def examples(self, segment: str, role_set: bool, role: str) -> list[PresetMessage]:
         text = self.card_examples
-        if not text.strip() or text == "<START>":
+        if not text or text == "<START>":  # ST checks the length, not the trimmed text: "\x1f" gets a separator
             return []
         # ST parseMesExamples: a text not starting with <START> (case-sensitive) gets one; the split is
         # case-insensitive and drops what comes before the first marker. Every block gets its separator, even
         # one that gives no example message (ST inserts newChat per block).
         if not text.startswith("<START>"):
-            text = "<START>\n" + text.strip()
+            text = "<START>\n" + js_trim(text)
         user, char = self.context.user, self.context.char
         out: list[PresetMessage] = []
         separator = self.engine.expand(self.setting("new_example_chat_prompt"))
         for block in re.split(r"<start>", text, flags=re.IGNORECASE)[1:]:
-            turns = _example_turns(block.strip(), user, char)
+            turns = _example_turns(js_trim(block), user, char)
             if separator:
                 out.append(PresetMessage("system", [("preset:newChat", separator)], exempt=True))
             for speaker_role, content in turns:
