@@ -313,6 +313,20 @@ def test_a_trailing_assistant_entry_is_not_sent_as_prefill_where_the_model_rejec
     assert old[-1] == {"role": "assistant", "content": [{"type": "text", "text": "*Zhin想了想，"}]}  # prefill, as ST sends it
 
 
+def test_prefill_is_decided_once_by_the_resolved_profile_for_anthropic_too() -> None:
+    """``Capabilities.prefill`` is the one decision point: the Claude version table (validate/anthropic.py, the
+    provider's truth) sets it when the profile is resolved for a model, and the renderer reads only the profile —
+    so a ``zhin.yaml`` ``prefill: false`` override holds on Anthropic as on every other wire (the old renderer
+    asked the version table alone and sent the prefill anyway)."""
+    assert not resolve_profile("anthropic", "claude-sonnet-4-6").prefill
+    assert resolve_profile("anthropic", "claude-sonnet-4-5").prefill  # negative control: 4.5 takes prefill
+    overridden = list(assembler({"providers": {"anthropic": {"prefill": False}}}, preset=own_preset(), provider="anthropic",
+                                model="claude-3-5-sonnet-20241022").replay(group_chat().session()))[-1]
+    assert overridden.verdict.ok
+    assert overridden.request["messages"][-1]["content"][-1]["text"] == f"{HOST} *Zhin想了想，"
+    assert overridden.request["messages"][-1]["role"] == "user"
+
+
 @pytest.mark.parametrize("model", ["mistralai/Mistral-7B-Instruct-v0.3", "mistralai/Mistral-Nemo-Instruct-2407", "mistral:7b"])
 def test_mistral_keeps_the_system_prompt_with_a_trailing_prefill_and_in_tool_loops(model: str) -> None:
     """Mistral v0.3/Nemo render the system text only inside a *last* user turn: a preset's trailing prefill goes as

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from zhin_cli.preset import Layout, PresetMessage
 from zhin_cli.providers import CacheRules, Capabilities, RenderedPart, RenderedRequest, register_profile, register_renderer
 from zhin_cli.providers.openai import state_lines
-from zhin_cli.providers.shaping import downgraded, spoken, without_prefill
+from zhin_cli.providers.shaping import downgraded, spoken
 from zhin_cli.segments import RuntimeView
 
 WIRE = "anthropic-messages"
@@ -101,11 +101,7 @@ def render_anthropic(layout: Layout, profile: Capabilities, runtime: RuntimeView
         body["system"][-1]["cache_control"] = dict(EPHEMERAL)
         parts.extend(RenderedPart(segment, text, -1) for block in leading for segment, text in block.spoken_pieces() if segment)
         breakpoints.append({"after": "system", "message_index": -1, "explicit": True})
-    modes: set[str] = set()
-    from zhin_cli.validate.anthropic import rejects_prefill  # late: the validators import the providers
-
-    if rejects_prefill(runtime.model):  # the model's version table lives with the validator (§2.3)
-        layout = replace(layout, messages=without_prefill(layout.messages, bool(layout.tail) and layout.tail_index is None))
+    modes: set[str] = set()  # a trailing prefill the model rejects is gone already (fit_layout, profile.prefill)
     for index, message in enumerate(layout.messages):
         if isinstance(message, PresetMessage):
             if message.role == "system" and _mid_system_ok(layout, index, profile, runtime.model):
@@ -147,8 +143,21 @@ def render_anthropic(layout: Layout, profile: Capabilities, runtime: RuntimeView
     return RenderedRequest(body=body, state_rendering=state, cache_breakpoints=breakpoints, parts=parts + turns.parts)
 
 
+@dataclass(frozen=True)
+class _AnthropicCapabilities(Capabilities):
+    """The Anthropic profile: ``prefill`` follows the model's Claude version (validate/anthropic.py's table,
+    §2.3), decided here once when the profile is resolved for a model — before ``zhin.yaml`` overrides, which
+    ``resolve_profile`` applies after — so the renderer, like every other, reads only ``profile.prefill``."""
+
+    def for_model(self, model: str) -> Capabilities:
+        from zhin_cli.validate.anthropic import rejects_prefill  # late: the validators import the providers
+
+        profile = super().for_model(model)
+        return replace(profile, prefill=False) if rejects_prefill(model) else profile
+
+
 register_profile(
-    Capabilities(
+    _AnthropicCapabilities(
         name="anthropic",
         wire=WIRE,
         validator="anthropic-messages",
