@@ -160,11 +160,12 @@ def card_config(**options: Any) -> dict[str, Any]:
     return {"preset": {"file": str(PRESET), **options}}
 
 
-def private_chat() -> History:
+def private_chat(renamed: str = "小明") -> History:
+    """A private chat with 小明; ``renamed``: the name the member has from the second message on."""
     h = History()
     h.user(T0, "10002", "在吗", display_name="小明")
     h.assistant(T0 + 10 * SEC, "在")
-    h.user(T0 + MIN, "10002", "讲个笑话", display_name="小明")
+    h.user(T0 + MIN, "10002", "讲个笑话", display_name=renamed)
     h.assistant(T0 + MIN + 10 * SEC, "好的……")
     return h
 
@@ -272,16 +273,6 @@ def test_negative_control_a_summary_anchored_at_a_stored_row_still_applies_with_
 # --- {{user}} / {{char}}: one rule for the preset entries and the card greeting ----------------------------------
 
 
-def renamed_private_chat() -> History:
-    """A private chat whose member renamed between the first and the second message."""
-    h = History()
-    h.user(T0, "10002", "在吗", display_name="小明")
-    h.assistant(T0 + 10 * SEC, "在")
-    h.user(T0 + MIN, "10002", "讲个笑话", display_name="小明明")
-    h.assistant(T0 + MIN + 10 * SEC, "好的……")
-    return h
-
-
 def test_user_and_char_come_from_one_rule_for_entries_and_the_greeting(monkeypatch: pytest.MonkeyPatch) -> None:
     """The greeting and the preset entries ask the same function (skeleton.macro_names): change the rule there and
     both follow. The old code wrote the rule twice (skeleton and assemble), and this test fails on it."""
@@ -320,7 +311,7 @@ def test_the_card_greeting_keeps_the_name_the_member_had_when_the_chat_opened() 
     """ST writes first_mes into the chat when it opens and never rewrites it; zhin renders every past message as it
     was. So the greeting's {{user}} is the name of the chat's first member message in every request (live assemble
     equals the replay), while the preset entries' {{user}} follows the current speaker."""
-    session = private(renamed_private_chat())
+    session = private(private_chat(renamed="小明明"))
     config = card_config(greeting=CARD_GREETING)
     requests = replay(session, config)
     for request, current in zip(requests, ["小明", "小明明"], strict=True):
