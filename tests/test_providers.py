@@ -84,6 +84,26 @@ def test_yes_no_overrides_give_a_configured_model_the_r1_era_rules_and_are_type_
         resolve_profile("deepseek", "my-r1", {"prefill": "no"})
 
 
+def test_a_model_added_with_set_r1_era_models_gets_the_renderer_rules_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One decision point for the R1-era rules: the model list the validator reads (``is_r1_era``) also resolves
+    the profile, so a model added with ``set_r1_era_models`` is rendered as the validator checks it (it used to
+    change only the validator: two member messages in a row were rejected)."""
+    from zhin_cli.validate import deepseek
+
+    monkeypatch.setattr(deepseek, "_configured_r1_models", ())  # restored after the test
+    assert not resolve_profile("deepseek", "my-r1").strict_turns
+    deepseek.set_r1_era_models(["my-r1"])
+    profile = resolve_profile("deepseek", "my-r1")
+    assert profile.strict_turns and not profile.prefill and profile == resolve_profile("deepseek", "deepseek-reasoner-r1")
+    assert not resolve_profile("deepseek", "deepseek-chat").strict_turns  # negative control: not listed
+    h = History()
+    h.user(T0, "10002", "在吗")
+    h.user(T0 + SEC, "10003", "我也在")
+    request = request_for_next(h, T0 + 10 * SEC, provider="deepseek", model="my-r1")
+    assert request.verdict.ok, request.verdict.as_dict()
+    assert roles(request) == ["system", "user"]
+
+
 def test_null_content_override_and_the_llama_cpp_profile() -> None:
     # llama-cpp-python's server rejects an assistant tool-call message with "content": null (live tier finding)
     h = History()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import string
+from dataclasses import dataclass, replace
 from typing import Any
 
 from zhin_cli.format import STATE_CHANGE_PREFIX, host_header
@@ -185,9 +185,24 @@ register_profile(
 # ``deepseek-reasoner`` alias is V4 thinking mode, where they are not known to apply, so it is not listed;
 # ``deepseek-reasoner-r1`` is our name for the R1-era endpoint. The validator reads the same tuple.
 R1_ERA_MODELS: tuple[str, ...] = ("deepseek-reasoner-r1",)
+R1_ERA_RULES: dict[str, Any] = {"alternation": "merge", "system_only_at_start": True, "prefill": False}
+
+
+@dataclass(frozen=True)
+class _DeepSeekCapabilities(Capabilities):
+    """The DeepSeek profile: a model the validator checks with the R1-era rules (``is_r1_era``: ``R1_ERA_MODELS``
+    and the ids added with ``set_r1_era_models``) is rendered with them — one list decides both, when the profile
+    is resolved for the model (``zhin.yaml`` overrides apply after)."""
+
+    def for_model(self, model: str) -> Capabilities:
+        from zhin_cli.validate.deepseek import is_r1_era  # late: the validators import the providers
+
+        profile = super().for_model(model)
+        return replace(profile, **R1_ERA_RULES) if is_r1_era(model) else profile
+
 
 register_profile(
-    Capabilities(
+    _DeepSeekCapabilities(
         name="deepseek",
         wire=WIRE,
         validator="deepseek-chat",
@@ -195,8 +210,6 @@ register_profile(
         cache=CacheRules(mechanism="automatic", min_tokens=64, step_tokens=64, lifetime_seconds=3600),
         # ST's DeepSeek source runs semi_tools post-processing: no name, example turns say "Name: " in the text
         example_names=False,
-        model_rules=tuple((f"^{re.escape(model)}$", {"alternation": "merge", "system_only_at_start": True, "prefill": False})
-                          for model in R1_ERA_MODELS),
         description="DeepSeek: state changes downgraded to user messages by default",
     )
 )

@@ -28,11 +28,10 @@ from zhin_cli.providers.openai import R1_ERA_MODELS
 from zhin_cli.validate import ACCEPTED, Verdict, register_validator
 
 # Models validated with the R1-era ``deepseek-reasoner`` ordering rules (Jan–Apr 2025): the tuple lives with
-# the deepseek profile, whose renderer rules follow the same list. Today's ``deepseek-reasoner`` alias points
-# at V4 thinking mode, where these checks are not known to apply [U], so the plain alias is *not* listed. A
-# deployment that still serves R1 under another id adds it with ``set_r1_era_models`` (validator only: the
-# renderer follows such a model with the ``zhin.yaml`` overrides ``alternation: merge``,
-# ``system_only_at_start: true``, ``prefill: false``).
+# the deepseek profile, whose renderer rules follow ``is_r1_era`` too (providers/openai.py
+# ``_DeepSeekCapabilities``). Today's ``deepseek-reasoner`` alias points at V4 thinking mode, where these checks
+# are not known to apply [U], so the plain alias is *not* listed. A deployment that still serves R1 under another
+# id adds it with ``set_r1_era_models``: validator and renderer both follow.
 _configured_r1_models: tuple[str, ...] = ()
 
 INSUFFICIENT_TOOLS_MESSAGE = (
