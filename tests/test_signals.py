@@ -89,3 +89,44 @@ def test_sigterm_while_reading_exits_143_quietly(tmp_path: Path) -> None:
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=60)
     assert (proc.returncode, stderr) == (143, "")
+
+
+# A signal while the commands are still loading (about a second, several on a busy machine): the console script and
+# ``python -m zhin_cli`` install the handlers before the heavy imports, so it ends with 143/130 and nothing on
+# stderr too. The child sends the signal to itself at the moment ``zhin_cli._cli`` starts to import — a fixed point
+# in time, not a sleep — through a finder placed first on ``sys.meta_path``.
+_SIGNAL_WHILE_LOADING = """
+import os, runpy, signal, sys
+from importlib.metadata import entry_points
+
+class SignalAtImport:
+    def find_spec(self, name, path=None, target=None):
+        if name == "zhin_cli._cli":
+            os.kill(os.getpid(), signal.{signal})
+        return None
+
+sys.meta_path.insert(0, SignalAtImport())
+sys.argv = ["zhin", "--version"]
+if "{entry}" == "console":
+    (script,) = entry_points(group="console_scripts", name="zhin")
+    script.load()()
+else:
+    runpy.run_module("zhin_cli", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("entry", ["console", "module"])
+@pytest.mark.parametrize(("name", "status"), [("SIGTERM", 143), ("SIGINT", 130)])
+def test_a_signal_while_the_commands_load_exits_quietly(entry: str, name: str, status: int) -> None:
+    code = _SIGNAL_WHILE_LOADING.replace("{signal}", name).replace("{entry}", entry)
+    proc = subprocess.run([sys.executable, "-c", code], env=clean_env(), capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=120)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (status, "", "")
+
+
+def test_negative_control_without_the_signal_the_command_runs() -> None:
+    code = _SIGNAL_WHILE_LOADING.replace("{signal}", "SIGTERM").replace("{entry}", "console").replace(
+        'name == "zhin_cli._cli"', "False")
+    proc = subprocess.run([sys.executable, "-c", code], env=clean_env(), capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.startswith("zhin"), proc

@@ -11,6 +11,6 @@ import sys
 if sys.path and sys.path[0] in ("", os.getcwd()):
     del sys.path[0]
 
-from zhin_cli._cli import main  # noqa: E402
+from zhin_cli.launch import main  # noqa: E402
 
 main()

@@ -6,7 +6,6 @@ import gc
 import io
 import json
 import os
-import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,6 +28,7 @@ from zhin_cli.errors import (
 )
 from zhin_cli.inputfiles import SURROGATE
 from zhin_cli.redact import redact_text
+from zhin_cli.signals import SIGNALLED, install_signal_handlers, terminated_by_sigterm
 
 app = typer.Typer(
     name="zhin",
@@ -222,32 +222,6 @@ from zhin_cli._cli import trace as _trace  # noqa: E402,F401
 from zhin_cli._cli import trust as _trust  # noqa: E402,F401
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised in the main thread like SIGINT's KeyboardInterrupt: every ``finally``, ``with`` and
-    ``except BaseException`` cleanup runs (temporary files, half-built databases, extracted git trees)."""
-
-
-_SIGNALLED: list[int] = []
-
-
-def _on_signal(signum: int, frame: Any) -> None:
-    if _SIGNALLED:  # a second signal while cleaning up: end at once, as if no handler were installed
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
-        return
-    _SIGNALLED.append(signum)
-    raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
-
-
-def _install_signal_handlers() -> None:
-    for signum, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL)):
-        try:
-            if signal.getsignal(signum) is default:  # an ignored signal (nohup, a background job) stays ignored
-                signal.signal(signum, _on_signal)
-        except ValueError:  # not the main thread (an embedding caller): leave signals alone
-            return
-
-
 class _StdoutRaw(io.RawIOBase):
     """fd 1 for ``sys.stdout``: a write that fails ends the command with one line (OutputError, exit 3) or, for a
     reader that went away (EPIPE), quietly with 0 — wherever it happens, inside a command or at the final flush.
@@ -368,7 +342,7 @@ def main() -> None:
     a command that handles the interrupt itself, like ``serve``, keeps its status); a stdout that cannot be written 3
     (one line); a reader of stdout that went away (EPIPE) 0. README "Exit status"."""
     _guard_standard_streams()
-    _install_signal_handlers()
+    install_signal_handlers()  # zhin_cli.launch did it already; an embedding caller of main() gets them here
     code: int = 0
     bad = _argument_not_text(sys.argv[1:])
     if bad is not None:
@@ -392,6 +366,6 @@ def main() -> None:
         report_error(str(error).replace("\n", " "))
         code = error.exit_code
     code = _finish(code)
-    if _SIGNALLED and code == EXIT_INTERRUPTED:  # the interrupt ended the command (one that handles it, serve, keeps its 0)
-        code = EXIT_TERMINATED if _SIGNALLED[0] == signal.SIGTERM else EXIT_INTERRUPTED
+    if SIGNALLED and code == EXIT_INTERRUPTED:  # the interrupt ended the command (one that handles it, serve, keeps its 0)
+        code = EXIT_TERMINATED if terminated_by_sigterm() else EXIT_INTERRUPTED
     sys.exit(code)
