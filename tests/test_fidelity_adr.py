@@ -190,18 +190,20 @@ def test_a4a_negative_control_a_bot_row_without_header_renders_the_current_bot_f
     assert header_of(replay(session)[-1], "m2") == f"[id:m2;user_id:{BOT.user_id};name:Zhin;role:admin;group_nickname:小知;time:10:00;]"
 
 
+def bot_row_with_header(tmp_path: Path, header: str, *more: dict[str, Any]) -> Any:
+    """Alice and the bot, twice; the bot's first row (m2) carries ``header`` in ``name``."""
+    alice = {"subjectId": "10002", "displayName": "Alice", "roles": []}
+    return legacy_session(tmp_path, line(1, "user", "hi", TEN, actor=alice),
+                          line(2, "assistant", "hello", TEN + 10 * SEC, name=header),
+                          line(3, "user", "and now?", TEN + 20 * SEC, actor=alice), line(4, "assistant", "now", TEN + 30 * SEC),
+                          *more)
+
+
 def test_a4a_the_current_bot_facts_after_a_legacy_header_are_a_change(tmp_path: Path) -> None:
     """What the model was told (旧名) and what is true now (Zhin) differ: the next bot message says so."""
     alice = {"subjectId": "10002", "displayName": "Alice", "roles": []}
-    session = legacy_session(
-        tmp_path,
-        line(1, "user", "hi", TEN, actor=alice),
-        line(2, "assistant", "hello", TEN + 10 * SEC, name=OLD_BOT_HEADER),
-        line(3, "user", "and now?", TEN + 20 * SEC, actor=alice),
-        line(4, "assistant", "now", TEN + 30 * SEC),
-        line(5, "user", "ok", TEN + 40 * SEC, actor=alice),
-        line(6, "assistant", "fine", TEN + 50 * SEC),
-    )
+    session = bot_row_with_header(tmp_path, OLD_BOT_HEADER, line(5, "user", "ok", TEN + 40 * SEC, actor=alice),
+                                  line(6, "assistant", "fine", TEN + 50 * SEC))
     texts = "\n".join(contents(replay(session)[-1]))
     assert f'[state change] system changed {BOT.user_id} name to "Zhin"' in texts
 
@@ -263,14 +265,7 @@ FOREIGN_HEADER = "[id:m2;user_id:99999;name:别人;role:owner;]"
 def test_a4a_a_bot_row_with_another_senders_header_renders_the_session_bot(tmp_path: Path) -> None:
     """A header naming another user_id than the session's bot adds nothing: the bot is never rendered as that
     sender (docs/storage.md)."""
-    alice = {"subjectId": "10002", "displayName": "Alice", "roles": []}
-    session = legacy_session(
-        tmp_path,
-        line(1, "user", "hi", TEN, actor=alice),
-        line(2, "assistant", "hello", TEN + 10 * SEC, name=FOREIGN_HEADER),
-        line(3, "user", "and now?", TEN + 20 * SEC, actor=alice),
-        line(4, "assistant", "now", TEN + 30 * SEC),
-    )
+    session = bot_row_with_header(tmp_path, FOREIGN_HEADER)
     assert session.messages[1].assistant_actor is None
     header = header_of(replay(session)[-1], "m2")
     assert header == f"[id:m2;user_id:{BOT.user_id};name:Zhin;role:admin;group_nickname:小知;time:10:00;]"
