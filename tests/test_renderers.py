@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from builders import SEC, T0, History, request_for_next
 
 from zhin_cli.providers import PROFILES, resolve_profile
@@ -55,6 +56,22 @@ def test_anthropic_mid_conversation_system_only_on_allow_listed_models_and_legal
     assert allowed.state_rendering == "system"
     other = request_for_next(history(), T0 + 4 * SEC, provider="anthropic", model="claude-sonnet-5")
     assert [m["role"] for m in other.request["messages"]] == ["user", "assistant", "user"]
+
+
+@pytest.mark.parametrize(("model", "mid_system"), [
+    ("claude-opus-4-8", True), ("claude-fable-5-1", True), ("Claude-Mythos-5", True),  # the allow list
+    ("claude-opus-4-8-20260528", False), ("claude-opus-4-80", False), ("claude-sonnet-5", False),  # not on it
+])
+def test_anthropic_renderer_profile_and_validator_share_one_mid_system_list(model: str, mid_system: bool) -> None:
+    """The renderer used regex prefixes of its own (^claude-opus-4-8), the validator the documented ids: a longer id
+    got a mid-conversation system message that its own validator — and the API — refuse."""
+    h = History()
+    h.user(T0, "10002", "hi")
+    h.event(T0 + SEC, "member_joined", "10009 join 1048877509 on 09:00 by self")
+    request = request_for_next(h, T0 + 2 * SEC, provider="anthropic", model=model)
+    assert request.verdict.ok, request.verdict.message
+    assert ("system" in [m["role"] for m in request.request["messages"]]) is mid_system
+    assert (resolve_profile("anthropic", model).mid_conversation_system == "system") is mid_system
 
 
 def test_anthropic_event_followed_by_more_user_traffic_is_downgraded_even_when_allowed() -> None:

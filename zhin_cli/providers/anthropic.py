@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, replace
+from fnmatch import fnmatchcase
 from typing import Any
 
 from zhin_cli.preset import Layout, PresetMessage
@@ -27,8 +28,18 @@ WIRE = "anthropic-messages"
 EPHEMERAL = {"type": "ephemeral"}
 MAX_BREAKPOINTS = 4
 DEFAULT_MAX_TOKENS = 1024
-# Models documented to accept mid-conversation system messages (providers.md §2.1): data, not code.
-MID_SYSTEM_MODELS = (r"^claude-opus-4-8", r"^claude-fable-5", r"^claude-mythos-5")
+# Models documented to accept mid-conversation system messages (providers.md §2.1): data, not code. One list for the
+# profile, the renderer and the validator (validate/anthropic.py reads it): fnmatch patterns against the lower-cased
+# model id. (The renderer had regex prefixes of its own, so a dated or longer id — claude-opus-4-8-20260528,
+# claude-opus-4-80 — was sent mid-conversation system messages that the validator, and the API, refuse.)
+MID_SYSTEM_MODELS: tuple[str, ...] = ("claude-opus-4-8", "claude-fable-5*", "claude-mythos-5*")
+
+
+def accepts_mid_system(model: str) -> bool:
+    """Whether ``model`` takes ``role: "system"`` inside ``messages``; everything else answers "role 'system' is not
+    supported on this model"."""
+    lowered = model.lower()
+    return any(fnmatchcase(lowered, pattern) for pattern in MID_SYSTEM_MODELS)
 
 
 def tool_use_id(call_id: str) -> str:
@@ -57,7 +68,7 @@ def _tool(tool: dict[str, Any]) -> dict[str, Any]:
 
 
 def _mid_system_ok(layout: Layout, index: int, profile: Capabilities, model: str) -> bool:
-    if profile.mid_conversation_system != "system" or not any(re.match(p, model) for p in profile.mid_system_models):
+    if profile.mid_conversation_system != "system" or not accepts_mid_system(model):
         return False
     before = layout.messages[index - 1] if index > 0 else None
     after = layout.messages[index + 1] if index + 1 < len(layout.messages) else None
@@ -153,6 +164,8 @@ class _AnthropicCapabilities(Capabilities):
         from zhin_cli.validate.anthropic import rejects_prefill  # late: the validators import the providers
 
         profile = super().for_model(model)
+        if accepts_mid_system(model):
+            profile = replace(profile, mid_conversation_system="system")
         return replace(profile, prefill=False) if rejects_prefill(model) else profile
 
 
@@ -164,7 +177,6 @@ register_profile(
         mid_conversation_system="none",
         mid_system_models=MID_SYSTEM_MODELS,
         cache=CacheRules(mechanism="explicit", min_tokens=1024, step_tokens=1, max_breakpoints=MAX_BREAKPOINTS),
-        model_rules=tuple((pattern, {"mid_conversation_system": "system"}) for pattern in MID_SYSTEM_MODELS),
         description="Anthropic Messages: top-level system, tool_result first, state changes as user text "
         "(role system only where allow-listed models accept it)",
     )

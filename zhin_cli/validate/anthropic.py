@@ -23,15 +23,14 @@ top-level automatic ``cache_control`` counts toward the 4 breakpoints ([U], not 
 from __future__ import annotations
 
 import re
-from fnmatch import fnmatchcase
 from typing import Any
 
+from zhin_cli.providers.anthropic import MID_SYSTEM_MODELS, accepts_mid_system
 from zhin_cli.validate import ACCEPTED, Verdict, register_validator
 
-# Models that accept ``role: "system"`` inside ``messages`` (mid-conversation system messages, §2.1 [V]).
-# Patterns are fnmatch-style and compared against the lower-cased model id. Everything else answers
-# "role 'system' is not supported on this model".
-MID_CONVERSATION_SYSTEM_MODELS: tuple[str, ...] = ("claude-opus-4-8", "claude-fable-5*", "claude-mythos-5*")
+# Models that accept ``role: "system"`` inside ``messages`` (mid-conversation system messages, §2.1 [V]): the one
+# list the profile and the renderer use too (providers/anthropic.py).
+MID_CONVERSATION_SYSTEM_MODELS = MID_SYSTEM_MODELS
 
 # Prefill (a trailing assistant message) is rejected from this Claude version on (§2.3 [R]:
 # "Claude 4.6 and later models reject a trailing assistant message"). The version comes from the model
@@ -81,9 +80,7 @@ def claude_version(model: str) -> tuple[int, int] | None:
     return None
 
 
-def supports_mid_conversation_system(model: str) -> bool:
-    lowered = model.lower()
-    return any(fnmatchcase(lowered, pattern) for pattern in MID_CONVERSATION_SYSTEM_MODELS)
+supports_mid_conversation_system = accepts_mid_system
 
 
 def rejects_prefill(model: str) -> bool:
