@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
-	$(BIN)/python -c "from zhin_cli.tokens import seed_cache; print('tiktoken ranks ready in', seed_cache())"
+	$(BIN)/python -c "from zhin_cli.core.tokens import seed_cache; print('tiktoken ranks ready in', seed_cache())"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -21,11 +21,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from machine import describe  # noqa: E402
 
-from zhin_cli.config import Config  # noqa: E402
-from zhin_cli.economy import CASES, STYLES, RequestFigures, SessionEconomy, session_economy  # noqa: E402
-from zhin_cli.model import Session  # noqa: E402
+from zhin_cli.core.model import Session  # noqa: E402
+from zhin_cli.pipeline.config import Config  # noqa: E402
 from zhin_cli.store.jsonl import read_session  # noqa: E402
-from zhin_cli.synth import SynthOptions, synthesize  # noqa: E402
+from zhin_cli.tools.economy import CASES, STYLES, RequestFigures, SessionEconomy, session_economy  # noqa: E402
+from zhin_cli.tools.synth import SynthOptions, synthesize  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 # The fixed corpus: three seeds of a busy 80-member group, 2,500 message rows each (documented defaults

@@ -16,11 +16,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from replay import tiled  # noqa: E402
 
-from zhin_cli.assemble import Assembler  # noqa: E402
-from zhin_cli.config import Config  # noqa: E402
-from zhin_cli.prefixdiff import diff_turns  # noqa: E402
+from zhin_cli.core.tokens import TokenCounter  # noqa: E402
+from zhin_cli.pipeline.assemble import Assembler  # noqa: E402
+from zhin_cli.pipeline.config import Config  # noqa: E402
 from zhin_cli.store.jsonl import read_session  # noqa: E402
-from zhin_cli.tokens import TokenCounter  # noqa: E402
+from zhin_cli.tools.prefixdiff import diff_turns  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,7 +37,7 @@ def incremental(session) -> float:  # type: ignore[no-untyped-def]
 def naive(session) -> float:  # type: ignore[no-untyped-def]
     """The baseline: every request re-rendered with nothing remembered from the turn before (a fresh
     token counter per request), and each whole body tokenized from scratch to find the common prefix."""
-    import zhin_cli.assemble as assemble_module
+    import zhin_cli.pipeline.assemble as assemble_module
 
     config = Config()
     registry, _ = config.registry()

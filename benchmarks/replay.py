@@ -17,9 +17,9 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from zhin_cli.assemble import Assembler
-from zhin_cli.config import Config
-from zhin_cli.model import AssistantMessage, Session, ToolResultMessage
+from zhin_cli.core.model import AssistantMessage, Session, ToolResultMessage
+from zhin_cli.pipeline.assemble import Assembler
+from zhin_cli.pipeline.config import Config
 from zhin_cli.store.jsonl import read_session
 
 ROOT = Path(__file__).resolve().parent.parent

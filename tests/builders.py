@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from zhin_cli.assemble import AssembledRequest, Assembler
-from zhin_cli.config import Config, parse_config
-from zhin_cli.model import (
+from zhin_cli.core.model import (
     Actor,
     AssistantMessage,
     BotFacts,
@@ -18,6 +16,8 @@ from zhin_cli.model import (
     ToolResultMessage,
     UserMessage,
 )
+from zhin_cli.pipeline.assemble import AssembledRequest, Assembler
+from zhin_cli.pipeline.config import Config, parse_config
 
 T0 = 1761699600000  # 2025-10-29 09:00 Asia/Shanghai
 MIN = 60_000

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from zhin_cli.config import load_config
-from zhin_cli.configsource import ConfigSource, load_config_source
-from zhin_cli.errors import EXIT_USAGE, ConfigError, UsageError
-from zhin_cli.segments import PromptSegment, PromptSegmentRegistry, TextSegment
+from zhin_cli.core.errors import EXIT_USAGE, ConfigError, UsageError
+from zhin_cli.pipeline.config import load_config
+from zhin_cli.pipeline.segments import PromptSegment, PromptSegmentRegistry, TextSegment
+from zhin_cli.tools.configsource import ConfigSource, load_config_source
 
 
 @pytest.fixture(autouse=True)
@@ -23,7 +23,7 @@ def _ref_plugins_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
 PLUGIN = """\
 from dataclasses import dataclass
 
-from zhin_cli.segments import TextSegment
+from zhin_cli.pipeline.segments import TextSegment
 
 TEXT = {text!r}
 ORIGIN = __file__

@@ -8,8 +8,12 @@ from pathlib import Path
 
 from builders import SEC, T0, History
 
-from zhin_cli.config import Config
-from zhin_cli.economy import (
+from zhin_cli.core.model import Actor
+from zhin_cli.core.tokens import counter
+from zhin_cli.pipeline.config import Config
+from zhin_cli.pipeline.headers import Aliases, project
+from zhin_cli.pipeline.merge import Placed
+from zhin_cli.tools.economy import (
     CASES,
     flat_request,
     new_tokens,
@@ -17,11 +21,7 @@ from zhin_cli.economy import (
     simulate,
     upstream_prefix,
 )
-from zhin_cli.headers import Aliases, project
-from zhin_cli.merge import Placed
-from zhin_cli.model import Actor
-from zhin_cli.prefixdiff import serialize
-from zhin_cli.tokens import counter
+from zhin_cli.tools.prefixdiff import serialize
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 COUNT = counter("o200k_base").count_once
@@ -113,7 +113,7 @@ def test_deepseek_cached_tokens_are_the_common_prefix_in_64_token_units() -> Non
     first, second = figures.requests
     assert first.first and first.adr_cached == 0  # a session's first request: cold cache
     assert not second.first
-    from zhin_cli.assemble import Assembler
+    from zhin_cli.pipeline.assemble import Assembler
 
     registry, _ = Config().registry()
     old = next(Assembler(registry, Config(), provider="deepseek", model="deepseek-chat").replay(session))
@@ -141,7 +141,7 @@ def test_openai_caches_nothing_below_1024_tokens() -> None:
 
 
 def test_new_tokens_are_the_messages_the_previous_request_did_not_have() -> None:
-    from zhin_cli.assemble import Assembler
+    from zhin_cli.pipeline.assemble import Assembler
 
     session = small_session().session()
     registry, _ = Config().registry()
@@ -161,12 +161,12 @@ def test_new_tokens_are_the_messages_the_previous_request_did_not_have() -> None
 def test_flat_layout_is_the_system_prompt_and_one_user_message_of_history() -> None:
     session = small_session().session()
     figures_requests = []
-    from zhin_cli.assemble import Assembler
+    from zhin_cli.pipeline.assemble import Assembler
 
     for provider, model in (("openai", "gpt-4o"), ("anthropic", "claude-sonnet-5")):
         registry, _ = Config().registry()
         figures_requests.append(next(Assembler(registry, Config(), provider=provider, model=model).replay(session)))
-    from zhin_cli.economy import flat_history
+    from zhin_cli.tools.economy import flat_history
 
     history = flat_history(session, session.messages[:4], None)
     assert history.startswith("## 用户\n[sender:id=10002 name=小明 roles=user] 早\n\n## 用户\n")
@@ -218,7 +218,7 @@ def test_anthropic_reads_up_to_the_block_before_the_old_tail() -> None:
     the bytes up to that block's end, so that is what it reads (min_tokens lowered so the small session counts)."""
     from dataclasses import replace
 
-    from zhin_cli.assemble import Assembler
+    from zhin_cli.pipeline.assemble import Assembler
 
     session = small_session().session()
     figures = simulate(session, Config(), replace(CASES["anthropic"], min_tokens=1))

@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from zhin_cli.errors import ZhinError
-from zhin_cli.eval.cases import CaseError, case_schema, load_case_file, load_cases
-from zhin_cli.eval.live import LiveReply
-from zhin_cli.eval.registry import ASSERTIONS
-from zhin_cli.eval.report import github_annotations, junit_xml, step_summary, write_junit
-from zhin_cli.eval.runner import EvalOptions, EvalRun, prepare, run_case, run_eval
+from zhin_cli.core.errors import ZhinError
+from zhin_cli.tools.eval.cases import CaseError, case_schema, load_case_file, load_cases
+from zhin_cli.tools.eval.live import LiveReply
+from zhin_cli.tools.eval.registry import ASSERTIONS
+from zhin_cli.tools.eval.report import github_annotations, junit_xml, step_summary, write_junit
+from zhin_cli.tools.eval.runner import EvalOptions, EvalRun, prepare, run_case, run_eval
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -371,7 +371,7 @@ def test_a_case_can_start_from_a_session_in_a_database_which_stays_byte_identica
 def test_live_cases_run_end_to_end_against_the_loopback_conformance_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The whole live path (real `openai` client, cache, repeats) against `zhin serve`, which validates each
     body and answers `ok <hash>` with real usage: the shipped live cases pass, and a second run is cached."""
-    from zhin_cli.serve import running_server
+    from zhin_cli.tools.serve import running_server
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.setenv("ZHIN_EVAL_CACHE_DIR", str(tmp_path / "cache"))
@@ -409,7 +409,7 @@ cases:
 
 
 def _greeted_run(tmp_path: Path, assertions: str = "  - {type: verdict, turn: all, accepted: true}\n", head: str = GREETED) -> Any:
-    from zhin_cli.eval.runner import assemble_turns
+    from zhin_cli.tools.eval.runner import assemble_turns
 
     path = write(tmp_path, head + textwrap.indent(textwrap.dedent(assertions), "      "))
     prepared = prepare(load_case_file(path)[0])
@@ -417,7 +417,7 @@ def _greeted_run(tmp_path: Path, assertions: str = "  - {type: verdict, turn: al
 
 
 def test_eval_makes_no_request_for_the_greeting_and_numbers_turns_as_trace(tmp_path: Path) -> None:
-    from zhin_cli.assemble import Assembler
+    from zhin_cli.pipeline.assemble import Assembler
 
     prepared, run = _greeted_run(tmp_path)
     assert [r.turn for r in run.requests] == [2, 3]  # turn 1 is the greeting: no request
@@ -468,7 +468,7 @@ def test_a_stored_session_opening_with_a_greeting_is_numbered_as_trace(tmp_path:
     prepared, run = _greeted_run(tmp_path, head=textwrap.dedent(stored))
     assert [t.greeting for t in prepared.built.turns] == [True, False]  # the two stored replies
     assert run.greetings == (1,) and [r.turn for r in run.requests] == [2]
-    from zhin_cli.assemble import Assembler
+    from zhin_cli.pipeline.assemble import Assembler
     from zhin_cli.store.jsonl import read_session
 
     registry, _ = prepared.config.registry()

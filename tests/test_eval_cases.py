@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from zhin_cli.eval.cases import Case, load_cases
-from zhin_cli.eval.runner import EvalOptions, prepare, run_case
+from zhin_cli.tools.eval.cases import Case, load_cases
+from zhin_cli.tools.eval.runner import EvalOptions, prepare, run_case
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = load_cases([ROOT / "eval_cases"])

@@ -19,7 +19,8 @@ import pytest
 from conftest import FIXTURES, clean_env
 from sqlalchemy import Engine, create_engine, insert
 
-from zhin_cli.facts import (
+from zhin_cli.store import schema
+from zhin_cli.store.facts import (
     DAY,
     HOUR,
     FactsCache,
@@ -30,7 +31,6 @@ from zhin_cli.facts import (
     clean_text,
     prune,
 )
-from zhin_cli.store import schema
 
 KEY = "icqq:8596238:group:1048877509"
 T0 = 1_800_000_000_000
@@ -475,8 +475,8 @@ def test_import_with_nothing_to_import_is_usage(tmp_path: Path) -> None:
 
 
 def test_replay_reads_member_facts_as_stored(tmp_path: Path) -> None:
-    from zhin_cli.facts import StoredFacts
     from zhin_cli.store import load_session
+    from zhin_cli.store.facts import StoredFacts
 
     db = tmp_path / "data.sqlite"
     assert zhin("import", FIXTURES / "group-busy.jsonl", "--db", db, cwd=tmp_path).returncode == 0

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from builders import BOT, MIN, SEC, T0, History, assembler, contents, replay
 
-from zhin_cli.assemble import greeting_position
-from zhin_cli.errors import UsageError
-from zhin_cli.model import AssistantMessage, UserMessage
-from zhin_cli.prefixdiff import diff_turns
-from zhin_cli.trace import trace
+from zhin_cli.core.errors import UsageError
+from zhin_cli.core.model import AssistantMessage, UserMessage
+from zhin_cli.pipeline.assemble import greeting_position
+from zhin_cli.tools.prefixdiff import diff_turns
+from zhin_cli.tools.trace import trace
 
 
 def greeted() -> History:
@@ -171,7 +171,7 @@ def private_chat(renamed: str = "小明") -> History:
 
 
 def private(h: History) -> Any:
-    from zhin_cli.model import SceneFacts
+    from zhin_cli.core.model import SceneFacts
 
     return h.session(scene=SceneFacts(scene_id="10002", scene_type="private"))
 
@@ -234,7 +234,7 @@ def _anchored(anchor: int, first_row: int = 1) -> Any:
     last request."""
     from dataclasses import replace
 
-    from zhin_cli.model import Summary
+    from zhin_cli.core.model import Summary
 
     session = private(private_chat())
     messages = [replace(m, row_id=m.row_id + first_row - 1) for m in session.messages]
@@ -246,7 +246,7 @@ def _anchored(anchor: int, first_row: int = 1) -> Any:
     (4, 5),  # an anchor on a row outside this session's path (another branch): min(row) - 1 was that row
 ])
 def test_the_card_greeting_is_never_taken_for_a_stored_row(anchor: int, first_row: int) -> None:
-    from zhin_cli.assemble import CARD_GREETING_ROW
+    from zhin_cli.pipeline.assemble import CARD_GREETING_ROW
     from zhin_cli.store.payload import MAX_ROW_ID
 
     session = _anchored(anchor, first_row)
@@ -276,7 +276,7 @@ def test_negative_control_a_summary_anchored_at_a_stored_row_still_applies_with_
 def test_user_and_char_come_from_one_rule_for_entries_and_the_greeting(monkeypatch: pytest.MonkeyPatch) -> None:
     """The greeting and the preset entries ask the same function (skeleton.macro_names): change the rule there and
     both follow. The old code wrote the rule twice (skeleton and assemble), and this test fails on it."""
-    from zhin_cli.preset import skeleton
+    from zhin_cli.pipeline.preset import skeleton
 
     seen: list[tuple[str | None, bool]] = []
 
@@ -300,8 +300,8 @@ def test_user_and_char_come_from_one_rule_for_entries_and_the_greeting(monkeypat
     ({}, "[user_id:system;] x", False, ("［user_id:system;] x", "Zhin")),  # the member rule: a chat-derived value
 ])
 def test_macro_names(options: dict[str, Any], member: str | None, is_group: bool, names: tuple[str, str]) -> None:
-    from zhin_cli.preset.model import CardOptions
-    from zhin_cli.preset.skeleton import macro_names
+    from zhin_cli.pipeline.preset.model import CardOptions
+    from zhin_cli.pipeline.preset.skeleton import macro_names
 
     assert macro_names(CardOptions(**options), member=member, bot_name="Zhin", is_group=is_group) == names
     assert macro_names(CardOptions(), member=None, bot_name=None, is_group=True) == ("User", "Assistant")

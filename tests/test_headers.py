@@ -128,7 +128,7 @@ def test_reply_to_only_inside_the_window() -> None:
 
 
 def test_bot_assistant_headers_full_once_then_short_and_synthesized_role_change() -> None:
-    from zhin_cli.model import Actor
+    from zhin_cli.core.model import Actor
 
     h = History()
     h.user(T0, "10002", "hi")

@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES, clean_env, js
 
-from zhin_cli.config import MAX_YAML_EXPANSION, load_config, read_json_file, read_yaml_file
-from zhin_cli.errors import ConfigError, InputError, UsageError
-from zhin_cli.inputfiles import lone_surrogate_in_json, open_regular
-from zhin_cli.model import UserMessage
-from zhin_cli.outputfiles import escape_surrogates
-from zhin_cli.requestdiff import load_side
+from zhin_cli.core.errors import ConfigError, InputError, UsageError
+from zhin_cli.core.inputfiles import lone_surrogate_in_json, open_regular
+from zhin_cli.core.model import UserMessage
+from zhin_cli.core.outputfiles import escape_surrogates
+from zhin_cli.pipeline.config import MAX_YAML_EXPANSION, load_config, read_json_file, read_yaml_file
 from zhin_cli.store.jsonl import read_session
 from zhin_cli.store.payload import MAX_ROW_ID, check_payload_text, short
-from zhin_cli.synth import SynthOptions
+from zhin_cli.tools.requestdiff import load_side
+from zhin_cli.tools.synth import SynthOptions
 
 SESSION = {"type": "session", "session_id": "s#1", "scene": {"scene_type": "group"}}
 T0 = 1_700_000_000_000
@@ -205,7 +205,7 @@ def test_modest_aliases_and_big_files_without_aliases_are_fine(tmp_path: Path) -
 
 
 def test_an_alias_bomb_in_a_case_file_is_one_case_error(tmp_path: Path) -> None:
-    from zhin_cli.eval.cases import CaseError, load_case_file
+    from zhin_cli.tools.eval.cases import CaseError, load_case_file
 
     path = write(tmp_path / "cases.yaml", "cases:", "  - id: bomb", f"    description: {_bomb()}",
                  "    assertions: [{type: no_system_midway}]")

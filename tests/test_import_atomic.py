@@ -124,7 +124,7 @@ def test_a_new_database_that_cannot_be_put_in_place_is_one_error_and_leaves_noth
     import errno
     import os
 
-    from zhin_cli.errors import ZhinError
+    from zhin_cli.core.errors import ZhinError
     from zhin_cli.store import database
     from zhin_cli.store.jsonl import read_session
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import clean_env
 
-from zhin_cli.errors import InputError
+from zhin_cli.core.errors import InputError
 from zhin_cli.store import check_jsonl_limits
 
 ROOT = Path(__file__).resolve().parent.parent

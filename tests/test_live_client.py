@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 from conftest import ROOT, clean_env
 
-from zhin_cli.errors import EXIT_CANNOT_RUN, ZhinError
-from zhin_cli.eval.live import (
+from zhin_cli.core.errors import EXIT_CANNOT_RUN, ZhinError
+from zhin_cli.tools.eval.live import (
     LOCAL_PLACEHOLDER_KEY,
     LiveModel,
     LiveModelError,
@@ -203,7 +203,7 @@ def test_not_an_http_url_is_an_error() -> None:
 
 def test_openai_is_imported_only_when_a_request_is_made() -> None:
     code = (
-        "import sys; from zhin_cli.eval.live import LiveModel; "
+        "import sys; from zhin_cli.tools.eval.live import LiveModel; "
         "LiveModel(base_url='http://127.0.0.1:9/v1'); "
         "print('openai' in sys.modules)"
     )
@@ -408,8 +408,8 @@ def test_a_server_that_echoes_the_key_does_not_leak_it(serve: Any, tmp_path: Pat
 LEAK_SCRIPT = """
 import json, sys
 from pathlib import Path
-from zhin_cli.errors import ZhinError
-from zhin_cli.eval.live import LiveModel
+from zhin_cli.core.errors import ZhinError
+from zhin_cli.tools.eval.live import LiveModel
 live = LiveModel(base_url=sys.argv[1], cache_dir=Path(sys.argv[2]), max_retries=1, timeout=10)
 print(repr(live), vars(live).keys() - {"_api_key", "_client"})
 for body in json.loads(sys.argv[3]):

@@ -33,7 +33,7 @@ from conftest import FIXTURES, clean_env
 from sqlalchemy import Engine, event, func
 from sqlalchemy import select as sql_select
 
-from zhin_cli.model import Session
+from zhin_cli.core.model import Session
 from zhin_cli.store import schema
 from zhin_cli.store.database import SessionDatabase, import_session, parse_db
 from zhin_cli.store.jsonl import read_session

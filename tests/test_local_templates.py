@@ -33,10 +33,10 @@ from builders import MIN, SEC, T0, History, replay
 from conftest import clean_env
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from zhin_cli.assemble import AssembledRequest
-from zhin_cli.format import _LINE_BREAKS as LINE_BREAKS
-from zhin_cli.synth import SynthOptions, synthesize
-from zhin_cli.validate import Verdict, validate
+from zhin_cli.pipeline.assemble import AssembledRequest
+from zhin_cli.pipeline.format import _LINE_BREAKS as LINE_BREAKS
+from zhin_cli.pipeline.validate import Verdict, validate
+from zhin_cli.tools.synth import SynthOptions, synthesize
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 ROOT = Path(__file__).resolve().parent.parent
@@ -134,7 +134,7 @@ def render(fixture: str, body: dict[str, Any], *, served: bool = True) -> Render
 
 
 def verdict_of(body: dict[str, Any], model: str) -> Verdict:
-    from zhin_cli.providers import resolve_profile
+    from zhin_cli.pipeline.providers import resolve_profile
 
     return validate(resolve_profile("vllm", model).validator, body, model)
 
@@ -335,7 +335,7 @@ RAW_CONTROLS: dict[str, Any] = {
 def test_raw_template_validator_equals_the_template_on_the_body_as_sent(template: Template, control: str) -> None:
     """``template:<family>``: the same comparison without the server's normalisation (null stays null, arguments
     stay JSON text) — what ``apply_chat_template`` and llama.cpp-style engines see."""
-    from zhin_cli.providers.local import template_family
+    from zhin_cli.pipeline.providers.local import template_family
 
     body = _edit(_base(template.model), {**CONTROLS, **RAW_CONTROLS}[control])
     verdict = validate(f"template:{template_family(template.model)}", body, template.model)
@@ -445,7 +445,7 @@ def test_c2_no_line_break_of_zhins_own_set_survives_in_the_text_form(brk: str) -
 
 def test_c2_ordinary_arguments_are_sent_unchanged() -> None:
     """Negative control: arguments without a break keep their bytes, non-ASCII text included."""
-    from zhin_cli.providers.local import _arguments_text
+    from zhin_cli.pipeline.providers.local import _arguments_text
 
     assert _arguments_text('{"q": "北京", "n": 2}') == '{"q": "北京", "n": 2}'
     assert _arguments_text({"q": "a\tb"}) == '{"q": "a\\tb"}'  # a tab is no line break: dumps' own escape only
@@ -523,8 +523,8 @@ def test_mistral_tool_continuations_carry_the_system_text_in_the_last_user_turn(
 
 
 def test_a_request_without_any_user_turn_gets_the_system_text_as_its_first_turn() -> None:
-    from zhin_cli.providers import RenderedPart, RenderedRequest
-    from zhin_cli.providers.local import system_into_last_user
+    from zhin_cli.pipeline.providers import RenderedPart, RenderedRequest
+    from zhin_cli.pipeline.providers.local import system_into_last_user
 
     rendered = RenderedRequest(body={"messages": [{"role": "system", "content": "rules"}, _calls("abcDEF123"), _tool("abcDEF123")]},
                                state_rendering="none-needed", cache_breakpoints=[], parts=[RenderedPart("system.x", "rules", 0)])
@@ -576,7 +576,7 @@ PRESET_FILES = [*sorted((ROOT / "fixtures" / "presets").glob("*.json")), ROOT / 
 def test_every_bundled_preset_renders_every_turn_on_every_template(preset_file: Path) -> None:
     """… and the ST golden preset (a trailing prefill, assistant injections at depth 0): the system text reaches the
     model on every turn, tool-loop continuations included."""
-    from zhin_cli.preset.importer import load_preset
+    from zhin_cli.pipeline.preset.importer import load_preset
 
     preset = load_preset(preset_file)
     for template in TEMPLATE_CASES:

@@ -1,13 +1,13 @@
-"""One rule for "this machine" (zhin_cli.loopback): serve's Host guard and the live tier's local-server check agree
+"""One rule for "this machine" (zhin_cli.core.loopback): serve's Host guard and the live tier's local-server check agree
 (they used to differ on a trailing dot and on ``*.localhost``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from zhin_cli.eval.live import is_loopback_url
-from zhin_cli.loopback import is_loopback_name
-from zhin_cli.serve import loopback_authority
+from zhin_cli.core.loopback import is_loopback_name
+from zhin_cli.tools.eval.live import is_loopback_url
+from zhin_cli.tools.serve import loopback_authority
 
 CASES = [("localhost", True), ("LOCALHOST.", True), ("models.localhost", True), ("127.0.0.1", True), ("127.9.8.7", True),
          ("::1", True), ("localhost.evil.example", False), ("evil-localhost", False), ("10.0.0.1", False),

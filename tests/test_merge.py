@@ -7,8 +7,8 @@ import copy
 import pytest
 from builders import SEC, T0, History, contents, replay, request_for_next, roles
 
-from zhin_cli.errors import AssemblyError
-from zhin_cli.validate import validate
+from zhin_cli.core.errors import AssemblyError
+from zhin_cli.pipeline.validate import validate
 
 
 def tool_call_history() -> History:

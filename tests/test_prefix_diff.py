@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from builders import MIN, SEC, T0, History, TimeOnlyAssembler, answered_chat, assembler, late_event_history, replay
 
-from zhin_cli.model import SceneChange
-from zhin_cli.prefixdiff import diff_pair, diff_turns, serialize
+from zhin_cli.core.model import SceneChange
 from zhin_cli.store.jsonl import read_session
+from zhin_cli.tools.prefixdiff import diff_pair, diff_turns, serialize
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
@@ -100,9 +100,9 @@ def test_negative_control_a_clock_in_the_system_prompt_is_system_changed_with_a_
     h = two_turns()
     h.user(T0 + 3 * MIN, "10002", "later")
     h.assistant(T0 + 3 * MIN + SEC, "r2")
-    from zhin_cli.assemble import Assembler
-    from zhin_cli.config import Config
-    from zhin_cli.segments.builtin import default_registry
+    from zhin_cli.pipeline.assemble import Assembler
+    from zhin_cli.pipeline.config import Config
+    from zhin_cli.pipeline.segments.builtin import default_registry
 
     registry = default_registry()
     registry.register(MinuteClock())
@@ -125,8 +125,8 @@ def test_model_change_between_turns() -> None:
 
 def test_rewritten_history_is_messages_changed() -> None:
     """Without the append-only rule a late event would be inserted into sent history: that is caught."""
-    from zhin_cli.config import Config
-    from zhin_cli.segments.builtin import default_registry
+    from zhin_cli.pipeline.config import Config
+    from zhin_cli.pipeline.segments.builtin import default_registry
 
     h = late_event_history()
     session = h.session()
@@ -244,7 +244,7 @@ def test_base_head_git_refs_report_exactly_the_changed_segment(tmp_path: Path) -
     repo.mkdir()
     git("init", "-q", "-b", "main", cwd=repo)
     (repo / "persona.py").write_text(
-        "from zhin_cli.segments import TextSegment\n"
+        "from zhin_cli.pipeline.segments import TextSegment\n"
         "def register(generation):\n"
         "    generation.register(TextSegment('plugin.persona', 'role_rules', 'You like cats.', weight=5))\n",
         encoding="utf-8",

@@ -15,11 +15,10 @@ from typing import Any
 import pytest
 from conftest import FIXTURES, clean_env
 
-from zhin_cli.headers import Projected
-from zhin_cli.preset import regex as preset_regex
-from zhin_cli.preset.importer import parse_preset
-from zhin_cli.preset.lint import lint_preset
-from zhin_cli.preset.macros import (
+from zhin_cli.pipeline.headers import Projected
+from zhin_cli.pipeline.preset import regex as preset_regex
+from zhin_cli.pipeline.preset.importer import parse_preset
+from zhin_cli.pipeline.preset.macros import (
     MAX_NESTING,
     NESTING_PROBLEM,
     OUTPUT_PROBLEM,
@@ -28,9 +27,10 @@ from zhin_cli.preset.macros import (
     macro_depth,
     macro_names,
 )
-from zhin_cli.preset.model import RegexScript
-from zhin_cli.preset.regex import nested_quantifier, shape
-from zhin_cli.preset.skeleton import Facts, arrange
+from zhin_cli.pipeline.preset.model import RegexScript
+from zhin_cli.pipeline.preset.regex import nested_quantifier, shape
+from zhin_cli.pipeline.preset.skeleton import Facts, arrange
+from zhin_cli.tools.preset_lint import lint_preset
 
 
 def expand(text: str, **context: Any) -> tuple[str, MacroContext]:

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from zhin_cli.errors import ConfigError
-from zhin_cli.preset.importer import load_preset, parse_preset
-from zhin_cli.preset.lint import lint_preset
+from zhin_cli.core.errors import ConfigError
+from zhin_cli.pipeline.preset.importer import load_preset, parse_preset
+from zhin_cli.tools.preset_lint import lint_preset
 
 PRESETS = Path(__file__).resolve().parent.parent / "fixtures" / "presets"
 ST_DEFAULT = PRESETS / "st-default.json"
@@ -157,8 +157,8 @@ def test_single_post_processing_is_supported_and_only_noted() -> None:
 
 def test_an_in_chat_depth_past_st_maximum_is_never_injected() -> None:
     """ST injects in-chat entries for depths 0…10000 only (MAX_INJECTION_DEPTH); deeper ones are never sent."""
-    from zhin_cli.headers import Projected
-    from zhin_cli.preset.skeleton import arrange
+    from zhin_cli.pipeline.headers import Projected
+    from zhin_cli.pipeline.preset.skeleton import arrange
 
     def in_chat(identifier: str, depth: int) -> dict[str, Any]:
         return {"identifier": identifier, "role": "system", "content": identifier, "system_prompt": False,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from zhin_cli.preset.macros import MacroContext, MacroEngine, js_trim, macro_names, prepare_card_fields
+from zhin_cli.pipeline.preset.macros import MacroContext, MacroEngine, js_trim, macro_names, prepare_card_fields
 
 T0 = 1761699600000  # 2025-10-29 09:00 Asia/Shanghai (a Wednesday)
 

@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 from builders import MIN, T0, History, assembler
 
-import zhin_cli.assemble as assemble_module
-from zhin_cli.headers import Projected
-from zhin_cli.model import SceneFacts
-from zhin_cli.preset import PresetMessage, default_layout
-from zhin_cli.preset.importer import load_preset, parse_preset
-from zhin_cli.preset.lint import probe
-from zhin_cli.preset.model import Preset
-from zhin_cli.preset.skeleton import DEFAULT_PRESET, arrange
+import zhin_cli.pipeline.assemble as assemble_module
+from zhin_cli.core.model import SceneFacts
+from zhin_cli.pipeline.headers import Projected
+from zhin_cli.pipeline.preset import PresetMessage, default_layout
+from zhin_cli.pipeline.preset.importer import load_preset, parse_preset
+from zhin_cli.pipeline.preset.model import Preset
+from zhin_cli.pipeline.preset.skeleton import DEFAULT_PRESET, arrange
+from zhin_cli.tools.preset_lint import probe
 
 PRESETS = Path(__file__).resolve().parent.parent / "fixtures" / "presets"
 MARKERS = [{"identifier": "worldInfoBefore", "marker": True}, {"identifier": "chatHistory", "marker": True}]
@@ -361,7 +361,7 @@ def test_mid_conversation_system_entries_follow_the_profile_rule() -> None:
 
 
 def test_semi_turns_later_system_into_user_and_merges_it() -> None:
-    from zhin_cli.preset.shaping import post_process
+    from zhin_cli.pipeline.preset.shaping import post_process
 
     items: list[Any] = [PresetMessage("system", [("preset:a", "甲")]), PresetMessage("user", [("preset:u", "用户")]),
                         PresetMessage("system", [("preset:b", "乙")])]
@@ -474,8 +474,8 @@ def test_merge_joins_a_reply_and_the_assistant_entry_after_it_across_the_history
 
 
 def test_post_processing_never_folds_a_tool_call() -> None:
-    from zhin_cli.model import ToolCall
-    from zhin_cli.preset.shaping import post_process
+    from zhin_cli.core.model import ToolCall
+    from zhin_cli.pipeline.preset.shaping import post_process
 
     call = Projected("assistant", "history.assistant", body="查一下", tool_calls=[ToolCall("c1", "search", {})])
     text = Projected("assistant", "history.assistant", body="好的")
@@ -656,8 +656,8 @@ def test_a_regex_script_cannot_shape_a_host_line_out_of_member_text() -> None:
 def test_one_rule_for_the_name_prefix_unless_already_there(text: str, prefixed: bool) -> None:
     """The "Name: " prefix of a named example turn on a wire without ``name`` (``PresetMessage.spoken_text``) and
     of a user/assistant part under ``single`` post-processing is one rule (``layout.speaker_prefix``)."""
-    from zhin_cli.preset.layout import speaker_prefix
-    from zhin_cli.preset.shaping import post_process
+    from zhin_cli.pipeline.preset.layout import speaker_prefix
+    from zhin_cli.pipeline.preset.shaping import post_process
 
     assert speaker_prefix("小知", text) == ("小知: " if prefixed else "")
     expected = ("小知: " if prefixed else "") + text

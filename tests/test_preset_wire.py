@@ -19,14 +19,14 @@ from typing import Any
 import pytest
 from builders import MIN, SEC, T0, History, assembler
 
-from zhin_cli.assemble import AssembledRequest
-from zhin_cli.eval.assertions import _name_fields
-from zhin_cli.eval.registry import ProviderRun
-from zhin_cli.preset.importer import load_preset, parse_preset
-from zhin_cli.preset.model import Preset
-from zhin_cli.providers import PROFILES, resolve_profile
-from zhin_cli.providers.local import FAMILY_RULES, template_family
-from zhin_cli.providers.shaping import fit_layout
+from zhin_cli.pipeline.assemble import AssembledRequest
+from zhin_cli.pipeline.preset.importer import load_preset, parse_preset
+from zhin_cli.pipeline.preset.model import Preset
+from zhin_cli.pipeline.providers import PROFILES, resolve_profile
+from zhin_cli.pipeline.providers.local import FAMILY_RULES, template_family
+from zhin_cli.pipeline.providers.shaping import fit_layout
+from zhin_cli.tools.eval.assertions import _name_fields
+from zhin_cli.tools.eval.registry import ProviderRun
 
 PRESETS = Path(__file__).resolve().parent.parent / "fixtures" / "presets"
 GOLDEN = Path(__file__).resolve().parent / "st_golden" / "content" / "golden-preset.json"  # the ST golden set's preset
@@ -225,7 +225,7 @@ def test_a_preset_never_makes_an_accepted_tool_loop_rejected(preset_name: str, p
 def test_the_default_layout_passes_fit_layout_untouched(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without preset items the request is the ADR layout, byte for byte, on every profile; with them it is not
     (negative control)."""
-    import zhin_cli.providers as providers
+    import zhin_cli.pipeline.providers as providers
 
     calls: list[bool] = []
 

@@ -25,7 +25,7 @@ from builders import SEC, T0, History, replay
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from zhin_cli.format import (
+from zhin_cli.pipeline.format import (
     _LINE_BREAKS,
     CHANGE_FIELDS,
     HEADER_KEYS,
@@ -75,7 +75,7 @@ member_id = st.one_of(st.sampled_from(["system", "assistant", "tool", "System", 
                                        "system\u00ad", "ｓｙｓｔｅｍ", "\u0455\u0443\u0455tem", BIG_NUMBER]),
                       member_text.filter(bool))
 
-# --- what a normalising reader sees (independent of zhin_cli.format) -----------------------------------------
+# --- what a normalising reader sees (independent of zhin_cli.pipeline.format) -----------------------------------------
 _CONFUSABLES = str.maketrans({"\u2236": ":", "\ua789": ":", "\u02d0": ":", "\u0589": ":"})
 _BLANKS = "\u115f\u1160\u3164\uffa0\u2800"
 _NEUTRAL = "\uff3b"  # zhin's neutralised opening bracket stays itself: it is the host's chosen "not a host line" mark

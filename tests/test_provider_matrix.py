@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from builders import SEC, T0, History, request_for_next
 
-from zhin_cli.validate import validate
+from zhin_cli.pipeline.validate import validate
 
 # (provider, model, expected state rendering)
 PROFILES = [

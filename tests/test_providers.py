@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from builders import SEC, T0, History, contents, request_for_next, roles
 
-from zhin_cli.errors import ConfigError
-from zhin_cli.providers import PROFILES, resolve_profile
+from zhin_cli.core.errors import ConfigError
+from zhin_cli.pipeline.providers import PROFILES, resolve_profile
 
 
 def history_with_events() -> History:
@@ -88,7 +88,7 @@ def test_a_model_added_with_set_r1_era_models_gets_the_renderer_rules_too(monkey
     """One decision point for the R1-era rules: the model list the validator reads (``is_r1_era``) also resolves
     the profile, so a model added with ``set_r1_era_models`` is rendered as the validator checks it (it used to
     change only the validator: two member messages in a row were rejected)."""
-    from zhin_cli.validate import deepseek
+    from zhin_cli.pipeline.validate import deepseek
 
     monkeypatch.setattr(deepseek, "_configured_r1_models", ())  # restored after the test
     assert not resolve_profile("deepseek", "my-r1").strict_turns

@@ -21,8 +21,8 @@ import pytest
 from conftest import clean_env
 from sqlalchemy.engine import make_url
 
-from zhin_cli.errors import EXIT_CANNOT_RUN, EXIT_USAGE, UsageError
-from zhin_cli.redact import is_secret_parameter, mask_url, redact_text, remember_secret, split_userinfo
+from zhin_cli.core.errors import EXIT_CANNOT_RUN, EXIT_USAGE, UsageError
+from zhin_cli.core.redact import is_secret_parameter, mask_url, redact_text, remember_secret, split_userinfo
 from zhin_cli.store.database import db_error, parse_db
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -180,7 +180,7 @@ def test_cli_unknown_scheme_masks_credentials(tmp_path: Path) -> None:
 
 @pytest.fixture
 def live_server() -> Iterator[str]:
-    from zhin_cli.serve import running_server
+    from zhin_cli.tools.serve import running_server
 
     with running_server("openai") as (base_url, _server):
         yield base_url
@@ -212,7 +212,7 @@ def test_the_live_cache_defaults_to_the_user_cache_directory(live_server: str, t
 
 def test_eval_live_does_not_trust_a_cache_planted_in_the_checkout(tmp_path: Path) -> None:
     """The finding: with the model server stopped and a cache edited, every live check passed."""
-    from zhin_cli.serve import running_server
+    from zhin_cli.tools.serve import running_server
 
     checkout = tmp_path / "checkout"
     checkout.mkdir()
@@ -256,7 +256,7 @@ def test_a_malformed_base_url_is_one_line_usage_error(tmp_path: Path, url: str) 
 
 
 def test_the_cache_key_does_not_depend_on_credentials(live_server: str, tmp_path: Path) -> None:
-    from zhin_cli.eval.live import LiveModel, LiveModelError
+    from zhin_cli.tools.eval.live import LiveModel, LiveModelError
 
     body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
     first = LiveModel(base_url=with_credentials(live_server, SECRET), cache_dir=tmp_path / "c").complete(body)
@@ -310,7 +310,7 @@ def test_every_cli_error_line_is_redacted(capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_punctuation_after_a_url_in_a_sentence_is_kept() -> None:
-    from zhin_cli.redact import redact_text
+    from zhin_cli.core.redact import redact_text
 
     said = redact_text("cannot read postgresql://h/db?user=u&password=hunter2: connection refused.")
     assert said == "cannot read postgresql://h/db?user=u&password=***: connection refused."

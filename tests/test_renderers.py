@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from builders import SEC, T0, History, request_for_next
 
-from zhin_cli.providers import PROFILES, resolve_profile
-from zhin_cli.providers.local import template_family
-from zhin_cli.providers.openai import short_id
+from zhin_cli.pipeline.providers import PROFILES, resolve_profile
+from zhin_cli.pipeline.providers.local import template_family
+from zhin_cli.pipeline.providers.openai import short_id
 
 
 def tool_loop() -> History:

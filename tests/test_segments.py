@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from builders import SEC, T0, History, assembler, contents
 
-from zhin_cli.config import load_config
-from zhin_cli.errors import ConfigError
-from zhin_cli.segments import TextSegment
-from zhin_cli.segments.builtin import default_registry
+from zhin_cli.core.errors import ConfigError
+from zhin_cli.pipeline.config import load_config
+from zhin_cli.pipeline.segments import TextSegment
+from zhin_cli.pipeline.segments.builtin import default_registry
 
 
 def one_request(config: dict | None = None):  # type: ignore[no-untyped-def,type-arg]
@@ -78,8 +78,8 @@ def test_criterion_8_plugin_platform_segment_appears_in_place_and_vanishes_with_
     h.user(T0, "10002", "hi")
     h.assistant(T0 + SEC, "(reply)")
     session = h.session()
-    from zhin_cli.assemble import Assembler
-    from zhin_cli.config import Config
+    from zhin_cli.pipeline.assemble import Assembler
+    from zhin_cli.pipeline.config import Config
 
     with registry.loaded("weather-plugin") as generation:
         generation.register(TextSegment("weather.guide", "platform", "WEATHER TOOL GUIDE", weight=10))
@@ -96,7 +96,7 @@ def test_criterion_8_plugin_platform_segment_appears_in_place_and_vanishes_with_
 def test_plugin_from_zhin_yaml_registers_through_a_generation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ZHIN_ALLOW_PLUGINS", "1")  # a zhin.yaml found upward runs its plugins only when trusted
     (tmp_path / "myplugin.py").write_text(
-        "from zhin_cli.segments import TextSegment\n"
+        "from zhin_cli.pipeline.segments import TextSegment\n"
         "def register(generation):\n"
         "    generation.register(TextSegment('my.platform', 'platform', 'FROM PLUGIN', weight=5))\n",
         encoding="utf-8",
@@ -155,8 +155,8 @@ def test_a_plugin_segment_that_raises_is_a_one_line_error() -> None:
         def inject(self, input):  # type: ignore[no-untyped-def]
             raise KeyError("nope")
 
-    from zhin_cli.assemble import Assembler
-    from zhin_cli.config import Config
+    from zhin_cli.pipeline.assemble import Assembler
+    from zhin_cli.pipeline.config import Config
 
     registry = default_registry()
     registry.register(Broken())

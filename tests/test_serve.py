@@ -20,11 +20,11 @@ import openai
 import pytest
 from conftest import clean_env
 
-from zhin_cli.errors import UsageError
-from zhin_cli.providers import PROFILES, CacheRules, Capabilities, register_profile
-from zhin_cli.serve import PrefixCache, PrefixPlan, make_server, running_server
-from zhin_cli.tokens import TokenCounter
-from zhin_cli.validate import VALIDATORS, Verdict, register_validator
+from zhin_cli.core.errors import UsageError
+from zhin_cli.core.tokens import TokenCounter
+from zhin_cli.pipeline.providers import PROFILES, CacheRules, Capabilities, register_profile
+from zhin_cli.pipeline.validate import VALIDATORS, Verdict, register_validator
+from zhin_cli.tools.serve import PrefixCache, PrefixPlan, make_server, running_server
 
 TIMEOUT = 20.0
 MISSING_RESULT = (
@@ -281,7 +281,7 @@ TOOL_USE_UNANSWERED = "`tool_use` ids were found without `tool_result` blocks im
 
 
 def _stand_in_anthropic_validator(body: dict[str, Any], model: str) -> Verdict:
-    """Test-only stand-in until zhin_cli.validate has an ``anthropic-messages`` validator: one [R] rule (§2.4)."""
+    """Test-only stand-in until zhin_cli.pipeline.validate has an ``anthropic-messages`` validator: one [R] rule (§2.4)."""
     messages = body.get("messages") or []
     for index, message in enumerate(messages[:-1]):
         content = message.get("content")

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from serve_process import ServeProcess, no_traceback, post, read_all, request, status_of, wait_for
 
-from zhin_cli.serve import MAX_BODY, loopback_authority, printable, running_server
+from zhin_cli.tools.serve import MAX_BODY, loopback_authority, printable, running_server
 
 GOOD = json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}).encode()
 
@@ -240,7 +240,7 @@ def test_a_slow_drip_hits_the_request_deadline() -> None:
 
 
 def test_a_json_null_body_is_the_wrong_type_not_too_deep() -> None:
-    from zhin_cli.serve import PrefixCache, answer
+    from zhin_cli.tools.serve import PrefixCache, answer
 
     for scalar in (b"null", b"5", b'"text"', b"true"):
         reply = answer("/v1/chat/completions", scalar, provider="openai", cache=PrefixCache())

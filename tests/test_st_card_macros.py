@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from builders import MIN, T0, History, assembler
 
-from zhin_cli.headers import SUMMARY_PREFIX, Projected
-from zhin_cli.preset.importer import parse_preset
-from zhin_cli.preset.layout import PresetMessage
-from zhin_cli.preset.lint import lint_preset
-from zhin_cli.preset.model import Preset
-from zhin_cli.preset.skeleton import Arrangement, Facts, arrange
+from zhin_cli.pipeline.headers import SUMMARY_PREFIX, Projected
+from zhin_cli.pipeline.preset.importer import parse_preset
+from zhin_cli.pipeline.preset.layout import PresetMessage
+from zhin_cli.pipeline.preset.model import Preset
+from zhin_cli.pipeline.preset.skeleton import Arrangement, Facts, arrange
+from zhin_cli.tools.preset_lint import lint_preset
 
 GOLDEN = Path(__file__).resolve().parent / "st_golden"
 

@@ -37,11 +37,11 @@ from typing import Any
 import pytest
 from builders import History, assembler
 
-import zhin_cli.assemble as assemble_module
-from zhin_cli.config import parse_config
-from zhin_cli.headers import Projected
-from zhin_cli.model import BotFacts, SceneFacts, Session
-from zhin_cli.preset.layout import SYSTEM_SEGMENT, TAIL_SEGMENT
+import zhin_cli.pipeline.assemble as assemble_module
+from zhin_cli.core.model import BotFacts, SceneFacts, Session
+from zhin_cli.pipeline.config import parse_config
+from zhin_cli.pipeline.headers import Projected
+from zhin_cli.pipeline.preset.layout import SYSTEM_SEGMENT, TAIL_SEGMENT
 
 GOLDEN = Path(__file__).resolve().parent / "st_golden"
 RUNS: list[dict[str, Any]] = json.loads((GOLDEN / "runs.json").read_text(encoding="utf-8"))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from builders import SEC, T0, History, TimeOnlyAssembler, late_event_history, replay
 
-from zhin_cli.model import SceneChange
+from zhin_cli.core.model import SceneChange
 from zhin_cli.store.jsonl import read_session
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -49,9 +49,9 @@ def test_criterion_7_history_prefix_only_grows_between_turns_unless_the_window_m
 
 def test_negative_control_a_clock_in_the_system_prompt_breaks_the_prefix() -> None:
     """If a segment put the current time into the system prompt, the check above would catch it."""
-    from zhin_cli.assemble import Assembler
-    from zhin_cli.config import Config
-    from zhin_cli.segments.builtin import default_registry
+    from zhin_cli.pipeline.assemble import Assembler
+    from zhin_cli.pipeline.config import Config
+    from zhin_cli.pipeline.segments.builtin import default_registry
 
     class ClockSegment:
         id, kind, weight, retention = "bad.clock", "environment", 1, "required"
@@ -111,9 +111,9 @@ def prefix_violations(requests) -> list[int]:  # type: ignore[no-untyped-def]
 def test_negative_control_without_append_only_a_late_event_rewrites_the_prefix() -> None:
     """An event older than an already-sent reply: merged by time alone it is inserted back into the sent
     history; the append-only rule is what keeps the prefix."""
-    from zhin_cli.assemble import Assembler
-    from zhin_cli.config import Config
-    from zhin_cli.segments.builtin import default_registry
+    from zhin_cli.pipeline.assemble import Assembler
+    from zhin_cli.pipeline.config import Config
+    from zhin_cli.pipeline.segments.builtin import default_registry
 
     h = late_event_history()
     session = h.session()

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from zhin_cli.errors import InputError, SessionNotFound
-from zhin_cli.model import AssistantMessage, EventMessage, ToolResultMessage, UserMessage
+from zhin_cli.core.errors import InputError, SessionNotFound
+from zhin_cli.core.model import AssistantMessage, EventMessage, ToolResultMessage, UserMessage
 from zhin_cli.store import legacy, load_session
 from zhin_cli.store.jsonl import read_session, write_session
-from zhin_cli.trace import trace
+from zhin_cli.tools.trace import trace
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"

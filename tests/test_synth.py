@@ -13,10 +13,10 @@ from zoneinfo import ZoneInfo
 import pytest
 from builders import assembler
 
-from zhin_cli.errors import UsageError
-from zhin_cli.model import AssistantMessage, EventMessage, ToolResultMessage, UserMessage
+from zhin_cli.core.errors import UsageError
+from zhin_cli.core.model import AssistantMessage, EventMessage, ToolResultMessage, UserMessage
 from zhin_cli.store.jsonl import read_session, write_session
-from zhin_cli.synth import SynthOptions, synthesize
+from zhin_cli.tools.synth import SynthOptions, synthesize
 
 
 def jsonl(options: SynthOptions) -> str:

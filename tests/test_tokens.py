@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from zhin_cli import tokens
-from zhin_cli.errors import ZhinError
+from zhin_cli.core import tokens
+from zhin_cli.core.errors import ZhinError
 
 
 def test_known_token_ids_offline() -> None:

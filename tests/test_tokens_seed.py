@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import clean_env
 
-from zhin_cli import tokens
-from zhin_cli.tokens import RANK_FILES, seed_cache
+from zhin_cli.core import tokens
+from zhin_cli.core.tokens import RANK_FILES, seed_cache
 
 
 def assert_seeded(folder: Path) -> None:
@@ -46,7 +46,7 @@ def test_sixteen_threads_seeding_an_empty_cache_at_once(tmp_path: Path) -> None:
 
 def test_processes_seeding_an_empty_cache_at_once(tmp_path: Path) -> None:
     folder = tmp_path / "cache"
-    code = "import sys; from pathlib import Path; from zhin_cli.tokens import seed_cache; seed_cache(Path(sys.argv[1]))"
+    code = "import sys; from pathlib import Path; from zhin_cli.core.tokens import seed_cache; seed_cache(Path(sys.argv[1]))"
     runs = [subprocess.Popen([sys.executable, "-c", code, str(folder)], env=clean_env(), stderr=subprocess.PIPE, text=True)
             for _ in range(4)]
     results = [(run.wait(120), run.stderr.read() if run.stderr else "") for run in runs]

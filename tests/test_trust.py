@@ -21,10 +21,10 @@ import pytest
 from conftest import FIXTURES, ROOT, clean_env
 from typer.testing import CliRunner
 
-from zhin_cli import trust
 from zhin_cli._cli import app
-from zhin_cli.config import Config, load_config
-from zhin_cli.errors import ConfigError
+from zhin_cli.core import trust
+from zhin_cli.core.errors import ConfigError
+from zhin_cli.pipeline.config import Config, load_config
 
 SESSION = FIXTURES / "private-chat.jsonl"
 PRESET = ROOT / "fixtures" / "presets" / "st-default.json"
@@ -33,7 +33,7 @@ import os
 from pathlib import Path
 with open(os.environ["TRUST_TEST_MARKER"], "a", encoding="utf-8") as _marker:
     _marker.write({name!r} + "\\n")
-from zhin_cli.segments import TextSegment
+from zhin_cli.pipeline.segments import TextSegment
 def register(generation):
     generation.register(TextSegment({segment!r}, "role_rules", "You like cats.", weight=5))
 """
@@ -451,7 +451,7 @@ def test_the_store_is_in_the_user_config_folder(store: Path, monkeypatch: pytest
 
 
 def test_a_damaged_store_fails_closed(store: Path, tmp_path: Path) -> None:
-    (tmp_path / "zhin.yaml").write_text("plugins: [zhin_cli.segments:nothing]\n", encoding="utf-8")
+    (tmp_path / "zhin.yaml").write_text("plugins: [zhin_cli.pipeline.segments:nothing]\n", encoding="utf-8")
     config = load_config(cwd=tmp_path)
     store.parent.mkdir(parents=True)
     for damage in ("{", "[]", '{"version": 1, "trusted": []}', '{"version": 99, "trusted": {}}'):
@@ -498,8 +498,8 @@ def test_set_allowed_is_what_the_global_flags_set(store: Path, tmp_path: Path, m
 
 
 def test_no_home_and_no_xdg_config_home_is_one_line_not_a_traceback(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from zhin_cli import trust
-    from zhin_cli.errors import ConfigError
+    from zhin_cli.core import trust
+    from zhin_cli.core.errors import ConfigError
 
     def no_home() -> Path:
         raise RuntimeError("Could not determine home directory.")

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from zhin_cli.validate import deepseek, validate
+from zhin_cli.pipeline.validate import deepseek, validate
 
 
 def body(*messages: dict[str, Any]) -> dict[str, Any]:

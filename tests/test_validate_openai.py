@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from zhin_cli.validate import validate
+from zhin_cli.pipeline.validate import validate
 
 
 def body(*messages: dict[str, Any]) -> dict[str, Any]:

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from zhin_cli.validate import VALIDATORS, validate
-from zhin_cli.validate.templates import FAMILIES, template_family
+from zhin_cli.pipeline.validate import VALIDATORS, validate
+from zhin_cli.pipeline.validate.templates import FAMILIES, template_family
 
 SYSTEM = {"role": "system", "content": "group chat rules"}
 STATE = {"role": "system", "content": "[state change] 10001 is now admin"}
@@ -269,7 +269,7 @@ def test_template_family(model: str, family: str | None) -> None:
 
 def test_served_variant_applies_the_servers_normalisation_first() -> None:
     """vLLM/Ollama turn null content into "" and JSON-string arguments into objects before templating."""
-    from zhin_cli.validate import validate
+    from zhin_cli.pipeline.validate import validate
 
     null_content = body(USER, calls("a", content=None), tool("a"))
     assert not validate("template:qwen3", null_content, "qwen3").ok
@@ -307,7 +307,7 @@ def test_gemma2_accepts_alternation_and_a_system_message_in_a_model_slot() -> No
 
 
 def test_vllm_gemma2_is_checked_by_its_template_not_plain_openai_rules() -> None:
-    from zhin_cli.providers import resolve_profile
+    from zhin_cli.pipeline.providers import resolve_profile
 
     profile = resolve_profile("vllm", "google/gemma-2-2b-it")
     assert (profile.validator, profile.alternation, profile.mid_conversation_system) == ("served:gemma2", "merge", "none")

@@ -70,7 +70,7 @@ def test_tail_limit_never_opens_on_a_tool_result() -> None:
 
 
 def shift_turns(config: dict[str, object], turns: int = 40) -> list[int]:
-    from zhin_cli.prefixdiff import diff_turns
+    from zhin_cli.tools.prefixdiff import diff_turns
 
     session = answered_chat(turns).session()
     result = diff_turns(session.session_id, assembler(config).replay(session))
@@ -109,7 +109,7 @@ def test_a_turn_replayed_alone_sees_the_window_of_the_full_replay() -> None:
 
 
 def test_tail_start_grid() -> None:
-    from zhin_cli.window import tail_start
+    from zhin_cli.pipeline.window import tail_start
 
     assert [tail_start(n, 4, 2) for n in range(1, 11)] == [0, 0, 0, 0, 2, 2, 4, 4, 6, 6]
     assert [tail_start(n, 4, 3) for n in range(1, 8)] == [0, 0, 0, 0, 1, 2, 3]  # sliding
@@ -119,8 +119,8 @@ def test_tail_start_grid() -> None:
 def test_window_keys_are_checked(tmp_path: Path) -> None:
     import pytest
 
-    from zhin_cli.config import load_config
-    from zhin_cli.errors import ConfigError
+    from zhin_cli.core.errors import ConfigError
+    from zhin_cli.pipeline.config import load_config
 
     for body, message in [
         ("window:\n  cut_to: 80\n", "window.cut_to must be from 0 to window.max_messages - 1, got 80"),
@@ -157,7 +157,7 @@ def busy_chat(turns: int) -> History:
 def test_block_hysteresis_breaks_the_prefix_exactly_once_per_n_turns() -> None:
     # max_blocks 10 → cut to the newest 5 blocks: the window moves once every 5 blocks (rounds), whatever the
     # number of messages or tool calls in a round.
-    from zhin_cli.prefixdiff import diff_turns
+    from zhin_cli.tools.prefixdiff import diff_turns
 
     session = busy_chat(30).session()
     config = {"window": {"max_messages": None, "max_blocks": 10}}
@@ -180,7 +180,7 @@ def test_block_hysteresis_breaks_the_prefix_exactly_once_per_n_turns() -> None:
 
 def test_without_a_block_limit_the_message_limit_moves_the_window_more_often() -> None:
     # Negative control: the same chat with the message limit alone shifts on a message grid, not every 5 rounds.
-    from zhin_cli.prefixdiff import diff_turns
+    from zhin_cli.tools.prefixdiff import diff_turns
 
     session = busy_chat(30).session()
     requests = list(assembler({"window": {"max_messages": 20}}).replay(session))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from zhin_cli.errors import EXIT_INTERRUPTED, EXIT_TERMINATED
+from zhin_cli.core.errors import EXIT_INTERRUPTED, EXIT_TERMINATED
 from zhin_cli.signals import install_signal_handlers, terminated_by_sigterm
 
 

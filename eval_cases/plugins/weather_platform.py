@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from zhin_cli.segments import Generation, TextSegment
+from zhin_cli.pipeline.segments import Generation, TextSegment
 
 GUIDANCE = "Weather plugin: answer weather questions with the weather tool; say which city the forecast is for."
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from zhin_cli.eval.live import is_loopback_url
+from zhin_cli.tools.eval.live import is_loopback_url
 
 TIMEOUT = 120.0
 

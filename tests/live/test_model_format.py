@@ -11,7 +11,7 @@ from typing import Any
 
 import openai
 
-from zhin_cli.tokens import TokenCounter
+from zhin_cli.core.tokens import TokenCounter
 
 GREETING: list[Any] = [
     {"role": "system", "content": "You are Zhin, a helpful assistant. Answer briefly."},

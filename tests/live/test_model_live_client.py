@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from conftest import ServerLog
 
-from zhin_cli.eval.live import LiveModel, LiveModelError
+from zhin_cli.tools.eval.live import LiveModel, LiveModelError
 
 BODY: dict[str, Any] = {
     "model": "ignored-by-override",

@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
-from zhin_cli.assemble import AssembledRequest
-from zhin_cli.eval.live import LiveModel, LiveModelError
-from zhin_cli.providers import PROFILES
-from zhin_cli.trace import trace
+from zhin_cli.pipeline.assemble import AssembledRequest
+from zhin_cli.pipeline.providers import PROFILES
+from zhin_cli.tools.eval.live import LiveModel, LiveModelError
+from zhin_cli.tools.trace import trace
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 LLAMA_PROFILE = "llama-cpp"
@@ -46,7 +46,7 @@ def has_null_content(body: dict[str, Any]) -> bool:
 
 @pytest.fixture(scope="module")
 def llama_profile() -> str:
-    """The shipped profile for this server (zhin_cli/providers/local.py): tool-call messages with "" content."""
+    """The shipped profile for this server (zhin_cli/pipeline/providers/local.py): tool-call messages with "" content."""
     assert PROFILES[LLAMA_PROFILE].null_content == "empty"
     return LLAMA_PROFILE
 

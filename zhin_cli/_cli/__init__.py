@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 
 from zhin_cli import __version__
-from zhin_cli.errors import (
+from zhin_cli.core.errors import (
     EXIT_CANNOT_RUN,
     EXIT_INTERRUPTED,
     EXIT_TERMINATED,
@@ -26,8 +26,8 @@ from zhin_cli.errors import (
     UsageError,
     ZhinError,
 )
-from zhin_cli.inputfiles import SURROGATE
-from zhin_cli.redact import redact_text
+from zhin_cli.core.inputfiles import SURROGATE
+from zhin_cli.core.redact import redact_text
 from zhin_cli.signals import SIGNALLED, install_signal_handlers, terminated_by_sigterm
 
 app = typer.Typer(
@@ -104,7 +104,7 @@ def handles_errors_like_diff(function: F) -> F:
 def check_options(provider: str | None, timezone: str | None = None) -> None:
     """Option values typer cannot check: a bad ``--provider`` or ``--timezone`` is usage (exit 2), like any
     bad option, not a config problem."""
-    from zhin_cli.providers import PROFILES
+    from zhin_cli.pipeline.providers import PROFILES
     from zhin_cli.store.payload import valid_timezone
 
     if provider and provider not in PROFILES:
@@ -152,7 +152,7 @@ def database_or_discovered(db: str | None) -> str:
 
 def write_jsonl_output(session: Any, output: Path | None) -> int | None:
     """A session as JSONL on stdout, or into ``output`` (one-line error if it cannot be written); lines written."""
-    from zhin_cli.outputfiles import atomic_output
+    from zhin_cli.core.outputfiles import atomic_output
     from zhin_cli.store.jsonl import write_session
 
     if output is None:
@@ -163,7 +163,7 @@ def write_jsonl_output(session: Any, output: Path | None) -> int | None:
 
 
 def print_json(data: Any) -> None:
-    from zhin_cli.outputfiles import escape_surrogates
+    from zhin_cli.core.outputfiles import escape_surrogates
 
     sys.stdout.write(escape_surrogates(json.dumps(data, ensure_ascii=False, indent=2)) + "\n")
 
@@ -200,7 +200,7 @@ def root(
         help="Run the plugin code of --base/--head git refs (on a pull request: the pull request's code).")] = False,
 ) -> None:
     """Show, test and gate what a group-chat LLM bot sends to its model."""
-    from zhin_cli.trust import set_allowed
+    from zhin_cli.core.trust import set_allowed
 
     set_allowed(plugins=allow_plugins, ref_plugins=allow_ref_plugins)  # for this command only (README "Plugins and trust")
     ctx.call_on_close(set_allowed)

@@ -1,4 +1,4 @@
-"""``zhin budget check`` / ``update``: the fixed prompt cost per provider profile (library: ``zhin_cli.budget``)."""
+"""``zhin budget check`` / ``update``: the fixed prompt cost per provider profile (library: ``zhin_cli.tools.budget``)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,16 @@ import typer
 from rich.table import Table
 
 from zhin_cli._cli import ConfigOption, DbOption, app, check_options, handles_errors, print_json, stdout_console
-from zhin_cli.budget import DEFAULT_BUDGET_FILE, Budget, BudgetReport, ProfileBudget, check_budget, load_budget, update_budget
-from zhin_cli.errors import EXIT_FOUND, UsageError
+from zhin_cli.core.errors import EXIT_FOUND, UsageError
+from zhin_cli.tools.budget import (
+    DEFAULT_BUDGET_FILE,
+    Budget,
+    BudgetReport,
+    ProfileBudget,
+    check_budget,
+    load_budget,
+    update_budget,
+)
 
 budget_app = typer.Typer(help="The fixed prompt cost (system segments, tool schemas) against a committed budget.",
                          no_args_is_help=True)

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from zhin_cli._cli import DbOption, app, database_or_discovered, handles_errors, print_json, stdout_console, write_jsonl_output
-from zhin_cli.errors import UsageError
+from zhin_cli.core.errors import UsageError
 from zhin_cli.store import load_session
 from zhin_cli.store.database import DEFAULT_DB, SessionDatabase, import_sessions, parse_db
 from zhin_cli.store.jsonl import read_session

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from zhin_cli._cli import ConfigOption, app, handles_errors, print_json, replay_progress, stderr_console, stdout_console
-from zhin_cli.errors import EXIT_CANNOT_RUN, EXIT_FOUND, UsageError
+from zhin_cli.core.errors import EXIT_CANNOT_RUN, EXIT_FOUND, UsageError
 
 if TYPE_CHECKING:
-    from zhin_cli.eval.compare import Comparison
-    from zhin_cli.eval.runner import EvalOptions
+    from zhin_cli.tools.eval.compare import Comparison
+    from zhin_cli.tools.eval.runner import EvalOptions
 
 schema_app = typer.Typer(help="Print the published JSON Schemas.", no_args_is_help=True)
 app.add_typer(schema_app, name="schema")
@@ -23,7 +23,7 @@ app.add_typer(schema_app, name="schema")
 @handles_errors
 def schema_eval_case() -> None:
     """The JSON Schema (draft 2020-12) of an eval case file (eval_cases/*.yaml)."""
-    from zhin_cli.eval.cases import case_schema
+    from zhin_cli.tools.eval.cases import case_schema
 
     print_json(case_schema())
 
@@ -67,8 +67,8 @@ def eval_command(
     if paths and paths[0] == Path("compare") and not Path("compare").exists():
         compare_saved(paths[1:], as_json)
         return
-    from zhin_cli.eval.report import publish_github, summary_table, write_junit
-    from zhin_cli.eval.runner import EvalOptions, run_eval
+    from zhin_cli.tools.eval.report import publish_github, summary_table, write_junit
+    from zhin_cli.tools.eval.runner import EvalOptions, run_eval
 
     options = EvalOptions(providers=provider or [], jobs=jobs, repeat=repeat, live=live, model=model, use_cache=not no_cache, seed=seed,
                           cache_dir=cache_dir)
@@ -77,7 +77,7 @@ def eval_command(
             raise UsageError("before/after needs both --base and --head (and no --config)")
         before_after(paths or [Path("eval_cases")], options, base, head, as_json)
         return
-    from zhin_cli.config import load_config
+    from zhin_cli.pipeline.config import load_config
 
     options.project_config = load_config(config, cwd=Path.cwd())
     with replay_progress("eval") as progress:
@@ -97,9 +97,9 @@ def eval_command(
 
 def before_after(paths: list[Path], options: EvalOptions, base: str, head: str, as_json: bool) -> None:
     """The same cases under two configurations (eval:chat 前后对比)."""
-    from zhin_cli.configsource import load_config_source
-    from zhin_cli.eval.compare import compare_results
-    from zhin_cli.eval.runner import run_eval
+    from zhin_cli.tools.configsource import load_config_source
+    from zhin_cli.tools.eval.compare import compare_results
+    from zhin_cli.tools.eval.runner import run_eval
 
     runs = []
     labels = []
@@ -117,7 +117,7 @@ def before_after(paths: list[Path], options: EvalOptions, base: str, head: str, 
 
 
 def compare_saved(files: list[Path], as_json: bool) -> None:
-    from zhin_cli.eval.compare import compare_results, load_result
+    from zhin_cli.tools.eval.compare import compare_results, load_result
 
     if len(files) != 2:
         raise UsageError("usage: zhin eval compare BASE.json HEAD.json (two saved `zhin eval --json` results)")

@@ -1,4 +1,4 @@
-"""``zhin fixtures synth``: write a synthetic, realistic group-chat session (library: ``zhin_cli.synth``)."""
+"""``zhin fixtures synth``: write a synthetic, realistic group-chat session (library: ``zhin_cli.tools.synth``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from zhin_cli._cli import app, handles_errors, write_jsonl_output
-from zhin_cli.synth import SynthOptions, synthesize
+from zhin_cli.tools.synth import SynthOptions, synthesize
 
 fixtures_app = typer.Typer(help="Session fixtures: synthetic group chats for tests and economy reports.", no_args_is_help=True)
 app.add_typer(fixtures_app, name="fixtures")

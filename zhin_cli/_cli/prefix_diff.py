@@ -22,9 +22,17 @@ from zhin_cli._cli import (
     replay_progress,
     stdout_console,
 )
-from zhin_cli.config import preset_override
-from zhin_cli.errors import EXIT_FOUND
-from zhin_cli.prefixdiff import CAUSES, DEFAULT_FAIL_ON, EXPECTED, ConfigDiff, PrefixDiffResult, SessionDiff, run_prefix_diff
+from zhin_cli.core.errors import EXIT_FOUND
+from zhin_cli.pipeline.config import preset_override
+from zhin_cli.tools.prefixdiff import (
+    CAUSES,
+    DEFAULT_FAIL_ON,
+    EXPECTED,
+    ConfigDiff,
+    PrefixDiffResult,
+    SessionDiff,
+    run_prefix_diff,
+)
 
 
 @app.command("prefix-diff")

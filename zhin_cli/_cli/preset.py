@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from zhin_cli._cli import ConfigOption, DbOption, app, check_options, freeze_loaded, handles_errors, print_json, stdout_console
-from zhin_cli.errors import EXIT_FOUND
+from zhin_cli.core.errors import EXIT_FOUND
 
 preset_app = typer.Typer(name="preset", help="Import and inspect SillyTavern chat-completion presets.", no_args_is_help=True)
 app.add_typer(preset_app, name="preset")
@@ -29,7 +29,7 @@ def lint_command(
 
     Exit status: 0 clean (info only), 1 warnings or errors found, 2 usage, 3 the file cannot be read or is not a preset.
     """
-    from zhin_cli.preset.lint import lint
+    from zhin_cli.tools.preset_lint import lint
 
     result = lint(file)
     if as_json:
@@ -67,7 +67,7 @@ def probe_command(
 
     Exit status: 0 ok, 2 usage, 3 cannot run (bad preset, session or config).
     """
-    from zhin_cli.preset.lint import probe
+    from zhin_cli.tools.preset_lint import probe
 
     check_options(provider)
     result = probe(file, session_ref=session, db=db, config_path=config, provider=provider, model=model, cwd=Path.cwd(),

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from zhin_cli._cli import app, handles_errors, print_json, stdout_console
-from zhin_cli.providers import PROFILES, Capabilities, resolve_profile
+from zhin_cli.pipeline.providers import PROFILES, Capabilities, resolve_profile
 
 # Where the system prompt goes for wires that have no system message.
 SYSTEM_PLACE = {"anthropic-messages": "top-level system", "gemini-generate": "systemInstruction"}

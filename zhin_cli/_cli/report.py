@@ -1,4 +1,4 @@
-"""``zhin report economy``: header tokens and simulated prompt-cache hits (library: ``zhin_cli.economy``)."""
+"""``zhin report economy``: header tokens and simulated prompt-cache hits (library: ``zhin_cli.tools.economy``)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from zhin_cli._cli import ConfigOption, DbOption, app, freeze_loaded, handles_errors, print_json, stdout_console
-from zhin_cli.economy import CASES, STYLES, EconomyReport, SessionEconomy, run_economy
-from zhin_cli.tokens import DEFAULT_ENCODING
+from zhin_cli.core.tokens import DEFAULT_ENCODING
+from zhin_cli.tools.economy import CASES, STYLES, EconomyReport, SessionEconomy, run_economy
 
 report_app = typer.Typer(help="Reports over stored sessions.", no_args_is_help=True)
 app.add_typer(report_app, name="report")

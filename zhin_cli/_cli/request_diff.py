@@ -1,4 +1,4 @@
-"""``zhin request-diff``: two request bodies, structurally and by bytes (library: ``zhin_cli.requestdiff``)."""
+"""``zhin request-diff``: two request bodies, structurally and by bytes (library: ``zhin_cli.tools.requestdiff``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 
 from zhin_cli._cli import app, handles_errors_like_diff, print_json, stdout_console
-from zhin_cli.requestdiff import diff_requests, load_side
+from zhin_cli.tools.requestdiff import diff_requests, load_side
 
 
 def _short(value: Any, limit: int = 160) -> str:

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from zhin_cli._cli import app, handles_errors
-from zhin_cli.serve import ENDPOINTS, serve
+from zhin_cli.tools.serve import ENDPOINTS, serve
 
 
 def _stderr_line(text: str) -> None:

@@ -1,4 +1,4 @@
-"""``zhin stats cache``: prompt-cache hit rates from logged usage (library: ``zhin_cli.stats``)."""
+"""``zhin stats cache``: prompt-cache hit rates from logged usage (library: ``zhin_cli.tools.stats``)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import typer
 from rich.table import Table
 
 from zhin_cli._cli import DbOption, app, database_or_discovered, handles_errors, print_json, stdout_console
-from zhin_cli.errors import UsageError
-from zhin_cli.model import Session
-from zhin_cli.stats import CacheStats, cache_stats
+from zhin_cli.core.errors import UsageError
+from zhin_cli.core.model import Session
+from zhin_cli.tools.stats import CacheStats, cache_stats
 
 stats_app = typer.Typer(help="Statistics over stored sessions.", no_args_is_help=True)
 app.add_typer(stats_app, name="stats")

@@ -23,10 +23,10 @@ from zhin_cli._cli import (
     replay_progress,
     stdout_console,
 )
-from zhin_cli.assemble import AssembledRequest
-from zhin_cli.config import preset_override
-from zhin_cli.errors import EXIT_FOUND, UsageError
-from zhin_cli.trace import trace
+from zhin_cli.core.errors import EXIT_FOUND, UsageError
+from zhin_cli.pipeline.assemble import AssembledRequest
+from zhin_cli.pipeline.config import preset_override
+from zhin_cli.tools.trace import trace
 
 
 @app.command("trace")

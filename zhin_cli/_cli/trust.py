@@ -1,4 +1,4 @@
-"""``zhin trust``: let a zhin.yaml's (or an eval case file's) plugins run (library: ``zhin_cli.trust``)."""
+"""``zhin trust``: let a zhin.yaml's (or an eval case file's) plugins run (library: ``zhin_cli.core.trust``)."""
 
 from __future__ import annotations
 
@@ -8,16 +8,16 @@ from typing import Annotated, Any
 import typer
 
 from zhin_cli._cli import app, handles_errors, stdout_console
-from zhin_cli.errors import UsageError
+from zhin_cli.core.errors import UsageError
 
 
 def plugin_specs(path: Path) -> list[str]:
     """The plugins a zhin.yaml or an eval case file names (validated first: a broken file is its one-line error)."""
-    from zhin_cli.config import parse_config, read_yaml_file
+    from zhin_cli.pipeline.config import parse_config, read_yaml_file
 
     data, lines = read_yaml_file(path)
     if isinstance(data, dict) and "cases" in data:
-        from zhin_cli.eval.cases import load_case_file
+        from zhin_cli.tools.eval.cases import load_case_file
 
         specs: list[str] = []
         for case in load_case_file(path):
@@ -31,7 +31,7 @@ def plugin_specs(path: Path) -> list[str]:
 
 
 def _files(paths: list[Path]) -> list[Path]:
-    from zhin_cli.config import find_config
+    from zhin_cli.pipeline.config import find_config
 
     if not paths:
         found = find_config(Path.cwd())
@@ -41,7 +41,7 @@ def _files(paths: list[Path]) -> list[Path]:
     files: list[Path] = []
     for path in paths:
         if path.is_dir():  # a folder of eval cases
-            from zhin_cli.eval.cases import find_case_files
+            from zhin_cli.tools.eval.cases import find_case_files
 
             files += find_case_files([path])
         else:
@@ -65,7 +65,7 @@ def trust_command(
 
     Exit status: 0 done, 2 usage (nothing to revoke, no zhin.yaml found), 3 the file cannot be read or is not a valid config, 4 not a valid case file.
     """
-    from zhin_cli import trust
+    from zhin_cli.core import trust
 
     out = stdout_console()
     if list_trusted:

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from zhin_cli.errors import InputError, SessionNotFound
-from zhin_cli.inputfiles import open_regular
-from zhin_cli.model import Session
+from zhin_cli.core.errors import InputError, SessionNotFound
+from zhin_cli.core.inputfiles import open_regular
+from zhin_cli.core.model import Session
 
 
 class SessionSource(Protocol):

@@ -30,9 +30,9 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
-from zhin_cli.errors import InputError, SessionNotFound, UsageError, ZhinError, at_row
-from zhin_cli.model import BotFacts, MemberSnapshot, Message, SceneChange, SceneFacts, Session, Summary
-from zhin_cli.redact import is_secret_parameter, mask_url, redact_text, remember_secret, split_userinfo
+from zhin_cli.core.errors import InputError, SessionNotFound, UsageError, ZhinError, at_row
+from zhin_cli.core.model import BotFacts, MemberSnapshot, Message, SceneChange, SceneFacts, Session, Summary
+from zhin_cli.core.redact import is_secret_parameter, mask_url, redact_text, remember_secret, split_userinfo
 from zhin_cli.store import schema
 from zhin_cli.store.jsonl import message_line
 from zhin_cli.store.payload import (
@@ -99,7 +99,7 @@ SERVER_DIALECTS: dict[str, ServerDialect] = {
 @dataclass(frozen=True)
 class DatabaseRef:
     url: str = field(repr=False)  # holds the password: never shown
-    label: str  # what messages call it (a path, or the masked URL: zhin_cli.redact.mask_url)
+    label: str  # what messages call it (a path, or the masked URL: zhin_cli.core.redact.mask_url)
     sqlite_path: Path | None
     server: ServerDialect | None = None
 
@@ -110,7 +110,7 @@ def parse_db(value: str) -> DatabaseRef:
 
     A server URL is parsed here, not by SQLAlchemy's ``make_url`` (which ends the password at its first ``@``
     and sends the rest to DNS as a host name): the user information ends at the last ``@``, as in
-    ``zhin_cli.redact``, so the host that is connected to is the host that messages show. The label is the
+    ``zhin_cli.core.redact``, so the host that is connected to is the host that messages show. The label is the
     masked URL (``scheme://***@host/db``, password-like query values ``***``); the password is remembered so
     that ``db_error`` hides it wherever a driver repeats it."""
     if value.startswith("sqlite:///"):
@@ -193,7 +193,7 @@ def _server_url(rest: str, drivername: str, masked: str) -> URL:
 
 def db_error(exc: BaseException) -> str:
     """A driver's error as one line (server messages span several), with every URL, ``password=…`` pair and
-    known password masked (``zhin_cli.redact``)."""
+    known password masked (``zhin_cli.core.redact``)."""
     original = exc.orig if isinstance(exc, DBAPIError) else exc
     lines = [line.strip() for line in str(original).splitlines() if line.strip()]
     return redact_text(lines[0]) if lines else type(original).__name__
@@ -963,7 +963,7 @@ def _write(conn: Any, session: Session) -> None:
 
 def _write_members(conn: Any, session: Session, key: str) -> None:
     """The newest snapshot of each member (``member`` lines) as its ``ai_scene_members`` row."""
-    from zhin_cli.facts import clean_text  # stored text is bounded the same way as the facts cache's
+    from zhin_cli.store.facts import clean_text  # stored text is bounded the same way as the facts cache's
 
     newest: dict[str, MemberSnapshot] = {}
     for member in sorted(session.members, key=lambda m: m.timestamp):

@@ -23,7 +23,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sqlalchemy import and_, inspect, select
 
-from zhin_cli.errors import InputError, ZhinError, at_row
+from zhin_cli.core.errors import InputError, ZhinError, at_row
 from zhin_cli.store import schema
 from zhin_cli.store.payload import json_column
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from zhin_cli.errors import InputError, SessionNotFound, at_line
-from zhin_cli.inputfiles import DIGIT_LIMIT_MESSAGE, is_digit_limit, lone_surrogate_in_json, open_regular, surrogate_message
-from zhin_cli.model import (
+from zhin_cli.core.errors import InputError, SessionNotFound, at_line
+from zhin_cli.core.inputfiles import DIGIT_LIMIT_MESSAGE, is_digit_limit, lone_surrogate_in_json, open_regular, surrogate_message
+from zhin_cli.core.model import (
     BotFacts,
     MemberSnapshot,
     Message,
@@ -23,7 +23,7 @@ from zhin_cli.model import (
     Session,
     Summary,
 )
-from zhin_cli.outputfiles import escape_surrogates
+from zhin_cli.core.outputfiles import escape_surrogates
 from zhin_cli.store.payload import (
     MAX_ROW_ID,
     ToolPairing,

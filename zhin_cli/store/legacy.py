@@ -11,7 +11,7 @@ import json
 import re
 from typing import Any
 
-from zhin_cli.model import PLATFORM_ROLES, Actor
+from zhin_cli.core.model import PLATFORM_ROLES, Actor
 
 # upstream buildSenderPrefix: `[sender:id=<id> name=<name> roles=<r1,r2>] ` (name has no spaces or `]`)
 _SENDER_PREFIX = re.compile(

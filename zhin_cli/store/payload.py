@@ -12,9 +12,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from zhin_cli.errors import InputError
-from zhin_cli.inputfiles import lone_surrogate_in_json, surrogate_message
-from zhin_cli.model import (
+from zhin_cli.core.errors import InputError
+from zhin_cli.core.inputfiles import lone_surrogate_in_json, surrogate_message
+from zhin_cli.core.model import (
     EVENT_KINDS,
     Actor,
     AssistantMessage,
@@ -57,7 +57,7 @@ _REPR.maxlevel, _REPR.maxlist, _REPR.maxdict, _REPR.maxstring, _REPR.maxother, _
 
 def check_payload_text(text: str, where: str) -> None:
     """A stored payload's JSON text (a database column) holding a lone surrogate escape (``\\ud800``) is bad input
-    (see ``zhin_cli.inputfiles``): call before or after ``json.loads`` of the column."""
+    (see ``zhin_cli.core.inputfiles``): call before or after ``json.loads`` of the column."""
     offset = lone_surrogate_in_json(text)
     if offset is not None:
         raise InputError(surrogate_message(text[offset : offset + 6]), where=where)

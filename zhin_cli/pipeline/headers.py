@@ -1,0 +1,378 @@
+"""Stage 5 — project facts into headers at the LLM boundary (ADR 0041 §1, §4).
+
+Walking the merged history in order, we remember per user_id the facts last shown to the model:
+
+* first appearance in the window → full header;
+* same facts → short header ``[id:mN;user_id:X;]``;
+* facts changed and no event in the window said so → a synthesized ``[state change]`` (operator
+  ``system``) right before the message, and the message itself short.
+
+The decision depends only on what precedes a message, so the projected prefix never changes when history
+grows. Stored event lines are re-checked against the fixed templates and re-rendered; a line that does
+not conform is never sent (it is reported as a warning instead).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Literal
+from zoneinfo import ZoneInfo
+
+from zhin_cli.core.model import (
+    Actor,
+    AssistantMessage,
+    BotFacts,
+    EventMessage,
+    Message,
+    Session,
+    SummaryMessage,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+)
+from zhin_cli.pipeline.format import (
+    StateChange,
+    changed_line,
+    host_header,
+    neutralize_body,
+    parse_state_change,
+    quote_value,
+    render_header,
+    render_user_id,
+)
+from zhin_cli.pipeline.merge import Placed
+from zhin_cli.store.legacy import split_roles
+
+MINUTE_MS = 60_000
+# The only ``origin`` a header ever shows (ADR §1: "另一个 Bot 发言时全量头带 origin:peer_bot … 真人不带 origin 字段").
+PEER_BOT = "peer_bot"
+SUMMARY_PREFIX = "[Previous conversation summary]\n"
+HeaderKind = Literal["full", "short"]
+
+
+@dataclass(frozen=True)
+class Aliases:
+    """Session-wide monotonic aliases: ``m<n>`` for member/assistant messages, ``e<n>`` for events."""
+
+    messages: dict[int, str]
+    events: dict[int, str]
+    by_platform_id: dict[str, int]
+
+    @staticmethod
+    def of(session: Session) -> Aliases:
+        messages: dict[int, str] = {}
+        events: dict[int, str] = {}
+        by_platform_id: dict[str, int] = {}
+        for message in session.messages:
+            if isinstance(message, UserMessage) or (isinstance(message, AssistantMessage) and message.text):
+                messages[message.row_id] = f"m{len(messages) + 1}"
+                if message.message_id:
+                    by_platform_id.setdefault(message.message_id, message.row_id)
+            elif isinstance(message, EventMessage):
+                events[message.row_id] = f"e{len(events) + 1}"
+        return Aliases(messages, events, by_platform_id)
+
+
+@dataclass(frozen=True)
+class ProjectedEvent:
+    alias: str
+    timestamp: int
+    time: str  # HH:mm, local
+    line: str  # without the "[state change] " prefix
+    synthesized: bool
+    row_id: int | None
+
+
+@dataclass
+class Projected:
+    """A message ready for a provider renderer; provider-neutral."""
+
+    role: Literal["user", "assistant", "tool", "state", "summary"]
+    segment_id: str
+    body: str = ""
+    header: str | None = None
+    header_kind: HeaderKind | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_call_id: str | None = None
+    events: list[ProjectedEvent] = field(default_factory=list)
+    rows: list[int] = field(default_factory=list)
+    timestamp: int = 0
+
+    @property
+    def text(self) -> str:
+        """Header and body as one text: the header is the body's first line prefix."""
+        if self.header and self.body:
+            return f"{self.header} {self.body}"
+        return self.header or self.body
+
+
+@dataclass(frozen=True)
+class Known:
+    """Facts last shown to the model for one user_id."""
+
+    name: str | None = None
+    product_roles: tuple[str, ...] = ()
+    platform_role: str | None = None
+    card: str | None = None
+    title: str | None = None
+    muted_until: int | None = None
+    origin: str | None = None
+
+    @property
+    def role(self) -> str | None:
+        roles = list(self.product_roles) + ([self.platform_role] if self.platform_role else [])
+        return ",".join(roles) if roles else None
+
+    def merged(self, actor: Actor) -> Known:
+        """Newer facts win; a field the newer facts do not know keeps its last shown value."""
+        return Known(
+            name=actor.display_name if actor.display_name is not None else self.name,
+            product_roles=actor.roles,
+            platform_role=actor.platform_role if actor.platform_role is not None else self.platform_role,
+            card=actor.card if actor.card is not None else self.card,
+            title=actor.title if actor.title is not None else self.title,
+            muted_until=actor.muted_until if actor.muted_until is not None else self.muted_until,
+            origin=actor.origin if actor.origin is not None else self.origin,
+        )
+
+
+def mute_seconds(muted_until: int | None, timestamp: int) -> str | None:
+    if muted_until is None:
+        return None
+    remaining = max(0, muted_until - timestamp)
+    return str(-(-remaining // 1000))
+
+
+def _shown_differs(new: str, old: str | None) -> bool:
+    """A member-controlled value changed *as the model was shown it*: a stored event carries the value already
+    cleaned and cut at 64 characters, so the full value on the member's next message is not a second change."""
+    return old is None or quote_value(new) != quote_value(old)
+
+
+def _changes(prev: Known, new: Known, timestamp: int) -> list[tuple[str, str]]:
+    changes: list[tuple[str, str]] = []
+    if new.name is not None and _shown_differs(new.name, prev.name):
+        changes.append(("name", new.name))
+    if new.role is not None and new.role != prev.role:
+        changes.append(("role", new.role))
+    if new.card is not None and _shown_differs(new.card, prev.card):
+        changes.append(("group_nickname", new.card))
+    if new.title is not None and _shown_differs(new.title, prev.title):
+        changes.append(("group_title", new.title))
+    if new.muted_until is not None:
+        # Compare effective mutes: a mute that simply ran out is not a change.
+        now_new = new.muted_until if new.muted_until > timestamp else 0
+        now_prev = prev.muted_until if prev.muted_until is not None and prev.muted_until > timestamp else 0
+        if now_new != now_prev and (prev.muted_until is not None or now_new):
+            changes.append(("mute_time", mute_seconds(new.muted_until, timestamp) or "0"))
+    return changes
+
+
+def _apply_event(known: dict[str, Known], change: StateChange, timestamp: int) -> None:
+    if change.verb == "leave":
+        known.pop(change.user_id, None)
+        return
+    if change.verb != "changed" or change.user_id not in known:
+        return
+    facts = known[change.user_id]
+    value = change.value or ""
+    if change.field == "role":
+        product, platform = split_roles(value.split(","))
+        facts = replace(
+            facts,
+            platform_role=platform if platform is not None else facts.platform_role,
+            product_roles=product if product else facts.product_roles,
+        )
+    elif change.field == "name":
+        facts = replace(facts, name=value)
+    elif change.field == "group_nickname":
+        facts = replace(facts, card=value)
+    elif change.field == "group_title":
+        facts = replace(facts, title=value)
+    elif change.field == "mute_time":
+        seconds = int(value) if value.isdigit() else 0
+        facts = replace(facts, muted_until=timestamp + seconds * 1000 if seconds else 0)
+    known[change.user_id] = facts
+
+
+def bot_actor(message: AssistantMessage, bot: BotFacts) -> Actor | None:
+    if message.assistant_actor is not None:
+        return message.assistant_actor
+    if bot.user_id is None:
+        return None
+    return Actor(subject_id=bot.user_id, display_name=bot.name, platform_role=bot.platform_role, card=bot.group_nickname)
+
+
+@dataclass
+class Projection:
+    messages: list[Projected]
+    warnings: list[str]
+
+    @property
+    def full_headers(self) -> int:
+        return sum(1 for m in self.messages if m.header_kind == "full")
+
+    @property
+    def short_headers(self) -> int:
+        return sum(1 for m in self.messages if m.header_kind == "short")
+
+
+class _Clock:
+    """Decides ``date``/``time`` per header: time on full headers, or ≥ 1 minute after the last time shown;
+    date on the window's first message and on the first message of a new local day."""
+
+    def __init__(self, timezone: str) -> None:
+        self.zone = ZoneInfo(timezone)
+        self.last_shown: int | None = None
+        self.last_date: str | None = None
+
+    def local(self, timestamp: int) -> datetime:
+        return datetime.fromtimestamp(timestamp / 1000, tz=self.zone)
+
+    def hhmm(self, timestamp: int) -> str:
+        return self.local(timestamp).strftime("%H:%M")
+
+    def stamp(self, timestamp: int, always: bool) -> tuple[str | None, str | None]:
+        day = self.local(timestamp).strftime("%Y-%m-%d")
+        date = day if day != self.last_date else None
+        self.last_date = day
+        show = always or date is not None or self.last_shown is None or timestamp - self.last_shown >= MINUTE_MS
+        if show:
+            self.last_shown = timestamp
+        return date, (self.hhmm(timestamp) if show else None)
+
+    def shown(self, timestamp: int) -> None:
+        self.last_shown = timestamp
+
+
+def project(
+    placed: list[Placed],
+    *,
+    aliases: Aliases,
+    bot: BotFacts,
+    timezone: str,
+    always_full: bool = False,
+    timed_events: Callable[[ProjectedEvent], bool] | None = None,
+) -> Projection:
+    """``always_full``: every member message gets the full header (the cost baseline of ``zhin report
+    economy``, "the ADR's full header on every message"); changed facts then show in the header itself, so no
+    ``[state change]`` is synthesized. Default off: the projection of ADR 0041.
+
+    ``timed_events``: which state changes will print their time on the wire — a downgraded (``none``) line
+    carries the host header with ``time:``, a ``system``/``developer`` line carries none. Only those count as
+    "time shown" for the 1-minute rule; the others must not reset the clock (the model would never see that a
+    minute passed). ``None``: every event is timed (the ``none`` path). The assembler knows the answer only
+    after rendering and re-projects when its first guess was wrong (``events_timed_on_wire``)."""
+    clock = _Clock(timezone)
+    known: dict[str, Known] = {}
+    window_rows = {p.item.row_id: p.item for p in placed if not isinstance(p.item, SummaryMessage)}
+    out: list[Projected] = []
+    warnings: list[str] = []
+
+    def add_events(events: list[ProjectedEvent], segment_id: str, timestamp: int) -> None:
+        # Consecutive state changes travel as one message (fewer role switches).
+        if out and out[-1].role == "state":
+            out[-1].events.extend(events)
+            out[-1].rows.extend(e.row_id for e in events if e.row_id is not None)
+        else:
+            out.append(Projected("state", segment_id, events=list(events), timestamp=timestamp,
+                                 rows=[e.row_id for e in events if e.row_id is not None]))
+        for event in events:
+            if timed_events is None or timed_events(event):
+                clock.shown(event.timestamp)
+
+    for entry in placed:
+        item = entry.item
+        if isinstance(item, SummaryMessage):
+            out.append(Projected("summary", entry.segment_id, body=SUMMARY_PREFIX + neutralize_body(item.summary), timestamp=item.timestamp))
+        elif isinstance(item, EventMessage):
+            change = parse_state_change(item.name, item.kind)
+            if change is None:
+                warnings.append(f"row {item.row_id}: event line does not match the fixed templates; not sent: {item.name[:80]!r}")
+                continue
+            _apply_event(known, change, item.timestamp)
+            alias = aliases.events.get(item.row_id, f"e?{item.row_id}")
+            add_events([ProjectedEvent(alias, item.timestamp, clock.hhmm(item.timestamp), change.render(), False, item.row_id)],
+                       entry.segment_id, item.timestamp)
+        elif isinstance(item, ToolResultMessage):
+            # tool output may echo member text (or a web page): it gets the same neutralization
+            out.append(Projected("tool", entry.segment_id, body=neutralize_body(item.text), tool_call_id=item.tool_call_id,
+                                 rows=[item.row_id], timestamp=item.timestamp))
+        elif isinstance(item, (UserMessage, AssistantMessage)):
+            out.extend(_member_message(item, entry.segment_id, known, clock, aliases, window_rows, bot, add_events, always_full))
+    return Projection(out, warnings)
+
+
+def _member_message(
+    item: UserMessage | AssistantMessage,
+    segment_id: str,
+    known: dict[str, Known],
+    clock: _Clock,
+    aliases: Aliases,
+    window_rows: dict[int, Message],
+    bot: BotFacts,
+    add_events: Callable[[list[ProjectedEvent], str, int], None],
+    always_full: bool = False,
+) -> list[Projected]:
+    is_user = isinstance(item, UserMessage)
+    actor = item.actor if isinstance(item, UserMessage) else bot_actor(item, bot)
+    alias = aliases.messages.get(item.row_id)
+    role: Literal["user", "assistant"] = "user" if is_user else "assistant"
+    tool_calls = item.tool_calls if isinstance(item, AssistantMessage) else []
+    if alias is None:  # an assistant message with tool calls only: no visible text, no header
+        return [Projected(role, segment_id, body=item.text, tool_calls=tool_calls, rows=[item.row_id], timestamp=item.timestamp)]
+    fields: dict[str, str | None] = {"id": alias}
+    kind: HeaderKind = "short"
+    if actor is not None:
+        fields["user_id"] = render_user_id(actor.subject_id)
+        prev = known.get(actor.subject_id)
+        current = (prev or Known()).merged(actor)
+        if prev is None or always_full:
+            kind = "full"
+            fields.update(
+                name=current.name,
+                role=current.role,
+                group_nickname=current.card,
+                group_title=current.title,
+                mute_time=mute_seconds(current.muted_until, item.timestamp),
+                origin=PEER_BOT if current.origin == PEER_BOT else None,  # a human never carries origin
+            )
+        else:
+            changes = _changes(prev, current, item.timestamp)
+            if changes:
+                hhmm = clock.hhmm(item.timestamp)
+                synth = [
+                    ProjectedEvent(f"s{alias[1:]}", item.timestamp, hhmm,
+                                   changed_line("system", actor.subject_id, f, v).render(), True, None)
+                    for f, v in changes
+                ]
+                add_events(synth, "history.state", item.timestamp)
+        known[actor.subject_id] = current
+    if isinstance(item, UserMessage) and item.reply_to:
+        target = aliases.by_platform_id.get(item.reply_to)
+        if target is not None and target in window_rows and target != item.row_id:
+            fields["reply_to"] = aliases.messages.get(target)
+    date, time = clock.stamp(item.timestamp, always=kind == "full")
+    fields["date"], fields["time"] = date, time
+    body = neutralize_body(item.text)
+    return [Projected(role, segment_id, body=body, header=render_header(fields), header_kind=kind,
+                      tool_calls=tool_calls, rows=[item.row_id], timestamp=item.timestamp)]
+
+
+def events_timed_on_wire(projection: Projection, wire_texts: Iterable[tuple[str, str]]) -> set[str]:
+    """Aliases of the state changes whose time the rendered request shows: their host header
+    ``[id:<alias>;user_id:system;time:HH:mm;]`` is on the wire, in a text of their own segment
+    (``wire_texts``: (segment id, text) pieces as rendered). Only the host writes that header — member text
+    cannot start a line with it, and member pieces belong to other segments."""
+    texts: dict[str, list[str]] = {}
+    for segment_id, text in wire_texts:
+        texts.setdefault(segment_id, []).append(text)
+    timed: set[str] = set()
+    for message in projection.messages:
+        if message.role != "state":
+            continue
+        rendered = "\n".join(texts.get(message.segment_id, ()))
+        timed.update(e.alias for e in message.events if host_header(e.alias, e.time) in rendered)
+    return timed

@@ -1,0 +1,190 @@
+"""Anthropic Messages (reference/providers.md §2).
+
+* The system prompt is top-level ``system``; tools → system → messages is the cache order.
+* Tool results are ``tool_result`` blocks at the *start* of the next user turn; anything user-side that
+  follows (downgraded state changes, member messages) comes after them in the same turn.
+* Mid-conversation ``role: "system"`` only for allow-listed models and only where the API accepts it:
+  right after a user turn (a tool_result turn counts) and before an assistant turn or at the end.
+  Anywhere else the state change is downgraded to user text with the host-only header.
+* ``cache_control`` breakpoints (never more than 4): the end of the stable system prompt, and the last
+  block before the runtime tail.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, replace
+from fnmatch import fnmatchcase
+from typing import Any
+
+from zhin_cli.pipeline.preset import Layout, PresetMessage
+from zhin_cli.pipeline.providers import (
+    CacheRules,
+    Capabilities,
+    RenderedPart,
+    RenderedRequest,
+    register_profile,
+    register_renderer,
+)
+from zhin_cli.pipeline.providers.openai import state_lines
+from zhin_cli.pipeline.providers.shaping import downgraded, spoken
+from zhin_cli.pipeline.segments import RuntimeView
+
+WIRE = "anthropic-messages"
+EPHEMERAL = {"type": "ephemeral"}
+MAX_BREAKPOINTS = 4
+DEFAULT_MAX_TOKENS = 1024
+# Models documented to accept mid-conversation system messages (providers.md §2.1): data, not code. One list for the
+# profile, the renderer and the validator (validate/anthropic.py reads it): fnmatch patterns against the lower-cased
+# model id. (The renderer had regex prefixes of its own, so a dated or longer id — claude-opus-4-8-20260528,
+# claude-opus-4-80 — was sent mid-conversation system messages that the validator, and the API, refuse.)
+MID_SYSTEM_MODELS: tuple[str, ...] = ("claude-opus-4-8", "claude-fable-5*", "claude-mythos-5*")
+
+
+def accepts_mid_system(model: str) -> bool:
+    """Whether ``model`` takes ``role: "system"`` inside ``messages``; everything else answers "role 'system' is not
+    supported on this model"."""
+    lowered = model.lower()
+    return any(fnmatchcase(lowered, pattern) for pattern in MID_SYSTEM_MODELS)
+
+
+def tool_use_id(call_id: str) -> str:
+    """tool_use ids must match ^[a-zA-Z0-9_-]+$."""
+    return re.sub(r"[^a-zA-Z0-9_-]", "_", call_id) or "_"
+
+
+def _input(arguments: Any) -> dict[str, Any]:
+    if isinstance(arguments, dict):
+        return arguments
+    if isinstance(arguments, str):
+        try:
+            value = json.loads(arguments)
+        except (json.JSONDecodeError, RecursionError):  # not JSON, or nested too deeply: kept verbatim
+            return {"arguments": arguments}
+        return value if isinstance(value, dict) else {"value": value}
+    return {"value": arguments}
+
+
+def _tool(tool: dict[str, Any]) -> dict[str, Any]:
+    function = tool.get("function", tool)
+    out: dict[str, Any] = {"name": function.get("name"), "input_schema": function.get("parameters") or {"type": "object"}}
+    if function.get("description"):
+        out["description"] = function["description"]
+    return out
+
+
+def _mid_system_ok(layout: Layout, index: int, profile: Capabilities, model: str) -> bool:
+    if profile.mid_conversation_system != "system" or not accepts_mid_system(model):
+        return False
+    before = layout.messages[index - 1] if index > 0 else None
+    after = layout.messages[index + 1] if index + 1 < len(layout.messages) else None
+    follows_user = before is not None and before.role in ("user", "summary", "tool")  # a tool_result turn is a user turn
+    ends_array = after is None and not (layout.tail and layout.tail_index is None)
+    return follows_user and (ends_array or (after is not None and after.role == "assistant"))
+
+
+class _Turns:
+    def __init__(self) -> None:
+        self.messages: list[dict[str, Any]] = []
+        self.parts: list[RenderedPart] = []
+
+    def add(self, role: str, block: dict[str, Any], segment: str, text: str) -> dict[str, Any]:
+        last = self.messages[-1] if self.messages else None
+        if last is not None and last["role"] == role and role in ("user", "assistant"):
+            last["content"].append(block)
+        else:
+            self.messages.append({"role": role, "content": [block]})
+        if segment:
+            self.parts.append(RenderedPart(segment, text, len(self.messages) - 1))
+        return block
+
+    def add_pieces(self, role: str, block: dict[str, Any], pieces: list[tuple[str, str]]) -> None:
+        self.add(role, block, "", "")
+        self.parts.extend(RenderedPart(segment, text, len(self.messages) - 1) for segment, text in pieces if segment)
+
+
+@register_renderer(WIRE)
+def render_anthropic(layout: Layout, profile: Capabilities, runtime: RuntimeView) -> RenderedRequest:
+    turns = _Turns()
+    body: dict[str, Any] = {"model": runtime.model, "max_tokens": DEFAULT_MAX_TOKENS}
+    if runtime.tools:
+        body["tools"] = [_tool(t) for t in runtime.tools]
+    parts: list[RenderedPart] = []
+    breakpoints: list[dict[str, Any]] = []
+    leading = layout.leading
+    if leading:
+        # leading system entries become the top-level system, one text block each (ST use_sysprompt)
+        body["system"] = [{"type": "text", "text": block.spoken_text()} for block in leading]
+        body["system"][-1]["cache_control"] = dict(EPHEMERAL)
+        parts.extend(RenderedPart(segment, text, -1) for block in leading for segment, text in block.spoken_pieces() if segment)
+        breakpoints.append({"after": "system", "message_index": -1, "explicit": True})
+    modes: set[str] = set()  # a trailing prefill the model rejects is gone already (fit_layout, profile.prefill)
+    for index, message in enumerate(layout.messages):
+        if isinstance(message, PresetMessage):
+            if message.role == "system" and _mid_system_ok(layout, index, profile, runtime.model):
+                turns.messages.append({"role": "system", "content": [{"type": "text", "text": message.spoken_text()}]})
+                turns.parts.extend(RenderedPart(seg, piece, len(turns.messages) - 1) for seg, piece in message.spoken_pieces() if seg)
+            else:  # mid-conversation system is user text unless the model accepts it there (like state changes)
+                message = downgraded(message) if message.role == "system" else spoken(message)
+                turns.add_pieces(message.role, {"type": "text", "text": message.text}, list(message.pieces))
+        elif message.role == "state":
+            if _mid_system_ok(layout, index, profile, runtime.model):
+                text = state_lines(message, "system")
+                turns.messages.append({"role": "system", "content": [{"type": "text", "text": text}]})
+                turns.parts.append(RenderedPart(message.segment_id, text, len(turns.messages) - 1))
+                modes.add("system")
+            else:
+                text = state_lines(message, "none")
+                turns.add("user", {"type": "text", "text": text}, message.segment_id, text)
+                modes.add("user")
+        elif message.role == "tool":
+            turns.add("user", {"type": "tool_result", "tool_use_id": tool_use_id(message.tool_call_id or ""),
+                               "content": message.body}, message.segment_id, message.body)
+        elif message.role == "assistant":
+            if message.text:
+                turns.add("assistant", {"type": "text", "text": message.text}, message.segment_id, message.text)
+            for call in message.tool_calls:
+                block = {"type": "tool_use", "id": tool_use_id(call.id), "name": call.name, "input": _input(call.arguments)}
+                turns.add("assistant", block, message.segment_id, call.name + json.dumps(block["input"], ensure_ascii=False))
+        else:
+            block = turns.add("user", {"type": "text", "text": message.text}, message.segment_id, message.text)
+            if index == layout.tail_index and layout.tail:
+                block["cache_control"] = dict(EPHEMERAL)
+                breakpoints.append({"before": "tail", "message_index": len(turns.messages) - 1, "explicit": True})
+                turns.add("user", {"type": "text", "text": layout.tail}, "tail", layout.tail)
+    if layout.tail and layout.tail_index is None:
+        turns.add("user", {"type": "text", "text": layout.tail}, "tail", layout.tail)
+    assert len(breakpoints) <= MAX_BREAKPOINTS
+    body["messages"] = turns.messages
+    state = "none-needed" if not modes else ("system" if modes == {"system"} else "user")
+    return RenderedRequest(body=body, state_rendering=state, cache_breakpoints=breakpoints, parts=parts + turns.parts)
+
+
+@dataclass(frozen=True)
+class _AnthropicCapabilities(Capabilities):
+    """The Anthropic profile: ``prefill`` follows the model's Claude version (validate/anthropic.py's table,
+    §2.3), decided here once when the profile is resolved for a model — before ``zhin.yaml`` overrides, which
+    ``resolve_profile`` applies after — so the renderer, like every other, reads only ``profile.prefill``."""
+
+    def for_model(self, model: str) -> Capabilities:
+        from zhin_cli.pipeline.validate.anthropic import rejects_prefill  # late: the validators import the providers
+
+        profile = super().for_model(model)
+        if accepts_mid_system(model):
+            profile = replace(profile, mid_conversation_system="system")
+        return replace(profile, prefill=False) if rejects_prefill(model) else profile
+
+
+register_profile(
+    _AnthropicCapabilities(
+        name="anthropic",
+        wire=WIRE,
+        validator="anthropic-messages",
+        mid_conversation_system="none",
+        mid_system_models=MID_SYSTEM_MODELS,
+        cache=CacheRules(mechanism="explicit", min_tokens=1024, step_tokens=1, max_breakpoints=MAX_BREAKPOINTS),
+        description="Anthropic Messages: top-level system, tool_result first, state changes as user text "
+        "(role system only where allow-listed models accept it)",
+    )
+)

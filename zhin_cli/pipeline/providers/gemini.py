@@ -1,0 +1,120 @@
+"""Gemini generateContent (reference/providers.md §3).
+
+System text goes to ``systemInstruction``; roles are ``user`` and ``model``. A function-call turn is
+answered by one ``user`` content holding exactly one ``functionResponse`` part per call, right after it.
+Consecutive same-role contents are merged, except that user text is never mixed into a function-response
+content (Gemini 3 misbehaves on that): user-side messages that arrive during a tool loop are held until
+the loop's reply (``hold_during_tool_loop``, see ``shaping.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from zhin_cli.pipeline.preset import Layout, PresetMessage
+from zhin_cli.pipeline.providers import (
+    CacheRules,
+    Capabilities,
+    RenderedPart,
+    RenderedRequest,
+    register_profile,
+    register_renderer,
+)
+from zhin_cli.pipeline.providers.anthropic import _input
+from zhin_cli.pipeline.providers.openai import state_lines
+from zhin_cli.pipeline.segments import RuntimeView
+
+WIRE = "gemini-generate"
+
+
+class _Contents:
+    def __init__(self) -> None:
+        self.contents: list[dict[str, Any]] = []
+        self.parts: list[RenderedPart] = []
+
+    def add(self, role: str, part: dict[str, Any], segment: str, text: str) -> None:
+        last = self.contents[-1] if self.contents else None
+        responding = "functionResponse" in part
+        if (
+            last is not None
+            and last["role"] == role
+            and responding == any("functionResponse" in p for p in last["parts"])
+        ):
+            last["parts"].append(part)
+        else:
+            self.contents.append({"role": role, "parts": [part]})
+        self.parts.append(RenderedPart(segment, text, len(self.contents) - 1))
+
+
+def _declaration(tool: dict[str, Any]) -> dict[str, Any]:
+    function = tool.get("function", tool)
+    out: dict[str, Any] = {"name": function.get("name")}
+    if function.get("description"):
+        out["description"] = function["description"]
+    if function.get("parameters"):
+        out["parameters"] = function["parameters"]
+    return out
+
+
+@register_renderer(WIRE)
+def render_gemini(layout: Layout, profile: Capabilities, runtime: RuntimeView) -> RenderedRequest:
+    out = _Contents()
+    body: dict[str, Any] = {}
+    parts: list[RenderedPart] = []
+    leading = layout.leading
+    if leading:
+        body["systemInstruction"] = {"parts": [{"text": block.spoken_text()} for block in leading]}
+        parts.extend(RenderedPart(segment, text, -1) for block in leading for segment, text in block.spoken_pieces() if segment)
+    if runtime.tools:
+        body["tools"] = [{"functionDeclarations": [_declaration(t) for t in runtime.tools]}]
+    names: dict[str, str] = {}
+    used_state = False
+    for index, message in enumerate(layout.messages):
+        if isinstance(message, PresetMessage):  # no system role inside contents: system entries are user text
+            role = "model" if message.role == "assistant" else "user"
+            pieces = [piece for piece in message.spoken_pieces() if piece[0]]
+            out.add(role, {"text": message.spoken_text()}, pieces[0][0] if pieces else "", pieces[0][1] if pieces else "")
+            out.parts.extend(RenderedPart(segment, text, len(out.contents) - 1) for segment, text in pieces[1:])
+        elif message.role == "state":
+            text = state_lines(message, "none")  # no system role inside contents
+            out.add("user", {"text": text}, message.segment_id, text)
+            used_state = True
+        elif message.role == "tool":
+            name = names.get(message.tool_call_id or "", "tool")
+            out.add("user", {"functionResponse": {"name": name, "response": {"content": message.body}}}, message.segment_id, message.body)
+        elif message.role == "assistant":
+            if message.text:
+                out.add("model", {"text": message.text}, message.segment_id, message.text)
+            for call in message.tool_calls:
+                names[call.id] = call.name
+                args = _input(call.arguments)
+                out.add("model", {"functionCall": {"name": call.name, "args": args}}, message.segment_id,
+                        call.name + json.dumps(args, ensure_ascii=False))
+        else:
+            out.add("user", {"text": message.text}, message.segment_id, message.text)
+            if index == layout.tail_index and layout.tail:
+                out.add("user", {"text": layout.tail}, "tail", layout.tail)
+    if layout.tail and layout.tail_index is None:
+        out.add("user", {"text": layout.tail}, "tail", layout.tail)
+    body["contents"] = out.contents
+    tail_at = next((p.message_index for p in out.parts if p.segment_id == "tail"), len(out.contents))
+    breakpoints = [{"after": "system", "message_index": -1, "explicit": False}] if leading else []
+    breakpoints.append({"before": "tail", "message_index": tail_at, "explicit": False})
+    return RenderedRequest(body=body, state_rendering="user" if used_state else "none-needed",
+                           cache_breakpoints=breakpoints, parts=parts + out.parts)
+
+
+register_profile(
+    Capabilities(
+        name="gemini",
+        wire=WIRE,
+        validator="gemini-generate",
+        mid_conversation_system="none",
+        alternation="merge",
+        hold_during_tool_loop=True,
+        cache=CacheRules(mechanism="automatic", min_tokens=1024, step_tokens=1),
+        model_rules=((r"^gemini-2\.5-pro|^gemini-3", {"cache": CacheRules(mechanism="automatic", min_tokens=4096, step_tokens=1)}),),
+        description="Gemini generateContent: systemInstruction, user/model contents, functionResponse pairing",
+    )
+)

@@ -1,0 +1,215 @@
+"""OpenAI Chat Completions and the OpenAI-shaped APIs (DeepSeek, OpenRouter, Groq, vLLM, Ollama)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import string
+from dataclasses import dataclass, replace
+from typing import Any
+
+from zhin_cli.pipeline.format import STATE_CHANGE_PREFIX, host_header
+from zhin_cli.pipeline.headers import Projected
+from zhin_cli.pipeline.preset import TAIL_SEPARATOR, Layout, PresetMessage
+from zhin_cli.pipeline.providers import (
+    CacheRules,
+    Capabilities,
+    RenderedPart,
+    RenderedRequest,
+    register_profile,
+    register_renderer,
+)
+from zhin_cli.pipeline.providers.shaping import joined
+from zhin_cli.pipeline.segments import RuntimeView
+
+WIRE = "openai-chat"
+_ALNUM = string.ascii_letters + string.digits
+
+
+def state_lines(message: Projected, mode: str) -> str:
+    """System/developer: ``[state change] …`` lines. Downgraded (``none``): every line carries the
+    host-only header, so several events in one message keep one header each (ADR 0041 §2)."""
+    if mode in ("system", "developer"):
+        return "\n".join(f"{STATE_CHANGE_PREFIX} {e.line}" for e in message.events)
+    return "\n".join(f"{host_header(e.alias, e.time)} {STATE_CHANGE_PREFIX} {e.line}" for e in message.events)
+
+
+def short_id(call_id: str, length: int = 9) -> str:
+    """A stable alphanumeric id of ``length`` characters (Mistral templates demand exactly 9)."""
+    if len(call_id) == length and all(c in _ALNUM for c in call_id):
+        return call_id
+    number = int.from_bytes(hashlib.sha256(call_id.encode()).digest(), "big")
+    out = []
+    for _ in range(length):
+        number, digit = divmod(number, len(_ALNUM))
+        out.append(_ALNUM[digit])
+    return "".join(out)
+
+
+class _Wire:
+    """Collects wire messages and the attributed text parts."""
+
+    def __init__(self, profile: Capabilities) -> None:
+        self.profile = profile
+        self.messages: list[dict[str, Any]] = []
+        self.parts: list[RenderedPart] = []
+
+    def call_id(self, call_id: str) -> str:
+        return short_id(call_id) if self.profile.tool_call_id == "alnum9" else call_id
+
+    def add(self, message: dict[str, Any], pieces: list[tuple[str, str]]) -> None:
+        """Append (or, for profiles that need alternation, merge into the previous same-role turn)."""
+        previous = self.messages[-1] if self.messages else None
+        mergeable = (
+            self.profile.alternation == "merge"
+            and previous is not None
+            and previous["role"] == message["role"] in ("user", "assistant")
+            and not previous.get("tool_calls") and not message.get("tool_calls")
+            and len(self.messages) > 1  # never into the system prompt
+        )
+        if mergeable:
+            assert previous is not None
+            previous["content"] = f"{previous['content'] or ''}\n{message['content'] or ''}"
+            pieces = [("", "\n"), *pieces]
+        else:
+            self.messages.append(message)
+        index = len(self.messages) - 1
+        self.parts.extend(RenderedPart(segment, text, index) for segment, text in pieces if segment)
+
+
+def _tool_call(call: Any, wire: _Wire) -> dict[str, Any]:
+    arguments = call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments, ensure_ascii=False)
+    return {"id": wire.call_id(call.id), "type": "function", "function": {"name": call.name, "arguments": arguments}}
+
+
+def _with_tail(layout: Layout, index: int, text: str, segment: str) -> tuple[str, list[tuple[str, str]]]:
+    if index == layout.tail_index and layout.tail:
+        return text + TAIL_SEPARATOR + layout.tail, [(segment, text), ("tail", TAIL_SEPARATOR + layout.tail)]
+    return text, [(segment, text)]
+
+
+def _named(entry: dict[str, Any], message: PresetMessage) -> dict[str, Any]:
+    if message.name:
+        entry["name"] = message.name
+    return entry
+
+
+@register_renderer(WIRE)
+def render_openai(layout: Layout, profile: Capabilities, runtime: RuntimeView) -> RenderedRequest:
+    wire = _Wire(profile)
+    mode = profile.mid_conversation_system
+    # ``none``: no system message after the first, so the leading entries are one (ST's semi join, A6)
+    leading = joined(layout.leading) if mode == "none" else layout.leading
+    for block in leading:
+        wire.add(_named({"role": profile.system_prompt_role, "content": block.text}, block), list(block.pieces))
+    used_state = False
+    for index, message in enumerate(layout.messages):
+        if isinstance(message, PresetMessage):
+            # fit_layout has made a system entry user text unless the profile takes system here
+            role = mode if message.role == "system" else message.role
+            wire.add(_named({"role": role, "content": message.text}, message), list(message.pieces))
+        elif message.role == "state":
+            text = state_lines(message, mode)
+            wire.add({"role": mode if mode != "none" else "user", "content": text}, [(message.segment_id, text)])
+            used_state = True
+        elif message.role == "tool":
+            call_id = wire.call_id(message.tool_call_id or "")
+            wire.add({"role": "tool", "tool_call_id": call_id, "content": message.body}, [(message.segment_id, message.body)])
+        elif message.role == "assistant":
+            text, pieces = _with_tail(layout, index, message.text, message.segment_id)
+            content: str | None = text or (None if profile.null_content == "null" else "")
+            entry: dict[str, Any] = {"role": "assistant", "content": content}
+            if message.tool_calls:
+                entry["tool_calls"] = [_tool_call(c, wire) for c in message.tool_calls]
+                pieces += [(message.segment_id, c["function"]["name"] + c["function"]["arguments"]) for c in entry["tool_calls"]]
+            wire.add(entry, pieces)
+        else:  # user, summary
+            text, pieces = _with_tail(layout, index, message.text, message.segment_id)
+            wire.add({"role": "user", "content": text}, pieces)
+    if layout.tail and layout.tail_index is None:
+        wire.add({"role": "user", "content": layout.tail}, [("tail", layout.tail)])
+    body: dict[str, Any] = {"model": runtime.model, "messages": wire.messages}
+    if runtime.tools:
+        body["tools"] = list(runtime.tools)
+    tail_message = next((p.message_index for p in wire.parts if p.segment_id == "tail"), len(wire.messages))
+    breakpoints = [{"after": "system", "message_index": len(leading) - 1, "explicit": False}] if leading else []
+    breakpoints.append({"before": "tail", "message_index": tail_message, "explicit": False})
+    return RenderedRequest(
+        body=body,
+        state_rendering=("user" if mode == "none" else mode) if used_state else "none-needed",
+        cache_breakpoints=breakpoints,
+        parts=wire.parts,
+    )
+
+
+OPENAI_CACHE = CacheRules(mechanism="automatic", min_tokens=1024, step_tokens=128, lifetime_seconds=600)
+
+register_profile(
+    Capabilities(
+        name="openai",
+        wire=WIRE,
+        mid_conversation_system="system",
+        cache=OPENAI_CACHE,
+        example_names=True,  # ST's OpenAI source sends example turns with name example_user / example_assistant
+        model_rules=(
+            # o1-mini / o1-preview reject both system and developer: downgrade (providers.md §1.2)
+            (r"^o1-(mini|preview)", {"mid_conversation_system": "none", "system_prompt_role": "user"}),
+            (r"^o\d", {"mid_conversation_system": "developer", "system_prompt_role": "developer"}),
+        ),
+        description="OpenAI Chat Completions; o-series models switch to developer messages",
+    )
+)
+register_profile(
+    Capabilities(
+        name="openai-reasoning",
+        wire=WIRE,
+        mid_conversation_system="developer",
+        system_prompt_role="developer",
+        cache=OPENAI_CACHE,
+        example_names=True,
+        description="OpenAI o-series reasoning models: developer messages",
+    )
+)
+register_profile(
+    Capabilities(
+        name="openai-compatible",
+        wire=WIRE,
+        mid_conversation_system="system",
+        cache=CacheRules(mechanism="none", min_tokens=0, step_tokens=1),
+        example_names=True,  # the OpenAI schema's name field (ST's OpenRouter and custom sources pass it through)
+        description="OpenRouter, Groq and other OpenAI-compatible gateways: system by default",
+    )
+)
+# Models with the R1-era ``deepseek-reasoner`` ordering rules (Jan–Apr 2025, reference/providers.md §4.1): one
+# leading system message, user and assistant alternating from a user turn, no trailing assistant. Today's
+# ``deepseek-reasoner`` alias is V4 thinking mode, where they are not known to apply, so it is not listed;
+# ``deepseek-reasoner-r1`` is our name for the R1-era endpoint. The validator reads the same tuple.
+R1_ERA_MODELS: tuple[str, ...] = ("deepseek-reasoner-r1",)
+R1_ERA_RULES: dict[str, Any] = {"alternation": "merge", "system_only_at_start": True, "prefill": False}
+
+
+@dataclass(frozen=True)
+class _DeepSeekCapabilities(Capabilities):
+    """The DeepSeek profile: a model the validator checks with the R1-era rules (``is_r1_era``: ``R1_ERA_MODELS``
+    and the ids added with ``set_r1_era_models``) is rendered with them — one list decides both, when the profile
+    is resolved for the model (``zhin.yaml`` overrides apply after)."""
+
+    def for_model(self, model: str) -> Capabilities:
+        from zhin_cli.pipeline.validate.deepseek import is_r1_era  # late: the validators import the providers
+
+        profile = super().for_model(model)
+        return replace(profile, **R1_ERA_RULES) if is_r1_era(model) else profile
+
+
+register_profile(
+    _DeepSeekCapabilities(
+        name="deepseek",
+        wire=WIRE,
+        validator="deepseek-chat",
+        mid_conversation_system="none",
+        cache=CacheRules(mechanism="automatic", min_tokens=64, step_tokens=64, lifetime_seconds=3600),
+        # ST's DeepSeek source runs semi_tools post-processing: no name, example turns say "Name: " in the text
+        example_names=False,
+        description="DeepSeek: state changes downgraded to user messages by default",
+    )
+)

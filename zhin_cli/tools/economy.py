@@ -1,0 +1,505 @@
+"""``zhin report economy`` as a library: what the ADR 0041 assembler costs and saves on real sessions.
+
+Two questions, on the same sessions and one tokenizer (docs/economy.md):
+
+1. **Header tokens** for three styles, counted on the content each request adds (a message's header is
+   counted once, in the first request whose window shows it, as projected in that window):
+   ``upstream`` — upstream zhin's ``[sender:id=… name=… roles=…]`` on every group user message;
+   ``full`` — the ADR's full header on every member message (``project(always_full=True)``);
+   ``adr`` — the ADR projection (full on a member's first appearance in the window, short after).
+2. **Simulated prompt caching** per provider (OpenAI, Anthropic, DeepSeek) for two layouts: the ADR layout
+   (what ``Assembler.replay`` renders) and a *flat* layout (system prompt + one user message holding the
+   whole visible history as ``## 用户`` / ``## 助手`` text, the preset note's "before"). Cached tokens of a
+   request are ``prefixdiff.diff_pair``'s provider arithmetic against the previous request; a request that
+   starts a cache group (``cachegroups.first_of_group`` over the provider's ``lifetime_seconds``) gets 0.
+   The *physical limit* of a request is ``1 − new / total``: ``new`` = tokens of the text pieces the previous
+   request did not contain (no cache, however clever, can serve them).
+
+Rates are token-weighted: Σ cached / Σ prompt tokens over the requests of a split (as ``stats cache`` reads
+logged usage).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from zhin_cli.core.model import Actor, AssistantMessage, EventMessage, Message, Session, ToolResultMessage, UserMessage
+from zhin_cli.core.tokens import DEFAULT_ENCODING, RANK_FILES, TokenCounter
+from zhin_cli.core.tokens import counter as shared_counter
+from zhin_cli.pipeline.assemble import AssembledRequest, Assembler
+from zhin_cli.pipeline.config import Config
+from zhin_cli.pipeline.format import neutralize_body
+from zhin_cli.pipeline.headers import SUMMARY_PREFIX, Aliases, project
+from zhin_cli.pipeline.merge import Placed
+from zhin_cli.pipeline.providers import RenderedPart
+from zhin_cli.pipeline.window import SessionIndex, WindowConfig, visible_window
+from zhin_cli.tools.cachegroups import first_of_group
+from zhin_cli.tools.prefixdiff import Serialized, _dumps, _messages, _strip_tail, _tail_text, diff_pair, serialize
+
+ECONOMY_VERSION = 1
+STYLES = ("upstream", "full", "adr")
+LAYOUTS = ("adr", "flat")
+FLAT_SEPARATOR = "\n\n---\n\n"  # upstream's SECTION_SEP: how the flat "before" joins its context chunks
+
+
+@dataclass(frozen=True)
+class ProviderCase:
+    """A provider to simulate, with the model whose cache rules apply."""
+
+    provider: str
+    model: str
+    # Anthropic's minimum cacheable prefix depends on the model (providers.md §2.5); data, not code.
+    min_tokens: int | None = None
+
+
+# One model per provider, chosen for documented rules: gpt-4o (1024 min, 128 steps), Claude Sonnet 5
+# (1,024-token minimum), deepseek-chat (64-token units).
+CASES: dict[str, ProviderCase] = {}
+
+
+def register_case(case: ProviderCase) -> ProviderCase:
+    CASES[case.provider] = case
+    return case
+
+
+register_case(ProviderCase("openai", "gpt-4o"))
+register_case(ProviderCase("anthropic", "claude-sonnet-5", min_tokens=1024))
+register_case(ProviderCase("deepseek", "deepseek-chat"))
+
+
+# --- headers ------------------------------------------------------------------------------------------
+
+
+def upstream_roles(actor: Actor) -> str:
+    """Upstream's ``roles=``: product roles plus ``owner→scene_owner`` / ``admin→scene_admin`` (``member`` is
+    dropped); ``user`` only when it is the only role (zhin-upstream.md §1.3)."""
+    roles = [r for r in actor.roles if r != "user"]
+    platform = {"owner": "scene_owner", "admin": "scene_admin"}.get(actor.platform_role or "")
+    if platform:
+        roles.append(platform)
+    return ",".join(roles) or "user"
+
+
+def upstream_name(name: str) -> str:
+    """Runs of ``]`` or whitespace become ``_``; cut to 64 characters, no ellipsis (``buildSenderPrefix``)."""
+    out: list[str] = []
+    for char in name:
+        bad = char == "]" or char.isspace()
+        if bad and out and out[-1] == "_":
+            continue
+        out.append("_" if bad else char)
+    return "".join(out)[:64]
+
+
+def upstream_prefix(actor: Actor) -> str:
+    """``[sender:id=<id> name=<name> roles=<r1,r2>]`` — what upstream puts before every group user message."""
+    name = upstream_name(actor.display_name or "")
+    return f"[sender:id={actor.subject_id} name={name} roles={upstream_roles(actor)}]"
+
+
+@dataclass
+class HeaderTokens:
+    messages: int = 0  # member messages counted (each once)
+    totals: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STYLES, 0))
+    # tokens per header field (``key:value;`` counted alone), for "what each field costs"
+    fields: dict[str, Counter[str]] = field(default_factory=lambda: {s: Counter() for s in STYLES})
+    full_headers: int = 0  # ADR projection: how many of the counted headers were full
+    short_headers: int = 0
+
+    def per_message(self, style: str) -> float:
+        return self.totals[style] / self.messages if self.messages else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.totals)
+
+    def detail(self) -> dict[str, Any]:
+        return {
+            "messages": self.messages,
+            "per_message": {s: round(self.per_message(s), 2) for s in STYLES},
+            "adr_over_full": _ratio(self.totals["adr"], self.totals["full"]),
+            "adr_over_upstream": _ratio(self.totals["adr"], self.totals["upstream"]),
+            "adr_full_headers": self.full_headers,
+            "adr_short_headers": self.short_headers,
+            "fields": {s: dict(sorted(self.fields[s].items(), key=lambda kv: -kv[1])) for s in STYLES},
+        }
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return round(a / b, 4) if b else None
+
+
+def _header_fields(header: str) -> list[tuple[str, str]]:
+    """``[k:v;k:v;]`` → ``[(k, "k:v;"), …]``; values never contain ``;`` (escaped)."""
+    inner = header[1:-1]
+    return [(piece.partition(":")[0], piece + ";") for piece in inner.split(";") if piece]
+
+
+def _upstream_fields(prefix: str) -> list[tuple[str, str]]:
+    inner = prefix[len("[sender:"):-1]
+    keys = ("id", "name", "roles")
+    pieces: list[tuple[str, str]] = [("sender", "[sender:]")]
+    for piece in inner.split(" "):
+        key = piece.partition("=")[0]
+        pieces.append((key if key in keys else "name", piece + " "))
+    return pieces
+
+
+class _HeaderCounter:
+    def __init__(self, session: Session, counter: TokenCounter, timezone: str) -> None:
+        self.session = session
+        self.counter = counter
+        self.timezone = timezone
+        self.aliases = Aliases.of(session)
+        self.result = HeaderTokens()
+        self.seen: set[int] = set()
+
+    def add_window(self, window: list[Message]) -> None:
+        new = [m.row_id for m in window if m.row_id not in self.seen and isinstance(m, (UserMessage, AssistantMessage))]
+        if not new:
+            return
+        fresh = set(new)
+        self.seen.update(new)
+        placed = [Placed(m, "history") for m in window]
+        count = self.counter.count
+        for style, always_full in (("full", True), ("adr", False)):
+            projection = project(placed, aliases=self.aliases, bot=self.session.bot, timezone=self.timezone,
+                                 always_full=always_full)
+            for projected in projection.messages:
+                if projected.header is None or not projected.rows or projected.rows[0] not in fresh:
+                    continue
+                self.result.totals[style] += count(projected.header)
+                for key, piece in _header_fields(projected.header):
+                    self.result.fields[style][key] += count(piece)
+                if style == "adr":
+                    if projected.header_kind == "full":
+                        self.result.full_headers += 1
+                    else:
+                        self.result.short_headers += 1
+                    self.result.messages += 1
+        if not self.session.is_group:
+            return  # upstream prefixes group and channel messages only
+        for message in window:
+            if message.row_id in fresh and isinstance(message, UserMessage) and message.actor is not None:
+                prefix = upstream_prefix(message.actor)
+                self.result.totals["upstream"] += count(prefix)
+                for key, piece in _upstream_fields(prefix):
+                    self.result.fields["upstream"][key] += count(piece)
+
+
+# --- the flat layout --------------------------------------------------------------------------------
+
+
+def flat_history(session: Session, window: list[Message], summary: str | None) -> str:
+    """The whole visible history as one text: ``## 用户`` / ``## 助手`` blocks, user lines with upstream's
+    sender prefix (the preset note's "before": ``formatHistorySegment`` into one user message)."""
+    blocks: list[str] = []
+    if summary:
+        blocks.append(SUMMARY_PREFIX + neutralize_body(summary))
+    for message in window:
+        if isinstance(message, UserMessage):
+            prefix = upstream_prefix(message.actor) + " " if message.actor is not None and session.is_group else ""
+            blocks.append(f"## 用户\n{prefix}{neutralize_body(message.text)}")
+        elif isinstance(message, AssistantMessage):
+            calls = "".join(f"\n[调用工具 {c.name} {json.dumps(c.arguments, ensure_ascii=False)}]" for c in message.tool_calls)
+            blocks.append(f"## 助手\n{neutralize_body(message.text)}{calls}".rstrip())
+        elif isinstance(message, ToolResultMessage):
+            blocks.append(f"## 工具\n{neutralize_body(message.text)}")
+        elif isinstance(message, EventMessage):
+            blocks.append(f"## 系统\n{message.name}")
+    return "\n\n".join(blocks)
+
+
+def flat_request(adr: AssembledRequest, history: str) -> AssembledRequest:
+    """The same request (system prompt, runtime tail, model) in the flat layout, in the provider's wire."""
+    system = next((p.text for p in adr.parts if p.segment_id == "system"), "")
+    tail = next((p.text for p in adr.parts if p.segment_id == "tail"), "").removeprefix("\n\n")
+    user = history + (FLAT_SEPARATOR + tail if tail else "")
+    wire = adr.profile.wire if adr.profile else "openai-chat"
+    body: dict[str, Any] = {"model": adr.model}
+    if "tools" in adr.request:
+        body["tools"] = adr.request["tools"]
+    if wire == "anthropic-messages":
+        body["max_tokens"] = adr.request.get("max_tokens")
+        # upstream marks the system prompt (and the last tool) with cache_control; nothing in the messages
+        body["system"] = [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}]
+        body["messages"] = [{"role": "user", "content": [{"type": "text", "text": user}]}]
+        parts = [RenderedPart("system", system, -1), RenderedPart("flat", user, 0)]
+        breakpoints = [{"after": "system", "message_index": -1, "explicit": True}]
+    else:
+        role = adr.request["messages"][0]["role"] if adr.request.get("messages") else "system"
+        body["messages"] = [{"role": role, "content": system}, {"role": "user", "content": user}]
+        parts = [RenderedPart("system", system, 0), RenderedPart("flat", user, 1)]
+        breakpoints = [{"after": "system", "message_index": 0, "explicit": False}]
+    return dataclasses.replace(adr, request=body, parts=parts, cache_breakpoints=breakpoints)
+
+
+# --- cache simulation -----------------------------------------------------------------------------
+
+
+@dataclass
+class RequestFigures:
+    turn: int
+    time: int  # ms epoch
+    first: bool
+    adr_prompt: int
+    adr_cached: int
+    flat_prompt: int
+    flat_cached: int
+    new_tokens: int  # ADR layout: tokens of pieces the previous request did not contain
+    cause: str = ""  # ADR layout: prefix-diff's cause of the break against the previous request
+
+    @property
+    def limit(self) -> float:
+        return 1 - self.new_tokens / self.adr_prompt if self.adr_prompt else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"turn": self.turn, "first_of_group": self.first, "adr": {"prompt": self.adr_prompt, "cached": self.adr_cached},
+                "flat": {"prompt": self.flat_prompt, "cached": self.flat_cached}, "new_tokens": self.new_tokens,
+                "limit": round(self.limit, 4), "cause": self.cause}
+
+
+@dataclass
+class CacheFigures:
+    provider: str
+    model: str
+    lifetime_seconds: int
+    requests: list[RequestFigures] = field(default_factory=list)
+
+    def _split(self, first: bool) -> list[RequestFigures]:
+        return [r for r in self.requests if r.first == first]
+
+    @staticmethod
+    def _rate(rows: list[RequestFigures], cached: Callable[[RequestFigures], int], prompt: Callable[[RequestFigures], int]) -> float | None:
+        total = sum(prompt(r) for r in rows)
+        return round(sum(cached(r) for r in rows) / total, 4) if total else None
+
+    def rate(self, layout: str, first: bool) -> float | None:
+        rows = self._split(first)
+        if layout == "adr":
+            return self._rate(rows, lambda r: r.adr_cached, lambda r: r.adr_prompt)
+        return self._rate(rows, lambda r: r.flat_cached, lambda r: r.flat_prompt)
+
+    def limit(self, first: bool) -> float | None:
+        rows = self._split(first)
+        total = sum(r.adr_prompt for r in rows)
+        return round(1 - sum(r.new_tokens for r in rows) / total, 4) if total else None
+
+    def as_dict(self, per_request: bool = False) -> dict[str, Any]:
+        later, first = self._split(False), self._split(True)
+        data: dict[str, Any] = {
+            "model": self.model,
+            "lifetime_seconds": self.lifetime_seconds,
+            "requests_first": len(first),
+            "requests_later": len(later),
+            "adr_later_hit_rate": self.rate("adr", False),
+            "flat_later_hit_rate": self.rate("flat", False),
+            "limit_later": self.limit(False),
+            "adr_first_hit_rate": self.rate("adr", True),
+            "flat_first_hit_rate": self.rate("flat", True),
+            "limit_first": self.limit(True),
+            "adr_prompt_tokens_per_request": _mean(r.adr_prompt for r in self.requests),
+            "flat_prompt_tokens_per_request": _mean(r.flat_prompt for r in self.requests),
+            "adr_cached_tokens_per_request": _mean(r.adr_cached for r in self.requests),
+            "flat_cached_tokens_per_request": _mean(r.flat_cached for r in self.requests),
+        }
+        if per_request:
+            data["per_request"] = [r.as_dict() for r in self.requests]
+        return data
+
+
+def _mean(values: Iterable[int]) -> float | None:
+    items = list(values)
+    return round(sum(items) / len(items), 1) if items else None
+
+
+def new_tokens(previous: AssembledRequest | None, current: AssembledRequest, counter: TokenCounter,
+               serialized: tuple[Serialized | None, Serialized | None] = (None, None)) -> int:
+    """Tokens of ``current`` (as serialised for caching) that ``previous`` did not contain.
+
+    Per wire message: a message the previous request also sent (compared without the runtime tail and cache
+    markers) is present, and so is a runtime tail equal to the previous one; any other message counts whole,
+    minus the text pieces (system prompt, headers + bodies, tool calls, tail) the previous request carried —
+    a multiset difference, so a repeated "+1" counts each time. JSON glue between messages counts as present.
+    """
+    count = counter.count
+    chunks = (serialized[1] or serialize(current)).chunks
+    if previous is None:
+        return sum(count(c.data.decode()) for c in chunks)
+    previous_tail, tail = _tail_text(previous), _tail_text(current)
+    sent = Counter(_dumps(_strip_tail(m, previous_tail)) for m in _messages(previous))
+    regions = {c.data for c in (serialized[0] or serialize(previous)).chunks if c.label in ("system", "tools")}
+    pieces = Counter(p.text for p in previous.parts)
+    parts_by_message: dict[int, list[RenderedPart]] = {}
+    for part in current.parts:
+        parts_by_message.setdefault(part.message_index, []).append(part)
+    messages = _messages(current)
+    total = 0
+    for chunk in chunks:
+        if chunk.label in ("system", "tools"):
+            total += 0 if chunk.data in regions else count(chunk.data.decode())
+            continue
+        if chunk.label != "message":
+            continue
+        own = parts_by_message.get(chunk.message_index, [])
+        key = _dumps(_strip_tail(messages[chunk.message_index], tail))
+        if sent[key] > 0:
+            sent[key] -= 1
+            if tail and tail != previous_tail and any(p.segment_id == "tail" for p in own):
+                total += count(tail)
+            continue
+        present = 0
+        for part in own:
+            if pieces[part.text] > 0:
+                pieces[part.text] -= 1
+                present += count(part.text)
+        total += max(0, count(chunk.data.decode()) - present)
+    return total
+
+
+def _with_encoding(request: AssembledRequest, encoding: str, min_tokens: int | None) -> AssembledRequest:
+    request.encoding = encoding  # diff_pair counts with the request's encoding: one tokenizer for every provider
+    if min_tokens is not None and request.profile is not None:
+        cache = dataclasses.replace(request.profile.cache, min_tokens=min_tokens)
+        request.profile = dataclasses.replace(request.profile, cache=cache)
+    return request
+
+
+def simulate(session: Session, config: Config, case: ProviderCase, encoding: str = DEFAULT_ENCODING,
+             headers: _HeaderCounter | None = None) -> CacheFigures:
+    """Replay ``session`` for one provider; both layouts; cached tokens per request."""
+    registry, generations = config.registry()
+    try:
+        assembler = Assembler(registry, config, provider=case.provider, model=case.model)
+        positions = [i for i, m in enumerate(session.messages) if isinstance(m, AssistantMessage)]
+        times = [session.messages[i].timestamp for i in positions]
+        requests = assembler.replay(session)
+        counter = shared_counter(encoding)
+        index = SessionIndex.of(session)
+        timezone = assembler._timezone(session)  # noqa: SLF001 — the assembler's own time-zone resolution
+        figures: CacheFigures | None = None
+        previous: tuple[AssembledRequest, Serialized, AssembledRequest, Serialized] | None = None
+        firsts: list[bool] = []
+        for position, request in zip(positions, requests, strict=True):
+            _with_encoding(request, encoding, case.min_tokens)
+            if figures is None:
+                lifetime = request.profile.cache.lifetime_seconds if request.profile else 300
+                figures = CacheFigures(request.provider, request.model, lifetime)
+                firsts = first_of_group([t // 1000 for t in times], lifetime)
+            message = session.messages[position]
+            window = visible_window(session, position, message.timestamp, config.window, index)
+            if headers is not None:
+                headers.timezone = timezone
+                headers.add_window(window.messages)
+            flat = flat_request(request, flat_history(session, window.messages, window.summary.summary if window.summary else None))
+            first = firsts[len(figures.requests)]
+            adr_wire, flat_wire = serialize(request), serialize(flat)
+            if previous is None:
+                adr_pair = flat_pair = None
+            else:
+                adr_pair = diff_pair(previous[0], request, previous[1], adr_wire)
+                flat_pair = diff_pair(previous[2], flat, previous[3], flat_wire)
+            adr_prompt = adr_pair.prompt_tokens if adr_pair else _prompt_tokens(adr_wire, counter)
+            flat_prompt = flat_pair.prompt_tokens if flat_pair else _prompt_tokens(flat_wire, counter)
+            fresh = new_tokens(previous[0] if previous else None, request, counter,
+                               (previous[1] if previous else None, adr_wire))
+            figures.requests.append(RequestFigures(
+                turn=request.turn, time=message.timestamp, first=first,
+                adr_prompt=adr_prompt, adr_cached=0 if first or adr_pair is None else adr_pair.cached_tokens,
+                flat_prompt=flat_prompt, flat_cached=0 if first or flat_pair is None else flat_pair.cached_tokens,
+                new_tokens=min(adr_prompt, fresh), cause=adr_pair.cause if adr_pair else "",
+            ))
+            previous = (request, adr_wire, flat, flat_wire)
+        return figures or CacheFigures(case.provider, case.model, 0)
+    finally:
+        for generation in generations:
+            generation.release()
+
+
+def _prompt_tokens(wire: Serialized, counter: TokenCounter) -> int:
+    """Tokens of the serialised request (the same count ``diff_pair`` reports as ``prompt_tokens``)."""
+    return sum(counter.count(c.data.decode()) for c in wire.chunks)
+
+
+# --- sessions -------------------------------------------------------------------------------------
+
+
+@dataclass
+class SessionEconomy:
+    session_id: str
+    messages: int
+    requests: int
+    headers: HeaderTokens
+    cache: dict[str, CacheFigures]
+
+    def as_dict(self, per_request: bool = False) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "messages": self.messages,
+            "requests": self.requests,
+            "header_tokens": self.headers.as_dict(),
+            "headers": self.headers.detail(),
+            "cache": {name: figures.as_dict(per_request) for name, figures in self.cache.items()},
+        }
+
+
+@dataclass
+class EconomyReport:
+    encoding: str
+    window: dict[str, Any]
+    sessions: list[SessionEconomy]
+
+    def as_dict(self, per_request: bool = False) -> dict[str, Any]:
+        return {"version": ECONOMY_VERSION, "encoding": self.encoding, "window": self.window,
+                "sessions": [s.as_dict(per_request) for s in self.sessions]}
+
+
+def session_economy(session: Session, config: Config, *, providers: Iterable[str] = tuple(CASES),
+                    encoding: str = DEFAULT_ENCODING) -> SessionEconomy:
+    counter = shared_counter(encoding)
+    header_counter = _HeaderCounter(session, counter, session.timezone or "UTC")
+    cache: dict[str, CacheFigures] = {}
+    for number, name in enumerate(providers):
+        # headers do not depend on the provider: count them during the first provider's replay
+        cache[name] = simulate(session, config, CASES[name], encoding, header_counter if number == 0 else None)
+    requests = sum(1 for m in session.messages if isinstance(m, AssistantMessage))
+    return SessionEconomy(session.session_id, len(session.messages), requests, header_counter.result, cache)
+
+
+def window_description(window: WindowConfig) -> dict[str, Any]:
+    return {k: v for k, v in dataclasses.asdict(window).items()}
+
+
+def run_economy(
+    refs: list[str],
+    *,
+    cwd: Path,
+    db: str | None = None,
+    config_path: Path | None = None,
+    providers: Iterable[str] | None = None,
+    encoding: str = DEFAULT_ENCODING,
+    after_load: Callable[[], None] | None = None,
+) -> EconomyReport:
+    from zhin_cli.core.errors import UsageError
+    from zhin_cli.pipeline.config import load_config
+    from zhin_cli.store import load_session
+    from zhin_cli.tools.prefixdiff import session_refs
+
+    chosen = list(providers or CASES)
+    unknown = [p for p in chosen if p not in CASES]
+    if unknown:
+        raise UsageError(f"--provider: no cache simulation for {', '.join(unknown)} (simulated: {', '.join(CASES)})")
+    if encoding not in RANK_FILES:
+        raise UsageError(f"--encoding: unknown encoding {encoding!r} (known: {', '.join(RANK_FILES)})")
+    config = load_config(config_path, cwd=cwd)
+    sessions = [load_session(ref, db=db, cwd=cwd) for ref in session_refs(refs, all_sessions=False, db=db, cwd=cwd)]
+    if after_load is not None:
+        after_load()
+    return EconomyReport(encoding, window_description(config.window),
+                         [session_economy(s, config, providers=chosen, encoding=encoding) for s in sessions])
+

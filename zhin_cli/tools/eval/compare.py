@@ -1,0 +1,143 @@
+"""Eval before/after (ADR 0041 §8 slice E, "eval:chat 前后对比"): the same cases under two configurations.
+
+``compare_results(base, head)`` takes two ``zhin eval --json`` documents (from ``--base/--head`` runs or
+saved files) and reports per case: the status change, and per provider the request-token and header-token
+deltas, turns whose prefix newly breaks (or no longer does), and turns the validator newly rejects (or
+accepts). A case *regresses* when it passed and now fails or errors, when a turn is newly rejected, or when
+the prefix newly breaks; token growth is reported, not judged (that is ``zhin budget``'s job).
+Cases are matched by file name and id, so the two runs may come from different checkouts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from zhin_cli.core.errors import InputError
+
+GOOD = ("passed",)
+BAD = ("failed", "error")
+
+
+@dataclass
+class ProviderChange:
+    provider: str
+    prompt_tokens: int | None  # head − base; None when one side lacks the metrics
+    header_tokens: int | None
+    new_breaks: list[dict[str, Any]] = field(default_factory=list)
+    fixed_breaks: list[dict[str, Any]] = field(default_factory=list)
+    new_rejections: list[dict[str, Any]] = field(default_factory=list)
+    fixed_rejections: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"provider": self.provider, "prompt_tokens_delta": self.prompt_tokens, "header_tokens_delta": self.header_tokens,
+                "new_breaks": self.new_breaks, "fixed_breaks": self.fixed_breaks,
+                "new_rejections": self.new_rejections, "fixed_rejections": self.fixed_rejections}
+
+
+@dataclass
+class CaseChange:
+    key: str  # file name :: case id
+    base: str | None  # status, None: the case is not in that run
+    head: str | None
+    providers: list[ProviderChange] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)  # why it regressed
+
+    @property
+    def regressed(self) -> bool:
+        return bool(self.reasons)
+
+    @property
+    def change(self) -> str:
+        if self.base is None:
+            return "added"
+        if self.head is None:
+            return "removed"
+        if self.regressed:
+            return "regressed"
+        if self.base in BAD and self.head in GOOD:
+            return "fixed"
+        moved = any(p.prompt_tokens or p.header_tokens or p.fixed_breaks or p.fixed_rejections for p in self.providers)
+        return "changed" if moved or self.base != self.head else "same"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"case": self.key, "base": self.base, "head": self.head, "change": self.change, "reasons": self.reasons,
+                "providers": [p.as_dict() for p in self.providers]}
+
+
+@dataclass
+class Comparison:
+    base_label: str
+    head_label: str
+    cases: list[CaseChange]
+
+    @property
+    def regressions(self) -> list[CaseChange]:
+        return [c for c in self.cases if c.regressed]
+
+    def as_dict(self) -> dict[str, Any]:
+        counts: dict[str, int] = {}
+        for case in self.cases:
+            counts[case.change] = counts.get(case.change, 0) + 1
+        return {"version": 1, "base": self.base_label, "head": self.head_label, "summary": counts,
+                "regressions": len(self.regressions), "cases": [c.as_dict() for c in self.cases]}
+
+
+def case_key(case: dict[str, Any]) -> str:
+    return f"{Path(str(case.get('file', ''))).name}::{case.get('id')}"
+
+
+def _turns(items: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    return {int(item["turn"]): item for item in items}
+
+
+def _provider_change(name: str, base: dict[str, Any] | None, head: dict[str, Any] | None) -> ProviderChange:
+    if base is None or head is None:
+        return ProviderChange(name, None, None)
+    change = ProviderChange(name, head["prompt_tokens"] - base["prompt_tokens"], head["header_tokens"] - base["header_tokens"])
+    for kind, new_attr, fixed_attr in (("unexpected_breaks", "new_breaks", "fixed_breaks"), ("rejected", "new_rejections", "fixed_rejections")):
+        before, after = _turns(base[kind]), _turns(head[kind])
+        getattr(change, new_attr).extend(after[t] for t in sorted(after.keys() - before.keys()))
+        getattr(change, fixed_attr).extend(before[t] for t in sorted(before.keys() - after.keys()))
+    return change
+
+
+def compare_case(base: dict[str, Any] | None, head: dict[str, Any] | None) -> CaseChange:
+    key = case_key(head or base or {})
+    change = CaseChange(key, base.get("status") if base else None, head.get("status") if head else None)
+    if base is None or head is None:
+        return change
+    if change.base in GOOD and change.head in BAD:
+        change.reasons.append(f"{change.base} → {change.head}: {head.get('reason') or ''}".rstrip(": "))
+    base_metrics = {m["provider"]: m for m in base.get("metrics") or []}
+    head_metrics = {m["provider"]: m for m in head.get("metrics") or []}
+    for name in dict.fromkeys([*base_metrics, *head_metrics]):
+        provider = _provider_change(name, base_metrics.get(name), head_metrics.get(name))
+        change.providers.append(provider)
+        # A negative control is *meant* to produce rejections and breaks; only its status says whether it works.
+        if head.get("expect") == "fail":
+            continue
+        for item in provider.new_rejections:
+            change.reasons.append(f"{name}: turn {item['turn']} is now rejected ({item['status']}: {item['message']})")
+        for item in provider.new_breaks:
+            where = f" in {item['segment']}" if item.get("segment") else ""
+            change.reasons.append(f"{name}: the prefix now breaks at turn {item['turn']} ({item['cause']}{where})")
+    return change
+
+
+def compare_results(base: dict[str, Any], head: dict[str, Any], base_label: str = "base", head_label: str = "head") -> Comparison:
+    base_cases = {case_key(c): c for c in base.get("cases") or []}
+    head_cases = {case_key(c): c for c in head.get("cases") or []}
+    keys = list(dict.fromkeys([*base_cases, *head_cases]))
+    return Comparison(base_label, head_label, [compare_case(base_cases.get(k), head_cases.get(k)) for k in keys])
+
+
+def load_result(path: Path) -> dict[str, Any]:
+    """A saved ``zhin eval --json`` document."""
+    from zhin_cli.pipeline.config import read_json_file
+
+    data, _ = read_json_file(path, InputError, "eval result")
+    if not isinstance(data, dict) or not isinstance(data.get("cases"), list) or data.get("version") != 1:
+        raise InputError("not a zhin eval --json result (version 1 with cases)", where=str(path))
+    return data

@@ -1,0 +1,142 @@
+"""The extension points of ``zhin eval``: assertion types, timeline steps and request transforms.
+
+Each is a registry keyed by name; adding one is registering one object (its JSON Schema travels with it,
+so the published case schema grows with the registry and never drifts from what the runner accepts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from zhin_cli.pipeline.assemble import AssembledRequest
+    from zhin_cli.tools.eval.live import LiveReply
+    from zhin_cli.tools.eval.timeline import Builder
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one assertion says about one provider run: passed, or failed with the reason."""
+
+    ok: bool
+    message: str = ""
+
+
+@dataclass
+class ProviderRun:
+    """Everything one case produced under one provider profile: the requests of every turn, in order."""
+
+    provider: str
+    model: str
+    requests: list[AssembledRequest]
+    labels: dict[str, int]  # turn label → index into ``requests``
+    replies: list[LiveReply] = field(default_factory=list)  # live: one reply per repeat, for the chosen turn
+    greetings: tuple[int, ...] = ()  # turn numbers without a request: the greeting (docs/eval.md)
+
+    def select(self, turn: Any) -> list[tuple[int, AssembledRequest]]:
+        """``turn``: a turn number as ``zhin trace`` counts it (``request.turn``: the greeting is turn 1 and has no
+        request), negative from the last request, a label, ``last`` (default) or ``all`` (every request)."""
+        if turn is None or turn == "last":
+            turn = -1
+        if turn == "all":
+            return [(r.turn, r) for r in self.requests]
+        if isinstance(turn, str):
+            if turn not in self.labels:
+                raise LookupError(f"no turn labelled {turn!r} (labels: {', '.join(sorted(self.labels)) or 'none'})")
+            request = self.requests[self.labels[turn]]
+            return [(request.turn, request)]
+        if turn < 0 and -turn <= len(self.requests):
+            request = self.requests[turn]
+            return [(request.turn, request)]
+        found = [(r.turn, r) for r in self.requests if turn > 0 and r.turn == turn]
+        if found:
+            return found
+        if turn in self.greetings:
+            raise LookupError(f"turn {turn} is the greeting: no request is made for it (as in zhin trace)")
+        raise LookupError(f"turn {turn} does not exist (this conversation has {len(self.requests)} request(s))")
+
+
+Check = Callable[[ProviderRun, dict[str, Any]], Outcome]
+
+
+@dataclass(frozen=True)
+class AssertionType:
+    name: str
+    check: Check
+    params: dict[str, Any]  # JSON Schema of the assertion's own keys
+    required: tuple[str, ...] = ()
+    live: bool = False  # needs a reply from a live model (skipped offline)
+    summary: str = ""
+
+
+ASSERTIONS: dict[str, AssertionType] = {}
+
+
+def assertion(name: str, *, params: dict[str, Any] | None = None, required: tuple[str, ...] = (), live: bool = False,
+              ) -> Callable[[Check], Check]:
+    """Register an assertion type: ``@assertion("verdict", params={...})`` over ``check(run, spec) -> Outcome``."""
+
+    def add(check: Check) -> Check:
+        if name in ASSERTIONS:
+            raise ValueError(f"duplicate assertion type {name!r}")
+        doc = (check.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+        ASSERTIONS[name] = AssertionType(name, check, params or {}, required, live, doc)
+        return check
+
+    return add
+
+
+StepApply = Callable[["Builder", dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class StepType:
+    name: str
+    apply: StepApply
+    schema: dict[str, Any]
+    summary: str = ""
+
+
+STEPS: dict[str, StepType] = {}
+
+
+def step(name: str, schema: dict[str, Any]) -> Callable[[StepApply], StepApply]:
+    """Register a timeline step: ``- <name>: {...}`` in a case's ``timeline``."""
+
+    def add(apply: StepApply) -> StepApply:
+        if name in STEPS:
+            raise ValueError(f"duplicate timeline step {name!r}")
+        doc = (apply.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+        STEPS[name] = StepType(name, apply, schema, doc)
+        return apply
+
+    return add
+
+
+Transform = Callable[["AssembledRequest", dict[str, Any]], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class TransformType:
+    name: str
+    apply: Transform  # returns a new wire body (the runner re-validates it)
+    params: dict[str, Any]
+    summary: str = ""
+
+
+TRANSFORMS: dict[str, TransformType] = {}
+
+
+def transform(name: str, params: dict[str, Any] | None = None) -> Callable[[Transform], Transform]:
+    """Register a request transform (used by negative controls to build what a naive assembler would send)."""
+
+    def add(apply: Transform) -> Transform:
+        if name in TRANSFORMS:
+            raise ValueError(f"duplicate transform {name!r}")
+        doc = (apply.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+        TRANSFORMS[name] = TransformType(name, apply, params or {}, doc)
+        return apply
+
+    return add

@@ -1,0 +1,624 @@
+"""``zhin prefix-diff`` as a library: where consecutive requests stop sharing bytes, why, and what the
+provider's prompt cache would still hit (ADR 0041 §5; reference/providers.md §6).
+
+A request is serialised as the provider sees it for caching (tools → system → messages; the model is
+compared on its own) into *chunks*: one per top-level region and one per message, with the JSON glue
+between them. Two requests are compared chunk by chunk (``memcmp``), and only the first differing chunk
+byte by byte, so the work per pair is proportional to the number of messages, not to their size; token
+counts come from the shared memoising counter, so each history message is tokenized once per replay.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from zhin_cli.core.tokens import counter as shared_counter
+from zhin_cli.pipeline.assemble import AssembledRequest
+from zhin_cli.pipeline.preset import TAIL_SEPARATOR
+
+CAUSES = ("append", "tail", "window_shift", "system_changed", "tools_changed", "messages_changed", "model_changed")
+EXPECTED = frozenset({"append", "tail", "window_shift"})
+DEFAULT_FAIL_ON = tuple(cause for cause in CAUSES if cause not in EXPECTED)
+DIFF_VERSION = 1
+EXCERPT = 40
+
+# Where each wire format keeps what, in the order the provider builds its cache prefix.
+REGIONS = {
+    "openai-chat": ("tools", "messages"),
+    "anthropic-messages": ("tools", "system", "messages"),
+    "gemini-generate": ("tools", "systemInstruction", "contents"),
+}
+MESSAGE_KEYS = ("messages", "contents")
+
+
+@dataclass(frozen=True)
+class Chunk:
+    label: str  # "tools", "system", "message", "glue"
+    data: bytes
+    message_index: int = -1
+
+
+@dataclass
+class Serialized:
+    model: str
+    chunks: list[Chunk]
+
+    @property
+    def data(self) -> bytes:
+        return b"".join(c.data for c in self.chunks)
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def serialize(request: AssembledRequest) -> Serialized:
+    body = request.request
+    wire = request.profile.wire if request.profile else "openai-chat"
+    chunks: list[Chunk] = []
+    first = True
+    for key in REGIONS.get(wire, ("tools", "messages")):
+        if key not in body:
+            continue
+        glue = ("{" if first else ",") + json.dumps(key) + ":"
+        first = False
+        if key in MESSAGE_KEYS:
+            chunks.append(Chunk("glue", (glue + "[").encode()))
+            for index, message in enumerate(body[key]):
+                if index:
+                    chunks.append(Chunk("glue", b","))
+                chunks.append(Chunk("message", _dumps(message), index))
+            chunks.append(Chunk("glue", b"]"))
+        else:
+            chunks.append(Chunk("glue", glue.encode()))
+            chunks.append(Chunk("system" if key in ("system", "systemInstruction") else "tools", _dumps(body[key])))
+    chunks.append(Chunk("glue", b"}"))
+    return Serialized(model=request.model, chunks=chunks)
+
+
+def common_prefix_length(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """Length of the common prefix of two sequences (bytes, token tuples): binary search over C-speed slice
+    comparisons (``memcmp`` for bytes, through memoryviews that copy nothing)."""
+    if isinstance(a, bytes) and isinstance(b, bytes):
+        a, b = memoryview(a), memoryview(b)
+    lo, hi = 0, min(len(a), len(b))
+    if a[:hi] == b[:hi]:
+        return hi
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+@dataclass
+class Divergence:
+    offset: int  # first differing byte
+    chunk: int  # index of the chunk it falls in (in the newer request)
+    common_tokens: int
+
+
+def _divergence(old: Serialized, new: Serialized, count: Any, count_once: Any) -> Divergence:
+    offset = tokens = 0
+    for index, (a, b) in enumerate(zip(old.chunks, new.chunks, strict=False)):
+        if a.data == b.data:
+            offset += len(a.data)
+            tokens += count(a.data.decode())
+            continue
+        common = common_prefix_length(a.data, b.data)
+        tokens += count_once(a.data[:common].decode(errors="ignore"))
+        return Divergence(offset + common, index, tokens)
+    index = min(len(old.chunks), len(new.chunks))
+    return Divergence(offset, index, tokens)
+
+
+@dataclass
+class PairDiff:
+    from_turn: int
+    to_turn: int
+    cause: str
+    common_prefix_bytes: int
+    common_prefix_tokens: int
+    prompt_tokens: int
+    message_index: int | None
+    segment: str | None
+    before: str
+    after: str
+    cached_tokens: int
+    cache_hit: bool
+    detail: str = ""
+
+    @property
+    def cached_share(self) -> float:
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "from_turn": self.from_turn,
+            "to_turn": self.to_turn,
+            "cause": self.cause,
+            "detail": self.detail,
+            "common_prefix": {"bytes": self.common_prefix_bytes, "tokens": self.common_prefix_tokens},
+            "first_divergence": {"offset": self.common_prefix_bytes, "message_index": self.message_index, "segment": self.segment},
+            "before": self.before,
+            "after": self.after,
+            "cache": {"hit": self.cache_hit, "cached_tokens": self.cached_tokens, "prompt_tokens": self.prompt_tokens,
+                      "cached_share": round(self.cached_share, 4)},
+        }
+
+
+@dataclass
+class Hint:
+    segment: str
+    kind: str  # clock_time, date, counter, reordered, changes
+    turns: list[int] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"segment": self.segment, "kind": self.kind, "turns": self.turns[:20], "count": len(self.turns)}
+
+
+def _strip_tail(message: Any, tail: str | None) -> Any:
+    """The message without the runtime tail and without cache markers (they move with the tail)."""
+    if not isinstance(message, dict):
+        return message
+    message = {k: v for k, v in message.items() if k != "cache_control"}
+    content = message.get("content")
+    if isinstance(content, str) and tail and content.endswith(TAIL_SEPARATOR + tail):
+        message["content"] = content[: -len(TAIL_SEPARATOR + tail)]
+    elif isinstance(content, list):
+        message["content"] = [{k: v for k, v in b.items() if k != "cache_control"} if isinstance(b, dict) else b
+                              for b in content if not (isinstance(b, dict) and tail and b.get("text") == tail)]
+    if isinstance(message.get("parts"), list):
+        message["parts"] = [p for p in message["parts"] if not (isinstance(p, dict) and tail and p.get("text") == tail)]
+    return message
+
+
+def _tail_text(request: AssembledRequest) -> str | None:
+    return next((p.text.removeprefix(TAIL_SEPARATOR) for p in request.parts if p.segment_id == "tail"), None)
+
+
+def _messages(request: AssembledRequest) -> list[Any]:
+    body = request.request
+    return list(body.get("messages") or body.get("contents") or [])
+
+
+def _segment_at(request: AssembledRequest, chunk: Chunk, old: AssembledRequest) -> str | None:
+    if chunk.label == "tools":
+        return "tools"
+    if chunk.label == "system" or (chunk.label == "message" and chunk.message_index == 0 and _is_system_message(request)):
+        return _system_segment(old, request)
+    if chunk.label == "message":
+        ids = [p.segment_id for p in request.parts if p.message_index == chunk.message_index]
+        return ids[0] if ids else None
+    return None
+
+
+def _is_system_message(request: AssembledRequest) -> bool:
+    messages = _messages(request)
+    return bool(messages) and isinstance(messages[0], dict) and messages[0].get("role") in ("system", "developer") and bool(request.system_texts)
+
+
+def _is_fixed_message(request: AssembledRequest, index: int | None) -> bool:
+    """A wire message made only of the system prompt or preset entries (``preset:<id>``): the fixed part a
+    preset lays out around the history, so a change there is ``system_changed``, not ``messages_changed``."""
+    ids = [p.segment_id for p in request.parts if p.message_index == index]
+    return bool(ids) and all(i == "system" or i.startswith("preset:") for i in ids)
+
+
+def _system_segment(old: AssembledRequest, new: AssembledRequest) -> str | None:
+    """The first system-prompt segment whose text differs between the two requests."""
+    for (old_id, old_text), (new_id, new_text) in zip(old.system_texts, new.system_texts, strict=False):
+        if old_id != new_id or old_text != new_text:
+            return new_id
+    if len(old.system_texts) != len(new.system_texts):
+        longer = new.system_texts if len(new.system_texts) > len(old.system_texts) else old.system_texts
+        return longer[min(len(old.system_texts), len(new.system_texts))][0]
+    return None
+
+
+def _classify(old: AssembledRequest, new: AssembledRequest, a: Serialized, b: Serialized, div: Divergence) -> tuple[str, str]:
+    if old.model != new.model:
+        return "model_changed", f"{old.model} → {new.model}"
+    if div.chunk >= len(b.chunks) or div.chunk >= len(a.chunks):
+        return "append", ""
+    chunk = b.chunks[div.chunk]
+    if chunk.label == "tools":
+        names_old = sorted(t.get("function", t).get("name", "") for t in old.request.get("tools", []))
+        names_new = sorted(t.get("function", t).get("name", "") for t in new.request.get("tools", []))
+        return "tools_changed", "same tools, different order" if names_old == names_new else "tool definitions differ"
+    if chunk.label == "system" or (chunk.label == "message" and chunk.message_index == 0 and _is_system_message(new)):
+        return "system_changed", ""
+    if chunk.label == "message" and _is_fixed_message(old, chunk.message_index) and _is_fixed_message(new, chunk.message_index):
+        return "system_changed", ""
+    moved = (old.window["dropped"], old.window["summary_anchor"]) != (new.window["dropped"], new.window["summary_anchor"])
+    if moved:
+        kind = "compaction" if old.window["summary_anchor"] != new.window["summary_anchor"] else "tail limit"
+        return "window_shift", kind
+    if chunk.label == "glue" and a.chunks[div.chunk].data == b"]":
+        return "append", ""
+    old_messages, new_messages = _messages(old), _messages(new)
+    index = chunk.message_index if chunk.label == "message" else len(old_messages)
+    old_tail, new_tail = _tail_text(old), _tail_text(new)
+    same_rest = all(
+        _strip_tail(x, old_tail) == _strip_tail(y, new_tail)
+        for x, y in zip(old_messages[index:], new_messages[index : len(old_messages)], strict=False)
+    )
+    tail_index = next((p.message_index for p in old.parts if p.segment_id == "tail"), None)
+    if same_rest and tail_index is not None and index <= tail_index:
+        return "tail", "the previous runtime tail was replaced (ADR 0045)"
+    return "messages_changed", f"message {index} was rewritten"
+
+
+LOOKBACK_BLOCKS = 20  # Anthropic checks for an earlier cache entry about 20 blocks back from each breakpoint
+
+
+def _marked_blocks(body: dict[str, Any]) -> list[int]:
+    """Positions (counted over all message content blocks) of the blocks that carry ``cache_control``."""
+    marked: list[int] = []
+    position = 0
+    for message in body.get("messages") or []:
+        content = message.get("content") if isinstance(message, dict) else None
+        for block in content if isinstance(content, list) else [content]:
+            if isinstance(block, dict) and "cache_control" in block:
+                marked.append(position)
+            position += 1
+    return marked
+
+
+def _within_lookback(old_body: dict[str, Any], new_body: dict[str, Any]) -> bool:
+    """Whether a breakpoint of the new request lies at most ``LOOKBACK_BLOCKS`` blocks after the old request's
+    last message breakpoint (where its entry was written): otherwise the lookup never reaches that entry."""
+    old_marks, new_marks = _marked_blocks(old_body), _marked_blocks(new_body)
+    return bool(old_marks) and any(0 <= mark - old_marks[-1] <= LOOKBACK_BLOCKS for mark in new_marks)
+
+
+def _cached(old: AssembledRequest, new: AssembledRequest, a: Serialized, common_tokens: int, prompt_tokens: int,
+            count: Any) -> int:
+    profile = new.profile
+    if profile is None or profile.cache.mechanism == "none" or old.model != new.model:
+        return 0
+    rules = profile.cache
+    if rules.mechanism == "explicit":
+        # Explicit breakpoints: the longest cache entry written by the previous request that is still a prefix.
+        points: list[int] = []
+        tokens = 0
+        tail_index = next((p.message_index for p in old.parts if p.segment_id == "tail"), None)
+        if not _within_lookback(old.request, new.request):
+            tail_index = None  # the new request's breakpoints cannot see the old entry (providers.md §2.5)
+        for chunk in a.chunks:
+            if chunk.label == "message" and chunk.message_index == tail_index:
+                # The breakpoint sits on the block before the tail: the entry ends with that block's content,
+                # i.e. where its cache_control marker starts (the next request has the same bytes up to there).
+                marker = chunk.data.find(b',"cache_control"')
+                points.append(tokens + (count(chunk.data[:marker].decode()) if marker > 0 else 0))
+            tokens += count(chunk.data.decode())
+            if chunk.label in ("system", "tools"):
+                points.append(tokens)
+        reachable = [p for p in points if p <= common_tokens and p >= rules.min_tokens]
+        return max(reachable, default=0)
+    if common_tokens < rules.min_tokens:
+        return 0
+    step = max(rules.step_tokens, 1)
+    return min(common_tokens // step * step, prompt_tokens)
+
+
+def _excerpt(data: bytes, offset: int) -> str:
+    start = max(0, offset - EXCERPT)
+    return data[start : offset + EXCERPT].decode(errors="replace")
+
+
+def diff_pair(old: AssembledRequest, new: AssembledRequest, a: Serialized | None = None, b: Serialized | None = None) -> PairDiff:
+    tokens = shared_counter(new.encoding)
+    count = tokens.count
+    a = a or serialize(old)
+    b = b or serialize(new)
+    div = _divergence(a, b, count, tokens.count_once)
+    prompt_tokens = sum(count(c.data.decode()) for c in b.chunks)
+    cause, detail = _classify(old, new, a, b, div)
+    chunk = b.chunks[div.chunk] if div.chunk < len(b.chunks) else None
+    cached = _cached(old, new, a, div.common_tokens, prompt_tokens, count)
+    data_a, data_b = a.data, b.data
+    return PairDiff(
+        from_turn=old.turn,
+        to_turn=new.turn,
+        cause=cause,
+        detail=detail,
+        common_prefix_bytes=div.offset,
+        common_prefix_tokens=div.common_tokens,
+        prompt_tokens=prompt_tokens,
+        message_index=chunk.message_index if chunk is not None and chunk.label == "message" else None,
+        segment="tail" if cause == "tail" else (_segment_at(new, chunk, old) if chunk is not None else None),
+        before=_excerpt(data_a, div.offset),
+        after=_excerpt(data_b, div.offset),
+        cached_tokens=cached,
+        cache_hit=cached > 0,
+    )
+
+
+_CLOCK = re.compile(r"\b\d{1,2}:\d{2}(:\d{2})?\b")
+_DATE = re.compile(r"\b\d{4}[-/.]\d{1,2}[-/.]\d{1,2}\b")
+_NUMBER = re.compile(r"\d+")
+
+
+def _hint_kind(old: str, new: str) -> str:
+    if sorted(old.split()) == sorted(new.split()):
+        return "reordered"
+    if _CLOCK.sub("", old) == _CLOCK.sub("", new):
+        return "clock_time"
+    if _DATE.sub("", old) == _DATE.sub("", new):
+        return "date"
+    if _NUMBER.sub("", old) == _NUMBER.sub("", new):
+        return "counter"
+    return "changes"
+
+
+@dataclass
+class SessionDiff:
+    session_id: str
+    provider: str
+    model: str
+    turns: int = 0
+    pairs: list[PairDiff] = field(default_factory=list)
+    hints: dict[tuple[str, str], Hint] = field(default_factory=dict)
+
+    def unexpected(self, fail_on: Iterable[str]) -> list[PairDiff]:
+        causes = set(fail_on)
+        return [p for p in self.pairs if p.cause in causes]
+
+    def summary(self) -> dict[str, Any]:
+        by_cause = {c: sum(1 for p in self.pairs if p.cause == c) for c in CAUSES}
+        prompt = sum(p.prompt_tokens for p in self.pairs)
+        cached = sum(p.cached_tokens for p in self.pairs)
+        return {"pairs": len(self.pairs), "causes": {c: n for c, n in by_cause.items() if n},
+                "cache_hits": sum(1 for p in self.pairs if p.cache_hit), "cached_share": round(cached / prompt, 4) if prompt else 0.0}
+
+    def as_dict(self, fail_on: Iterable[str]) -> dict[str, Any]:
+        return {"session_id": self.session_id, "provider": self.provider, "model": self.model, "turns": self.turns,
+                "summary": self.summary(), "unexpected": len(self.unexpected(fail_on)),
+                "pairs": [p.as_dict() for p in self.pairs], "hints": [h.as_dict() for h in self.hints.values()]}
+
+
+def diff_turns(session_id: str, requests: Iterable[AssembledRequest]) -> SessionDiff:
+    """Diff each request against the one before it. Streams: holds only the previous request."""
+    previous: AssembledRequest | None = None
+    previous_serialized: Serialized | None = None
+    result: SessionDiff | None = None
+    last_tail_shift: int | None = None
+    for request in requests:
+        serialized = serialize(request)
+        if result is None:
+            result = SessionDiff(session_id, request.provider, request.model)
+        result.turns += 1
+        if previous is not None and previous_serialized is not None:
+            pair = diff_pair(previous, request, previous_serialized, serialized)
+            result.pairs.append(pair)
+            if pair.cause == "window_shift" and pair.detail == "tail limit":
+                # Hysteresis moves the window once per (max_messages - cut_to) messages. Shifts on two turns in a
+                # row mean the step is shorter than a turn (a sliding window): a cache miss on every turn.
+                if last_tail_shift == pair.from_turn:
+                    result.hints.setdefault(("window", "tail_limit"), Hint("window", "tail_limit")).turns.append(request.turn)
+                last_tail_shift = pair.to_turn
+            for (old_id, old_text), (new_id, new_text) in zip(previous.system_texts, request.system_texts, strict=False):
+                if old_id == new_id and old_text != new_text:
+                    kind = _hint_kind(old_text, new_text)
+                    result.hints.setdefault((new_id, kind), Hint(new_id, kind)).turns.append(request.turn)
+        previous, previous_serialized = request, serialized
+    return result or SessionDiff(session_id, "", "")
+
+
+# --- two configurations ---------------------------------------------------------------------------
+
+
+@dataclass
+class SegmentDelta:
+    id: str
+    kind: str
+    chars: int  # head − base
+    tokens: int
+    status: str  # changed | added | removed
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "kind": self.kind, "status": self.status, "chars": self.chars, "tokens": self.tokens}
+
+
+@dataclass
+class ConfigDiff:
+    session_id: str
+    turns: int = 0
+    differing_turns: list[int] = field(default_factory=list)
+    first_divergence: dict[str, Any] | None = None
+    segments: dict[str, SegmentDelta] = field(default_factory=dict)
+    head_stability: SessionDiff | None = None
+    base_stability: SessionDiff | None = None
+
+    def as_dict(self, fail_on: Iterable[str]) -> dict[str, Any]:
+        fail_on = list(fail_on)
+        return {
+            "session_id": self.session_id,
+            "turns": self.turns,
+            "differing_turns": self.differing_turns,
+            "first_divergence": self.first_divergence,
+            "segments": [s.as_dict() for s in self.segments.values()],
+            "head_stability": self.head_stability.as_dict(fail_on) if self.head_stability else None,
+            "base_unexpected": len(self.base_stability.unexpected(fail_on)) if self.base_stability else None,
+        }
+
+
+def diff_configs(session_id: str, base: Iterator[AssembledRequest], head: Iterator[AssembledRequest]) -> ConfigDiff:
+    """Every turn assembled under both configurations: what differs, by segment, and whether each is stable."""
+    result = ConfigDiff(session_id)
+    base_list: list[AssembledRequest] = []
+    head_list: list[AssembledRequest] = []
+
+    def tee(source: Iterator[AssembledRequest], keep: list[AssembledRequest]) -> Iterator[AssembledRequest]:
+        for request in source:
+            keep.append(request)
+            yield request
+
+    result.base_stability = diff_turns(session_id, tee(base, base_list))
+    result.head_stability = diff_turns(session_id, tee(head, head_list))
+    for old, new in zip(base_list, head_list, strict=False):
+        result.turns += 1
+        a, b = serialize(old), serialize(new)
+        if a.data == b.data and old.model == new.model:
+            continue
+        result.differing_turns.append(new.turn)
+        if result.first_divergence is None:
+            pair = diff_pair(old, new, a, b)
+            result.first_divergence = {"turn": new.turn, "offset": pair.common_prefix_bytes, "segment": pair.segment,
+                                       "message_index": pair.message_index, "before": pair.before, "after": pair.after}
+        base_segments = {s.id: s for s in old.segments}
+        head_segments = {s.id: s for s in new.segments}
+        for segment_id in dict.fromkeys([*base_segments, *head_segments]):
+            s_old, s_new = base_segments.get(segment_id), head_segments.get(segment_id)
+            if s_old and s_new and (s_old.chars, s_old.tokens) == (s_new.chars, s_new.tokens) and _same_text(old, new, segment_id):
+                continue
+            status = "added" if s_old is None else "removed" if s_new is None else "changed"
+            kind = (s_new or s_old).kind  # type: ignore[union-attr]
+            delta = SegmentDelta(segment_id, kind, (s_new.chars if s_new else 0) - (s_old.chars if s_old else 0),
+                                 (s_new.tokens if s_new else 0) - (s_old.tokens if s_old else 0), status)
+            result.segments.setdefault(segment_id, delta)
+    return result
+
+
+def _same_text(old: AssembledRequest, new: AssembledRequest, segment_id: str) -> bool:
+    old_text = dict(old.system_texts).get(segment_id)
+    new_text = dict(new.system_texts).get(segment_id)
+    if old_text is not None or new_text is not None:
+        return old_text == new_text
+    return [p.text for p in old.parts if p.segment_id == segment_id] == [p.text for p in new.parts if p.segment_id == segment_id]
+
+
+def _reporting(requests: Iterator[AssembledRequest], session: Any, progress: Callable[[int, int], None] | None) -> Iterator[AssembledRequest]:
+    total = sum(1 for m in session.messages if m.role == "assistant")
+    for request in requests:
+        if progress is not None:
+            progress(request.turn, total)
+        yield request
+
+
+# --- the command, as a library call ----------------------------------------------------------------
+
+
+@dataclass
+class PrefixDiffResult:
+    mode: str  # turns | configs
+    fail_on: list[str]
+    sessions: list[SessionDiff] = field(default_factory=list)
+    comparisons: list[ConfigDiff] = field(default_factory=list)
+    base_label: str | None = None
+    head_label: str | None = None
+
+    @property
+    def unexpected(self) -> int:
+        if self.mode == "turns":
+            return sum(len(s.unexpected(self.fail_on)) for s in self.sessions)
+        # before a merge: a difference between the configurations is what was asked for; a break is an
+        # unexpected cause in the head configuration's own turn-to-turn diff
+        return sum(len(c.head_stability.unexpected(self.fail_on)) for c in self.comparisons if c.head_stability)
+
+    def as_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"version": DIFF_VERSION, "mode": self.mode, "fail_on": self.fail_on, "unexpected": self.unexpected}
+        if self.mode == "turns":
+            data["sessions"] = [s.as_dict(self.fail_on) for s in self.sessions]
+        else:
+            data["base"], data["head"] = self.base_label, self.head_label
+            data["sessions"] = [c.as_dict(self.fail_on) for c in self.comparisons]
+        return data
+
+
+def session_refs(refs: list[str], *, all_sessions: bool, db: str | None, cwd: Any) -> list[str]:
+    """Expand folders to their .jsonl files and ``--all`` to every session of the database."""
+    from pathlib import Path
+
+    from zhin_cli.core.errors import UsageError
+
+    out: list[str] = []
+    for ref in refs:
+        path = Path(ref)
+        if path.is_dir():
+            files = sorted(str(p) for p in path.glob("*.jsonl"))
+            if not files:
+                raise UsageError(f"{ref}: no .jsonl files in this folder")
+            out.extend(files)
+        else:
+            out.append(ref)
+    if all_sessions:
+        from zhin_cli.store.database import SessionDatabase, discover_database, parse_db
+
+        source = db or (str(discover_database(cwd)) if discover_database(cwd) else None)
+        if source is None:
+            raise UsageError("--all needs a database: pass --db or run inside a folder with .zhin/data.sqlite")
+        with SessionDatabase(parse_db(source)) as database:
+            out.extend(row["session_id"] for row in database.list_sessions())
+    if not out:
+        raise UsageError("name at least one session (a .jsonl file, a folder of them, or a session id), or pass --all")
+    return out
+
+
+def run_prefix_diff(
+    refs: list[str],
+    *,
+    cwd: Any,
+    db: str | None = None,
+    config_path: Any = None,
+    provider: str | None = None,
+    model: str | None = None,
+    base: str | None = None,
+    head: str | None = None,
+    all_sessions: bool = False,
+    fail_on: Iterable[str] = DEFAULT_FAIL_ON,
+    after_load: Callable[[], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> PrefixDiffResult:
+    from zhin_cli.core.errors import UsageError
+    from zhin_cli.pipeline.assemble import Assembler
+    from zhin_cli.pipeline.config import Config, load_config
+    from zhin_cli.store import load_session
+
+    fail = list(fail_on)
+    unknown = sorted(set(fail) - set(CAUSES))
+    if unknown:
+        raise UsageError(f"--fail-on: unknown cause {', '.join(unknown)} (causes: {', '.join(CAUSES)})")
+    if (base is None) != (head is None):
+        raise UsageError("--base and --head go together")
+    sessions = [load_session(ref, db=db, cwd=cwd) for ref in session_refs(refs, all_sessions=all_sessions, db=db, cwd=cwd)]
+    if after_load is not None:
+        after_load()
+
+    def assembler_for(config: Config) -> tuple[Assembler, list[Any]]:
+        registry, generations = config.registry()
+        return Assembler(registry, config, provider=provider, model=model), generations
+
+    if base is None:
+        config = load_config(config_path, cwd=cwd)
+        assembler, generations = assembler_for(config)
+        result = PrefixDiffResult("turns", fail)
+        try:
+            for session in sessions:
+                result.sessions.append(diff_turns(session.session_id, _reporting(assembler.replay(session), session, progress)))
+        finally:
+            for generation in generations:
+                generation.release()
+        return result
+
+    from zhin_cli.tools.configsource import load_config_source
+
+    assert head is not None
+    with load_config_source(base, cwd=cwd) as base_source, load_config_source(head, cwd=cwd) as head_source:
+        base_assembler, base_generations = assembler_for(base_source.config)
+        head_assembler, head_generations = assembler_for(head_source.config)
+        result = PrefixDiffResult("configs", fail, base_label=base_source.label, head_label=head_source.label)
+        try:
+            for session in sessions:
+                result.comparisons.append(diff_configs(session.session_id, base_assembler.replay(session), head_assembler.replay(session)))
+        finally:
+            for generation in base_generations + head_generations:
+                generation.release()
+    return result

@@ -1,0 +1,991 @@
+"""``zhin serve`` — a loopback conformance server that answers like the real chat APIs, offline.
+
+Point a bot (or the real ``openai`` client) at it and every request is checked the way the provider checks it:
+
+* ``POST /v1/chat/completions`` speaks OpenAI Chat Completions with the ``--provider`` profile;
+  ``POST /v1/messages`` speaks Anthropic Messages with the ``anthropic`` profile. The path → (dialect, profile)
+  mapping is data (``ENDPOINTS``); a profile that is not registered answers 404 in the dialect's error envelope.
+* The profile's validator (``zhin_cli.pipeline.validate``) runs on the body; a rejection is answered with the validator's
+  status and exact error body, as the real API would.
+* Otherwise the answer is a deterministic completion (``ok <hash of the request>``) whose ``usage`` is each API's
+  real shape, with cache counts from the server's own prefix cache under the profile's ``CacheRules``:
+
+  - ``automatic`` (OpenAI, DeepSeek): the prompt's prefix-relevant serialization (tools, then messages, each a
+    canonical JSON block) is tokenized with ``TokenCounter``; the hit is the longest common token prefix with the
+    last 64 requests for the same profile and model, 0 below ``min_tokens``, else rounded down to
+    ``step_tokens`` (OpenAI: 1024 / 128).
+  - ``explicit`` (Anthropic): blocks in cache order tools → system → messages, ``cache_control`` markers removed
+    from the text (moving a breakpoint does not change the prefix). Each breakpoint of a request writes an entry
+    for the byte-identical prefix up to it (if at least ``min_tokens``); a later request reads the longest stored
+    prefix that ends at one of its block boundaries within 20 blocks before one of its breakpoints
+    (providers.md §2.5). Nothing after the last breakpoint is cached: ``input_tokens`` is that remainder.
+    A partial match that ends mid-block is *not* a hit, as with the real API.
+  - ``none``: never a hit.
+
+  Token counts are the server's own (tiktoken over that serialization, o200k for models tiktoken does not know,
+  Claude included): consistent between requests, not the provider's exact billing count.
+* Malformed JSON, a missing model and unknown paths are answered in the dialect's error envelope. Requests with
+  ``"stream": true`` get a server-sent-event stream in the API's event format.
+
+With ``capture`` (``--capture DIR``) every POST body is written to ``DIR/NNNNN-<route>.json`` exactly as received
+(bytes, before any check), so any client — a SillyTavern install, the upstream bot, a script — can be compared
+with what this assembler sends (``zhin request-diff``). Headers are never written: they carry the API key.
+
+The server binds to loopback only. ``running_server()`` runs one in a thread for tests; ``serve()`` runs one in
+the foreground for the CLI.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import io
+import ipaddress
+import json
+import os
+import queue
+import re
+import signal
+import socket
+import tempfile
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Hashable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from zhin_cli.core.errors import UsageError, ZhinError
+from zhin_cli.core.loopback import is_loopback_name
+from zhin_cli.core.tokens import TokenCounter, encoding_for_model
+from zhin_cli.pipeline.providers import PROFILES, CacheRules, resolve_profile
+from zhin_cli.pipeline.validate import VALIDATORS, validate
+from zhin_cli.tools.prefixdiff import common_prefix_length
+
+STORE_SIZE = 64  # requests remembered per server (automatic caching); explicit entries: 4 per request
+STORE_TOKENS = 8_000_000  # tokens remembered across those requests (4 bytes each); the oldest go first
+SEQUENCE_TOKENS = 2_000_000  # a longer prompt is remembered up to here (no model reads more)
+LOOKBACK_BLOCKS = 20  # how far back an Anthropic breakpoint looks for an earlier cache entry (providers.md §2.5)
+MAX_BODY = 64 * 1024 * 1024
+
+Log = Callable[[str], None]
+
+
+# --- the prefix the cache sees -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PrefixPlan:
+    """A request's prefix-relevant serialization: blocks in cache order, and explicit breakpoints."""
+
+    blocks: list[str]
+    breakpoints: list[tuple[int, str]] = field(default_factory=list)  # (block index, ttl) of cache_control markers
+
+
+@dataclass(frozen=True)
+class CacheOutcome:
+    prompt_tokens: int
+    read: int = 0
+    written: int = 0
+    written_by_ttl: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def uncached(self) -> int:
+        return self.prompt_tokens - self.read - self.written
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+class PrefixCache:
+    """The server's prompt cache: bounded, thread-safe, keyed by (profile, model)."""
+
+    def __init__(self, size: int = STORE_SIZE) -> None:
+        self._lock = threading.Lock()
+        self._sequences: deque[tuple[Hashable, bytes]] = deque()  # token sequences, 4 bytes per token (memcmp-able)
+        self._size = size
+        self._stored = 0  # bytes in _sequences
+        self._entries: OrderedDict[tuple[Hashable, str], int] = OrderedDict()
+        self._max_entries = size * 4
+
+    def account(self, key: Hashable, plan: PrefixPlan, counter: TokenCounter, rules: CacheRules) -> CacheOutcome:
+        step = max(rules.step_tokens, 1)
+        if rules.mechanism == "automatic":
+            return self._automatic(key, b"".join(counter.encode_packed(block) for block in plan.blocks), rules.min_tokens, step)
+        lengths = [counter.count_once(block) for block in plan.blocks]
+        if rules.mechanism == "explicit":
+            return self._explicit(key, plan, lengths, rules.min_tokens, step)
+        return CacheOutcome(prompt_tokens=sum(lengths))
+
+    def _automatic(self, key: Hashable, tokens: bytes, min_tokens: int, step: int) -> CacheOutcome:
+        kept = tokens[:SEQUENCE_TOKENS * 4]
+        with self._lock:
+            shared = max((common_prefix_length(tokens, earlier) // 4 for k, earlier in self._sequences if k == key), default=0)
+            self._sequences.append((key, kept))
+            self._stored += len(kept)
+            while len(self._sequences) > self._size or self._stored > STORE_TOKENS * 4:
+                self._stored -= len(self._sequences.popleft()[1])
+        read = 0 if shared < min_tokens else shared // step * step
+        return CacheOutcome(prompt_tokens=len(tokens) // 4, read=read)
+
+    def _explicit(self, key: Hashable, plan: PrefixPlan, lengths: list[int], min_tokens: int, step: int) -> CacheOutcome:
+        ends: list[int] = []  # token offset at the end of each block
+        digests: list[str] = []  # hash of the exact text up to the end of each block
+        running, position = hashlib.sha256(), 0
+        for block, length in zip(plan.blocks, lengths, strict=True):
+            running.update(block.encode("utf-8") + b"\x00")
+            digests.append(running.hexdigest())
+            position += length
+            ends.append(position)
+        total = position
+        breakpoints = sorted({index: ttl for index, ttl in plan.breakpoints}.items())
+        if not breakpoints:
+            return CacheOutcome(prompt_tokens=total)
+        candidates = {j for index, _ in breakpoints for j in range(max(0, index - LOOKBACK_BLOCKS + 1), index + 1)}
+        with self._lock:
+            hits = [j for j in candidates if (key, digests[j]) in self._entries]
+            read_block = max(hits, key=lambda j: ends[j], default=None)
+            if read_block is not None:
+                self._entries.move_to_end((key, digests[read_block]))
+            for index, _ in breakpoints:
+                if ends[index] >= min_tokens:
+                    self._entries[(key, digests[index])] = ends[index]
+                    self._entries.move_to_end((key, digests[index]))
+            while len(self._entries) > self._max_entries:
+                self._entries.popitem(last=False)
+        read = 0 if read_block is None or ends[read_block] < min_tokens else ends[read_block] // step * step
+        last_end = ends[breakpoints[-1][0]]
+        if last_end < min_tokens or last_end <= read:
+            return CacheOutcome(prompt_tokens=total, read=read)
+        by_ttl: dict[str, int] = {}
+        start = read
+        for index, ttl in breakpoints:
+            if ends[index] > start:
+                by_ttl[ttl] = by_ttl.get(ttl, 0) + ends[index] - start
+                start = ends[index]
+        return CacheOutcome(prompt_tokens=total, read=read, written=last_end - read, written_by_ttl=by_ttl)
+
+
+# --- dialects: how each API shapes its prefix, errors and answers ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class Dialect:
+    name: str
+    plan: Callable[[dict[str, Any]], PrefixPlan]
+    error: Callable[[int, str], dict[str, Any]]  # (status, message) → the API's error body
+    completion: Callable[[dict[str, Any], str, str, CacheOutcome, int], dict[str, Any]]
+    stream: Callable[[dict[str, Any], str, str, CacheOutcome, int], Iterator[bytes]]
+    missing_model: str
+
+
+DIALECTS: dict[str, Dialect] = {}
+
+
+def register_dialect(dialect: Dialect) -> Dialect:
+    DIALECTS[dialect.name] = dialect
+    return dialect
+
+
+def _sse(data: Any, event: str | None = None) -> bytes:
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+
+
+_TRANSPORT_FIELDS = ("stream", "stream_options")  # how the answer is delivered, not what is asked
+
+
+def _digest(body: Mapping[str, Any]) -> str:
+    """Hash of what the request asks (the same conversation streamed or not gets the same reply)."""
+    asked = {k: v for k, v in body.items() if k not in _TRANSPORT_FIELDS}
+    return hashlib.sha256(_canonical(asked).encode("utf-8")).hexdigest()
+
+
+# OpenAI Chat Completions
+
+_OPENAI_ERROR_TYPES = {400: "invalid_request_error", 404: "invalid_request_error", 413: "invalid_request_error"}
+
+
+def _openai_error(status: int, message: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": _OPENAI_ERROR_TYPES.get(status, "server_error"), "param": None, "code": None}}
+
+
+def _list(body: Mapping[str, Any], key: str) -> list[Any]:
+    value = body.get(key)
+    return value if isinstance(value, list) else []
+
+
+def _openai_plan(body: dict[str, Any]) -> PrefixPlan:
+    return PrefixPlan([f"tool {_canonical(t)}" for t in _list(body, "tools")]
+                      + [f"message {_canonical(m)}" for m in _list(body, "messages")])
+
+
+def _openai_usage(cache: CacheOutcome, output_tokens: int) -> dict[str, Any]:
+    return {
+        "prompt_tokens": cache.prompt_tokens,
+        "completion_tokens": output_tokens,
+        "total_tokens": cache.prompt_tokens + output_tokens,
+        "prompt_tokens_details": {"cached_tokens": cache.read, "audio_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
+                                      "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0},
+    }
+
+
+def _openai_head(body: dict[str, Any], model: str, kind: str) -> dict[str, Any]:
+    return {"id": f"chatcmpl-{_digest(body)[:24]}", "object": kind, "created": int(time.time()), "model": model,
+            "service_tier": "default", "system_fingerprint": "fp_zhin_serve"}
+
+
+def _openai_completion(body: dict[str, Any], model: str, text: str, cache: CacheOutcome, output_tokens: int) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None, "annotations": []}
+    return {**_openai_head(body, model, "chat.completion"),
+            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": "stop"}],
+            "usage": _openai_usage(cache, output_tokens)}
+
+
+def _openai_stream(body: dict[str, Any], model: str, text: str, cache: CacheOutcome, output_tokens: int) -> Iterator[bytes]:
+    head = _openai_head(body, model, "chat.completion.chunk")
+    options = body.get("stream_options")
+    with_usage = isinstance(options, dict) and options.get("include_usage") is True
+    extra: dict[str, Any] = {"usage": None} if with_usage else {}
+    for delta, finish in (({"role": "assistant", "content": "", "refusal": None}, None), ({"content": text}, None), ({}, "stop")):
+        yield _sse({**head, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}], **extra})
+    if with_usage:
+        yield _sse({**head, "choices": [], "usage": _openai_usage(cache, output_tokens)})
+    yield b"data: [DONE]\n\n"
+
+
+register_dialect(Dialect("openai-chat", _openai_plan, _openai_error, _openai_completion, _openai_stream,
+                         missing_model="you must provide a model parameter"))
+
+
+# Anthropic Messages
+
+_ANTHROPIC_ERROR_TYPES = {400: "invalid_request_error", 404: "not_found_error", 413: "request_too_large"}
+
+
+def _anthropic_error(status: int, message: str) -> dict[str, Any]:
+    return {"type": "error", "error": {"type": _ANTHROPIC_ERROR_TYPES.get(status, "api_error"), "message": message}}
+
+
+def _without_cache_control(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_cache_control(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [_without_cache_control(v) for v in value]
+    return value
+
+
+def _cache_marker(value: Any) -> dict[str, Any] | None:
+    """The first cache_control marker in a block (on it or on a nested block, e.g. inside tool_result content)."""
+    if isinstance(value, dict):
+        marker = value.get("cache_control")
+        if isinstance(marker, dict):
+            return marker
+        value = list(value.values())
+    if isinstance(value, list):
+        for item in value:
+            found = _cache_marker(item)
+            if found is not None:
+                return found
+    return None
+
+
+def _anthropic_plan(body: dict[str, Any]) -> PrefixPlan:
+    blocks: list[str] = []
+    breakpoints: list[tuple[int, str]] = []
+
+    def add(prefix: str, block: Any) -> None:
+        marker = _cache_marker(block)
+        if marker is not None:
+            breakpoints.append((len(blocks), str(marker.get("ttl") or "5m")))
+        blocks.append(prefix + _canonical(_without_cache_control(block)))
+
+    for tool in _list(body, "tools"):
+        add("tool ", tool)
+    system = body.get("system")
+    for block in system if isinstance(system, list) else ([system] if system is not None else []):
+        add("system ", block)
+    for message in _list(body, "messages"):
+        role = message.get("role") if isinstance(message, dict) else None
+        content = message.get("content") if isinstance(message, dict) else message
+        for index, block in enumerate(content if isinstance(content, list) else [content]):
+            add(f"\n{role} " if index == 0 else "+ ", block)
+    automatic = body.get("cache_control")  # top-level: a marker on the last cacheable block
+    if isinstance(automatic, dict) and blocks:
+        breakpoints.append((len(blocks) - 1, str(automatic.get("ttl") or "5m")))
+    return PrefixPlan(blocks, breakpoints)
+
+
+def _anthropic_usage(cache: CacheOutcome, output_tokens: int) -> dict[str, Any]:
+    return {
+        "input_tokens": cache.uncached,
+        "cache_creation_input_tokens": cache.written,
+        "cache_read_input_tokens": cache.read,
+        "cache_creation": {"ephemeral_5m_input_tokens": cache.written_by_ttl.get("5m", 0),
+                           "ephemeral_1h_input_tokens": cache.written_by_ttl.get("1h", 0)},
+        "output_tokens": output_tokens,
+        "service_tier": "standard",
+    }
+
+
+def _anthropic_message(body: dict[str, Any], model: str, content: list[dict[str, Any]], stop: str | None,
+                       usage: dict[str, Any]) -> dict[str, Any]:
+    return {"id": f"msg_{_digest(body)[:24]}", "type": "message", "role": "assistant", "model": model, "content": content,
+            "stop_reason": stop, "stop_sequence": None, "usage": usage}
+
+
+def _anthropic_completion(body: dict[str, Any], model: str, text: str, cache: CacheOutcome, output_tokens: int) -> dict[str, Any]:
+    return _anthropic_message(body, model, [{"type": "text", "text": text}], "end_turn", _anthropic_usage(cache, output_tokens))
+
+
+def _anthropic_stream(body: dict[str, Any], model: str, text: str, cache: CacheOutcome, output_tokens: int) -> Iterator[bytes]:
+    start = _anthropic_message(body, model, [], None, _anthropic_usage(cache, 1))
+    yield _sse({"type": "message_start", "message": start}, "message_start")
+    yield _sse({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}, "content_block_start")
+    yield _sse({"type": "ping"}, "ping")
+    yield _sse({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}, "content_block_delta")
+    yield _sse({"type": "content_block_stop", "index": 0}, "content_block_stop")
+    yield _sse({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "usage": {"output_tokens": output_tokens}}, "message_delta")
+    yield _sse({"type": "message_stop"}, "message_stop")
+
+
+register_dialect(Dialect("anthropic-messages", _anthropic_plan, _anthropic_error, _anthropic_completion, _anthropic_stream,
+                         missing_model="model: Field required"))
+
+
+# --- endpoints -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    dialect: str  # a DIALECTS key; also the wire a profile must speak to serve it
+    profile: str | None = None  # None: the server's --provider profile
+
+
+ENDPOINTS: dict[str, Endpoint] = {
+    "/v1/chat/completions": Endpoint("openai-chat"),
+    "/v1/messages": Endpoint("anthropic-messages", profile="anthropic"),
+}
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    body: dict[str, Any] | None = None
+    events: Iterator[bytes] | None = None  # a server-sent-event stream instead of a JSON body
+    note: str = ""  # for the request log
+
+
+def answer(path: str, raw: bytes | bytearray, *, provider: str, cache: PrefixCache, method: str = "POST") -> Reply:
+    """Everything the server does for one request, as data (the HTTP handler only writes it out)."""
+    route = path.split("?", 1)[0]
+    endpoint = ENDPOINTS.get(route)
+    if endpoint is None or method != "POST":
+        return Reply(404, _openai_error(404, f"Invalid URL ({method} {route})"), note="unknown path")
+    dialect = DIALECTS[endpoint.dialect]
+    if len(raw) > MAX_BODY:
+        return Reply(413, dialect.error(413, f"zhin serve: request body over {MAX_BODY} bytes"))
+    try:
+        body = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as error:  # also a 5000-digit integer (Python's int-digit limit)
+        return Reply(400, dialect.error(400, f"zhin serve: the request body is not valid JSON ({error})"), note="bad JSON")
+    except RecursionError:
+        body = _TOO_DEEP
+    if body is _TOO_DEEP or nesting_over(body, MAX_DEPTH):  # not `None`: a body of JSON `null` is a wrong type, not deep
+        return Reply(400, dialect.error(400, f"zhin serve: the request body nests deeper than {MAX_DEPTH} levels"),
+                     note="nested too deep")
+    if not isinstance(body, dict):
+        return Reply(400, dialect.error(400, f"zhin serve: the request body must be a JSON object, got {type(body).__name__}"),
+                     note="bad JSON")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        return Reply(400, dialect.error(400, dialect.missing_model), note="no model")
+    name = endpoint.profile or provider
+    if name not in PROFILES:
+        return Reply(404, dialect.error(404, f"zhin serve: no provider profile {name!r} is registered, so POST {route} cannot be "
+                                             f"checked (known: {', '.join(sorted(PROFILES))})"), note=f"no profile {name}")
+    profile = resolve_profile(name, model)
+    if profile.validator not in VALIDATORS:
+        return Reply(501, dialect.error(501, f"zhin serve: provider {name!r} names validator {profile.validator!r}, which is "
+                                             f"not registered (known: {', '.join(sorted(VALIDATORS))})"),
+                     note=f"no validator {profile.validator}")
+    try:
+        verdict = validate(profile.validator, body, model)
+    except Exception as error:  # a validator that cannot read the body is a bug there: say so, do not crash
+        return Reply(500, dialect.error(500, f"zhin serve: validator {profile.validator!r} failed on this body: "
+                                             f"{type(error).__name__}: {error}"), note="validator crashed")
+    if not verdict.ok:
+        return Reply(verdict.status, verdict.error_body(), note=verdict.message)
+    counter = TokenCounter(encoding_for_model(model))
+    outcome = cache.account((profile.name, model), dialect.plan(body), counter, profile.cache)
+    text = f"ok {_digest(body)[:8]}"
+    output_tokens = counter.count(text)
+    note = f"{profile.name} {model} prompt={outcome.prompt_tokens} read={outcome.read} written={outcome.written}"
+    if body.get("stream") is True:
+        return Reply(200, events=dialect.stream(body, model, text, outcome, output_tokens), note=note)
+    return Reply(200, dialect.completion(body, model, text, outcome, output_tokens), note=note)
+
+
+# --- HTTP ------------------------------------------------------------------------------------------------------
+#
+# Limits (README "Safety" → "zhin serve"): a fixed pool of WORKERS threads serves connections (one request each,
+# HTTP/1.0); connections beyond the pool wait in a short queue and then in the kernel's listen backlog (BACKLOG),
+# so a burst of clients waits instead of being reset. Each connection must send its whole request within
+# REQUEST_DEADLINE and never stay silent longer than IDLE_TIMEOUT. Request bodies held in memory across all
+# requests at once are bounded by MAX_BUFFERED (a body waits up to BUFFER_WAIT for room, then gets a 503; a chunked
+# body that already holds room gets the 503 at once rather than wait on others that grow too).
+
+
+WORKERS = 16
+BACKLOG = 1024
+IDLE_TIMEOUT = 10.0
+REQUEST_DEADLINE = 60.0
+MAX_BUFFERED = 2 * MAX_BODY
+BUFFER_WAIT = 5.0
+MAX_DEPTH = 200  # JSON nesting a body may have (real requests: < 20)
+MAX_CHUNK_LINE = 1024
+READ_PIECE = 1 << 20
+DRAIN_BYTES = 2 * MAX_BODY  # after an early answer, read (and drop) at most this much so the client sees it, not a reset
+DRAIN_SECONDS = 2.0
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff]")
+
+
+def printable(text: str) -> str:
+    """``text`` with control and invisible format characters escaped (``\\x1b``, ``\\u202e``): a request path
+    cannot rewrite the terminal or forge a log line."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text)
+
+
+class ClientError(Exception):
+    """A request this server refuses before it reaches ``answer()``: (status, message)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ByteBudget:
+    """Bytes of request body held in memory across all requests; ``take`` waits a while for room."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self._room = threading.Condition()
+
+    def take(self, size: int, wait: float) -> bool:
+        deadline = time.monotonic() + wait
+        with self._room:
+            while self.used + size > self.limit:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._room.wait(remaining)
+            self.used += size
+            return True
+
+    def give(self, size: int) -> None:
+        with self._room:
+            self.used -= size
+            self._room.notify_all()
+
+
+class _DeadlineReader(io.RawIOBase):
+    """The socket's input, each read bounded by the idle timeout and by the request's overall deadline."""
+
+    def __init__(self, sock: socket.socket, idle: float, deadline: float) -> None:
+        super().__init__()
+        self._sock, self._idle, self._deadline = sock, idle, deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        remaining = self._deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("the request was not received in time")
+        self._sock.settimeout(min(self._idle, remaining))
+        return self._sock.recv_into(buffer)
+
+
+def loopback_authority(value: str) -> bool:
+    """Whether a ``Host`` value (``name[:port]``, ``[v6][:port]``) names this machine: ``localhost`` or a loopback IP."""
+    value = value.strip()
+    if value.startswith("["):
+        name, _, rest = value[1:].partition("]")
+        if rest and not re.fullmatch(r":\d{1,5}", rest):
+            return False
+    elif value.count(":") == 1:
+        name, _, port = value.partition(":")
+        if not re.fullmatch(r"\d{1,5}", port):
+            return False
+    else:
+        name = value
+    return is_loopback_name(name)
+
+
+def _origin_is_loopback(origin: str) -> bool:
+    try:
+        parts = urlsplit(origin)
+        host = parts.hostname
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and host is not None and loopback_authority(f"[{host}]" if ":" in host else host)
+
+
+# link(2) errors that mean "this file system has no hard links" (not "this file is gone")
+_NO_HARD_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.EMLINK, errno.ENOSYS})
+_TOO_DEEP = object()  # json.loads gave up on the body's nesting
+
+
+def nesting_over(value: Any, limit: int) -> bool:
+    """Whether JSON ``value`` nests deeper than ``limit`` (without recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)] if isinstance(value, (dict, list)) else []  # a scalar nests nothing
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: ConformanceServer
+    server_version = "zhin-serve"
+    protocol_version = "HTTP/1.0"  # one request per connection: an idle keep-alive cannot hold a pool worker
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile.close()
+        deadline = time.monotonic() + self.server.request_deadline
+        self.rfile = io.BufferedReader(_DeadlineReader(self.connection, self.server.idle_timeout, deadline), 65536)
+        self._unread = False  # body bytes left on the socket (answered early): drained before closing
+
+    def handle(self) -> None:
+        try:
+            self.handle_one_request()
+        except (OSError, ValueError) as error:  # the client went away, stalled or sent garbage: close quietly
+            self.close_connection = True
+            self._log(f"{getattr(self, 'command', None) or '-'} {getattr(self, 'path', None) or '-'}: connection closed "
+                      f"({type(error).__name__}: {error})")
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+            if self._unread:
+                self._drain()
+        except OSError:
+            pass
+
+    def _drain(self) -> None:
+        """Read and drop what the client still sends (bounded), so it reads our answer instead of a reset."""
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_WR)
+        deadline, left = time.monotonic() + DRAIN_SECONDS, DRAIN_BYTES
+        scratch = bytearray(65536)
+        while left > 0 and (remaining := deadline - time.monotonic()) > 0:
+            self.connection.settimeout(remaining)
+            count = self.connection.recv_into(scratch)
+            if not count:
+                break
+            left -= count
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+        held = 0
+        try:
+            self._check_origin()
+            raw, held = self._read_body()
+        except ClientError as refusal:
+            self._unread = True
+            self._send(Reply(refusal.status, self._error_body(refusal.status, str(refusal)), note=str(refusal)))
+            return
+        try:
+            if self.server.capture is not None:
+                self.server.capture.write(self.path, raw, self._log)
+            self._respond("POST", raw)
+        finally:
+            self.server.budget.give(held)
+
+    def do_GET(self) -> None:  # noqa: N802
+        self._respond("GET", b"")
+
+    def _error_body(self, status: int, message: str) -> dict[str, Any]:
+        endpoint = ENDPOINTS.get(self.path.split("?", 1)[0])
+        return DIALECTS[endpoint.dialect if endpoint else "openai-chat"].error(status, f"zhin serve: {message}")
+
+    def _check_origin(self) -> None:
+        """DNS-rebinding and cross-site guard: a browser page can reach 127.0.0.1, but it cannot make its
+        request carry a loopback ``Host`` (rebinding) or a JSON body without a CORS preflight (which is refused)."""
+        hosts = self.headers.get_all("Host") or []
+        if len(hosts) > 1:
+            raise ClientError(400, "more than one Host header")
+        if hosts and not loopback_authority(hosts[0]):
+            raise ClientError(403, f"Host {hosts[0]!r} is not a loopback name or address; zhin serve answers only "
+                                   "requests addressed to localhost, 127.0.0.1 or [::1]")
+        origin = self.headers.get("Origin")
+        if origin is not None and not _origin_is_loopback(origin):
+            raise ClientError(403, f"Origin {origin!r} is not on this machine; zhin serve refuses cross-site requests")
+        kind = (self.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
+        if kind != "application/json":
+            raise ClientError(415, f"Content-Type must be application/json, got {kind or 'none'!r}")
+
+    def _read_body(self) -> tuple[bytearray, int]:
+        """The request body and the bytes it holds in the shared budget; refusals raise ClientError."""
+        encodings = [part.strip().lower() for part in ",".join(self.headers.get_all("Transfer-Encoding") or []).split(",")
+                     if part.strip()]
+        if encodings:
+            if encodings != ["chunked"]:
+                raise ClientError(501, f"Transfer-Encoding {', '.join(encodings)!r} is not supported (only chunked)")
+            return self._read_chunked()
+        lengths = set(self.headers.get_all("Content-Length") or [])
+        if len(lengths) > 1:
+            raise ClientError(400, "conflicting Content-Length headers")
+        text = next(iter(lengths), "0").strip() or "0"
+        if not re.fullmatch(r"\d{1,20}", text):
+            raise ClientError(400, f"Content-Length {text[:40]!r} is not a byte count")
+        length = int(text)
+        if length > MAX_BODY:
+            raise ClientError(413, f"request body of {length} bytes is over the {MAX_BODY}-byte limit")
+        if not self.server.budget.take(length, BUFFER_WAIT):
+            raise ClientError(503, "too many large request bodies at once; retry shortly")
+        try:
+            data = bytearray(length)
+            view, filled = memoryview(data), 0
+            while filled < length:
+                count = self.rfile.readinto(view[filled:filled + READ_PIECE])
+                if not count:
+                    raise ConnectionAbortedError(f"the client sent {filled} of {length} body bytes, then closed")
+                filled += count
+            view.release()
+        except BaseException:
+            self.server.budget.give(length)
+            raise
+        return data, length
+
+    def _read_chunked(self) -> tuple[bytearray, int]:
+        data, held = bytearray(), 0
+        try:
+            while True:
+                line = self.rfile.readline(MAX_CHUNK_LINE + 1)
+                if not line:
+                    raise ConnectionAbortedError("the client closed the connection inside a chunked body")
+                if len(line) > MAX_CHUNK_LINE or not line.endswith(b"\n"):
+                    raise ClientError(400, "chunk size line too long")
+                size_text = line.split(b";", 1)[0].strip()
+                if not re.fullmatch(rb"[0-9A-Fa-f]{1,16}", size_text):
+                    raise ClientError(400, f"invalid chunk size {size_text[:40].decode('latin-1')!r}")
+                size = int(size_text, 16)
+                if size == 0:
+                    for _ in range(100):  # trailer fields, then the empty line
+                        trailer = self.rfile.readline(MAX_CHUNK_LINE + 1)
+                        if trailer in (b"\r\n", b"\n", b""):
+                            break
+                    else:
+                        raise ClientError(400, "too many chunked trailer fields")
+                    return data, held
+                if len(data) + size > MAX_BODY:
+                    raise ClientError(413, f"chunked request body is over the {MAX_BODY}-byte limit")
+                # a body that already holds room does not wait for more (two growing bodies would wait on each other)
+                if not self.server.budget.take(size, 0.0 if held else BUFFER_WAIT):
+                    raise ClientError(503, "too many large request bodies at once; retry shortly")
+                held += size
+                left = size
+                while left:
+                    piece = self.rfile.read(min(left, READ_PIECE))
+                    if not piece:
+                        raise ConnectionAbortedError("the client closed the connection inside a chunk")
+                    data += piece
+                    left -= len(piece)
+                if self.rfile.readline(3) not in (b"\r\n", b"\n"):
+                    raise ClientError(400, "chunk data is not followed by CRLF")
+        except BaseException:
+            self.server.budget.give(held)
+            raise
+
+    def _respond(self, method: str, raw: bytes | bytearray) -> None:
+        try:
+            reply = answer(self.path, raw, provider=self.server.provider, cache=self.server.cache, method=method)
+        except Exception as error:  # a bug here must not be a traceback or a dropped connection
+            reply = Reply(500, self._error_body(500, f"internal error: {type(error).__name__}: {error}"), note="internal error")
+        self._send(reply)
+
+    def _send(self, reply: Reply) -> None:
+        self.connection.settimeout(self.server.idle_timeout)
+        self.send_response(reply.status)
+        self.send_header("Connection", "close")
+        if reply.status == 503:
+            self.send_header("Retry-After", "1")
+        if reply.events is not None:
+            self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+            self.send_header("Cache-Control", "no-cache")
+            self.end_headers()
+            for chunk in reply.events:
+                self.wfile.write(chunk)
+                self.wfile.flush()
+        else:
+            data = json.dumps(reply.body, ensure_ascii=False).encode("utf-8")
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        self._log(f"{self.command} {self.path} {reply.status} {reply.note}".rstrip())
+
+    def _log(self, line: str) -> None:
+        if self.server.log:
+            self.server.log(printable(line))
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 — we log one line per answer instead
+        pass
+
+
+_CAPTURE_NAME = re.compile(r"(\d{5,})-[^/]*\.json")
+
+
+class Capture:
+    """Writes request bodies as received, numbered in arrival order, after any already in the folder.
+
+    Safe beside another server capturing into the same folder: each body is written to a temporary file in the
+    folder, then published under the next free number with an exclusive, atomic step (a hard link, which fails
+    if the name exists; where links are not supported, ``open(name, "xb")`` claims the name and ``os.replace``
+    puts the body there). A taken number moves on to the next. A reader never sees a partial body under a
+    capture name, and numbering past 99999 continues at 100000.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise ZhinError(f"cannot create the capture folder: {error.strerror or error}", where=str(folder)) from None
+        if not folder.is_dir():
+            raise ZhinError("the capture folder is not a folder", where=str(folder))
+        self.folder = folder
+        self.lock = threading.Lock()
+        self.next = self._highest() + 1
+        self._pending: set[str] = set()  # temporary files being written (removed by close())
+
+    def _highest(self) -> int:
+        try:
+            names = os.listdir(self.folder)
+        except OSError:
+            return 0
+        return max((int(m.group(1)) for name in names if (m := _CAPTURE_NAME.fullmatch(name))), default=0)
+
+    def write(self, path: str, raw: bytes | bytearray, log: Log | None = None) -> Path | None:
+        route = re.sub(r"[^A-Za-z0-9]+", "-", path.split("?", 1)[0].removeprefix("/v1/")).strip("-")[:80] or "root"
+        temporary = ""
+        try:
+            handle, temporary = tempfile.mkstemp(dir=self.folder, prefix=".capture-", suffix=".tmp")
+            with self.lock:
+                self._pending.add(temporary)
+            with os.fdopen(handle, "wb") as stream:
+                stream.write(raw)
+            return self._publish(temporary, route)
+        except OSError as error:  # a full disk must not take the server down: say so per request
+            if log:
+                log(f"capture failed: {self.folder}: {error.strerror or error}")
+            return None
+        finally:
+            if temporary:
+                with self.lock:
+                    self._pending.discard(temporary)
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
+
+    def _publish(self, temporary: str, route: str) -> Path:
+        for _ in range(100_000):
+            with self.lock:
+                number = self.next
+                self.next += 1
+            target = self.folder / f"{number:05d}-{route}.json"
+            try:
+                try:
+                    os.link(temporary, target)
+                except FileExistsError:
+                    raise
+                except OSError as error:
+                    if error.errno not in _NO_HARD_LINKS:  # e.g. the temporary file is gone (shut down meanwhile)
+                        raise
+                    # no hard links here: claim the name, then move the body onto it
+                    open(target, "xb").close()
+                    os.replace(temporary, target)
+                return target
+            except FileExistsError:  # another writer has this number: start after the highest one there
+                with self.lock:
+                    self.next = max(self.next, self._highest() + 1)
+        raise OSError(f"no free capture number after {self.next}")
+
+    def close(self) -> None:
+        """Remove temporary files of bodies that were still being written (a stopped server leaves none)."""
+        with self.lock:
+            pending, self._pending = self._pending, set()
+        for temporary in pending:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+
+
+class ConformanceServer(HTTPServer):
+    """An HTTP server on a fixed pool of worker threads (see the limits above)."""
+
+    request_queue_size = BACKLOG
+
+    def __init__(self, address: tuple[str, int], provider: str, log: Log | None = None, capture: Path | None = None, *,
+                 workers: int = WORKERS, idle_timeout: float = IDLE_TIMEOUT, request_deadline: float = REQUEST_DEADLINE,
+                 max_buffered: int = MAX_BUFFERED) -> None:
+        self.provider = provider
+        self.cache = PrefixCache()
+        self.log = log
+        self.capture = Capture(capture) if capture is not None else None
+        self.idle_timeout = idle_timeout
+        self.request_deadline = request_deadline
+        self.budget = ByteBudget(max(max_buffered, MAX_BODY))
+        self._closing = threading.Event()
+        self._queue: queue.Queue[tuple[socket.socket, Any] | None] = queue.Queue(maxsize=workers)
+        self._workers: list[threading.Thread] = []  # (server_close runs if binding fails)
+        super().__init__(address, _Handler)
+        self._workers = [threading.Thread(target=self._work, name=f"zhin-serve-{i}", daemon=True) for i in range(workers)]
+        for worker in self._workers:
+            worker.start()
+
+    @property
+    def base_url(self) -> str:
+        host, port = self.server_address[:2]
+        host = str(host)
+        return f"http://{f'[{host}]' if ':' in host else host}:{port}/v1"
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Hand the connection to the pool; while every worker is busy, stop accepting (the backlog holds the rest)."""
+        while not self._closing.is_set():
+            try:
+                self._queue.put((request, client_address), timeout=0.1)
+                return
+            except queue.Full:
+                continue
+        self.shutdown_request(request)
+
+    def _work(self) -> None:
+        while (item := self._queue.get()) is not None:
+            request, client_address = item
+            try:
+                self.finish_request(request, client_address)
+            except Exception as error:  # never a traceback on stderr: one log line
+                if self.log:
+                    self.log(printable(f"connection from {client_address[0]} ended: {type(error).__name__}: {error}"))
+            finally:
+                self.shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # errors are handled (and logged) in _work and the handler
+
+    def shutdown(self) -> None:
+        self._closing.set()
+        super().shutdown()
+
+    def server_close(self, wait: float = 2.0) -> None:
+        self._closing.set()
+        super().server_close()
+        while True:  # connections accepted but not started: close them
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                self.shutdown_request(item[0])
+        for _ in self._workers:
+            with contextlib.suppress(queue.Full):
+                self._queue.put_nowait(None)
+        deadline = time.monotonic() + wait
+        for worker in self._workers:
+            worker.join(max(0.0, deadline - time.monotonic()))
+        if self.capture is not None:
+            self.capture.close()
+
+
+class _ConformanceServer6(ConformanceServer):
+    address_family = socket.AF_INET6
+
+
+def loopback_host(host: str) -> str:
+    """The address to bind for ``host``; anything that is not loopback is a usage error."""
+    if host.lower() == "localhost":
+        return "127.0.0.1"
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        address = None
+    if address is None or not address.is_loopback:
+        raise UsageError(f"--host {host!r} is not a loopback address; zhin serve only listens on 127.0.0.1, ::1 or localhost")
+    return str(address)
+
+
+def make_server(provider: str = "openai", host: str = "127.0.0.1", port: int = 0, log: Log | None = None,
+                capture: Path | None = None, **limits: Any) -> ConformanceServer:
+    """A bound (not yet serving) server; checks the host and that ``provider`` can serve the endpoints that use it."""
+    address = loopback_host(host)
+    if provider not in PROFILES:
+        raise UsageError(f"unknown provider {provider!r} (known: {', '.join(sorted(PROFILES))})")
+    for route, endpoint in ENDPOINTS.items():
+        if endpoint.profile is None and PROFILES[provider].wire != endpoint.dialect:
+            raise UsageError(f"provider {provider!r} speaks {PROFILES[provider].wire}, but POST {route} needs an "
+                             f"{endpoint.dialect} profile")
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--port {port} is out of range (0-65535; 0 picks a free port)")
+    server_class = _ConformanceServer6 if ":" in address else ConformanceServer
+    try:
+        return server_class((address, port), provider, log, capture, **limits)
+    except OSError as error:
+        raise ZhinError(f"cannot listen on {address}:{port}: {error.strerror or error}") from None
+
+
+@contextmanager
+def running_server(provider: str = "openai", port: int = 0, host: str = "127.0.0.1",
+                   log: Log | None = None, capture: Path | None = None, **limits: Any) -> Iterator[tuple[str, ConformanceServer]]:
+    """Run a server in a background thread; yields ``(base_url, server)`` and shuts it down on exit.
+    ``limits``: ConformanceServer's keyword options (workers, idle_timeout, request_deadline, max_buffered)."""
+    server = make_server(provider, host, port, log, capture, **limits)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="zhin-serve", daemon=True)
+    thread.start()
+    try:
+        yield server.base_url, server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def serve(provider: str = "openai", host: str = "127.0.0.1", port: int = 0, *,
+          on_ready: Callable[[str], None] | None = None, log: Log | None = None, capture: Path | None = None) -> None:
+    """Serve in the foreground until Ctrl-C or SIGTERM: both are the normal way to stop a server and return
+    normally (exit 0) once in-flight captures are finished or removed; a second signal ends at once. An ignored
+    signal (nohup, a background job) stays ignored."""
+    server = make_server(provider, host, port, log, capture)
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            if signal.getsignal(signum) != signal.SIG_IGN:
+                previous[signum] = signal.signal(signum, _stop)
+    try:
+        if on_ready:
+            on_ready(server.base_url)
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+def _stop(signum: int, frame: Any) -> None:
+    for other in (signal.SIGINT, signal.SIGTERM):  # a second signal while stopping: end at once
+        if signal.getsignal(other) == _stop:
+            signal.signal(other, signal.SIG_DFL)
+    raise KeyboardInterrupt

@@ -1,0 +1,101 @@
+"""``zhin trace`` as a library call: replay a session and return the requests as data."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from zhin_cli.core.errors import UsageError
+from zhin_cli.core.model import AssistantMessage
+from zhin_cli.pipeline.assemble import AssembledRequest, Assembler, greeting_turn
+from zhin_cli.pipeline.config import load_config
+from zhin_cli.store import load_session
+
+TRACE_VERSION = 1
+
+
+@dataclass
+class TraceResult:
+    session_id: str
+    source: str
+    turns: int
+    requests: list[AssembledRequest]
+    greeting_turn: int | None = None  # the greeting's turn: it has no request (``assemble.greeting_position``)
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "version": TRACE_VERSION,
+            "session_id": self.session_id,
+            "source": self.source,
+            "turns": self.turns,
+            "greeting_turn": self.greeting_turn,
+            "notes": self.notes,
+            "requests": [r.as_dict() for r in self.requests],
+        }
+
+
+CARD_GREETING_NOTE = ("the session stored no greeting: the preset's card greeting (option greeting) opens the history "
+                      "of every request, as SillyTavern's chat has it; it is not a stored message and has no turn")
+
+
+def greeting_note(turn: int) -> str:
+    return (f"turn {turn} is the greeting: it opens the chat with no member input before it (as SillyTavern writes "
+            "the card's first_mes), so no request was made for it; it stays in the history of later requests")
+
+
+def trace(
+    ref: str,
+    *,
+    db: str | None = None,
+    config_path: Path | None = None,
+    provider: str | None = None,
+    model: str | None = None,
+    timezone: str | None = None,
+    turn: int | None = None,
+    all_turns: bool = False,
+    cwd: Path | None = None,
+    after_load: Callable[[], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> TraceResult:
+    """Replay ``ref`` (a .jsonl path, or a session id/key in the database) and return the chosen requests.
+
+    Default: the last turn (``turn=-1``). Turn numbers are 1-based; negative numbers count from the end. The
+    greeting's turn has no request: choosing it gives no request and a note (``greeting_note``).
+    """
+    config = load_config(config_path, cwd=cwd)
+    session = load_session(ref, db=db, cwd=cwd)
+    if after_load is not None:
+        after_load()
+    registry, generations = config.registry()
+    try:
+        assembler = Assembler(registry, config, provider=provider, model=model, timezone=timezone)
+        total = sum(1 for m in session.messages if isinstance(m, AssistantMessage))
+        if total == 0:
+            raise UsageError(f"session {session.session_id!r} has no assistant message, so no request to replay")
+        # A turn without a request (the greeting) is a note, never an error — also when it is the last turn, so
+        # the default (last) is always ``--turn -1``: a session holding only its greeting shows the note, exit 0.
+        greeting = greeting_turn(session.messages)
+        wanted: int | None = None
+        if not all_turns:
+            wanted = total if turn is None else (turn if turn > 0 else total + 1 + turn)
+            if not 1 <= wanted <= total:
+                raise UsageError(f"--turn {turn} is out of range: the session has {total} turns (1..{total})")
+        notes = [greeting_note(greeting)] if greeting is not None and wanted in (None, greeting) else []
+        if assembler.greeted(session, 0)[0] is not session:
+            notes.append(CARD_GREETING_NOTE)
+        requests = []
+        last = total if wanted is None else wanted
+        for request in ([] if wanted is not None and wanted == greeting else assembler.replay(session)):
+            if progress is not None:
+                progress(request.turn, last)
+            if wanted is None or request.turn == wanted:
+                requests.append(request)
+            if wanted is not None and request.turn >= wanted:
+                break
+    finally:
+        for generation in generations:
+            generation.release()
+    return TraceResult(session.session_id, session.source, total, requests, greeting, notes)

@@ -1,0 +1,253 @@
+"""Provider usage objects → one normalized shape, for cache-hit accounting (reference/providers.md §6).
+
+Every provider reports prompt caching differently: OpenAI counts cached tokens *inside* ``prompt_tokens``,
+Anthropic reports three *disjoint* counts, DeepSeek reports hit and miss, Gemini counts the cached part inside
+``promptTokenCount``. ``normalize_usage(kind, usage)`` turns each into a ``NormalizedUsage`` with
+
+* ``uncached``     prompt tokens neither read from nor written to the cache (billed at the plain input rate),
+* ``cache_read``   prompt tokens read from the cache,
+* ``cache_write``  prompt tokens written to the cache (only APIs that report writes: Anthropic, OpenAI GPT-5.6+),
+* ``total_prompt`` all prompt tokens (``uncached + cache_read + cache_write`` whenever all three are known),
+* ``output``       generated tokens (reasoning / thinking included, as each API bills them).
+
+A field the API did not report is ``None`` — never ``0``: "no hit" and "not reported" are different answers,
+and a hit rate over unreported fields would be a lie (providers.md §6, last bullet). A field that is present but
+not a non-negative integer (``null``, a string, a bool) counts as not reported.
+
+Kinds are a registry (``USAGE_KINDS``, filled by ``@usage_kind``), keyed by the wire names the provider profiles
+use (``openai-chat``, ``anthropic-messages``, ``gemini-generate`` …) plus short aliases.
+
+**zhin's stored upstream shape** (``{"input", "output", "cacheRead", "cacheWrite", "totalTokens"}``, kind
+``zhin-upstream``): we read ``input`` as the *whole* prompt, cache reads and writes included, i.e. OpenAI's
+``prompt_tokens``. That is what every stored row in ``fixtures/*.jsonl`` and the DESIGN.md §3 example say:
+``totalTokens == input + output`` on all of them, and ``cacheRead < input``. Libraries with the same field
+names (pi-ai style) store ``input`` *without* the cached part and ``totalTokens = input + output + cacheRead +
+cacheWrite``; a row whose ``totalTokens`` adds up that way — or whose ``cacheRead + cacheWrite`` exceed
+``input``, which is impossible if ``input`` contains them — is read with that exclusive meaning instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from zhin_cli.core.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class NormalizedUsage:
+    uncached: int | None = None
+    cache_read: int | None = None
+    cache_write: int | None = None
+    total_prompt: int | None = None
+    output: int | None = None
+
+    def as_dict(self) -> dict[str, int | None]:
+        return {
+            "uncached": self.uncached,
+            "cache_read": self.cache_read,
+            "cache_write": self.cache_write,
+            "total_prompt": self.total_prompt,
+            "output": self.output,
+        }
+
+
+UsageNormalizer = Callable[[Mapping[str, Any]], NormalizedUsage]
+USAGE_KINDS: dict[str, UsageNormalizer] = {}
+
+
+def usage_kind(*names: str) -> Callable[[UsageNormalizer], UsageNormalizer]:
+    """Register a normalizer under one or more kind names (the first is canonical, the rest are aliases)."""
+
+    def add(normalizer: UsageNormalizer) -> UsageNormalizer:
+        for name in names:
+            if name in USAGE_KINDS:
+                raise ValueError(f"duplicate usage kind {name!r}")
+            USAGE_KINDS[name] = normalizer
+        return normalizer
+
+    return add
+
+
+def normalize_usage(provider_kind: str, usage: Mapping[str, Any]) -> NormalizedUsage:
+    """Normalize one provider ``usage`` object (see the module docstring for the field meanings)."""
+    normalizer = USAGE_KINDS.get(provider_kind)
+    if normalizer is None:
+        raise ConfigError(f"unknown usage kind {provider_kind!r} (known: {', '.join(sorted(USAGE_KINDS))})")
+    if not isinstance(usage, Mapping):
+        raise ConfigError(f"usage must be a JSON object, got {type(usage).__name__}")
+    return normalizer(usage)
+
+
+# Which kind a stored usage object is, by its keys: the first shape with any of its keys present wins. Order
+# matters where shapes share keys (DeepSeek also has prompt_tokens; the Responses API also has input_tokens).
+USAGE_SHAPES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("zhin-upstream", ("cacheRead", "cacheWrite", "totalTokens", "input")),
+    ("deepseek", ("prompt_cache_hit_tokens", "prompt_cache_miss_tokens")),
+    ("openai-chat", ("prompt_tokens",)),
+    ("openai-responses", ("input_tokens_details",)),
+    ("anthropic-messages", ("cache_read_input_tokens", "cache_creation_input_tokens", "input_tokens")),
+    ("gemini-generate", ("usageMetadata", "promptTokenCount")),
+)
+
+
+def usage_kind_of(usage: Mapping[str, Any]) -> str | None:
+    """The usage kind whose shape ``usage`` has, or ``None`` for an object no API produces."""
+    for kind, keys in USAGE_SHAPES:
+        if any(key in usage for key in keys):
+            return kind
+    return None
+
+
+def hit_rate(usage: NormalizedUsage) -> float | None:
+    """``cache_read / total_prompt``; ``None`` when either is not reported or the prompt is empty."""
+    if usage.cache_read is None or not usage.total_prompt:
+        return None
+    return usage.cache_read / usage.total_prompt
+
+
+# --- helpers -----------------------------------------------------------------------------------------------
+
+
+def _count(value: Any) -> int | None:
+    """A reported token count, or None: bools, negatives, non-integral numbers and strings are not counts."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, float) and value.is_integer() and value >= 0:
+        return int(value)
+    return None
+
+
+def _field(usage: Mapping[str, Any], *path: str) -> int | None:
+    node: Any = usage
+    for key in path:
+        if not isinstance(node, Mapping) or key not in node:
+            return None
+        node = node[key]
+    return _count(node)
+
+
+def _add(*values: int | None) -> int | None:
+    """Sum of counts; None if any is None."""
+    if any(v is None for v in values):
+        return None
+    return sum(v for v in values if v is not None)
+
+
+def _minus(total: int | None, *parts: int | None) -> int | None:
+    """``total - parts`` where every part is known; None if unknown, or if the report is inconsistent (< 0)."""
+    if total is None or any(p is None for p in parts):
+        return None
+    rest = total - sum(p for p in parts if p is not None)
+    return rest if rest >= 0 else None
+
+
+def _inclusive(total_prompt: int | None, cache_read: int | None, cache_write: int | None, output: int | None) -> NormalizedUsage:
+    """Reports whose prompt count contains the cached parts (OpenAI, Gemini): uncached is the remainder.
+
+    An unreported write count means "no write metric" (pre-GPT-5.6 OpenAI, Gemini), so it does not block the
+    remainder; an unreported read count does.
+    """
+    parts = (cache_read,) if cache_write is None else (cache_read, cache_write)
+    return NormalizedUsage(
+        uncached=_minus(total_prompt, *parts),
+        cache_read=cache_read,
+        cache_write=cache_write,
+        total_prompt=total_prompt,
+        output=output,
+    )
+
+
+# --- providers ---------------------------------------------------------------------------------------------
+
+
+@usage_kind("openai-chat", "openai")
+def _openai_chat(usage: Mapping[str, Any]) -> NormalizedUsage:
+    # prompt_tokens contains prompt_tokens_details.cached_tokens; GPT-5.6+ add cache_write_tokens next to it
+    # (openai-python CompletionUsage.PromptTokensDetails). Some gateways put cache_write_tokens at the top level.
+    cache_write = _field(usage, "prompt_tokens_details", "cache_write_tokens")
+    if cache_write is None:
+        cache_write = _field(usage, "cache_write_tokens")
+    return _inclusive(
+        _field(usage, "prompt_tokens"),
+        _field(usage, "prompt_tokens_details", "cached_tokens"),
+        cache_write,
+        _field(usage, "completion_tokens"),
+    )
+
+
+@usage_kind("openai-responses")
+def _openai_responses(usage: Mapping[str, Any]) -> NormalizedUsage:
+    return _inclusive(
+        _field(usage, "input_tokens"),
+        _field(usage, "input_tokens_details", "cached_tokens"),
+        _field(usage, "input_tokens_details", "cache_write_tokens"),
+        _field(usage, "output_tokens"),
+    )
+
+
+@usage_kind("anthropic-messages", "anthropic")
+def _anthropic(usage: Mapping[str, Any]) -> NormalizedUsage:
+    # Three disjoint counts: input_tokens is what is after the last breakpoint (neither read nor written).
+    uncached = _field(usage, "input_tokens")
+    cache_write = _field(usage, "cache_creation_input_tokens")
+    cache_read = _field(usage, "cache_read_input_tokens")
+    return NormalizedUsage(
+        uncached=uncached,
+        cache_read=cache_read,
+        cache_write=cache_write,
+        total_prompt=_add(uncached, cache_write, cache_read),
+        output=_field(usage, "output_tokens"),
+    )
+
+
+@usage_kind("deepseek")
+def _deepseek(usage: Mapping[str, Any]) -> NormalizedUsage:
+    # prompt_tokens = prompt_cache_hit_tokens + prompt_cache_miss_tokens (providers.md §4.4); no write metric.
+    hit = _field(usage, "prompt_cache_hit_tokens")
+    miss = _field(usage, "prompt_cache_miss_tokens")
+    prompt = _field(usage, "prompt_tokens")
+    total = prompt if prompt is not None else _add(hit, miss)
+    if hit is None and miss is not None and prompt is not None:
+        hit = _minus(prompt, miss)
+    if miss is None and hit is not None:
+        miss = _minus(prompt, hit)
+    return NormalizedUsage(uncached=miss, cache_read=hit, cache_write=None, total_prompt=total,
+                           output=_field(usage, "completion_tokens"))
+
+
+@usage_kind("gemini-generate", "gemini")
+def _gemini(usage: Mapping[str, Any]) -> NormalizedUsage:
+    # Accept the response's usageMetadata or the whole response. promptTokenCount contains
+    # cachedContentTokenCount; thoughts are billed as output, so they count as output here.
+    wrapped = usage.get("usageMetadata")
+    meta: Mapping[str, Any] = wrapped if isinstance(wrapped, Mapping) else usage
+    candidates = _field(meta, "candidatesTokenCount")
+    thoughts = _field(meta, "thoughtsTokenCount")
+    output = candidates if thoughts is None or candidates is None else candidates + thoughts
+    return _inclusive(_field(meta, "promptTokenCount"), _field(meta, "cachedContentTokenCount"), None, output)
+
+
+@usage_kind("zhin-upstream", "upstream")
+def _upstream(usage: Mapping[str, Any]) -> NormalizedUsage:
+    prompt = _field(usage, "input")
+    output = _field(usage, "output")
+    cache_read = _field(usage, "cacheRead")
+    cache_write = _field(usage, "cacheWrite")
+    total_tokens = _field(usage, "totalTokens")
+    cached = (cache_read or 0) + (cache_write or 0)
+    exclusive = False
+    if prompt is not None and cached:
+        if total_tokens is not None and output is not None and total_tokens == prompt + output:
+            exclusive = False
+        elif total_tokens is not None and output is not None and total_tokens == prompt + output + cached:
+            exclusive = True
+        else:  # no usable total: only an impossible inclusive reading decides
+            exclusive = cached > prompt
+    if exclusive:  # pi-ai style: input is the uncached remainder
+        return NormalizedUsage(uncached=prompt, cache_read=cache_read, cache_write=cache_write,
+                               total_prompt=_add(prompt, cache_read, cache_write), output=output)
+    return _inclusive(prompt, cache_read, cache_write, output)
