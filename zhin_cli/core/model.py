@@ -8,8 +8,9 @@ writes back what was imported, byte for byte in meaning.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 PLATFORM_ROLES = ("owner", "admin", "member")
 EventKind = Literal["member_changed", "member_joined", "member_left"]
@@ -227,12 +228,28 @@ class Session:
     timezone: str | None
     bot: BotFacts
     scene: SceneFacts
-    messages: list[Message]  # active branch, storage (= arrival) order
+    # Active branch, storage (= arrival) order. A list, or a ``LazyMessages`` that parses only the rows read.
+    messages: Sequence[Message]
     scene_changes: list[SceneChange] = field(default_factory=list)
     summaries: list[Summary] = field(default_factory=list)
     members: list[MemberSnapshot] = field(default_factory=list)
     source: str = ""  # where it was read from, for messages
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def outline(self) -> SessionOutline:
+        """Per-position facts of every message without their content (see ``SessionOutline``): the source's
+        own outline when it read one (``LazyMessages``), else computed from the messages once per list state."""
+        messages = self.messages
+        if isinstance(messages, LazyMessages):
+            return messages.outline
+        key = (id(messages), len(messages))
+        cached = self.__dict__.get("_outline")
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        outline = SessionOutline.of_messages(messages)
+        self.__dict__["_outline"] = (key, outline)
+        return outline
 
     @property
     def is_group(self) -> bool:
@@ -258,6 +275,128 @@ class Session:
             states.append(scene)
         self.__dict__["_timeline"] = (key, (times, states))
         return times, states
+
+
+OutlineRole = Literal["user", "assistant", "toolResult", "event"]
+
+
+@dataclass(frozen=True)
+class SessionOutline:
+    """What a request needs to know about *every* message of the session without reading its content: parallel
+    sequences indexed by position in ``session.messages`` (issue 16 item 3). The window, the aliases and the turn
+    list are computed from it, so a request parses only the rows of its window.
+
+    Each field is defined by the message it describes (``of_messages`` is the definition; a source that reads the
+    outline another way must give the same values — tests compare them on every fixture):
+    """
+
+    row_ids: Sequence[int]
+    timestamps: Sequence[int]
+    roles: Sequence[OutlineRole]
+    has_tool_calls: Sequence[bool]  # an assistant message with at least one toolCall block
+    has_text: Sequence[bool]  # bool(message.text) — events: False
+    models: Sequence[str | None]  # an assistant message's stored model, else None
+    message_ids: Sequence[str | None]  # the platform message id (user and assistant messages), else None
+    event_kinds: Sequence[str | None]  # an event's kind, else None
+    assistant_positions: Sequence[int]  # positions of the assistant messages, ascending (turn k = the k-th)
+
+    def __len__(self) -> int:
+        return len(self.row_ids)
+
+    @staticmethod
+    def of_messages(messages: Sequence[Message]) -> SessionOutline:
+        row_ids: list[int] = []
+        timestamps: list[int] = []
+        roles: list[OutlineRole] = []
+        has_tool_calls: list[bool] = []
+        has_text: list[bool] = []
+        models: list[str | None] = []
+        message_ids: list[str | None] = []
+        event_kinds: list[str | None] = []
+        for message in messages:
+            row_ids.append(message.row_id)
+            timestamps.append(message.timestamp)
+            roles.append(message.role)
+            assistant = message if isinstance(message, AssistantMessage) else None
+            has_tool_calls.append(assistant is not None and any(b.get("type") == "toolCall" for b in assistant.content))
+            has_text.append(not isinstance(message, EventMessage) and bool(message.text))
+            models.append(assistant.model if assistant is not None else None)
+            message_ids.append(message.message_id if isinstance(message, (UserMessage, AssistantMessage)) else None)
+            event_kinds.append(message.kind if isinstance(message, EventMessage) else None)
+        return SessionOutline(
+            row_ids=row_ids,
+            timestamps=timestamps,
+            roles=roles,
+            has_tool_calls=has_tool_calls,
+            has_text=has_text,
+            models=models,
+            message_ids=message_ids,
+            event_kinds=event_kinds,
+            assistant_positions=[i for i, role in enumerate(roles) if role == "assistant"],
+        )
+
+
+RowLoader = Callable[[int, int], list[Message]]  # (start, stop) positions → the messages there, parsed
+
+
+class LazyMessages(Sequence[Message]):
+    """``session.messages`` of a source that read only the outline: a message is parsed when it is first read
+    (``[i]``, ``[a:b]``, iteration), in blocks, and kept. ``len`` and ``outline`` never parse anything.
+
+    Iterating reads every message (as a list would give them): code on the per-request path reads positions and
+    slices only, so a request parses its window, not the session."""
+
+    BLOCK = 256  # rows parsed per load: one query / one seek serves a window
+
+    def __init__(self, outline: SessionOutline, load: RowLoader) -> None:
+        self.outline = outline
+        self._load = load
+        self._parsed: dict[int, Message] = {}
+
+    def __len__(self) -> int:
+        return len(self.outline)
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Message]: ...
+
+    def __getitem__(self, index: int | slice) -> Message | list[Message]:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            if step != 1:
+                return [self[i] for i in range(start, stop, step)]
+            self._ensure(start, stop)
+            return [self._parsed[i] for i in range(start, stop)]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError("message position out of range")
+        if index not in self._parsed:
+            self._ensure(index, index + 1)
+        return self._parsed[index]
+
+    def __iter__(self) -> Iterator[Message]:
+        for start in range(0, len(self), self.BLOCK):
+            stop = min(start + self.BLOCK, len(self))
+            self._ensure(start, stop)
+            yield from (self._parsed[i] for i in range(start, stop))
+
+    def _ensure(self, start: int, stop: int) -> None:
+        missing = [i for i in range(start, stop) if i not in self._parsed]
+        if not missing:
+            return
+        # load one contiguous run covering what is missing, widened to a block (a window is read in one go)
+        low = missing[0]
+        high = max(missing[-1] + 1, min(low + self.BLOCK, len(self)))
+        for offset, message in enumerate(self._load(low, high)):
+            self._parsed.setdefault(low + offset, message)
+
+    @property
+    def parsed_positions(self) -> frozenset[int]:
+        """The positions parsed so far (tests and benchmarks check that a request reads only its window)."""
+        return frozenset(self._parsed)
 
 
 def content_text(content: list[dict[str, Any]]) -> str:

@@ -62,16 +62,20 @@ class Aliases:
 
     @staticmethod
     def of(session: Session) -> Aliases:
+        # From the outline alone (no message content is read): a lazy session parses nothing here.
+        outline = session.outline
         messages: dict[int, str] = {}
         events: dict[int, str] = {}
         by_platform_id: dict[str, int] = {}
-        for message in session.messages:
-            if isinstance(message, UserMessage) or (isinstance(message, AssistantMessage) and message.text):
-                messages[message.row_id] = f"m{len(messages) + 1}"
-                if message.message_id:
-                    by_platform_id.setdefault(message.message_id, message.row_id)
-            elif isinstance(message, EventMessage):
-                events[message.row_id] = f"e{len(events) + 1}"
+        for row_id, role, has_text, message_id in zip(
+            outline.row_ids, outline.roles, outline.has_text, outline.message_ids, strict=True
+        ):
+            if role == "user" or (role == "assistant" and has_text):
+                messages[row_id] = f"m{len(messages) + 1}"
+                if message_id:
+                    by_platform_id.setdefault(message_id, row_id)
+            elif role == "event":
+                events[row_id] = f"e{len(events) + 1}"
         return Aliases(messages, events, by_platform_id)
 
 

@@ -16,7 +16,7 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from zhin_cli.core.model import AssistantMessage, EventMessage, Message, Session, Summary, ToolResultMessage
+from zhin_cli.core.model import EventMessage, Message, OutlineRole, Session, Summary, ToolResultMessage
 from zhin_cli.pipeline.merge import ItemKey
 
 
@@ -65,20 +65,23 @@ class SessionIndex:
     summaries: list[Summary]  # by time
     summary_times: list[int]
     block_starts: list[int] = field(default_factory=list)  # positions right after a final bot reply, ascending
+    roles: Sequence[OutlineRole] = ()  # the outline's, by position (empty: read from the messages)
+    timestamps: Sequence[int] = ()
 
     @staticmethod
     def of(session: Session) -> SessionIndex:
-        positions = {m.row_id: i for i, m in enumerate(session.messages)}
+        """From the session's outline alone: no message content is read (a lazy source parses nothing here)."""
+        outline = session.outline
+        positions = {row_id: i for i, row_id in enumerate(outline.row_ids)}
         membership = [
-            i for i, m in enumerate(session.messages) if isinstance(m, EventMessage) and m.kind != "member_changed"
+            i for i, kind in enumerate(outline.event_kinds) if kind is not None and kind != "member_changed"
         ]
         summaries = sorted(session.summaries, key=lambda s: s.timestamp)
         # A block ends with the bot's final reply (an assistant message without tool calls): the next one starts
         # right after it.
-        block_starts = [
-            i + 1 for i, m in enumerate(session.messages) if isinstance(m, AssistantMessage) and not m.tool_calls
-        ]
-        return SessionIndex(positions, membership, summaries, [s.timestamp for s in summaries], block_starts)
+        block_starts = [i + 1 for i in outline.assistant_positions if not outline.has_tool_calls[i]]
+        return SessionIndex(positions, membership, summaries, [s.timestamp for s in summaries], block_starts,
+                            outline.roles, outline.timestamps)
 
     def summary_for(self, upto: int, request_time: int) -> Summary | None:
         """The newest summary made by ``request_time`` whose anchor is visible before position ``upto``."""
@@ -116,7 +119,7 @@ def visible_window(
     anchor_ts = 0
     if summary is not None:
         start = index.positions[summary.anchor_row_id] + 1
-        anchor_ts = messages[start - 1].timestamp
+        anchor_ts = index.timestamps[start - 1] if index.timestamps else messages[start - 1].timestamp
     base = start
     keep = config.keep_after_cut
     if config.max_messages is not None and keep is not None:
@@ -131,7 +134,8 @@ def visible_window(
         block_start = base if offset == 0 else index.block_starts[first + offset - 1]
         start = max(start, block_start)  # both grids are stateless; the later start wins
     # Never open the window in the middle of a tool group: results without their call are orphans.
-    while start < upto and isinstance(messages[start], ToolResultMessage):
+    while start < upto and (index.roles[start] == "toolResult" if index.roles
+                            else isinstance(messages[start], ToolResultMessage)):
         start += 1
     carried: list[EventMessage] = []
     if config.keep_membership_events > 0:
@@ -139,7 +143,7 @@ def visible_window(
         chosen = index.membership[max(0, end - config.keep_membership_events) : end]
         carried = [messages[i] for i in chosen]  # type: ignore[misc]
     return Window(
-        messages=messages[start:upto],
+        messages=list(messages[start:upto]),
         summary=summary,
         summary_anchor_timestamp=anchor_ts,
         carried_events=carried,

@@ -24,6 +24,7 @@ from zhin_cli.core.model import (
     Summary,
 )
 from zhin_cli.core.outputfiles import escape_surrogates
+from zhin_cli.core.timezones import valid_timezone
 from zhin_cli.store.payload import (
     MAX_ROW_ID,
     ToolPairing,
@@ -35,7 +36,6 @@ from zhin_cli.store.payload import (
     message_from_payload,
     settle_bot_headers,
     short,
-    valid_timezone,
 )
 
 
@@ -43,6 +43,7 @@ from zhin_cli.store.payload import (
 class _Builder:
     path: str
     session: Session | None = None
+    messages: list[Message] = field(default_factory=list)
     next_row_id: int = 1
     seen_row_ids: set[int] = field(default_factory=set)
     tools: ToolPairing = field(default_factory=ToolPairing)
@@ -95,7 +96,7 @@ def _session_line(builder: _Builder, obj: dict[str, Any], where: str) -> None:
         timezone=timezone,
         bot=BotFacts.from_mapping(obj.get("bot") or {}),
         scene=scene,
-        messages=[],
+        messages=builder.messages,
         source=builder.path,
         raw=obj,
     )
@@ -103,7 +104,7 @@ def _session_line(builder: _Builder, obj: dict[str, Any], where: str) -> None:
 
 @line_type("message")
 def _message_line(builder: _Builder, obj: dict[str, Any], where: str) -> None:
-    session = builder.require_session(where)
+    builder.require_session(where)
     row_id = obj.get("id", builder.next_row_id)
     if not isinstance(row_id, int) or isinstance(row_id, bool) or not 1 <= row_id <= MAX_ROW_ID:
         raise InputError(f"'id' must be a positive integer (at most {MAX_ROW_ID}), got {short(row_id)}", where=where)
@@ -118,7 +119,7 @@ def _message_line(builder: _Builder, obj: dict[str, Any], where: str) -> None:
     message: Message = message_from_payload(payload, row_id=row_id, where=where, extra=extra)
     message.raw = obj
     check_tool_pairing(message, builder.tools, where)
-    session.messages.append(message)
+    builder.messages.append(message)
 
 
 @line_type("scene")

@@ -150,7 +150,10 @@ class Builder:
         self.now = parse_at(at, self.now, self.zone)
 
     def append(self, message: Message) -> Message:
-        self.session.messages.append(message)
+        messages = self.session.messages
+        if not isinstance(messages, list):  # a source's read-only sequence (LazyMessages): continue on a copy
+            messages = self.session.messages = list(messages)
+        messages.append(message)
         self.next_row += 1
         return message
 
