@@ -65,17 +65,29 @@ def check_jsonl_limits(path: Path) -> None:
         raise InputError(f"cannot read: {exc.strerror}", where=str(path)) from None
 
 
-def register_source(source: SessionSource) -> SessionSource:
-    SOURCES.append(source)
+def register_source(source: SessionSource, *, fallback: bool = False) -> SessionSource:
+    """Add a data source. ``load_session`` asks every registered source (in registration order) before the
+    *fallbacks*, which claim broadly: any existing file is read as JSONL, and anything else is a session id
+    in a database. So a source for ``*.csv`` is reached although the database lookup would claim its
+    reference too (the fallbacks are the built-in catch-alls; a plug-in rarely needs ``fallback=True``)."""
+    (FALLBACK_SOURCES if fallback else SOURCES).append(source)
     return source
+
+
+FALLBACK_SOURCES: list[SessionSource] = []  # asked after every source of SOURCES, in this order
 
 
 @dataclass
 class JsonlSource:
+    """A ``.jsonl`` / ``.ndjson`` file (``any_file``: any other existing file that is not a database file)."""
+
     name: str = "jsonl"
+    any_file: bool = False
 
     def claims(self, ref: str) -> bool:
-        return ref.endswith((".jsonl", ".ndjson")) or (Path(ref).is_file() and not ref.endswith((".sqlite", ".db")))
+        if self.any_file:
+            return Path(ref).is_file() and not ref.endswith((".sqlite", ".db"))
+        return ref.endswith((".jsonl", ".ndjson"))
 
     def load(self, ref: str, *, db: str | None, cwd: Path) -> Session:
         from zhin_cli.store.jsonl import read_session
@@ -108,12 +120,13 @@ class DatabaseSource:
 
 
 register_source(JsonlSource())
-register_source(DatabaseSource())
+register_source(JsonlSource(name="jsonl-file", any_file=True), fallback=True)
+register_source(DatabaseSource(), fallback=True)
 
 
 def load_session(ref: str, *, db: str | None = None, cwd: Path | None = None) -> Session:
     cwd = cwd or Path.cwd()
-    for source in SOURCES:
+    for source in (*SOURCES, *FALLBACK_SOURCES):
         if source.claims(ref):
             return source.load(ref, db=db, cwd=cwd)
     raise SessionNotFound(f"nothing can read {ref!r}")
