@@ -18,7 +18,8 @@ from zhin_cli.core.errors import ConfigError, InputError, UsageError
 from zhin_cli.core.inputfiles import lone_surrogate_in_json, open_regular
 from zhin_cli.core.model import UserMessage
 from zhin_cli.core.outputfiles import escape_surrogates
-from zhin_cli.pipeline.config import MAX_YAML_EXPANSION, load_config, read_json_file, read_yaml_file
+from zhin_cli.core.readers import MAX_YAML_EXPANSION, read_json_file, read_yaml_file
+from zhin_cli.pipeline.config import load_config
 from zhin_cli.store.jsonl import read_session
 from zhin_cli.store.payload import MAX_ROW_ID, check_payload_text, short
 from zhin_cli.tools.requestdiff import load_side

@@ -104,8 +104,8 @@ def handles_errors_like_diff(function: F) -> F:
 def check_options(provider: str | None, timezone: str | None = None) -> None:
     """Option values typer cannot check: a bad ``--provider`` or ``--timezone`` is usage (exit 2), like any
     bad option, not a config problem."""
+    from zhin_cli.core.timezones import valid_timezone
     from zhin_cli.pipeline.providers import PROFILES
-    from zhin_cli.store.payload import valid_timezone
 
     if provider and provider not in PROFILES:
         raise UsageError(f"--provider: unknown provider {provider!r} (known: {', '.join(sorted(PROFILES))})")

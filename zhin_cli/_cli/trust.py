@@ -13,7 +13,8 @@ from zhin_cli.core.errors import UsageError
 
 def plugin_specs(path: Path) -> list[str]:
     """The plugins a zhin.yaml or an eval case file names (validated first: a broken file is its one-line error)."""
-    from zhin_cli.pipeline.config import parse_config, read_yaml_file
+    from zhin_cli.core.readers import read_yaml_file
+    from zhin_cli.pipeline.config import parse_config
 
     data, lines = read_yaml_file(path)
     if isinstance(data, dict) and "cases" in data:

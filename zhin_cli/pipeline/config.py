@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
-import json
 import re
 import sys
 from collections.abc import Iterator
@@ -19,26 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from zhin_cli.core.errors import ConfigError, ZhinError
-from zhin_cli.core.inputfiles import (
-    DIGIT_LIMIT_MESSAGE,
-    MAYBE_SURROGATE,
-    first_surrogate,
-    is_digit_limit,
-    join_surrogate_pairs,
-    lone_surrogate_in_json,
-    read_regular_bytes,
-    surrogate_line,
-    surrogate_message,
-)
+from zhin_cli.core.readers import read_yaml_file
+from zhin_cli.core.timezones import valid_timezone
 from zhin_cli.core.trust import GIVEN, PluginSource, authorize, inside, plugin_file
 from zhin_cli.pipeline.providers import PROFILES, resolve_profile
 from zhin_cli.pipeline.segments import KINDS, Generation, PromptSegmentRegistry, TextSegment
 from zhin_cli.pipeline.segments.builtin import default_registry
 from zhin_cli.pipeline.window import WindowConfig
-from zhin_cli.store.payload import valid_timezone
 
 if TYPE_CHECKING:
     from zhin_cli.pipeline.preset.model import Preset
@@ -151,177 +138,6 @@ def load_config(path: Path | None = None, *, cwd: Path | None = None, search: bo
     config = parse_config(data, path, lines)
     config.source = source
     return config
-
-
-def read_text_file(path: Path, error: type[ZhinError] = ConfigError, what: str = "config file", encoding: str = "utf-8") -> str:
-    """A text input's contents; a missing file, a folder, bytes that are not UTF-8 (with their line) or an OS
-    error is one ``error``. Shared by every file the toolkit reads as text so they all report alike."""
-    try:
-        data = read_regular_bytes(path, error, what)  # a FIFO or a device is refused before reading
-    except FileNotFoundError:
-        raise error(f"no such {what}: {path}") from None
-    except OSError as exc:
-        raise error(f"cannot read {what}: {exc.strerror or exc}", where=str(path)) from None
-    try:
-        return data.decode(encoding).replace("\r\n", "\n").replace("\r", "\n")  # as read_text() does
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise error(f"{what} is not UTF-8 (byte {exc.start})", where=f"{path}:{line}") from None
-
-
-def read_json_file(path: Path, error: type[ZhinError] = ConfigError, what: str = "JSON file",
-                   encoding: str = "utf-8") -> tuple[Any, str]:
-    """A JSON file's data and its text; unreadable, not JSON (with its line) or nested too deeply is one ``error``."""
-    text = read_text_file(path, error, what, encoding)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise error(f"{what} is not valid JSON: {exc.msg} (column {exc.colno})", where=f"{path}:{exc.lineno}") from None
-    except RecursionError:
-        raise error(f"{what} is not valid JSON: nested too deeply", where=str(path)) from None
-    except ValueError as exc:
-        if not is_digit_limit(exc):
-            raise
-        match = re.search(r"\d{4301}", text)
-        line = text.count("\n", 0, match.start()) + 1 if match else 1
-        raise error(f"{what} is not valid JSON: {DIGIT_LIMIT_MESSAGE}", where=f"{path}:{line}") from None
-    offset = lone_surrogate_in_json(text)
-    if offset is not None:
-        raise error(surrogate_message(text[offset : offset + 6]), where=f"{path}:{text.count(chr(10), 0, offset) + 1}")
-    return data, text
-
-
-def read_yaml_file(path: Path, error: type[ZhinError] = ConfigError, what: str = "config file") -> tuple[Any, dict[str, int]]:
-    """A YAML file's data and the line of every key; every problem is one ``error`` naming ``file:line``.
-
-    Shared by every YAML input (zhin.yaml, eval cases, prompt-budget.yaml) so they all report alike."""
-    text = read_text_file(path, error, what)
-    try:
-        return _load_yaml(text, path)
-    except ConfigError as exc:  # a duplicate key, reported as the caller's kind of error
-        raise error(exc.message, where=exc.where) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise error(f"invalid YAML: {problem}", where=where) from None
-    except RecursionError:
-        raise error("invalid YAML: nested too deeply", where=str(path)) from None
-
-
-# What YAML aliases (``&a`` … ``*a``) may expand a document to, in nodes plus scalar characters: an alias bomb
-# ("billion laughs") is a few hundred bytes that expand to gigabytes when formatted, validated or serialised.
-# Real configs and case files that reuse an anchor stay far below (a 50 KB timeline reused 40 times is 2 M).
-MAX_YAML_EXPANSION = 4_000_000
-_INT_TAG = "tag:yaml.org,2002:int"
-
-
-def _load_yaml(text: str, path: Path) -> tuple[Any, dict[str, int]]:
-    """``yaml.safe_load``, plus the line of every key (``a.b[2].c`` → line), duplicate keys rejected, aliases bounded
-    (``MAX_YAML_EXPANSION``, no recursive alias), integers past Python's digit limit and lone surrogates refused."""
-    loader = yaml.SafeLoader(text)
-    try:
-        node = loader.get_single_node()
-        lines: dict[str, int] = {}
-        if node is not None:
-            lines[""] = node.start_mark.line + 1
-            _key_lines(node, "", lines, set(), path)
-            _check_expansion(node, path)
-        data = loader.construct_document(node) if node is not None else None
-    finally:
-        loader.dispose()
-    if data and MAYBE_SURROGATE.search(text):
-        data = join_surrogate_pairs(data)  # YAML's \u escapes are code points: "\ud83d\ude00" is one character
-        escape = first_surrogate(data)
-        if escape is not None:
-            raise ConfigError(surrogate_message(escape), where=f"{path}:{surrogate_line(text, escape)}")
-    return data or {}, lines
-
-
-def _check_expansion(root: yaml.Node, path: Path) -> None:
-    """Refuse a document whose aliases expand it past ``MAX_YAML_EXPANSION`` (naming the top-level key that does),
-    or that uses an anchor inside itself; and an integer too long for Python to read. Nothing is expanded here:
-    sizes are summed over the composed graph, each shared node once."""
-    sizes: dict[int, int] = {}
-    active: set[int] = set()
-
-    def size(node: yaml.Node) -> int:
-        key = id(node)
-        if key in sizes:
-            return sizes[key]
-        if key in active:
-            raise ConfigError("a YAML anchor is used inside itself (a recursive alias)", where=f"{path}:{node.start_mark.line + 1}")
-        active.add(key)
-        if isinstance(node, yaml.ScalarNode):
-            if node.tag == _INT_TAG and len(node.value) > 4300:
-                raise ConfigError(f"invalid YAML: {DIGIT_LIMIT_MESSAGE}", where=f"{path}:{node.start_mark.line + 1}")
-            total = 1 + len(node.value)
-        else:
-            children = node.value if isinstance(node, yaml.SequenceNode) else [n for pair in node.value for n in pair]
-            total = 1
-            for child in children:
-                total += size(child)
-                if total > MAX_YAML_EXPANSION:
-                    break
-        active.discard(key)
-        sizes[key] = total
-        return total
-
-    if size(root) <= MAX_YAML_EXPANSION or sum(1 + len(str(n.value)) if isinstance(n, yaml.ScalarNode) else 1
-                                               for n in _distinct_nodes(root)) > MAX_YAML_EXPANSION:
-        return  # within the bound, or big without help from aliases (the file itself is that big)
-    # Name the innermost value that alone expands past the bound (``model[7]``), at its line.
-    node, name, line = root, "", root.start_mark.line + 1
-    while True:
-        if isinstance(node, yaml.MappingNode):
-            steps = [(f"{name}.{k.value}" if name else str(k.value), v, k.start_mark.line + 1) for k, v in node.value]
-        elif isinstance(node, yaml.SequenceNode):
-            steps = [(f"{name}[{i}]", v, v.start_mark.line + 1) for i, v in enumerate(node.value)]
-        else:
-            break
-        step = next((s for s in steps if sizes.get(id(s[1]), 0) > MAX_YAML_EXPANSION), None)
-        if step is None:
-            break
-        name, node, line = step
-    raise ConfigError(f"YAML aliases expand {name[:80] or 'the document'} to more than {MAX_YAML_EXPANSION:,} nodes "
-                      "and characters (an alias bomb?): refused", where=f"{path}:{line}")
-
-
-def _distinct_nodes(root: yaml.Node) -> Iterator[yaml.Node]:
-    seen: set[int] = set()
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        yield node
-        if isinstance(node, yaml.SequenceNode):
-            stack.extend(node.value)
-        elif isinstance(node, yaml.MappingNode):
-            stack.extend(n for pair in node.value for n in pair)
-
-
-def _key_lines(node: yaml.Node, prefix: str, lines: dict[str, int], seen: set[int], path: Path) -> None:
-    if id(node) in seen:  # an alias: its keys were recorded where the anchor is
-        return
-    seen.add(id(node))
-    if isinstance(node, yaml.MappingNode):
-        keys: set[str] = set()
-        for key_node, value_node in node.value:
-            key = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else "?"
-            line = key_node.start_mark.line + 1
-            if key in keys and key != "<<":
-                raise ConfigError(f"duplicate key {key!r}", where=f"{path}:{line}")
-            keys.add(key)
-            name = f"{prefix}.{key}" if prefix else key
-            lines.setdefault(name, line)
-            _key_lines(value_node, name, lines, seen, path)
-    elif isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            name = f"{prefix}[{index}]"
-            lines.setdefault(name, item.start_mark.line + 1)
-            _key_lines(item, name, lines, seen, path)
 
 
 def _cut_to(window: dict[str, Any], key: str, limit_key: str, limit: int | None, config: Config) -> int | None:

@@ -33,6 +33,7 @@ from sqlalchemy.pool import NullPool
 from zhin_cli.core.errors import InputError, SessionNotFound, UsageError, ZhinError, at_row
 from zhin_cli.core.model import BotFacts, MemberSnapshot, Message, SceneChange, SceneFacts, Session, Summary
 from zhin_cli.core.redact import is_secret_parameter, mask_url, redact_text, remember_secret, split_userinfo
+from zhin_cli.core.timezones import valid_timezone
 from zhin_cli.store import schema
 from zhin_cli.store.jsonl import message_line
 from zhin_cli.store.payload import (
@@ -45,7 +46,6 @@ from zhin_cli.store.payload import (
     message_from_payload,
     settle_bot_headers,
     short,
-    valid_timezone,
 )
 
 if TYPE_CHECKING:

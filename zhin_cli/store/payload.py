@@ -10,7 +10,6 @@ import json
 import reprlib
 from dataclasses import dataclass, field, replace
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from zhin_cli.core.errors import InputError
 from zhin_cli.core.inputfiles import lone_surrogate_in_json, surrogate_message
@@ -87,15 +86,6 @@ def check_timestamp(value: Any, key: str, where: str) -> int:
     if not MIN_TIMESTAMP <= value <= MAX_TIMESTAMP:
         raise InputError(f"'{key}' is out of range: {short(value)} is not a ms epoch between the years 1 and 9999", where=where)
     return value
-
-
-def valid_timezone(name: str) -> bool:
-    """An IANA time zone name (``Asia/Shanghai``). ``Asia`` (a folder), ``/etc/passwd`` or ``../x`` are not."""
-    try:
-        ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError, OSError):
-        return False
-    return True
 
 
 def check_str(data: dict[str, Any], keys: tuple[str, ...], where: str, prefix: str = "") -> None:

@@ -27,9 +27,9 @@ from typing import Any
 import yaml
 
 from zhin_cli.core.errors import ConfigError
+from zhin_cli.core.readers import read_yaml_file
 from zhin_cli.core.tokens import counter as shared_counter
 from zhin_cli.pipeline.assemble import AssembledRequest
-from zhin_cli.pipeline.config import read_yaml_file
 from zhin_cli.pipeline.segments import SYSTEM_PROMPT_KINDS
 
 BUDGET_VERSION = 1

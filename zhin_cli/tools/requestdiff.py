@@ -28,7 +28,7 @@ from typing import Any
 from deepdiff import DeepDiff
 
 from zhin_cli.core.errors import InputError, UsageError, ZhinError
-from zhin_cli.pipeline.config import read_json_file
+from zhin_cli.core.readers import read_json_file
 
 CONTEXT = 40  # characters of text shown on each side of a string's first difference
 

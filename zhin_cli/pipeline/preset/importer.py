@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from zhin_cli.core.errors import ConfigError
-from zhin_cli.pipeline.config import read_json_file
+from zhin_cli.core.readers import read_json_file
 from zhin_cli.pipeline.preset.model import (
     CHARACTER_ID,
     DEFAULT_ORDER,

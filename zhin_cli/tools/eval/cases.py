@@ -224,7 +224,7 @@ def _error_key(error: Any) -> str:
 
 
 def read_yaml(path: Path) -> tuple[Any, dict[str, int]]:
-    from zhin_cli.pipeline.config import read_yaml_file
+    from zhin_cli.core.readers import read_yaml_file
 
     return read_yaml_file(path, CaseError, "case file")
 

@@ -135,7 +135,7 @@ def compare_results(base: dict[str, Any], head: dict[str, Any], base_label: str 
 
 def load_result(path: Path) -> dict[str, Any]:
     """A saved ``zhin eval --json`` document."""
-    from zhin_cli.pipeline.config import read_json_file
+    from zhin_cli.core.readers import read_json_file
 
     data, _ = read_json_file(path, InputError, "eval result")
     if not isinstance(data, dict) or not isinstance(data.get("cases"), list) or data.get("version") != 1:

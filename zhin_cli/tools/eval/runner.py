@@ -19,6 +19,7 @@ from zoneinfo import ZoneInfo
 
 from zhin_cli.core.errors import EXIT_CANNOT_RUN, EXIT_FOUND, EXIT_OK, ConfigError, UsageError, ZhinError
 from zhin_cli.core.model import BotFacts, SceneFacts
+from zhin_cli.core.timezones import valid_timezone
 from zhin_cli.core.trust import PluginSource, UntrustedPlugins, authorize, inside, plugin_file
 from zhin_cli.pipeline.assemble import DEFAULT_PROVIDER, AssembledRequest, Assembler
 from zhin_cli.pipeline.config import Config, load_plugin, parse_config
@@ -27,7 +28,6 @@ from zhin_cli.pipeline.providers import PROFILES, resolve_profile
 from zhin_cli.pipeline.segments import Generation, TextSegment
 from zhin_cli.pipeline.validate import validate
 from zhin_cli.pipeline.window import SessionIndex
-from zhin_cli.store.payload import valid_timezone
 from zhin_cli.tools.eval.cases import Case, CaseError, load_cases
 from zhin_cli.tools.eval.metrics import run_metrics
 from zhin_cli.tools.eval.registry import ASSERTIONS, TRANSFORMS, Outcome, ProviderRun
