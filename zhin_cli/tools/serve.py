@@ -8,22 +8,13 @@ Point a bot (or the real ``openai`` client) at it and every request is checked t
 * The profile's validator (``zhin_cli.pipeline.validate``) runs on the body; a rejection is answered with the validator's
   status and exact error body, as the real API would.
 * Otherwise the answer is a deterministic completion (``ok <hash of the request>``) whose ``usage`` is each API's
-  real shape, with cache counts from the server's own prefix cache under the profile's ``CacheRules``:
-
-  - ``automatic`` (OpenAI, DeepSeek): the prompt's prefix-relevant serialization (tools, then messages, each a
-    canonical JSON block) is tokenized with ``TokenCounter``; the hit is the longest common token prefix with the
-    last 64 requests for the same profile and model, 0 below ``min_tokens``, else rounded down to
-    ``step_tokens`` (OpenAI: 1024 / 128).
-  - ``explicit`` (Anthropic): blocks in cache order tools → system → messages, ``cache_control`` markers removed
-    from the text (moving a breakpoint does not change the prefix). Each breakpoint of a request writes an entry
-    for the byte-identical prefix up to it (if at least ``min_tokens``); a later request reads the longest stored
-    prefix that ends at one of its block boundaries within 20 blocks before one of its breakpoints
-    (providers.md §2.5). Nothing after the last breakpoint is cached: ``input_tokens`` is that remainder.
-    A partial match that ends mid-block is *not* a hit, as with the real API.
-  - ``none``: never a hit.
-
-  Token counts are the server's own (tiktoken over that serialization, o200k for models tiktoken does not know,
-  Claude included): consistent between requests, not the provider's exact billing count.
+  real shape (the wire model's ``usage``, ``zhin_cli.wire``), with cache counts from the server's prompt cache:
+  the one simulator (``zhin_cli.cache.PrefixCache``) under the profile's ``CacheRules`` — automatic (OpenAI,
+  DeepSeek: longest common token prefix with the last 64 requests of the same profile and model, above the
+  minimum, in steps), explicit (Anthropic: entries at ``cache_control`` breakpoints, 20-block look-back), none.
+  ``prompt_tokens`` is the one definition (docs/tokens.md) that trace, prefix-diff and ``zhin report economy``
+  report too: tiktoken (o200k for models it does not know, Claude included) over the text the model reads, plus
+  the framing estimate — consistent between requests and tools, not the provider's exact bill.
 * Malformed JSON, a missing model and unknown paths are answered in the dialect's error envelope. Requests with
   ``"stream": true`` get a server-sent-event stream in the API's event format.
 
@@ -51,125 +42,33 @@ import socket
 import tempfile
 import threading
 import time
-from collections import OrderedDict, deque
-from collections.abc import Callable, Hashable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+# the one cache simulator (zhin_cli.cache); PrefixCache and PrefixPlan stay importable from here
+from zhin_cli.cache import CacheOutcome, plan
+from zhin_cli.cache import PrefixCache as PrefixCache
+from zhin_cli.cache import PrefixPlan as PrefixPlan
 from zhin_cli.core.errors import UsageError, ZhinError
 from zhin_cli.core.loopback import is_loopback_name
-from zhin_cli.core.tokens import TokenCounter, encoding_for_model
-from zhin_cli.pipeline.providers import PROFILES, CacheRules, resolve_profile
+from zhin_cli.core.tokens import counter as shared_counter
+from zhin_cli.core.tokens import encoding_for_model
+from zhin_cli.pipeline.providers import PROFILES, resolve_profile
 from zhin_cli.pipeline.validate import VALIDATORS, validate
-from zhin_cli.tools.prefixdiff import common_prefix_length
+from zhin_cli.wire import wire_for
 
-STORE_SIZE = 64  # requests remembered per server (automatic caching); explicit entries: 4 per request
-STORE_TOKENS = 8_000_000  # tokens remembered across those requests (4 bytes each); the oldest go first
-SEQUENCE_TOKENS = 2_000_000  # a longer prompt is remembered up to here (no model reads more)
-LOOKBACK_BLOCKS = 20  # how far back an Anthropic breakpoint looks for an earlier cache entry (providers.md §2.5)
 MAX_BODY = 64 * 1024 * 1024
 
 Log = Callable[[str], None]
 
 
-# --- the prefix the cache sees -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PrefixPlan:
-    """A request's prefix-relevant serialization: blocks in cache order, and explicit breakpoints."""
-
-    blocks: list[str]
-    breakpoints: list[tuple[int, str]] = field(default_factory=list)  # (block index, ttl) of cache_control markers
-
-
-@dataclass(frozen=True)
-class CacheOutcome:
-    prompt_tokens: int
-    read: int = 0
-    written: int = 0
-    written_by_ttl: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def uncached(self) -> int:
-        return self.prompt_tokens - self.read - self.written
-
-
 def _canonical(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-
-
-class PrefixCache:
-    """The server's prompt cache: bounded, thread-safe, keyed by (profile, model)."""
-
-    def __init__(self, size: int = STORE_SIZE) -> None:
-        self._lock = threading.Lock()
-        self._sequences: deque[tuple[Hashable, bytes]] = deque()  # token sequences, 4 bytes per token (memcmp-able)
-        self._size = size
-        self._stored = 0  # bytes in _sequences
-        self._entries: OrderedDict[tuple[Hashable, str], int] = OrderedDict()
-        self._max_entries = size * 4
-
-    def account(self, key: Hashable, plan: PrefixPlan, counter: TokenCounter, rules: CacheRules) -> CacheOutcome:
-        step = max(rules.step_tokens, 1)
-        if rules.mechanism == "automatic":
-            return self._automatic(key, b"".join(counter.encode_packed(block) for block in plan.blocks), rules.min_tokens, step)
-        lengths = [counter.count_once(block) for block in plan.blocks]
-        if rules.mechanism == "explicit":
-            return self._explicit(key, plan, lengths, rules.min_tokens, step)
-        return CacheOutcome(prompt_tokens=sum(lengths))
-
-    def _automatic(self, key: Hashable, tokens: bytes, min_tokens: int, step: int) -> CacheOutcome:
-        kept = tokens[:SEQUENCE_TOKENS * 4]
-        with self._lock:
-            shared = max((common_prefix_length(tokens, earlier) // 4 for k, earlier in self._sequences if k == key), default=0)
-            self._sequences.append((key, kept))
-            self._stored += len(kept)
-            while len(self._sequences) > self._size or self._stored > STORE_TOKENS * 4:
-                self._stored -= len(self._sequences.popleft()[1])
-        read = 0 if shared < min_tokens else shared // step * step
-        return CacheOutcome(prompt_tokens=len(tokens) // 4, read=read)
-
-    def _explicit(self, key: Hashable, plan: PrefixPlan, lengths: list[int], min_tokens: int, step: int) -> CacheOutcome:
-        ends: list[int] = []  # token offset at the end of each block
-        digests: list[str] = []  # hash of the exact text up to the end of each block
-        running, position = hashlib.sha256(), 0
-        for block, length in zip(plan.blocks, lengths, strict=True):
-            running.update(block.encode("utf-8") + b"\x00")
-            digests.append(running.hexdigest())
-            position += length
-            ends.append(position)
-        total = position
-        breakpoints = sorted({index: ttl for index, ttl in plan.breakpoints}.items())
-        if not breakpoints:
-            return CacheOutcome(prompt_tokens=total)
-        candidates = {j for index, _ in breakpoints for j in range(max(0, index - LOOKBACK_BLOCKS + 1), index + 1)}
-        with self._lock:
-            hits = [j for j in candidates if (key, digests[j]) in self._entries]
-            read_block = max(hits, key=lambda j: ends[j], default=None)
-            if read_block is not None:
-                self._entries.move_to_end((key, digests[read_block]))
-            for index, _ in breakpoints:
-                if ends[index] >= min_tokens:
-                    self._entries[(key, digests[index])] = ends[index]
-                    self._entries.move_to_end((key, digests[index]))
-            while len(self._entries) > self._max_entries:
-                self._entries.popitem(last=False)
-        read = 0 if read_block is None or ends[read_block] < min_tokens else ends[read_block] // step * step
-        last_end = ends[breakpoints[-1][0]]
-        if last_end < min_tokens or last_end <= read:
-            return CacheOutcome(prompt_tokens=total, read=read)
-        by_ttl: dict[str, int] = {}
-        start = read
-        for index, ttl in breakpoints:
-            if ends[index] > start:
-                by_ttl[ttl] = by_ttl.get(ttl, 0) + ends[index] - start
-                start = ends[index]
-        return CacheOutcome(prompt_tokens=total, read=read, written=last_end - read, written_by_ttl=by_ttl)
 
 
 # --- dialects: how each API shapes its prefix, errors and answers ----------------------------------------------
@@ -177,8 +76,7 @@ class PrefixCache:
 
 @dataclass(frozen=True)
 class Dialect:
-    name: str
-    plan: Callable[[dict[str, Any]], PrefixPlan]
+    name: str  # the wire format (zhin_cli.wire) whose cache view and usage shape it answers with
     error: Callable[[int, str], dict[str, Any]]  # (status, message) → the API's error body
     completion: Callable[[dict[str, Any], str, str, CacheOutcome, int], dict[str, Any]]
     stream: Callable[[dict[str, Any], str, str, CacheOutcome, int], Iterator[bytes]]
@@ -216,25 +114,8 @@ def _openai_error(status: int, message: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": _OPENAI_ERROR_TYPES.get(status, "server_error"), "param": None, "code": None}}
 
 
-def _list(body: Mapping[str, Any], key: str) -> list[Any]:
-    value = body.get(key)
-    return value if isinstance(value, list) else []
-
-
-def _openai_plan(body: dict[str, Any]) -> PrefixPlan:
-    return PrefixPlan([f"tool {_canonical(t)}" for t in _list(body, "tools")]
-                      + [f"message {_canonical(m)}" for m in _list(body, "messages")])
-
-
 def _openai_usage(cache: CacheOutcome, output_tokens: int) -> dict[str, Any]:
-    return {
-        "prompt_tokens": cache.prompt_tokens,
-        "completion_tokens": output_tokens,
-        "total_tokens": cache.prompt_tokens + output_tokens,
-        "prompt_tokens_details": {"cached_tokens": cache.read, "audio_tokens": 0},
-        "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
-                                      "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0},
-    }
+    return wire_for("openai-chat").usage(cache, output_tokens)
 
 
 def _openai_head(body: dict[str, Any], model: str, kind: str) -> dict[str, Any]:
@@ -261,7 +142,7 @@ def _openai_stream(body: dict[str, Any], model: str, text: str, cache: CacheOutc
     yield b"data: [DONE]\n\n"
 
 
-register_dialect(Dialect("openai-chat", _openai_plan, _openai_error, _openai_completion, _openai_stream,
+register_dialect(Dialect("openai-chat", _openai_error, _openai_completion, _openai_stream,
                          missing_model="you must provide a model parameter"))
 
 
@@ -274,65 +155,8 @@ def _anthropic_error(status: int, message: str) -> dict[str, Any]:
     return {"type": "error", "error": {"type": _ANTHROPIC_ERROR_TYPES.get(status, "api_error"), "message": message}}
 
 
-def _without_cache_control(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _without_cache_control(v) for k, v in value.items() if k != "cache_control"}
-    if isinstance(value, list):
-        return [_without_cache_control(v) for v in value]
-    return value
-
-
-def _cache_marker(value: Any) -> dict[str, Any] | None:
-    """The first cache_control marker in a block (on it or on a nested block, e.g. inside tool_result content)."""
-    if isinstance(value, dict):
-        marker = value.get("cache_control")
-        if isinstance(marker, dict):
-            return marker
-        value = list(value.values())
-    if isinstance(value, list):
-        for item in value:
-            found = _cache_marker(item)
-            if found is not None:
-                return found
-    return None
-
-
-def _anthropic_plan(body: dict[str, Any]) -> PrefixPlan:
-    blocks: list[str] = []
-    breakpoints: list[tuple[int, str]] = []
-
-    def add(prefix: str, block: Any) -> None:
-        marker = _cache_marker(block)
-        if marker is not None:
-            breakpoints.append((len(blocks), str(marker.get("ttl") or "5m")))
-        blocks.append(prefix + _canonical(_without_cache_control(block)))
-
-    for tool in _list(body, "tools"):
-        add("tool ", tool)
-    system = body.get("system")
-    for block in system if isinstance(system, list) else ([system] if system is not None else []):
-        add("system ", block)
-    for message in _list(body, "messages"):
-        role = message.get("role") if isinstance(message, dict) else None
-        content = message.get("content") if isinstance(message, dict) else message
-        for index, block in enumerate(content if isinstance(content, list) else [content]):
-            add(f"\n{role} " if index == 0 else "+ ", block)
-    automatic = body.get("cache_control")  # top-level: a marker on the last cacheable block
-    if isinstance(automatic, dict) and blocks:
-        breakpoints.append((len(blocks) - 1, str(automatic.get("ttl") or "5m")))
-    return PrefixPlan(blocks, breakpoints)
-
-
 def _anthropic_usage(cache: CacheOutcome, output_tokens: int) -> dict[str, Any]:
-    return {
-        "input_tokens": cache.uncached,
-        "cache_creation_input_tokens": cache.written,
-        "cache_read_input_tokens": cache.read,
-        "cache_creation": {"ephemeral_5m_input_tokens": cache.written_by_ttl.get("5m", 0),
-                           "ephemeral_1h_input_tokens": cache.written_by_ttl.get("1h", 0)},
-        "output_tokens": output_tokens,
-        "service_tier": "standard",
-    }
+    return wire_for("anthropic-messages").usage(cache, output_tokens)
 
 
 def _anthropic_message(body: dict[str, Any], model: str, content: list[dict[str, Any]], stop: str | None,
@@ -357,7 +181,7 @@ def _anthropic_stream(body: dict[str, Any], model: str, text: str, cache: CacheO
     yield _sse({"type": "message_stop"}, "message_stop")
 
 
-register_dialect(Dialect("anthropic-messages", _anthropic_plan, _anthropic_error, _anthropic_completion, _anthropic_stream,
+register_dialect(Dialect("anthropic-messages", _anthropic_error, _anthropic_completion, _anthropic_stream,
                          missing_model="model: Field required"))
 
 
@@ -424,8 +248,8 @@ def answer(path: str, raw: bytes | bytearray, *, provider: str, cache: PrefixCac
                                              f"{type(error).__name__}: {error}"), note="validator crashed")
     if not verdict.ok:
         return Reply(verdict.status, verdict.error_body(), note=verdict.message)
-    counter = TokenCounter(encoding_for_model(model))
-    outcome = cache.account((profile.name, model), dialect.plan(body), counter, profile.cache)
+    counter = shared_counter(encoding_for_model(model))
+    outcome = cache.account((profile.name, model), plan(body, dialect.name, counter), counter, profile.cache)
     text = f"ok {_digest(body)[:8]}"
     output_tokens = counter.count(text)
     note = f"{profile.name} {model} prompt={outcome.prompt_tokens} read={outcome.read} written={outcome.written}"

@@ -1,0 +1,183 @@
+"""One wire model per API format: everything zhin knows about one request/response format, in one module.
+
+A *wire format* (``WireFormat``) answers, for its API, the questions the tools used to answer with
+``if wire == …`` chains spread over prefix-diff, serve, usage, eval and economy:
+
+* ``regions`` — the top-level keys the provider hashes for its prompt cache, **in hashing order**
+  (OpenAI ``tools → messages``, Anthropic ``tools → system → messages``, Gemini
+  ``tools → systemInstruction → contents``), and ``message_key`` (where the message list is);
+* ``blocks(body)`` — the request as the provider's tokenizer and cache see it: one ``Block`` per tool
+  definition, system block and message content block, in cache order, with the text the model reads, an
+  estimate of the framing tokens the API adds around it, and its cache marker (``cache_control``);
+* tool-call / tool-result recognition, roles, how a standalone user text is written, a message without a text
+  piece, the flat one-user-message layout (``zhin report economy``);
+* ``usage(…)`` — the API's usage object for a given cache outcome (``zhin serve``), and ``usage_kind`` (the
+  ``tools/usage.py`` normaliser that reads it back).
+
+``prompt_tokens(body, wire, counter)`` is the one definition of a request's prompt tokens (docs/tokens.md):
+our estimate of the input tokens the provider bills for that body, Σ over ``blocks`` of (text tokens +
+framing) + ``reply_framing``. trace, prefix-diff, ``zhin serve``'s usage and ``zhin report economy`` all call
+it (through ``zhin_cli.cache.plan`` where the token sequence is needed too), so they report the same figure.
+
+Adding a format (say OpenAI Responses) is adding one module here that subclasses ``WireFormat`` and calls
+``register_wire``; no tool changes. This package imports nothing from the pipeline or the tools.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class Block:
+    """One unit the provider tokenizes and caches: a tool definition, a system block, a message content block."""
+
+    region: str  # "tools" | "system" | "messages"
+    message_index: int  # index in the body's message list; -1 outside it
+    head: str  # the non-text fields that make it this block (role, ids, type): blocks with other heads share no token
+    text: str  # the text the model reads
+    framing: int  # tokens the API adds around it (role markers, separators), estimated
+    ttl: str | None = None  # a cache_control marker on this block (explicit caching): its TTL
+
+
+class CacheOutcomeLike(Protocol):
+    """What a usage shape needs of a cache outcome (``zhin_cli.cache.CacheOutcome``)."""
+
+    @property
+    def prompt_tokens(self) -> int: ...
+
+    @property
+    def read(self) -> int: ...
+
+    @property
+    def written(self) -> int: ...
+
+    @property
+    def written_by_ttl(self) -> dict[str, int]: ...
+
+    @property
+    def uncached(self) -> int: ...
+
+
+def canonical(value: Any) -> str:
+    """The compact, key-sorted JSON of a value: a stable text for block heads and digests."""
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+def dumps(value: Any) -> str:
+    """The compact JSON of a value in its own key order (what prefix-diff shows byte by byte)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+@dataclass
+class FlatRequest:
+    """The flat layout of a request (system prompt + one user message), as the wire sends it."""
+
+    body: dict[str, Any]
+    # (segment id, text, message index) of what it is made of, as RenderedPart would say
+    parts: list[tuple[str, str, int]] = field(default_factory=list)
+    breakpoints: list[dict[str, Any]] = field(default_factory=list)
+
+
+class WireFormat:
+    """The base wire model; a format module subclasses it and overrides what differs."""
+
+    name = ""
+    regions: tuple[str, ...] = ("tools", "messages")
+    message_key = "messages"
+    usage_kind = ""  # the tools/usage.py normaliser for this API's usage object
+    message_framing = 3  # every message: role marker + separators (OpenAI's documented 3 per message)
+    block_framing = 1  # every further content block of a message, every tool definition
+    reply_framing = 3  # the tokens that prime the reply
+
+    # --- messages ---------------------------------------------------------------------------------------
+
+    def messages(self, body: dict[str, Any]) -> list[Any]:
+        return as_list(body.get(self.message_key))
+
+    def role(self, message: Any) -> str:
+        return str(message.get("role", "?")) if isinstance(message, dict) else "?"
+
+    def is_tool_call(self, message: Any) -> bool:
+        raise NotImplementedError
+
+    def is_tool_result(self, message: Any) -> bool:
+        raise NotImplementedError
+
+    def user_text(self, role: str, text: str) -> dict[str, Any]:
+        """A standalone message holding ``text`` (``role`` where the format has free roles)."""
+        raise NotImplementedError
+
+    def take_text(self, message: dict[str, Any], text: str) -> bool:
+        """Remove the block carrying ``text`` from a merged message; True if the whole message is that text."""
+        raise NotImplementedError
+
+    def message_texts(self, message: Any) -> list[str]:
+        """The text blocks of a message, in order."""
+        raise NotImplementedError
+
+    def without_tail(self, message: Any, tail: str | None) -> Any:
+        """The message without the runtime tail (``tail``: the tail piece exactly as rendered) and without cache
+        markers (they move with the tail)."""
+        raise NotImplementedError
+
+    def tool_names(self, body: dict[str, Any]) -> list[str]:
+        return [str(t.get("name", "")) for t in as_list(body.get("tools")) if isinstance(t, dict)]
+
+    def role_problem(self, messages: list[Any]) -> str | None:
+        """The role order the format requires, checked independently of the validator."""
+        raise NotImplementedError
+
+    # --- the cache's view -------------------------------------------------------------------------------
+
+    def blocks(self, body: dict[str, Any]) -> Iterator[Block]:
+        raise NotImplementedError
+
+    # --- flat layout and usage --------------------------------------------------------------------------
+
+    def flat(self, source: dict[str, Any], system: str, user: str) -> FlatRequest:
+        raise NotImplementedError
+
+    def usage(self, outcome: CacheOutcomeLike, output_tokens: int) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+WIRES: dict[str, WireFormat] = {}
+
+
+def register_wire(wire: WireFormat) -> WireFormat:
+    if wire.name in WIRES:
+        raise ValueError(f"duplicate wire format {wire.name!r}")
+    WIRES[wire.name] = wire
+    return wire
+
+
+def wire_for(name: str | None) -> WireFormat:
+    """The wire model for a profile's ``wire`` (OpenAI Chat when none is named)."""
+    found = WIRES.get(name or "openai-chat")
+    if found is None:
+        raise KeyError(f"unknown wire format {name!r} (known: {', '.join(sorted(WIRES))})")
+    return found
+
+
+class Counter(Protocol):
+    def count(self, text: str) -> int: ...
+
+
+def prompt_tokens(body: dict[str, Any], wire: str | WireFormat, counter: Counter) -> int:
+    """Our estimate of the provider's billed input tokens for ``body``: Σ (text tokens + framing) over the
+    wire's blocks, plus the reply framing (docs/tokens.md). The one definition every tool reports."""
+    model = wire if isinstance(wire, WireFormat) else wire_for(wire)
+    return sum(counter.count(b.text) + b.framing for b in model.blocks(body)) + model.reply_framing
+
+
+from zhin_cli.wire import anthropic_messages as _anthropic  # noqa: E402,F401
+from zhin_cli.wire import gemini_generate as _gemini  # noqa: E402,F401
+from zhin_cli.wire import openai_chat as _openai  # noqa: E402,F401

@@ -1,0 +1,123 @@
+"""Gemini ``generateContent`` (``gemini-generate``).
+
+Cache order ``tools → systemInstruction → contents`` (implicit caching, Gemini 2.5+: the longest common
+prefix with an earlier request, above a per-model minimum; reference/providers.md §3). Roles are ``user`` and
+``model``; function calls and responses are parts. Billed tokens are estimated like OpenAI's (the real
+tokenizer is online only, ``countTokens``): text + 3 per content, 1 per further part and tool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from zhin_cli.wire import Block, CacheOutcomeLike, FlatRequest, WireFormat, as_list, canonical, register_wire
+
+
+def _part_text(part: Any) -> str:
+    if not isinstance(part, dict):
+        return canonical(part)
+    if "text" in part:
+        return str(part["text"])
+    for key in ("functionCall", "functionResponse"):
+        call = part.get(key)
+        if isinstance(call, dict):
+            rest = {k: v for k, v in call.items() if k not in ("name", "id")}
+            return f"{call.get('name', '')}{canonical(rest)}"
+    return canonical(part)
+
+
+def _part_head(part: Any) -> dict[str, Any]:
+    if not isinstance(part, dict):
+        return {}
+    head: dict[str, Any] = {k: v for k, v in part.items() if k not in ("text", "functionCall", "functionResponse")}
+    for key in ("functionCall", "functionResponse"):
+        if isinstance(part.get(key), dict):
+            head[key] = part[key].get("id", "")
+    return head
+
+
+class GeminiGenerate(WireFormat):
+    name = "gemini-generate"
+    regions = ("tools", "systemInstruction", "contents")
+    message_key = "contents"
+    usage_kind = "gemini-generate"
+
+    def _parts(self, message: Any) -> list[Any]:
+        return as_list(message.get("parts")) if isinstance(message, dict) else []
+
+    def is_tool_call(self, message: Any) -> bool:
+        return any(isinstance(p, dict) and "functionCall" in p for p in self._parts(message))
+
+    def is_tool_result(self, message: Any) -> bool:
+        return any(isinstance(p, dict) and "functionResponse" in p for p in self._parts(message))
+
+    def user_text(self, role: str, text: str) -> dict[str, Any]:
+        return {"role": "user", "parts": [{"text": text}]}
+
+    def take_text(self, message: dict[str, Any], text: str) -> bool:
+        parts = message.get("parts")
+        if parts is None:
+            return True
+        kept = [p for p in parts if not (isinstance(p, dict) and p.get("text") == text)]
+        if not kept:
+            return True
+        message["parts"] = kept
+        return False
+
+    def message_texts(self, message: Any) -> list[str]:
+        return [str(p.get("text", "")) for p in self._parts(message) if isinstance(p, dict) and "text" in p]
+
+    def without_tail(self, message: Any, tail: str | None) -> Any:
+        if not isinstance(message, dict) or not isinstance(message.get("parts"), list):
+            return message
+        return {**message, "parts": [p for p in message["parts"] if not (isinstance(p, dict) and tail and p.get("text") == tail)]}
+
+    def tool_names(self, body: dict[str, Any]) -> list[str]:
+        names: list[str] = []
+        for tool in as_list(body.get("tools")):
+            declarations = as_list(tool.get("functionDeclarations")) if isinstance(tool, dict) else []
+            names.extend(str(d.get("name", "")) for d in declarations if isinstance(d, dict))
+        return names
+
+    def role_problem(self, messages: list[Any]) -> str | None:
+        roles = [self.role(m) for m in messages]
+        if roles and roles[0] != "user":
+            return f"first message is {roles[0]!r}, expected 'user'"
+        for i in range(1, len(roles)):
+            if roles[i] == roles[i - 1] or roles[i] not in ("user", "model"):
+                return f"roles do not alternate user/model at message {i}: {' '.join(roles)}"
+        return None
+
+    def blocks(self, body: dict[str, Any]) -> Iterator[Block]:
+        for tool in as_list(body.get("tools")):
+            yield Block("tools", -1, "tool", canonical(tool), self.block_framing)
+        system = body.get("systemInstruction")
+        parts = as_list(system.get("parts")) if isinstance(system, dict) else []
+        for number, part in enumerate(parts):
+            yield Block("system", -1, canonical({"system": number, **_part_head(part)}), _part_text(part),
+                        self.message_framing if number == 0 else self.block_framing)
+        for index, content in enumerate(self.messages(body)):
+            role = content.get("role") if isinstance(content, dict) else None
+            for number, part in enumerate(self._parts(content) or [""]):
+                head = canonical({"role": role, "number": number, **_part_head(part)})
+                yield Block("messages", index, head, _part_text(part) if part != "" else "",
+                            self.message_framing if number == 0 else self.block_framing)
+
+    def flat(self, source: dict[str, Any], system: str, user: str) -> FlatRequest:
+        body: dict[str, Any] = {}
+        if "tools" in source:
+            body["tools"] = source["tools"]
+        body["systemInstruction"] = {"parts": [{"text": system}]}
+        body["contents"] = [{"role": "user", "parts": [{"text": user}]}]
+        return FlatRequest(body, [("system", system, -1), ("flat", user, 0)], [])
+
+    def usage(self, outcome: CacheOutcomeLike, output_tokens: int) -> dict[str, Any]:
+        meta: dict[str, Any] = {"promptTokenCount": outcome.prompt_tokens, "candidatesTokenCount": output_tokens,
+                                "totalTokenCount": outcome.prompt_tokens + output_tokens}
+        if outcome.read:  # Gemini omits the field when nothing hit
+            meta["cachedContentTokenCount"] = outcome.read
+        return {"usageMetadata": meta}
+
+
+GEMINI_GENERATE = register_wire(GeminiGenerate())

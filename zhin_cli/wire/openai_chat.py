@@ -1,0 +1,126 @@
+"""OpenAI Chat Completions (``openai-chat``): also the wire of DeepSeek, OpenAI-compatible gateways and local
+chat-template servers (their bodies are Chat Completions bodies; the template is applied server-side).
+
+Cache order ``tools → messages`` (the ``model`` is compared on its own). Billed tokens, as OpenAI's cookbook
+counts them: each message's text plus 3 framing tokens (``<|start|>role … <|end|>``; 1 more with ``name``),
+each tool call's name and arguments plus 1, each tool definition's JSON plus 1, and 3 that prime the reply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from zhin_cli.wire import Block, CacheOutcomeLike, FlatRequest, WireFormat, as_list, canonical, register_wire
+
+
+class OpenAIChat(WireFormat):
+    name = "openai-chat"
+    regions = ("tools", "messages")
+    message_key = "messages"
+    usage_kind = "openai-chat"
+
+    def is_tool_call(self, message: Any) -> bool:
+        return isinstance(message, dict) and bool(message.get("tool_calls"))
+
+    def is_tool_result(self, message: Any) -> bool:
+        return isinstance(message, dict) and message.get("role") == "tool"
+
+    def user_text(self, role: str, text: str) -> dict[str, Any]:
+        return {"role": role, "content": text}
+
+    def take_text(self, message: dict[str, Any], text: str) -> bool:
+        content = message.get("content")
+        if isinstance(content, str) or content is None:
+            return True
+        kept = [b for b in content if not (isinstance(b, dict) and b.get("text") == text)]
+        if not kept:
+            return True
+        message["content"] = kept
+        return False
+
+    def message_texts(self, message: Any) -> list[str]:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str):
+            return [content]
+        return [str(b.get("text", "")) for b in as_list(content) if isinstance(b, dict) and "text" in b]
+
+    def without_tail(self, message: Any, tail: str | None) -> Any:
+        if not isinstance(message, dict):
+            return message
+        content = message.get("content")
+        if isinstance(content, str) and tail and content.endswith(tail):
+            return {**message, "content": content[: -len(tail)]}
+        if isinstance(content, list):
+            return {**message, "content": [b for b in content if not (isinstance(b, dict) and tail and b.get("text") == tail)]}
+        return message
+
+    def tool_names(self, body: dict[str, Any]) -> list[str]:
+        return [str((t.get("function") or t).get("name", "")) for t in as_list(body.get("tools")) if isinstance(t, dict)]
+
+    def role_problem(self, messages: list[Any]) -> str | None:
+        for i, message in enumerate(messages):
+            if self.role(message) == "tool":
+                j = i - 1
+                while j >= 0 and self.role(messages[j]) == "tool":
+                    j -= 1
+                if j < 0 or not self.is_tool_call(messages[j]):
+                    return f"tool message {i} does not follow an assistant tool call"
+            if self.is_tool_call(message):
+                ids = {c.get("id") for c in message["tool_calls"]}
+                after = []
+                for follower in messages[i + 1 :]:
+                    if self.role(follower) != "tool":
+                        break
+                    after.append(follower.get("tool_call_id"))
+                if ids - set(after):
+                    return f"assistant message {i}: tool calls {sorted(ids - set(after))} not answered right after it"
+        return None
+
+    def blocks(self, body: dict[str, Any]) -> Iterator[Block]:
+        for tool in as_list(body.get("tools")):
+            yield Block("tools", -1, "tool", canonical(tool), self.block_framing)
+        for index, message in enumerate(self.messages(body)):
+            if not isinstance(message, dict):
+                yield Block("messages", index, "?", canonical(message), self.message_framing)
+                continue
+            head = canonical({k: v for k, v in message.items() if k not in ("content", "tool_calls")})
+            framing = self.message_framing + (1 if message.get("name") else 0)
+            content = message.get("content")
+            pieces = [content] if isinstance(content, str) else as_list(content) or [""]
+            for number, piece in enumerate(pieces):
+                text = piece if isinstance(piece, str) else str(piece.get("text", "")) if isinstance(piece, dict) and \
+                    piece.get("type") == "text" else canonical(piece)
+                yield Block("messages", index, head if number == 0 else f"{head}+{number}", text,
+                            framing if number == 0 else self.block_framing)
+            for call in as_list(message.get("tool_calls")):
+                function = call.get("function") if isinstance(call, dict) else None
+                if not isinstance(function, dict):
+                    yield Block("messages", index, "call", canonical(call), self.block_framing)
+                    continue
+                call_head = canonical({k: v for k, v in call.items() if k != "function"})
+                yield Block("messages", index, f"call {call_head}", f"{function.get('name', '')}{function.get('arguments', '')}",
+                            self.block_framing)
+
+    def flat(self, source: dict[str, Any], system: str, user: str) -> FlatRequest:
+        body: dict[str, Any] = {"model": source.get("model")}
+        if "tools" in source:
+            body["tools"] = source["tools"]
+        messages = self.messages(source)
+        role = messages[0].get("role", "system") if messages and isinstance(messages[0], dict) else "system"
+        body["messages"] = [{"role": role, "content": system}, {"role": "user", "content": user}]
+        return FlatRequest(body, [("system", system, 0), ("flat", user, 1)],
+                           [{"after": "system", "message_index": 0, "explicit": False}])
+
+    def usage(self, outcome: CacheOutcomeLike, output_tokens: int) -> dict[str, Any]:
+        return {
+            "prompt_tokens": outcome.prompt_tokens,
+            "completion_tokens": output_tokens,
+            "total_tokens": outcome.prompt_tokens + output_tokens,
+            "prompt_tokens_details": {"cached_tokens": outcome.read, "audio_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
+                                          "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0},
+        }
+
+
+OPENAI_CHAT = register_wire(OpenAIChat())
