@@ -80,12 +80,11 @@ def _print_request(console, request: AssembledRequest, show_request: bool) -> No
                       str(segment.chars), str(segment.tokens), str(segment.trimmed) if segment.trimmed else "")
     console.print(table)
     breakpoints = ", ".join(
-        f"{'after ' + b['after'] if 'after' in b else 'before ' + b['before']} @ message {b['message_index']}"
-        + ("" if b.get("explicit") else " (implicit)") for b in request.cache_breakpoints
+        f"{b.label} @ message {b.message_index}" + ("" if b.explicit else " (implicit)") for b in request.cache_breakpoints
     )
     console.print(f"state changes rendered as: [bold]{request.state_rendering}[/]   "
                   f"headers: {request.full_headers} full, {request.short_headers} short   "
-                  f"window: {request.window['messages']} messages ({request.window['dropped']} before it)")
+                  f"window: {request.window.messages} messages ({request.window.dropped} before it)")
     console.print(f"cache breakpoints: {breakpoints or 'none'}")
     verdict = request.verdict
     if verdict.ok:

@@ -2,22 +2,29 @@
 
 store → window → segments → merge → headers → preset (layout) → provider render → validate.
 Each stage is a module; this file only wires them, in that order, and collects what the trace shows.
+
+A request is made in two steps: *placement* (window → message segments → merge: which history items, in which
+order) and *rendering* (projection → shaping → preset → provider → validate). The next request needs only the
+first step of this one — what it sent, in merge's append-only order — so a single turn is assembled by placing
+the turns since its window last moved and rendering only that turn (``Assembler.request``), and a replay
+carries the sent prefix from turn to turn (``Conversation``). The carry stops where the window's start moves
+(docs/design-notes.md, "A request costs its window"), which keeps both exact.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, NamedTuple, overload
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from zhin_cli.core.errors import ConfigError
-from zhin_cli.core.model import AssistantMessage, Message, Session, UserMessage
+from zhin_cli.core.errors import ConfigError, UsageError
+from zhin_cli.core.model import AssistantMessage, LazyMessages, Message, Session, SessionOutline, UserMessage
 from zhin_cli.core.tokens import counter as shared_counter
 from zhin_cli.core.tokens import encoding_for_model
 from zhin_cli.pipeline.config import Config
 from zhin_cli.pipeline.headers import Aliases, Projected, ProjectedEvent, Projection, events_timed_on_wire, project
-from zhin_cli.pipeline.merge import ItemKey, item_key, merge
+from zhin_cli.pipeline.merge import ItemKey, Placed, item_key, merge
 from zhin_cli.pipeline.preset import SYSTEM_SEGMENT, PresetMessage
 from zhin_cli.pipeline.preset.model import Preset
 from zhin_cli.pipeline.preset.skeleton import Arrangement, Facts, arrange, downgrades_mid_system, greeting_text
@@ -27,6 +34,7 @@ from zhin_cli.pipeline.segments import (
     MESSAGE_KINDS,
     SYSTEM_PROMPT_KINDS,
     FactsReader,
+    PromptSegment,
     PromptSegmentRegistry,
     RuntimeView,
     SegmentInput,
@@ -37,7 +45,7 @@ from zhin_cli.pipeline.segments import (
     system_text,
 )
 from zhin_cli.pipeline.validate import Verdict, validate
-from zhin_cli.pipeline.window import SessionIndex, summary_in_prefix, visible_window
+from zhin_cli.pipeline.window import SessionIndex, Window, summary_in_prefix, visible_window
 
 DEFAULT_PROVIDER = "openai"
 DEFAULT_MODEL = "gpt-4o"
@@ -45,6 +53,7 @@ DEFAULT_MODEL = "gpt-4o"
 # 64-bit column can hold, so it can never equal a stored row id (1 … 2^63-1) nor any summary anchor a store can
 # hold (0 there means "no anchor"; JSONL allows negatives), and it still sorts before every stored row.
 CARD_GREETING_ROW = -(2**63) - 1
+TAIL_SEGMENT = "tail"
 
 
 @dataclass
@@ -67,6 +76,79 @@ class SegmentReport:
         return data
 
 
+@dataclass(frozen=True)
+class WindowStart:
+    """Where a request's window opens: the messages before it (compacted or cut) and the summary in force.
+    Two requests with the same start see the same history base, the same carried membership events and the
+    same summary; the sent prefix is carried only between such requests."""
+
+    dropped: int
+    summary_anchor: int | None
+
+    @staticmethod
+    def of(window: Window) -> WindowStart:
+        return WindowStart(window.dropped, window.summary.anchor_row_id if window.summary else None)
+
+
+# The greeting's "window": the whole chat, before any cut or compaction (it is the first message).
+GREETING_START = WindowStart(0, None)
+
+
+@dataclass(frozen=True)
+class WindowReport:
+    """What the request could see (trace's ``window``): its messages, those before it, the summary in force
+    and the membership events carried over from before it."""
+
+    messages: int
+    dropped: int
+    summary_anchor: int | None
+    carried_events: int
+
+    @property
+    def start(self) -> WindowStart:
+        return WindowStart(self.dropped, self.summary_anchor)
+
+    def __getitem__(self, key: str) -> Any:
+        """``report["dropped"]``: the JSON's keys, for code written against the dict this record replaced."""
+        if key not in _WINDOW_KEYS:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"messages": self.messages, "dropped": self.dropped, "summary_anchor": self.summary_anchor,
+                "carried_events": self.carried_events}
+
+
+_WINDOW_KEYS = frozenset(f.name for f in fields(WindowReport))
+
+
+@dataclass(frozen=True)
+class Breakpoint:
+    """A cache breakpoint of the rendered request: ``after`` a region (``system``) or ``before`` one (``tail``),
+    at wire message ``message_index`` (-1: the top-level system), written as a marker (``explicit``) or implied
+    by the provider's automatic prefix caching."""
+
+    message_index: int
+    explicit: bool
+    after: str | None = None
+    before: str | None = None
+
+    @staticmethod
+    def of(data: dict[str, Any]) -> Breakpoint:
+        return Breakpoint(int(data["message_index"]), bool(data.get("explicit")), data.get("after"), data.get("before"))
+
+    @property
+    def label(self) -> str:
+        """``after system`` / ``before tail``."""
+        return f"after {self.after}" if self.after is not None else f"before {self.before}"
+
+    def as_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"after": self.after} if self.after is not None else {"before": self.before}
+        data["message_index"] = self.message_index
+        data["explicit"] = self.explicit
+        return data
+
+
 @dataclass
 class AssembledRequest:
     session_id: str
@@ -78,17 +160,22 @@ class AssembledRequest:
     state_rendering: str
     full_headers: int
     short_headers: int
-    cache_breakpoints: list[dict[str, Any]]
+    cache_breakpoints: list[Breakpoint]
     request: dict[str, Any]
     prompt_tokens: int
     verdict: Verdict
     warnings: list[str]
-    window: dict[str, Any]
-    sent_keys: list[ItemKey] = field(default_factory=list, repr=False)
-    # for prefix analysis: what each wire message is made of, and the profile that rendered it
+    window: WindowReport
+    profile: Capabilities = field(repr=False)  # the profile that rendered it (mid-conversation system as used)
+    sent_keys: list[ItemKey] = field(default_factory=list, repr=False)  # the history items, in the order sent
+    # for prefix analysis: what each wire message is made of
     parts: list[RenderedPart] = field(default_factory=list, repr=False)
-    profile: Capabilities | None = field(default=None, repr=False)
     system_texts: list[tuple[str, str]] = field(default_factory=list, repr=False)  # (segment id, text) in order
+    tail_text: str | None = field(default=None, repr=False)  # the runtime tail as the wire carries it, if any
+
+    @property
+    def window_start(self) -> WindowStart:
+        return self.window.start
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -100,13 +187,27 @@ class AssembledRequest:
             "segments": [s.as_dict() for s in self.segments],
             "state_rendering": self.state_rendering,
             "headers": {"full": self.full_headers, "short": self.short_headers},
-            "cache_breakpoints": self.cache_breakpoints,
+            "cache_breakpoints": [b.as_dict() for b in self.cache_breakpoints],
             "prompt_tokens": self.prompt_tokens,
             "validation": self.verdict.as_dict(),
-            "window": self.window,
+            "window": self.window.as_dict(),
             "warnings": self.warnings,
             "request": self.request,
         }
+
+
+@dataclass(frozen=True)
+class SentPrefix:
+    """What a request sent (its history items in merge order) plus the reply it produced, and the window start
+    it was sent from: the next request keeps it as its prefix only if its window opens at the same place."""
+
+    start: WindowStart
+    keys: tuple[ItemKey, ...]
+
+    def carried_into(self, start: WindowStart) -> tuple[ItemKey, ...]:
+        """The prefix a request whose window opens at ``start`` keeps: all of it, or nothing after a move (the
+        cached prefix broke at the move anyway, so the history is merged by time again)."""
+        return self.keys if start == self.start else ()
 
 
 class _Built(NamedTuple):
@@ -118,6 +219,31 @@ class _Built(NamedTuple):
     arrangement: Arrangement
     profile: Capabilities
     rendered: RenderedRequest
+
+
+@dataclass
+class Placement:
+    """Stages 2–4 of one request: the window, the segments' input, and the history as merge placed it. Enough
+    for the next request's sent prefix; rendering (``Assembler.render``) needs nothing else."""
+
+    session: Session
+    upto: int
+    request_time: int
+    model: str
+    timezone: str
+    window: Window
+    runtime: RuntimeView
+    seg_input: SegmentInput
+    message_segments: list[PromptSegment]
+    placed: list[Placed]
+
+    @property
+    def start(self) -> WindowStart:
+        return WindowStart.of(self.window)
+
+    @property
+    def keys(self) -> tuple[ItemKey, ...]:
+        return tuple(item_key(p.item) for p in self.placed)
 
 
 class _RowIndex:
@@ -193,9 +319,218 @@ def greeting_position(messages: Sequence[Message]) -> int | None:
     return None
 
 
+def outline_greeting_position(outline: SessionOutline) -> int | None:
+    """``greeting_position`` from the outline alone (the same rule; no message is read)."""
+    if not len(outline):
+        return None
+    return 0 if outline.roles[0] == "assistant" and outline.has_text[0] and not outline.has_tool_calls[0] else None
+
+
 def greeting_turn(messages: Sequence[Message]) -> int | None:
     """The greeting's turn number (1: it is the first assistant message), or None without a greeting."""
     return 1 if greeting_position(messages) is not None else None
+
+
+def resolve_timezone(name: str | None, session: Session) -> str:
+    """The time zone a request of ``session`` is rendered in: ``name`` (--timezone, zhin.yaml), else the
+    session's, else UTC; an unknown name is a ``ConfigError``."""
+    chosen = name or session.timezone or "UTC"
+    try:
+        ZoneInfo(chosen)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ConfigError(f"unknown time zone {chosen!r}") from None
+    return chosen
+
+
+# --- the card greeting: one message in front of the stored ones, without copying them --------------------------
+
+
+class _Prepended(Sequence[Any]):
+    """``[first, *rest]`` as a view: O(1) to make, whatever ``rest``'s length."""
+
+    def __init__(self, first: Any, rest: Sequence[Any]) -> None:
+        self.first = first
+        self.rest = rest
+
+    def __len__(self) -> int:
+        return 1 + len(self.rest)
+
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Any]: ...
+
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            if step != 1:
+                return [self[i] for i in range(start, stop, step)]
+            if start >= stop:
+                return []
+            head = [self.first] if start == 0 else []
+            return head + list(self.rest[max(start - 1, 0) : stop - 1])
+        if index < 0:
+            index += len(self)
+        if index == 0:
+            return self.first
+        if not 0 < index < len(self):
+            raise IndexError("position out of range")
+        return self.rest[index - 1]
+
+    def __iter__(self) -> Iterator[Any]:
+        yield self.first
+        yield from self.rest
+
+
+class _ShiftedPositions(Sequence[int]):
+    """The assistant positions of ``[greeting, *messages]``: 0, then every stored one moved by one."""
+
+    def __init__(self, stored: Sequence[int]) -> None:
+        self.stored = stored
+
+    def __len__(self) -> int:
+        return 1 + len(self.stored)
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[int]: ...
+
+    def __getitem__(self, index: int | slice) -> int | list[int]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if index == 0:
+            return 0
+        if not 0 < index < len(self):
+            raise IndexError("position out of range")
+        return self.stored[index - 1] + 1
+
+    def __iter__(self) -> Iterator[int]:
+        yield 0
+        for position in self.stored:
+            yield position + 1
+
+
+def _with_greeting(session: Session, greeting: AssistantMessage) -> Session:
+    """``session`` with ``greeting`` as its first message: the messages and their outline as views over the
+    stored ones (the outline's values for the greeting come from its definition, ``SessionOutline.of_messages``)."""
+    outline = session.outline
+    own = SessionOutline.of_messages([greeting])
+    columns = {f.name: _Prepended(getattr(own, f.name)[0], getattr(outline, f.name))
+               for f in fields(SessionOutline) if f.name != "assistant_positions"}
+    prepended = SessionOutline(**columns, assistant_positions=_ShiftedPositions(outline.assistant_positions))
+    stored = session.messages
+
+    def load(start: int, stop: int) -> list[Message]:
+        head: list[Message] = [greeting] if start == 0 else []
+        return head + list(stored[max(start - 1, 0) : stop - 1])
+
+    return replace(session, messages=LazyMessages(prepended, load))
+
+
+# --- turns ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TurnPoint:
+    """A point where a replay makes a request (or, for a greeting, where the chat opens without one)."""
+
+    number: int  # the turn number (trace's); the card greeting has 0 (it is not stored)
+    position: int  # of the assistant message, in the replayed (greeted) session
+    timestamp: int
+    row_id: int
+    model: str | None  # the stored model of the reply
+    greeting: bool = False
+
+
+@dataclass
+class TurnPlan:
+    """A session's turns as a replay makes them: built once per session from its outline (no content read)."""
+
+    stored: Session
+    session: Session  # what is replayed: ``stored``, or ``stored`` opened by the card greeting
+    points: list[TurnPoint]
+    total: int  # stored assistant messages: trace's turn count
+    greeting_turn: int | None  # the stored greeting's turn (1), if any
+    card_greeting: bool
+    _aliases: Aliases | None = field(default=None, repr=False)
+    _index: SessionIndex | None = field(default=None, repr=False)
+
+    @property
+    def aliases(self) -> Aliases:
+        if self._aliases is None:
+            self._aliases = Aliases.of(self.session)
+        return self._aliases
+
+    @property
+    def index(self) -> SessionIndex:
+        if self._index is None:
+            self._index = SessionIndex.of(self.session)
+        return self._index
+
+    def number(self, turn: int) -> int:
+        """``turn`` as a positive turn number (negative counts from the end); out of range is a UsageError."""
+        wanted = turn if turn > 0 else self.total + 1 + turn
+        if not 1 <= wanted <= self.total:
+            raise UsageError(f"turn {turn} is out of range: the session has {self.total} turns (1..{self.total})")
+        return wanted
+
+    def point_index(self, turn: int) -> int:
+        """Where turn ``turn`` (positive) is in ``points``."""
+        return turn - 1 + (1 if self.card_greeting else 0)
+
+
+class Conversation:
+    """Requests of one session in order, each keeping the previous one's sent prefix (merge's append-only
+    order) while the window opens at the same place. ``Assembler.replay`` steps it over the stored assistant
+    messages; eval steps it over its case's turn points."""
+
+    def __init__(self, assembler: Assembler, plan: TurnPlan) -> None:
+        self.assembler = assembler
+        self.plan = plan
+        self.carry: SentPrefix | None = None
+
+    def greeting(self, row_id: int) -> None:
+        """The chat opened with a greeting no request produced: it is the whole prefix of the next request."""
+        self.carry = SentPrefix(GREETING_START, (("row", row_id),))
+
+    def _sent(self, placement: Placement, reply_row: int | None) -> SentPrefix:
+        reply: tuple[ItemKey, ...] = (("row", reply_row),) if reply_row is not None else ()
+        return SentPrefix(placement.start, placement.keys + reply)
+
+    def place(self, upto: int, request_time: int, *, reply_row: int | None, stored_model: str | None = None) -> Placement:
+        """Only the placement of the request made before position ``upto`` (what the next one needs)."""
+        placement = self.assembler.place(self.plan.session, upto, request_time, sent_prefix=self.carry,
+                                         stored_model=stored_model, index=self.plan.index)
+        self.carry = self._sent(placement, reply_row)
+        return placement
+
+    def request(self, upto: int, request_time: int, *, turn: int, reply_row: int | None,
+                stored_model: str | None = None) -> AssembledRequest:
+        """The request made before position ``upto`` of the replayed session at ``request_time``; ``reply_row``
+        is the reply it produced (None: none stored), which joins the next request's prefix."""
+        # through ``assemble`` (not place + render here), so a subclass that changes how one request is made
+        # (the tests' negative controls) changes the replay too
+        request = self.assembler.assemble(self.plan.session, upto, request_time, turn=turn, sent_prefix=self.carry,
+                                          aliases=self.plan.aliases, stored_model=stored_model, index=self.plan.index)
+        reply: tuple[ItemKey, ...] = (("row", reply_row),) if reply_row is not None else ()
+        self.carry = SentPrefix(request.window_start, (*request.sent_keys, *reply))
+        return request
+
+    def step(self, point: TurnPoint, *, render: bool = True) -> AssembledRequest | None:
+        """One turn point of the plan: the greeting opens the chat; a request is rendered or only placed."""
+        if point.greeting:
+            self.greeting(point.row_id)
+            return None
+        if not render:
+            self.place(point.position, point.timestamp, reply_row=point.row_id, stored_model=point.model)
+            return None
+        return self.request(point.position, point.timestamp, turn=point.number, reply_row=point.row_id,
+                            stored_model=point.model)
 
 
 class Assembler:
@@ -222,40 +557,75 @@ class Assembler:
         self.timezone = timezone or config.timezone
         resolve_profile(self.provider, self.model or DEFAULT_MODEL, config.provider_overrides.get(self.provider))
 
-    def _timezone(self, session: Session) -> str:
-        name = self.timezone or session.timezone or "UTC"
-        try:
-            ZoneInfo(name)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ConfigError(f"unknown time zone {name!r}") from None
-        return name
+    def timezone_of(self, session: Session) -> str:
+        """The time zone this assembler renders ``session``'s requests in (``resolve_timezone``)."""
+        return resolve_timezone(self.timezone, session)
 
-    def replay(self, session: Session) -> Iterator[AssembledRequest]:
+    _timezone = timezone_of  # the old private name (economy); use ``timezone_of``
+
+    # --- turns -----------------------------------------------------------------------------------------------
+
+    def plan(self, session: Session) -> TurnPlan:
         """Turn k = the request that produced the k-th stored assistant message, from what was visible then.
 
         The greeting (``greeting_position``) has no request: nobody asked the model for it. A stored greeting keeps
         its turn number (turn 1); a card greeting (``greeted``) is not a stored message and has none. Either way it
         stays in the history of every later request, as the first thing in the chat."""
-        stored = session
-        session, _ = self.greeted(session, 0)
-        aliases = Aliases.of(session)
-        session_index = SessionIndex.of(session)
-        sent: list[ItemKey] = []
-        turn = 0
-        greeting = greeting_position(session.messages)
-        for position, message in enumerate(session.messages):
-            if not isinstance(message, AssistantMessage):
-                continue
-            if position == greeting:
-                turn += 1 if session is stored else 0
-                sent = [("row", message.row_id)]  # in the chat before anything else arrived
-                continue
-            turn += 1
-            request = self.assemble(session, position, message.timestamp, turn=turn, sent_prefix=sent, aliases=aliases,
-                                    stored_model=message.model, index=session_index)
-            # What the next request must keep as its prefix: what this one sent, plus the reply it produced.
-            sent = [*request.sent_keys, ("row", message.row_id)]
-            yield request
+        outline = session.outline
+        replayed, _ = self.greeted(session, 0)
+        card = replayed is not session
+        greeting = 0 if card else outline_greeting_position(outline)
+        points = [TurnPoint(0, 0, replayed.outline.timestamps[0], CARD_GREETING_ROW, None, greeting=True)] if card else []
+        shift = 1 if card else 0
+        for number, position in enumerate(outline.assistant_positions, start=1):
+            points.append(TurnPoint(number, position + shift, outline.timestamps[position], outline.row_ids[position],
+                                    outline.models[position], greeting=position == greeting and not card))
+        return TurnPlan(session, replayed, points, len(outline.assistant_positions),
+                        1 if greeting is not None and not card else None, card)
+
+    def conversation(self, session: Session, plan: TurnPlan | None = None) -> Conversation:
+        return Conversation(self, plan or self.plan(session))
+
+    def replay(self, session: Session, *, only: frozenset[int] | None = None) -> Iterator[AssembledRequest]:
+        """Every request of the session in turn order (``plan``), each keeping the previous one's sent prefix;
+        with ``only``, just those turns (the others are placed, not rendered, and only where a wanted turn's
+        prefix depends on them: ``request``)."""
+        plan = self.plan(session)
+        if only is not None:
+            for turn in sorted(only):
+                yield self.request(session, turn, plan=plan)
+            return
+        conversation = self.conversation(session, plan)
+        for point in plan.points:
+            request = conversation.step(point)
+            if request is not None:
+                yield request
+
+    def request(self, session: Session, turn: int, *, plan: TurnPlan | None = None) -> AssembledRequest:
+        """Turn ``turn``'s request exactly as ``replay`` makes it, at the cost of its window: the sent prefix it
+        keeps comes from the turns since its window last moved (placed, not rendered); nothing before them
+        matters, because a moved window carries no prefix (``SentPrefix.carried_into``)."""
+        plan = plan or self.plan(session)
+        at = plan.point_index(plan.number(turn))
+        target = plan.points[at]
+        if target.greeting:
+            raise UsageError(f"turn {target.number} is the greeting: no request is made for it")
+        start = self.window_start(plan, target)
+        first = at
+        while first > 0 and self.window_start(plan, plan.points[first - 1]) == start:
+            first -= 1
+        conversation = self.conversation(session, plan)
+        for point in plan.points[first:at]:
+            conversation.step(point, render=False)
+        request = conversation.step(target)
+        assert request is not None
+        return request
+
+    def window_start(self, plan: TurnPlan, point: TurnPoint) -> WindowStart:
+        """Where the window of ``point``'s request opens (a greeting: at the start of the chat)."""
+        if point.greeting:
+            return GREETING_START
+        return WindowStart.of(visible_window(plan.session, point.position, point.timestamp, self.config.window, plan.index))
 
     def greeted(self, session: Session, upto: int) -> tuple[Session, int]:
         """``session`` opened with the preset's card greeting (``greeting`` option, ST's ``first_mes``) when it
@@ -267,16 +637,27 @@ class Assembler:
         ``{{char}}`` by the preset stage's one rule, for the sender of the chat's first member message). The row
         is not stored: its id is ``CARD_GREETING_ROW`` (below and apart from every stored id and summary anchor;
         ``min(row_id) - 1`` was 0, a summary's "no anchor", or a row of another branch) and its time 1 ms before
-        the first message, so the merge keeps it first."""
+        the first message, so the merge keeps it first. The stored messages are not copied (``_with_greeting``)."""
         card = self.preset.card if self.preset is not None else None
-        if card is None or not card.greeting or not session.messages or greeting_position(session.messages) is not None:
+        if card is None or not card.greeting:
             return session, upto
-        first = session.messages[0]
-        member = next((m.actor.display_name for m in session.messages if isinstance(m, UserMessage) and m.actor), None)
+        outline = session.outline
+        if not len(outline) or outline_greeting_position(outline) is not None:
+            return session, upto
+        first_time = outline.timestamps[0]
+        member = None
+        for position, role in enumerate(outline.roles):  # the chat's first member message with a sender
+            if role == "user":
+                message = session.messages[position]
+                if isinstance(message, UserMessage) and message.actor:
+                    member = message.actor.display_name
+                    break
         text = greeting_text(card, member=member, bot_name=session.bot.name, is_group=session.is_group,
-                             now_ms=first.timestamp - 1, timezone=self._timezone(session))
-        greeting = AssistantMessage([{"type": "text", "text": text}], first.timestamp - 1, CARD_GREETING_ROW)
-        return replace(session, messages=[greeting, *session.messages]), upto + 1
+                             now_ms=first_time - 1, timezone=self.timezone_of(session))
+        greeting = AssistantMessage([{"type": "text", "text": text}], first_time - 1, CARD_GREETING_ROW)
+        return _with_greeting(session, greeting), upto + 1
+
+    # --- one request -----------------------------------------------------------------------------------------
 
     def assemble(
         self,
@@ -285,21 +666,39 @@ class Assembler:
         request_time: int,
         *,
         turn: int = 0,
-        sent_prefix: list[ItemKey] | None = None,
+        sent_prefix: Sequence[ItemKey] | SentPrefix | None = None,
         aliases: Aliases | None = None,
         stored_model: str | None = None,
         index: SessionIndex | None = None,
     ) -> AssembledRequest:
+        """The request made before ``session.messages[upto]`` at ``request_time``. ``sent_prefix``: the previous
+        request's ``SentPrefix`` (kept if the window opens where it did), or item keys kept as they are."""
         greeted, upto = self.greeted(session, upto)
         if greeted is not session:  # positions, aliases and index of the stored session do not fit the greeted one
             session, aliases, index = greeted, None, None
-        model = self.model or stored_model or DEFAULT_MODEL
-        profile: Capabilities = resolve_profile(self.provider, model, self.config.provider_overrides.get(self.provider))
-        timezone = self._timezone(session)
-        counter = shared_counter(encoding_for_model(model))
-        aliases = aliases or Aliases.of(session)
+        placement = self.place(session, upto, request_time, sent_prefix=sent_prefix, stored_model=stored_model,
+                               index=index)
+        return self.render(placement, turn=turn, aliases=aliases or Aliases.of(session))
 
+    def place(
+        self,
+        session: Session,
+        upto: int,
+        request_time: int,
+        *,
+        sent_prefix: Sequence[ItemKey] | SentPrefix | None = None,
+        stored_model: str | None = None,
+        index: SessionIndex | None = None,
+    ) -> Placement:
+        """Stages 2–4: the window, the message segments' output, and merge's order (append-only after what was
+        sent). ``session`` is the replayed one (already greeted)."""
+        model = self.model or stored_model or DEFAULT_MODEL
+        timezone = self.timezone_of(session)
         window = visible_window(session, upto, request_time, self.config.window, index)
+        if isinstance(sent_prefix, SentPrefix):
+            sent: Sequence[ItemKey] = sent_prefix.carried_into(WindowStart.of(window))
+        else:
+            sent = sent_prefix or ()
         runtime = RuntimeView(model=model, provider=self.provider, timezone=timezone, tools=tuple(self.config.tools))
         view = SessionView(
             session_id=session.session_id,
@@ -312,16 +711,24 @@ class Assembler:
             facts=self.facts,
         )
         seg_input = SegmentInput(history=[*window.carried_events, *window.messages], runtime=runtime, session=view)
-
-        system_parts = enforce_budget(inject_text(self.registry.ordered(SYSTEM_PROMPT_KINDS), seg_input), self.config.max_chars)
-        tail_parts = inject_text(self.registry.ordered(("scene",)), seg_input)
         message_segments = self.registry.ordered(MESSAGE_KINDS)
         outputs = [(segment, list(run_inject(segment, seg_input) or [])) for segment in message_segments]
-        placed = merge(outputs, summary_in_prefix(window, sent_prefix or ()))
+        placed = merge(outputs, summary_in_prefix(window, sent))
+        return Placement(session, upto, request_time, model, timezone, window, runtime, seg_input, message_segments, placed)
+
+    def render(self, placement: Placement, *, turn: int = 0, aliases: Aliases | None = None) -> AssembledRequest:
+        """Stages 5–8 of a placed request: text segments, projection, shaping, preset, provider, validation."""
+        session, window, model, seg_input = placement.session, placement.window, placement.model, placement.seg_input
+        aliases = aliases or Aliases.of(session)
+        profile: Capabilities = resolve_profile(self.provider, model, self.config.provider_overrides.get(self.provider))
+        counter = shared_counter(encoding_for_model(model))
+        system_parts = enforce_budget(inject_text(self.registry.ordered(SYSTEM_PROMPT_KINDS), seg_input), self.config.max_chars)
+        tail_parts = inject_text(self.registry.ordered(("scene",)), seg_input)
+        placed, runtime, timezone = placement.placed, placement.runtime, placement.timezone
         rows = _RowIndex(window.messages)
-        facts = Facts(session_id=session.session_id, position=upto, request_time=request_time, timezone=timezone,
-                      model=model, bot_name=session.bot.name, is_group=session.is_group, speaker_of=rows.speaker,
-                      raw_text_of=rows.text)
+        facts = Facts(session_id=session.session_id, position=placement.upto, request_time=placement.request_time,
+                      timezone=timezone, model=model, bot_name=session.bot.name, is_group=session.is_group,
+                      speaker_of=rows.speaker, raw_text_of=rows.text)
         base_profile = profile
 
         def build(timed: Callable[[ProjectedEvent], bool]) -> _Built:
@@ -351,7 +758,7 @@ class Assembler:
         texts_by_segment: dict[str, list[str]] = {}
         for part in rendered.parts:
             texts_by_segment.setdefault(part.segment_id, []).append(part.text)
-        for segment in message_segments:
+        for segment in placement.message_segments:
             texts = texts_by_segment.get(segment.id, [])
             produced = sum(1 for m in shaped if m.segment_id == segment.id)
             reports.append(SegmentReport(segment.id, segment.kind, segment.weight, sum(map(len, texts)),
@@ -374,20 +781,17 @@ class Assembler:
             state_rendering=rendered.state_rendering,
             full_headers=projection.full_headers,
             short_headers=projection.short_headers,
-            cache_breakpoints=rendered.cache_breakpoints,
+            cache_breakpoints=[Breakpoint.of(b) for b in rendered.cache_breakpoints],
             request=rendered.body,
             prompt_tokens=prompt_tokens,
             verdict=verdict,
             warnings=projection.warnings + shape_warnings + arrangement.warnings + _macro_warnings(arrangement.unknown_macros)
             + rendered.warnings,
-            window={
-                "messages": len(window.messages),
-                "dropped": window.dropped,
-                "summary_anchor": window.summary.anchor_row_id if window.summary else None,
-                "carried_events": len(window.carried_events),
-            },
-            sent_keys=[item_key(p.item) for p in placed],
-            parts=rendered.parts,
+            window=WindowReport(len(window.messages), window.dropped,
+                                window.summary.anchor_row_id if window.summary else None, len(window.carried_events)),
             profile=profile,
+            sent_keys=list(placement.keys),
+            parts=rendered.parts,
             system_texts=_system_texts(system_parts, arrangement.layout.leading if self.preset is not None else None),
+            tail_text=next((p.text for p in rendered.parts if p.segment_id == TAIL_SEGMENT), None),
         )
