@@ -19,18 +19,18 @@ import pytest
 from conftest import FIXTURES, clean_env
 from sqlalchemy import Engine, create_engine, insert
 
+from zhin_cli.core.inputfiles import clean_text
 from zhin_cli.store import schema
 from zhin_cli.store.facts import (
     DAY,
     HOUR,
-    FactsCache,
     FactsStore,
     MemberFacts,
     PlatformError,
     SceneFactsRow,
-    clean_text,
     prune,
 )
+from zhin_cli.store.factscache import FactsCache
 
 KEY = "icqq:8596238:group:1048877509"
 T0 = 1_800_000_000_000

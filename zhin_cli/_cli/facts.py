@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from zhin_cli._cli import DbOption, app, database_or_discovered, handles_errors, print_json, stdout_console
-from zhin_cli.store.facts import prune_database, show_facts
+from zhin_cli.tools.facts import prune_database, show_facts
 
 facts_app = typer.Typer(help="Stored member and scene facts (ADR 0041 §6): show them, prune them to their bounds.",
                         no_args_is_help=True)

@@ -11,6 +11,7 @@
   nothing is half-written. A proper pair (``\\ud83d\\ude00``) is one character (😀) and is fine. As a last line of
   defence the CLI's stdout writes any surrogate that still reaches it as the JSON escape ``\\udXXX`` (what a
   JavaScript bot's ``JSON.stringify`` sends), never a traceback.
+* **Stored member text is bounded** (:func:`clean_text`): no control characters, at most 128 characters.
 * **Integers have a digit limit.** Python refuses to convert integers of more than 4,300 digits (CVE-2020-10735);
   the readers turn that ``ValueError`` into an "invalid JSON" line.
 """
@@ -21,6 +22,7 @@ import errno
 import os
 import re
 import stat
+import unicodedata
 from pathlib import Path
 from typing import IO, Any
 
@@ -154,3 +156,23 @@ def is_digit_limit(exc: ValueError) -> bool:
 
 
 DIGIT_LIMIT_MESSAGE = "an integer with more than 4,300 digits (Python's limit for integers read from text)"
+
+
+# Stored member-controlled text (a group card, a title, a role name): what a bot writes into the facts tables and
+# what ``zhin import`` writes from ``member`` lines. One bound for both, so a card imported from JSONL and the same
+# card cached from the platform are stored alike.
+MAX_TEXT_CHARS = 128
+
+
+def clean_text(value: Any) -> Any:
+    """Stored member-controlled text: control characters (Unicode category Cc) removed, cut at
+    :data:`MAX_TEXT_CHARS` characters. Anything that is not a string passes through unchanged."""
+    if not isinstance(value, str):
+        return value
+    stripped = "".join(ch for ch in value if unicodedata.category(ch) != "Cc")
+    return stripped[:MAX_TEXT_CHARS]
+
+
+def needs_cleaning(value: Any) -> bool:
+    """``value`` is a string that :func:`clean_text` would change."""
+    return isinstance(value, str) and clean_text(value) != value

@@ -963,7 +963,7 @@ def _write(conn: Any, session: Session) -> None:
 
 def _write_members(conn: Any, session: Session, key: str) -> None:
     """The newest snapshot of each member (``member`` lines) as its ``ai_scene_members`` row."""
-    from zhin_cli.store.facts import clean_text  # stored text is bounded the same way as the facts cache's
+    from zhin_cli.core.inputfiles import clean_text  # stored text is bounded the same way as the facts cache's
 
     newest: dict[str, MemberSnapshot] = {}
     for member in sorted(session.members, key=lambda m: m.timestamp):

@@ -1,42 +1,35 @@
-"""Member and scene facts, cached at two levels (ADR 0041 §6).
+"""Member and scene facts: the data types and the L2 store (ADR 0041 §6).
 
-L1 is an in-process cache (60 s). L2 is the database: scene facts in ``ai_session_profiles`` (``owner_id``,
-``member_count``, ``facts_updated_at`` besides upstream's ``title`` / ``admins`` / ``muted_all`` / ``bot_role``),
-member facts in ``ai_scene_members`` keyed by platform + scene_key + user_id. The platform (the bot's adapter)
-sits behind ``PlatformSource``.
+L2 is the database: scene facts in ``ai_session_profiles`` (``owner_id``, ``member_count``, ``facts_updated_at``
+besides upstream's ``title`` / ``admins`` / ``muted_all`` / ``bot_role``), member facts in ``ai_scene_members``
+keyed by platform + scene_key + user_id. The platform (the bot's adapter) sits behind ``PlatformSource``.
 
-Rules, each covered by ``tests/test_facts.py``:
+Three modules, one per job, so the data source layer does not depend on the commands or on threads:
 
-* read order L1 → L2 → platform; a platform answer is written through to L1 and L2;
-* platform failure → the last L2 value, else the field is omitted (``None``);
-* an L2 row older than 24 h is still served, and triggers one background refresh per key (de-duplicated,
-  bounded concurrency, cancelled when the cache is released with its generation);
-* side events write through; a leave / kick deletes the member row;
-* the bot's own role is read fresh from the platform on every call (it decides tool permissions) and written
-  through; on failure the last known value is used;
-* bounds: 90 days without update → pruned; at most 2000 member rows per session (oldest ``updated_at``
-  evicted); pruning at start and every 6 h; stored text stripped of control characters and cut at 128.
+* here (``store``): the rows (``MemberFacts``, ``SceneFactsRow``), the L2 ``FactsStore``, the bounds (``prune``)
+  and ``StoredFacts`` — the toolkit replays stored sessions, and there facts come from the L2 rows as loaded;
+* :mod:`zhin_cli.store.factscache`: ``FactsCache``, the L1 in-process cache and the threaded read path a bot host
+  runs (L1 → L2 → platform, background refresh);
+* :mod:`zhin_cli.tools.facts`: the library functions of ``zhin facts show`` / ``zhin facts prune``.
 
-The clock is injectable (``Clock`` returns ms), so tests never sleep.
-
-The toolkit itself replays stored sessions: there, facts come from the L2 rows as loaded (``StoredFacts``).
+Rules of this module, each covered by ``tests/test_facts.py``: 90 days without update → pruned; at most 2000
+member rows per session (oldest ``updated_at`` evicted); a leave / kick later than the row deletes it; stored text
+stripped of control characters and cut at 128 (:func:`zhin_cli.core.inputfiles.clean_text`, the one rule that
+``zhin import`` applies too).
 """
 
 from __future__ import annotations
 
 import json
-import threading
 import time
-import unicodedata
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from sqlalchemy import Connection, Engine, and_, func, select
-from sqlalchemy.exc import SQLAlchemyError
 
+from zhin_cli.core.inputfiles import clean_text, needs_cleaning
 from zhin_cli.core.model import Session
 from zhin_cli.store import schema
 
@@ -45,32 +38,14 @@ MINUTE = 60 * SECOND
 HOUR = 60 * MINUTE
 DAY = 24 * HOUR
 
-L1_TTL_MS = 60 * SECOND
-STALE_AFTER_MS = 24 * HOUR
 RETENTION_MS = 90 * DAY
 MAX_MEMBERS_PER_SESSION = 2000
-PRUNE_EVERY_MS = 6 * HOUR
-MAX_TEXT_CHARS = 128
-DEFAULT_REFRESH_WORKERS = 4
 
 Clock = Callable[[], int]  # now, ms epoch
 
 
 def system_clock() -> int:
     return time.time_ns() // 1_000_000
-
-
-def clean_text(value: Any) -> Any:
-    """Stored member-controlled text: control characters (Unicode category Cc) removed, cut at 128 characters.
-    Anything that is not a string passes through unchanged."""
-    if not isinstance(value, str):
-        return value
-    stripped = "".join(ch for ch in value if unicodedata.category(ch) != "Cc")
-    return stripped[:MAX_TEXT_CHARS]
-
-
-def needs_cleaning(value: Any) -> bool:
-    return isinstance(value, str) and clean_text(value) != value
 
 
 @dataclass(frozen=True)
@@ -336,227 +311,6 @@ def _table_names(engine: Engine) -> list[str]:
     return inspect(engine).get_table_names()
 
 
-# --- L1 + the read path ------------------------------------------------------------------------------------
-
-
-@dataclass
-class _Entry:
-    value: Any
-    stored_at: int
-
-
-class FactsCache:
-    """The runtime read path: L1 → L2 → platform, with background refresh of stale L2 rows.
-
-    Create one per plugin generation and ``release()`` it with the generation: pending refreshes are cancelled
-    and no new one starts."""
-
-    def __init__(self, store: FactsStore, platform: PlatformSource, *, clock: Clock = system_clock,
-                 refresh_workers: int = DEFAULT_REFRESH_WORKERS) -> None:
-        self.store = store
-        self.platform = platform
-        self.clock = clock
-        self._l1: dict[tuple[str, ...], _Entry] = {}
-        self._lock = threading.Lock()
-        self._pending: dict[tuple[str, ...], Future[None]] = {}
-        self._executor = ThreadPoolExecutor(max_workers=refresh_workers, thread_name_prefix="zhin-facts-refresh")
-        self._released = False
-        self.last_prune: int | None = None
-        self.last_report: PruneReport | None = None
-        self.maybe_prune()  # at start
-
-    # -- members
-
-    def member(self, scene_key: str, user_id: str) -> MemberFacts | None:
-        self.maybe_prune()
-        key = ("member", scene_key, user_id)
-        cached = self._l1_get(key)
-        if cached is not None:
-            return cached.value
-        stored = self.store.member(scene_key, user_id)
-        if stored is not None:
-            if self.clock() - stored.updated_at > STALE_AFTER_MS:
-                self._refresh(key, lambda: self._refresh_member(scene_key, user_id))
-            self._l1_put(key, stored)
-            return stored
-        try:
-            fresh = self.platform.member(scene_key, user_id)
-        except PlatformError:
-            return None  # no L2 value either: the field is omitted
-        if fresh is None:
-            return None
-        fresh = replace(fresh, updated_at=self.clock()).cleaned()
-        self.store.put_member(scene_key, user_id, fresh)
-        self._l1_put(key, fresh)
-        return fresh
-
-    def _refresh_member(self, scene_key: str, user_id: str) -> None:
-        try:
-            fresh = self.platform.member(scene_key, user_id)
-        except PlatformError:
-            return  # keep serving the last L2 value
-        key = ("member", scene_key, user_id)
-        if fresh is None:  # gone from the scene
-            self.store.delete_member(scene_key, user_id)
-            self._l1_drop(key)
-            return
-        fresh = replace(fresh, updated_at=self.clock()).cleaned()
-        self.store.put_member(scene_key, user_id, fresh)
-        self._l1_put(key, fresh)
-
-    # -- scene
-
-    def scene(self, scene_key: str) -> SceneFactsRow | None:
-        self.maybe_prune()
-        key = ("scene", scene_key)
-        cached = self._l1_get(key)
-        if cached is not None:
-            return cached.value
-        stored = self.store.scene(scene_key)
-        if stored is not None:
-            if self.clock() - stored.facts_updated_at > STALE_AFTER_MS:
-                self._refresh(key, lambda: self._refresh_scene(scene_key))
-            self._l1_put(key, stored)
-            return stored
-        try:
-            fresh = self.platform.scene(scene_key)
-        except PlatformError:
-            return None
-        if fresh is None:
-            return None
-        fresh = replace(fresh, facts_updated_at=self.clock()).cleaned()
-        self.store.put_scene(scene_key, fresh)
-        self._l1_put(key, fresh)
-        return fresh
-
-    def _refresh_scene(self, scene_key: str) -> None:
-        try:
-            fresh = self.platform.scene(scene_key)
-        except PlatformError:
-            return
-        if fresh is None:
-            return
-        fresh = replace(fresh, facts_updated_at=self.clock()).cleaned()
-        self.store.put_scene(scene_key, fresh)
-        self._l1_put(("scene", scene_key), fresh)
-
-    # -- the bot's own role: never from a cache first
-
-    def bot_role(self, scene_key: str) -> str | None:
-        key = ("bot_role", scene_key)
-        try:
-            role = clean_text(self.platform.bot_role(scene_key))
-        except PlatformError:
-            cached = self._l1_get(key)
-            return cached.value if cached is not None else self.store.bot_role(scene_key)
-        self.store.put_bot_role(scene_key, role)
-        self._l1_put(key, role)
-        return role
-
-    # -- side events (notice.*, member_increase / member_decrease): write through
-
-    def member_changed(self, scene_key: str, user_id: str, **changes: Any) -> MemberFacts:
-        """A card / title / mute / role change: merged into the member's row (created if missing)."""
-        unknown = set(changes) - {"platform_role", "card", "title", "muted_until"}
-        if unknown:
-            raise ValueError(f"unknown member facts: {', '.join(sorted(unknown))}")
-        current = self.store.member(scene_key, user_id) or MemberFacts()
-        updated = replace(current, **changes, updated_at=self.clock()).cleaned()
-        self.store.put_member(scene_key, user_id, updated)
-        self._l1_put(("member", scene_key, user_id), updated)
-        return updated
-
-    def member_joined(self, scene_key: str, user_id: str, facts: MemberFacts | None = None) -> MemberFacts:
-        joined = replace(facts or MemberFacts(), updated_at=self.clock()).cleaned()
-        self.store.put_member(scene_key, user_id, joined)
-        self._l1_put(("member", scene_key, user_id), joined)
-        return joined
-
-    def member_left(self, scene_key: str, user_id: str) -> None:
-        """Leave or kick: the member's row is deleted from both levels."""
-        self.store.delete_member(scene_key, user_id)
-        self._l1_drop(("member", scene_key, user_id))
-
-    def scene_changed(self, scene_key: str, **changes: Any) -> SceneFactsRow:
-        current = self.store.scene(scene_key) or SceneFactsRow()
-        if "admins" in changes and changes["admins"] is not None:
-            changes["admins"] = tuple(map(str, changes["admins"]))
-        updated = replace(current, **changes, facts_updated_at=self.clock()).cleaned()
-        self.store.put_scene(scene_key, updated)
-        self._l1_put(("scene", scene_key), updated)
-        return updated
-
-    # -- bounds
-
-    def maybe_prune(self) -> PruneReport | None:
-        """Prune at start and then whenever 6 h have passed since the last prune."""
-        now = self.clock()
-        if self.last_prune is not None and now - self.last_prune < PRUNE_EVERY_MS:
-            return None
-        self.last_prune = now
-        self.last_report = self.store.prune(now)
-        with self._lock:
-            self._l1.clear()  # pruned rows must not live on in L1
-        return self.last_report
-
-    # -- background refresh
-
-    def _refresh(self, key: tuple[str, ...], work: Callable[[], None]) -> None:
-        """At most one refresh per key in flight; at most ``refresh_workers`` running at once."""
-        with self._lock:
-            if self._released or key in self._pending:
-                return
-            future = self._executor.submit(work)
-            self._pending[key] = future
-        future.add_done_callback(lambda _f: self._done(key))
-
-    def _done(self, key: tuple[str, ...]) -> None:
-        with self._lock:
-            self._pending.pop(key, None)
-
-    def pending_refreshes(self) -> int:
-        with self._lock:
-            return len(self._pending)
-
-    def wait_for_refreshes(self, timeout: float | None = None) -> None:
-        with self._lock:
-            futures = list(self._pending.values())
-        for future in futures:
-            try:
-                future.result(timeout=timeout)
-            except Exception:  # a refresh that failed keeps the L2 value; the error has nowhere to go
-                pass
-
-    def release(self) -> None:
-        """With the generation: cancel queued refreshes, stop starting new ones, wait for the running ones."""
-        with self._lock:
-            self._released = True
-        self._executor.shutdown(wait=True, cancel_futures=True)
-        with self._lock:
-            self._pending.clear()
-            self._l1.clear()
-
-    # -- L1
-
-    def _l1_get(self, key: tuple[str, ...]) -> _Entry | None:
-        with self._lock:
-            entry = self._l1.get(key)
-            if entry is None:
-                return None
-            if self.clock() - entry.stored_at >= L1_TTL_MS:
-                del self._l1[key]
-                return None
-            return entry
-
-    def _l1_put(self, key: tuple[str, ...], value: Any) -> None:
-        with self._lock:
-            self._l1[key] = _Entry(value, self.clock())
-
-    def _l1_drop(self, key: tuple[str, ...]) -> None:
-        with self._lock:
-            self._l1.pop(key, None)
-
-
 # --- replay: facts as stored ----------------------------------------------------------------------------------
 
 
@@ -580,52 +334,6 @@ class StoredFacts:
                            muted_until=facts.get("muted_until"), updated_at=best.timestamp)
 
 
-def show_facts(db: str, session: str) -> dict[str, Any]:
-    """``zhin facts show``: the stored scene facts, bot role and member rows of a session (epoch id or key),
-    read in one read-only snapshot (a bot committing meanwhile is seen wholly or not at all)."""
-    from zhin_cli.core.errors import SessionNotFound
-    from zhin_cli.store.database import SessionDatabase, parse_db
-
-    with SessionDatabase(parse_db(db)) as database, database.snapshot() as conn:
-        s = schema.agent_sessions
-        key = conn.execute(select(s.c.session_key).where(s.c.session_id == session)).scalar()
-        if key is None and conn.execute(select(s.c.session_key).where(s.c.session_key == session)).first() is not None:
-            key = session
-        if key is None:
-            raise SessionNotFound(f"no session {session!r} in {database.ref.label} (try `zhin sessions`)")
-        store = FactsStore(database.engine, create=False)
-        scene = store.scene(key, conn, label=database.ref.label) if "ai_session_profiles" in database.tables else None
-        bot_role = store.bot_role(key, conn) if "ai_session_profiles" in database.tables else None
-        members = store.members(key, conn) if "ai_scene_members" in database.tables else {}
-    return {
-        "version": 1,
-        "session_key": key,
-        "scene": None if scene is None else {**scene.__dict__, "admins": None if scene.admins is None else list(scene.admins)},
-        "bot_role": bot_role,
-        "members": [{"user_id": user_id, **facts.__dict__} for user_id, facts in members.items()],
-    }
-
-
-def prune_database(db: str, *, dry_run: bool, now: int | None = None) -> PruneReport:
-    """``zhin facts prune``: apply the bounds; ``dry_run`` opens the database read-only and writes nothing."""
-    from zhin_cli.core.errors import ZhinError
-    from zhin_cli.store.database import SessionDatabase, db_error, parse_db, writable_engine
-
-    ref = parse_db(db)
-    now = system_clock() if now is None else now
-    with SessionDatabase(ref) as database:  # checks it is a zhin database; read-only
-        if dry_run:
-            return prune(database.engine, now, dry_run=True)
-    engine = writable_engine(ref)
-    try:
-        return prune(engine, now, dry_run=False)
-    except SQLAlchemyError as exc:
-        raise ZhinError(f"cannot write database: {db_error(exc)}", where=ref.label) from None
-    finally:
-        engine.dispose()
-
-
 __all__ = [
-    "FactsCache", "FactsStore", "MemberFacts", "PlatformError", "PlatformSource", "PruneReport", "SceneFactsRow",
-    "StoredFacts", "clean_text", "prune", "prune_database", "show_facts",
+    "FactsStore", "MemberFacts", "PlatformError", "PlatformSource", "PruneReport", "SceneFactsRow", "StoredFacts", "prune",
 ]

@@ -33,7 +33,7 @@ class RuntimeView:
 
 
 class FactsReader(Protocol):
-    """Current member and scene facts (ADR 0041 §6): ``zhin_cli.store.facts.FactsCache`` (L1 → L2 → platform) or
+    """Current member and scene facts (ADR 0041 §6): ``zhin_cli.store.factscache.FactsCache`` (L1 → L2 → platform) or
     ``FactsStore`` (L2 rows only). Results are ``facts.MemberFacts`` / ``facts.SceneFactsRow`` or None."""
 
     def member(self, scene_key: str, user_id: str) -> Any: ...

@@ -1,0 +1,56 @@
+"""``zhin facts show`` / ``zhin facts prune`` as library functions (ADR 0041 §6); the CLI only prints them.
+
+A tool, not a data source: each opens a zhin database (read-only for ``show`` and ``prune --dry-run``) and uses
+the L2 store of :mod:`zhin_cli.store.facts`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
+
+from zhin_cli.core.errors import SessionNotFound, ZhinError
+from zhin_cli.store import schema
+from zhin_cli.store.database import SessionDatabase, db_error, parse_db, writable_engine
+from zhin_cli.store.facts import FactsStore, PruneReport, prune, system_clock
+
+
+def show_facts(db: str, session: str) -> dict[str, Any]:
+    """``zhin facts show``: the stored scene facts, bot role and member rows of a session (epoch id or key),
+    read in one read-only snapshot (a bot committing meanwhile is seen wholly or not at all)."""
+    with SessionDatabase(parse_db(db)) as database, database.snapshot() as conn:
+        s = schema.agent_sessions
+        key = conn.execute(select(s.c.session_key).where(s.c.session_id == session)).scalar()
+        if key is None and conn.execute(select(s.c.session_key).where(s.c.session_key == session)).first() is not None:
+            key = session
+        if key is None:
+            raise SessionNotFound(f"no session {session!r} in {database.ref.label} (try `zhin sessions`)")
+        store = FactsStore(database.engine, create=False)
+        scene = store.scene(key, conn, label=database.ref.label) if "ai_session_profiles" in database.tables else None
+        bot_role = store.bot_role(key, conn) if "ai_session_profiles" in database.tables else None
+        members = store.members(key, conn) if "ai_scene_members" in database.tables else {}
+    return {
+        "version": 1,
+        "session_key": key,
+        "scene": None if scene is None else {**scene.__dict__, "admins": None if scene.admins is None else list(scene.admins)},
+        "bot_role": bot_role,
+        "members": [{"user_id": user_id, **facts.__dict__} for user_id, facts in members.items()],
+    }
+
+
+def prune_database(db: str, *, dry_run: bool, now: int | None = None) -> PruneReport:
+    """``zhin facts prune``: apply the bounds; ``dry_run`` opens the database read-only and writes nothing."""
+    ref = parse_db(db)
+    now = system_clock() if now is None else now
+    with SessionDatabase(ref) as database:  # checks it is a zhin database; read-only
+        if dry_run:
+            return prune(database.engine, now, dry_run=True)
+    engine = writable_engine(ref)
+    try:
+        return prune(engine, now, dry_run=False)
+    except SQLAlchemyError as exc:
+        raise ZhinError(f"cannot write database: {db_error(exc)}", where=ref.label) from None
+    finally:
+        engine.dispose()
