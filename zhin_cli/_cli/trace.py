@@ -25,7 +25,6 @@ from zhin_cli._cli import (
 )
 from zhin_cli.core.errors import EXIT_FOUND, UsageError
 from zhin_cli.pipeline.assemble import AssembledRequest
-from zhin_cli.pipeline.config import preset_override
 from zhin_cli.tools.trace import trace
 
 
@@ -52,9 +51,10 @@ def trace_command(
     if turn is not None and all_turns:
         raise UsageError("use either --turn or --all")
     check_options(provider, timezone)
-    with replay_progress("replaying") as progress, preset_override(preset):
+    with replay_progress("replaying") as progress:
         result = trace(session, db=db, config_path=config, provider=provider, model=model, timezone=timezone,
-                       turn=turn, all_turns=all_turns, cwd=Path.cwd(), after_load=freeze_loaded, progress=progress)
+                       preset=preset, turn=turn, all_turns=all_turns, cwd=Path.cwd(), after_load=freeze_loaded,
+                       progress=progress)
     if as_json:
         print_json(result.as_dict())
     else:

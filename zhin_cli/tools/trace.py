@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from zhin_cli.core.errors import UsageError
-from zhin_cli.core.model import AssistantMessage
-from zhin_cli.pipeline.assemble import AssembledRequest, Assembler, greeting_turn
+from zhin_cli.pipeline.assemble import AssembledRequest
 from zhin_cli.pipeline.config import load_config
+from zhin_cli.pipeline.facade import Pipeline
+from zhin_cli.pipeline.preset.model import Preset
 from zhin_cli.store import load_session
 
 TRACE_VERSION = 1
@@ -54,6 +55,7 @@ def trace(
     provider: str | None = None,
     model: str | None = None,
     timezone: str | None = None,
+    preset: Preset | Path | None = None,
     turn: int | None = None,
     all_turns: bool = False,
     cwd: Path | None = None,
@@ -63,39 +65,38 @@ def trace(
     """Replay ``ref`` (a .jsonl path, or a session id/key in the database) and return the chosen requests.
 
     Default: the last turn (``turn=-1``). Turn numbers are 1-based; negative numbers count from the end. The
-    greeting's turn has no request: choosing it gives no request and a note (``greeting_note``).
+    greeting's turn has no request: choosing it gives no request and a note (``greeting_note``). One turn costs
+    its window (``Pipeline.request``), not the turns before it; ``--all`` replays incrementally. ``preset``
+    replaces the config's ``preset:`` file (keeping its options).
     """
     config = load_config(config_path, cwd=cwd)
     session = load_session(ref, db=db, cwd=cwd)
     if after_load is not None:
         after_load()
-    registry, generations = config.registry()
-    try:
-        assembler = Assembler(registry, config, provider=provider, model=model, timezone=timezone)
-        total = sum(1 for m in session.messages if isinstance(m, AssistantMessage))
+    with Pipeline.open(config, provider=provider, model=model, timezone=timezone, preset=preset) as pipeline:
+        plan = pipeline.turns(session)
+        total = plan.total
         if total == 0:
             raise UsageError(f"session {session.session_id!r} has no assistant message, so no request to replay")
         # A turn without a request (the greeting) is a note, never an error — also when it is the last turn, so
         # the default (last) is always ``--turn -1``: a session holding only its greeting shows the note, exit 0.
-        greeting = greeting_turn(session.messages)
+        greeting = plan.greeting_turn
         wanted: int | None = None
         if not all_turns:
             wanted = total if turn is None else (turn if turn > 0 else total + 1 + turn)
             if not 1 <= wanted <= total:
                 raise UsageError(f"--turn {turn} is out of range: the session has {total} turns (1..{total})")
         notes = [greeting_note(greeting)] if greeting is not None and wanted in (None, greeting) else []
-        if assembler.greeted(session, 0)[0] is not session:
+        if plan.card_greeting:
             notes.append(CARD_GREETING_NOTE)
-        requests = []
-        last = total if wanted is None else wanted
-        for request in ([] if wanted is not None and wanted == greeting else assembler.replay(session)):
-            if progress is not None:
-                progress(request.turn, last)
-            if wanted is None or request.turn == wanted:
+        requests: list[AssembledRequest] = []
+        if wanted is None:
+            for request in pipeline.replay(session):
+                if progress is not None:
+                    progress(request.turn, total)
                 requests.append(request)
-            if wanted is not None and request.turn >= wanted:
-                break
-    finally:
-        for generation in generations:
-            generation.release()
+        elif wanted != greeting:
+            requests.append(pipeline.request(session, turn=wanted))
+            if progress is not None:
+                progress(wanted, wanted)
     return TraceResult(session.session_id, session.source, total, requests, greeting, notes)
