@@ -22,6 +22,7 @@ from zhin_cli.tools.economy import (
     upstream_prefix,
 )
 from zhin_cli.tools.prefixdiff import serialize
+from zhin_cli.wire import prompt_tokens, wire_for
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 COUNT = counter("o200k_base").count_once
@@ -146,14 +147,15 @@ def test_new_tokens_are_the_messages_the_previous_request_did_not_have() -> None
     session = small_session().session()
     registry, _ = Config().registry()
     first, second = Assembler(registry, Config(), provider="openai", model="gpt-4o").replay(session)
-    total = sum(COUNT(c.data.decode()) for c in serialize(second).chunks)
+    # tokens are the one prompt_tokens definition (docs/tokens.md): text + framing per wire message
+    total = prompt_tokens(second.request, "openai-chat", counter("o200k_base"))
     assert new_tokens(None, second, counter("o200k_base")) == total
     # by hand: in request 2 the bot's reply (m5) and m6 are new; m6 carries the same tail as request 1 did
     messages = second.request["messages"]
     assert [m["role"] for m in messages[-2:]] == ["assistant", "user"] and messages[-1]["content"].startswith("[id:m6;")
-    chunks = [c for c in serialize(second).chunks if c.label == "message"]
     tail = next(p.text for p in second.parts if p.segment_id == "tail")
-    expected = COUNT(chunks[-2].data.decode()) + COUNT(chunks[-1].data.decode()) - COUNT(tail)
+    framing = 3  # per message (the reply's priming tokens were in request 1 too)
+    expected = (COUNT(messages[-2]["content"]) + framing) + (COUNT(messages[-1]["content"]) + framing) - COUNT(tail)
     assert new_tokens(first, second, counter("o200k_base")) == expected
     assert new_tokens(second, second, counter("o200k_base")) == 0  # nothing is new against itself
 
@@ -227,11 +229,16 @@ def test_anthropic_reads_up_to_the_block_before_the_old_tail() -> None:
     data = serialize(old).data.decode()
     marker = data.rindex(',"cache_control"')  # the last marker: on the block before the tail
     assert data[marker:].count('"text":') == 1  # only the tail block follows
-    expected = COUNT(data[:marker])
+    # in tokens (the one definition, docs/tokens.md): every block up to and including the marked one
+    blocks = list(wire_for("anthropic-messages").blocks(old.request))
+    marked = max(i for i, b in enumerate(blocks) if b.ttl is not None)
+    assert marked == len(blocks) - 2  # only the tail block follows
+    expected = sum(COUNT(b.text) + b.framing for b in blocks[: marked + 1])
     second = figures.requests[1]
-    assert abs(second.adr_cached - expected) <= 3  # counted chunk by chunk: a token or two at the joins
+    assert second.adr_cached == expected
     # more than "up to the start of the message that carried the tail" (an earlier approximation)
-    assert second.adr_cached > COUNT(data[: data.rindex('{"role":"user"')]) + 5
+    tail_message = blocks[-1].message_index
+    assert second.adr_cached > sum(COUNT(b.text) + b.framing for b in blocks if b.message_index < tail_message or b.region != "messages") + 5
     assert 0 < second.flat_cached < second.adr_cached  # flat: only the system prompt carries cache_control
 
 

@@ -46,6 +46,7 @@ from zhin_cli.pipeline.segments import (
 )
 from zhin_cli.pipeline.validate import Verdict, validate
 from zhin_cli.pipeline.window import SessionIndex, Window, summary_in_prefix, visible_window
+from zhin_cli.wire import prompt_tokens as wire_prompt_tokens
 
 DEFAULT_PROVIDER = "openai"
 DEFAULT_MODEL = "gpt-4o"
@@ -769,8 +770,9 @@ class Assembler:
                     produced = len({p.message_index for p in rendered.parts if p.segment_id == segment_id})
                     reports.append(SegmentReport(segment_id, "preset", 0, sum(map(len, texts)),
                                                  sum(counter.count(t) for t in texts), 0, messages=produced))
-        # Estimate: the text on the wire, plus OpenAI's 3 tokens per message and 3 to prime the reply.
-        prompt_tokens = 3 + sum(counter.count(p.text) for p in rendered.parts) + 3 * len(_wire_messages(rendered.body))
+        # The one definition (zhin_cli.wire.prompt_tokens, docs/tokens.md): our estimate of the billed input tokens,
+        # the same figure prefix-diff, zhin serve's usage and zhin report economy report for this body.
+        prompt_tokens = wire_prompt_tokens(rendered.body, profile.wire, counter)
         return AssembledRequest(
             session_id=session.session_id,
             turn=turn,

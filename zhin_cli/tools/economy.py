@@ -7,13 +7,15 @@ Two questions, on the same sessions and one tokenizer (docs/economy.md):
    ``upstream`` — upstream zhin's ``[sender:id=… name=… roles=…]`` on every group user message;
    ``full`` — the ADR's full header on every member message (``project(always_full=True)``);
    ``adr`` — the ADR projection (full on a member's first appearance in the window, short after).
-2. **Simulated prompt caching** per provider (OpenAI, Anthropic, DeepSeek) for two layouts: the ADR layout
-   (what ``Assembler.replay`` renders) and a *flat* layout (system prompt + one user message holding the
-   whole visible history as ``## 用户`` / ``## 助手`` text, the preset note's "before"). Cached tokens of a
-   request are ``prefixdiff.diff_pair``'s provider arithmetic against the previous request; a request that
-   starts a cache group (``cachegroups.first_of_group`` over the provider's ``lifetime_seconds``) gets 0.
-   The *physical limit* of a request is ``1 − new / total``: ``new`` = tokens of the text pieces the previous
-   request did not contain (no cache, however clever, can serve them).
+2. **Simulated prompt caching** per provider (OpenAI, Anthropic, DeepSeek; ``simulate`` takes any case) for
+   two layouts: the ADR layout (what ``Assembler.replay`` renders) and a *flat* layout (system prompt + one user
+   message holding the whole visible history as ``## 用户`` / ``## 助手`` text, the preset note's "before", in
+   the provider's wire: ``WireFormat.flat``). Prompt tokens are the one definition (``zhin_cli.wire``,
+   docs/tokens.md) and cached tokens the one cache simulator (``zhin_cli.cache.PrefixCache``), fed the
+   session's requests in order as ``zhin serve`` would be; a request that starts a cache group
+   (``cachegroups.first_of_group`` over the provider's ``lifetime_seconds``) finds a cold cache (a fresh
+   simulator), so it reads 0. The *physical limit* of a request is ``1 − new / total``: ``new`` = tokens of
+   the text pieces the previous request did not contain (no cache, however clever, can serve them).
 
 Rates are token-weighted: Σ cached / Σ prompt tokens over the requests of a split (as ``stats cache`` reads
 logged usage).
@@ -29,10 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from zhin_cli.cache import Plan, PrefixCache
 from zhin_cli.core.model import Actor, AssistantMessage, EventMessage, Message, Session, ToolResultMessage, UserMessage
+from zhin_cli.core.registry import Registry
 from zhin_cli.core.tokens import DEFAULT_ENCODING, RANK_FILES, TokenCounter
 from zhin_cli.core.tokens import counter as shared_counter
-from zhin_cli.pipeline.assemble import AssembledRequest, Assembler
+from zhin_cli.pipeline.assemble import AssembledRequest, Assembler, Breakpoint
 from zhin_cli.pipeline.config import Config
 from zhin_cli.pipeline.format import neutralize_body
 from zhin_cli.pipeline.headers import SUMMARY_PREFIX, Aliases, project
@@ -40,7 +44,8 @@ from zhin_cli.pipeline.merge import Placed
 from zhin_cli.pipeline.providers import RenderedPart
 from zhin_cli.pipeline.window import SessionIndex, WindowConfig, visible_window
 from zhin_cli.tools.cachegroups import first_of_group
-from zhin_cli.tools.prefixdiff import Serialized, _dumps, _messages, _strip_tail, _tail_text, diff_pair, serialize
+from zhin_cli.tools.prefixdiff import Serialized, cached_tokens, diff_pair, serialize, wire_of
+from zhin_cli.wire import canonical
 
 ECONOMY_VERSION = 1
 STYLES = ("upstream", "full", "adr")
@@ -59,13 +64,12 @@ class ProviderCase:
 
 
 # One model per provider, chosen for documented rules: gpt-4o (1024 min, 128 steps), Claude Sonnet 5
-# (1,024-token minimum), deepseek-chat (64-token units).
-CASES: dict[str, ProviderCase] = {}
+# (1,024-token minimum), deepseek-chat (64-token units). ``simulate`` takes any case (tests run Gemini too).
+CASES: Registry[ProviderCase] = Registry("economy provider case")
 
 
-def register_case(case: ProviderCase) -> ProviderCase:
-    CASES[case.provider] = case
-    return case
+def register_case(case: ProviderCase, *, replace: bool = False) -> ProviderCase:
+    return CASES.add(case.provider, case, replace=replace)
 
 
 register_case(ProviderCase("openai", "gpt-4o"))
@@ -218,25 +222,12 @@ def flat_history(session: Session, window: list[Message], summary: str | None) -
 def flat_request(adr: AssembledRequest, history: str) -> AssembledRequest:
     """The same request (system prompt, runtime tail, model) in the flat layout, in the provider's wire."""
     system = next((p.text for p in adr.parts if p.segment_id == "system"), "")
-    tail = next((p.text for p in adr.parts if p.segment_id == "tail"), "").removeprefix("\n\n")
+    tail = (adr.tail_text or "").lstrip("\n")
     user = history + (FLAT_SEPARATOR + tail if tail else "")
-    wire = adr.profile.wire if adr.profile else "openai-chat"
-    body: dict[str, Any] = {"model": adr.model}
-    if "tools" in adr.request:
-        body["tools"] = adr.request["tools"]
-    if wire == "anthropic-messages":
-        body["max_tokens"] = adr.request.get("max_tokens")
-        # upstream marks the system prompt (and the last tool) with cache_control; nothing in the messages
-        body["system"] = [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}]
-        body["messages"] = [{"role": "user", "content": [{"type": "text", "text": user}]}]
-        parts = [RenderedPart("system", system, -1), RenderedPart("flat", user, 0)]
-        breakpoints = [{"after": "system", "message_index": -1, "explicit": True}]
-    else:
-        role = adr.request["messages"][0]["role"] if adr.request.get("messages") else "system"
-        body["messages"] = [{"role": role, "content": system}, {"role": "user", "content": user}]
-        parts = [RenderedPart("system", system, 0), RenderedPart("flat", user, 1)]
-        breakpoints = [{"after": "system", "message_index": 0, "explicit": False}]
-    return dataclasses.replace(adr, request=body, parts=parts, cache_breakpoints=breakpoints)
+    flat = wire_of(adr).flat({**adr.request, "model": adr.model}, system, user)
+    parts = [RenderedPart(segment, text, index) for segment, text, index in flat.parts]
+    return dataclasses.replace(adr, request=flat.body, parts=parts, cache_breakpoints=[Breakpoint.of(b) for b in flat.breakpoints],
+                               tail_text=None)
 
 
 # --- cache simulation -----------------------------------------------------------------------------
@@ -318,36 +309,44 @@ def _mean(values: Iterable[int]) -> float | None:
     return round(sum(items) / len(items), 1) if items else None
 
 
+def _block_tokens(plan: Plan) -> list[int]:
+    return [end - start for start, end in zip([0, *plan.ends], plan.ends, strict=False)]
+
+
 def new_tokens(previous: AssembledRequest | None, current: AssembledRequest, counter: TokenCounter,
                serialized: tuple[Serialized | None, Serialized | None] = (None, None)) -> int:
-    """Tokens of ``current`` (as serialised for caching) that ``previous`` did not contain.
+    """Tokens of ``current`` (its prompt tokens, the one definition) that ``previous`` did not contain.
 
     Per wire message: a message the previous request also sent (compared without the runtime tail and cache
     markers) is present, and so is a runtime tail equal to the previous one; any other message counts whole,
     minus the text pieces (system prompt, headers + bodies, tool calls, tail) the previous request carried —
-    a multiset difference, so a repeated "+1" counts each time. JSON glue between messages counts as present.
+    a multiset difference, so a repeated "+1" counts each time. A tool or system block the previous request had
+    is present, and so is the reply framing (the previous request had it too).
     """
     count = counter.count
-    chunks = (serialized[1] or serialize(current)).chunks
+    plan = (serialized[1] or serialize(current)).plan
     if previous is None:
-        return sum(count(c.data.decode()) for c in chunks)
-    previous_tail, tail = _tail_text(previous), _tail_text(current)
-    sent = Counter(_dumps(_strip_tail(m, previous_tail)) for m in _messages(previous))
-    regions = {c.data for c in (serialized[0] or serialize(previous)).chunks if c.label in ("system", "tools")}
+        return plan.prompt_tokens
+    wire = wire_of(current)
+    previous_tail, tail = previous.tail_text, current.tail_text
+    sent = Counter(canonical(wire.without_tail(m, previous_tail)) for m in wire.messages(previous.request))
+    previous_plan = (serialized[0] or serialize(previous)).plan
+    regions = {(b.head, b.text) for b in previous_plan.blocks if b.region != "messages"}
     pieces = Counter(p.text for p in previous.parts)
     parts_by_message: dict[int, list[RenderedPart]] = {}
     for part in current.parts:
         parts_by_message.setdefault(part.message_index, []).append(part)
-    messages = _messages(current)
+    by_message: dict[int, int] = {}
     total = 0
-    for chunk in chunks:
-        if chunk.label in ("system", "tools"):
-            total += 0 if chunk.data in regions else count(chunk.data.decode())
-            continue
-        if chunk.label != "message":
-            continue
-        own = parts_by_message.get(chunk.message_index, [])
-        key = _dumps(_strip_tail(messages[chunk.message_index], tail))
+    for block, tokens in zip(plan.blocks, _block_tokens(plan), strict=True):
+        if block.region != "messages":
+            total += 0 if (block.head, block.text) in regions else tokens
+        else:
+            by_message[block.message_index] = by_message.get(block.message_index, 0) + tokens
+    messages = wire.messages(current.request)
+    for index, tokens in by_message.items():
+        own = parts_by_message.get(index, [])
+        key = canonical(wire.without_tail(messages[index], tail))
         if sent[key] > 0:
             sent[key] -= 1
             if tail and tail != previous_tail and any(p.segment_id == "tail" for p in own):
@@ -358,7 +357,7 @@ def new_tokens(previous: AssembledRequest | None, current: AssembledRequest, cou
             if pieces[part.text] > 0:
                 pieces[part.text] -= 1
                 present += count(part.text)
-        total += max(0, count(chunk.data.decode()) - present)
+        total += max(0, tokens - present)
     return total
 
 
@@ -372,23 +371,25 @@ def _with_encoding(request: AssembledRequest, encoding: str, min_tokens: int | N
 
 def simulate(session: Session, config: Config, case: ProviderCase, encoding: str = DEFAULT_ENCODING,
              headers: _HeaderCounter | None = None) -> CacheFigures:
-    """Replay ``session`` for one provider; both layouts; cached tokens per request."""
+    """Replay ``session`` for one provider; both layouts; cached tokens per request from one cache simulator
+    per layout (a fresh one at each cache group: the session's prefix is cold there)."""
     registry, generations = config.registry()
     try:
         assembler = Assembler(registry, config, provider=case.provider, model=case.model)
         positions = [i for i, m in enumerate(session.messages) if isinstance(m, AssistantMessage)]
         times = [session.messages[i].timestamp for i in positions]
         requests = assembler.replay(session)
-        counter = shared_counter(encoding)
         index = SessionIndex.of(session)
         timezone = assembler._timezone(session)  # noqa: SLF001 — the assembler's own time-zone resolution
+        counter = shared_counter(encoding)
         figures: CacheFigures | None = None
-        previous: tuple[AssembledRequest, Serialized, AssembledRequest, Serialized] | None = None
+        previous: tuple[AssembledRequest, Serialized] | None = None
         firsts: list[bool] = []
+        adr_cache = flat_cache = PrefixCache()
         for position, request in zip(positions, requests, strict=True):
             _with_encoding(request, encoding, case.min_tokens)
             if figures is None:
-                lifetime = request.profile.cache.lifetime_seconds if request.profile else 300
+                lifetime = request.profile.cache.lifetime_seconds
                 figures = CacheFigures(request.provider, request.model, lifetime)
                 firsts = first_of_group([t // 1000 for t in times], lifetime)
             message = session.messages[position]
@@ -398,32 +399,25 @@ def simulate(session: Session, config: Config, case: ProviderCase, encoding: str
                 headers.add_window(window.messages)
             flat = flat_request(request, flat_history(session, window.messages, window.summary.summary if window.summary else None))
             first = firsts[len(figures.requests)]
+            if first:  # a new cache group: nothing of this session is cached any more
+                adr_cache, flat_cache = PrefixCache(), PrefixCache()
             adr_wire, flat_wire = serialize(request), serialize(flat)
-            if previous is None:
-                adr_pair = flat_pair = None
-            else:
-                adr_pair = diff_pair(previous[0], request, previous[1], adr_wire)
-                flat_pair = diff_pair(previous[2], flat, previous[3], flat_wire)
-            adr_prompt = adr_pair.prompt_tokens if adr_pair else _prompt_tokens(adr_wire, counter)
-            flat_prompt = flat_pair.prompt_tokens if flat_pair else _prompt_tokens(flat_wire, counter)
+            adr_cached = cached_tokens(adr_cache, request, adr_wire)
+            flat_cached = cached_tokens(flat_cache, flat, flat_wire)
+            cause = diff_pair(previous[0], request, previous[1], adr_wire, adr_cached).cause if previous else ""
             fresh = new_tokens(previous[0] if previous else None, request, counter,
                                (previous[1] if previous else None, adr_wire))
             figures.requests.append(RequestFigures(
                 turn=request.turn, time=message.timestamp, first=first,
-                adr_prompt=adr_prompt, adr_cached=0 if first or adr_pair is None else adr_pair.cached_tokens,
-                flat_prompt=flat_prompt, flat_cached=0 if first or flat_pair is None else flat_pair.cached_tokens,
-                new_tokens=min(adr_prompt, fresh), cause=adr_pair.cause if adr_pair else "",
+                adr_prompt=adr_wire.prompt_tokens, adr_cached=adr_cached,
+                flat_prompt=flat_wire.prompt_tokens, flat_cached=flat_cached,
+                new_tokens=min(adr_wire.prompt_tokens, fresh), cause=cause,
             ))
-            previous = (request, adr_wire, flat, flat_wire)
+            previous = (request, adr_wire)
         return figures or CacheFigures(case.provider, case.model, 0)
     finally:
         for generation in generations:
             generation.release()
-
-
-def _prompt_tokens(wire: Serialized, counter: TokenCounter) -> int:
-    """Tokens of the serialised request (the same count ``diff_pair`` reports as ``prompt_tokens``)."""
-    return sum(counter.count(c.data.decode()) for c in wire.chunks)
 
 
 # --- sessions -------------------------------------------------------------------------------------
@@ -490,7 +484,7 @@ def run_economy(
     from zhin_cli.store import load_session
     from zhin_cli.tools.prefixdiff import session_refs
 
-    chosen = list(providers or CASES)
+    chosen = list(providers or tuple(CASES))
     unknown = [p for p in chosen if p not in CASES]
     if unknown:
         raise UsageError(f"--provider: no cache simulation for {', '.join(unknown)} (simulated: {', '.join(CASES)})")

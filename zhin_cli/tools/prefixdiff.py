@@ -1,38 +1,35 @@
 """``zhin prefix-diff`` as a library: where consecutive requests stop sharing bytes, why, and what the
 provider's prompt cache would still hit (ADR 0041 §5; reference/providers.md §6).
 
-A request is serialised as the provider sees it for caching (tools → system → messages; the model is
-compared on its own) into *chunks*: one per top-level region and one per message, with the JSON glue
-between them. Two requests are compared chunk by chunk (``memcmp``), and only the first differing chunk
-byte by byte, so the work per pair is proportional to the number of messages, not to their size; token
-counts come from the shared memoising counter, so each history message is tokenized once per replay.
+A request is serialised once (``serialize``), in the wire model's cache order (``zhin_cli.wire``: tools →
+system → messages; the model is compared on its own), two ways side by side: as JSON *chunks* (one per
+top-level region and one per message, with the glue between them) for byte offsets and excerpts, and as the
+cache simulator's token plan (``zhin_cli.cache.plan``) for tokens. Two requests are compared chunk by chunk
+(``memcmp``), and only the first differing chunk byte by byte, so the work per pair is proportional to the
+number of messages, not to their size. Tokens are counted on the text the model reads (memoised per block),
+never by decoding bytes back; ``prompt_tokens`` is the one definition (docs/tokens.md) and the cached tokens
+come from the one cache simulator (``zhin_cli.cache.PrefixCache``), fed the session's requests in order — the
+same figures ``zhin serve`` answers for the same bodies.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from zhin_cli.core.tokens import counter as shared_counter
+from zhin_cli.cache import Plan, PrefixCache, common_prefix_length, common_tokens, plan
 from zhin_cli.pipeline.assemble import AssembledRequest
-from zhin_cli.pipeline.preset import TAIL_SEPARATOR
+from zhin_cli.wire import WireFormat, wire_for
 
 CAUSES = ("append", "tail", "window_shift", "system_changed", "tools_changed", "messages_changed", "model_changed")
 EXPECTED = frozenset({"append", "tail", "window_shift"})
 DEFAULT_FAIL_ON = tuple(cause for cause in CAUSES if cause not in EXPECTED)
 DIFF_VERSION = 1
 EXCERPT = 40
-
-# Where each wire format keeps what, in the order the provider builds its cache prefix.
-REGIONS = {
-    "openai-chat": ("tools", "messages"),
-    "anthropic-messages": ("tools", "system", "messages"),
-    "gemini-generate": ("tools", "systemInstruction", "contents"),
-}
-MESSAGE_KEYS = ("messages", "contents")
 
 
 @dataclass(frozen=True)
@@ -44,29 +41,41 @@ class Chunk:
 
 @dataclass
 class Serialized:
+    """One request, serialised once: JSON chunks (bytes) and the cache's token plan."""
+
     model: str
     chunks: list[Chunk]
+    plan: Plan
 
     @property
     def data(self) -> bytes:
         return b"".join(c.data for c in self.chunks)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.plan.prompt_tokens
 
 
 def _dumps(value: Any) -> bytes:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
 
 
+def wire_of(request: AssembledRequest) -> WireFormat:
+    """The wire model of the profile that rendered ``request``."""
+    return wire_for(request.profile.wire)
+
+
 def serialize(request: AssembledRequest) -> Serialized:
     body = request.request
-    wire = request.profile.wire if request.profile else "openai-chat"
+    wire = wire_of(request)
     chunks: list[Chunk] = []
     first = True
-    for key in REGIONS.get(wire, ("tools", "messages")):
+    for key in wire.regions:
         if key not in body:
             continue
         glue = ("{" if first else ",") + json.dumps(key) + ":"
         first = False
-        if key in MESSAGE_KEYS:
+        if key == wire.message_key:
             chunks.append(Chunk("glue", (glue + "[").encode()))
             for index, message in enumerate(body[key]):
                 if index:
@@ -75,26 +84,9 @@ def serialize(request: AssembledRequest) -> Serialized:
             chunks.append(Chunk("glue", b"]"))
         else:
             chunks.append(Chunk("glue", glue.encode()))
-            chunks.append(Chunk("system" if key in ("system", "systemInstruction") else "tools", _dumps(body[key])))
+            chunks.append(Chunk("tools" if key == "tools" else "system", _dumps(body[key])))
     chunks.append(Chunk("glue", b"}"))
-    return Serialized(model=request.model, chunks=chunks)
-
-
-def common_prefix_length(a: Sequence[Any], b: Sequence[Any]) -> int:
-    """Length of the common prefix of two sequences (bytes, token tuples): binary search over C-speed slice
-    comparisons (``memcmp`` for bytes, through memoryviews that copy nothing)."""
-    if isinstance(a, bytes) and isinstance(b, bytes):
-        a, b = memoryview(a), memoryview(b)
-    lo, hi = 0, min(len(a), len(b))
-    if a[:hi] == b[:hi]:
-        return hi
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    return Serialized(model=request.model, chunks=chunks, plan=plan(body, wire, request.encoding))
 
 
 @dataclass
@@ -104,16 +96,14 @@ class Divergence:
     common_tokens: int
 
 
-def _divergence(old: Serialized, new: Serialized, count: Any, count_once: Any) -> Divergence:
-    offset = tokens = 0
+def _divergence(old: Serialized, new: Serialized) -> Divergence:
+    offset = 0
+    tokens = common_tokens(old.plan.tokens, new.plan.tokens)
     for index, (a, b) in enumerate(zip(old.chunks, new.chunks, strict=False)):
         if a.data == b.data:
             offset += len(a.data)
-            tokens += count(a.data.decode())
             continue
-        common = common_prefix_length(a.data, b.data)
-        tokens += count_once(a.data[:common].decode(errors="ignore"))
-        return Divergence(offset + common, index, tokens)
+        return Divergence(offset + common_prefix_length(a.data, b.data), index, tokens)
     index = min(len(old.chunks), len(new.chunks))
     return Divergence(offset, index, tokens)
 
@@ -163,29 +153,12 @@ class Hint:
         return {"segment": self.segment, "kind": self.kind, "turns": self.turns[:20], "count": len(self.turns)}
 
 
-def _strip_tail(message: Any, tail: str | None) -> Any:
-    """The message without the runtime tail and without cache markers (they move with the tail)."""
-    if not isinstance(message, dict):
-        return message
-    message = {k: v for k, v in message.items() if k != "cache_control"}
-    content = message.get("content")
-    if isinstance(content, str) and tail and content.endswith(TAIL_SEPARATOR + tail):
-        message["content"] = content[: -len(TAIL_SEPARATOR + tail)]
-    elif isinstance(content, list):
-        message["content"] = [{k: v for k, v in b.items() if k != "cache_control"} if isinstance(b, dict) else b
-                              for b in content if not (isinstance(b, dict) and tail and b.get("text") == tail)]
-    if isinstance(message.get("parts"), list):
-        message["parts"] = [p for p in message["parts"] if not (isinstance(p, dict) and tail and p.get("text") == tail)]
-    return message
-
-
-def _tail_text(request: AssembledRequest) -> str | None:
-    return next((p.text.removeprefix(TAIL_SEPARATOR) for p in request.parts if p.segment_id == "tail"), None)
+def _tail_index(request: AssembledRequest) -> int | None:
+    return next((p.message_index for p in request.parts if p.segment_id == "tail"), None)
 
 
 def _messages(request: AssembledRequest) -> list[Any]:
-    body = request.request
-    return list(body.get("messages") or body.get("contents") or [])
+    return wire_of(request).messages(request.request)
 
 
 def _segment_at(request: AssembledRequest, chunk: Chunk, old: AssembledRequest) -> str | None:
@@ -229,8 +202,7 @@ def _classify(old: AssembledRequest, new: AssembledRequest, a: Serialized, b: Se
         return "append", ""
     chunk = b.chunks[div.chunk]
     if chunk.label == "tools":
-        names_old = sorted(t.get("function", t).get("name", "") for t in old.request.get("tools", []))
-        names_new = sorted(t.get("function", t).get("name", "") for t in new.request.get("tools", []))
+        names_old, names_new = sorted(wire_of(old).tool_names(old.request)), sorted(wire_of(new).tool_names(new.request))
         return "tools_changed", "same tools, different order" if names_old == names_new else "tool definitions differ"
     if chunk.label == "system" or (chunk.label == "message" and chunk.message_index == 0 and _is_system_message(new)):
         return "system_changed", ""
@@ -244,68 +216,26 @@ def _classify(old: AssembledRequest, new: AssembledRequest, a: Serialized, b: Se
         return "append", ""
     old_messages, new_messages = _messages(old), _messages(new)
     index = chunk.message_index if chunk.label == "message" else len(old_messages)
-    old_tail, new_tail = _tail_text(old), _tail_text(new)
+    old_tail, new_tail = old.tail_text, new.tail_text
+    old_wire, new_wire = wire_of(old), wire_of(new)
     same_rest = all(
-        _strip_tail(x, old_tail) == _strip_tail(y, new_tail)
+        old_wire.without_tail(x, old_tail) == new_wire.without_tail(y, new_tail)
         for x, y in zip(old_messages[index:], new_messages[index : len(old_messages)], strict=False)
     )
-    tail_index = next((p.message_index for p in old.parts if p.segment_id == "tail"), None)
+    tail_index = _tail_index(old)
     if same_rest and tail_index is not None and index <= tail_index:
         return "tail", "the previous runtime tail was replaced (ADR 0045)"
     return "messages_changed", f"message {index} was rewritten"
 
 
-LOOKBACK_BLOCKS = 20  # Anthropic checks for an earlier cache entry about 20 blocks back from each breakpoint
+def cache_key(request: AssembledRequest) -> tuple[str, str]:
+    """Whose cache entries a request may read: one profile and model (``zhin serve`` keys its cache the same)."""
+    return (request.profile.name, request.model)
 
 
-def _marked_blocks(body: dict[str, Any]) -> list[int]:
-    """Positions (counted over all message content blocks) of the blocks that carry ``cache_control``."""
-    marked: list[int] = []
-    position = 0
-    for message in body.get("messages") or []:
-        content = message.get("content") if isinstance(message, dict) else None
-        for block in content if isinstance(content, list) else [content]:
-            if isinstance(block, dict) and "cache_control" in block:
-                marked.append(position)
-            position += 1
-    return marked
-
-
-def _within_lookback(old_body: dict[str, Any], new_body: dict[str, Any]) -> bool:
-    """Whether a breakpoint of the new request lies at most ``LOOKBACK_BLOCKS`` blocks after the old request's
-    last message breakpoint (where its entry was written): otherwise the lookup never reaches that entry."""
-    old_marks, new_marks = _marked_blocks(old_body), _marked_blocks(new_body)
-    return bool(old_marks) and any(0 <= mark - old_marks[-1] <= LOOKBACK_BLOCKS for mark in new_marks)
-
-
-def _cached(old: AssembledRequest, new: AssembledRequest, a: Serialized, common_tokens: int, prompt_tokens: int,
-            count: Any) -> int:
-    profile = new.profile
-    if profile is None or profile.cache.mechanism == "none" or old.model != new.model:
-        return 0
-    rules = profile.cache
-    if rules.mechanism == "explicit":
-        # Explicit breakpoints: the longest cache entry written by the previous request that is still a prefix.
-        points: list[int] = []
-        tokens = 0
-        tail_index = next((p.message_index for p in old.parts if p.segment_id == "tail"), None)
-        if not _within_lookback(old.request, new.request):
-            tail_index = None  # the new request's breakpoints cannot see the old entry (providers.md §2.5)
-        for chunk in a.chunks:
-            if chunk.label == "message" and chunk.message_index == tail_index:
-                # The breakpoint sits on the block before the tail: the entry ends with that block's content,
-                # i.e. where its cache_control marker starts (the next request has the same bytes up to there).
-                marker = chunk.data.find(b',"cache_control"')
-                points.append(tokens + (count(chunk.data[:marker].decode()) if marker > 0 else 0))
-            tokens += count(chunk.data.decode())
-            if chunk.label in ("system", "tools"):
-                points.append(tokens)
-        reachable = [p for p in points if p <= common_tokens and p >= rules.min_tokens]
-        return max(reachable, default=0)
-    if common_tokens < rules.min_tokens:
-        return 0
-    step = max(rules.step_tokens, 1)
-    return min(common_tokens // step * step, prompt_tokens)
+def cached_tokens(cache: PrefixCache, request: AssembledRequest, serialized: Serialized) -> int:
+    """Replay ``request`` against ``cache`` (then remember it): the tokens its provider would read from it."""
+    return cache.account(cache_key(request), serialized.plan, None, request.profile.cache).read
 
 
 def _excerpt(data: bytes, offset: int) -> str:
@@ -313,16 +243,19 @@ def _excerpt(data: bytes, offset: int) -> str:
     return data[start : offset + EXCERPT].decode(errors="replace")
 
 
-def diff_pair(old: AssembledRequest, new: AssembledRequest, a: Serialized | None = None, b: Serialized | None = None) -> PairDiff:
-    tokens = shared_counter(new.encoding)
-    count = tokens.count
+def diff_pair(old: AssembledRequest, new: AssembledRequest, a: Serialized | None = None, b: Serialized | None = None,
+              cached: int | None = None) -> PairDiff:
+    """Compare two requests. ``cached``: what the session's cache simulator read for ``new`` (``diff_turns``);
+    without it, a cache that saw only ``old``."""
     a = a or serialize(old)
     b = b or serialize(new)
-    div = _divergence(a, b, count, tokens.count_once)
-    prompt_tokens = sum(count(c.data.decode()) for c in b.chunks)
+    div = _divergence(a, b)
     cause, detail = _classify(old, new, a, b, div)
     chunk = b.chunks[div.chunk] if div.chunk < len(b.chunks) else None
-    cached = _cached(old, new, a, div.common_tokens, prompt_tokens, count)
+    if cached is None:
+        cache = PrefixCache()
+        cached_tokens(cache, old, a)
+        cached = cached_tokens(cache, new, b)
     data_a, data_b = a.data, b.data
     return PairDiff(
         from_turn=old.turn,
@@ -331,7 +264,7 @@ def diff_pair(old: AssembledRequest, new: AssembledRequest, a: Serialized | None
         detail=detail,
         common_prefix_bytes=div.offset,
         common_prefix_tokens=div.common_tokens,
-        prompt_tokens=prompt_tokens,
+        prompt_tokens=b.prompt_tokens,
         message_index=chunk.message_index if chunk is not None and chunk.label == "message" else None,
         segment="tail" if cause == "tail" else (_segment_at(new, chunk, old) if chunk is not None else None),
         before=_excerpt(data_a, div.offset),
@@ -384,32 +317,56 @@ class SessionDiff:
                 "pairs": [p.as_dict() for p in self.pairs], "hints": [h.as_dict() for h in self.hints.values()]}
 
 
+class TurnDiffer:
+    """A session's turn-to-turn diff, fed one request at a time: holds only the previous request and the cache
+    simulator's bounded store (``diff_turns`` for one replay; ``diff_configs`` runs two side by side)."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.cache = PrefixCache()
+        self.previous: tuple[AssembledRequest, Serialized] | None = None
+        self.diff: SessionDiff | None = None
+        self.last_tail_shift: int | None = None
+
+    def add(self, request: AssembledRequest, serialized: Serialized | None = None) -> PairDiff | None:
+        serialized = serialized or serialize(request)
+        cached = cached_tokens(self.cache, request, serialized)
+        if self.diff is None:
+            self.diff = SessionDiff(self.session_id, request.provider, request.model)
+        self.diff.turns += 1
+        pair = None
+        if self.previous is not None:
+            previous = self.previous[0]
+            pair = diff_pair(previous, request, self.previous[1], serialized, cached)
+            self.diff.pairs.append(pair)
+            self._hints(previous, request, pair)
+        self.previous = (request, serialized)
+        return pair
+
+    def _hints(self, previous: AssembledRequest, request: AssembledRequest, pair: PairDiff) -> None:
+        assert self.diff is not None
+        if pair.cause == "window_shift" and pair.detail == "tail limit":
+            # Hysteresis moves the window once per (max_messages - cut_to) messages. Shifts on two turns in a
+            # row mean the step is shorter than a turn (a sliding window): a cache miss on every turn.
+            if self.last_tail_shift == pair.from_turn:
+                self.diff.hints.setdefault(("window", "tail_limit"), Hint("window", "tail_limit")).turns.append(request.turn)
+            self.last_tail_shift = pair.to_turn
+        for (old_id, old_text), (new_id, new_text) in zip(previous.system_texts, request.system_texts, strict=False):
+            if old_id == new_id and old_text != new_text:
+                kind = _hint_kind(old_text, new_text)
+                self.diff.hints.setdefault((new_id, kind), Hint(new_id, kind)).turns.append(request.turn)
+
+    def result(self) -> SessionDiff:
+        return self.diff or SessionDiff(self.session_id, "", "")
+
+
 def diff_turns(session_id: str, requests: Iterable[AssembledRequest]) -> SessionDiff:
-    """Diff each request against the one before it. Streams: holds only the previous request."""
-    previous: AssembledRequest | None = None
-    previous_serialized: Serialized | None = None
-    result: SessionDiff | None = None
-    last_tail_shift: int | None = None
+    """Diff each request against the one before it; cached tokens from one cache simulator fed the requests in
+    order. Streams: each request is serialised once and only the previous one is held."""
+    differ = TurnDiffer(session_id)
     for request in requests:
-        serialized = serialize(request)
-        if result is None:
-            result = SessionDiff(session_id, request.provider, request.model)
-        result.turns += 1
-        if previous is not None and previous_serialized is not None:
-            pair = diff_pair(previous, request, previous_serialized, serialized)
-            result.pairs.append(pair)
-            if pair.cause == "window_shift" and pair.detail == "tail limit":
-                # Hysteresis moves the window once per (max_messages - cut_to) messages. Shifts on two turns in a
-                # row mean the step is shorter than a turn (a sliding window): a cache miss on every turn.
-                if last_tail_shift == pair.from_turn:
-                    result.hints.setdefault(("window", "tail_limit"), Hint("window", "tail_limit")).turns.append(request.turn)
-                last_tail_shift = pair.to_turn
-            for (old_id, old_text), (new_id, new_text) in zip(previous.system_texts, request.system_texts, strict=False):
-                if old_id == new_id and old_text != new_text:
-                    kind = _hint_kind(old_text, new_text)
-                    result.hints.setdefault((new_id, kind), Hint(new_id, kind)).turns.append(request.turn)
-        previous, previous_serialized = request, serialized
-    return result or SessionDiff(session_id, "", "")
+        differ.add(request)
+    return differ.result()
 
 
 # --- two configurations ---------------------------------------------------------------------------
@@ -451,40 +408,48 @@ class ConfigDiff:
 
 
 def diff_configs(session_id: str, base: Iterator[AssembledRequest], head: Iterator[AssembledRequest]) -> ConfigDiff:
-    """Every turn assembled under both configurations: what differs, by segment, and whether each is stable."""
+    """Every turn assembled under both configurations: what differs, by segment, and whether each is stable.
+
+    Streams: the two replays advance in step; each request is serialised once and feeds both its configuration's
+    turn-to-turn diff and the base/head comparison; only the previous request of each side is held."""
     result = ConfigDiff(session_id)
-    base_list: list[AssembledRequest] = []
-    head_list: list[AssembledRequest] = []
-
-    def tee(source: Iterator[AssembledRequest], keep: list[AssembledRequest]) -> Iterator[AssembledRequest]:
-        for request in source:
-            keep.append(request)
-            yield request
-
-    result.base_stability = diff_turns(session_id, tee(base, base_list))
-    result.head_stability = diff_turns(session_id, tee(head, head_list))
-    for old, new in zip(base_list, head_list, strict=False):
-        result.turns += 1
+    base_differ, head_differ = TurnDiffer(session_id), TurnDiffer(session_id)
+    while True:
+        old, new = next(base, None), next(head, None)
+        if old is None or new is None:  # a replay with more turns: its own diff goes on alone
+            for first, rest, differ in ((old, base, base_differ), (new, head, head_differ)):
+                for request in itertools.chain([first] if first is not None else [], rest):
+                    differ.add(request)
+            break
         a, b = serialize(old), serialize(new)
-        if a.data == b.data and old.model == new.model:
-            continue
-        result.differing_turns.append(new.turn)
-        if result.first_divergence is None:
-            pair = diff_pair(old, new, a, b)
-            result.first_divergence = {"turn": new.turn, "offset": pair.common_prefix_bytes, "segment": pair.segment,
-                                       "message_index": pair.message_index, "before": pair.before, "after": pair.after}
-        base_segments = {s.id: s for s in old.segments}
-        head_segments = {s.id: s for s in new.segments}
-        for segment_id in dict.fromkeys([*base_segments, *head_segments]):
-            s_old, s_new = base_segments.get(segment_id), head_segments.get(segment_id)
-            if s_old and s_new and (s_old.chars, s_old.tokens) == (s_new.chars, s_new.tokens) and _same_text(old, new, segment_id):
-                continue
-            status = "added" if s_old is None else "removed" if s_new is None else "changed"
-            kind = (s_new or s_old).kind  # type: ignore[union-attr]
-            delta = SegmentDelta(segment_id, kind, (s_new.chars if s_new else 0) - (s_old.chars if s_old else 0),
-                                 (s_new.tokens if s_new else 0) - (s_old.tokens if s_old else 0), status)
-            result.segments.setdefault(segment_id, delta)
+        base_differ.add(old, a)
+        head_differ.add(new, b)
+        _compare_configs(result, old, new, a, b)
+    result.base_stability = base_differ.result()
+    result.head_stability = head_differ.result()
     return result
+
+
+def _compare_configs(result: ConfigDiff, old: AssembledRequest, new: AssembledRequest, a: Serialized, b: Serialized) -> None:
+    result.turns += 1
+    if a.data == b.data and old.model == new.model:
+        return
+    result.differing_turns.append(new.turn)
+    if result.first_divergence is None:
+        pair = diff_pair(old, new, a, b)
+        result.first_divergence = {"turn": new.turn, "offset": pair.common_prefix_bytes, "segment": pair.segment,
+                                   "message_index": pair.message_index, "before": pair.before, "after": pair.after}
+    base_segments = {s.id: s for s in old.segments}
+    head_segments = {s.id: s for s in new.segments}
+    for segment_id in dict.fromkeys([*base_segments, *head_segments]):
+        s_old, s_new = base_segments.get(segment_id), head_segments.get(segment_id)
+        if s_old and s_new and (s_old.chars, s_old.tokens) == (s_new.chars, s_new.tokens) and _same_text(old, new, segment_id):
+            continue
+        status = "added" if s_old is None else "removed" if s_new is None else "changed"
+        kind = (s_new or s_old).kind  # type: ignore[union-attr]
+        delta = SegmentDelta(segment_id, kind, (s_new.chars if s_new else 0) - (s_old.chars if s_old else 0),
+                             (s_new.tokens if s_new else 0) - (s_old.tokens if s_old else 0), status)
+        result.segments.setdefault(segment_id, delta)
 
 
 def _same_text(old: AssembledRequest, new: AssembledRequest, segment_id: str) -> bool:
