@@ -1,0 +1,191 @@
+"""``trace --turn k`` ≡ ``trace --all``[k], byte for byte, for every k (issue 16 item 2).
+
+``Pipeline.request(turn=k)`` places only the turns since k's window last moved and renders k; a replay renders
+every turn and carries the sent prefix from one to the next. They agree because a moved window carries no
+prefix (docs/design-notes.md, "A request costs its window"). The property runs over generated sessions with
+window cuts (tail limit and block hysteresis), compactions, late events, stored and card greetings and tool
+loops, under several providers. Branches are resolved by the store into the active branch before the engine
+sees the session (tests/test_store.py), so a generated linear session covers them here.
+
+Negative controls, with the same property and the same generator: a request made without any sent prefix, and
+a replay that carries the prefix across a window move (the rule before this change), are both caught.
+
+Examples: ZHIN_TURN_EXAMPLES (default 200; CI's fixed seed: derandomized).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from builders import SEC, T0, History
+from hypothesis import HealthCheck, Phase, find, given, settings
+from hypothesis import strategies as st
+
+from zhin_cli.core.model import Session
+from zhin_cli.pipeline.assemble import AssembledRequest, Assembler, SentPrefix
+from zhin_cli.pipeline.config import Config, parse_config
+from zhin_cli.pipeline.facade import Pipeline
+
+EXAMPLES = int(os.environ.get("ZHIN_TURN_EXAMPLES", "200"))
+SETTINGS = settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None,
+                    suppress_health_check=list(HealthCheck))
+# the negative controls search the same space until the wrong variant is caught (no shrinking: any catch will do)
+SEARCH = settings(max_examples=max(EXAMPLES, 300), derandomize=True, database=None, deadline=None,
+                  suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate])
+PRESET = Path(__file__).resolve().parent.parent / "fixtures" / "presets" / "st-default.json"
+CARD_GREETING = "你好，我是{{char}}。{{user}}，今天想聊什么？"
+
+WINDOWS: list[dict[str, Any]] = [
+    {},  # the default: 80 messages, cut to 40 (no cut in these short sessions)
+    {"max_messages": 4},
+    {"max_messages": 5, "cut_to": 4},  # a sliding window: the start moves on every message
+    {"max_messages": 6, "cut_to": 2, "keep_membership_events": 1},
+    {"max_messages": 8, "max_blocks": 3},
+    {"max_messages": None, "max_blocks": 2, "cut_blocks_to": 1},
+    {"max_messages": 7, "keep_membership_events": 0},
+]
+PROVIDERS = [("openai", "gpt-4o"), ("anthropic", "claude-sonnet-4-5"), ("deepseek", "deepseek-chat"),
+             ("gemini", "gemini-2.5-flash")]
+
+step = st.one_of(
+    st.tuples(st.just("user"), st.integers(0, 2)),
+    st.tuples(st.just("reply"), st.just(0)),
+    st.tuples(st.just("tools"), st.integers(1, 2)),
+    st.tuples(st.just("event"), st.integers(0, 1)),
+    st.tuples(st.just("late"), st.integers(1, 40)),  # an event delivered after replies it is older than
+    st.tuples(st.just("summary"), st.integers(0, 1000)),
+)
+
+
+@dataclass
+class Case:
+    session: Session
+    config: dict[str, Any]
+    provider: str
+    model: str
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> Case:
+    h = History()
+    t = T0
+    if draw(st.booleans()):  # a stored greeting: turn 1, no request
+        h.assistant(t, "欢迎")
+    steps = draw(st.lists(step, min_size=3, max_size=30))
+    for kind, value in steps:
+        t += 10 * SEC
+        if kind == "user":
+            h.user(t, f"1000{value + 2}", f"m{len(h.messages)}")
+        elif kind == "reply":
+            h.assistant(t, f"r{len(h.messages)}")
+        elif kind == "tools":
+            calls = [(f"c{len(h.messages)}x{i}", "search") for i in range(value)]
+            h.assistant(t, "", calls=calls)
+            for offset, (call_id, _) in enumerate(calls, start=1):
+                h.result(t + offset, call_id)
+            h.assistant(t + 5 * SEC, f"r{len(h.messages)}")
+        elif kind == "event":
+            kind_name = "member_joined" if value else "member_left"
+            h.event(t, kind_name, f"10009 {'join' if value else 'leave'} 1048877509")
+        elif kind == "late":
+            h.event(t - value * SEC, "member_left", "10008 leave 1048877509")
+        elif h.messages:  # a compaction: a summary made now, of everything up to an earlier row
+            anchor = h.messages[value % len(h.messages)].row_id
+            h.summary(t, anchor, f"summary up to row {anchor}")
+    h.user(t + SEC, "10002", "last")
+    h.assistant(t + 2 * SEC, "final")
+    config = dict(draw(st.sampled_from(WINDOWS)))
+    window = {k: v for k, v in config.items()}
+    full: dict[str, Any] = {"window": window} if window else {}
+    if draw(st.booleans()):
+        full["preset"] = {"file": str(PRESET), "greeting": CARD_GREETING}
+    provider, model = draw(st.sampled_from(PROVIDERS))
+    return Case(h.session(), full, provider, model)
+
+
+def body(request: AssembledRequest) -> str:
+    """What ``trace --json`` prints for the request (its whole record, not only the wire body)."""
+    return json.dumps(request.as_dict(), ensure_ascii=False, sort_keys=True)
+
+
+def open_pipeline(case: Case, assembler_type: type[Assembler] = Assembler) -> Pipeline:
+    config: Config = parse_config(case.config)
+    pipeline = Pipeline.open(config, provider=case.provider, model=case.model)
+    if assembler_type is not Assembler:
+        old = pipeline.assembler
+        pipeline.assembler = assembler_type(old.registry, config, provider=case.provider, model=case.model,
+                                            preset=old.preset)
+    return pipeline
+
+
+def mismatches(case: Case, single: Any = None, assembler_type: type[Assembler] = Assembler) -> list[int]:
+    """Turns whose one-turn request differs from the replay's. ``single(pipeline, session, turn)`` makes the
+    one-turn request (default: ``Pipeline.request``); ``assembler_type`` makes the replay."""
+    with open_pipeline(case) as pipeline, open_pipeline(case, assembler_type) as replaying:
+        replayed = {r.turn: body(r) for r in replaying.replay(case.session)}
+        make = single or (lambda p, s, k: p.request(s, turn=k))
+        return [turn for turn, expected in replayed.items() if body(make(pipeline, case.session, turn)) != expected]
+
+
+@SETTINGS
+@given(case=cases())
+def test_one_turn_equals_the_replays_turn(case: Case) -> None:
+    assert mismatches(case) == []
+
+
+def test_every_turn_of_a_fixed_session_is_checked() -> None:
+    """The property compares every request of a replay (the greeting has none): a session with a window move,
+    a late event and a compaction gives as many comparisons as turns with a request."""
+    h = History()
+    h.assistant(T0, "欢迎")
+    for i in range(6):
+        h.user(T0 + (2 * i + 1) * 10 * SEC, "10002", f"m{i}")
+        h.assistant(T0 + (2 * i + 2) * 10 * SEC, f"r{i}")
+        if i == 2:
+            h.event(T0 + 15 * SEC, "member_left", "10008 leave 1048877509")
+    h.summary(T0 + 95 * SEC, 5)
+    case = Case(h.session(), {"window": {"max_messages": 4}}, "openai", "gpt-4o")
+    with open_pipeline(case) as pipeline:
+        turns = [r.turn for r in pipeline.replay(case.session)]
+        assert turns == [2, 3, 4, 5, 6, 7] and pipeline.turns(case.session).greeting_turn == 1
+        with pytest.raises(Exception, match="greeting"):
+            pipeline.request(case.session, turn=1)
+    assert mismatches(case) == []
+
+
+# --- negative controls: the same property catches a wrong engine --------------------------------------------------
+
+
+def _without_prefix(pipeline: Pipeline, session: Session, turn: int) -> AssembledRequest:
+    """Wrong: turn k alone, as if no request came before it (no sent prefix at all)."""
+    assembler = pipeline.assembler
+    plan = assembler.plan(session)
+    point = plan.points[plan.point_index(turn)]
+    return assembler.assemble(plan.session, point.position, point.timestamp, turn=turn, aliases=plan.aliases,
+                              index=plan.index, stored_model=point.model)
+
+
+class _CarriesAcrossMoves(Assembler):
+    """Wrong: keeps the previous request's prefix even where the window moved (the rule before this change),
+    so a turn depends on every turn before it and one turn's placement-only shortcut cannot match it."""
+
+    def assemble(self, session, upto, request_time, **kwargs):  # type: ignore[no-untyped-def]
+        prefix = kwargs.get("sent_prefix")
+        if isinstance(prefix, SentPrefix):
+            kwargs["sent_prefix"] = list(prefix.keys)
+        return super().assemble(session, upto, request_time, **kwargs)
+
+
+def test_negative_control_a_request_without_its_sent_prefix_is_caught() -> None:
+    found = find(cases(), lambda case: bool(mismatches(case, single=_without_prefix)), settings=SEARCH)
+    assert mismatches(found, single=_without_prefix) and mismatches(found) == []
+
+
+def test_negative_control_carrying_the_prefix_across_a_window_move_is_caught() -> None:
+    found = find(cases(), lambda case: bool(mismatches(case, assembler_type=_CarriesAcrossMoves)), settings=SEARCH)
+    assert mismatches(found, assembler_type=_CarriesAcrossMoves) and mismatches(found) == []
