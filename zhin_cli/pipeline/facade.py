@@ -13,6 +13,10 @@ Turn numbers are those of ``zhin trace``: turn k is the k-th stored assistant me
 turn 1 and has no request); negative numbers count from the end. ``request(turn=k)`` equals the k-th request
 of ``replay`` byte for byte (tests/test_turn_equivalence.py), without assembling the turns before k in full
 (docs/design-notes.md, "A request costs its window").
+
+``--preset FILE`` is the ``preset=`` parameter (a path is read with that config's ``preset:`` options), for
+each pipeline a tool opens — prefix-diff ``--base/--head`` opens two, both with the same ``preset=``. The
+ContextVar that carried it (``config.preset_override``) goes once no caller uses it.
 """
 
 from __future__ import annotations
