@@ -18,6 +18,7 @@ from zhin_cli.tools.budget import TOTAL, fixed_parts
 from zhin_cli.tools.eval.metrics import header_texts
 from zhin_cli.tools.eval.registry import Outcome, ProviderRun, assertion
 from zhin_cli.tools.prefixdiff import diff_pair
+from zhin_cli.wire import wire_for
 
 FULL_ONLY_FIELDS = frozenset({"name", "role", "group_nickname", "group_title", "mute_time", "origin"})
 SCOPES = ("all", "system", "messages", "tail")
@@ -29,8 +30,7 @@ _TURN_PAIR = {"oneOf": [{"type": "integer"}, {"type": "string", "minLength": 1}]
 
 
 def wire_messages(request: AssembledRequest) -> list[Any]:
-    body = request.request
-    return list(body.get("messages") or body.get("contents") or [])
+    return wire_for(request.profile.wire).messages(request.request)
 
 
 def text_lines(request: AssembledRequest, scope: str = "all") -> list[str]:
@@ -305,34 +305,7 @@ def _role(message: Any) -> str:
 
 def role_problem(request: AssembledRequest) -> str | None:
     """The role order each wire format requires (independently of the validator, so both can be checked)."""
-    wire = request.profile.wire if request.profile else "openai-chat"
-    roles = [_role(m) for m in wire_messages(request)]
-    if wire == "openai-chat":
-        messages = wire_messages(request)
-        for i, message in enumerate(messages):
-            if _role(message) == "tool":
-                j = i - 1
-                while j >= 0 and _role(messages[j]) == "tool":
-                    j -= 1
-                if j < 0 or not messages[j].get("tool_calls"):
-                    return f"tool message {i} does not follow an assistant tool call"
-            if message.get("tool_calls"):
-                ids = {c.get("id") for c in message["tool_calls"]}
-                after = []
-                for follower in messages[i + 1 :]:
-                    if _role(follower) != "tool":
-                        break
-                    after.append(follower.get("tool_call_id"))
-                if ids - set(after):
-                    return f"assistant message {i}: tool calls {sorted(ids - set(after))} not answered right after it"
-        return None
-    expected_pair = ("user", "assistant") if wire == "anthropic-messages" else ("user", "model")
-    if roles and roles[0] != "user":
-        return f"first message is {roles[0]!r}, expected 'user'"
-    for i in range(1, len(roles)):
-        if roles[i] == roles[i - 1] or roles[i] not in expected_pair:
-            return f"roles do not alternate {'/'.join(expected_pair)} at message {i}: {' '.join(roles)}"
-    return None
+    return wire_for(request.profile.wire).role_problem(wire_messages(request))
 
 
 @assertion("role_order", params={
