@@ -180,13 +180,20 @@ def measure(
     sessions: list[str], provider: str, model: str | None, *, budget_dir: Path, db: str | None = None,
     config_path: Path | None = None, cwd: Path | None = None,
 ) -> dict[str, int]:
-    """The fixed parts of one profile: the largest of each part over the last request of every session."""
-    from zhin_cli.tools.trace import trace
+    """The fixed parts of one profile: the largest of each part over the last request of every session (one
+    pipeline for the profile; each session costs its last window, ``Pipeline.request``)."""
+    from zhin_cli.core.errors import UsageError
+    from zhin_cli.pipeline.config import load_config
+    from zhin_cli.pipeline.facade import Pipeline
+    from zhin_cli.store import load_session
 
     measurements = []
-    for ref in sessions:
-        result = trace(session_ref(budget_dir, ref), db=db, config_path=config_path, provider=provider, model=model, cwd=cwd)
-        measurements.append(fixed_parts(result.requests[-1]))
+    with Pipeline.open(load_config(config_path, cwd=cwd), provider=provider, model=model) as pipeline:
+        for ref in sessions:
+            session = load_session(session_ref(budget_dir, ref), db=db, cwd=cwd)
+            if not pipeline.turns(session).total:
+                raise UsageError(f"session {session.session_id!r} has no assistant message, so no request to measure")
+            measurements.append(fixed_parts(pipeline.request(session, turn=-1)))
     return largest(measurements)
 
 
