@@ -307,11 +307,10 @@ def probe(
     after_load: Callable[[], None] | None = None,
 ) -> ProbeResult:
     from zhin_cli.core.errors import UsageError
-    from zhin_cli.core.model import AssistantMessage
     from zhin_cli.core.tokens import counter as shared_counter
     from zhin_cli.core.tokens import encoding_for_model
-    from zhin_cli.pipeline.assemble import AssembledRequest, Assembler
     from zhin_cli.pipeline.config import load_config
+    from zhin_cli.pipeline.facade import Pipeline
     from zhin_cli.store import load_session
 
     config = load_config(config_path, cwd=cwd)
@@ -319,17 +318,13 @@ def probe(
     session = load_session(session_ref, db=db, cwd=cwd) if session_ref else sample_session()
     if after_load is not None:
         after_load()
-    if not any(isinstance(m, AssistantMessage) for m in session.messages):
+    if not session.outline.assistant_positions:
         raise UsageError(f"session {session.session_id!r} has no assistant message, so no request to probe")
-    registry, generations = config.registry()
-    try:
-        request: AssembledRequest | None = None
-        for replayed in Assembler(registry, config, provider=provider, model=model, preset=preset).replay(session):
-            request = replayed  # the last request: the one a new message would get
-    finally:
-        for generation in generations:
-            generation.release()
-    assert request is not None
+    with Pipeline.open(config, provider=provider, model=model, preset=preset) as pipeline:
+        last = max((p.number for p in pipeline.turns(session).points if not p.greeting), default=0)
+        if not last:
+            raise UsageError(f"session {session.session_id!r} has only its greeting, so no request to probe")
+        request = pipeline.request(session, turn=last)  # the last request: the one a new message would get
     counter = shared_counter(encoding_for_model(request.model))
     body = request.request
     rows: list[ProbeMessage] = []
