@@ -31,7 +31,7 @@ def csv_source():
     try:
         yield source
     finally:
-        SOURCES.remove(source)
+        SOURCES.remove(source.name)
 
 
 def test_registered_source_is_reached_for_a_missing_file(tmp_path: Path, csv_source: CsvSource) -> None:

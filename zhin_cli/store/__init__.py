@@ -10,6 +10,7 @@ from typing import Protocol
 from zhin_cli.core.errors import InputError, SessionNotFound
 from zhin_cli.core.inputfiles import open_regular
 from zhin_cli.core.model import Session
+from zhin_cli.core.registry import Registry
 
 
 class SessionSource(Protocol):
@@ -20,7 +21,10 @@ class SessionSource(Protocol):
     def load(self, ref: str, *, db: str | None, cwd: Path) -> Session: ...
 
 
-SOURCES: list[SessionSource] = []
+# Every data source by name (a duplicate name is an error unless replace=True: zhin_cli.core.registry). The
+# fallbacks (FALLBACKS: names) claim broadly and are asked after all the others, each group in registration order.
+SOURCES: Registry[SessionSource] = Registry("data source")
+FALLBACKS: set[str] = set()
 
 DEFAULT_MAX_MESSAGES = 200_000  # ≈ 1 GB resident when loaded (benchmarks/memory.py)
 MAX_LINE_BYTES = 64 * 2**20
@@ -65,16 +69,22 @@ def check_jsonl_limits(path: Path) -> None:
         raise InputError(f"cannot read: {exc.strerror}", where=str(path)) from None
 
 
-def register_source(source: SessionSource, *, fallback: bool = False) -> SessionSource:
+def register_source(source: SessionSource, *, fallback: bool = False, replace: bool = False) -> SessionSource:
     """Add a data source. ``load_session`` asks every registered source (in registration order) before the
     *fallbacks*, which claim broadly: any existing file is read as JSONL, and anything else is a session id
     in a database. So a source for ``*.csv`` is reached although the database lookup would claim its
     reference too (the fallbacks are the built-in catch-alls; a plug-in rarely needs ``fallback=True``)."""
-    (FALLBACK_SOURCES if fallback else SOURCES).append(source)
+    SOURCES.add(source.name, source, replace=replace)
+    if fallback:
+        FALLBACKS.add(source.name)
+    else:
+        FALLBACKS.discard(source.name)  # a replacement that is no longer a catch-all
     return source
 
 
-FALLBACK_SOURCES: list[SessionSource] = []  # asked after every source of SOURCES, in this order
+def asking_order() -> list[SessionSource]:
+    """The sources in the order ``load_session`` asks them: the registered ones, then the fallbacks."""
+    return [s for n, s in SOURCES.items() if n not in FALLBACKS] + [s for n, s in SOURCES.items() if n in FALLBACKS]
 
 
 @dataclass
@@ -126,7 +136,7 @@ register_source(DatabaseSource(), fallback=True)
 
 def load_session(ref: str, *, db: str | None = None, cwd: Path | None = None) -> Session:
     cwd = cwd or Path.cwd()
-    for source in (*SOURCES, *FALLBACK_SOURCES):
+    for source in asking_order():
         if source.claims(ref):
             return source.load(ref, db=db, cwd=cwd)
     raise SessionNotFound(f"nothing can read {ref!r}")

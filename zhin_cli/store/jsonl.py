@@ -24,6 +24,7 @@ from zhin_cli.core.model import (
     Summary,
 )
 from zhin_cli.core.outputfiles import escape_surrogates
+from zhin_cli.core.registry import Registry
 from zhin_cli.core.timezones import valid_timezone
 from zhin_cli.store.payload import (
     MAX_ROW_ID,
@@ -55,15 +56,11 @@ class _Builder:
 
 
 LineParser = Callable[[_Builder, dict[str, Any], str], None]
-LINE_TYPES: dict[str, LineParser] = {}
+LINE_TYPES: Registry[LineParser] = Registry("JSONL line type")
 
 
-def line_type(name: str) -> Callable[[LineParser], LineParser]:
-    def register(parser: LineParser) -> LineParser:
-        LINE_TYPES[name] = parser
-        return parser
-
-    return register
+def line_type(name: str, *, replace: bool = False) -> Callable[[LineParser], LineParser]:
+    return LINE_TYPES.adding(name, replace=replace)
 
 
 @line_type("session")

@@ -56,6 +56,7 @@ from zhin_cli.cache import PrefixCache as PrefixCache
 from zhin_cli.cache import PrefixPlan as PrefixPlan
 from zhin_cli.core.errors import UsageError, ZhinError
 from zhin_cli.core.loopback import is_loopback_name
+from zhin_cli.core.registry import Registry
 from zhin_cli.core.tokens import counter as shared_counter
 from zhin_cli.core.tokens import encoding_for_model
 from zhin_cli.pipeline.providers import PROFILES, resolve_profile
@@ -83,12 +84,11 @@ class Dialect:
     missing_model: str
 
 
-DIALECTS: dict[str, Dialect] = {}
+DIALECTS: Registry[Dialect] = Registry("serve dialect")
 
 
-def register_dialect(dialect: Dialect) -> Dialect:
-    DIALECTS[dialect.name] = dialect
-    return dialect
+def register_dialect(dialect: Dialect, *, replace: bool = False) -> Dialect:
+    return DIALECTS.add(dialect.name, dialect, replace=replace)
 
 
 def _sse(data: Any, event: str | None = None) -> bytes:

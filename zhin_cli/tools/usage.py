@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from zhin_cli.core.errors import ConfigError
+from zhin_cli.core.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -54,20 +55,12 @@ class NormalizedUsage:
 
 
 UsageNormalizer = Callable[[Mapping[str, Any]], NormalizedUsage]
-USAGE_KINDS: dict[str, UsageNormalizer] = {}
+USAGE_KINDS: Registry[UsageNormalizer] = Registry("usage kind")
 
 
-def usage_kind(*names: str) -> Callable[[UsageNormalizer], UsageNormalizer]:
+def usage_kind(*names: str, replace: bool = False) -> Callable[[UsageNormalizer], UsageNormalizer]:
     """Register a normalizer under one or more kind names (the first is canonical, the rest are aliases)."""
-
-    def add(normalizer: UsageNormalizer) -> UsageNormalizer:
-        for name in names:
-            if name in USAGE_KINDS:
-                raise ValueError(f"duplicate usage kind {name!r}")
-            USAGE_KINDS[name] = normalizer
-        return normalizer
-
-    return add
+    return USAGE_KINDS.adding(*names, replace=replace)
 
 
 def normalize_usage(provider_kind: str, usage: Mapping[str, Any]) -> NormalizedUsage:

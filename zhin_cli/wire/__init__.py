@@ -30,6 +30,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from zhin_cli.core.registry import Registry
+
 
 @dataclass(frozen=True)
 class Block:
@@ -149,14 +151,11 @@ class WireFormat:
         raise NotImplementedError
 
 
-WIRES: dict[str, WireFormat] = {}
+WIRES: Registry[WireFormat] = Registry("wire format")
 
 
-def register_wire(wire: WireFormat) -> WireFormat:
-    if wire.name in WIRES:
-        raise ValueError(f"duplicate wire format {wire.name!r}")
-    WIRES[wire.name] = wire
-    return wire
+def register_wire(wire: WireFormat, *, replace: bool = False) -> WireFormat:
+    return WIRES.add(wire.name, wire, replace=replace)
 
 
 def wire_for(name: str | None) -> WireFormat:

@@ -34,6 +34,8 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from zhin_cli.core.registry import Registry
+
 TRIM_MARK = "\x00trim\x00"
 # Possessive quantifiers: each class is disjoint from the next, so the language is the same as with greedy
 # ones, and a formula of a million blanks is refused in linear time instead of backtracking quadratically.
@@ -135,16 +137,11 @@ class MacroContext:
 
 
 Handler = Callable[[MacroContext, list[str]], "str | None"]  # None: wrong arguments → left verbatim
-MACROS: dict[str, Handler] = {}
+MACROS: Registry[Handler] = Registry("macro")  # keyed by the lower-cased name: ST's macro names ignore case
 
 
-def macro(*names: str) -> Callable[[Handler], Handler]:
-    def add(handler: Handler) -> Handler:
-        for name in names:
-            MACROS[name.lower()] = handler
-        return handler
-
-    return add
+def macro(*names: str, replace: bool = False) -> Callable[[Handler], Handler]:
+    return MACROS.adding(*(name.lower() for name in names), replace=replace)
 
 
 def _no_args(value: Callable[[MacroContext], str]) -> Handler:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from zhin_cli.core.errors import ConfigError
+from zhin_cli.core.registry import Registry
 from zhin_cli.pipeline.preset import Layout
 from zhin_cli.pipeline.segments import RuntimeView
 
@@ -69,14 +70,11 @@ class Capabilities:
         return self
 
 
-PROFILES: dict[str, Capabilities] = {}
+PROFILES: Registry[Capabilities] = Registry("provider profile")
 
 
-def register_profile(profile: Capabilities) -> Capabilities:
-    if profile.name in PROFILES:
-        raise ConfigError(f"duplicate provider profile {profile.name!r}")
-    PROFILES[profile.name] = profile
-    return profile
+def register_profile(profile: Capabilities, *, replace: bool = False) -> Capabilities:
+    return PROFILES.add(profile.name, profile, replace=replace)
 
 
 @dataclass(frozen=True)
@@ -99,15 +97,11 @@ class RenderedRequest:
 
 
 Renderer = Callable[[Layout, Capabilities, RuntimeView], RenderedRequest]
-RENDERERS: dict[str, Renderer] = {}
+RENDERERS: Registry[Renderer] = Registry("renderer for wire")
 
 
-def register_renderer(wire: str) -> Callable[[Renderer], Renderer]:
-    def add(renderer: Renderer) -> Renderer:
-        RENDERERS[wire] = renderer
-        return renderer
-
-    return add
+def register_renderer(wire: str, *, replace: bool = False) -> Callable[[Renderer], Renderer]:
+    return RENDERERS.adding(wire, replace=replace)
 
 
 # Yes/no overrides: a gateway that rejects ``name`` (example_names: false), a model served with R1-era rules

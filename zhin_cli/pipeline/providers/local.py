@@ -241,7 +241,7 @@ def system_into_last_user(rendered: RenderedRequest) -> bool:
     return True
 
 
-@register_renderer(WIRE)
+@register_renderer(WIRE, replace=True)  # wraps render_openai: same output for every profile without a template family
 def render_local_chat(layout: Layout, profile: Capabilities, runtime: RuntimeView) -> RenderedRequest:
     """The OpenAI-chat renderer, plus what the profile's template family needs (``TEMPLATE_NEEDS``); for
     every other profile exactly ``render_openai``."""

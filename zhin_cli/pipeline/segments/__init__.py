@@ -3,7 +3,8 @@
 A segment is ``{id, kind, weight, retention?, inject(input) -> output | None}``. Text kinds (1–5) produce
 strings for the system prompt and the runtime tail; message kinds (6–9) produce messages for the history.
 The registry holds built-ins and plugin segments; plugins register inside a *generation* and their
-segments vanish when it is released. A duplicate id is an error.
+segments vanish when it is released. A duplicate id is an error (the one rule of every registry,
+:mod:`zhin_cli.core.registry`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from zhin_cli.core.errors import ConfigError, ZhinError
 from zhin_cli.core.model import BotFacts, Message, SceneFacts, Summary
+from zhin_cli.core.registry import Registry
 
 TEXT_KINDS = ("system", "environment", "role_rules", "platform", "scene")
 MESSAGE_KINDS = ("user", "tool", "assistant", "state")
@@ -118,8 +120,7 @@ class Generation:
 
 class PromptSegmentRegistry:
     def __init__(self) -> None:
-        self._segments: dict[str, PromptSegment] = {}
-        self._owners: dict[str, str] = {}
+        self._segments: Registry[PromptSegment] = Registry("segment id")
 
     def register(self, segment: PromptSegment) -> PromptSegment:
         """A built-in segment (lives as long as the registry)."""
@@ -129,18 +130,12 @@ class PromptSegmentRegistry:
     def _add(self, segment: PromptSegment, owner: str) -> None:
         if segment.kind not in KINDS:
             raise ConfigError(f"segment {segment.id!r}: unknown kind {segment.kind!r} (expected one of {', '.join(KINDS)})")
-        if segment.id in self._segments:
-            raise ConfigError(
-                f"duplicate segment id {segment.id!r} (registered by {self._owners[segment.id]}, again by {owner})"
-            )
         if segment.retention not in (None, "required", "preferred"):
             raise ConfigError(f"segment {segment.id!r}: retention must be 'required' or 'preferred'")
-        self._segments[segment.id] = segment
-        self._owners[segment.id] = owner
+        self._segments.add(segment.id, segment, owner=owner)
 
     def _remove(self, segment_id: str) -> None:
-        self._segments.pop(segment_id, None)
-        self._owners.pop(segment_id, None)
+        self._segments.remove(segment_id)
 
     def unregister(self, segment_id: str) -> None:
         self._remove(segment_id)
@@ -157,7 +152,7 @@ class PromptSegmentRegistry:
             generation.release()
 
     def owner(self, segment_id: str) -> str:
-        return self._owners[segment_id]
+        return self._segments.owners[segment_id]
 
     def ordered(self, kinds: Sequence[str] = KINDS) -> list[PromptSegment]:
         """Fixed order across kinds; weight descending within a kind; registration order breaks ties."""

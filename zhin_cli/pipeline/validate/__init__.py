@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from zhin_cli.core.registry import Registry
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -39,17 +41,11 @@ class Verdict:
 
 ACCEPTED = Verdict(ok=True)
 Validator = Callable[[dict[str, Any], str], Verdict]
-VALIDATORS: dict[str, Validator] = {}
+VALIDATORS: Registry[Validator] = Registry("validator")
 
 
-def register_validator(name: str) -> Callable[[Validator], Validator]:
-    def add(validator: Validator) -> Validator:
-        if name in VALIDATORS:
-            raise ValueError(f"duplicate validator {name!r}")
-        VALIDATORS[name] = validator
-        return validator
-
-    return add
+def register_validator(name: str, *, replace: bool = False) -> Callable[[Validator], Validator]:
+    return VALIDATORS.adding(name, replace=replace)
 
 
 def validate(name: str, body: dict[str, Any], model: str) -> Verdict:

@@ -17,8 +17,8 @@ from zhin_cli.core.errors import EXIT_INVALID_CASE, ZhinError
 from zhin_cli.tools.eval import assertions as _assertions  # noqa: F401  (registers the built-in assertions)
 from zhin_cli.tools.eval import timeline as _timeline  # noqa: F401  (registers the built-in steps)
 from zhin_cli.tools.eval import transforms as _transforms  # noqa: F401  (registers the built-in transforms)
-from zhin_cli.tools.eval.registry import ASSERTIONS, STEPS, TRANSFORMS
-from zhin_cli.tools.eval.timeline import FACTS_SCHEMA, STEP_COMMON
+from zhin_cli.tools.eval.registry import ASSERTIONS, TRANSFORMS
+from zhin_cli.tools.eval.timeline import FACTS_SCHEMA, STEP_COMMON, STEPS
 
 SCHEMA_VERSION = 1
 SCHEMA_ID = "https://github.com/zhinjs/zhin-cli/schema/eval-case-v1.json"

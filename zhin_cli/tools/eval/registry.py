@@ -1,7 +1,10 @@
-"""The extension points of ``zhin eval``: assertion types, timeline steps and request transforms.
+"""The extension points of ``zhin eval`` over a run's requests: assertion types and request transforms.
 
-Each is a registry keyed by name; adding one is registering one object (its JSON Schema travels with it,
-so the published case schema grows with the registry and never drifts from what the runner accepts).
+Each is a :class:`~zhin_cli.core.registry.Registry` keyed by name (a duplicate name is an error unless
+``replace=True``); adding one is registering one object (its JSON Schema travels with it, so the published case
+schema grows with the registry and never drifts from what the runner accepts). Timeline steps are the third
+extension point; they act on the timeline's ``Builder`` and are registered beside it (``timeline.step``), so this
+module does not depend on the timeline, nor the timeline on it.
 """
 
 from __future__ import annotations
@@ -10,10 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from zhin_cli.core.registry import Registry
+
 if TYPE_CHECKING:
     from zhin_cli.pipeline.assemble import AssembledRequest
     from zhin_cli.tools.eval.live import LiveReply
-    from zhin_cli.tools.eval.timeline import Builder
 
 
 @dataclass(frozen=True)
@@ -71,46 +75,21 @@ class AssertionType:
     summary: str = ""
 
 
-ASSERTIONS: dict[str, AssertionType] = {}
+ASSERTIONS: Registry[AssertionType] = Registry("assertion type")
+
+
+def summary_of(function: Callable[..., Any]) -> str:
+    """The first paragraph of a docstring, on one line: the summary the case schema and ``zhin schema`` show."""
+    return (function.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
 
 
 def assertion(name: str, *, params: dict[str, Any] | None = None, required: tuple[str, ...] = (), live: bool = False,
-              ) -> Callable[[Check], Check]:
+              replace: bool = False) -> Callable[[Check], Check]:
     """Register an assertion type: ``@assertion("verdict", params={...})`` over ``check(run, spec) -> Outcome``."""
 
     def add(check: Check) -> Check:
-        if name in ASSERTIONS:
-            raise ValueError(f"duplicate assertion type {name!r}")
-        doc = (check.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
-        ASSERTIONS[name] = AssertionType(name, check, params or {}, required, live, doc)
+        ASSERTIONS.add(name, AssertionType(name, check, params or {}, required, live, summary_of(check)), replace=replace)
         return check
-
-    return add
-
-
-StepApply = Callable[["Builder", dict[str, Any]], None]
-
-
-@dataclass(frozen=True)
-class StepType:
-    name: str
-    apply: StepApply
-    schema: dict[str, Any]
-    summary: str = ""
-
-
-STEPS: dict[str, StepType] = {}
-
-
-def step(name: str, schema: dict[str, Any]) -> Callable[[StepApply], StepApply]:
-    """Register a timeline step: ``- <name>: {...}`` in a case's ``timeline``."""
-
-    def add(apply: StepApply) -> StepApply:
-        if name in STEPS:
-            raise ValueError(f"duplicate timeline step {name!r}")
-        doc = (apply.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
-        STEPS[name] = StepType(name, apply, schema, doc)
-        return apply
 
     return add
 
@@ -126,17 +105,14 @@ class TransformType:
     summary: str = ""
 
 
-TRANSFORMS: dict[str, TransformType] = {}
+TRANSFORMS: Registry[TransformType] = Registry("transform")
 
 
-def transform(name: str, params: dict[str, Any] | None = None) -> Callable[[Transform], Transform]:
+def transform(name: str, params: dict[str, Any] | None = None, *, replace: bool = False) -> Callable[[Transform], Transform]:
     """Register a request transform (used by negative controls to build what a naive assembler would send)."""
 
     def add(apply: Transform) -> Transform:
-        if name in TRANSFORMS:
-            raise ValueError(f"duplicate transform {name!r}")
-        doc = (apply.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
-        TRANSFORMS[name] = TransformType(name, apply, params or {}, doc)
+        TRANSFORMS.add(name, TransformType(name, apply, params or {}, summary_of(apply)), replace=replace)
         return apply
 
     return add

@@ -1,13 +1,15 @@
 """A scenario's timeline → a ``Session`` and the points where the bot is asked (turns).
 
-Each step is registered (``@step``) with its JSON Schema. Steps append stored messages exactly as the
-upstream would store them (facts, never header strings), change member or scene facts, compact the
-history, load or unload plugins, and mark requests. Tests reuse ``build`` to script sessions.
+Each step is registered (``@step``, into ``STEPS``: a duplicate name is an error) with its JSON Schema. Steps
+append stored messages exactly as the upstream would store them (facts, never header strings), change member or
+scene facts, compact the history, load or unload plugins, and mark requests. Tests reuse ``build`` to script
+sessions.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -28,9 +30,10 @@ from zhin_cli.core.model import (
     ToolResultMessage,
     UserMessage,
 )
+from zhin_cli.core.registry import Registry
 from zhin_cli.pipeline.assemble import greeting_position
 from zhin_cli.pipeline.format import CHANGE_FIELDS, StateChange, changed_line
-from zhin_cli.tools.eval.registry import STEPS, step
+from zhin_cli.tools.eval.registry import summary_of
 
 DEFAULT_START = "2025-10-29T09:00:00+08:00"
 DEFAULT_STEP_MS = 10_000
@@ -230,6 +233,30 @@ def start_ms(value: str | None, zone: ZoneInfo) -> int:
 
 
 # --- steps ---------------------------------------------------------------------------------------------
+
+StepApply = Callable[[Builder, dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class StepType:
+    name: str
+    apply: StepApply
+    schema: dict[str, Any]
+    summary: str = ""
+
+
+STEPS: Registry[StepType] = Registry("timeline step")
+
+
+def step(name: str, schema: dict[str, Any], *, replace: bool = False) -> Callable[[StepApply], StepApply]:
+    """Register a timeline step: ``- <name>: {...}`` in a case's ``timeline``."""
+
+    def add(apply: StepApply) -> StepApply:
+        STEPS.add(name, StepType(name, apply, schema, summary_of(apply)), replace=replace)
+        return apply
+
+    return add
+
 
 _ID = {"type": "string", "minLength": 1}
 _TEXT = {"type": "string"}
