@@ -3,7 +3,8 @@
 Point a bot (or the real ``openai`` client) at it and every request is checked the way the provider checks it:
 
 * ``POST /v1/chat/completions`` speaks OpenAI Chat Completions with the ``--provider`` profile;
-  ``POST /v1/messages`` speaks Anthropic Messages with the ``anthropic`` profile. The path → (dialect, profile)
+  ``POST /v1/messages`` speaks Anthropic Messages with the ``anthropic`` profile;
+  ``POST /v1beta/models/<model>:generateContent`` speaks Gemini with the ``gemini`` profile. The path → (dialect, profile)
   mapping is data (``ENDPOINTS``); a profile that is not registered answers 404 in the dialect's error envelope.
 * The profile's validator (``zhin_cli.pipeline.validate``) runs on the body; a rejection is answered with the validator's
   status and exact error body, as the real API would.
@@ -185,6 +186,29 @@ register_dialect(Dialect("anthropic-messages", _anthropic_error, _anthropic_comp
                          missing_model="model: Field required"))
 
 
+# Gemini generateContent (the model is in the path: POST /v1beta/models/<model>:generateContent)
+
+_GEMINI_STATUS = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 413: "INVALID_ARGUMENT", 501: "UNIMPLEMENTED"}
+
+
+def _gemini_error(status: int, message: str) -> dict[str, Any]:
+    return {"error": {"code": status, "message": message, "status": _GEMINI_STATUS.get(status, "INTERNAL")}}
+
+
+def _gemini_completion(body: dict[str, Any], model: str, text: str, cache: CacheOutcome, output_tokens: int) -> dict[str, Any]:
+    return {"candidates": [{"content": {"role": "model", "parts": [{"text": text}]}, "finishReason": "STOP", "index": 0}],
+            **wire_for("gemini-generate").usage(cache, output_tokens), "modelVersion": model,
+            "responseId": _digest(body)[:24]}
+
+
+def _gemini_stream(body: dict[str, Any], model: str, text: str, cache: CacheOutcome, output_tokens: int) -> Iterator[bytes]:
+    yield _sse(_gemini_completion(body, model, text, cache, output_tokens))
+
+
+register_dialect(Dialect("gemini-generate", _gemini_error, _gemini_completion, _gemini_stream,
+                         missing_model="model: the path names no model"))
+
+
 # --- endpoints -------------------------------------------------------------------------------------------------
 
 
@@ -197,7 +221,23 @@ class Endpoint:
 ENDPOINTS: dict[str, Endpoint] = {
     "/v1/chat/completions": Endpoint("openai-chat"),
     "/v1/messages": Endpoint("anthropic-messages", profile="anthropic"),
+    "/v1beta/models/{model}:generateContent": Endpoint("gemini-generate", profile="gemini"),
 }
+
+
+def endpoint_at(route: str) -> tuple[Endpoint | None, str | None]:
+    """The endpoint a path names, and the model the path carries (``{model}`` in the route), if any."""
+    found = ENDPOINTS.get(route)
+    if found is not None:
+        return found, None
+    for pattern, endpoint in ENDPOINTS.items():
+        if "{model}" in pattern:
+            head, _, tail = pattern.partition("{model}")
+            if route.startswith(head) and route.endswith(tail) and len(route) > len(head) + len(tail):
+                model = route[len(head) : len(route) - len(tail)]
+                if "/" not in model:
+                    return endpoint, model
+    return None, None
 
 
 @dataclass(frozen=True)
@@ -211,7 +251,7 @@ class Reply:
 def answer(path: str, raw: bytes | bytearray, *, provider: str, cache: PrefixCache, method: str = "POST") -> Reply:
     """Everything the server does for one request, as data (the HTTP handler only writes it out)."""
     route = path.split("?", 1)[0]
-    endpoint = ENDPOINTS.get(route)
+    endpoint, path_model = endpoint_at(route)
     if endpoint is None or method != "POST":
         return Reply(404, _openai_error(404, f"Invalid URL ({method} {route})"), note="unknown path")
     dialect = DIALECTS[endpoint.dialect]
@@ -229,7 +269,7 @@ def answer(path: str, raw: bytes | bytearray, *, provider: str, cache: PrefixCac
     if not isinstance(body, dict):
         return Reply(400, dialect.error(400, f"zhin serve: the request body must be a JSON object, got {type(body).__name__}"),
                      note="bad JSON")
-    model = body.get("model")
+    model = path_model if path_model is not None else body.get("model")
     if not isinstance(model, str) or not model:
         return Reply(400, dialect.error(400, dialect.missing_model), note="no model")
     name = endpoint.profile or provider
@@ -443,7 +483,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._respond("GET", b"")
 
     def _error_body(self, status: int, message: str) -> dict[str, Any]:
-        endpoint = ENDPOINTS.get(self.path.split("?", 1)[0])
+        endpoint, _ = endpoint_at(self.path.split("?", 1)[0])
         return DIALECTS[endpoint.dialect if endpoint else "openai-chat"].error(status, f"zhin serve: {message}")
 
     def _check_origin(self) -> None:
