@@ -19,7 +19,7 @@ from typing import Any, NamedTuple, overload
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from zhin_cli.core.errors import ConfigError, UsageError
-from zhin_cli.core.model import AssistantMessage, LazyMessages, Message, Session, SessionOutline, UserMessage
+from zhin_cli.core.model import AssistantMessage, LazyMessages, Message, Session, SessionOutline, UserMessage, messages_at
 from zhin_cli.core.tokens import counter as shared_counter
 from zhin_cli.core.tokens import encoding_for_model
 from zhin_cli.pipeline.config import Config
@@ -426,9 +426,9 @@ def _with_greeting(session: Session, greeting: AssistantMessage) -> Session:
     prepended = SessionOutline(**columns, assistant_positions=_ShiftedPositions(outline.assistant_positions))
     stored = session.messages
 
-    def load(start: int, stop: int) -> list[Message]:
-        head: list[Message] = [greeting] if start == 0 else []
-        return head + list(stored[max(start - 1, 0) : stop - 1])
+    def load(positions: Sequence[int]) -> list[Message]:  # ascending; position 0 is the greeting
+        head: list[Message] = [greeting] if positions and positions[0] == 0 else []
+        return head + messages_at(stored, [p - 1 for p in positions if p > 0])
 
     return replace(session, messages=LazyMessages(prepended, load))
 
@@ -494,6 +494,11 @@ class Conversation:
         self.assembler = assembler
         self.plan = plan
         self.carry: SentPrefix | None = None
+        # Positions given to ``place``/``request`` are in the stored session; the card greeting (not stored)
+        # opens the replayed one, one position ahead, and is the first request's whole prefix.
+        self.shift = 1 if plan.card_greeting else 0
+        if plan.card_greeting:
+            self.greeting(CARD_GREETING_ROW)
 
     def greeting(self, row_id: int) -> None:
         """The chat opened with a greeting no request produced: it is the whole prefix of the next request."""
@@ -504,19 +509,19 @@ class Conversation:
         return SentPrefix(placement.start, placement.keys + reply)
 
     def place(self, upto: int, request_time: int, *, reply_row: int | None, stored_model: str | None = None) -> Placement:
-        """Only the placement of the request made before position ``upto`` (what the next one needs)."""
-        placement = self.assembler.place(self.plan.session, upto, request_time, sent_prefix=self.carry,
+        """Only the placement of the request made before stored position ``upto`` (what the next one needs)."""
+        placement = self.assembler.place(self.plan.session, upto + self.shift, request_time, sent_prefix=self.carry,
                                          stored_model=stored_model, index=self.plan.index)
         self.carry = self._sent(placement, reply_row)
         return placement
 
     def request(self, upto: int, request_time: int, *, turn: int, reply_row: int | None,
                 stored_model: str | None = None) -> AssembledRequest:
-        """The request made before position ``upto`` of the replayed session at ``request_time``; ``reply_row``
+        """The request made before position ``upto`` of the stored session at ``request_time``; ``reply_row``
         is the reply it produced (None: none stored), which joins the next request's prefix."""
         # through ``assemble`` (not place + render here), so a subclass that changes how one request is made
         # (the tests' negative controls) changes the replay too
-        request = self.assembler.assemble(self.plan.session, upto, request_time, turn=turn, sent_prefix=self.carry,
+        request = self.assembler.assemble(self.plan.session, upto + self.shift, request_time, turn=turn, sent_prefix=self.carry,
                                           aliases=self.plan.aliases, stored_model=stored_model, index=self.plan.index)
         reply: tuple[ItemKey, ...] = (("row", reply_row),) if reply_row is not None else ()
         self.carry = SentPrefix(request.window_start, (*request.sent_keys, *reply))
@@ -527,11 +532,11 @@ class Conversation:
         if point.greeting:
             self.greeting(point.row_id)
             return None
+        upto = point.position - self.shift
         if not render:
-            self.place(point.position, point.timestamp, reply_row=point.row_id, stored_model=point.model)
+            self.place(upto, point.timestamp, reply_row=point.row_id, stored_model=point.model)
             return None
-        return self.request(point.position, point.timestamp, turn=point.number, reply_row=point.row_id,
-                            stored_model=point.model)
+        return self.request(upto, point.timestamp, turn=point.number, reply_row=point.row_id, stored_model=point.model)
 
 
 class Assembler:

@@ -21,13 +21,12 @@ from zhin_cli.core.errors import EXIT_CANNOT_RUN, EXIT_FOUND, EXIT_OK, ConfigErr
 from zhin_cli.core.model import BotFacts, SceneFacts
 from zhin_cli.core.timezones import valid_timezone
 from zhin_cli.core.trust import PluginSource, UntrustedPlugins, authorize, inside, plugin_file
-from zhin_cli.pipeline.assemble import DEFAULT_PROVIDER, AssembledRequest, Assembler
+from zhin_cli.pipeline.assemble import DEFAULT_PROVIDER, AssembledRequest
 from zhin_cli.pipeline.config import Config, load_plugin, parse_config
-from zhin_cli.pipeline.headers import Aliases
+from zhin_cli.pipeline.facade import Pipeline
 from zhin_cli.pipeline.providers import PROFILES, resolve_profile
 from zhin_cli.pipeline.segments import Generation, TextSegment
 from zhin_cli.pipeline.validate import validate
-from zhin_cli.pipeline.window import SessionIndex
 from zhin_cli.tools.eval.cases import Case, CaseError, load_cases
 from zhin_cli.tools.eval.metrics import run_metrics
 from zhin_cli.tools.eval.registry import ASSERTIONS, TRANSFORMS, Outcome, ProviderRun
@@ -174,7 +173,9 @@ def prepare(case: Case, *, cwd: Path | None = None, project: Config | None = Non
         else:
             config = parse_config(data.get("config") or {}, case.file, _sub_lines(case, "config"))
             config.source = PluginSource.case(case.file)  # its plugins: trusted case file, inside its folder
-        config.registry()  # plugins load now: a broken one is the case's problem, named at its line
+        _, generations = config.registry()  # plugins load now: a broken one is the case's problem, named at its line
+        for generation in generations:
+            generation.release()
     except UntrustedPlugins:
         raise  # not the case file's fault: its own one line and exit status, before anything runs
     except ConfigError as exc:
@@ -278,38 +279,41 @@ def _check_references(case: Case, built: Built) -> None:
 
 
 def assemble_turns(prepared: Prepared, provider: str, model: str | None) -> ProviderRun:
-    """Every turn of the case's conversation under one provider profile (plugins load/unload in order)."""
+    """Every turn of the case's conversation under one provider profile (plugins load/unload in order), through
+    the pipeline's ``Conversation``: the same sent-prefix carry as ``zhin trace``, and every plugin generation —
+    the config's and the timeline's — released at the end."""
     case, config, built = prepared.case, prepared.config, prepared.built
-    registry, _ = config.registry()
-    assembler = Assembler(registry, config, provider=provider, model=model)
-    session = built.session
-    aliases, index = Aliases.of(session), SessionIndex.of(session)
-    loaded: dict[str, Generation] = {}
-    sent: list[Any] = []
     requests: list[AssembledRequest] = []
     labels: dict[str, int] = {}
     greetings: list[int] = []
     transforms = case.data.get("transforms") or []
-    turn = 0  # turn k: the k-th turn point, as ``zhin trace`` numbers them (the greeting is turn 1, no request)
-    for action in built.actions:
-        if isinstance(action, PluginAction):
-            _plugin_action(action, registry, loaded, case)
-            continue
-        assert isinstance(action, TurnPoint)
-        turn += 1
-        if action.greeting:  # nobody asked the model for it (Assembler.replay): it is only in the next prefix
-            greetings.append(turn)
-            sent = [("row", action.reply_row)]
-            continue
-        request = assembler.assemble(session, action.upto, action.time, turn=turn, sent_prefix=sent,
-                                     aliases=aliases, index=index)
-        sent = [*request.sent_keys, *([("row", action.reply_row)] if action.reply_row is not None else [])]
-        for spec in transforms:
-            body = TRANSFORMS[spec["type"]].apply(request, spec)
-            request = dataclasses.replace(request, request=body, verdict=validate(request.profile.validator if request.profile else "openai-chat", body, request.model))
-        if action.label:
-            labels[action.label] = len(requests)
-        requests.append(request)
+    with Pipeline.open(config, provider=provider, model=model) as pipeline:
+        conversation = pipeline.conversation(built.session)
+        loaded: dict[str, Generation] = {}
+        try:
+            turn = 0  # turn k: the k-th turn point, as ``zhin trace`` numbers them (the greeting is turn 1, no request)
+            for action in built.actions:
+                if isinstance(action, PluginAction):
+                    _plugin_action(action, pipeline.registry, loaded, case)
+                    continue
+                assert isinstance(action, TurnPoint)
+                turn += 1
+                if action.greeting:  # nobody asked the model for it (as in trace): it is only in the next prefix
+                    greetings.append(turn)
+                    assert action.reply_row is not None
+                    conversation.greeting(action.reply_row)
+                    continue
+                request = conversation.request(action.upto, action.time, turn=turn, reply_row=action.reply_row)
+                for spec in transforms:
+                    body = TRANSFORMS[spec["type"]].apply(request, spec)
+                    request = dataclasses.replace(request, request=body,
+                                                  verdict=validate(request.profile.validator, body, request.model))
+                if action.label:
+                    labels[action.label] = len(requests)
+                requests.append(request)
+        finally:
+            for generation in loaded.values():
+                generation.release()
     return ProviderRun(provider=provider, model=requests[0].model if requests else (model or ""), requests=requests, labels=labels,
                        greetings=tuple(greetings))
 
