@@ -305,48 +305,88 @@ class SessionOutline:
 
     @staticmethod
     def of_messages(messages: Sequence[Message]) -> SessionOutline:
-        row_ids: list[int] = []
-        timestamps: list[int] = []
-        roles: list[OutlineRole] = []
-        has_tool_calls: list[bool] = []
-        has_text: list[bool] = []
-        models: list[str | None] = []
-        message_ids: list[str | None] = []
-        event_kinds: list[str | None] = []
+        builder = OutlineBuilder()
         for message in messages:
-            row_ids.append(message.row_id)
-            timestamps.append(message.timestamp)
-            roles.append(message.role)
-            assistant = message if isinstance(message, AssistantMessage) else None
-            has_tool_calls.append(assistant is not None and any(b.get("type") == "toolCall" for b in assistant.content))
-            has_text.append(not isinstance(message, EventMessage) and bool(message.text))
-            models.append(assistant.model if assistant is not None else None)
-            message_ids.append(message.message_id if isinstance(message, (UserMessage, AssistantMessage)) else None)
-            event_kinds.append(message.kind if isinstance(message, EventMessage) else None)
-        return SessionOutline(
-            row_ids=row_ids,
-            timestamps=timestamps,
-            roles=roles,
-            has_tool_calls=has_tool_calls,
-            has_text=has_text,
-            models=models,
-            message_ids=message_ids,
-            event_kinds=event_kinds,
-            assistant_positions=[i for i, role in enumerate(roles) if role == "assistant"],
+            builder.add(message)
+        return builder.outline()
+
+
+class OutlineBuilder:
+    """Collects a ``SessionOutline`` one message at a time: from ``Message`` objects (``add``, the definition) or
+    from facts a source read without building them (``add_facts``)."""
+
+    def __init__(self) -> None:
+        self.row_ids: list[int] = []
+        self.timestamps: list[int] = []
+        self.roles: list[OutlineRole] = []
+        self.has_tool_calls: list[bool] = []
+        self.has_text: list[bool] = []
+        self.models: list[str | None] = []
+        self.message_ids: list[str | None] = []
+        self.event_kinds: list[str | None] = []
+
+    def __len__(self) -> int:
+        return len(self.row_ids)
+
+    def add(self, message: Message) -> None:
+        assistant = message if isinstance(message, AssistantMessage) else None
+        self.add_facts(
+            row_id=message.row_id,
+            timestamp=message.timestamp,
+            role=message.role,
+            has_tool_calls=assistant is not None and any(b.get("type") == "toolCall" for b in assistant.content),
+            has_text=not isinstance(message, EventMessage) and bool(message.text),
+            model=assistant.model if assistant is not None else None,
+            message_id=message.message_id if isinstance(message, (UserMessage, AssistantMessage)) else None,
+            event_kind=message.kind if isinstance(message, EventMessage) else None,
         )
 
+    def add_facts(self, *, row_id: int, timestamp: int, role: OutlineRole, has_tool_calls: bool, has_text: bool,
+                  model: str | None, message_id: str | None, event_kind: str | None) -> None:
+        self.row_ids.append(row_id)
+        self.timestamps.append(timestamp)
+        self.roles.append(role)
+        self.has_tool_calls.append(has_tool_calls)
+        self.has_text.append(has_text)
+        self.models.append(model)
+        self.message_ids.append(message_id)
+        self.event_kinds.append(event_kind)
 
-RowLoader = Callable[[int, int], list[Message]]  # (start, stop) positions → the messages there, parsed
+    def outline(self) -> SessionOutline:
+        return SessionOutline(
+            row_ids=self.row_ids,
+            timestamps=self.timestamps,
+            roles=self.roles,
+            has_tool_calls=self.has_tool_calls,
+            has_text=self.has_text,
+            models=self.models,
+            message_ids=self.message_ids,
+            event_kinds=self.event_kinds,
+            assistant_positions=[i for i, role in enumerate(self.roles) if role == "assistant"],
+        )
+
+    def select(self, positions: Sequence[int]) -> OutlineBuilder:
+        """The outline of the messages at ``positions`` (in that order): an active branch out of every row read."""
+        chosen = OutlineBuilder()
+        for name in ("row_ids", "timestamps", "roles", "has_tool_calls", "has_text", "models", "message_ids",
+                     "event_kinds"):
+            values = getattr(self, name)
+            setattr(chosen, name, [values[i] for i in positions])
+        return chosen
+
+
+RowLoader = Callable[[Sequence[int]], list[Message]]  # positions (ascending) → the messages there, parsed
 
 
 class LazyMessages(Sequence[Message]):
     """``session.messages`` of a source that read only the outline: a message is parsed when it is first read
-    (``[i]``, ``[a:b]``, iteration), in blocks, and kept. ``len`` and ``outline`` never parse anything.
+    (``[i]``, ``[a:b]``, ``take``, iteration) and kept. ``len`` and ``outline`` never parse anything; each read
+    is one call of the source's loader (one query, one pass over the file) for the positions not parsed yet.
 
-    Iterating reads every message (as a list would give them): code on the per-request path reads positions and
-    slices only, so a request parses its window, not the session."""
+    Iterating reads every message (as a list would give them), in blocks: code on the per-request path reads
+    positions and slices only, so a request parses its window, not the session."""
 
-    BLOCK = 256  # rows parsed per load: one query / one seek serves a window
+    BLOCK = 1024  # rows parsed per loader call while iterating
 
     def __init__(self, outline: SessionOutline, load: RowLoader) -> None:
         self.outline = outline
@@ -364,39 +404,41 @@ class LazyMessages(Sequence[Message]):
 
     def __getitem__(self, index: int | slice) -> Message | list[Message]:
         if isinstance(index, slice):
-            start, stop, step = index.indices(len(self))
-            if step != 1:
-                return [self[i] for i in range(start, stop, step)]
-            self._ensure(start, stop)
-            return [self._parsed[i] for i in range(start, stop)]
+            return self.take(range(*index.indices(len(self))))
         if index < 0:
             index += len(self)
         if not 0 <= index < len(self):
             raise IndexError("message position out of range")
         if index not in self._parsed:
-            self._ensure(index, index + 1)
+            self._ensure([index])
         return self._parsed[index]
+
+    def take(self, positions: Sequence[int]) -> list[Message]:
+        """The messages at ``positions``, parsed in one loader call."""
+        self._ensure(positions)
+        return [self._parsed[i] for i in positions]
 
     def __iter__(self) -> Iterator[Message]:
         for start in range(0, len(self), self.BLOCK):
-            stop = min(start + self.BLOCK, len(self))
-            self._ensure(start, stop)
-            yield from (self._parsed[i] for i in range(start, stop))
+            yield from self.take(range(start, min(start + self.BLOCK, len(self))))
 
-    def _ensure(self, start: int, stop: int) -> None:
-        missing = [i for i in range(start, stop) if i not in self._parsed]
-        if not missing:
-            return
-        # load one contiguous run covering what is missing, widened to a block (a window is read in one go)
-        low = missing[0]
-        high = max(missing[-1] + 1, min(low + self.BLOCK, len(self)))
-        for offset, message in enumerate(self._load(low, high)):
-            self._parsed.setdefault(low + offset, message)
+    def _ensure(self, positions: Sequence[int]) -> None:
+        missing = sorted({i for i in positions if i not in self._parsed})
+        if missing:
+            for position, message in zip(missing, self._load(missing), strict=True):
+                self._parsed[position] = message
 
     @property
     def parsed_positions(self) -> frozenset[int]:
         """The positions parsed so far (tests and benchmarks check that a request reads only its window)."""
         return frozenset(self._parsed)
+
+
+def messages_at(messages: Sequence[Message], positions: Sequence[int]) -> list[Message]:
+    """``[messages[i] for i in positions]``, in one read for a lazy sequence."""
+    if isinstance(messages, LazyMessages):
+        return messages.take(positions)
+    return [messages[i] for i in positions]
 
 
 def content_text(content: list[dict[str, Any]]) -> str:

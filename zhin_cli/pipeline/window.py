@@ -16,7 +16,7 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from zhin_cli.core.model import EventMessage, Message, OutlineRole, Session, Summary, ToolResultMessage
+from zhin_cli.core.model import EventMessage, Message, OutlineRole, Session, Summary, ToolResultMessage, messages_at
 from zhin_cli.pipeline.merge import ItemKey
 
 
@@ -141,7 +141,7 @@ def visible_window(
     if config.keep_membership_events > 0:
         end = bisect.bisect_left(index.membership, start)
         chosen = index.membership[max(0, end - config.keep_membership_events) : end]
-        carried = [messages[i] for i in chosen]  # type: ignore[misc]
+        carried = messages_at(messages, chosen)  # type: ignore[assignment]  # membership positions hold events
     return Window(
         messages=list(messages[start:upto]),
         summary=summary,

@@ -100,10 +100,10 @@ class JsonlSource:
         return ref.endswith((".jsonl", ".ndjson"))
 
     def load(self, ref: str, *, db: str | None, cwd: Path) -> Session:
-        from zhin_cli.store.jsonl import read_session
+        from zhin_cli.store.jsonl import open_session
 
         check_jsonl_limits(Path(ref))
-        return read_session(Path(ref))
+        return open_session(Path(ref))  # messages parsed when read: a request parses its window
 
 
 @dataclass
@@ -126,7 +126,7 @@ class DatabaseSource:
                 )
             db = str(found)
         with SessionDatabase(parse_db(db)) as database:
-            return database.load(ref)
+            return database.load(ref, lazy=True)  # rows parsed when read: a request parses its window
 
 
 register_source(JsonlSource())

@@ -18,7 +18,7 @@ import secrets
 import sqlite3
 import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +31,17 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
 from zhin_cli.core.errors import InputError, SessionNotFound, UsageError, ZhinError, at_row
-from zhin_cli.core.model import BotFacts, MemberSnapshot, Message, SceneChange, SceneFacts, Session, Summary
+from zhin_cli.core.model import (
+    BotFacts,
+    LazyMessages,
+    MemberSnapshot,
+    Message,
+    OutlineBuilder,
+    SceneChange,
+    SceneFacts,
+    Session,
+    Summary,
+)
 from zhin_cli.core.redact import is_secret_parameter, mask_url, redact_text, remember_secret, split_userinfo
 from zhin_cli.core.timezones import valid_timezone
 from zhin_cli.store import schema
@@ -39,11 +49,14 @@ from zhin_cli.store.jsonl import message_line
 from zhin_cli.store.payload import (
     ToolPairing,
     check_member_facts,
+    check_pairing,
     check_scene_facts,
     check_timestamp,
     check_tool_pairing,
     json_column,
     message_from_payload,
+    outline_facts,
+    settle_bot_header,
     settle_bot_headers,
     short,
 )
@@ -380,12 +393,35 @@ def _rows(raw: _Raw) -> list[_Row]:
 
 
 @dataclass
+class _LazyRows:
+    """A lazy load's messages, as fetched inside the snapshot: the active branch's outline."""
+
+    outline: OutlineBuilder
+    session_id: str
+
+
+@dataclass
+class _RowLoader:
+    """``LazyMessages``' loader for a database session: each call opens the database again (the load's own
+    connection is closed when it returns) and reads the rows of the positions asked for, by id."""
+
+    ref: DatabaseRef
+    session_id: str
+    row_ids: Sequence[int]
+    bot_id: str | None
+
+    def __call__(self, positions: Sequence[int]) -> list[Message]:
+        with SessionDatabase(self.ref) as database:
+            return database.read_rows(self.session_id, [self.row_ids[p] for p in positions], self.bot_id)
+
+
+@dataclass
 class _SessionRows:
     """Everything one session load fetched, inside one read transaction: column names and plain tuples (made
     into rows, parsed and checked after the transaction ended)."""
 
     info: dict[str, Any]
-    messages: _Raw
+    messages: _Raw | _LazyRows
     profile: _Raw
     summaries: _Raw
     scene_changes: _Raw
@@ -501,10 +537,16 @@ class SessionDatabase:
             })
         return listed
 
-    def load(self, ref: str) -> Session:
-        """A session by epoch id (``key#time-seq``) or by session key (its newest epoch), as of one snapshot."""
+    def load(self, ref: str, *, lazy: bool = False) -> Session:
+        """A session by epoch id (``key#time-seq``) or by session key (its newest epoch), as of one snapshot.
+
+        ``lazy``: the messages are not read. One snapshot gives the session, its small tables and the outline
+        of the active branch (``_LazyRows``: ids and parent ids, then the payloads once, reduced to the
+        outline's facts as they stream by); a message's row is read when the message is first read, by a later
+        query bounded by the outline's row ids — rows are never rewritten, so that query gives the rows of the
+        snapshot (a row deleted since is an error, never a silent gap)."""
         with self.snapshot() as conn:
-            rows = self._fetch(conn, ref)
+            rows = self._fetch(conn, ref, lazy=lazy)
         return self._build(rows)
 
     # --- inside the read transaction: SELECTs only, every result fetched at once --------------------------------
@@ -514,13 +556,13 @@ class SessionDatabase:
     # reflection, nothing for SQLAlchemy to compile — compiling Core statements took ~20 of the ~24 ms a load
     # spent inside the transaction); the rows are parsed and checked after it (``_build``).
 
-    def _fetch(self, conn: Any, ref: str) -> _SessionRows:
+    def _fetch(self, conn: Any, ref: str, *, lazy: bool = False) -> _SessionRows:
         try:
-            return self._fetch_rows(conn, ref)
+            return self._fetch_rows(conn, ref, lazy=lazy)
         except _MissingColumn as exc:
             raise InputError(str(exc), where=self.ref.label) from None
 
-    def _fetch_rows(self, conn: Any, ref: str) -> _SessionRows:
+    def _fetch_rows(self, conn: Any, ref: str, *, lazy: bool = False) -> _SessionRows:
         tables = _table_names(conn)
         names, found = _require(_query(conn, _SQL_SESSION_BY_ID, {"ref": ref}), "agent_sessions")
         if not found:
@@ -530,7 +572,8 @@ class SessionDatabase:
         info = dict(zip(names, found[0], strict=True))
         session_id = info["session_id"]
         session_key = info.get("session_key") or session_id.split("#")[0]
-        messages = self._fetch_messages(conn, session_id)
+        messages: _Raw | _LazyRows = (self._scan_outline(conn, session_id, info.get("active_leaf_message_id")) if lazy
+                                      else self._fetch_messages(conn, session_id))
         sqlite = conn.dialect.name == "sqlite"
         return _SessionRows(
             info=info,
@@ -551,12 +594,89 @@ class SessionDatabase:
         # One pass over the table (upstream has no index on session_id): at most limit + 1 rows tell "too large".
         names, rows = _require(_query(conn, _SQL_MESSAGES, {"sid": session_id, "n": limit + 1}), "agent_messages")
         if len(rows) > limit:
-            count = _query(conn, _SQL_MESSAGE_COUNT, {"sid": session_id})[1][0][0]
-            raise InputError(
-                f"session too large: {count:,} messages (ZHIN_MAX_MESSAGES is {limit:,}); raise the limit",
-                where=f"{self.ref.label}: agent_messages",
-            )
+            self._too_large(conn, session_id, limit)
         return names, rows
+
+    def _too_large(self, conn: Any, session_id: str, limit: int) -> None:
+        count = _query(conn, _SQL_MESSAGE_COUNT, {"sid": session_id})[1][0][0]
+        raise InputError(
+            f"session too large: {count:,} messages (ZHIN_MAX_MESSAGES is {limit:,}); raise the limit",
+            where=f"{self.ref.label}: agent_messages",
+        )
+
+    def _scan_outline(self, conn: Any, session_id: str, leaf: int | None) -> _LazyRows:
+        """Inside the snapshot: the active branch (ids and parent ids: a narrow query, the chain walked in Python
+        over two int arrays) and the outline's facts of its rows (the payload column streamed in blocks, each
+        payload reduced to ``OutlineFacts`` and dropped — memory is the outline's, not the payloads')."""
+        from zhin_cli.store import max_messages
+
+        limit = max_messages()
+        names = _require(_query(conn, _SQL_MESSAGE_COLUMNS, {"sid": session_id}), "agent_messages")[0]
+        has_parent = "parent_id" in names
+        links = _query(conn, _SQL_MESSAGE_LINKS if has_parent else _SQL_MESSAGE_IDS, {"sid": session_id, "n": limit + 1})[1]
+        if len(links) > limit:
+            self._too_large(conn, session_id, limit)
+        ids = [link[0] for link in links]
+        branch = self._branch(links, leaf) if leaf is not None and has_parent else ids
+        wanted = dict.fromkeys(branch, None)  # id → facts (ids in branch order)
+        tools = ToolPairing()
+        for row_id, payload in _stream(conn, _SQL_MESSAGE_PAYLOADS, {"sid": session_id, "n": limit + 1}):
+            if row_id in wanted:
+                where = at_row("agent_messages", row_id, self.ref.label)
+                try:
+                    wanted[row_id] = outline_facts(json_column(payload, "payload", where), where)
+                except RecursionError:
+                    raise InputError("payload is nested too deeply", where=where) from None
+        outline = OutlineBuilder()
+        for row_id in branch:  # facts checked in branch order, as the eager load does
+            facts = wanted[row_id]
+            if facts is None:  # read by the first query, gone by the second: not this snapshot's branch
+                raise InputError("active branch names a missing row", where=at_row("agent_messages", row_id, self.ref.label))
+            check_pairing(facts.role, facts.call_ids, facts.result_for, tools, at_row("agent_messages", row_id, self.ref.label))
+            outline.add_facts(row_id=row_id, timestamp=facts.timestamp, role=facts.role,
+                              has_tool_calls=facts.has_tool_calls, has_text=facts.has_text, model=facts.model,
+                              message_id=facts.message_id, event_kind=facts.event_kind)
+        return _LazyRows(outline, session_id)
+
+    def _branch(self, links: list[tuple[Any, ...]], leaf: int) -> list[int]:
+        """The active branch: ``parent_id`` links from ``leaf`` back to the root, in storage order."""
+        parent_of = dict(links)
+        chain: list[int] = []
+        current: int | None = leaf
+        seen: set[int] = set()
+        while current is not None:
+            if current in seen:
+                raise InputError("parent_id chain has a cycle", where=at_row("agent_messages", current, self.ref.label))
+            seen.add(current)
+            if current not in parent_of:
+                raise InputError(
+                    f"active branch names a missing row (parent of row {chain[-1] if chain else leaf})",
+                    where=at_row("agent_messages", current, self.ref.label),
+                )
+            chain.append(current)
+            current = parent_of[current]
+        chain.reverse()
+        return chain
+
+    def read_rows(self, session_id: str, row_ids: list[int], bot_id: str | None) -> list[Message]:
+        """The messages of ``row_ids`` (of one session), parsed and checked as a load parses them, in that order:
+        one snapshot, queries bounded by the ids."""
+        found: dict[int, _Row] = {}
+        with self.snapshot() as conn:
+            for start in range(0, len(row_ids), _IDS_PER_QUERY):
+                chunk = row_ids[start : start + _IDS_PER_QUERY]
+                params: dict[str, Any] = {f"r{i}": row_id for i, row_id in enumerate(chunk)}
+                params["sid"] = session_id
+                sql = _SQL_MESSAGES_BY_ID.format(ids=", ".join(f":r{i}" for i in range(len(chunk))))
+                for row in _rows(_query(conn, sql, params)):
+                    found[row.id] = row
+        messages = []
+        for row_id in row_ids:
+            if row_id not in found:
+                raise InputError("the row is gone (deleted since the session was opened); run again",
+                                 where=at_row("agent_messages", row_id, self.ref.label))
+            messages.append(settle_bot_header(self._message(found[row_id]), bot_id))
+        return messages
 
     # --- after it: parsing and checks, no database access ---------------------------------------------------------
 
@@ -564,13 +684,16 @@ class SessionDatabase:
         info = rows.info
         session_id = info["session_id"]
         session_key = info.get("session_key") or session_id.split("#")[0]
+        lazy = rows.messages if isinstance(rows.messages, _LazyRows) else None
+        eager = rows.messages if not isinstance(rows.messages, _LazyRows) else None
         session = Session(
             session_id=session_id,
             session_key=session_key,
             timezone=None,
             bot=BotFacts(),
             scene=SceneFacts(),
-            messages=self._messages(_rows(rows.messages), info.get("active_leaf_message_id"), "parent_id" in rows.messages[0]),
+            messages=[] if eager is None else self._messages(_rows(eager), info.get("active_leaf_message_id"),
+                                                             "parent_id" in eager[0]),
             source=self.ref.label,
         )
         profile = _rows(rows.profile)
@@ -578,6 +701,10 @@ class SessionDatabase:
         session.summaries = self._summaries(_rows(rows.summaries), session_id)
         session.scene_changes = self._scene_changes(_rows(rows.scene_changes))
         session.members = self._members(_rows(rows.members))
+        if lazy is not None:  # the bot is known now (profile): the loader settles each message as it parses it
+            outline = lazy.outline.outline()
+            session.messages = LazyMessages(outline, _RowLoader(self.ref, lazy.session_id, outline.row_ids,
+                                                                 session.bot.user_id))
         return settle_bot_headers(session)  # the bot is known now (profile)
 
     def _messages(self, rows: list[Any], leaf: int | None, has_parent: bool) -> list[Message]:
@@ -601,24 +728,29 @@ class SessionDatabase:
         messages: list[Message] = []
         tools = ToolPairing()
         for row in rows:
-            where = at_row("agent_messages", row.id, self.ref.label)
-            payload = json_column(row.payload, "payload", where)
-            extra: dict[str, Any] = {}
-            raw_extra = getattr(row, "extra", None)
-            if raw_extra:
-                parsed = json_column(raw_extra, "extra", where)
-                extra = parsed if isinstance(parsed, dict) else {}
-            try:
-                message = message_from_payload(payload, row_id=row.id, where=where, extra=extra)
-            except RecursionError:
-                raise InputError("payload is nested too deeply", where=where) from None
-            raw = {"type": "message", **payload, "id": row.id}
-            if extra:
-                raw["extra"] = extra
-            message.raw = raw
-            check_tool_pairing(message, tools, where)
+            message = self._message(row)
+            check_tool_pairing(message, tools, at_row("agent_messages", row.id, self.ref.label))
             messages.append(message)
         return messages
+
+    def _message(self, row: Any) -> Message:
+        """One ``agent_messages`` row as a message (its own checks; tool pairing is the caller's)."""
+        where = at_row("agent_messages", row.id, self.ref.label)
+        payload = json_column(row.payload, "payload", where)
+        extra: dict[str, Any] = {}
+        raw_extra = getattr(row, "extra", None)
+        if raw_extra:
+            parsed = json_column(raw_extra, "extra", where)
+            extra = parsed if isinstance(parsed, dict) else {}
+        try:
+            message = message_from_payload(payload, row_id=row.id, where=where, extra=extra)
+        except RecursionError:
+            raise InputError("payload is nested too deeply", where=where) from None
+        raw = {"type": "message", **payload, "id": row.id}
+        if extra:
+            raw["extra"] = extra
+        message.raw = raw
+        return message
 
     def _profile(self, data: dict[str, Any] | None, session: Session) -> None:
         parts = (session.session_key or "").split(":")
@@ -710,6 +842,17 @@ _SQL_SESSION_BY_KEY = ("SELECT * FROM agent_sessions WHERE agent_sessions.sessio
                        " ORDER BY agent_sessions.created_at DESC, agent_sessions.session_id DESC")
 _SQL_MESSAGES = ("SELECT * FROM agent_messages WHERE agent_messages.session_id = :sid ORDER BY agent_messages.id"
                  " LIMIT :n")
+# A lazy load (``SessionDatabase._scan_outline``): the columns, the links, the payloads once; rows by id later.
+_SQL_MESSAGE_COLUMNS = "SELECT * FROM agent_messages WHERE agent_messages.session_id = :sid AND 1 = 0"
+_SQL_MESSAGE_LINKS = ("SELECT agent_messages.id, agent_messages.parent_id FROM agent_messages"
+                      " WHERE agent_messages.session_id = :sid ORDER BY agent_messages.id LIMIT :n")
+_SQL_MESSAGE_IDS = ("SELECT agent_messages.id, NULL FROM agent_messages"
+                    " WHERE agent_messages.session_id = :sid ORDER BY agent_messages.id LIMIT :n")
+_SQL_MESSAGE_PAYLOADS = ("SELECT agent_messages.id, agent_messages.payload FROM agent_messages"
+                         " WHERE agent_messages.session_id = :sid ORDER BY agent_messages.id LIMIT :n")
+_SQL_MESSAGES_BY_ID = "SELECT * FROM agent_messages WHERE agent_messages.session_id = :sid AND agent_messages.id IN ({ids})"
+_IDS_PER_QUERY = 500  # bound parameters per query (SQLite before 3.32 allows 999)
+_STREAM_ROWS = 2000  # rows per fetch while streaming payloads
 _SQL_MESSAGE_COUNT = "SELECT count(*) FROM agent_messages WHERE agent_messages.session_id = :sid"
 _SQL_PROFILE = "SELECT * FROM ai_session_profiles WHERE ai_session_profiles.session_key = :key"
 _SQL_SUMMARIES = ("SELECT * FROM agent_summaries WHERE agent_summaries.session_id = :sid"
@@ -755,6 +898,25 @@ def _query(conn: Any, sql: str, params: dict[str, Any] | None = None) -> _Raw:
             cursor.close()
     result = conn.execute(text(sql), params or {})
     return tuple(result.keys()), [tuple(row) for row in result.all()]
+
+
+def _stream(conn: Any, sql: str, params: dict[str, Any]) -> Iterator[tuple[Any, ...]]:
+    """The rows of one SELECT, fetched ``_STREAM_ROWS`` at a time (memory: one block, not the result)."""
+    if conn.dialect.name == "sqlite":
+        cursor = conn.connection.dbapi_connection.cursor()
+        try:
+            cursor.execute(sql, params)
+            while block := cursor.fetchmany(_STREAM_ROWS):
+                yield from block
+        finally:
+            cursor.close()
+        return
+    result = conn.execution_options(stream_results=True).execute(text(sql), params)
+    try:
+        while block := result.fetchmany(_STREAM_ROWS):
+            yield from (tuple(row) for row in block)
+    finally:
+        result.close()
 
 
 def _require(raw: _Raw, table: str) -> _Raw:

@@ -7,17 +7,21 @@ One JSON object per line, each with ``"type"``; the first line is the session. L
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+import os
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from zhin_cli.core import jsontext
 from zhin_cli.core.errors import InputError, SessionNotFound, at_line
 from zhin_cli.core.inputfiles import DIGIT_LIMIT_MESSAGE, is_digit_limit, lone_surrogate_in_json, open_regular, surrogate_message
 from zhin_cli.core.model import (
     BotFacts,
+    LazyMessages,
     MemberSnapshot,
     Message,
+    OutlineBuilder,
     SceneChange,
     SceneFacts,
     Session,
@@ -35,6 +39,7 @@ from zhin_cli.store.payload import (
     check_timestamp,
     check_tool_pairing,
     message_from_payload,
+    settle_bot_header,
     settle_bot_headers,
     short,
 )
@@ -45,6 +50,12 @@ class _Builder:
     path: str
     session: Session | None = None
     messages: list[Message] = field(default_factory=list)
+    # lazy reading (``open_session``): the outline and each message line's place instead of the messages
+    lazy: bool = False
+    outline: OutlineBuilder = field(default_factory=OutlineBuilder)
+    places: list[tuple[int, int]] = field(default_factory=list)  # (byte offset, line number) per message
+    line_offset: int = 0  # of the line being read
+    line_number: int = 0
     next_row_id: int = 1
     seen_row_ids: set[int] = field(default_factory=set)
     tools: ToolPairing = field(default_factory=ToolPairing)
@@ -116,7 +127,20 @@ def _message_line(builder: _Builder, obj: dict[str, Any], where: str) -> None:
     message: Message = message_from_payload(payload, row_id=row_id, where=where, extra=extra)
     message.raw = obj
     check_tool_pairing(message, builder.tools, where)
-    builder.messages.append(message)
+    if builder.lazy:  # every line is checked as it is read; only the window's messages are kept (parsed again)
+        builder.outline.add(message)
+        builder.places.append((builder.line_offset, builder.line_number))
+    else:
+        builder.messages.append(message)
+
+
+def _message_at(obj: dict[str, Any], row_id: int, where: str) -> Message:
+    """A message line that the first pass checked, parsed again (``open_session``'s loader)."""
+    payload = {k: v for k, v in obj.items() if k not in ("type", "id", "extra")}
+    extra = obj.get("extra")
+    message = message_from_payload(payload, row_id=row_id, where=where, extra=extra if isinstance(extra, dict) else None)
+    message.raw = obj
+    return message
 
 
 @line_type("scene")
@@ -162,46 +186,109 @@ def _timestamp(obj: dict[str, Any], where: str) -> int:
 
 def read_session(path: Path) -> Session:
     """Parse a session file; any malformed line is an ``InputError`` naming ``file:line``."""
+    return _read(path, lazy=False)
+
+
+def open_session(path: Path) -> Session:
+    """A session file read in one streaming pass that checks every line (the same errors, naming ``file:line``,
+    as ``read_session``) and keeps the outline and each message line's byte offset instead of the messages: a
+    message is parsed again when it is first read (``LazyMessages``), so memory follows what a request reads.
+
+    Why check every line although most are not read again: a file is one document, and an error in it must not
+    depend on which turn is traced (and tool pairing is a property of the whole file). Only building the
+    ``Message`` objects is deferred; checking needs each line's values, not the objects kept."""
+    return _read(path, lazy=True)
+
+
+def _read(path: Path, *, lazy: bool) -> Session:
     try:
         handle = open_regular(path, InputError, "session file")
     except FileNotFoundError:
         raise SessionNotFound(f"no such file: {path}") from None
-    builder = _Builder(path=str(path))
+    builder = _Builder(path=str(path), lazy=lazy)
     with handle:
+        identity = _identity(os.fstat(handle.fileno()))
+        offset = 0
         for number, raw_line in enumerate(handle, start=1):
-            where = at_line(path, number)
-            try:
-                text = raw_line.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise InputError(f"not UTF-8 (byte {exc.start})", where=where) from None
-            if not text.strip():
+            builder.line_offset, builder.line_number = offset, number
+            offset += len(raw_line)
+            obj = _parse_line(raw_line, at_line(path, number))
+            if obj is None:
                 continue
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"invalid JSON: {exc.msg} (column {exc.colno})", where=where) from None
-            except RecursionError:
-                raise InputError("invalid JSON: nested too deeply", where=where) from None
-            except ValueError as exc:
-                if not is_digit_limit(exc):
-                    raise
-                raise InputError(f"invalid JSON: {DIGIT_LIMIT_MESSAGE}", where=where) from None
-            offset = lone_surrogate_in_json(text)
-            if offset is not None:
-                raise InputError(surrogate_message(text[offset : offset + 6]), where=where)
-            if not isinstance(obj, dict):
-                raise InputError(f"expected a JSON object, got {type(obj).__name__}", where=where)
             kind = obj.get("type")
             parser = LINE_TYPES.get(kind) if isinstance(kind, str) else None
             if parser is None:
                 raise InputError(
-                    f"unknown line type {short(kind)} (expected one of {', '.join(sorted(LINE_TYPES))})", where=where
+                    f"unknown line type {short(kind)} (expected one of {', '.join(sorted(LINE_TYPES))})",
+                    where=at_line(path, number),
                 )
-            parser(builder, obj, where)
+            parser(builder, obj, at_line(path, number))
     if builder.session is None:
         # nothing but blank lines: line 1 is where the session line should have been
         raise InputError("empty file: no session line", where=at_line(path, 1))
-    return settle_bot_headers(builder.session)
+    session = builder.session
+    if lazy:
+        session.messages = LazyMessages(builder.outline.outline(),
+                                        _LineLoader(path, identity, builder.places, builder.outline.row_ids,
+                                                    session.bot.user_id))
+    return settle_bot_headers(session)
+
+
+def _parse_line(raw_line: bytes, where: str) -> dict[str, Any] | None:
+    """One line's JSON object (None: a blank line); any fault is an ``InputError`` at ``where``."""
+    try:
+        text = raw_line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 (byte {exc.start})", where=where) from None
+    if not text.strip():
+        return None
+    try:
+        obj = jsontext.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"invalid JSON: {exc.msg} (column {exc.colno})", where=where) from None
+    except RecursionError:
+        raise InputError("invalid JSON: nested too deeply", where=where) from None
+    except ValueError as exc:
+        if not is_digit_limit(exc):
+            raise
+        raise InputError(f"invalid JSON: {DIGIT_LIMIT_MESSAGE}", where=where) from None
+    offset = lone_surrogate_in_json(text)
+    if offset is not None:
+        raise InputError(surrogate_message(text[offset : offset + 6]), where=where)
+    if not isinstance(obj, dict):
+        raise InputError(f"expected a JSON object, got {type(obj).__name__}", where=where)
+    return obj
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+@dataclass
+class _LineLoader:
+    """Parses the message lines of positions ``[start, stop)`` again, from the file the first pass read. The
+    file must be the one that was read (same inode, size and modification time): a file rewritten in between
+    is an error, never a mix of two versions."""
+
+    path: Path
+    identity: tuple[int, int, int, int]
+    places: list[tuple[int, int]]
+    row_ids: list[int]
+    bot_id: str | None
+
+    def __call__(self, positions: Sequence[int]) -> list[Message]:
+        messages: list[Message] = []
+        with open_regular(self.path, InputError, "session file") as handle:
+            if _identity(os.fstat(handle.fileno())) != self.identity:
+                raise InputError("the session file changed while zhin was reading it; run again", where=str(self.path))
+            for position in positions:
+                offset, number = self.places[position]
+                handle.seek(offset)
+                where = at_line(self.path, number)
+                obj = _parse_line(handle.readline(), where)
+                assert obj is not None  # the first pass read a message here
+                messages.append(settle_bot_header(_message_at(obj, self.row_ids[position], where), self.bot_id))
+        return messages
 
 
 def session_lines(session: Session) -> Iterator[dict[str, Any]]:

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import reprlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from zhin_cli.core import jsontext
 from zhin_cli.core.errors import InputError
 from zhin_cli.core.inputfiles import lone_surrogate_in_json, surrogate_message
 from zhin_cli.core.model import (
@@ -19,6 +21,7 @@ from zhin_cli.core.model import (
     AssistantMessage,
     EventMessage,
     Message,
+    OutlineRole,
     Session,
     ToolResultMessage,
     UserMessage,
@@ -68,7 +71,7 @@ def json_column(value: Any, column: str, where: str) -> Any:
     if isinstance(value, str):
         check_payload_text(value, where)
     try:
-        return json.loads(value)
+        return jsontext.loads(value) if isinstance(value, str) else json.loads(value)
     except RecursionError:
         raise InputError(f"{column} is nested too deeply", where=where) from None
     except (ValueError, TypeError):
@@ -224,17 +227,24 @@ def _user_message(
 
 def settle_bot_headers(session: Session) -> Session:
     """The second half of the A4a rule, run by every loader once the session's bot is known (a database's rows
-    are parsed before its profile names the bot): an assistant row without ``assistantActor`` takes the facts of
-    the header in its ``name`` only when that header is the bot's own (it names the session bot's ``user_id``).
-    A header naming another user_id adds nothing (docs/storage.md), so the row renders the session's bot facts —
-    never the bot as another sender. Without a known bot id no header can be shown to be the bot's."""
-    bot_id = session.bot.user_id
-    for message in session.messages:
-        if (isinstance(message, AssistantMessage) and message.assistant_actor is not None
-                and message.assistant_actor.subject_id != bot_id
-                and isinstance(message.raw, dict) and message.raw.get("assistantActor") is None):
-            message.assistant_actor = None  # adopted from a header (``message_from_payload``) that is not the bot's
+    are parsed before its profile names the bot): see ``settle_bot_header``. A lazy session's messages are
+    settled when they are parsed (its loader calls ``settle_bot_header``), not here."""
+    if isinstance(session.messages, list):
+        for message in session.messages:
+            settle_bot_header(message, session.bot.user_id)
     return session
+
+
+def settle_bot_header(message: Message, bot_id: str | None) -> Message:
+    """An assistant row without ``assistantActor`` takes the facts of the header in its ``name`` only when that
+    header is the bot's own (it names the session bot's ``user_id``). A header naming another user_id adds nothing
+    (docs/storage.md), so the row renders the session's bot facts — never the bot as another sender. Without a
+    known bot id no header can be shown to be the bot's."""
+    if (isinstance(message, AssistantMessage) and message.assistant_actor is not None
+            and message.assistant_actor.subject_id != bot_id
+            and isinstance(message.raw, dict) and message.raw.get("assistantActor") is None):
+        message.assistant_actor = None  # adopted from a header (``message_from_payload``) that is not the bot's
+    return message
 
 
 def _header_actor(payload: dict[str, Any], timestamp: int) -> Actor | None:
@@ -284,25 +294,86 @@ def check_tool_pairing(message: Message, state: ToolPairing, where: str) -> None
     every call is answered before the next assistant message (no provider accepts a request with an open
     call). Checked while reading, so the error names the file line (or table row) of the culprit."""
     if isinstance(message, AssistantMessage):
+        check_pairing("assistant", [call.id for call in message.tool_calls], None, state, where)
+    elif isinstance(message, ToolResultMessage):
+        check_pairing("toolResult", (), message.tool_call_id, state, where)
+
+
+def check_pairing(role: str, call_ids: Sequence[str], result_for: str | None, state: ToolPairing, where: str) -> None:
+    """``check_tool_pairing`` on the facts alone: an assistant row's call ids, a tool result's call id."""
+    if role == "assistant":
         if state.pending:
             call_id, call_where = next(iter(state.pending.items()))
             raise InputError(
                 f"tool call {short(call_id)} has no tool result before the next assistant message", where=call_where
             )
-        for call in message.tool_calls:
-            if call.id in state.called:
-                raise InputError(f"duplicate tool call id {short(call.id)} (already called by an earlier message)", where=where)
-            state.called[call.id] = where
-            state.pending[call.id] = where
-    elif isinstance(message, ToolResultMessage):
-        if message.tool_call_id not in state.called:
-            raise InputError(
-                f"orphan tool result: no earlier assistant message calls {short(message.tool_call_id)}", where=where
-            )
-        if message.tool_call_id in state.answered:
-            raise InputError(f"second tool result for {short(message.tool_call_id)}", where=where)
-        state.answered.add(message.tool_call_id)
-        state.pending.pop(message.tool_call_id, None)
+        for call_id in call_ids:
+            if call_id in state.called:
+                raise InputError(f"duplicate tool call id {short(call_id)} (already called by an earlier message)", where=where)
+            state.called[call_id] = where
+            state.pending[call_id] = where
+    elif role == "toolResult" and result_for is not None:
+        if result_for not in state.called:
+            raise InputError(f"orphan tool result: no earlier assistant message calls {short(result_for)}", where=where)
+        if result_for in state.answered:
+            raise InputError(f"second tool result for {short(result_for)}", where=where)
+        state.answered.add(result_for)
+        state.pending.pop(result_for, None)
+
+
+@dataclass(frozen=True)
+class OutlineFacts:
+    """What the outline needs of one stored payload, and what tool pairing checks (``outline_facts``)."""
+
+    role: OutlineRole
+    timestamp: int
+    has_tool_calls: bool
+    has_text: bool
+    model: str | None
+    message_id: str | None
+    event_kind: str | None
+    call_ids: tuple[str, ...] = ()
+    result_for: str | None = None
+
+
+def outline_facts(payload: Any, where: str) -> OutlineFacts:
+    """The outline's facts of a payload without building its message: the same values as
+    ``SessionOutline.of_messages([message_from_payload(payload, …)])`` (tests compare them on every fixture), and
+    the same errors for the fields they come from (role, timestamp, event kind, content blocks, tool call ids,
+    message id, model). The rest of a payload (actors, legacy headers, usage) is checked when its message is
+    read — for a database, when a request's window holds the row (docs/storage.md)."""
+    if not isinstance(payload, dict):
+        raise InputError(f"message is a JSON {type(payload).__name__}, expected an object", where=where)
+    role = payload.get("role")
+    if role not in ROLES:
+        raise InputError(f"unknown role {short(role)} (expected one of {', '.join(ROLES)})", where=where)
+    timestamp = check_timestamp(payload.get("timestamp"), "timestamp", where)
+    if role == "event":
+        kind = payload.get("kind")
+        if kind not in EVENT_KINDS:
+            raise InputError(f"unknown event kind {short(kind)} (expected one of {', '.join(EVENT_KINDS)})", where=where)
+        _str(payload, "name", where)
+        return OutlineFacts("event", timestamp, False, False, None, None, kind)
+    content = _content(payload, where)
+    texts = [b["text"] for b in content if b.get("type") == "text"]
+    if role == "toolResult":
+        result_for = _str(payload, "toolCallId", where)
+        return OutlineFacts("toolResult", timestamp, False, bool("\n".join(texts)), None, None, None,
+                            result_for=result_for)
+    if role == "assistant":
+        calls = [b for b in content if b.get("type") == "toolCall"]
+        for block in calls:
+            if not isinstance(block.get("id"), str) or not block["id"] or not isinstance(block.get("name"), str):
+                raise InputError("toolCall block needs a string 'id' and 'name'", where=where)
+        return OutlineFacts("assistant", timestamp, bool(calls), bool("\n".join(texts)),
+                            _opt_str(payload, "model", where), _opt_str(payload, "messageId", where), None,
+                            call_ids=tuple(str(b["id"]) for b in calls))
+    first = content[0] if content else None
+    if first is not None and first.get("type") == "text" and isinstance(first.get("text"), str) \
+            and first["text"].startswith("["):
+        texts[0] = legacy.strip_text_prefix(first["text"])[0]  # a legacy prefix is not text (``_user_message``)
+    return OutlineFacts("user", timestamp, False, bool("\n".join(texts)), None, _opt_str(payload, "messageId", where),
+                        None)
 
 
 def _content(payload: dict[str, Any], where: str) -> list[dict[str, Any]]:

@@ -1,0 +1,202 @@
+"""The outline a source reads without content equals the one computed from its messages, and lazy messages equal
+eager ones (issue 16 item 3: a request reads only its window)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from zhin_cli.core.errors import InputError
+from zhin_cli.core.model import LazyMessages, Message, Session, SessionOutline
+from zhin_cli.pipeline.headers import Aliases
+from zhin_cli.pipeline.window import SessionIndex, WindowConfig, visible_window
+from zhin_cli.store import load_session
+from zhin_cli.store.jsonl import open_session, read_session
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = Path(__file__).resolve().parent / "corpus"
+FILES = sorted([*(ROOT / "fixtures").glob("*.jsonl"), *(CORPUS / "accepted").glob("*.jsonl")])
+BAD = {name: case for name, case in json.loads((CORPUS / "cases.json").read_text(encoding="utf-8")).items()
+       if not name.startswith("_")}
+
+
+def as_tuples(outline: SessionOutline) -> dict[str, list[Any]]:
+    return {f.name: list(getattr(outline, f.name)) for f in fields(outline)}
+
+
+def message_state(message: Message) -> dict[str, Any]:
+    return {**message.__dict__}
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_jsonl_outline_equals_the_messages_outline(path: Path) -> None:
+    lazy = open_session(path)
+    eager = read_session(path)
+    assert isinstance(lazy.messages, LazyMessages)
+    assert as_tuples(lazy.outline) == as_tuples(SessionOutline.of_messages(eager.messages))
+    assert not lazy.messages.parsed_positions  # the outline read no message again
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_lazy_jsonl_messages_equal_eager_ones(path: Path) -> None:
+    lazy, eager = open_session(path), read_session(path)
+    assert len(lazy.messages) == len(eager.messages)
+    # read out of order, by index and by slice, then all of them
+    if eager.messages:
+        assert message_state(lazy.messages[-1]) == message_state(eager.messages[-1])
+        assert [message_state(m) for m in lazy.messages[1:3]] == [message_state(m) for m in eager.messages[1:3]]
+    assert [message_state(m) for m in lazy.messages] == [message_state(m) for m in eager.messages]
+    assert as_tuples(lazy.outline) == as_tuples(SessionOutline.of_messages(list(lazy.messages)))
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_lazy_reading_reports_every_bad_line_as_eager_reading(name: str) -> None:
+    # the first pass checks every line: the error (message and file:line) does not wait for the line to be read
+    path = CORPUS / name
+    with pytest.raises(InputError) as eager:
+        read_session(path)
+    with pytest.raises(InputError) as lazy:
+        open_session(path)
+    assert (lazy.value.where, str(lazy.value)) == (eager.value.where, str(eager.value))
+    assert f":{BAD[name]['line']}" in str(lazy.value.where)
+
+
+def test_window_and_aliases_of_a_lazy_session_read_only_the_window(tmp_path: Path) -> None:
+    path = long_session(tmp_path, copies=8)
+    session = load_session(str(path))
+    messages = session.messages
+    assert isinstance(messages, LazyMessages)
+    index, aliases = SessionIndex.of(session), Aliases.of(session)
+    last = session.outline.assistant_positions[-1]
+    window = visible_window(session, last, session.outline.timestamps[last], WindowConfig(max_messages=40), index)
+    eager = read_session(path)
+    assert aliases == Aliases.of(eager)
+    assert index == SessionIndex.of(eager)
+    expected = visible_window(eager, last, session.outline.timestamps[last], WindowConfig(max_messages=40))
+    assert [message_state(m) for m in window.messages] == [message_state(m) for m in expected.messages]
+    assert [message_state(m) for m in window.carried_events] == [message_state(m) for m in expected.carried_events]
+    # exactly the window and the membership events carried into it were parsed (the session is far longer)
+    window_positions = set(range(window.dropped, last))
+    carried = {index.positions[e.row_id] for e in window.carried_events}
+    assert carried and window_positions
+    assert messages.parsed_positions == window_positions | carried
+    assert len(messages) > 10 * len(messages.parsed_positions)
+
+
+def test_a_file_rewritten_after_the_first_pass_is_an_error_not_a_mix(tmp_path: Path) -> None:
+    path = ROOT / "fixtures" / "private-chat.jsonl"
+    copy = tmp_path / "chat.jsonl"
+    copy.write_bytes(path.read_bytes())
+    session = open_session(copy)
+    copy.write_bytes(path.read_bytes().replace(b"\n", b"\n\n", 1))  # same messages, other offsets
+    with pytest.raises(InputError, match="changed while zhin was reading"):
+        session.messages[0]
+    # negative control: untouched, it reads
+    assert open_session(path).messages[0].row_id == read_session(path).messages[0].row_id
+
+
+def long_session(folder: Path, copies: int) -> Path:
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from replay import tiled  # the benchmarks' tiling of the busy fixture
+
+    from zhin_cli.store.jsonl import write_session
+
+    session: Session = tiled(read_session(ROOT / "fixtures" / "group-busy.jsonl"), copies)
+    path = folder / "long.jsonl"
+    with path.open("w", encoding="utf-8") as out:
+        write_session(session, out)
+    return path
+
+
+# --- databases ------------------------------------------------------------------------------------------------
+
+
+def db_pair(path: Path, session_id: str) -> tuple[Session, Session]:
+    from zhin_cli.store.database import SessionDatabase, parse_db
+
+    with SessionDatabase(parse_db(str(path))) as database:
+        lazy = database.load(session_id, lazy=True)
+        eager = database.load(session_id)
+    return lazy, eager
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_database_outline_and_lazy_rows_equal_the_eager_load(path: Path, tmp_path: Path) -> None:
+    from zhin_cli.store.database import import_session
+
+    session = read_session(path)
+    database = tmp_path / "data.sqlite"
+    import_session(session, database)
+    lazy, eager = db_pair(database, session.session_id)
+    assert isinstance(lazy.messages, LazyMessages)
+    assert as_tuples(lazy.outline) == as_tuples(SessionOutline.of_messages(eager.messages))
+    assert not lazy.messages.parsed_positions
+    if eager.messages:
+        assert message_state(lazy.messages[-1]) == message_state(eager.messages[-1])
+    assert [message_state(m) for m in lazy.messages] == [message_state(m) for m in eager.messages]
+    assert (lazy.bot, lazy.scene, lazy.summaries, lazy.scene_changes, lazy.members) == \
+        (eager.bot, eager.scene, eager.summaries, eager.scene_changes, eager.members)
+
+
+def payload(role: str, ts: int, **fields: Any) -> dict[str, Any]:
+    return {"role": role, "timestamp": ts, **fields}
+
+
+def test_database_outline_follows_the_active_branch_and_legacy_text(tmp_path: Path, upstream_db: Any) -> None:
+    rows = [
+        {"payload": payload("user", 1000, content=[{"type": "text", "text": "[sender:id=7 name=a] hi"}], messageId="p1")},
+        {"payload": payload("assistant", 2000, content=[{"type": "text", "text": "old"}], model="m-old")},  # off-branch
+        {"payload": payload("user", 3000, content=[{"type": "text", "text": "[sender:id=7 name=a]"}]), "parent_id": 1},
+        {"payload": payload("assistant", 4000, content=[
+            {"type": "toolCall", "id": "c1", "name": "f", "arguments": {}}], model="m-new", messageId="p2")},
+        {"payload": payload("toolResult", 5000, toolCallId="c1", content=[{"type": "text", "text": ""}])},
+        {"payload": payload("event", 6000, kind="member_joined", name="x joined")},
+        {"payload": payload("assistant", 7000, content=[{"type": "text", "text": ""}, {"type": "text", "text": ""}])},
+    ]
+    database = upstream_db(tmp_path / "d.sqlite", "icqq:1:group:2#1-1", rows)
+    lazy, eager = db_pair(database, "icqq:1:group:2#1-1")
+    assert list(lazy.outline.row_ids) == [1, 3, 4, 5, 6, 7]  # row 2 is on another branch
+    assert as_tuples(lazy.outline) == as_tuples(SessionOutline.of_messages(eager.messages))
+    # the legacy prefix is no text; two empty text blocks join to "\n", which is text (message.text is truthy)
+    assert list(lazy.outline.has_text) == [True, False, False, False, False, True]
+
+
+@pytest.mark.parametrize(("rows", "error"), [
+    ([{"payload": "{not json"}], "payload is not JSON"),
+    ([{"payload": payload("robot", 1)}], "unknown role"),
+    ([{"payload": payload("toolResult", 1, toolCallId="nope", content=[])}], "orphan tool result"),
+    ([{"payload": payload("assistant", 1, content=[{"type": "toolCall", "id": "c", "name": "f"}])},
+      {"payload": payload("assistant", 2, content=[])}], "has no tool result"),
+])
+def test_database_rows_outside_any_window_still_fail_the_lazy_load(rows: list[dict[str, Any]], error: str,
+                                                                   tmp_path: Path, upstream_db: Any) -> None:
+    # a long valid tail puts the bad rows far outside the last turn's window: the outline's checks still see them
+    tail = [{"payload": payload("user" if i % 2 else "assistant", 10_000 + i, content=[{"type": "text", "text": "x"}])}
+            for i in range(300)]
+    bad = upstream_db(tmp_path / "bad.sqlite", "icqq:1:group:2#1-1", [*rows, *tail])
+    with pytest.raises(InputError, match=error) as lazy:
+        db_pair(bad, "icqq:1:group:2#1-1")
+    assert "agent_messages row" in str(lazy.value.where)
+    # negative control: the tail alone loads
+    good = upstream_db(tmp_path / "good.sqlite", "icqq:1:group:2#1-1", tail)
+    assert len(db_pair(good, "icqq:1:group:2#1-1")[0].messages) == 300
+
+
+def test_a_database_row_deleted_after_the_outline_is_an_error_not_a_gap(tmp_path: Path, upstream_db: Any) -> None:
+    import sqlite3
+
+    rows = [{"payload": payload("user", 1000 + i, content=[{"type": "text", "text": str(i)}])} for i in range(5)]
+    database = upstream_db(tmp_path / "d.sqlite", "icqq:1:group:2#1-1", rows)
+    lazy, _eager = db_pair(database, "icqq:1:group:2#1-1")
+    assert lazy.messages[0].row_id == 1  # read before the delete
+    with sqlite3.connect(database) as connection:
+        connection.execute("DELETE FROM agent_messages WHERE id = 3")
+    with pytest.raises(InputError, match="row is gone"):
+        lazy.messages[2]
+    assert lazy.messages[3].row_id == 4  # negative control: the rows still there read
