@@ -23,7 +23,6 @@ from zhin_cli._cli import (
     stdout_console,
 )
 from zhin_cli.core.errors import EXIT_FOUND
-from zhin_cli.pipeline.config import preset_override
 from zhin_cli.tools.prefixdiff import (
     CAUSES,
     DEFAULT_FAIL_ON,
@@ -56,9 +55,9 @@ def prefix_diff_command(
     """
     check_options(provider)
     chosen = [c.strip() for c in fail_on.split(",") if c.strip()] if fail_on is not None else list(DEFAULT_FAIL_ON)
-    with replay_progress("diffing") as progress, preset_override(preset):
+    with replay_progress("diffing") as progress:
         result = run_prefix_diff(sessions or [], cwd=Path.cwd(), db=db, config_path=config, provider=provider, model=model,
-                             base=base, head=head, all_sessions=all_sessions, fail_on=chosen,
+                                 base=base, head=head, all_sessions=all_sessions, fail_on=chosen, preset=preset,
                                  after_load=freeze_loaded, progress=progress)
     if as_json:
         print_json(result.as_dict())

@@ -23,6 +23,7 @@ from typing import Any
 
 from zhin_cli.cache import Plan, PrefixCache, common_prefix_length, common_tokens, plan
 from zhin_cli.pipeline.assemble import AssembledRequest
+from zhin_cli.pipeline.facade import Pipeline
 from zhin_cli.wire import WireFormat, wire_for
 
 CAUSES = ("append", "tail", "window_shift", "system_changed", "tools_changed", "messages_changed", "model_changed")
@@ -471,6 +472,16 @@ def _reporting(requests: Iterator[AssembledRequest], session: Any, progress: Cal
 # --- the command, as a library call ----------------------------------------------------------------
 
 
+def diff_session(pipeline: Pipeline, session: Any, progress: Callable[[int, int], None] | None = None) -> SessionDiff:
+    """One session's turn-to-turn diff under one pipeline (the unit of work per session)."""
+    return diff_turns(session.session_id, _reporting(pipeline.replay(session), session, progress))
+
+
+def compare_session(base: Pipeline, head: Pipeline, session: Any) -> ConfigDiff:
+    """One session under two configurations (the unit of work per session of ``--base/--head``)."""
+    return diff_configs(session.session_id, base.replay(session), head.replay(session))
+
+
 @dataclass
 class PrefixDiffResult:
     mode: str  # turns | configs
@@ -539,12 +550,13 @@ def run_prefix_diff(
     head: str | None = None,
     all_sessions: bool = False,
     fail_on: Iterable[str] = DEFAULT_FAIL_ON,
+    preset: Any = None,
     after_load: Callable[[], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> PrefixDiffResult:
+    """``preset``: a preset file (or ``Preset``) replacing each configuration's ``preset:`` (``--preset``)."""
     from zhin_cli.core.errors import UsageError
-    from zhin_cli.pipeline.assemble import Assembler
-    from zhin_cli.pipeline.config import Config, load_config
+    from zhin_cli.pipeline.facade import Pipeline
     from zhin_cli.store import load_session
 
     fail = list(fail_on)
@@ -557,33 +569,18 @@ def run_prefix_diff(
     if after_load is not None:
         after_load()
 
-    def assembler_for(config: Config) -> tuple[Assembler, list[Any]]:
-        registry, generations = config.registry()
-        return Assembler(registry, config, provider=provider, model=model), generations
-
     if base is None:
-        config = load_config(config_path, cwd=cwd)
-        assembler, generations = assembler_for(config)
         result = PrefixDiffResult("turns", fail)
-        try:
-            for session in sessions:
-                result.sessions.append(diff_turns(session.session_id, _reporting(assembler.replay(session), session, progress)))
-        finally:
-            for generation in generations:
-                generation.release()
+        with Pipeline.open(config_path, provider=provider, model=model, preset=preset, cwd=cwd) as pipeline:
+            result.sessions.extend(diff_session(pipeline, session, progress) for session in sessions)
         return result
 
     from zhin_cli.tools.configsource import load_config_source
 
     assert head is not None
-    with load_config_source(base, cwd=cwd) as base_source, load_config_source(head, cwd=cwd) as head_source:
-        base_assembler, base_generations = assembler_for(base_source.config)
-        head_assembler, head_generations = assembler_for(head_source.config)
+    with load_config_source(base, cwd=cwd) as base_source, load_config_source(head, cwd=cwd) as head_source, \
+            Pipeline.open(base_source.config, provider=provider, model=model, preset=preset) as base_pipeline, \
+            Pipeline.open(head_source.config, provider=provider, model=model, preset=preset) as head_pipeline:
         result = PrefixDiffResult("configs", fail, base_label=base_source.label, head_label=head_source.label)
-        try:
-            for session in sessions:
-                result.comparisons.append(diff_configs(session.session_id, base_assembler.replay(session), head_assembler.replay(session)))
-        finally:
-            for generation in base_generations + head_generations:
-                generation.release()
+        result.comparisons.extend(compare_session(base_pipeline, head_pipeline, session) for session in sessions)
     return result
