@@ -36,8 +36,9 @@ from zhin_cli.core.model import Actor, AssistantMessage, EventMessage, Message, 
 from zhin_cli.core.registry import Registry
 from zhin_cli.core.tokens import DEFAULT_ENCODING, RANK_FILES, TokenCounter
 from zhin_cli.core.tokens import counter as shared_counter
-from zhin_cli.pipeline.assemble import AssembledRequest, Assembler, Breakpoint
+from zhin_cli.pipeline.assemble import AssembledRequest, Breakpoint
 from zhin_cli.pipeline.config import Config
+from zhin_cli.pipeline.facade import Pipeline
 from zhin_cli.pipeline.format import neutralize_body
 from zhin_cli.pipeline.headers import SUMMARY_PREFIX, Aliases, project
 from zhin_cli.pipeline.merge import Placed
@@ -373,14 +374,12 @@ def simulate(session: Session, config: Config, case: ProviderCase, encoding: str
              headers: _HeaderCounter | None = None) -> CacheFigures:
     """Replay ``session`` for one provider; both layouts; cached tokens per request from one cache simulator
     per layout (a fresh one at each cache group: the session's prefix is cold there)."""
-    registry, generations = config.registry()
-    try:
-        assembler = Assembler(registry, config, provider=case.provider, model=case.model)
+    with Pipeline.open(config, provider=case.provider, model=case.model) as pipeline:
         positions = [i for i, m in enumerate(session.messages) if isinstance(m, AssistantMessage)]
         times = [session.messages[i].timestamp for i in positions]
-        requests = assembler.replay(session)
+        requests = pipeline.replay(session)
         index = SessionIndex.of(session)
-        timezone = assembler._timezone(session)  # noqa: SLF001 — the assembler's own time-zone resolution
+        timezone = pipeline.timezone(session)
         counter = shared_counter(encoding)
         figures: CacheFigures | None = None
         previous: tuple[AssembledRequest, Serialized] | None = None
@@ -415,9 +414,6 @@ def simulate(session: Session, config: Config, case: ProviderCase, encoding: str
             ))
             previous = (request, adr_wire)
         return figures or CacheFigures(case.provider, case.model, 0)
-    finally:
-        for generation in generations:
-            generation.release()
 
 
 # --- sessions -------------------------------------------------------------------------------------
