@@ -59,15 +59,13 @@ class Rules(Protocol):
 
 def common_prefix_length(a: Sequence[Any], b: Sequence[Any]) -> int:
     """Length of the common prefix of two sequences (bytes, token tuples): binary search over C-speed slice
-    comparisons (``memcmp`` for bytes, through memoryviews that copy nothing)."""
-    if isinstance(a, bytes) and isinstance(b, bytes):
-        a, b = memoryview(a), memoryview(b)
+    comparisons (``memcmp`` for bytes)."""
     lo, hi = 0, min(len(a), len(b))
     if a[:hi] == b[:hi]:
         return hi
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if a[:mid] == b[:mid]:
+        if a[lo:mid] == b[lo:mid]:
             lo = mid
         else:
             hi = mid - 1
@@ -101,6 +99,35 @@ class Plan:
     @property
     def prompt_tokens(self) -> int:
         return len(self.tokens) // 4 + self.reply_framing
+
+
+def shared_tokens(a: Plan, b: Plan) -> int:
+    """The common token prefix of two plans: whole equal blocks found by their prefix digests (binary search: a
+    prefix equal up to block k is equal up to every block before it), then the diverging block token by token."""
+    n = min(len(a.digests), len(b.digests))
+    equal = n if n and a.digests[n - 1] == b.digests[n - 1] else 0
+    if not equal:
+        lo, hi = 0, n - 1 if n else 0  # lo blocks known equal, hi an upper bound
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if a.digests[mid - 1] == b.digests[mid - 1]:
+                lo = mid
+            else:
+                hi = mid - 1
+        equal = lo
+    start = a.ends[equal - 1] if equal else 0
+    if equal < len(a.ends) and equal < len(b.ends):
+        return start + common_tokens(a.tokens[start * 4 : a.ends[equal] * 4], b.tokens[start * 4 : b.ends[equal] * 4])
+    return start
+
+
+def _kept(request: Plan) -> Plan:
+    """What the cache remembers of a request: its tokens, block ends and digests, up to ``SEQUENCE_TOKENS``."""
+    blocks = len(request.ends)
+    if request.ends and request.ends[-1] > SEQUENCE_TOKENS:
+        blocks = next(i for i, end in enumerate(request.ends) if end > SEQUENCE_TOKENS)
+    end = request.ends[blocks - 1] if blocks else 0
+    return Plan(request.tokens[: end * 4], request.ends[:blocks], request.digests[:blocks], [], request.reply_framing)
 
 
 def plan_blocks(blocks: Iterable[Block], encoding: str, reply_framing: int = 0) -> Plan:
@@ -160,9 +187,11 @@ class PrefixCache:
 
     def __init__(self, size: int = STORE_SIZE) -> None:
         self._lock = threading.Lock()
-        self._sequences: deque[tuple[Hashable, bytes]] = deque()  # token sequences, 4 bytes per token (memcmp-able)
+        self._sequences: deque[tuple[Hashable, Plan]] = deque()  # earlier requests (tokens, block ends, digests)
+        # (key, digest of a prefix of whole blocks) → the stored requests that start with exactly that prefix
+        self._prefixes: dict[tuple[Hashable, bytes], dict[int, Plan]] = {}
         self._size = size
-        self._stored = 0  # bytes in _sequences
+        self._stored = 0  # token bytes in _sequences
         self._entries: OrderedDict[tuple[Hashable, bytes], int] = OrderedDict()
         self._max_entries = size * 4
 
@@ -181,16 +210,50 @@ class PrefixCache:
         return CacheOutcome(prompt_tokens=request.prompt_tokens)
 
     def _automatic(self, key: Hashable, request: Plan, min_tokens: int, step: int) -> CacheOutcome:
-        tokens = request.tokens
-        kept = tokens[: SEQUENCE_TOKENS * 4]
+        kept = _kept(request)
         with self._lock:
-            shared = max((common_tokens(tokens, earlier) for k, earlier in self._sequences if k == key), default=0)
-            self._sequences.append((key, kept))
-            self._stored += len(kept)
-            while len(self._sequences) > self._size or self._stored > STORE_TOKENS * 4:
-                self._stored -= len(self._sequences.popleft()[1])
+            shared = self._longest_prefix(key, request)
+            self._remember(key, kept)
         read = 0 if shared < min_tokens else shared // step * step
         return CacheOutcome(prompt_tokens=request.prompt_tokens, read=read)
+
+    def _longest_prefix(self, key: Hashable, request: Plan) -> int:
+        """The longest common token prefix with a stored request of ``key``: the most whole blocks some stored
+        request shares (binary search over the prefix index — sharing k blocks implies sharing every j < k), then
+        the best partial match inside the next block among the requests sharing those blocks."""
+        digests, ends = request.digests, request.ends
+        lo, hi = 0, len(digests)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if (key, digests[mid - 1]) in self._prefixes:
+                lo = mid
+            else:
+                hi = mid - 1
+        start = ends[lo - 1] if lo else 0
+        if lo == len(ends):
+            return start
+        if lo:
+            candidates: Iterable[Plan] = self._prefixes[(key, digests[lo - 1])].values()
+        else:
+            candidates = (plan for k, plan in self._sequences if k == key)
+        block = request.tokens[start * 4 : ends[lo] * 4]
+        partial = max((common_tokens(block, other.tokens[start * 4 : other.ends[lo] * 4])
+                       for other in candidates if len(other.ends) > lo), default=0)
+        return start + partial
+
+    def _remember(self, key: Hashable, kept: Plan) -> None:
+        self._sequences.append((key, kept))
+        self._stored += len(kept.tokens)
+        for digest in kept.digests:
+            self._prefixes.setdefault((key, digest), {})[id(kept)] = kept
+        while len(self._sequences) > self._size or self._stored > STORE_TOKENS * 4:
+            old_key, old = self._sequences.popleft()
+            self._stored -= len(old.tokens)
+            for digest in old.digests:
+                holders = self._prefixes[(old_key, digest)]
+                holders.pop(id(old), None)
+                if not holders:
+                    del self._prefixes[(old_key, digest)]
 
     def _explicit(self, key: Hashable, request: Plan, min_tokens: int, step: int) -> CacheOutcome:
         ends, digests = request.ends, request.digests

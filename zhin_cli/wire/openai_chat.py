@@ -14,6 +14,14 @@ from typing import Any
 from zhin_cli.wire import Block, CacheOutcomeLike, FlatRequest, WireFormat, as_list, canonical, register_wire
 
 
+def _head(message: dict[str, Any]) -> str:
+    """The non-text fields of a message (role, name, tool_call_id …) as a stable text; the plain
+    ``{"role", "content"}`` message (most of a history) without a JSON round trip."""
+    if len(message) <= 2 and "content" in message and isinstance(message.get("role"), str):
+        return message["role"]
+    return canonical({k: v for k, v in message.items() if k not in ("content", "tool_calls")})
+
+
 class OpenAIChat(WireFormat):
     name = "openai-chat"
     regions = ("tools", "messages")
@@ -84,7 +92,7 @@ class OpenAIChat(WireFormat):
             if not isinstance(message, dict):
                 yield Block("messages", index, "?", canonical(message), self.message_framing)
                 continue
-            head = canonical({k: v for k, v in message.items() if k not in ("content", "tool_calls")})
+            head = _head(message)
             framing = self.message_framing + (1 if message.get("name") else 0)
             content = message.get("content")
             pieces = [content] if isinstance(content, str) else as_list(content) or [""]
