@@ -23,6 +23,7 @@ from zhin_cli._cli import (
     stdout_console,
 )
 from zhin_cli.core.errors import EXIT_FOUND
+from zhin_cli.core.parallel import JOBS_HELP
 from zhin_cli.tools.prefixdiff import (
     CAUSES,
     DEFAULT_FAIL_ON,
@@ -48,6 +49,7 @@ def prefix_diff_command(
     preset: PresetOption = None,
     db: DbOption = None,
     config: ConfigOption = None,
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", help=JOBS_HELP)] = None,
 ) -> None:
     """Diff consecutive requests byte by byte: where the cached prefix breaks, why, and what still hits.
 
@@ -58,7 +60,7 @@ def prefix_diff_command(
     with replay_progress("diffing") as progress:
         result = run_prefix_diff(sessions or [], cwd=Path.cwd(), db=db, config_path=config, provider=provider, model=model,
                                  base=base, head=head, all_sessions=all_sessions, fail_on=chosen, preset=preset,
-                                 after_load=freeze_loaded, progress=progress)
+                                 after_load=freeze_loaded, progress=progress, jobs=jobs)
     if as_json:
         print_json(result.as_dict())
     else:

@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from zhin_cli._cli import ConfigOption, DbOption, app, freeze_loaded, handles_errors, print_json, stdout_console
+from zhin_cli.core.parallel import JOBS_HELP
 from zhin_cli.core.tokens import DEFAULT_ENCODING
 from zhin_cli.tools.economy import CASES, STYLES, EconomyReport, SessionEconomy, run_economy
 
@@ -28,6 +29,7 @@ def economy_command(
     per_request: Annotated[bool, typer.Option("--per-request", help="With --json: the figures of every request.")] = False,
     db: DbOption = None,
     config: ConfigOption = None,
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", help=JOBS_HELP)] = None,
 ) -> None:
     """Header tokens and simulated prompt-cache hits: upstream's sender prefix vs the ADR headers; ADR vs flat layout.
 
@@ -37,7 +39,7 @@ def economy_command(
     """
     chosen = [p.strip() for value in provider or [] for p in value.split(",") if p.strip()] or None
     report = run_economy(sessions, cwd=Path.cwd(), db=db, config_path=config, providers=chosen, encoding=encoding,
-                         after_load=freeze_loaded)
+                         after_load=freeze_loaded, jobs=jobs)
     if as_json:
         print_json(report.as_dict(per_request))
     else:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, time, timedelta
 from pathlib import Path
 from typing import Annotated
@@ -12,8 +11,8 @@ from rich.table import Table
 
 from zhin_cli._cli import DbOption, app, database_or_discovered, handles_errors, print_json, stdout_console
 from zhin_cli.core.errors import UsageError
-from zhin_cli.core.model import Session
-from zhin_cli.tools.stats import CacheStats, cache_stats
+from zhin_cli.core.parallel import JOBS_HELP
+from zhin_cli.tools.stats import CacheStats, run_cache_stats
 
 stats_app = typer.Typer(help="Statistics over stored sessions.", no_args_is_help=True)
 app.add_typer(stats_app, name="stats")
@@ -29,20 +28,6 @@ def parse_until(value: str | None) -> datetime:
     except ValueError:
         raise UsageError(f"--until: expected a date (2026-11-29) or an ISO 8601 time, got {value!r}") from None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
-def iter_sessions(refs: list[str], db: str | None) -> Iterator[Session]:
-    """The named sessions, or every session of the database when none is named; loaded one at a time."""
-    from zhin_cli.store import load_session
-    from zhin_cli.store.database import SessionDatabase, parse_db
-
-    if refs:
-        for ref in refs:
-            yield load_session(ref, db=db, cwd=Path.cwd())
-        return
-    with SessionDatabase(parse_db(database_or_discovered(db))) as database:
-        for row in database.list_sessions():
-            yield database.load(str(row["session_id"]))
 
 
 def percent(value: float | None) -> str:
@@ -72,6 +57,7 @@ def cache_command(
     until: Annotated[str | None, typer.Option("--until", help="End of the period: a date (its end, UTC) or an ISO time. Default: now.")] = None,
     lifetime: Annotated[int | None, typer.Option("--lifetime", min=1, help="Cache lifetime in seconds for every provider (default: each provider's).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout.")] = False,
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", help=JOBS_HELP)] = None,
 ) -> None:
     """Prompt-cache hit rates from the usage logged on assistant messages: first request of a group vs later."""
     end = parse_until(until)
@@ -82,7 +68,9 @@ def cache_command(
         except OverflowError:  # before year 1: the period starts at the beginning of time
             since = int(datetime.min.replace(tzinfo=UTC).timestamp() * 1000)
     until_ms = int(end.timestamp() * 1000) if (until is not None or days is not None) else None
-    stats = cache_stats(iter_sessions(list(sessions or []), db), since=since, until=until_ms, lifetime_seconds=lifetime)
+    refs = list(sessions or [])
+    stats = run_cache_stats(refs, db=db if refs else database_or_discovered(db), cwd=Path.cwd(), since=since,
+                            until=until_ms, lifetime_seconds=lifetime, jobs=jobs)
     if as_json:
         print_json(stats.as_dict())
     else:

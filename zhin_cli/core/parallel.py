@@ -26,16 +26,16 @@ second-long start-up per worker), else spawned.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from zhin_cli.core.errors import UsageError, ZhinError
+
+if TYPE_CHECKING:  # the pool machinery is imported when a pool is made, not by every command that offers -j
+    from concurrent.futures import Future, ProcessPoolExecutor
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -111,6 +111,8 @@ def _worker_started() -> None:
 
 
 def _context() -> Any:
+    import multiprocessing
+
     methods = multiprocessing.get_all_start_methods()
     return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
 
@@ -129,6 +131,8 @@ def ordered_map(work: Callable[[T], R], items: Sequence[T], *, jobs: int,
                 done(index, total)
             yield result
         return
+    from concurrent.futures import ProcessPoolExecutor
+
     pool = ProcessPoolExecutor(max_workers=min(jobs, total), mp_context=_context(), initializer=_worker_started)
     futures: list[Future[_Outcome[R]]] = []
     try:
@@ -147,6 +151,8 @@ def ordered_map(work: Callable[[T], R], items: Sequence[T], *, jobs: int,
 def _wait(future: Future[_Outcome[R]]) -> _Outcome[R]:
     """The future's outcome. Waits in short slices: a signal may be delivered to one of the pool's threads, and a
     main thread blocked without a timeout would never run the handler (Ctrl-C would hang until the work ends)."""
+    from concurrent.futures.process import BrokenProcessPool
+
     while True:
         try:
             return future.result(timeout=_POLL_SECONDS)

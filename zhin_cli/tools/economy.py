@@ -474,10 +474,13 @@ def run_economy(
     providers: Iterable[str] | None = None,
     encoding: str = DEFAULT_ENCODING,
     after_load: Callable[[], None] | None = None,
+    jobs: int | None = 1,
 ) -> EconomyReport:
+    """``jobs``: sessions simulated at once in worker processes (``None``: every core; 1: here, one at a time);
+    the report is the same for every value (core/parallel.py)."""
     from zhin_cli.core.errors import UsageError
+    from zhin_cli.core.parallel import check_jobs, ordered_map
     from zhin_cli.pipeline.config import load_config
-    from zhin_cli.store import load_session
     from zhin_cli.tools.prefixdiff import session_refs
 
     chosen = list(providers or tuple(CASES))
@@ -486,10 +489,34 @@ def run_economy(
         raise UsageError(f"--provider: no cache simulation for {', '.join(unknown)} (simulated: {', '.join(CASES)})")
     if encoding not in RANK_FILES:
         raise UsageError(f"--encoding: unknown encoding {encoding!r} (known: {', '.join(RANK_FILES)})")
+    workers = check_jobs(jobs)
     config = load_config(config_path, cwd=cwd)
-    sessions = [load_session(ref, db=db, cwd=cwd) for ref in session_refs(refs, all_sessions=False, db=db, cwd=cwd)]
-    if after_load is not None:
-        after_load()
+    job_list = [EconomyJob(ref, db, cwd, config, tuple(chosen), encoding, after_load)
+                for ref in session_refs(refs, all_sessions=False, db=db, cwd=cwd)]
     return EconomyReport(encoding, window_description(config.window),
-                         [session_economy(s, config, providers=chosen, encoding=encoding) for s in sessions])
+                         list(ordered_map(economy_job, job_list, jobs=workers)))
+
+
+@dataclass(frozen=True)
+class EconomyJob:
+    """One session of ``zhin report economy``, as a worker process receives it: data only (core/parallel.py);
+    the ``Config`` carries its ``PluginSource``, so plugins are trusted exactly as in the sequential run."""
+
+    ref: str
+    db: str | None
+    cwd: Path
+    config: Config
+    providers: tuple[str, ...]
+    encoding: str
+    after_load: Callable[[], None] | None = None
+
+
+def economy_job(job: EconomyJob) -> SessionEconomy:
+    """Load one session and simulate it; one at a time, so a report over many sessions holds one in memory."""
+    from zhin_cli.store import load_session
+
+    session = load_session(job.ref, db=job.db, cwd=job.cwd)
+    if job.after_load is not None:
+        job.after_load()
+    return session_economy(session, job.config, providers=job.providers, encoding=job.encoding)
 

@@ -14,6 +14,7 @@ same figures ``zhin serve`` answers for the same bodies.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import re
@@ -553,11 +554,16 @@ def run_prefix_diff(
     preset: Any = None,
     after_load: Callable[[], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    jobs: int | None = 1,
 ) -> PrefixDiffResult:
-    """``preset``: a preset file (or ``Preset``) replacing each configuration's ``preset:`` (``--preset``)."""
+    """``preset``: a preset file (or ``Preset``) replacing each configuration's ``preset:`` (``--preset``).
+
+    ``jobs``: sessions diffed at once in worker processes (``None``: every core; 1: here, one at a time). The
+    result is the same for every value (core/parallel.py: input order, the same errors). ``progress`` counts
+    turns with one job, sessions with several."""
     from zhin_cli.core.errors import UsageError
-    from zhin_cli.pipeline.facade import Pipeline
-    from zhin_cli.store import load_session
+    from zhin_cli.core.parallel import check_jobs, ordered_map
+    from zhin_cli.pipeline.config import load_config
 
     fail = list(fail_on)
     unknown = sorted(set(fail) - set(CAUSES))
@@ -565,22 +571,58 @@ def run_prefix_diff(
         raise UsageError(f"--fail-on: unknown cause {', '.join(unknown)} (causes: {', '.join(CAUSES)})")
     if (base is None) != (head is None):
         raise UsageError("--base and --head go together")
-    sessions = [load_session(ref, db=db, cwd=cwd) for ref in session_refs(refs, all_sessions=all_sessions, db=db, cwd=cwd)]
-    if after_load is not None:
-        after_load()
+    workers = check_jobs(jobs)
+    chosen = session_refs(refs, all_sessions=all_sessions, db=db, cwd=cwd)
+
+    def run(configs: tuple[Any, ...]) -> list[Any]:
+        job_list = [SessionJob(ref, db, cwd, configs, provider, model, preset, after_load) for ref in chosen]
+        if workers == 1 or len(job_list) == 1:  # here: the progress bar follows the turns
+            return list(ordered_map(functools.partial(run_session_job, progress=progress), job_list, jobs=1))
+        return list(ordered_map(run_session_job, job_list, jobs=workers, done=progress))
 
     if base is None:
         result = PrefixDiffResult("turns", fail)
-        with Pipeline.open(config_path, provider=provider, model=model, preset=preset, cwd=cwd) as pipeline:
-            result.sessions.extend(diff_session(pipeline, session, progress) for session in sessions)
+        result.sessions.extend(run((load_config(config_path, cwd=cwd),)))
         return result
 
     from zhin_cli.tools.configsource import load_config_source
 
     assert head is not None
-    with load_config_source(base, cwd=cwd) as base_source, load_config_source(head, cwd=cwd) as head_source, \
-            Pipeline.open(base_source.config, provider=provider, model=model, preset=preset) as base_pipeline, \
-            Pipeline.open(head_source.config, provider=provider, model=model, preset=preset) as head_pipeline:
+    with load_config_source(base, cwd=cwd) as base_source, load_config_source(head, cwd=cwd) as head_source:
         result = PrefixDiffResult("configs", fail, base_label=base_source.label, head_label=head_source.label)
-        result.comparisons.extend(compare_session(base_pipeline, head_pipeline, session) for session in sessions)
+        result.comparisons.extend(run((base_source.config, head_source.config)))
     return result
+
+
+@dataclass(frozen=True)
+class SessionJob:
+    """One session of a prefix-diff run, as a worker process receives it: data only (core/parallel.py). The
+    configurations are loaded ``Config`` objects: each carries its ``PluginSource``, so a worker's
+    ``Pipeline.open`` asks the same trust question the sequential run asks."""
+
+    ref: str
+    db: str | None
+    cwd: Any
+    configs: tuple[Any, ...]  # (config,) for turn-to-turn; (base, head) for --base/--head
+    provider: str | None
+    model: str | None
+    preset: Any
+    after_load: Callable[[], None] | None = None
+
+
+def run_session_job(job: SessionJob, progress: Callable[[int, int], None] | None = None) -> SessionDiff | ConfigDiff:
+    """Load one session and diff it (turn to turn, or under two configurations); one at a time, so a run over many
+    sessions holds one in memory."""
+    from contextlib import ExitStack
+
+    from zhin_cli.store import load_session
+
+    session = load_session(job.ref, db=job.db, cwd=job.cwd)
+    if job.after_load is not None:
+        job.after_load()
+    with ExitStack() as stack:
+        pipelines = [stack.enter_context(Pipeline.open(config, provider=job.provider, model=job.model, preset=job.preset))
+                     for config in job.configs]
+        if len(pipelines) == 1:
+            return diff_session(pipelines[0], session, progress)
+        return compare_session(pipelines[0], pipelines[1], session)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from zhin_cli.core.model import AssistantMessage, Session
@@ -61,6 +62,13 @@ class Bucket:
     def hit_rate(self) -> float | None:
         return self.cache_read_tokens / self.prompt_tokens if self.prompt_tokens else None
 
+    def merge(self, other: Bucket) -> None:
+        self.requests += other.requests
+        self.unreported += other.unreported
+        self.prompt_tokens += other.prompt_tokens
+        self.cache_read_tokens += other.cache_read_tokens
+        self.hits += other.hits
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "requests": self.requests, "unreported": self.unreported, "prompt_tokens": self.prompt_tokens,
@@ -90,6 +98,15 @@ class CacheStats:
     since: int | None = None  # ms, inclusive
     until: int | None = None  # ms, inclusive
     models: dict[tuple[str, str], ModelStats] = field(default_factory=dict)
+
+    def merge(self, other: CacheStats) -> None:
+        """Add another share of the same question (same period and lifetimes): counts add up."""
+        self.sessions += other.sessions
+        for key, row in other.models.items():
+            mine = self.models.setdefault(key, ModelStats(row.provider, row.model, row.lifetime_seconds))
+            mine.groups += row.groups
+            mine.first.merge(row.first)
+            mine.later.merge(row.later)
 
     def as_dict(self) -> dict[str, Any]:
         rows = [self.models[key].as_dict() for key in sorted(self.models)]
@@ -125,17 +142,73 @@ def cache_stats(
     "later" when its group began before it."""
     stats = CacheStats(since=since, until=until)
     for session in sessions:
-        stats.sessions += 1
-        streams: dict[tuple[str, str], list[UsageRecord]] = {}
-        for record in usage_records(session):
-            streams.setdefault((record.provider, record.model), []).append(record)
-        for (provider, model), records in streams.items():
-            lifetime = lifetime_seconds if lifetime_seconds is not None else cache_rules(provider, model).lifetime_seconds
-            row = stats.models.setdefault((provider, model), ModelStats(provider, model, lifetime))
-            flags = first_of_group([r.timestamp // 1000 for r in records], lifetime)
-            for record, first in zip(records, flags, strict=True):
-                if (since is not None and record.timestamp < since) or (until is not None and record.timestamp > until):
-                    continue
-                row.groups += first
-                (row.first if first else row.later).add(record.usage)
+        stats.merge(session_cache_stats(session, since=since, until=until, lifetime_seconds=lifetime_seconds))
+    return stats
+
+
+def session_cache_stats(session: Session, *, since: int | None = None, until: int | None = None,
+                        lifetime_seconds: int | None = None) -> CacheStats:
+    """One session's share of :func:`cache_stats` (groups never span sessions, so sessions add up)."""
+    stats = CacheStats(sessions=1, since=since, until=until)
+    streams: dict[tuple[str, str], list[UsageRecord]] = {}
+    for record in usage_records(session):
+        streams.setdefault((record.provider, record.model), []).append(record)
+    for (provider, model), records in streams.items():
+        lifetime = lifetime_seconds if lifetime_seconds is not None else cache_rules(provider, model).lifetime_seconds
+        row = stats.models.setdefault((provider, model), ModelStats(provider, model, lifetime))
+        flags = first_of_group([r.timestamp // 1000 for r in records], lifetime)
+        for record, first in zip(records, flags, strict=True):
+            if (since is not None and record.timestamp < since) or (until is not None and record.timestamp > until):
+                continue
+            row.groups += first
+            (row.first if first else row.later).add(record.usage)
+    return stats
+
+
+@dataclass(frozen=True)
+class StatsJob:
+    """One session of ``zhin stats cache``, as a worker process receives it: data only (core/parallel.py)."""
+
+    ref: str
+    db: str | None
+    cwd: Path
+    since: int | None
+    until: int | None
+    lifetime_seconds: int | None
+
+
+def stats_job(job: StatsJob) -> CacheStats:
+    from zhin_cli.store import load_session
+
+    session = load_session(job.ref, db=job.db, cwd=job.cwd)
+    return session_cache_stats(session, since=job.since, until=job.until, lifetime_seconds=job.lifetime_seconds)
+
+
+def stored_session_refs(refs: list[str], db: str) -> list[str]:
+    """The named sessions, or (none named) the id of every session in the database ``db``."""
+    if refs:
+        return list(refs)
+    from zhin_cli.store.database import SessionDatabase, parse_db
+
+    with SessionDatabase(parse_db(db)) as database:
+        return [str(row["session_id"]) for row in database.list_sessions()]
+
+
+def run_cache_stats(refs: list[str], *, db: str | None, cwd: Path, since: int | None = None, until: int | None = None,
+                    lifetime_seconds: int | None = None, jobs: int | None = 1) -> CacheStats:
+    """:func:`cache_stats` over session references (``refs``; none: every session of ``db``), loaded one at a
+    time; ``jobs`` sessions at once in worker processes (``None``: every core). The same figures for every
+    ``jobs``: per-session counts are integers, added in input order."""
+    from zhin_cli.core.parallel import check_jobs, ordered_map
+
+    workers = check_jobs(jobs)
+    if not refs and db is None:
+        from zhin_cli.core.errors import UsageError
+
+        raise UsageError("name the sessions, or give the database whose sessions to count (--db)")
+    chosen = stored_session_refs(refs, db or "")
+    stats = CacheStats(since=since, until=until)
+    for part in ordered_map(stats_job, [StatsJob(ref, db, cwd, since, until, lifetime_seconds) for ref in chosen],
+                            jobs=workers):
+        stats.merge(part)
     return stats
