@@ -16,6 +16,7 @@ from zhin_cli.core.errors import ConfigError
 from zhin_cli.core.registry import Registry
 from zhin_cli.pipeline.preset import Layout
 from zhin_cli.pipeline.segments import RuntimeView
+from zhin_cli.wire import WireFormat, wire_for
 
 MidConversationSystem = Literal["system", "developer", "none"]
 
@@ -56,6 +57,12 @@ class Capabilities:
     # (model regex, overrides): first match wins, e.g. o-series take `developer`.
     model_rules: tuple[tuple[str, dict[str, Any]], ...] = ()
     description: str = ""
+
+    @property
+    def wire_model(self) -> WireFormat:
+        """Everything about this profile's API format (``zhin_cli.wire``): cache regions and blocks in hashing
+        order, messages, tool calls and results, the usage shape. Tools ask it instead of branching on ``wire``."""
+        return wire_for(self.wire)
 
     @property
     def strict_turns(self) -> bool:
