@@ -5,6 +5,12 @@ replayed turn by turn. Linear growth means time per message stays flat: the repo
 (time per message at 8×) / (time per message at 1×), which should stay near 1. Peak Python memory per size
 comes from tracemalloc in a separate pass. Ratios within one run are comparable; absolute numbers
 depend on the machine.
+
+``--old TREE`` (default ``/tmp/old271`` when it exists: an export of 271b824, before issue 16) also compares
+this tree with that one in the same run, each in its own processes, interleaved, best of ``--repeats``:
+all-turn replay and all-turn prefix-diff in messages/s, and the last-turn request of a 10k- and a 20k-message
+session (what ``zhin trace`` does by default) in seconds — the old engine replays every turn before it, the
+Pipeline places only the turns since the last window move. Reported as new/old ratios.
 """
 
 from __future__ import annotations
@@ -12,10 +18,17 @@ from __future__ import annotations
 import copy
 import gc
 import json
+import os
+import subprocess
 import sys
 import time
 import tracemalloc
+from collections import deque
 from pathlib import Path
+from typing import Any
+
+if __name__ == "__main__" and "--worker" in sys.argv:  # measure the tree named on the command line, not this one
+    sys.path.insert(0, sys.argv[sys.argv.index("--worker") + 1])
 
 from zhin_cli.core.model import AssistantMessage, Session, ToolResultMessage
 from zhin_cli.pipeline.assemble import Assembler
@@ -69,7 +82,7 @@ def replay_all(session: Session) -> int:
     return sum(1 for _ in Assembler(registry, config).replay(session))
 
 
-def main() -> None:
+def linearity() -> dict[str, Any]:
     base = read_session(ROOT / "fixtures" / "group-busy.jsonl")
     replay_all(base)  # warm up: tokenizer load, imports
     results = []
@@ -96,9 +109,100 @@ def main() -> None:
         print(f"{r['copies']:>6} {r['messages']:>8} {r['turns']:>5} {r['seconds']:>8} {r['messages_per_second']:>8} {r['peak_mib']:>8}")
     print(f"time per message, 8x / 1x: {report['time_per_message_ratio_8x_over_1x']} (≈1 = linear)")
     print(f"peak memory, 8x / 1x: {report['peak_memory_ratio_8x_over_1x']}")
+    return report
+
+
+OLD_TREE = Path("/tmp/old271")
+SIZES = {"10k": 70, "20k": 140}  # tiles of the fixture: 10,010 and 20,020 messages
+
+
+def worker(tree: str, what: str, copies: int) -> dict[str, Any]:
+    """One measurement on ``tree`` (already first on sys.path), in a fresh process as a CLI run has it."""
+    import zhin_cli
+
+    assert Path(zhin_cli.__file__).resolve().is_relative_to(Path(tree).resolve()), zhin_cli.__file__
+    base = read_session(ROOT / "fixtures" / "group-busy.jsonl")
+    session = tiled(base, copies)
+    config = Config()
+    registry, _ = config.registry()
+    replay_all(base)  # tokenizer and imports loaded before timing
+    gc.collect()
+    gc.freeze()  # as the CLI does after loading
+    started = time.perf_counter()
+    if what == "replay":
+        count = sum(1 for _ in Assembler(registry, config).replay(session))
+    elif what == "prefix-diff":
+        from zhin_cli.tools.prefixdiff import diff_turns
+
+        count = len(diff_turns(session.session_id, Assembler(registry, config).replay(session)).pairs) + 1
+    else:  # the last turn, as `zhin trace` computes it in each tree
+        try:
+            from zhin_cli.pipeline.facade import Pipeline
+        except ImportError:  # before the Pipeline: trace replayed every turn up to the wanted one
+            kept = deque(Assembler(registry, config).replay(session), maxlen=1)  # keep only the last, as trace did
+            count = len(kept)
+        else:
+            with Pipeline.open(config) as pipeline:
+                count = 1 if pipeline.request(session, turn=-1) is not None else 0
+    seconds = time.perf_counter() - started
+    return {"messages": len(session.messages), "requests": count, "seconds": seconds}
+
+
+def measured(tree: Path, what: str, copies: int) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    out = subprocess.run([sys.executable, __file__, "--worker", str(tree), what, str(copies)], capture_output=True,
+                         text=True, check=True, env=env)
+    return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+
+def compare(old: Path, repeats: int) -> dict[str, Any]:
+    """Best of ``repeats`` per tree, old and new runs interleaved (the machine's load hits both alike)."""
+    new = ROOT
+    cases = [("replay", SIZES["10k"]), ("prefix-diff", SIZES["10k"]), ("last-turn", SIZES["10k"]), ("last-turn", SIZES["20k"])]
+    rows = []
+    for what, copies in cases:
+        best: dict[str, float] = {"old": float("inf"), "new": float("inf")}
+        messages = 0
+        for _ in range(repeats):
+            for label, tree in (("old", old), ("new", new)):
+                result = measured(tree, what, copies)
+                best[label] = min(best[label], result["seconds"])
+                messages = result["messages"]
+        row: dict[str, Any] = {"what": what, "messages": messages, "old_seconds": round(best["old"], 3),
+                               "new_seconds": round(best["new"], 3), "speedup": round(best["old"] / best["new"], 2)}
+        if what != "last-turn":
+            row["old_messages_per_second"] = round(messages / best["old"])
+            row["new_messages_per_second"] = round(messages / best["new"])
+        rows.append(row)
+    last = {r["messages"]: r for r in rows if r["what"] == "last-turn"}
+    small, large = sorted(last)
+    return {"old_tree": str(old), "results": rows,
+            "last_turn_20k_over_10k": {"old": round(last[large]["old_seconds"] / last[small]["old_seconds"], 2),
+                                       "new": round(last[large]["new_seconds"] / last[small]["new_seconds"], 2)}}
+
+
+def main() -> None:
+    report: dict[str, Any] = {"benchmark": "replay", **linearity()}
+    old = Path(sys.argv[sys.argv.index("--old") + 1]) if "--old" in sys.argv else OLD_TREE
+    repeats = int(sys.argv[sys.argv.index("--repeats") + 1]) if "--repeats" in sys.argv else 2
+    if (old / "zhin_cli").is_dir():
+        comparison = compare(old, repeats)
+        report["compared_with"] = comparison
+        print(f"\nthis tree vs {old} (best of {repeats}, interleaved):")
+        print(f"{'what':>12} {'messages':>8} {'old s':>8} {'new s':>8} {'speed-up':>8}")
+        for row in comparison["results"]:
+            print(f"{row['what']:>12} {row['messages']:>8} {row['old_seconds']:>8} {row['new_seconds']:>8} {row['speedup']:>7}x")
+        ratio = comparison["last_turn_20k_over_10k"]
+        print(f"last-turn request, 20k / 10k messages: old {ratio['old']}x, new {ratio['new']}x")
+    else:
+        print(f"(no old tree at {old}: pass --old TREE to compare)")
     if "--json" in sys.argv:
         print(json.dumps(report))
 
 
 if __name__ == "__main__":
-    main()
+    if "--worker" in sys.argv:
+        at = sys.argv.index("--worker")
+        print(json.dumps(worker(sys.argv[at + 1], sys.argv[at + 2], int(sys.argv[at + 3]))))
+    else:
+        main()
