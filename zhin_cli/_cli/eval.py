@@ -33,7 +33,7 @@ def schema_eval_case() -> None:
 def eval_command(
     paths: Annotated[list[Path] | None, typer.Argument(help="Case files or folders (default: eval_cases/).")] = None,
     provider: Annotated[list[str] | None, typer.Option("--provider", "-p", help="Run only under these provider profiles (repeatable).")] = None,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Cases run at once.")] = 1,
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="Cases run at once: worker processes offline, threads for live cases (default: the number of cores; 1: one at a time, in this process).")] = None,
     repeat: Annotated[int | None, typer.Option("--repeat", help="Live cases: ask the model N times (overrides the case's repeat).")] = None,
     junit: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML here.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One versioned JSON document on stdout.")] = False,

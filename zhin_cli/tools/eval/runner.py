@@ -19,6 +19,7 @@ from zoneinfo import ZoneInfo
 
 from zhin_cli.core.errors import EXIT_CANNOT_RUN, EXIT_FOUND, EXIT_OK, ConfigError, UsageError, ZhinError
 from zhin_cli.core.model import BotFacts, SceneFacts
+from zhin_cli.core.parallel import check_jobs, ordered_map
 from zhin_cli.core.timezones import valid_timezone
 from zhin_cli.core.trust import PluginSource, UntrustedPlugins, authorize, inside, plugin_file
 from zhin_cli.pipeline.assemble import DEFAULT_PROVIDER, AssembledRequest
@@ -93,7 +94,7 @@ class CaseResult:
 @dataclass
 class EvalOptions:
     providers: list[str] = field(default_factory=list)  # --provider: restrict to these
-    jobs: int = 1
+    jobs: int | None = 1  # cases at once (None: every core): processes offline, threads for live cases
     repeat: int | None = None  # --repeat: live cases ask this many times
     live: bool = False
     model: str | None = None
@@ -483,6 +484,13 @@ def _run_live(prepared: Prepared, options: EvalOptions, live_model: Any, run: Pr
     return all_passed / repeat, results, False
 
 
+def run_offline_case(job: tuple[Prepared, EvalOptions]) -> CaseResult:
+    """One case without a live model: the unit of work a worker process receives (data only; the case's config
+    carries its ``PluginSource``, so its plugins are trusted exactly as in process)."""
+    prepared, options = job
+    return run_case(prepared, options)
+
+
 def make_live_model(options: EvalOptions) -> Any:
     from zhin_cli.tools.eval.live import LiveModel  # lazy: offline runs never import the client
 
@@ -491,9 +499,12 @@ def make_live_model(options: EvalOptions) -> Any:
 
 
 def run_eval(paths: list[Path], options: EvalOptions, *, progress: Callable[[int, int], None] | None = None) -> EvalRun:
-    """Load and check every case under ``paths`` (CaseError, exit 4, before anything runs), then run them."""
-    if options.jobs < 1:
-        raise UsageError("-j/--jobs must be at least 1")
+    """Load and check every case under ``paths`` (CaseError, exit 4, before anything runs), then run them.
+
+    ``options.jobs`` cases at once, reported in file order whatever the value: offline in worker processes
+    (core/parallel.py, like prefix-diff, report economy and stats cache: assembling is CPU work), live in threads
+    (the time goes to waiting for the model, and the threads share one response cache and its counts)."""
+    workers = check_jobs(options.jobs)
     if options.repeat is not None and options.repeat < 1:
         raise UsageError("--repeat must be at least 1")
     unknown = [p for p in options.providers if p not in PROFILES]
@@ -511,11 +522,14 @@ def run_eval(paths: list[Path], options: EvalOptions, *, progress: Callable[[int
     def one(position: int) -> None:
         results[position] = run_case(prepared[position], options, live_model)
 
-    with ThreadPoolExecutor(max_workers=options.jobs) as pool:
-        for _ in pool.map(one, range(len(prepared))):
-            done += 1
-            if progress:
-                progress(done, len(prepared))
+    if live_model is None:
+        results = list(ordered_map(run_offline_case, [(p, options) for p in prepared], jobs=workers, done=progress))
+    else:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            for _ in pool.map(one, range(len(prepared))):
+                done += 1
+                if progress:
+                    progress(done, len(prepared))
     answers = None
     if live_model is not None:
         answers = LiveAnswers(live_model.answers, live_model.from_cache,
