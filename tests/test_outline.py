@@ -200,3 +200,46 @@ def test_a_database_row_deleted_after_the_outline_is_an_error_not_a_gap(tmp_path
     with pytest.raises(InputError, match="row is gone"):
         lazy.messages[2]
     assert lazy.messages[3].row_id == 4  # negative control: the rows still there read
+
+
+# --- jsontext: orjson's speed, json's results ---------------------------------------------------------------------
+
+JSON_TEXTS = ['{"a":1,"a":2}', "1" + "0" * 30, "[-12345678901234567890]", "NaN", "[Infinity]", '"\\ud800"', "[1e400]",
+              "\ufeff{}", " [1, 2.5, -0] ", '{"t":"\\u00e9\\ud83d\\ude00"}', "{not json", "[" * 5000, '"\\x"', "", "9" * 5000,
+              "[" * 995 + "]" * 995]
+
+
+@pytest.mark.parametrize("text", JSON_TEXTS, ids=range(len(JSON_TEXTS)))
+def test_jsontext_gives_json_values_and_errors(text: str) -> None:
+    from zhin_cli.core import jsontext
+
+    def outcome(load: Any) -> Any:
+        try:
+            value = load()
+        except (ValueError, RecursionError) as exc:
+            return type(exc).__name__, str(exc)
+        return type(value).__name__, repr(value)
+
+    assert outcome(lambda: jsontext.loads(text)) == outcome(lambda: json.loads(text))
+    assert outcome(lambda: jsontext.loads(text, text.encode("utf-8", "surrogatepass"))) == outcome(lambda: json.loads(text))
+
+
+def test_orjson_alone_would_read_a_long_integer_as_a_float() -> None:
+    # negative control for the digit-run rule: without it a 31-digit id would be a float, not "an integer of 31 digits"
+    orjson = pytest.importorskip("orjson")
+    assert isinstance(orjson.loads("1" + "0" * 30), float)
+
+
+def test_database_outline_of_a_branch_whose_parent_is_a_newer_row(tmp_path: Path, upstream_db: Any) -> None:
+    # branch 1 -> 4 -> 3 (row 3 was re-parented onto row 4): storage order is the chain's, not the ids'
+    rows = [
+        {"payload": payload("user", 1000, content=[{"type": "text", "text": "a"}]), "parent_id": None},
+        {"payload": payload("assistant", 2000, content=[{"type": "text", "text": "off"}]), "parent_id": 1},
+        {"payload": payload("assistant", 4000, content=[{"type": "text", "text": "c"}]), "parent_id": 4},
+        {"payload": payload("user", 3000, content=[{"type": "text", "text": "b"}]), "parent_id": 1},
+    ]
+    database = upstream_db(tmp_path / "d.sqlite", "icqq:1:group:2#1-1", rows, active_leaf=3)
+    lazy, eager = db_pair(database, "icqq:1:group:2#1-1")
+    assert [m.row_id for m in eager.messages] == [1, 4, 3]
+    assert as_tuples(lazy.outline) == as_tuples(SessionOutline.of_messages(eager.messages))
+    assert [message_state(m) for m in lazy.messages] == [message_state(m) for m in eager.messages]

@@ -18,8 +18,8 @@ import secrets
 import sqlite3
 import struct
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Generator, Iterator, Sequence
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,6 +47,7 @@ from zhin_cli.core.timezones import valid_timezone
 from zhin_cli.store import schema
 from zhin_cli.store.jsonl import message_line
 from zhin_cli.store.payload import (
+    OutlineFacts,
     ToolPairing,
     check_member_facts,
     check_pairing,
@@ -616,27 +617,55 @@ class SessionDatabase:
         links = _query(conn, _SQL_MESSAGE_LINKS if has_parent else _SQL_MESSAGE_IDS, {"sid": session_id, "n": limit + 1})[1]
         if len(links) > limit:
             self._too_large(conn, session_id, limit)
-        ids = [link[0] for link in links]
-        branch = self._branch(links, leaf) if leaf is not None and has_parent else ids
-        wanted = dict.fromkeys(branch, None)  # id → facts (ids in branch order)
-        tools = ToolPairing()
-        for row_id, payload in _stream(conn, _SQL_MESSAGE_PAYLOADS, {"sid": session_id, "n": limit + 1}):
-            if row_id in wanted:
-                where = at_row("agent_messages", row_id, self.ref.label)
-                try:
-                    wanted[row_id] = outline_facts(json_column(payload, "payload", where), where)
-                except RecursionError:
-                    raise InputError("payload is nested too deeply", where=where) from None
+        branch = self._branch(links, leaf) if leaf is not None and has_parent else [link[0] for link in links]
+        del links
         outline = OutlineBuilder()
-        for row_id in branch:  # facts checked in branch order, as the eager load does
-            facts = wanted[row_id]
-            if facts is None:  # read by the first query, gone by the second: not this snapshot's branch
-                raise InputError("active branch names a missing row", where=at_row("agent_messages", row_id, self.ref.label))
+        tools = ToolPairing()
+
+        def add(row_id: int, facts: OutlineFacts) -> None:  # in branch order, as the eager load checks pairing
             check_pairing(facts.role, facts.call_ids, facts.result_for, tools, at_row("agent_messages", row_id, self.ref.label))
             outline.add_facts(row_id=row_id, timestamp=facts.timestamp, role=facts.role,
                               has_tool_calls=facts.has_tool_calls, has_text=facts.has_text, model=facts.model,
                               message_id=facts.message_id, event_kind=facts.event_kind)
+
+        # closed inside the snapshot even when a row is refused part way (the cursor belongs to this transaction)
+        query = _SQL_MESSAGE_PAYLOADS_EXTRA if "extra" in names else _SQL_MESSAGE_PAYLOADS
+        with closing(_stream(conn, query, {"sid": session_id, "n": limit + 1})) as payloads:
+            if all(a < b for a, b in zip(branch, branch[1:], strict=False)):
+                # the usual branch, in id order: facts are added as the rows stream by, nothing is held
+                position = 0
+                for row_id, payload, extra in payloads:
+                    if position < len(branch) and row_id == branch[position]:
+                        add(row_id, self._facts(row_id, payload, extra))
+                        position += 1
+                missing = branch[position] if position < len(branch) else None
+            else:  # a branch whose parents are not older rows: facts by id, then in branch order
+                wanted: dict[int, OutlineFacts | None] = dict.fromkeys(branch, None)
+                for row_id, payload, extra in payloads:
+                    if row_id in wanted:
+                        wanted[row_id] = self._facts(row_id, payload, extra)
+                missing = None
+                for row_id in branch:
+                    facts = wanted[row_id]
+                    if facts is None:
+                        missing = row_id
+                        break
+                    add(row_id, facts)
+        if missing is not None:  # read by the first query, gone by the second: not this snapshot's branch
+            raise InputError("active branch names a missing row", where=at_row("agent_messages", missing, self.ref.label))
         return _LazyRows(outline, session_id)
+
+    def _facts(self, row_id: int, payload: Any, extra: Any) -> OutlineFacts:
+        """A row's outline facts; its ``extra`` column is checked as JSON here too, so that a bad row is refused
+        by the load (before any output), not when a command first reads its message."""
+        where = at_row("agent_messages", row_id, self.ref.label)
+        parsed = json_column(payload, "payload", where)
+        if extra:
+            json_column(extra, "extra", where)
+        try:
+            return outline_facts(parsed, where)
+        except RecursionError:
+            raise InputError("payload is nested too deeply", where=where) from None
 
     def _branch(self, links: list[tuple[Any, ...]], leaf: int) -> list[int]:
         """The active branch: ``parent_id`` links from ``leaf`` back to the root, in storage order."""
@@ -848,8 +877,10 @@ _SQL_MESSAGE_LINKS = ("SELECT agent_messages.id, agent_messages.parent_id FROM a
                       " WHERE agent_messages.session_id = :sid ORDER BY agent_messages.id LIMIT :n")
 _SQL_MESSAGE_IDS = ("SELECT agent_messages.id, NULL FROM agent_messages"
                     " WHERE agent_messages.session_id = :sid ORDER BY agent_messages.id LIMIT :n")
-_SQL_MESSAGE_PAYLOADS = ("SELECT agent_messages.id, agent_messages.payload FROM agent_messages"
+_SQL_MESSAGE_PAYLOADS = ("SELECT agent_messages.id, agent_messages.payload, NULL FROM agent_messages"
                          " WHERE agent_messages.session_id = :sid ORDER BY agent_messages.id LIMIT :n")
+_SQL_MESSAGE_PAYLOADS_EXTRA = ("SELECT agent_messages.id, agent_messages.payload, agent_messages.extra FROM agent_messages"
+                               " WHERE agent_messages.session_id = :sid ORDER BY agent_messages.id LIMIT :n")
 _SQL_MESSAGES_BY_ID = "SELECT * FROM agent_messages WHERE agent_messages.session_id = :sid AND agent_messages.id IN ({ids})"
 _IDS_PER_QUERY = 500  # bound parameters per query (SQLite before 3.32 allows 999)
 _STREAM_ROWS = 2000  # rows per fetch while streaming payloads
@@ -900,7 +931,7 @@ def _query(conn: Any, sql: str, params: dict[str, Any] | None = None) -> _Raw:
     return tuple(result.keys()), [tuple(row) for row in result.all()]
 
 
-def _stream(conn: Any, sql: str, params: dict[str, Any]) -> Iterator[tuple[Any, ...]]:
+def _stream(conn: Any, sql: str, params: dict[str, Any]) -> Generator[tuple[Any, ...], None, None]:
     """The rows of one SELECT, fetched ``_STREAM_ROWS`` at a time (memory: one block, not the result)."""
     if conn.dialect.name == "sqlite":
         cursor = conn.connection.dbapi_connection.cursor()

@@ -243,7 +243,7 @@ def _parse_line(raw_line: bytes, where: str) -> dict[str, Any] | None:
     if not text.strip():
         return None
     try:
-        obj = jsontext.loads(text)
+        obj = jsontext.loads(text, raw_line)
     except json.JSONDecodeError as exc:
         raise InputError(f"invalid JSON: {exc.msg} (column {exc.colno})", where=where) from None
     except RecursionError:

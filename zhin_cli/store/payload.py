@@ -60,6 +60,8 @@ _REPR.maxlevel, _REPR.maxlist, _REPR.maxdict, _REPR.maxstring, _REPR.maxother, _
 def check_payload_text(text: str, where: str) -> None:
     """A stored payload's JSON text (a database column) holding a lone surrogate escape (``\\ud800``) is bad input
     (see ``zhin_cli.core.inputfiles``): call before or after ``json.loads`` of the column."""
+    if "\\u" not in text and "\\U" not in text:  # no escape at all (most rows): nothing to scan
+        return
     offset = lone_surrogate_in_json(text)
     if offset is not None:
         raise InputError(surrogate_message(text[offset : offset + 6]), where=where)
