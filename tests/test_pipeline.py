@@ -135,3 +135,14 @@ def test_records_are_typed_and_keep_the_json() -> None:
     texts = dict(request.system_texts)
     wire = json.dumps(request.request, ensure_ascii=False)
     assert texts["core.rules"] and all(json.dumps(text, ensure_ascii=False)[1:-1] in wire for text in texts.values())
+
+
+def test_a_preset_given_to_one_pipeline_never_reaches_another() -> None:
+    """``--preset`` is a parameter, not ambient state: the ContextVar it replaced made every config loaded while
+    it was set use the preset, so a second pipeline opened meanwhile got it too."""
+    import zhin_cli.pipeline.config as config_module
+
+    assert not hasattr(config_module, "preset_override")
+    config = parse_config({})
+    with Pipeline.open(config, preset=PRESET) as with_preset, Pipeline.open(config) as without:
+        assert with_preset.preset is not None and without.preset is None and config.preset() is None

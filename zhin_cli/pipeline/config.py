@@ -11,9 +11,6 @@ import importlib
 import importlib.util
 import re
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,18 +28,6 @@ if TYPE_CHECKING:
     from zhin_cli.pipeline.preset.model import Preset
 
 CONFIG_NAME = "zhin.yaml"
-# ``--preset FILE`` on the command line: replaces the ``preset:`` file of every config loaded while it is
-# set (trace, and both sides of prefix-diff --base/--head), keeping that config's preset options.
-_PRESET_OVERRIDE: ContextVar[Path | None] = ContextVar("zhin_preset_override", default=None)
-
-
-@contextmanager
-def preset_override(path: Path | None) -> Iterator[None]:
-    token = _PRESET_OVERRIDE.set(path)
-    try:
-        yield
-    finally:
-        _PRESET_OVERRIDE.reset(token)
 
 
 @dataclass
@@ -75,8 +60,9 @@ class Config:
         return f"{self.path}:{self.lines[key]}" if key in self.lines else str(self.path)
 
     def preset(self) -> Preset | None:
-        """The message skeleton this config asks for (``None``: the built-in ADR 0041 layout)."""
-        path = _PRESET_OVERRIDE.get() or self.preset_path
+        """The message skeleton this config asks for (``None``: the built-in ADR 0041 layout). ``--preset FILE``
+        does not change it: it is the ``preset=`` parameter of ``Pipeline.open`` (read with these options)."""
+        path = self.preset_path
         if path is None:
             return None
         from zhin_cli.pipeline.preset.importer import load_preset

@@ -15,8 +15,8 @@ of ``replay`` byte for byte (tests/test_turn_equivalence.py), without assembling
 (docs/design-notes.md, "A request costs its window").
 
 ``--preset FILE`` is the ``preset=`` parameter (a path is read with that config's ``preset:`` options), for
-each pipeline a tool opens — prefix-diff ``--base/--head`` opens two, both with the same ``preset=``. The
-ContextVar that carried it (``config.preset_override``) goes once no caller uses it.
+each pipeline a tool opens — prefix-diff ``--base/--head`` opens two, both with the same ``preset=``; no
+ambient state (it used to travel in a ContextVar, ``config.preset_override``).
 """
 
 from __future__ import annotations
