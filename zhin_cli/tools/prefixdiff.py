@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from zhin_cli.cache import Plan, PrefixCache, common_prefix_length, common_tokens, plan
+from zhin_cli.cache import Plan, PrefixCache, common_prefix_length, plan, shared_tokens
 from zhin_cli.pipeline.assemble import AssembledRequest
 from zhin_cli.pipeline.facade import Pipeline
 from zhin_cli.wire import WireFormat, wire_for
@@ -59,7 +59,15 @@ class Serialized:
 
 
 def _dumps(value: Any) -> bytes:
+    if isinstance(value, dict) and len(value) == 2 and isinstance(value.get("content"), str) and isinstance(value.get("role"), str):
+        return _plain_message(*value.items())  # type: ignore[arg-type]
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+@functools.lru_cache(maxsize=16384)
+def _plain_message(first: tuple[str, str], second: tuple[str, str]) -> bytes:
+    """A ``{"role", "content"}`` message's JSON, memoised: a replay sends the same history messages every turn."""
+    return json.dumps(dict((first, second)), ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def wire_of(request: AssembledRequest) -> WireFormat:
@@ -100,7 +108,7 @@ class Divergence:
 
 def _divergence(old: Serialized, new: Serialized) -> Divergence:
     offset = 0
-    tokens = common_tokens(old.plan.tokens, new.plan.tokens)
+    tokens = shared_tokens(old.plan, new.plan)
     for index, (a, b) in enumerate(zip(old.chunks, new.chunks, strict=False)):
         if a.data == b.data:
             offset += len(a.data)
