@@ -60,7 +60,7 @@ class Serialized:
 
 def _dumps(value: Any) -> bytes:
     if isinstance(value, dict) and len(value) == 2 and isinstance(value.get("content"), str) and isinstance(value.get("role"), str):
-        return _plain_message(*value.items())  # type: ignore[arg-type]
+        return _plain_message(*value.items())
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
 
 
