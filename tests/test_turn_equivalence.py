@@ -138,6 +138,16 @@ def test_one_turn_equals_the_replays_turn(case: Case) -> None:
     assert mismatches(case) == []
 
 
+@SETTINGS
+@given(case=cases(), data=st.data())
+def test_some_turns_equal_the_replays_turns(case: Case, data: st.DataObject) -> None:
+    """``replay(turns=…)`` (trace of a few turns, eval) places what their prefixes need and renders only them."""
+    with open_pipeline(case) as pipeline:
+        replayed = {r.turn: body(r) for r in pipeline.replay(case.session)}
+        chosen = data.draw(st.sets(st.sampled_from(sorted(replayed)), max_size=4))
+        assert {r.turn: body(r) for r in pipeline.replay(case.session, turns=chosen)} == {t: replayed[t] for t in chosen}
+
+
 def test_every_turn_of_a_fixed_session_is_checked() -> None:
     """The property compares every request of a replay (the greeting has none): a session with a window move,
     a late event and a compaction gives as many comparisons as turns with a request."""

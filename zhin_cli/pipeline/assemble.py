@@ -567,8 +567,6 @@ class Assembler:
         """The time zone this assembler renders ``session``'s requests in (``resolve_timezone``)."""
         return resolve_timezone(self.timezone, session)
 
-    _timezone = timezone_of  # the old private name (economy); use ``timezone_of``
-
     # --- turns -----------------------------------------------------------------------------------------------
 
     def plan(self, session: Session) -> TurnPlan:
@@ -592,18 +590,31 @@ class Assembler:
     def conversation(self, session: Session, plan: TurnPlan | None = None) -> Conversation:
         return Conversation(self, plan or self.plan(session))
 
-    def replay(self, session: Session, *, only: frozenset[int] | None = None) -> Iterator[AssembledRequest]:
+    def replay(self, session: Session, *, only: frozenset[int] | None = None,
+               plan: TurnPlan | None = None) -> Iterator[AssembledRequest]:
         """Every request of the session in turn order (``plan``), each keeping the previous one's sent prefix;
-        with ``only``, just those turns (the others are placed, not rendered, and only where a wanted turn's
-        prefix depends on them: ``request``)."""
-        plan = self.plan(session)
-        if only is not None:
-            for turn in sorted(only):
-                yield self.request(session, turn, plan=plan)
-            return
+        with ``only``, just those turns: the turns each one's prefix depends on (since its window last moved,
+        ``run_start``) are placed, not rendered, and nothing else is touched."""
+        plan = plan or self.plan(session)
         conversation = self.conversation(session, plan)
-        for point in plan.points:
-            request = conversation.step(point)
+        if only is None:
+            for point in plan.points:
+                request = conversation.step(point)
+                if request is not None:
+                    yield request
+            return
+        wanted = {plan.point_index(plan.number(turn)) for turn in only}
+        for at in wanted:
+            if plan.points[at].greeting:
+                raise UsageError(f"turn {plan.points[at].number} is the greeting: no request is made for it")
+        touched = set(wanted)
+        for at in wanted:
+            touched.update(range(self.run_start(plan, at), at))
+        for at in sorted(touched):
+            if at - 1 not in touched and at > 0:
+                # the window moved between the last point stepped and this one: a full replay carries nothing here
+                conversation.carry = None
+            request = conversation.step(plan.points[at], render=at in wanted)
             if request is not None:
                 yield request
 
@@ -611,21 +622,16 @@ class Assembler:
         """Turn ``turn``'s request exactly as ``replay`` makes it, at the cost of its window: the sent prefix it
         keeps comes from the turns since its window last moved (placed, not rendered); nothing before them
         matters, because a moved window carries no prefix (``SentPrefix.carried_into``)."""
-        plan = plan or self.plan(session)
-        at = plan.point_index(plan.number(turn))
-        target = plan.points[at]
-        if target.greeting:
-            raise UsageError(f"turn {target.number} is the greeting: no request is made for it")
-        start = self.window_start(plan, target)
+        return next(iter(self.replay(session, only=frozenset({turn}), plan=plan)))
+
+    def run_start(self, plan: TurnPlan, at: int) -> int:
+        """The earliest point before ``plan.points[at]`` from which every point up to it has its window start:
+        the turns whose placements ``at``'s sent prefix depends on begin there."""
+        start = self.window_start(plan, plan.points[at])
         first = at
         while first > 0 and self.window_start(plan, plan.points[first - 1]) == start:
             first -= 1
-        conversation = self.conversation(session, plan)
-        for point in plan.points[first:at]:
-            conversation.step(point, render=False)
-        request = conversation.step(target)
-        assert request is not None
-        return request
+        return first
 
     def window_start(self, plan: TurnPlan, point: TurnPoint) -> WindowStart:
         """Where the window of ``point``'s request opens (a greeting: at the start of the chat)."""

@@ -25,7 +25,6 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
 
-from zhin_cli.core.errors import UsageError
 from zhin_cli.core.model import Session
 from zhin_cli.pipeline.assemble import AssembledRequest, Assembler, Conversation, TurnPlan
 from zhin_cli.pipeline.config import Config, load_config
@@ -120,11 +119,7 @@ class Pipeline:
         if turns is None:
             return self.assembler.replay(session)
         plan = self.turns(session)
-        wanted = sorted({plan.number(t) for t in turns})
-        greeting = plan.greeting_turn
-        if greeting in wanted:
-            raise UsageError(f"turn {greeting} is the greeting: no request is made for it")
-        return self.assembler.replay(session, only=frozenset(wanted))
+        return self.assembler.replay(session, only=frozenset(plan.number(t) for t in turns), plan=plan)
 
     def conversation(self, session: Session) -> Conversation:
         """Step through a conversation one request at a time (eval's turn points, which need not be stored

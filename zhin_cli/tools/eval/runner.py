@@ -21,6 +21,7 @@ from zhin_cli.core.errors import EXIT_CANNOT_RUN, EXIT_FOUND, EXIT_OK, ConfigErr
 from zhin_cli.core.model import BotFacts, SceneFacts
 from zhin_cli.core.parallel import check_jobs, ordered_map
 from zhin_cli.core.timezones import valid_timezone
+from zhin_cli.core.tokens import counter
 from zhin_cli.core.trust import PluginSource, UntrustedPlugins, authorize, inside, plugin_file
 from zhin_cli.pipeline.assemble import DEFAULT_PROVIDER, AssembledRequest
 from zhin_cli.pipeline.config import Config, load_plugin, parse_config
@@ -453,7 +454,7 @@ def _run_live(prepared: Prepared, options: EvalOptions, live_model: Any, run: Pr
     case = prepared.case
     lines = {i: case.line_of(f"assertions[{i}]") for i, _ in specs}
     request = run.select(specs[0][1].get("turn"))[0][1]
-    wire = request.profile.wire if request.profile else LIVE_WIRE
+    wire = request.profile.wire
     if wire != LIVE_WIRE:
         message = f"the live model speaks OpenAI chat; provider {provider!r} renders {wire}"
         return None, [AssertionResult(i, s["type"], provider, "error", message, lines[i]) for i, s in specs], False
@@ -523,7 +524,8 @@ def run_eval(paths: list[Path], options: EvalOptions, *, progress: Callable[[int
         results[position] = run_case(prepared[position], options, live_model)
 
     if live_model is None:
-        results = list(ordered_map(run_offline_case, [(p, options) for p in prepared], jobs=workers, done=progress))
+        results = list(ordered_map(run_offline_case, [(p, options) for p in prepared], jobs=workers, done=progress,
+                                   prepare=counter))  # the default tokenizer, loaded once for every worker
     else:
         with ThreadPoolExecutor(max_workers=workers) as pool:
             for _ in pool.map(one, range(len(prepared))):
