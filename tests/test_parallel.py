@@ -215,3 +215,24 @@ def test_errors_keep_their_exit_code() -> None:
     with pytest.raises(ConfigError) as caught:
         list(ordered_map(fail_at, [4, 5], jobs=2))
     assert caught.value.exit_code == ConfigError.exit_code and "zhin.yaml:3" in str(caught.value)
+
+
+WARMED: list[str] = []
+
+
+def warm() -> None:
+    WARMED.append("loaded here")
+
+
+def warmed(item: int) -> list[str]:
+    return list(WARMED)
+
+
+def test_prepare_runs_once_here_and_the_workers_share_what_it_loaded() -> None:
+    WARMED.clear()
+    try:
+        assert list(ordered_map(warmed, [0, 1, 2], jobs=2, prepare=warm)) == [["loaded here"]] * 3
+        assert WARMED == ["loaded here"]  # once, in this process, before the workers were forked
+    finally:
+        WARMED.clear()
+    assert list(ordered_map(warmed, [0, 1], jobs=2)) == [[], []]  # negative control: nothing prepared

@@ -118,11 +118,12 @@ def _context() -> Any:
 
 
 def ordered_map(work: Callable[[T], R], items: Sequence[T], *, jobs: int,
-                done: Callable[[int, int], None] | None = None) -> Iterator[R]:
+                done: Callable[[int, int], None] | None = None, prepare: Callable[[], object] | None = None) -> Iterator[R]:
     """``work(item)`` for every item, yielded in the order of ``items``; ``jobs`` processes at once (1: here).
 
     ``work`` must be a module-level function and the items picklable. ``done(n, total)`` is called here after
-    the n-th result (in order), for a progress bar."""
+    the n-th result (in order), for a progress bar. ``prepare`` runs here once before the workers are forked,
+    so what it loads is shared by all of them instead of loaded by each (a tokenizer: about a second each)."""
     total = len(items)
     if jobs <= 1 or total <= 1:
         for index, item in enumerate(items, start=1):
@@ -133,6 +134,8 @@ def ordered_map(work: Callable[[T], R], items: Sequence[T], *, jobs: int,
         return
     from concurrent.futures import ProcessPoolExecutor
 
+    if prepare is not None:
+        prepare()
     pool = ProcessPoolExecutor(max_workers=min(jobs, total), mp_context=_context(), initializer=_worker_started)
     futures: list[Future[_Outcome[R]]] = []
     try:

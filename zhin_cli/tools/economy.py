@@ -24,6 +24,7 @@ logged usage).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -494,7 +495,8 @@ def run_economy(
     job_list = [EconomyJob(ref, db, cwd, config, tuple(chosen), encoding, after_load)
                 for ref in session_refs(refs, all_sessions=False, db=db, cwd=cwd)]
     return EconomyReport(encoding, window_description(config.window),
-                         list(ordered_map(economy_job, job_list, jobs=workers)))
+                         list(ordered_map(economy_job, job_list, jobs=workers,
+                                          prepare=functools.partial(shared_counter, encoding))))
 
 
 @dataclass(frozen=True)

@@ -571,6 +571,7 @@ def run_prefix_diff(
     turns with one job, sessions with several."""
     from zhin_cli.core.errors import UsageError
     from zhin_cli.core.parallel import check_jobs, ordered_map
+    from zhin_cli.core.tokens import DEFAULT_ENCODING, counter
     from zhin_cli.pipeline.config import load_config
 
     fail = list(fail_on)
@@ -586,7 +587,8 @@ def run_prefix_diff(
         job_list = [SessionJob(ref, db, cwd, configs, provider, model, preset, after_load) for ref in chosen]
         if workers == 1 or len(job_list) == 1:  # here: the progress bar follows the turns
             return list(ordered_map(functools.partial(run_session_job, progress=progress), job_list, jobs=1))
-        return list(ordered_map(run_session_job, job_list, jobs=workers, done=progress))
+        return list(ordered_map(run_session_job, job_list, jobs=workers, done=progress,
+                                prepare=functools.partial(counter, DEFAULT_ENCODING)))  # most models' tokenizer
 
     if base is None:
         result = PrefixDiffResult("turns", fail)
