@@ -243,3 +243,17 @@ def test_database_outline_of_a_branch_whose_parent_is_a_newer_row(tmp_path: Path
     assert [m.row_id for m in eager.messages] == [1, 4, 3]
     assert as_tuples(lazy.outline) == as_tuples(SessionOutline.of_messages(eager.messages))
     assert [message_state(m) for m in lazy.messages] == [message_state(m) for m in eager.messages]
+
+
+@pytest.mark.parametrize("row_ids", [[3, 9, 12, 40], [9, 3, 40, 12], [], [7]])
+def test_row_positions_answer_as_a_dict_of_the_ids(row_ids: list[int]) -> None:
+    from array import array
+
+    from zhin_cli.pipeline.window import RowPositions
+
+    positions = RowPositions(array("q", row_ids))
+    expected = {row_id: i for i, row_id in enumerate(row_ids)}
+    assert dict(positions) == expected and len(positions) == len(expected)
+    for row_id in (*row_ids, 0, 10, 41):
+        assert positions.get(row_id) == expected.get(row_id)
+        assert (row_id in positions) == (row_id in expected)

@@ -8,6 +8,7 @@ writes back what was imported, byte for byte in meaning.
 from __future__ import annotations
 
 import bisect
+from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, overload
@@ -316,8 +317,9 @@ class OutlineBuilder:
     from facts a source read without building them (``add_facts``)."""
 
     def __init__(self) -> None:
-        self.row_ids: list[int] = []
-        self.timestamps: list[int] = []
+        # 64-bit arrays, not lists of int objects: 8 bytes a message instead of ~40 (stored ids and times fit)
+        self.row_ids: Sequence[int] = array("q")
+        self.timestamps: Sequence[int] = array("q")
         self.roles: list[OutlineRole] = []
         self.has_tool_calls: list[bool] = []
         self.has_text: list[bool] = []
@@ -343,8 +345,8 @@ class OutlineBuilder:
 
     def add_facts(self, *, row_id: int, timestamp: int, role: OutlineRole, has_tool_calls: bool, has_text: bool,
                   model: str | None, message_id: str | None, event_kind: str | None) -> None:
-        self.row_ids.append(row_id)
-        self.timestamps.append(timestamp)
+        self.row_ids.append(row_id)  # type: ignore[attr-defined]
+        self.timestamps.append(timestamp)  # type: ignore[attr-defined]
         self.roles.append(role)
         self.has_tool_calls.append(has_tool_calls)
         self.has_text.append(has_text)
@@ -364,15 +366,6 @@ class OutlineBuilder:
             event_kinds=self.event_kinds,
             assistant_positions=[i for i, role in enumerate(self.roles) if role == "assistant"],
         )
-
-    def select(self, positions: Sequence[int]) -> OutlineBuilder:
-        """The outline of the messages at ``positions`` (in that order): an active branch out of every row read."""
-        chosen = OutlineBuilder()
-        for name in ("row_ids", "timestamps", "roles", "has_tool_calls", "has_text", "models", "message_ids",
-                     "event_kinds"):
-            values = getattr(self, name)
-            setattr(chosen, name, [values[i] for i in positions])
-        return chosen
 
 
 RowLoader = Callable[[Sequence[int]], list[Message]]  # positions (ascending) → the messages there, parsed

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,7 +54,8 @@ class _Builder:
     # lazy reading (``open_session``): the outline and each message line's place instead of the messages
     lazy: bool = False
     outline: OutlineBuilder = field(default_factory=OutlineBuilder)
-    places: list[tuple[int, int]] = field(default_factory=list)  # (byte offset, line number) per message
+    offsets: array[int] = field(default_factory=lambda: array("q"))  # byte offset of each message's line
+    numbers: array[int] = field(default_factory=lambda: array("q"))  # its line number
     line_offset: int = 0  # of the line being read
     line_number: int = 0
     next_row_id: int = 1
@@ -129,7 +131,8 @@ def _message_line(builder: _Builder, obj: dict[str, Any], where: str) -> None:
     check_tool_pairing(message, builder.tools, where)
     if builder.lazy:  # every line is checked as it is read; only the window's messages are kept (parsed again)
         builder.outline.add(message)
-        builder.places.append((builder.line_offset, builder.line_number))
+        builder.offsets.append(builder.line_offset)
+        builder.numbers.append(builder.line_number)
     else:
         builder.messages.append(message)
 
@@ -229,8 +232,8 @@ def _read(path: Path, *, lazy: bool) -> Session:
     session = builder.session
     if lazy:
         session.messages = LazyMessages(builder.outline.outline(),
-                                        _LineLoader(path, identity, builder.places, builder.outline.row_ids,
-                                                    session.bot.user_id))
+                                        _LineLoader(path, identity, builder.offsets, builder.numbers,
+                                                    builder.outline.row_ids, session.bot.user_id))
     return settle_bot_headers(session)
 
 
@@ -272,8 +275,9 @@ class _LineLoader:
 
     path: Path
     identity: tuple[int, int, int, int]
-    places: list[tuple[int, int]]
-    row_ids: list[int]
+    offsets: Sequence[int]
+    numbers: Sequence[int]
+    row_ids: Sequence[int]
     bot_id: str | None
 
     def __call__(self, positions: Sequence[int]) -> list[Message]:
@@ -282,7 +286,7 @@ class _LineLoader:
             if _identity(os.fstat(handle.fileno())) != self.identity:
                 raise InputError("the session file changed while zhin was reading it; run again", where=str(self.path))
             for position in positions:
-                offset, number = self.places[position]
+                offset, number = self.offsets[position], self.numbers[position]
                 handle.seek(offset)
                 where = at_line(self.path, number)
                 obj = _parse_line(handle.readline(), where)
