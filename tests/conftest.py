@@ -1,16 +1,30 @@
-"""Shared test helpers: paths, a clean subprocess runner for the CLI, and an upstream-shaped SQLite builder.
+"""Shared test helpers: paths, the CLI runners (in this process, and as a real subprocess), and an upstream-shaped
+SQLite builder.
 
 Everything here works in ``tmp_path`` and keeps no state between tests, so the suite runs under pytest-xdist.
+
+Most CLI tests check what a command prints and its exit status for some input: ``zhin`` (the fixture) runs the
+command in this process — the same ``zhin_cli._cli.main`` the console script calls, with its own argv, environment,
+working directory, streams and signal handlers, all put back afterwards — because a fresh interpreter per call
+(about a second to import everything) was most of the suite's time. ``zhin_process`` starts the real
+``python -m zhin_cli`` for what only a process shows: the entry points, signals, closed or unwritable file
+descriptors, a hard timeout.
 """
 
 from __future__ import annotations
 
+import gc
+import io
 import json
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+import traceback
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -39,21 +53,139 @@ def clean_env() -> dict[str, str]:
     return env
 
 
+def run_zhin_process(*args: object, cwd: Path, timeout: float = 180, env: Mapping[str, str] | None = None,
+                     input: str | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m zhin_cli ARGS…`` as a real process in ``cwd``, with ``clean_env()`` (or ``env``)."""
+    return subprocess.run(
+        [sys.executable, "-m", "zhin_cli", *map(str, args)],
+        cwd=cwd,
+        env=dict(env) if env is not None else clean_env(),
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=timeout,
+        input=input,
+        stdin=subprocess.DEVNULL if input is None else None,
+    )
+
+
+# Python's own warning filters when no -W option is given (a subprocess starts with these, not with pytest's).
+_DEFAULT_WARNING_FILTERS = (
+    ("default", DeprecationWarning, "__main__"),
+    ("ignore", DeprecationWarning, None),
+    ("ignore", PendingDeprecationWarning, None),
+    ("ignore", ImportWarning, None),
+    ("ignore", ResourceWarning, None),
+)
+_PACKAGE = ROOT / "zhin_cli"
+_INSTALLED = tuple(str(Path(p).resolve()) for p in {sys.prefix, sys.base_prefix, sys.exec_prefix})
+
+
+def _text_stream(data: bytes = b"") -> io.TextIOWrapper:
+    # stdout/stderr of the real process: UTF-8 text, a lone surrogate written as its escape (Python's stderr rule)
+    return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="backslashreplace", newline=None)
+
+
+def _read_back(stream: io.TextIOWrapper) -> str:
+    """What the parent of a real process reads in text mode: UTF-8, universal newlines."""
+    stream.flush()
+    raw = stream.buffer.getvalue()  # type: ignore[attr-defined]
+    return raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+
+
+@contextmanager
+def _process_state(arguments: list[str], cwd: Path, env: Mapping[str, str], stdin: str) -> Iterator[tuple[io.TextIOWrapper, io.TextIOWrapper]]:
+    """Give a command what a fresh process would have, and take it all back afterwards: argv, environment, working
+    directory, standard streams, signal handlers, warning filters, sys.path, and the plugin modules it imported."""
+    import zhin_cli.signals as signals
+
+    saved_argv, saved_path, saved_cwd = sys.argv, list(sys.path), os.getcwd()
+    saved_env = dict(os.environ)
+    saved_streams = (sys.stdin, sys.stdout, sys.stderr)
+    saved_handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    saved_modules = set(sys.modules)
+    stdout, stderr = _text_stream(), _text_stream()
+    try:
+        sys.argv = ["zhin", *arguments]
+        os.environ.clear()
+        os.environ.update(env)
+        os.chdir(cwd)
+        sys.stdin = io.TextIOWrapper(io.BytesIO(stdin.encode("utf-8")), encoding="utf-8")
+        sys.stdout, sys.stderr = stdout, stderr
+        signals.SIGNALLED.clear()
+        with warnings.catch_warnings():
+            warnings.resetwarnings()
+            for action, category, module in reversed(_DEFAULT_WARNING_FILTERS):
+                warnings.filterwarnings(action, category=category, module=module or "")
+            yield stdout, stderr
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        sys.stdin, sys.stdout, sys.stderr = saved_streams
+        for signum, handler in saved_handlers.items():
+            signal.signal(signum, handler)
+        signals.SIGNALLED.clear()
+        gc.unfreeze()  # freeze_loaded() froze the command's session: let the next collection have it
+        _forget_plugin_modules(saved_modules)
+
+
+def _forget_plugin_modules(before: set[str]) -> None:
+    """Modules a command imported from outside the installed packages and the package itself (a ``module:function``
+    plugin of a test's folder) are dropped, so the next test imports its own file of that name afresh."""
+    for name in set(sys.modules) - before:
+        file = getattr(sys.modules.get(name), "__file__", None)
+        if not file:
+            continue
+        resolved = str(Path(file).resolve())
+        if resolved.startswith(_INSTALLED) or Path(resolved).is_relative_to(_PACKAGE):
+            continue
+        del sys.modules[name]
+
+
+def run_zhin(*args: object, cwd: Path, env: Mapping[str, str] | None = None, input: str | None = None,
+             timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+    """The CLI in this process: what ``run_zhin_process`` returns for the same call, a fresh interpreter aside.
+
+    ``timeout`` is accepted for the subprocess runner's signature and not enforced here."""
+    from zhin_cli._cli import main
+
+    arguments = [str(a) for a in args]
+    code: int
+    with _process_state(arguments, cwd, dict(env) if env is not None else clean_env(), input or "") as (stdout, stderr):
+        try:
+            main()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            if not isinstance(exc.code, (int, type(None))):
+                print(exc.code, file=sys.stderr)
+        except BaseException:  # what the interpreter would print for an uncaught exception, and its status
+            traceback.print_exc(file=sys.stderr)
+            code = 1
+        out, err = _read_back(stdout), _read_back(stderr)
+    return subprocess.CompletedProcess(["zhin", *arguments], code, out, err)
+
+
 @pytest.fixture
 def zhin(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
-    """Run ``python -m zhin_cli ARGS…`` in ``tmp_path`` (or ``cwd=``) with a clean environment."""
+    """Run the CLI with ARGS… in this process, in ``tmp_path`` (or ``cwd=``), with a clean environment."""
 
-    def run(*args: object, cwd: Path | None = None, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "zhin_cli", *map(str, args)],
-            cwd=cwd or tmp_path,
-            env=clean_env(),
-            capture_output=True,
-            text=True,
-            encoding="utf-8",
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-        )
+    def run(*args: object, cwd: Path | None = None, timeout: float = 180, input: str | None = None,
+            env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return run_zhin(*args, cwd=cwd or tmp_path, env=env, input=input, timeout=timeout)
+
+    return run
+
+
+@pytest.fixture
+def zhin_process(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Run ``python -m zhin_cli ARGS…`` as a real process in ``tmp_path`` (or ``cwd=``) with a clean environment."""
+
+    def run(*args: object, cwd: Path | None = None, timeout: float = 180, input: str | None = None,
+            env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return run_zhin_process(*args, cwd=cwd or tmp_path, timeout=timeout, env=env, input=input)
 
     return run
 

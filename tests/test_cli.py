@@ -1,4 +1,8 @@
-"""The command-line contract (DESIGN.md §4), run as a user runs it: a subprocess, a clean environment."""
+"""The command-line contract (DESIGN.md §4), run as a user runs it: a clean environment, the same entry point.
+
+Most tests run the command in this process (conftest ``zhin``); the ones about the entry points themselves — the
+console script, ``python -m zhin_cli``, what loads at start-up — start a real process (``zhin_process``).
+"""
 
 from __future__ import annotations
 
@@ -245,8 +249,8 @@ def test_sessions_lists_a_database(zhin: Callable[..., Any], tmp_path: Path) -> 
 # help and completion
 
 
-def test_module_help(zhin: Callable[..., Any]) -> None:
-    proc = zhin("--help")
+def test_module_help(zhin_process: Callable[..., Any]) -> None:
+    proc = zhin_process("--help")
     assert proc.returncode == 0, proc.stderr
     for command in ("trace", "import", "export", "sessions", "completion"):
         assert command in proc.stdout
@@ -285,7 +289,72 @@ def test_completion_unknown_shell(zhin: Callable[..., Any]) -> None:
     assert proc.stderr.startswith("zhin: error: ")
 
 
-def test_version(zhin: Callable[..., Any]) -> None:
-    proc = zhin("--version")
+def test_version(zhin_process: Callable[..., Any]) -> None:
+    proc = zhin_process("--version")
     assert proc.returncode == 0 and proc.stdout.startswith("zhin ")
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# a lazy command line: a command's module (and the libraries it calls) loads when that command runs
+
+
+def test_the_command_table_is_every_command_in_typer_order() -> None:
+    """``COMMAND_MODULES`` lists every command, in the order typer listed them when every module was imported up front
+    (plain commands, then groups; by module name, each module's in its own order), with the module registering it."""
+    import importlib
+
+    from zhin_cli._cli import COMMAND_MODULES, app
+
+    package = Path(__file__).resolve().parent.parent / "zhin_cli" / "_cli"
+    for module in sorted(p.stem for p in package.glob("*.py") if p.stem != "__init__"):
+        importlib.import_module(f"zhin_cli._cli.{module}")
+    commands = [(info.name, info.callback.__module__) for info in app.registered_commands if info.callback]
+    groups = [(info.name, info.typer_instance.registered_commands[0].callback.__module__)
+              for info in app.registered_groups if info.typer_instance and info.typer_instance.registered_commands[0].callback]
+    registered = [(name, module.removeprefix("zhin_cli._cli.")) for name, module in commands + groups]
+    assert len(registered) == len(app.registered_commands) + len(app.registered_groups)
+    # the order of the eager CLI, which imported the modules alphabetically (a stable sort keeps each module's own)
+    expected = sorted(registered[:len(commands)], key=lambda item: item[1]) + sorted(registered[len(commands):],
+                                                                                      key=lambda item: item[1])
+    assert list(COMMAND_MODULES.items()) == expected
+
+
+# What a start-up must not pay for: the command modules and the heavy libraries behind them.
+HEAVY = ("sqlalchemy", "deepdiff", "openai", "pydantic", "yaml", "jinja2", "rich", "tiktoken", "jsonschema", "regex",
+         "psycopg", "pymysql", "zhin_cli.pipeline", "zhin_cli.store", "zhin_cli.tools")
+
+
+def loaded_modules(*args: str) -> set[str]:
+    """The modules ``python -m zhin_cli ARGS…`` has loaded when it exits (a fresh interpreter)."""
+    code = ("import atexit, runpy, sys\n"
+            "atexit.register(lambda: sys.stderr.write('\\nloaded: ' + ' '.join(sorted(sys.modules)) + '\\n'))\n"
+            f"sys.argv = ['zhin', *{list(args)!r}]\n"
+            "runpy.run_module('zhin_cli', run_name='__main__')\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=clean_env(), capture_output=True, text=True, timeout=180,
+                          stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return set(proc.stderr.rpartition("\nloaded: ")[2].split())
+
+
+def test_version_loads_no_command_and_nothing_heavy() -> None:
+    loaded = loaded_modules("--version")
+    assert "zhin_cli._cli" in loaded  # negative control: the import list is read
+    assert {m for m in loaded if m.startswith("zhin_cli._cli.")} == set()
+    assert {m for m in loaded if m.split(".")[0] in HEAVY or m.startswith(HEAVY)} == set()
+
+
+def test_a_command_loads_its_own_module_only() -> None:
+    loaded = loaded_modules("trust", "--help")
+    assert {m for m in loaded if m.startswith("zhin_cli._cli.")} == {"zhin_cli._cli.trust"}
+
+
+def test_help_lists_every_command_in_process(zhin: Callable[..., Any]) -> None:
+    """The root help loads every command (it shows their summaries): the table's names, in its order."""
+    from zhin_cli._cli import COMMAND_MODULES
+
+    proc = zhin("--help")
+    assert proc.returncode == 0, proc.stderr
+    listed = [line.split()[1] for line in proc.stdout.splitlines()
+              if line.startswith("│ ") and len(line.split()) > 1 and line.split()[1] in COMMAND_MODULES]
+    assert listed == list(COMMAND_MODULES)
 

@@ -115,10 +115,13 @@ else:
 """
 
 
+# zhin_cli.core.errors: the first module zhin imports after the handlers (launch imported it before them once).
+@pytest.mark.parametrize("module", ["zhin_cli._cli", "zhin_cli.core.errors"])
 @pytest.mark.parametrize("entry", ["console", "module"])
 @pytest.mark.parametrize(("name", "status"), [("SIGTERM", 143), ("SIGINT", 130)])
-def test_a_signal_while_the_commands_load_exits_quietly(entry: str, name: str, status: int) -> None:
-    code = _SIGNAL_WHILE_LOADING.replace("{signal}", name).replace("{entry}", entry)
+def test_a_signal_while_the_commands_load_exits_quietly(module: str, entry: str, name: str, status: int) -> None:
+    code = _SIGNAL_WHILE_LOADING.replace("{signal}", name).replace("{entry}", entry).replace(
+        'name == "zhin_cli._cli"', f"name == {module!r}")
     proc = subprocess.run([sys.executable, "-c", code], env=clean_env(), capture_output=True, text=True,
                           stdin=subprocess.DEVNULL, timeout=120)
     assert (proc.returncode, proc.stdout, proc.stderr) == (status, "", "")
@@ -130,3 +133,62 @@ def test_negative_control_without_the_signal_the_command_runs() -> None:
     proc = subprocess.run([sys.executable, "-c", code], env=clean_env(), capture_output=True, text=True,
                           stdin=subprocess.DEVNULL, timeout=120)
     assert proc.returncode == 0 and proc.stdout.startswith("zhin"), proc
+
+
+# What runs before the handlers exist is the only window left in which Ctrl-C prints the interpreter's traceback (and
+# SIGTERM kills without a status): the interpreter's start and ``site``, then zhin's entry modules. The child records
+# every module imported from the moment the entry point starts loading until the first handler is installed.
+_IMPORTED_BEFORE_THE_HANDLERS = """
+import os, runpy, signal, sys
+from importlib.metadata import entry_points
+
+imported = []
+
+class Record:
+    def find_spec(self, name, path=None, target=None):
+        imported.append(name)
+        return None
+
+def first_handler(signum, handler):
+    print(" ".join(imported), flush=True)
+    os._exit(0)
+
+(script,) = entry_points(group="console_scripts", name="zhin")
+sys.argv = ["zhin", "--version"]
+sys.meta_path.insert(0, Record())
+signal.signal = first_handler
+if "{entry}" == "console":
+    script.load()()
+else:
+    runpy.run_module("zhin_cli", run_name="__main__")
+print("no handler was installed", flush=True)
+"""
+
+# The package (its __init__ is a docstring and a version), the entry modules and the handlers' own module.
+ALLOWED_BEFORE_THE_HANDLERS = {"zhin_cli", "zhin_cli.__main__", "zhin_cli.launch", "zhin_cli.signals", "__future__"}
+
+
+@pytest.mark.parametrize("entry", ["console", "module"])
+def test_nothing_else_is_imported_before_the_handlers(entry: str) -> None:
+    code = _IMPORTED_BEFORE_THE_HANDLERS.replace("{entry}", entry)
+    proc = subprocess.run([sys.executable, "-c", code], env=clean_env(), capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    imported = proc.stdout.split()
+    assert imported and imported != ["no", "handler", "was", "installed"], proc.stdout
+    assert "zhin_cli.signals" in imported  # negative control: the recorder sees zhin's own imports
+    assert set(imported) <= ALLOWED_BEFORE_THE_HANDLERS, proc.stdout
+
+
+@pytest.mark.parametrize(("signum", "documented"), [(signal.SIGINT, "EXIT_INTERRUPTED"), (signal.SIGTERM, "EXIT_TERMINATED")])
+def test_the_status_before_the_commands_load_is_the_documented_one(signum: int, documented: str) -> None:
+    """zhin_cli.launch cannot import zhin_cli.core.errors in its window: its status must agree with it anyway."""
+    from zhin_cli import signals
+    from zhin_cli.core import errors
+
+    saved = list(signals.SIGNALLED)
+    try:
+        signals.SIGNALLED[:] = [signum]
+        assert signals.interrupted_status() == getattr(errors, documented)
+    finally:
+        signals.SIGNALLED[:] = saved

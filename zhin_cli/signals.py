@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import os
 import signal
-from typing import Any
+
+# Nothing else is imported here (not even typing): this module loads before the handlers exist, and every import in
+# that window is time in which a Ctrl-C still prints the interpreter's traceback.
 
 
 class Terminated(KeyboardInterrupt):
@@ -25,7 +27,7 @@ class Terminated(KeyboardInterrupt):
 SIGNALLED: list[int] = []  # the first signal received, if any
 
 
-def _on_signal(signum: int, frame: Any) -> None:
+def _on_signal(signum: int, frame: object) -> None:
     if SIGNALLED:  # a second signal while cleaning up: end at once, as if no handler were installed
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
@@ -47,3 +49,10 @@ def install_signal_handlers() -> None:
 
 def terminated_by_sigterm() -> bool:
     return bool(SIGNALLED) and SIGNALLED[0] == signal.SIGTERM
+
+
+def interrupted_status() -> int:
+    """The exit status of a command the signal ended: 128 + its number, the shell's convention (SIGINT 130, SIGTERM
+    143 — ``EXIT_INTERRUPTED`` / ``EXIT_TERMINATED`` in zhin_cli.core.errors, which this module must not import:
+    it runs before the handlers, see the top)."""
+    return 128 + (SIGNALLED[0] if SIGNALLED else signal.SIGINT)

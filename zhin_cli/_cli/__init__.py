@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import gc
+import importlib
 import io
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, MutableMapping
 from contextlib import contextmanager
-from functools import wraps
+from functools import cache, wraps
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
-from rich.console import Console
+from typer._click import Command, Context
+from typer.core import TyperGroup
+from typer.main import get_command_from_info, get_command_name, get_group_from_info
 
 from zhin_cli import __version__
 from zhin_cli.core.errors import (
@@ -30,7 +33,91 @@ from zhin_cli.core.inputfiles import SURROGATE
 from zhin_cli.core.redact import redact_text
 from zhin_cli.signals import SIGNALLED, install_signal_handlers, terminated_by_sigterm
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
+# Every command, in the order ``zhin --help`` lists them (typer's: the plain commands as their modules register them,
+# then the groups), and the module of zhin_cli._cli that defines it. A command's module — and the library it calls
+# (SQLAlchemy, deepdiff, openai's pydantic…) — is imported only when that command runs or its help is shown, so
+# ``zhin --version`` and a one-command run pay for nothing else. tests/test_cli.py checks this table against the
+# modules' own registrations.
+COMMAND_MODULES: dict[str, str] = {
+    "import": "data",
+    "export": "data",
+    "sessions": "data",
+    "completion": "data",
+    "eval": "eval",
+    "prefix-diff": "prefix_diff",
+    "providers": "providers",
+    "request-diff": "request_diff",
+    "serve": "serve",
+    "trace": "trace",
+    "trust": "trust",
+    "budget": "budget",
+    "schema": "eval",
+    "facts": "facts",
+    "fixtures": "fixtures",
+    "preset": "preset",
+    "report": "report",
+    "stats": "stats",
+}
+
+
+class LazyCommands(TyperGroup):
+    """The root group: a command's click object is built when the command is looked up, after its module is imported.
+
+    ``commands`` (click's full mapping, read by typer's typo suggestions and by anything that walks the tree) loads
+    every module first, so it is always complete; looking one command up loads only that command's module. Built on
+    typer's own converters (``get_command_from_info``, ``get_group_from_info``), so a lazily built command is the
+    object typer would have built eagerly: the same options, help and panels."""
+
+    def __init__(self, *, commands: dict[str, Command] | None = None, **attrs: Any) -> None:
+        self.loaded: dict[str, Command] = {}
+        super().__init__(commands=commands, **attrs)
+
+    @property
+    def commands(self) -> dict[str, Command]:
+        for name in COMMAND_MODULES:
+            self._load(name)
+        return self.loaded
+
+    @commands.setter
+    def commands(self, value: MutableMapping[str, Command]) -> None:
+        self.loaded = dict(value)
+
+    def add_command(self, cmd: Command, name: str | None = None) -> None:
+        self.loaded[name or cmd.name or ""] = cmd
+
+    def list_commands(self, ctx: Context) -> list[str]:
+        return list(COMMAND_MODULES) + [name for name in self.loaded if name not in COMMAND_MODULES]
+
+    def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
+        self._load(cmd_name)
+        return self.loaded.get(cmd_name)
+
+    def _load(self, name: str) -> None:
+        """Import the module of command ``name`` (if it is one of ours and not built yet) and build the click
+        objects of everything it registered on ``app``."""
+        if name in self.loaded or name not in COMMAND_MODULES:
+            return
+        importlib.import_module(f"zhin_cli._cli.{COMMAND_MODULES[name]}")
+        for command_info in app.registered_commands:
+            callback_name = command_info.callback.__name__ if command_info.callback else ""
+            if (command_info.name or get_command_name(callback_name)) in self.loaded:
+                continue
+            command = get_command_from_info(command_info, pretty_exceptions_short=app.pretty_exceptions_short,
+                                            rich_markup_mode=app.rich_markup_mode)
+            self.loaded.setdefault(command.name or "", command)
+        for group_info in app.registered_groups:
+            if group_info.name in self.loaded:
+                continue
+            group = get_group_from_info(group_info, pretty_exceptions_short=app.pretty_exceptions_short,
+                                        rich_markup_mode=app.rich_markup_mode, suggest_commands=app.suggest_commands)
+            self.loaded.setdefault(group.name or "", group)
+
+
 app = typer.Typer(
+    cls=LazyCommands,
     name="zhin",
     help="Show, test and gate what a group-chat LLM bot sends to its model.",
     no_args_is_help=True,
@@ -42,22 +129,31 @@ app = typer.Typer(
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class _StdoutConsole(Console):
-    def on_broken_pipe(self) -> None:
-        """The reader went away (``zhin trace … | head``): stop quietly with 0 (rich's default exits 1, which is
-        trace's "rejected" status and fails ``set -o pipefail`` steps)."""
-        self.quiet = True
-        _silence_stdout()
-        raise SystemExit(0)
-
-
 def stdout_console() -> Console:
+    """A rich console on stdout whose broken pipe (``zhin trace … | head``) ends the command quietly with 0 (rich's
+    default exits 1, which is trace's "rejected" status and fails ``set -o pipefail`` steps). rich is imported here,
+    by the commands that print, not by every start of ``zhin``."""
     # Piped output is read by people and scripts alike: never crop it to an 80-column default.
     width = None if sys.stdout.isatty() else max(int(os.environ.get("COLUMNS") or 0), 200)
-    return _StdoutConsole(no_color=bool(os.environ.get("NO_COLOR")) or None, highlight=False, width=width)
+    return _stdout_console_class()(no_color=bool(os.environ.get("NO_COLOR")) or None, highlight=False, width=width)
+
+
+@cache
+def _stdout_console_class() -> type[Console]:
+    from rich.console import Console
+
+    class StdoutConsole(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            _silence_stdout()
+            raise SystemExit(0)
+
+    return StdoutConsole
 
 
 def stderr_console() -> Console:
+    from rich.console import Console
+
     return Console(stderr=True, no_color=bool(os.environ.get("NO_COLOR")) or None, highlight=False)
 
 
@@ -206,20 +302,6 @@ def root(
     ctx.call_on_close(set_allowed)
 
 
-from zhin_cli._cli import budget as _budget  # noqa: E402,F401
-from zhin_cli._cli import data as _data  # noqa: E402,F401
-from zhin_cli._cli import eval as _eval  # noqa: E402,F401
-from zhin_cli._cli import facts as _facts  # noqa: E402,F401
-from zhin_cli._cli import fixtures as _fixtures  # noqa: E402,F401
-from zhin_cli._cli import prefix_diff as _prefix_diff  # noqa: E402,F401
-from zhin_cli._cli import preset as _preset  # noqa: E402,F401
-from zhin_cli._cli import providers as _providers  # noqa: E402,F401
-from zhin_cli._cli import report as _report  # noqa: E402,F401
-from zhin_cli._cli import request_diff as _request_diff  # noqa: E402,F401
-from zhin_cli._cli import serve as _serve  # noqa: E402,F401
-from zhin_cli._cli import stats as _stats  # noqa: E402,F401
-from zhin_cli._cli import trace as _trace  # noqa: E402,F401
-from zhin_cli._cli import trust as _trust  # noqa: E402,F401
 
 
 class _StdoutRaw(io.RawIOBase):
@@ -341,13 +423,24 @@ def main() -> None:
     """The ``zhin`` entry point. Exit status beyond each command's own: SIGINT 130, SIGTERM 143 (cleanup ran, quiet;
     a command that handles the interrupt itself, like ``serve``, keeps its status); a stdout that cannot be written 3
     (one line); a reader of stdout that went away (EPIPE) 0. README "Exit status"."""
-    _guard_standard_streams()
     install_signal_handlers()  # zhin_cli.launch did it already; an embedding caller of main() gets them here
-    code: int = 0
-    bad = _argument_not_text(sys.argv[1:])
+    try:
+        code = _run(sys.argv[1:])
+    except KeyboardInterrupt:  # outside the command: while the streams were set up or the output flushed
+        code = EXIT_INTERRUPTED
+    if SIGNALLED and code == EXIT_INTERRUPTED:  # the interrupt ended the command (one that handles it, serve, keeps its 0)
+        code = EXIT_TERMINATED if terminated_by_sigterm() else EXIT_INTERRUPTED
+    sys.exit(code)
+
+
+def _run(arguments: list[str]) -> int:
+    """Run the command line ``arguments``; the exit status."""
+    _guard_standard_streams()
+    bad = _argument_not_text(arguments)
     if bad is not None:
         report_error(bad)
-        sys.exit(EXIT_USAGE)
+        return EXIT_USAGE
+    code: int = 0
     try:
         # add_completion=False keeps typer's --install-completion options off every command, but then typer never
         # registers its shell classes: register them so `zhin completion SHELL` scripts (which call back with
@@ -355,7 +448,7 @@ def main() -> None:
         from typer._completion_classes import completion_init
 
         completion_init()
-        app(prog_name="zhin")
+        app(args=arguments, prog_name="zhin")
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         if not isinstance(exc.code, (int, type(None))):
@@ -365,7 +458,4 @@ def main() -> None:
     except ZhinError as error:  # raised outside a command (an OutputError while typer prints help or usage)
         report_error(str(error).replace("\n", " "))
         code = error.exit_code
-    code = _finish(code)
-    if SIGNALLED and code == EXIT_INTERRUPTED:  # the interrupt ended the command (one that handles it, serve, keeps its 0)
-        code = EXIT_TERMINATED if terminated_by_sigterm() else EXIT_INTERRUPTED
-    sys.exit(code)
+    return _finish(code)

@@ -1,0 +1,116 @@
+"""Start-up benchmark: how long ``zhin`` takes before it does any work (`make bench`).
+
+A command line tool is started again and again (by hand, in CI gates, in shell loops), so its start-up is part of
+every command. Each command is timed as a fresh process, best of N, and reported as a ratio to a bare
+``python -c "import json"`` of the same interpreter in the same run: the interpreter's own start (and the
+site-packages hooks) is what no change to zhin can remove, and the ratio is comparable across machines and load.
+
+Targets (issue 16): ``zhin --version`` ≤ 6×, a one-turn trace of a small session (fixtures/private-chat.jsonl) ≤ 15×.
+
+``--tree DIR`` times a second source tree too (e.g. an export of an older commit: ``git archive REV | tar -x -C DIR``),
+run as ``PYTHONPATH=DIR python -m zhin_cli``, interleaved with the checkout so both see the same load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SMALL_SESSION = ROOT / "fixtures" / "private-chat.jsonl"
+
+# What is timed: a label and the arguments after ``python -m zhin_cli``; the target ratio, if the issue sets one.
+COMMANDS: list[tuple[str, list[str], float | None]] = [
+    ("zhin --version", ["--version"], 6.0),
+    ("zhin --help", ["--help"], None),
+    ("zhin trace private-chat (last turn)", ["trace", str(SMALL_SESSION)], 15.0),
+    ("zhin trace private-chat --json", ["trace", str(SMALL_SESSION), "--turn", "1", "--json"], 15.0),
+]
+BASELINE = ["-c", "import json"]
+
+
+@dataclass
+class Timing:
+    label: str
+    tree: str  # "baseline", "checkout" or the --tree path
+    best: float
+    target: float | None = None
+
+
+def run_once(arguments: Sequence[str], env: dict[str, str], cwd: Path) -> float:
+    """Wall time of one fresh process, output discarded (it is checked once, before timing, by ``check_runs``)."""
+    start = time.perf_counter()
+    subprocess.run([sys.executable, *arguments], env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   stdin=subprocess.DEVNULL, check=False)
+    return time.perf_counter() - start
+
+
+def environment(tree: Path | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ZHIN_")}
+    env.update(NO_COLOR="1", ZHIN_NO_PROGRESS="1")
+    env.pop("PYTHONPATH", None)
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
+    return env
+
+
+def check_runs(arguments: Sequence[str], env: dict[str, str], cwd: Path) -> None:
+    """A command that fails would time its error path: refuse to report it."""
+    result = subprocess.run([sys.executable, *arguments], env=env, cwd=cwd, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise SystemExit(f"startup: {' '.join(arguments)} exited {result.returncode}: {result.stderr.strip()[-400:]}")
+
+
+def measure(trees: Sequence[tuple[str, Path | None]], repeats: int) -> list[Timing]:
+    """Best of ``repeats`` for the baseline and every (command, tree), interleaved round by round so that a burst of
+    load on the machine hits all of them alike."""
+    with tempfile.TemporaryDirectory() as folder:
+        cwd = Path(folder)  # no zhin.yaml or .zhin upward, nothing of the checkout on sys.path but the package
+        jobs: list[tuple[str, str, list[str], dict[str, str], float | None]] = [
+            ("python -c 'import json'", "baseline", BASELINE, environment(None), None)]
+        for label, arguments, target in COMMANDS:
+            for name, tree in trees:
+                jobs.append((label, name, ["-m", "zhin_cli", *arguments], environment(tree), target))
+        for _, _, arguments, env, _ in jobs:
+            check_runs(arguments, env, cwd)
+        best = [float("inf")] * len(jobs)
+        for _ in range(repeats):
+            for index, (_, _, arguments, env, _) in enumerate(jobs):
+                best[index] = min(best[index], run_once(arguments, env, cwd))
+    return [Timing(label, name, seconds, target) for (label, name, _, _, target), seconds in zip(jobs, best, strict=True)]
+
+
+def report(timings: Sequence[Timing]) -> list[str]:
+    baseline = timings[0].best
+    lines = [f"startup: bare python {baseline * 1000:.0f} ms (best of the run); ratios to it:"]
+    for timing in timings[1:]:
+        ratio = timing.best / baseline
+        verdict = ""
+        if timing.target is not None and timing.tree == "checkout":
+            verdict = f"  target ≤ {timing.target:g}×: {'ok' if ratio <= timing.target else 'MISSED'}"
+        lines.append(f"  {timing.label:<40} {timing.tree:<14} {timing.best * 1000:7.0f} ms  {ratio:5.1f}×{verdict}")
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--repeats", type=int, default=15, help="runs per command; the best counts (default 15)")
+    parser.add_argument("--tree", type=Path, action="append", default=[],
+                        help="another source tree to time alongside the checkout (repeatable)")
+    options = parser.parse_args(argv)
+    trees: list[tuple[str, Path | None]] = [("checkout", None)]
+    trees += [(str(tree), tree.resolve()) for tree in options.tree]
+    for line in report(measure(trees, options.repeats)):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
