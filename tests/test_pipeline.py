@@ -146,3 +146,34 @@ def test_a_preset_given_to_one_pipeline_never_reaches_another() -> None:
     config = parse_config({})
     with Pipeline.open(config, preset=PRESET) as with_preset, Pipeline.open(config) as without:
         assert with_preset.preset is not None and without.preset is None and config.preset() is None
+
+
+def test_one_turn_reads_only_its_window_from_a_lazy_session() -> None:
+    """With a source that parses rows on demand (``LazyMessages``), one turn of a 17k-message session parses its
+    window, the membership events carried into it and the turns since the last move — also with the card
+    greeting in front, which is a view, not a copy. Negative control: a full replay parses every row."""
+    from dataclasses import replace
+
+    from zhin_cli.core.model import LazyMessages, SessionOutline
+
+    stored = _long_chat(8_000).session()
+    rows = list(stored.messages)
+
+    def lazy() -> LazyMessages:
+        return LazyMessages(SessionOutline.of_messages(rows), lambda positions: [rows[i] for i in positions])
+
+    card = parse_config({"preset": {"file": str(PRESET), "greeting": "hi {{user}}"}})
+    for config in (parse_config({}), card):
+        messages = lazy()
+        with Pipeline.open(config) as pipeline:
+            request = pipeline.request(replace(stored, messages=messages), turn=7_000)
+            assert request.as_dict() == pipeline.request(stored, turn=7_000).as_dict()
+        assert len(messages.parsed_positions) < 400 < len(rows)
+    short = _long_chat(300).session()
+    rows = list(short.messages)
+    messages = lazy()
+    with Pipeline.open(parse_config({})) as pipeline:
+        assert [r.turn for r in pipeline.replay(replace(short, messages=messages), turns=[40, 250])] == [40, 250]
+        assert len(messages.parsed_positions) < 400
+        sum(1 for _ in pipeline.replay(replace(short, messages=messages)))
+    assert len(messages.parsed_positions) == len(rows) - 1  # every row but the last reply, which no request sees

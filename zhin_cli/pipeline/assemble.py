@@ -420,9 +420,12 @@ def _with_greeting(session: Session, greeting: AssistantMessage) -> Session:
     """``session`` with ``greeting`` as its first message: the messages and their outline as views over the
     stored ones (the outline's values for the greeting come from its definition, ``SessionOutline.of_messages``)."""
     outline = session.outline
-    own = SessionOutline.of_messages([greeting])
-    columns = {f.name: _Prepended(getattr(own, f.name)[0], getattr(outline, f.name))
-               for f in fields(SessionOutline) if f.name != "assistant_positions"}
+    # the greeting's facts by the definition; its row id (below any 64-bit column: CARD_GREETING_ROW) set apart,
+    # since the outline stores ids in 64-bit arrays
+    own = SessionOutline.of_messages([replace(greeting, row_id=0)])
+    first = {f.name: getattr(own, f.name)[0] for f in fields(SessionOutline) if f.name != "assistant_positions"}
+    first["row_ids"] = greeting.row_id
+    columns = {name: _Prepended(value, getattr(outline, name)) for name, value in first.items()}
     prepended = SessionOutline(**columns, assistant_positions=_ShiftedPositions(outline.assistant_positions))
     stored = session.messages
 
@@ -799,7 +802,7 @@ class Assembler:
             prompt_tokens=prompt_tokens,
             verdict=verdict,
             warnings=projection.warnings + shape_warnings + arrangement.warnings + _macro_warnings(arrangement.unknown_macros)
-            + rendered.warnings,
+            + rendered.warnings + list(verdict.warnings),  # what the template silently drops (validate/templates.py)
             window=WindowReport(len(window.messages), window.dropped,
                                 window.summary.anchor_row_id if window.summary else None, len(window.carried_events)),
             profile=profile,
