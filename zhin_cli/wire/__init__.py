@@ -28,14 +28,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from zhin_cli.core.registry import Registry
 
 
-@dataclass(frozen=True)
-class Block:
-    """One unit the provider tokenizes and caches: a tool definition, a system block, a message content block."""
+class Block(NamedTuple):
+    """One unit the provider tokenizes and caches: a tool definition, a system block, a message content block.
+    (A tuple: a replay makes tens of thousands of them per session.)"""
 
     region: str  # "tools" | "system" | "messages"
     message_index: int  # index in the body's message list; -1 outside it
