@@ -102,10 +102,13 @@ def test_always_full_projects_every_member_message_in_full_and_default_is_unchan
 
 
 def _previous_without_tail(request) -> int:  # type: ignore[no-untyped-def]
-    """Tokens of the previous request's serialisation before its runtime tail — computed from the bytes."""
-    data = serialize(request).data.decode()
-    tail = next(p.text for p in request.parts if p.segment_id == "tail")
-    return COUNT(data[: data.rindex(json.dumps(tail, ensure_ascii=False)[1:-1])])
+    """Prompt tokens (the one definition, docs/tokens.md) of the previous request before its runtime tail: the
+    same body with the tail cut off its message, without the reply's priming tokens."""
+    wire = request.profile.wire_model
+    index = next(p.message_index for p in request.parts if p.segment_id == "tail")
+    messages = wire.messages(request.request)
+    body = {**request.request, wire.message_key: [*messages[:index], wire.without_tail(messages[index], request.tail_text)]}
+    return prompt_tokens(body, wire, counter("o200k_base")) - wire.reply_framing
 
 
 def test_deepseek_cached_tokens_are_the_common_prefix_in_64_token_units() -> None:
