@@ -257,3 +257,29 @@ def test_row_positions_answer_as_a_dict_of_the_ids(row_ids: list[int]) -> None:
     for row_id in (*row_ids, 0, 10, 41):
         assert positions.get(row_id) == expected.get(row_id)
         assert (row_id in positions) == (row_id in expected)
+
+
+def test_aliases_views_answer_as_the_dicts_they_replace(tmp_path: Path) -> None:
+    # the definition: m<n> for members and for bot messages with text, e<n> for events, first row per platform id
+    from zhin_cli.pipeline.headers import Aliases
+
+    for path in FILES:
+        session = read_session(path)
+        messages: dict[int, str] = {}
+        events: dict[int, str] = {}
+        by_platform_id: dict[str, int] = {}
+        for message in session.messages:
+            if message.role == "user" or (message.role == "assistant" and message.text):  # type: ignore[union-attr]
+                messages[message.row_id] = f"m{len(messages) + 1}"
+                if getattr(message, "message_id", None):
+                    by_platform_id.setdefault(message.message_id, message.row_id)  # type: ignore[union-attr]
+            elif message.role == "event":
+                events[message.row_id] = f"e{len(events) + 1}"
+        aliases = Aliases.of(session)
+        assert dict(aliases.messages) == messages and dict(aliases.events) == events
+        assert dict(aliases.by_platform_id) == by_platform_id
+        for row_id in [m.row_id for m in session.messages] + [0, -5]:
+            assert aliases.messages.get(row_id) == messages.get(row_id)
+            assert aliases.events.get(row_id) == events.get(row_id)
+        for message_id in [*by_platform_id, "nope", "", None]:
+            assert aliases.by_platform_id.get(message_id) == by_platform_id.get(message_id)  # type: ignore[arg-type]

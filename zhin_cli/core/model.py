@@ -8,8 +8,9 @@ writes back what was imported, byte for byte in meaning.
 from __future__ import annotations
 
 import bisect
+import itertools
 from array import array
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, overload
 
@@ -366,6 +367,93 @@ class OutlineBuilder:
             event_kinds=self.event_kinds,
             assistant_positions=[i for i, role in enumerate(self.roles) if role == "assistant"],
         )
+
+
+class RowPositions(Mapping[int, int]):
+    """Row id → position in ``session.messages``, without a dict of the whole session when the row ids ascend (a
+    database's branch, most files): a bisection over the outline's ids. Otherwise a dict, built once."""
+
+    def __init__(self, row_ids: Sequence[int]) -> None:
+        self._ids = row_ids
+        ascending = all(a < b for a, b in zip(row_ids, itertools.islice(row_ids, 1, None), strict=False))
+        self._by_id = None if ascending else {row_id: i for i, row_id in enumerate(row_ids)}
+
+    def __getitem__(self, row_id: int) -> int:
+        if self._by_id is not None:
+            return self._by_id[row_id]
+        position = bisect.bisect_left(self._ids, row_id)
+        if position < len(self._ids) and self._ids[position] == row_id:
+            return position
+        raise KeyError(row_id)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._ids)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+
+class OrdinalAliases(Mapping[int, str]):
+    """Row id → ``f"{prefix}{n}"``, n counting the chosen positions (1, 2, …) in storage order: the session-wide
+    ``m<n>`` / ``e<n>`` aliases as a view over the outline (a running count per position, 4 bytes a message),
+    not a dict of strings for the whole session."""
+
+    def __init__(self, prefix: str, positions: Mapping[int, int], row_ids: Sequence[int], chosen: Sequence[bool]) -> None:
+        self._prefix = prefix
+        self._positions = positions
+        self._row_ids = row_ids
+        self._chosen = bytes(bytearray(chosen))
+        self._counts = array("l", itertools.accumulate(self._chosen)) if self._chosen else array("l")
+
+    def __getitem__(self, row_id: int) -> str:
+        position = self._positions[row_id]
+        if not self._chosen[position]:
+            raise KeyError(row_id)
+        return f"{self._prefix}{self._counts[position]}"
+
+    def __iter__(self) -> Iterator[int]:
+        return (self._row_ids[i] for i, flag in enumerate(self._chosen) if flag)
+
+    def __len__(self) -> int:
+        return self._counts[-1] if self._counts else 0
+
+
+class FirstRowOf(Mapping[str, int]):
+    """Platform message id → the row id of the first chosen message that has it (``dict.setdefault`` order), found
+    by a scan of the outline's ids when first asked (a request asks for its window's replies only) and kept."""
+
+    def __init__(self, message_ids: Sequence[str | None], row_ids: Sequence[int], chosen: Sequence[bool]) -> None:
+        self._message_ids = message_ids
+        self._row_ids = row_ids
+        self._chosen = chosen
+        self._found: dict[str, int | None] = {}
+        self._all: dict[str, int] | None = None
+
+    def __getitem__(self, message_id: str) -> int:
+        if not message_id:  # as in a dict of the truthy ids only
+            raise KeyError(message_id)
+        if message_id not in self._found:
+            self._found[message_id] = next(
+                (self._row_ids[i] for i, known in enumerate(self._message_ids) if known == message_id and self._chosen[i]),
+                None)
+        row_id = self._found[message_id]
+        if row_id is None:
+            raise KeyError(message_id)
+        return row_id
+
+    def _every(self) -> dict[str, int]:
+        if self._all is None:
+            self._all = {}
+            for i, known in enumerate(self._message_ids):
+                if known and self._chosen[i]:
+                    self._all.setdefault(known, self._row_ids[i])
+        return self._all
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._every())
+
+    def __len__(self) -> int:
+        return len(self._every())
 
 
 RowLoader = Callable[[Sequence[int]], list[Message]]  # positions (ascending) → the messages there, parsed

@@ -14,7 +14,7 @@ not conform is never sent (it is reported as a warning instead).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Literal
@@ -25,7 +25,10 @@ from zhin_cli.core.model import (
     AssistantMessage,
     BotFacts,
     EventMessage,
+    FirstRowOf,
     Message,
+    OrdinalAliases,
+    RowPositions,
     Session,
     SummaryMessage,
     ToolCall,
@@ -56,27 +59,21 @@ HeaderKind = Literal["full", "short"]
 class Aliases:
     """Session-wide monotonic aliases: ``m<n>`` for member/assistant messages, ``e<n>`` for events."""
 
-    messages: dict[int, str]
-    events: dict[int, str]
-    by_platform_id: dict[str, int]
+    messages: Mapping[int, str]
+    events: Mapping[int, str]
+    by_platform_id: Mapping[str, int]
 
     @staticmethod
     def of(session: Session) -> Aliases:
-        # From the outline alone (no message content is read): a lazy session parses nothing here.
+        """From the outline alone (no message content is read), as views over it: a running count per position,
+        not a dict of alias strings for the whole session (a request looks up its window's rows only)."""
         outline = session.outline
-        messages: dict[int, str] = {}
-        events: dict[int, str] = {}
-        by_platform_id: dict[str, int] = {}
-        for row_id, role, has_text, message_id in zip(
-            outline.row_ids, outline.roles, outline.has_text, outline.message_ids, strict=True
-        ):
-            if role == "user" or (role == "assistant" and has_text):
-                messages[row_id] = f"m{len(messages) + 1}"
-                if message_id:
-                    by_platform_id.setdefault(message_id, row_id)
-            elif role == "event":
-                events[row_id] = f"e{len(events) + 1}"
-        return Aliases(messages, events, by_platform_id)
+        positions = RowPositions(outline.row_ids)
+        aliased = [role == "user" or (role == "assistant" and has_text)
+                   for role, has_text in zip(outline.roles, outline.has_text, strict=True)]
+        messages = OrdinalAliases("m", positions, outline.row_ids, aliased)
+        events = OrdinalAliases("e", positions, outline.row_ids, [role == "event" for role in outline.roles])
+        return Aliases(messages, events, FirstRowOf(outline.message_ids, outline.row_ids, aliased))
 
 
 @dataclass(frozen=True)

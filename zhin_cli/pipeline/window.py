@@ -13,11 +13,21 @@ per session answers "where is row N" and "which membership events come before po
 from __future__ import annotations
 
 import bisect
-import itertools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from zhin_cli.core.model import EventMessage, Message, OutlineRole, Session, Summary, ToolResultMessage, messages_at
+from zhin_cli.core.model import (
+    EventMessage,
+    Message,
+    OutlineRole,
+    RowPositions,
+    Session,
+    Summary,
+    ToolResultMessage,
+    messages_at,
+)
+
+__all__ = ["RowPositions", "SessionIndex", "Window", "WindowConfig", "summary_in_prefix", "tail_start", "visible_window"]
 from zhin_cli.pipeline.merge import ItemKey
 
 
@@ -57,30 +67,6 @@ class Window:
     carried_events: list[EventMessage] = field(default_factory=list)
     dropped: int = 0  # messages before the window (compacted or cut)
     request_time: int = 0
-
-
-class RowPositions(Mapping[int, int]):
-    """Row id → position in ``session.messages``, without a dict of the whole session when the row ids ascend (a
-    database's branch, most files): a bisection over the outline's ids. Otherwise a dict, built once."""
-
-    def __init__(self, row_ids: Sequence[int]) -> None:
-        self._ids = row_ids
-        ascending = all(a < b for a, b in zip(row_ids, itertools.islice(row_ids, 1, None), strict=False))
-        self._by_id = None if ascending else {row_id: i for i, row_id in enumerate(row_ids)}
-
-    def __getitem__(self, row_id: int) -> int:
-        if self._by_id is not None:
-            return self._by_id[row_id]
-        position = bisect.bisect_left(self._ids, row_id)
-        if position < len(self._ids) and self._ids[position] == row_id:
-            return position
-        raise KeyError(row_id)
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self._ids)
-
-    def __len__(self) -> int:
-        return len(self._ids)
 
 
 @dataclass(frozen=True)
