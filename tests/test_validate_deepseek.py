@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from zhin_cli.pipeline.providers import openai as openai_profiles
 from zhin_cli.pipeline.validate import deepseek, validate
 
 
@@ -105,7 +106,7 @@ def test_r1_era_accepts_alternation_and_prefix_mode() -> None:
 
 def test_r1_era_models_are_configurable(monkeypatch: pytest.MonkeyPatch) -> None:
     assert deepseek.R1_ERA_MODELS == ("deepseek-reasoner-r1",)
-    monkeypatch.setattr(deepseek, "_configured_r1_models", ())  # restored after the test
+    monkeypatch.setattr(openai_profiles, "_configured_r1_models", ())  # restored after the test (the list lives there)
     assert validate("deepseek-chat", body(USER, USER), "deepseek-reasoner").ok
     deepseek.set_r1_era_models(["deepseek-reasoner"])
     assert deepseek.is_r1_era("deepseek-reasoner")

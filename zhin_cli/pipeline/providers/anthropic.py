@@ -49,6 +49,46 @@ def accepts_mid_system(model: str) -> bool:
     return any(fnmatchcase(lowered, pattern) for pattern in MID_SYSTEM_MODELS)
 
 
+# Prefill (a trailing assistant message) is rejected from this Claude version on (§2.3 [R]:
+# "Claude 4.6 and later models reject a trailing assistant message"). The version comes from the model
+# id via _VERSION_PATTERNS; an id without a recognisable version is treated as accepting prefill
+# (reject only on evidence). Resulting family table:
+#
+#   model id                                               version   trailing assistant
+#   claude-3-haiku-…, claude-3-5-sonnet-…, claude-3-7-…    3.x       accepted
+#   claude-opus-4-20250514, claude-sonnet-4-…              4.0       accepted
+#   claude-opus-4-1, claude-sonnet-4-5, claude-haiku-4-5   4.1–4.5   accepted
+#   claude-opus-4-6, claude-sonnet-4-6, claude-opus-4-7,   4.6–4.8   rejected
+#   claude-opus-4-8
+#   claude-sonnet-5, claude-opus-5-5, claude-fable-5-1,    5.x       rejected
+#   claude-mythos-5, …
+#   claude-mythos-preview, anything unparsable             unknown   accepted
+PREFILL_REJECTED_FROM: tuple[int, int] = (4, 6)
+_VERSION_PATTERNS: tuple[re.Pattern[str], ...] = (
+    # current ids: family first, then major[-minor]; a dated suffix (-20250514) is not a minor version
+    re.compile(r"claude-(?:opus|sonnet|haiku|fable|mythos)-(\d+)(?:[-.](\d{1,2})(?!\d))?(?!\d)"),
+    # Claude 3.x ids: version first (claude-3-5-sonnet-20241022, claude-3-opus-20240229)
+    re.compile(r"claude-(\d+)(?:[-.](\d))?-(?:opus|sonnet|haiku)"),
+)
+
+
+def claude_version(model: str) -> tuple[int, int] | None:
+    """(major, minor) parsed from a Claude model id, or None when the id carries no version."""
+    lowered = model.lower()
+    for pattern in _VERSION_PATTERNS:
+        match = pattern.search(lowered)
+        if match:
+            return int(match.group(1)), int(match.group(2) or 0)
+    return None
+
+
+def rejects_prefill(model: str) -> bool:
+    """Whether ``model`` refuses a trailing assistant message (prefill): the profile's ``prefill`` and the
+    validator's 400 both follow it."""
+    version = claude_version(model)
+    return version is not None and version >= PREFILL_REJECTED_FROM
+
+
 def tool_use_id(call_id: str) -> str:
     """tool_use ids must match ^[a-zA-Z0-9_-]+$."""
     return re.sub(r"[^a-zA-Z0-9_-]", "_", call_id) or "_"
@@ -163,13 +203,11 @@ def render_anthropic(layout: Layout, profile: Capabilities, runtime: RuntimeView
 
 @dataclass(frozen=True)
 class _AnthropicCapabilities(Capabilities):
-    """The Anthropic profile: ``prefill`` follows the model's Claude version (validate/anthropic.py's table,
+    """The Anthropic profile: ``prefill`` follows the model's Claude version (``rejects_prefill``'s table,
     §2.3), decided here once when the profile is resolved for a model — before ``zhin.yaml`` overrides, which
     ``resolve_profile`` applies after — so the renderer, like every other, reads only ``profile.prefill``."""
 
     def for_model(self, model: str) -> Capabilities:
-        from zhin_cli.pipeline.validate.anthropic import rejects_prefill  # late: the validators import the providers
-
         profile = super().for_model(model)
         if accepts_mid_system(model):
             profile = replace(profile, mid_conversation_system="system")

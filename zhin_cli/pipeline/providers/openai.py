@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import string
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -186,6 +187,18 @@ register_profile(
 # ``deepseek-reasoner-r1`` is our name for the R1-era endpoint. The validator reads the same tuple.
 R1_ERA_MODELS: tuple[str, ...] = ("deepseek-reasoner-r1",)
 R1_ERA_RULES: dict[str, Any] = {"alternation": "merge", "system_only_at_start": True, "prefill": False}
+_configured_r1_models: tuple[str, ...] = ()
+
+
+def set_r1_era_models(models: Iterable[str]) -> None:
+    """Add model ids (beyond ``R1_ERA_MODELS``) that get the R1-era rules — the deepseek profile's rendering and
+    the validator's ordering checks (validate/deepseek.py) — e.g. from ``zhin.yaml``."""
+    global _configured_r1_models
+    _configured_r1_models = tuple(models)
+
+
+def is_r1_era(model: str) -> bool:
+    return model in R1_ERA_MODELS or model in _configured_r1_models
 
 
 @dataclass(frozen=True)
@@ -195,8 +208,6 @@ class _DeepSeekCapabilities(Capabilities):
     is resolved for the model (``zhin.yaml`` overrides apply after)."""
 
     def for_model(self, model: str) -> Capabilities:
-        from zhin_cli.pipeline.validate.deepseek import is_r1_era  # late: the validators import the providers
-
         profile = super().for_model(model)
         return replace(profile, **R1_ERA_RULES) if is_r1_era(model) else profile
 

@@ -25,34 +25,18 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from zhin_cli.pipeline.providers.anthropic import MID_SYSTEM_MODELS, accepts_mid_system
+from zhin_cli.pipeline.providers.anthropic import (  # the model tables live with the profile: one decision, and the
+    MID_SYSTEM_MODELS,  # providers never import the validators (tests/test_layers.py)
+    PREFILL_REJECTED_FROM,  # noqa: F401  (re-exported: the prefill version gate)
+    accepts_mid_system,
+    claude_version,  # noqa: F401  (re-exported)
+    rejects_prefill,
+)
 from zhin_cli.pipeline.validate import ACCEPTED, Verdict, register_validator
 
 # Models that accept ``role: "system"`` inside ``messages`` (mid-conversation system messages, §2.1 [V]): the one
 # list the profile and the renderer use too (providers/anthropic.py).
 MID_CONVERSATION_SYSTEM_MODELS = MID_SYSTEM_MODELS
-
-# Prefill (a trailing assistant message) is rejected from this Claude version on (§2.3 [R]:
-# "Claude 4.6 and later models reject a trailing assistant message"). The version comes from the model
-# id via _VERSION_PATTERNS; an id without a recognisable version is treated as accepting prefill
-# (reject only on evidence). Resulting family table:
-#
-#   model id                                               version   trailing assistant
-#   claude-3-haiku-…, claude-3-5-sonnet-…, claude-3-7-…    3.x       accepted
-#   claude-opus-4-20250514, claude-sonnet-4-…              4.0       accepted
-#   claude-opus-4-1, claude-sonnet-4-5, claude-haiku-4-5   4.1–4.5   accepted
-#   claude-opus-4-6, claude-sonnet-4-6, claude-opus-4-7,   4.6–4.8   rejected
-#   claude-opus-4-8
-#   claude-sonnet-5, claude-opus-5-5, claude-fable-5-1,    5.x       rejected
-#   claude-mythos-5, …
-#   claude-mythos-preview, anything unparsable             unknown   accepted
-PREFILL_REJECTED_FROM: tuple[int, int] = (4, 6)
-_VERSION_PATTERNS: tuple[re.Pattern[str], ...] = (
-    # current ids: family first, then major[-minor]; a dated suffix (-20250514) is not a minor version
-    re.compile(r"claude-(?:opus|sonnet|haiku|fable|mythos)-(\d+)(?:[-.](\d{1,2})(?!\d))?(?!\d)"),
-    # Claude 3.x ids: version first (claude-3-5-sonnet-20241022, claude-3-opus-20240229)
-    re.compile(r"claude-(\d+)(?:[-.](\d))?-(?:opus|sonnet|haiku)"),
-)
 
 _ROLES = ("user", "assistant", "system")
 _TOOL_USE_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
@@ -70,22 +54,7 @@ def _error(message: str) -> Verdict:
     )
 
 
-def claude_version(model: str) -> tuple[int, int] | None:
-    """(major, minor) parsed from a Claude model id, or None when the id carries no version."""
-    lowered = model.lower()
-    for pattern in _VERSION_PATTERNS:
-        match = pattern.search(lowered)
-        if match:
-            return int(match.group(1)), int(match.group(2) or 0)
-    return None
-
-
 supports_mid_conversation_system = accepts_mid_system
-
-
-def rejects_prefill(model: str) -> bool:
-    version = claude_version(model)
-    return version is not None and version >= PREFILL_REJECTED_FROM
 
 
 def _blocks(content: Any) -> list[dict[str, Any]]:

@@ -21,18 +21,20 @@ Not modelled: thinking-mode ``reasoning_content`` pass-back (§4.2, V3.2/V4 thin
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from typing import Any
 
-from zhin_cli.pipeline.providers.openai import R1_ERA_MODELS
+# Models validated with the R1-era ``deepseek-reasoner`` ordering rules (Jan–Apr 2025): the list and
+# ``set_r1_era_models`` live with the deepseek profile, whose renderer rules follow ``is_r1_era`` too
+# (providers/openai.py ``_DeepSeekCapabilities``; the providers never import the validators). Today's
+# ``deepseek-reasoner`` alias points at V4 thinking mode, where these checks are not known to apply [U], so the
+# plain alias is *not* listed. A deployment that still serves R1 under another id adds it with
+# ``set_r1_era_models``: validator and renderer both follow.
+from zhin_cli.pipeline.providers.openai import (
+    R1_ERA_MODELS,  # noqa: F401  (re-exported)
+    is_r1_era,
+    set_r1_era_models,  # noqa: F401  (re-exported)
+)
 from zhin_cli.pipeline.validate import ACCEPTED, Verdict, register_validator
-
-# Models validated with the R1-era ``deepseek-reasoner`` ordering rules (Jan–Apr 2025): the tuple lives with
-# the deepseek profile, whose renderer rules follow ``is_r1_era`` too (providers/openai.py
-# ``_DeepSeekCapabilities``). Today's ``deepseek-reasoner`` alias points at V4 thinking mode, where these checks
-# are not known to apply [U], so the plain alias is *not* listed. A deployment that still serves R1 under another
-# id adds it with ``set_r1_era_models``: validator and renderer both follow.
-_configured_r1_models: tuple[str, ...] = ()
 
 INSUFFICIENT_TOOLS_MESSAGE = (
     "An assistant message with 'tool_calls' must be followed by tool messages responding to each 'tool_call_id'. "
@@ -44,16 +46,6 @@ R1_LAST_MESSAGE = (
     "The last message of deepseek-reasoner must be a user message, or an assistant message with prefix mode on "
     "(refer to https://api-docs.deepseek.com/guides/chat_prefix_completion)."
 )
-
-
-def set_r1_era_models(models: Iterable[str]) -> None:
-    """Add model ids (beyond ``R1_ERA_MODELS``) that get the R1-era ordering checks, e.g. from ``zhin.yaml``."""
-    global _configured_r1_models
-    _configured_r1_models = tuple(models)
-
-
-def is_r1_era(model: str) -> bool:
-    return model in R1_ERA_MODELS or model in _configured_r1_models
 
 
 def _error(message: str) -> Verdict:

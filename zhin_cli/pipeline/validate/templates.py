@@ -399,15 +399,6 @@ def _judge(family: str, body: dict[str, Any], normalize: bool) -> Verdict:
     return Verdict(ok=True, warnings=tuple(warnings)) if warnings else ACCEPTED
 
 
-def template_warnings(validator: str, body: dict[str, Any]) -> list[str]:
-    """What the template named by ``validator`` (``served:<family>``/``template:<family>``) silently drops from
-    ``body``; [] for any other validator, and for a body the template rejects (its 400 says enough)."""
-    prefix, _, family = validator.partition(":")
-    if prefix not in ("served", "template") or family not in FAMILIES:
-        return []
-    return list(_judge(family, body, normalize=prefix == "served").warnings)
-
-
 def _register(family: str, check: TemplateCheck) -> None:
     def run(body: dict[str, Any], normalize: bool) -> Verdict:
         return _judge(family, body, normalize)
