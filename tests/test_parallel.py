@@ -236,3 +236,29 @@ def test_prepare_runs_once_here_and_the_workers_share_what_it_loaded() -> None:
     finally:
         WARMED.clear()
     assert list(ordered_map(warmed, [0, 1], jobs=2)) == [[], []]  # negative control: nothing prepared
+
+
+def allowed_here(item: int) -> tuple[bool, bool]:
+    from zhin_cli.core.trust import plugins_allowed, ref_plugins_allowed
+
+    return plugins_allowed(), ref_plugins_allowed()
+
+
+def test_the_commands_allow_flags_reach_spawned_workers_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spawned worker shares no memory with the parent: ``--allow-plugins`` travels explicitly (and nothing
+    else: the environment is the parent's, the trust store is read again)."""
+    import multiprocessing
+
+    from zhin_cli.core import parallel
+    from zhin_cli.core.trust import set_allowed
+
+    monkeypatch.delenv("ZHIN_ALLOW_PLUGINS", raising=False)
+    monkeypatch.delenv("ZHIN_ALLOW_REF_PLUGINS", raising=False)
+    monkeypatch.setattr(parallel, "_context", lambda: multiprocessing.get_context("spawn"))
+    try:
+        set_allowed(plugins=True)
+        assert list(ordered_map(allowed_here, [0, 1], jobs=2)) == [(True, False)] * 2
+        set_allowed()
+        assert list(ordered_map(allowed_here, [0, 1], jobs=2)) == [(False, False)] * 2  # negative control
+    finally:
+        set_allowed()

@@ -104,10 +104,15 @@ def _run(work: Callable[[T], R], item: T) -> _Outcome[R]:
         return _Outcome(failure=failure)
 
 
-def _worker_started() -> None:
-    """Signals are the parent's business: it reports them and stops the workers."""
+def _worker_started(plugins: bool = False, ref_plugins: bool = False) -> None:
+    """Signals are the parent's business: it reports them and stops the workers. The command's plugin decisions
+    (``--allow-plugins``, ``--allow-ref-plugins``) are the worker's, whatever the start method — no more: the
+    worker asks ``core.trust`` like the parent would."""
+    from zhin_cli.core.trust import set_allowed
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    set_allowed(plugins=plugins, ref_plugins=ref_plugins)
 
 
 def _context() -> Any:
@@ -134,9 +139,12 @@ def ordered_map(work: Callable[[T], R], items: Sequence[T], *, jobs: int,
         return
     from concurrent.futures import ProcessPoolExecutor
 
+    from zhin_cli.core.trust import plugins_allowed, ref_plugins_allowed
+
     if prepare is not None:
         prepare()
-    pool = ProcessPoolExecutor(max_workers=min(jobs, total), mp_context=_context(), initializer=_worker_started)
+    pool = ProcessPoolExecutor(max_workers=min(jobs, total), mp_context=_context(), initializer=_worker_started,
+                               initargs=(plugins_allowed(), ref_plugins_allowed()))
     futures: list[Future[_Outcome[R]]] = []
     try:
         futures = [pool.submit(_run, work, item) for item in items]
