@@ -43,6 +43,7 @@ from zhin_cli.pipeline.facade import Pipeline
 from zhin_cli.pipeline.format import neutralize_body
 from zhin_cli.pipeline.headers import SUMMARY_PREFIX, Aliases, project
 from zhin_cli.pipeline.merge import Placed
+from zhin_cli.pipeline.preset import TAIL_SEPARATOR
 from zhin_cli.pipeline.providers import RenderedPart
 from zhin_cli.pipeline.window import SessionIndex, WindowConfig, visible_window
 from zhin_cli.tools.cachegroups import first_of_group
@@ -224,7 +225,7 @@ def flat_history(session: Session, window: list[Message], summary: str | None) -
 def flat_request(adr: AssembledRequest, history: str) -> AssembledRequest:
     """The same request (system prompt, runtime tail, model) in the flat layout, in the provider's wire."""
     system = next((p.text for p in adr.parts if p.segment_id == "system"), "")
-    tail = (adr.tail_text or "").lstrip("\n")
+    tail = (adr.tail_text or "").removeprefix(TAIL_SEPARATOR)  # the tail as text, not as the wire joins it
     user = history + (FLAT_SEPARATOR + tail if tail else "")
     flat = wire_of(adr).flat({**adr.request, "model": adr.model}, system, user)
     parts = [RenderedPart(segment, text, index) for segment, text, index in flat.parts]
