@@ -218,9 +218,9 @@ def _classify(old: AssembledRequest, new: AssembledRequest, a: Serialized, b: Se
         return "system_changed", ""
     if chunk.label == "message" and _is_fixed_message(old, chunk.message_index) and _is_fixed_message(new, chunk.message_index):
         return "system_changed", ""
-    moved = (old.window["dropped"], old.window["summary_anchor"]) != (new.window["dropped"], new.window["summary_anchor"])
+    moved = old.window_start != new.window_start
     if moved:
-        kind = "compaction" if old.window["summary_anchor"] != new.window["summary_anchor"] else "tail limit"
+        kind = "compaction" if old.window.summary_anchor != new.window.summary_anchor else "tail limit"
         return "window_shift", kind
     if chunk.label == "glue" and a.chunks[div.chunk].data == b"]":
         return "append", ""
