@@ -27,7 +27,7 @@ import dataclasses
 import functools
 import json
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -166,7 +166,7 @@ class _HeaderCounter:
         self.result = HeaderTokens()
         self.seen: set[int] = set()
 
-    def add_window(self, window: list[Message]) -> None:
+    def add_window(self, window: Sequence[Message]) -> None:
         new = [m.row_id for m in window if m.row_id not in self.seen and isinstance(m, (UserMessage, AssistantMessage))]
         if not new:
             return
@@ -202,7 +202,7 @@ class _HeaderCounter:
 # --- the flat layout --------------------------------------------------------------------------------
 
 
-def flat_history(session: Session, window: list[Message], summary: str | None) -> str:
+def flat_history(session: Session, window: Sequence[Message], summary: str | None) -> str:
     """The whole visible history as one text: ``## 用户`` / ``## 助手`` blocks, user lines with upstream's
     sender prefix (the preset note's "before": ``formatHistorySegment`` into one user message)."""
     blocks: list[str] = []
