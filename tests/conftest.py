@@ -97,6 +97,7 @@ def _read_back(stream: io.TextIOWrapper) -> str:
 def _process_state(arguments: list[str], cwd: Path, env: Mapping[str, str], stdin: str) -> Iterator[tuple[io.TextIOWrapper, io.TextIOWrapper]]:
     """Give a command what a fresh process would have, and take it all back afterwards: argv, environment, working
     directory, standard streams, signal handlers, warning filters, sys.path, and the plugin modules it imported."""
+    import zhin_cli.core.redact as redact
     import zhin_cli.signals as signals
 
     saved_argv, saved_path, saved_cwd = sys.argv, list(sys.path), os.getcwd()
@@ -104,6 +105,7 @@ def _process_state(arguments: list[str], cwd: Path, env: Mapping[str, str], stdi
     saved_streams = (sys.stdin, sys.stdout, sys.stderr)
     saved_handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
     saved_modules = set(sys.modules)
+    saved_secrets = set(redact._remembered)  # credentials a command met are masked for the rest of *its* process
     stdout, stderr = _text_stream(), _text_stream()
     try:
         sys.argv = ["zhin", *arguments]
@@ -127,6 +129,8 @@ def _process_state(arguments: list[str], cwd: Path, env: Mapping[str, str], stdi
         for signum, handler in saved_handlers.items():
             signal.signal(signum, handler)
         signals.SIGNALLED.clear()
+        redact._remembered.clear()
+        redact._remembered.update(saved_secrets)
         gc.unfreeze()  # freeze_loaded() froze the command's session: let the next collection have it
         _forget_plugin_modules(saved_modules)
 

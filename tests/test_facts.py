@@ -10,13 +10,12 @@ import hashlib
 import json
 import sqlite3
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, clean_env
+from conftest import FIXTURES, clean_env, run_zhin
 from sqlalchemy import Engine, create_engine, insert
 
 from zhin_cli.core.inputfiles import clean_text
@@ -329,8 +328,7 @@ def test_at_most_2000_members_per_session_oldest_evicted_on_write(cache: FactsCa
 
 
 def zhin(*args: object, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "zhin_cli", *map(str, args)], cwd=cwd, env=clean_env(), capture_output=True,
-                          text=True, encoding="utf-8", timeout=180, stdin=subprocess.DEVNULL)
+    return run_zhin(*args, cwd=cwd, env=clean_env())  # in this process (conftest)
 
 
 def digest(path: Path) -> str:

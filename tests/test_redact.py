@@ -13,12 +13,11 @@ import json
 import shutil
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import clean_env
+from conftest import clean_env, run_zhin
 from sqlalchemy.engine import make_url
 
 from zhin_cli.core.errors import EXIT_CANNOT_RUN, EXIT_USAGE, UsageError
@@ -32,8 +31,7 @@ SECRET2 = "Qz7-tok-CANARY-88aa"  # a token in a query parameter
 
 
 def zhin(*args: object, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "zhin_cli", *map(str, args)], cwd=cwd, env=env or clean_env(),
-                          capture_output=True, text=True, encoding="utf-8", timeout=timeout, stdin=subprocess.DEVNULL)
+    return run_zhin(*args, cwd=cwd, env=env or clean_env())  # in this process (conftest)
 
 
 def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
