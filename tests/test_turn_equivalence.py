@@ -199,3 +199,31 @@ def test_negative_control_a_request_without_its_sent_prefix_is_caught() -> None:
 def test_negative_control_carrying_the_prefix_across_a_window_move_is_caught() -> None:
     found = find(cases(), lambda case: bool(mismatches(case, assembler_type=_CarriesAcrossMoves)), settings=SEARCH)
     assert mismatches(found, assembler_type=_CarriesAcrossMoves) and mismatches(found) == []
+
+
+def test_a_branched_database_session_traced_one_turn_at_a_time_equals_trace_all(tmp_path: Path, upstream_db: Any) -> None:
+    """Branches live in the store (the active branch's ``parent_id`` chain); the engine sees that branch, read
+    lazily from SQLite. Each ``trace --turn k`` equals ``trace --all``'s turn k, with the window moving."""
+    from test_store import UP_ID, assistant_row, user_row
+
+    from zhin_cli.tools.trace import trace
+
+    rows = [user_row("root question", 1700000000000), assistant_row("root answer", 1700000001000)]
+    parent = 2
+    for i in range(12):  # an abandoned side branch, then the active one, 12 rounds long
+        if i == 0:
+            rows += [user_row("side question", 1700000002000, parent_id=2),
+                     assistant_row("side answer", 1700000003000, parent_id=3)]
+        rows.append(user_row(f"q{i}", 1700000010000 + i * 20_000, parent_id=parent))
+        rows.append(assistant_row(f"a{i}", 1700000011000 + i * 20_000, parent_id=len(rows)))
+        parent = len(rows)
+    db = upstream_db(tmp_path / "d.sqlite", UP_ID, rows, active_leaf=parent)
+    (tmp_path / "zhin.yaml").write_text("window:\n  max_messages: 6\n  cut_to: 3\n", encoding="utf-8")
+    config = tmp_path / "zhin.yaml"
+    every = trace(UP_ID, db=str(db), config_path=config, all_turns=True, cwd=tmp_path)
+    assert [r.turn for r in every.requests] == list(range(1, 14))  # root + 12 rounds of the active branch
+    assert len({(r.window.dropped, r.window.summary_anchor) for r in every.requests}) > 2  # the window moves
+    assert all("side question" not in json.dumps(r.request, ensure_ascii=False) for r in every.requests)
+    for request in every.requests:
+        alone = trace(UP_ID, db=str(db), config_path=config, turn=request.turn, cwd=tmp_path).requests
+        assert [body(r) for r in alone] == [body(request)]
