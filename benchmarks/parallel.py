@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import sys
 import tempfile
 import time
@@ -41,10 +42,17 @@ def corpus(folder: Path, sessions: int, messages: int) -> list[str]:
     return paths
 
 
-def timed(call: Callable[[int], Any], jobs: int) -> tuple[float, str]:
-    started = time.perf_counter()
+def cpu_seconds() -> float:
+    """CPU time of this process and of its finished children (the workers, once the pool is shut down)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def timed(call: Callable[[int], Any], jobs: int) -> tuple[float, float, str]:
+    """Wall seconds, CPU seconds (all processes) and the result's JSON."""
+    started, cpu = time.perf_counter(), cpu_seconds()
     result = call(jobs)
-    return time.perf_counter() - started, json.dumps(result.as_dict(), sort_keys=True)
+    return time.perf_counter() - started, cpu_seconds() - cpu, json.dumps(result.as_dict(), sort_keys=True)
 
 
 def main() -> None:
@@ -66,12 +74,14 @@ def main() -> None:
         }
         failed = False
         for name, call in commands.items():
-            one, one_result = timed(call, 1)
-            many, many_result = timed(call, args.jobs)
+            one, one_cpu, one_result = timed(call, 1)
+            many, many_cpu, many_result = timed(call, args.jobs)
             same = one_result == many_result
             failed |= not same
-            print(f"  {name:<24} -j 1 {one:7.2f} s · -j {args.jobs} {many:7.2f} s · speed-up {one / many:4.2f}× "
-                  f"(ideal {min(args.jobs, args.sessions)}×) · results {'identical' if same else 'DIFFERENT'}")
+            # cores busy = CPU seconds ÷ wall seconds: what the pool got from the machine (neighbours take the rest)
+            print(f"  {name:<24} -j 1 {one:7.2f} s ({one_cpu / one:3.1f} cores busy) · -j {args.jobs} {many:7.2f} s "
+                  f"({many_cpu / many:3.1f} cores busy) · speed-up {one / many:4.2f}× (ideal {min(args.jobs, args.sessions)}×)"
+                  f" · CPU {many_cpu / one_cpu:4.2f}× of -j 1 · results {'identical' if same else 'DIFFERENT'}")
     if failed:
         sys.exit(1)
 
