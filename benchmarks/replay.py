@@ -6,7 +6,7 @@ replayed turn by turn. Linear growth means time per message stays flat: the repo
 comes from tracemalloc in a separate pass. Ratios within one run are comparable; absolute numbers
 depend on the machine.
 
-``--old TREE`` (default ``/tmp/old271`` when it exists: an export of 271b824, before issue 16) also compares
+``--old TREE`` (e.g. ``/tmp/old271``, an export of 271b824: before issue 16) also compares
 this tree with that one in the same run, each in its own processes, interleaved, best of ``--repeats``:
 all-turn replay and all-turn prefix-diff in messages/s, and the last-turn request of a 10k- and a 20k-message
 session (what ``zhin trace`` does by default) in seconds — the old engine replays every turn before it, the
@@ -112,7 +112,6 @@ def linearity() -> dict[str, Any]:
     return report
 
 
-OLD_TREE = Path("/tmp/old271")
 SIZES = {"10k": 70, "20k": 140}  # tiles of the fixture: 10,010 and 20,020 messages
 
 
@@ -183,9 +182,9 @@ def compare(old: Path, repeats: int) -> dict[str, Any]:
 
 def main() -> None:
     report: dict[str, Any] = {"benchmark": "replay", **linearity()}
-    old = Path(sys.argv[sys.argv.index("--old") + 1]) if "--old" in sys.argv else OLD_TREE
+    old = Path(sys.argv[sys.argv.index("--old") + 1]) if "--old" in sys.argv else None
     repeats = int(sys.argv[sys.argv.index("--repeats") + 1]) if "--repeats" in sys.argv else 2
-    if (old / "zhin_cli").is_dir():
+    if old is not None and (old / "zhin_cli").is_dir():
         comparison = compare(old, repeats)
         report["compared_with"] = comparison
         print(f"\nthis tree vs {old} (best of {repeats}, interleaved):")
@@ -194,8 +193,8 @@ def main() -> None:
             print(f"{row['what']:>12} {row['messages']:>8} {row['old_seconds']:>8} {row['new_seconds']:>8} {row['speedup']:>7}x")
         ratio = comparison["last_turn_20k_over_10k"]
         print(f"last-turn request, 20k / 10k messages: old {ratio['old']}x, new {ratio['new']}x")
-    else:
-        print(f"(no old tree at {old}: pass --old TREE to compare)")
+    elif old is not None:
+        raise SystemExit(f"no zhin_cli in {old}: --old names an export of an older tree (git archive <ref> | tar -x)")
     if "--json" in sys.argv:
         print(json.dumps(report))
 
