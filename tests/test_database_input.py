@@ -4,12 +4,11 @@ deep was a RecursionError traceback from the database and a one-line error from 
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import clean_env
+from conftest import clean_env, run_zhin
 
 SESSION_ID = "icqq:1:group:2#1-1"
 BODY = ('"role":"user","content":[{"type":"text","text":"hi"}],"timestamp":1700000000000,'
@@ -21,8 +20,7 @@ def nested(depth: int) -> str:
 
 
 def zhin(*args: object, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "zhin_cli", *map(str, args)], cwd=cwd, env=clean_env(),
-                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    return run_zhin(*args, cwd=cwd, env=clean_env())  # in this process (conftest)
 
 
 @pytest.mark.parametrize("column", ["payload", "extra"])

@@ -12,15 +12,14 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, clean_env
+from conftest import FIXTURES, clean_env, run_zhin
 
 PRIVATE = FIXTURES / "private-chat.jsonl"
 GROUP = FIXTURES / "group-busy.jsonl"
 
 
 def zhin(*args: object, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "zhin_cli", *map(str, args)], cwd=cwd, env=clean_env(),
-                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    return run_zhin(*args, cwd=cwd, env=clean_env())  # in this process (conftest); the signal tests below start one
 
 
 def dump(db: Path) -> list[str]:

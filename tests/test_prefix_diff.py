@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from datetime import UTC
 from pathlib import Path
 
 import pytest
 from builders import MIN, SEC, T0, History, TimeOnlyAssembler, answered_chat, assembler, late_event_history, replay
+from conftest import run_zhin
 
 from zhin_cli.core.model import SceneChange
 from zhin_cli.store.jsonl import read_session
@@ -174,8 +174,7 @@ def test_tail_limit_window_shift_is_reported_with_a_hint() -> None:
 def run(*args: str, cwd: Path, opt_in: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
     """``opt_in``: global flags such as ``--allow-plugins`` (plugins of a found zhin.yaml run only when trusted)."""
     env = {"PATH": "/usr/bin:/bin", "NO_COLOR": "1", "HOME": str(Path.home())}
-    return subprocess.run([sys.executable, "-m", "zhin_cli", *opt_in, "prefix-diff", *args], capture_output=True, text=True,
-                          cwd=cwd, env=env)
+    return run_zhin(*opt_in, "prefix-diff", *args, cwd=cwd, env=env)  # in this process (conftest)
 
 
 def write_clock_plugin(path: Path) -> None:
