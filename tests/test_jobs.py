@@ -100,3 +100,24 @@ def test_jobs_below_one_is_a_usage_error(zhin: Run) -> None:
         result = zhin(*command, *SESSIONS, "-j", "0")
         assert result.returncode == 2 and result.stderr.strip().splitlines() == [
             "zhin: error: -j/--jobs must be at least 1 (got 0)"], result.stderr
+
+
+PLUGIN = """
+from pathlib import Path
+Path(__file__).with_name("plugin-ran").write_text("yes")
+def register(generation):
+    pass
+"""
+
+
+def test_an_untrusted_found_plugin_is_refused_alike_with_workers(zhin: Run, tmp_path: Path) -> None:
+    (tmp_path / "zhin.yaml").write_text("plugins:\n  - plugin.py\n", encoding="utf-8")
+    (tmp_path / "plugin.py").write_text(PLUGIN, encoding="utf-8")
+    for command in (["prefix-diff"], ["report", "economy"]):
+        result = same_under_jobs(zhin, *command, *SESSIONS, jobs=(2,))
+        assert result.returncode != 0 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert "zhin trust" in result.stderr or "--allow-plugins" in result.stderr, result.stderr
+    assert not (tmp_path / "plugin-ran").exists()  # no worker ran it
+    allowed = zhin("--allow-plugins", "prefix-diff", *SESSIONS, "--json", "-j", "2")  # negative control
+    assert allowed.returncode in (0, 1), allowed.stderr
+    assert (tmp_path / "plugin-ran").exists()
