@@ -8,7 +8,6 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
-from rich.syntax import Syntax
 from rich.table import Table
 
 from zhin_cli._cli import (
@@ -96,6 +95,8 @@ def _print_request(console, request: AssembledRequest, show_request: bool) -> No
     if show_request:
         body = json.dumps(request.request, ensure_ascii=False, indent=2)
         if console.is_terminal:
+            from rich.syntax import Syntax  # pygments: only for a highlighted body on a terminal
+
             console.print(Syntax(body, "json", word_wrap=True))
         else:  # piped: the exact text, never cropped to a terminal width
             console.file.write(body + "\n")
