@@ -1,23 +1,35 @@
 """Regenerate docs/cli.md from the commands' own --help (so the docs cannot drift).
 
 ``python scripts/gen_cli_docs.py`` writes docs/cli.md; ``--check`` exits 1 if it is out of date.
+
+Every help text comes from one process: the help of a command is what ``zhin CMD --help`` prints in a 100-column,
+colourless, non-terminal environment, set here before typer (which reads it at import) is loaded.
 """
 
 from __future__ import annotations
 
+import io
 import os
-import subprocess
 import sys
+from contextlib import redirect_stdout
 from pathlib import Path
 
 COMMANDS = ["", "trace", "prefix-diff", "providers", "serve", "import", "export", "sessions", "facts show", "facts prune", "stats cache", "fixtures synth", "report economy", "eval", "schema eval-case", "preset lint", "preset probe", "budget check", "budget update", "request-diff", "trust", "completion"]
+HELP_ENVIRONMENT = {"COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb", "_TYPER_FORCE_DISABLE_TERMINAL": "1"}
 
 
 def help_text(command: str) -> str:
-    env = {**os.environ, "COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb", "_TYPER_FORCE_DISABLE_TERMINAL": "1"}
-    args = [sys.executable, "-m", "zhin_cli", *command.split(), "--help"]  # "stats cache": a sub-command
-    out = subprocess.run(args, capture_output=True, text=True, env=env, check=True).stdout
-    return "\n".join(line.rstrip() for line in out.strip().splitlines())
+    os.environ.update(HELP_ENVIRONMENT)
+    import typer.main
+
+    from zhin_cli._cli import app
+
+    out = io.StringIO()
+    with redirect_stdout(out):
+        code = typer.main.get_command(app).main(args=[*command.split(), "--help"], prog_name="zhin", standalone_mode=False)
+    if code not in (0, None):
+        raise SystemExit(f"zhin {command} --help exited {code}")
+    return "\n".join(line.rstrip() for line in out.getvalue().strip().splitlines())
 
 
 def render() -> str:
