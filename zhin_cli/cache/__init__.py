@@ -35,8 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from zhin_cli.core.tokens import TokenCounter
-from zhin_cli.core.tokens import counter as shared_counter
-from zhin_cli.wire import Block, WireFormat, wire_for
+from zhin_cli.wire import Block, WireFormat, text_tokens, wire_for
 
 STORE_SIZE = 64  # requests remembered per cache (automatic caching); explicit entries: 4 per request
 STORE_TOKENS = 8_000_000  # tokens remembered across those requests (4 bytes each); the oldest go first
@@ -82,7 +81,7 @@ def _packed(encoding: str, head: str, text: str, framing: int) -> bytes:
     """A block's tokens, packed: ``framing`` pseudo-tokens (≥ 2^31, outside every vocabulary) that stand for the
     head, then the text's tokens. Memoised: a replay sends the same history blocks turn after turn."""
     mark = 0x8000_0000 | zlib.crc32(head.encode("utf-8", "surrogatepass"))
-    return array.array("I", [mark] * framing).tobytes() + shared_counter(encoding).encode_packed(text)
+    return array.array("I", [mark] * framing).tobytes() + text_tokens(encoding, text)
 
 
 @dataclass(frozen=True)

@@ -25,12 +25,14 @@ Adding a format (say OpenAI Responses) is adding one module here that subclasses
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
 from zhin_cli.core.registry import Registry
+from zhin_cli.core.tokens import counter as shared_counter
 
 
 class Block(NamedTuple):
@@ -167,14 +169,23 @@ def wire_for(name: str | None) -> WireFormat:
 
 
 class Counter(Protocol):
-    def count(self, text: str) -> int: ...
+    @property
+    def encoding(self) -> str: ...
+
+
+@functools.lru_cache(maxsize=16384)
+def text_tokens(encoding: str, text: str) -> bytes:
+    """A block text's tokens, packed (4 bytes each), memoised: ``prompt_tokens`` counts them and the cache
+    simulator compares them, so each text of a replay is tokenized once for both."""
+    return shared_counter(encoding).encode_packed(text)
 
 
 def prompt_tokens(body: dict[str, Any], wire: str | WireFormat, counter: Counter) -> int:
     """Our estimate of the provider's billed input tokens for ``body``: Σ (text tokens + framing) over the
     wire's blocks, plus the reply framing (docs/tokens.md). The one definition every tool reports."""
     model = wire if isinstance(wire, WireFormat) else wire_for(wire)
-    return sum(counter.count(b.text) + b.framing for b in model.blocks(body)) + model.reply_framing
+    encoding = counter.encoding
+    return sum(len(text_tokens(encoding, b.text)) // 4 + b.framing for b in model.blocks(body)) + model.reply_framing
 
 
 from zhin_cli.wire import anthropic_messages as _anthropic  # noqa: E402,F401
