@@ -451,13 +451,48 @@ class TurnPoint:
     greeting: bool = False
 
 
+class _TurnPoints(Sequence[TurnPoint]):
+    """The plan's turn points as a view over the outline: a point is made when it is read, so one request of a
+    long session does not build one object per turn."""
+
+    def __init__(self, outline: SessionOutline, card_greeting: TurnPoint | None) -> None:
+        self.outline = outline
+        self.card = card_greeting
+        self.shift = 1 if card_greeting is not None else 0
+        self.greeting = None if card_greeting is not None else outline_greeting_position(outline)
+
+    def __len__(self) -> int:
+        return self.shift + len(self.outline.assistant_positions)
+
+    @overload
+    def __getitem__(self, index: int) -> TurnPoint: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[TurnPoint]: ...
+
+    def __getitem__(self, index: int | slice) -> TurnPoint | list[TurnPoint]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError("turn point out of range")
+        if self.card is not None and index == 0:
+            return self.card
+        number = index - self.shift + 1
+        position = self.outline.assistant_positions[number - 1]
+        outline = self.outline
+        return TurnPoint(number, position + self.shift, outline.timestamps[position], outline.row_ids[position],
+                         outline.models[position], greeting=position == self.greeting)
+
+
 @dataclass
 class TurnPlan:
     """A session's turns as a replay makes them: built once per session from its outline (no content read)."""
 
     stored: Session
     session: Session  # what is replayed: ``stored``, or ``stored`` opened by the card greeting
-    points: list[TurnPoint]
+    points: Sequence[TurnPoint]  # the card greeting (if any), then one per stored assistant message
     total: int  # stored assistant messages: trace's turn count
     greeting_turn: int | None  # the stored greeting's turn (1), if any
     card_greeting: bool
@@ -482,6 +517,11 @@ class TurnPlan:
         if not 1 <= wanted <= self.total:
             raise UsageError(f"turn {turn} is out of range: the session has {self.total} turns (1..{self.total})")
         return wanted
+
+    @property
+    def last_request_turn(self) -> int | None:
+        """The last turn that has a request (None: the session holds no reply, or only its greeting)."""
+        return self.total if self.total and self.total != self.greeting_turn else None
 
     def point_index(self, turn: int) -> int:
         """Where turn ``turn`` (positive) is in ``points``."""
@@ -581,14 +621,10 @@ class Assembler:
         outline = session.outline
         replayed, _ = self.greeted(session, 0)
         card = replayed is not session
-        greeting = 0 if card else outline_greeting_position(outline)
-        points = [TurnPoint(0, 0, replayed.outline.timestamps[0], CARD_GREETING_ROW, None, greeting=True)] if card else []
-        shift = 1 if card else 0
-        for number, position in enumerate(outline.assistant_positions, start=1):
-            points.append(TurnPoint(number, position + shift, outline.timestamps[position], outline.row_ids[position],
-                                    outline.models[position], greeting=position == greeting and not card))
+        opening = TurnPoint(0, 0, replayed.outline.timestamps[0], CARD_GREETING_ROW, None, greeting=True) if card else None
+        points = _TurnPoints(outline, opening)
         return TurnPlan(session, replayed, points, len(outline.assistant_positions),
-                        1 if greeting is not None and not card else None, card)
+                        1 if points.greeting is not None else None, card)
 
     def conversation(self, session: Session, plan: TurnPlan | None = None) -> Conversation:
         return Conversation(self, plan or self.plan(session))

@@ -321,8 +321,8 @@ def probe(
     if not session.outline.assistant_positions:
         raise UsageError(f"session {session.session_id!r} has no assistant message, so no request to probe")
     with Pipeline.open(config, provider=provider, model=model, preset=preset) as pipeline:
-        last = max((p.number for p in pipeline.turns(session).points if not p.greeting), default=0)
-        if not last:
+        last = pipeline.turns(session).last_request_turn
+        if last is None:
             raise UsageError(f"session {session.session_id!r} has only its greeting, so no request to probe")
         request = pipeline.request(session, turn=last)  # the last request: the one a new message would get
     counter = shared_counter(encoding_for_model(request.model))
