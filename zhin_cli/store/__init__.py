@@ -26,7 +26,9 @@ class SessionSource(Protocol):
 SOURCES: Registry[SessionSource] = Registry("data source")
 FALLBACKS: set[str] = set()
 
-DEFAULT_MAX_MESSAGES = 200_000  # ≈ 1 GB resident when loaded (benchmarks/memory.py)
+# ≈ 1 GB resident when a session is loaded whole (read_session, export, --all); a request of a lazy source
+# (load_session) holds the outline and its window instead (benchmarks/memory.py, benchmarks/trace_scale.py)
+DEFAULT_MAX_MESSAGES = 200_000
 MAX_LINE_BYTES = 64 * 2**20
 
 
