@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -39,3 +40,32 @@ def test_every_command_is_in_the_reference() -> None:
     spec.loader.exec_module(module)
     registered = set(walk(typer.main.get_command(app), ""))
     assert registered - set(module.COMMANDS) == set()
+
+
+def _python_blocks(markdown: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", markdown, flags=re.S)
+
+
+def test_readme_library_example_runs_as_pasted() -> None:
+    """README's "As a library" block runs from the repository root in a fresh interpreter and prints the figures
+    the CLI reports for the same request (trace --json of the same turn: prompt tokens, window messages)."""
+    import json
+
+    blocks = _python_blocks((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert blocks, "README has no python block"
+    run = subprocess.run([sys.executable, "-c", blocks[0]], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    traced = subprocess.run(
+        [sys.executable, "-m", "zhin_cli", "trace", "fixtures/group-busy.jsonl", "--provider", "anthropic",
+         "--preset", "fixtures/presets/st-default.json", "--json"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert traced.returncode == 0, traced.stderr
+    request = json.loads(traced.stdout)["requests"][0]
+    assert run.stdout.split() == [str(request["prompt_tokens"]), str(request["window"]["messages"])]
+
+
+def test_python_block_finder_sees_blocks() -> None:
+    """Negative control for the example test: the finder is not vacuous."""
+    assert _python_blocks("x\n```python\nprint(1)\n```\n") == ["print(1)\n"]
+    assert _python_blocks("```bash\nls\n```") == []
