@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import clean_env
+from conftest import clean_env, run_zhin
 
 from zhin_cli.core.errors import InputError
 from zhin_cli.store import check_jsonl_limits
@@ -36,7 +34,7 @@ def test_a_session_over_the_limit_is_refused_before_loading(tmp_path: Path, monk
 def test_the_cli_refuses_with_one_line_and_exit_3(tmp_path: Path) -> None:
     path = session_file(tmp_path / "big.jsonl", 50)
     env = {**clean_env(), "ZHIN_MAX_MESSAGES": "10"}
-    result = subprocess.run([sys.executable, "-m", "zhin_cli", "trace", str(path)], capture_output=True, text=True, env=env, cwd=tmp_path)
+    result = run_zhin("trace", str(path), env=env, cwd=tmp_path)
     assert result.returncode == 3
     assert result.stderr.count("\n") == 1 and "session too large" in result.stderr and "Traceback" not in result.stderr
 
@@ -53,11 +51,11 @@ def test_an_overlong_line_is_refused_naming_it(tmp_path: Path, monkeypatch: pyte
 
 def test_a_database_session_over_the_limit_is_refused(tmp_path: Path) -> None:
     db = tmp_path / "data.sqlite"
-    subprocess.run([sys.executable, "-m", "zhin_cli", "import", str(ROOT / "fixtures" / "private-chat.jsonl"), "--db", str(db)],
-                   check=True, capture_output=True, env=clean_env())
-    over = subprocess.run([sys.executable, "-m", "zhin_cli", "trace", "icqq:8596238:private:10002", "--db", str(db)],
-                          capture_output=True, text=True, env={**clean_env(), "ZHIN_MAX_MESSAGES": "10"}, cwd=tmp_path)
+    run_zhin("import", str(ROOT / "fixtures" / "private-chat.jsonl"), "--db", str(db), cwd=tmp_path,
+             env=clean_env()).check_returncode()
+    over = run_zhin("trace", "icqq:8596238:private:10002", "--db", str(db), env={**clean_env(), "ZHIN_MAX_MESSAGES": "10"},
+                    cwd=tmp_path)
     assert over.returncode == 3 and "session too large: 22 messages" in over.stderr and over.stderr.count("\n") == 1
-    fine = subprocess.run([sys.executable, "-m", "zhin_cli", "trace", "icqq:8596238:private:10002", "--db", str(db)],
-                          capture_output=True, text=True, env={**clean_env(), "ZHIN_MAX_MESSAGES": "22"}, cwd=tmp_path)
+    fine = run_zhin("trace", "icqq:8596238:private:10002", "--db", str(db), env={**clean_env(), "ZHIN_MAX_MESSAGES": "22"},
+                    cwd=tmp_path)
     assert fine.returncode == 0, fine.stderr

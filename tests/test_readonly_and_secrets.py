@@ -6,13 +6,11 @@ import hashlib
 import os
 import shutil
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx2
 import pytest
-from conftest import clean_env
+from conftest import clean_env, run_zhin
 
 from zhin_cli.tools.serve import running_server
 
@@ -24,8 +22,8 @@ CANARY = "sk-canary-7f3a9c0e1b2d4f6a8c0e1b2d4f6a8c0e"
 def demo_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("db")
     db = folder / "data.sqlite"
-    subprocess.run([sys.executable, "-m", "zhin_cli", "import", *(str(p) for p in sorted((ROOT / "fixtures").glob("*.jsonl"))),
-                    "--db", str(db)], check=True, capture_output=True, env=clean_env())
+    run_zhin("import", *(str(p) for p in sorted((ROOT / "fixtures").glob("*.jsonl"))), "--db", str(db), cwd=folder,
+             env=clean_env()).check_returncode()
     return db
 
 
@@ -56,8 +54,7 @@ def test_every_read_command_leaves_a_database_copy_byte_identical(demo_db: Path,
         for leftover in (tmp_path / "copy.sqlite-wal", tmp_path / "copy.sqlite-shm"):
             leftover.unlink(missing_ok=True)
     before, mtime, listing = digest(db), os.stat(db).st_mtime_ns, sorted(p.name for p in tmp_path.iterdir())
-    result = subprocess.run([sys.executable, "-m", "zhin_cli", *command, "--db", str(db)], capture_output=True, text=True,
-                            cwd=tmp_path, env=clean_env())
+    result = run_zhin(*command, "--db", str(db), cwd=tmp_path, env=clean_env())
     assert result.returncode in (0, 1), result.stderr
     assert digest(db) == before and os.stat(db).st_mtime_ns == mtime
     assert sorted(p.name for p in tmp_path.iterdir()) == listing  # no -wal, -shm or -journal appeared
@@ -76,15 +73,14 @@ def test_api_key_never_appears_in_any_output(demo_db: Path, tmp_path: Path) -> N
     env = {**clean_env(), "OPENAI_API_KEY": CANARY, "ANTHROPIC_API_KEY": CANARY}
     outputs = []
     for command in READ_COMMANDS:
-        result = subprocess.run([sys.executable, "-m", "zhin_cli", *command, "--db", str(demo_db)], capture_output=True,
-                                text=True, cwd=tmp_path, env=env)
+        result = run_zhin(*command, "--db", str(demo_db), cwd=tmp_path, env=env)
         outputs += [result.stdout, result.stderr]
     for bad in (["trace", "nope", "--db", str(tmp_path / "missing.sqlite")], ["trace", "x", "--db", f"postgresql://bot:{CANARY}@127.0.0.1:1/zhin"],
                 # an unencoded '@' in the password, a password query parameter, a URL that does not parse
                 ["sessions", "--db", f"postgresql://bot:p@{CANARY}@127.0.0.1:1/zhin"],
                 ["trace", "x", "--db", f"mysql://bot@127.0.0.1:1/zhin?Password={CANARY}"],
                 ["trace", "x", "--db", f"postgresql://bot:{CANARY}@[::1:1/zhin"]):
-        result = subprocess.run([sys.executable, "-m", "zhin_cli", *bad], capture_output=True, text=True, cwd=tmp_path, env=env)
+        result = run_zhin(*bad, cwd=tmp_path, env=env)
         assert result.returncode != 0
         outputs += [result.stdout, result.stderr]
     assert not any(CANARY in text for text in outputs)
