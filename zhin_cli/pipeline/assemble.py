@@ -23,7 +23,15 @@ from zhin_cli.core.model import AssistantMessage, LazyMessages, Message, Session
 from zhin_cli.core.tokens import counter as shared_counter
 from zhin_cli.core.tokens import encoding_for_model
 from zhin_cli.pipeline.config import Config
-from zhin_cli.pipeline.headers import Aliases, Projected, ProjectedEvent, Projection, events_timed_on_wire, project
+from zhin_cli.pipeline.headers import (
+    Aliases,
+    Projected,
+    ProjectedEvent,
+    Projection,
+    Projector,
+    events_timed_on_wire,
+    project,
+)
 from zhin_cli.pipeline.merge import ItemKey, Placed, item_key, merge
 from zhin_cli.pipeline.preset import SYSTEM_SEGMENT, PresetMessage
 from zhin_cli.pipeline.preset.model import Preset
@@ -209,6 +217,58 @@ class SentPrefix:
         """The prefix a request whose window opens at ``start`` keeps: all of it, or nothing after a move (the
         cached prefix broke at the move anyway, so the history is merged by time again)."""
         return self.keys if start == self.start else ()
+
+
+def _begins_with(placed: list[Placed], earlier: list[Placed]) -> bool:
+    """``placed[:len(earlier)] == earlier``, cheaply: a replay's items are mostly the same objects turn to turn."""
+    return all(a is b or (a.segment_id == b.segment_id and (a.item is b.item or a.item == b.item))
+               for a, b in zip(placed, earlier))
+
+
+class ProjectionMemo:
+    """The projectors of the last request rendered (one per build: the timed-events guess, and the re-projection
+    when the guess was wrong), which a replay's next request resumes instead of projecting its window again.
+
+    A projector is resumed only where that is exact (``Projector``): the new placed history begins with the one
+    it was fed (same items, same segments, in the same order — so the same window start, carried events and
+    summary), with the same aliases, bot and time zone; the new build times every event fed so far as it was
+    timed (``Projector.agrees``); and no message fed so far replies to a new row (``Projector.depends_on``).
+    Otherwise the window is projected from scratch, as ``project`` does."""
+
+    def __init__(self) -> None:
+        self.kept: list[tuple[list[Placed], Projector]] = []  # the previous request's builds
+        self.fresh: list[tuple[list[Placed], Projector]] = []  # this request's builds
+        self.resumed = 0  # builds that resumed a projector (for tests and benchmarks)
+        self.projected = 0  # builds projected from scratch
+
+    def next_request(self) -> None:
+        """A new request begins: the builds of the one before it become the ones to resume."""
+        if self.fresh:
+            self.kept, self.fresh = self.fresh, []
+
+    def project(self, placed: list[Placed], *, aliases: Aliases, bot: Any, timezone: str,
+                timed: Callable[[ProjectedEvent], bool]) -> Projection:
+        projector = self._resumed(placed, aliases, bot, timezone, timed)
+        if projector is None:
+            self.projected += 1
+            projector = Projector(aliases=aliases, bot=bot, timezone=timezone, timed_events=timed)
+            projector.feed(placed)
+        else:
+            self.resumed += 1
+        self.fresh.append((placed, projector))
+        return projector.projection()
+
+    def _resumed(self, placed: list[Placed], aliases: Aliases, bot: Any, timezone: str,
+                 timed: Callable[[ProjectedEvent], bool]) -> Projector | None:
+        for earlier, projector in self.kept:
+            fed = len(earlier)
+            if (fed <= len(placed) and projector.aliases is aliases and projector.bot == bot
+                    and projector.timezone == timezone and _begins_with(placed, earlier)
+                    and projector.agrees(timed) and not projector.depends_on(placed[fed:])):
+                resumed = projector.fork(timed)
+                resumed.feed(placed[fed:])
+                return resumed
+        return None
 
 
 class _Built(NamedTuple):
@@ -537,6 +597,7 @@ class Conversation:
         self.assembler = assembler
         self.plan = plan
         self.carry: SentPrefix | None = None
+        self.projections = ProjectionMemo()  # the last rendered request's projection, resumed by the next one
         # Positions given to ``place``/``request`` are in the stored session; the card greeting (not stored)
         # opens the replayed one, one position ahead, and is the first request's whole prefix.
         self.shift = 1 if plan.card_greeting else 0
@@ -565,7 +626,8 @@ class Conversation:
         # through ``assemble`` (not place + render here), so a subclass that changes how one request is made
         # (the tests' negative controls) changes the replay too
         request = self.assembler.assemble(self.plan.session, upto + self.shift, request_time, turn=turn, sent_prefix=self.carry,
-                                          aliases=self.plan.aliases, stored_model=stored_model, index=self.plan.index)
+                                          aliases=self.plan.aliases, stored_model=stored_model, index=self.plan.index,
+                                          projections=self.projections)
         reply: tuple[ItemKey, ...] = (("row", reply_row),) if reply_row is not None else ()
         self.carry = SentPrefix(request.window_start, (*request.sent_keys, *reply))
         return request
@@ -721,15 +783,17 @@ class Assembler:
         aliases: Aliases | None = None,
         stored_model: str | None = None,
         index: SessionIndex | None = None,
+        projections: ProjectionMemo | None = None,
     ) -> AssembledRequest:
         """The request made before ``session.messages[upto]`` at ``request_time``. ``sent_prefix``: the previous
-        request's ``SentPrefix`` (kept if the window opens where it did), or item keys kept as they are."""
+        request's ``SentPrefix`` (kept if the window opens where it did), or item keys kept as they are.
+        ``projections``: the previous request's projection, resumed where exact (a replay's ``Conversation``)."""
         greeted, upto = self.greeted(session, upto)
         if greeted is not session:  # positions, aliases and index of the stored session do not fit the greeted one
             session, aliases, index = greeted, None, None
         placement = self.place(session, upto, request_time, sent_prefix=sent_prefix, stored_model=stored_model,
                                index=index)
-        return self.render(placement, turn=turn, aliases=aliases or Aliases.of(session))
+        return self.render(placement, turn=turn, aliases=aliases or Aliases.of(session), projections=projections)
 
     def place(
         self,
@@ -767,8 +831,10 @@ class Assembler:
         placed = merge(outputs, summary_in_prefix(window, sent))
         return Placement(session, upto, request_time, model, timezone, window, runtime, seg_input, message_segments, placed)
 
-    def render(self, placement: Placement, *, turn: int = 0, aliases: Aliases | None = None) -> AssembledRequest:
-        """Stages 5–8 of a placed request: text segments, projection, shaping, preset, provider, validation."""
+    def render(self, placement: Placement, *, turn: int = 0, aliases: Aliases | None = None,
+               projections: ProjectionMemo | None = None) -> AssembledRequest:
+        """Stages 5–8 of a placed request: text segments, projection, shaping, preset, provider, validation.
+        ``projections``: resume the previous request's projection where that is exact (``ProjectionMemo``)."""
         session, window, model, seg_input = placement.session, placement.window, placement.model, placement.seg_input
         aliases = aliases or Aliases.of(session)
         profile: Capabilities = resolve_profile(self.provider, model, self.config.provider_overrides.get(self.provider))
@@ -781,9 +847,14 @@ class Assembler:
                       timezone=timezone, model=model, bot_name=session.bot.name, is_group=session.is_group,
                       speaker_of=rows.speaker, raw_text_of=rows.text)
         base_profile = profile
+        if projections is not None:
+            projections.next_request()
 
         def build(timed: Callable[[ProjectedEvent], bool]) -> _Built:
-            projection = project(placed, aliases=aliases, bot=session.bot, timezone=timezone, timed_events=timed)
+            if projections is not None:
+                projection = projections.project(placed, aliases=aliases, bot=session.bot, timezone=timezone, timed=timed)
+            else:
+                projection = project(placed, aliases=aliases, bot=session.bot, timezone=timezone, timed_events=timed)
             shaped, shape_warnings = shape(projection.messages, base_profile)
             arrangement = arrange(self.preset, system_text(system_parts), shaped, system_text(tail_parts) or None, facts)
             used = base_profile

@@ -247,6 +247,11 @@ class _Clock:
     def shown(self, timestamp: int) -> None:
         self.last_shown = timestamp
 
+    def copy(self) -> _Clock:
+        clock = _Clock.__new__(_Clock)
+        clock.zone, clock.last_shown, clock.last_date = self.zone, self.last_shown, self.last_date
+        return clock
+
 
 def project(
     placed: list[Placed],
@@ -266,44 +271,110 @@ def project(
     "time shown" for the 1-minute rule; the others must not reset the clock (the model would never see that a
     minute passed). ``None``: every event is timed (the ``none`` path). The assembler knows the answer only
     after rendering and re-projects when its first guess was wrong (``events_timed_on_wire``)."""
-    clock = _Clock(timezone)
-    known: dict[str, Known] = {}
-    window_rows = {p.item.row_id: p.item for p in placed if not isinstance(p.item, SummaryMessage)}
-    out: list[Projected] = []
-    warnings: list[str] = []
+    projector = Projector(aliases=aliases, bot=bot, timezone=timezone, always_full=always_full, timed_events=timed_events)
+    projector.feed(placed)
+    return projector.projection()
 
-    def add_events(events: list[ProjectedEvent], segment_id: str, timestamp: int) -> None:
-        # Consecutive state changes travel as one message (fewer role switches).
+
+class Projector:
+    """``project`` as a walk that can be paused and resumed: the clock, the facts last shown per user, the output
+    and the warnings so far. A replay's next request usually sends the same history plus a few new items; it
+    resumes a ``fork`` of the previous request's projector instead of projecting the window again
+    (``pipeline.assemble.ProjectionMemo``).
+
+    Resuming is exact because the projection of an item depends only on what precedes it — with three
+    exceptions, each checked: a reply's ``reply_to`` is shown only if its target is in the window (anywhere in
+    it, so a new row can change an earlier message: ``depends_on``); the time rule depends on which events are
+    timed on the wire, which the caller decides per build (``agrees``); and consecutive state changes merge into
+    one message, so the trailing one is replaced, never changed in place (an earlier projection keeps its own)."""
+
+    def __init__(self, *, aliases: Aliases, bot: BotFacts, timezone: str, always_full: bool = False,
+                 timed_events: Callable[[ProjectedEvent], bool] | None = None) -> None:
+        self.aliases = aliases
+        self.bot = bot
+        self.timezone = timezone
+        self.always_full = always_full
+        self.timed_events = timed_events
+        self.clock = _Clock(timezone)
+        self.known: dict[str, Known] = {}
+        self.out: list[Projected] = []
+        self.warnings: list[str] = []
+        self.window_rows: set[int] = set()  # rows fed so far (a reply shows its target only if it is among them)
+        self.missed_targets: set[int] = set()  # reply targets looked up and not in the window when looked up
+        self.timed_log: list[tuple[ProjectedEvent, bool]] = []  # every event fed, with the decision made for it
+
+    def fork(self, timed_events: Callable[[ProjectedEvent], bool] | None = None) -> Projector:
+        """A copy at the same point that feeds on independently (``timed_events``: the new build's choice; the
+        caller checks ``agrees`` first). Copies are shallow: Projected and Known values are never changed."""
+        copy = Projector.__new__(Projector)
+        copy.aliases, copy.bot, copy.timezone, copy.always_full = self.aliases, self.bot, self.timezone, self.always_full
+        copy.timed_events = timed_events
+        copy.clock = self.clock.copy()
+        copy.known = dict(self.known)
+        copy.out = list(self.out)
+        copy.warnings = list(self.warnings)
+        copy.window_rows = set(self.window_rows)
+        copy.missed_targets = set(self.missed_targets)
+        copy.timed_log = list(self.timed_log)
+        return copy
+
+    def agrees(self, timed_events: Callable[[ProjectedEvent], bool] | None) -> bool:
+        """Whether ``timed_events`` decides every event fed so far as it was decided (then the clock is the same)."""
+        return all((timed_events is None or timed_events(event)) == decided for event, decided in self.timed_log)
+
+    def depends_on(self, placed: Iterable[Placed]) -> bool:
+        """Whether feeding ``placed`` would change what was already projected: a message fed earlier replies to
+        one of its rows (its ``reply_to`` shows once the target is in the window)."""
+        if not self.missed_targets:
+            return False
+        return any(not isinstance(p.item, SummaryMessage) and p.item.row_id in self.missed_targets for p in placed)
+
+    def projection(self) -> Projection:
+        """What was projected so far (lists copied: feeding on does not change it)."""
+        return Projection(list(self.out), list(self.warnings))
+
+    def _add_events(self, events: list[ProjectedEvent], segment_id: str, timestamp: int) -> None:
+        # Consecutive state changes travel as one message (fewer role switches); the merged message is a new one,
+        # so a projection taken before (and a fork's source) keeps the message it had.
+        rows = [e.row_id for e in events if e.row_id is not None]
+        out = self.out
         if out and out[-1].role == "state":
-            out[-1].events.extend(events)
-            out[-1].rows.extend(e.row_id for e in events if e.row_id is not None)
+            last = out[-1]
+            out[-1] = replace(last, events=[*last.events, *events], rows=[*last.rows, *rows])
         else:
-            out.append(Projected("state", segment_id, events=list(events), timestamp=timestamp,
-                                 rows=[e.row_id for e in events if e.row_id is not None]))
+            out.append(Projected("state", segment_id, events=list(events), timestamp=timestamp, rows=rows))
         for event in events:
-            if timed_events is None or timed_events(event):
-                clock.shown(event.timestamp)
+            timed = self.timed_events is None or self.timed_events(event)
+            self.timed_log.append((event, timed))
+            if timed:
+                self.clock.shown(event.timestamp)
 
-    for entry in placed:
-        item = entry.item
-        if isinstance(item, SummaryMessage):
-            out.append(Projected("summary", entry.segment_id, body=SUMMARY_PREFIX + neutralize_body(item.summary), timestamp=item.timestamp))
-        elif isinstance(item, EventMessage):
-            change = parse_state_change(item.name, item.kind)
-            if change is None:
-                warnings.append(f"row {item.row_id}: event line does not match the fixed templates; not sent: {item.name[:80]!r}")
-                continue
-            _apply_event(known, change, item.timestamp)
-            alias = aliases.events.get(item.row_id, f"e?{item.row_id}")
-            add_events([ProjectedEvent(alias, item.timestamp, clock.hhmm(item.timestamp), change.render(), False, item.row_id)],
-                       entry.segment_id, item.timestamp)
-        elif isinstance(item, ToolResultMessage):
-            # tool output may echo member text (or a web page): it gets the same neutralization
-            out.append(Projected("tool", entry.segment_id, body=neutralize_body(item.text), tool_call_id=item.tool_call_id,
-                                 rows=[item.row_id], timestamp=item.timestamp))
-        elif isinstance(item, (UserMessage, AssistantMessage)):
-            out.extend(_member_message(item, entry.segment_id, known, clock, aliases, window_rows, bot, add_events, always_full))
-    return Projection(out, warnings)
+    def feed(self, placed: list[Placed]) -> None:
+        """Project ``placed`` after what was fed before (the caller checks ``depends_on`` when resuming)."""
+        self.window_rows.update(p.item.row_id for p in placed if not isinstance(p.item, SummaryMessage))
+        aliases, out = self.aliases, self.out
+        for entry in placed:
+            item = entry.item
+            if isinstance(item, SummaryMessage):
+                out.append(Projected("summary", entry.segment_id, body=SUMMARY_PREFIX + neutralize_body(item.summary),
+                                     timestamp=item.timestamp))
+            elif isinstance(item, EventMessage):
+                change = parse_state_change(item.name, item.kind)
+                if change is None:
+                    self.warnings.append(f"row {item.row_id}: event line does not match the fixed templates; not sent: "
+                                         f"{item.name[:80]!r}")
+                    continue
+                _apply_event(self.known, change, item.timestamp)
+                alias = aliases.events.get(item.row_id, f"e?{item.row_id}")
+                self._add_events([ProjectedEvent(alias, item.timestamp, self.clock.hhmm(item.timestamp), change.render(),
+                                                 False, item.row_id)], entry.segment_id, item.timestamp)
+            elif isinstance(item, ToolResultMessage):
+                # tool output may echo member text (or a web page): it gets the same neutralization
+                out.append(Projected("tool", entry.segment_id, body=neutralize_body(item.text), tool_call_id=item.tool_call_id,
+                                     rows=[item.row_id], timestamp=item.timestamp))
+            elif isinstance(item, (UserMessage, AssistantMessage)):
+                out.extend(_member_message(item, entry.segment_id, self.known, self.clock, aliases, self.window_rows,
+                                           self.bot, self._add_events, self.always_full, self.missed_targets))
 
 
 def _member_message(
@@ -312,10 +383,11 @@ def _member_message(
     known: dict[str, Known],
     clock: _Clock,
     aliases: Aliases,
-    window_rows: dict[int, Message],
+    window_rows: set[int] | Mapping[int, Message],
     bot: BotFacts,
     add_events: Callable[[list[ProjectedEvent], str, int], None],
     always_full: bool = False,
+    missed_targets: set[int] | None = None,
 ) -> list[Projected]:
     is_user = isinstance(item, UserMessage)
     actor = item.actor if isinstance(item, UserMessage) else bot_actor(item, bot)
@@ -353,8 +425,11 @@ def _member_message(
         known[actor.subject_id] = current
     if isinstance(item, UserMessage) and item.reply_to:
         target = aliases.by_platform_id.get(item.reply_to)
-        if target is not None and target in window_rows and target != item.row_id:
-            fields["reply_to"] = aliases.messages.get(target)
+        if target is not None and target != item.row_id:
+            if target in window_rows:
+                fields["reply_to"] = aliases.messages.get(target)
+            elif missed_targets is not None:  # shown once the target joins the window (Projector.depends_on)
+                missed_targets.add(target)
     date, time = clock.stamp(item.timestamp, always=kind == "full")
     fields["date"], fields["time"] = date, time
     body = neutralize_body(item.text)
