@@ -96,13 +96,15 @@ def _read_back(stream: io.TextIOWrapper) -> str:
 @contextmanager
 def _process_state(arguments: list[str], cwd: Path, env: Mapping[str, str], stdin: str) -> Iterator[tuple[io.TextIOWrapper, io.TextIOWrapper]]:
     """Give a command what a fresh process would have, and take it all back afterwards: argv, environment, working
-    directory, standard streams, signal handlers, warning filters, sys.path, and the plugin modules it imported."""
+    directory, standard streams, signal handlers, excepthook, warning filters, sys.path, the secrets it remembered
+    for redaction, and the plugin modules it imported."""
     import zhin_cli.core.redact as redact
     import zhin_cli.signals as signals
 
     saved_argv, saved_path, saved_cwd = sys.argv, list(sys.path), os.getcwd()
     saved_env = dict(os.environ)
     saved_streams = (sys.stdin, sys.stdout, sys.stderr)
+    saved_hook = sys.excepthook  # typer's app() installs its own
     saved_handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
     saved_modules = set(sys.modules)
     saved_secrets = set(redact._remembered)  # credentials a command met are masked for the rest of *its* process
@@ -126,6 +128,7 @@ def _process_state(arguments: list[str], cwd: Path, env: Mapping[str, str], stdi
         os.environ.clear()
         os.environ.update(saved_env)
         sys.stdin, sys.stdout, sys.stderr = saved_streams
+        sys.excepthook = saved_hook
         for signum, handler in saved_handlers.items():
             signal.signal(signum, handler)
         signals.SIGNALLED.clear()
@@ -156,8 +159,12 @@ def run_zhin(*args: object, cwd: Path, env: Mapping[str, str] | None = None, inp
     from zhin_cli._cli import main
 
     arguments = [str(a) for a in args]
+    environment = dict(env) if env is not None else clean_env()
+    # A child with piped streams sees no terminal and rich falls back to 80×25; this process may have one (pytest -s)
+    environment.setdefault("COLUMNS", "80")
+    environment.setdefault("LINES", "25")
     code: int
-    with _process_state(arguments, cwd, dict(env) if env is not None else clean_env(), input or "") as (stdout, stderr):
+    with _process_state(arguments, cwd, environment, input or "") as (stdout, stderr):
         try:
             main()
             code = 0

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import clean_env, write_upstream_db
+from conftest import clean_env, run_zhin, run_zhin_process, write_upstream_db
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
@@ -358,3 +358,15 @@ def test_help_lists_every_command_in_process(zhin: Callable[..., Any]) -> None:
               if line.startswith("│ ") and len(line.split()) > 1 and line.split()[1] in COMMAND_MODULES]
     assert listed == list(COMMAND_MODULES)
 
+
+
+@pytest.mark.parametrize("args", [
+    ["--version"], ["--help"], ["trace", "--help"], ["bogus"], ["trace"], ["providers", "--json"],
+    ["trace", str(PRIVATE), "--json"], ["trace", str(PRIVATE), "--turn", "99"], ["trace", "missing.jsonl"],
+    ["prefix-diff", str(PRIVATE)], ["request-diff", str(PRIVATE), str(PRIVATE)],
+], ids=lambda args: " ".join(a if "/" not in a else Path(a).name for a in args))
+def test_the_in_process_runner_matches_a_real_process(args: list[str], tmp_path: Path) -> None:
+    """What most CLI tests see (conftest ``zhin``, in this process) is what a user's process prints and exits with."""
+    inside, outside = run_zhin(*args, cwd=tmp_path), run_zhin_process(*args, cwd=tmp_path)
+    assert outside.stdout or outside.stderr  # not vacuous: every case prints something
+    assert (inside.returncode, inside.stdout, inside.stderr) == (outside.returncode, outside.stdout, outside.stderr)
