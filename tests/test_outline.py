@@ -283,3 +283,22 @@ def test_aliases_views_answer_as_the_dicts_they_replace(tmp_path: Path) -> None:
             assert aliases.events.get(row_id) == events.get(row_id)
         for message_id in [*by_platform_id, "nope", "", None]:
             assert aliases.by_platform_id.get(message_id) == by_platform_id.get(message_id)  # type: ignore[arg-type]
+
+
+def test_export_of_a_lazy_database_session_with_a_bad_row_writes_nothing(tmp_path: Path, upstream_db: Any) -> None:
+    # an actor is checked when its row is parsed, not by the outline: export must still fail before any line
+    import io
+
+    from zhin_cli.store.jsonl import write_session
+
+    good = [{"payload": payload("user", 1000 + i, content=[{"type": "text", "text": str(i)}])} for i in range(3)]
+    bad = {"payload": payload("user", 2000, content=[{"type": "text", "text": "x"}], actor={"displayName": "no id"})}
+    database = upstream_db(tmp_path / "d.sqlite", "icqq:1:group:2#1-1", [*good, bad])
+    session = load_session("icqq:1:group:2#1-1", db=str(database))
+    out = io.StringIO()
+    with pytest.raises(InputError, match="'actor' must be an object with a 'subjectId'"):
+        write_session(session, out)
+    assert out.getvalue() == ""
+    # negative control: without the bad row the same export writes the session line and three messages
+    clean = upstream_db(tmp_path / "c.sqlite", "icqq:1:group:2#1-1", good)
+    assert write_session(load_session("icqq:1:group:2#1-1", db=str(clean)), io.StringIO()) == 4

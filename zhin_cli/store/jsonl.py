@@ -298,7 +298,12 @@ class _LineLoader:
 def session_lines(session: Session) -> Iterator[dict[str, Any]]:
     """The session as JSONL objects: session line, then messages in storage order, with scene, member and
     summary lines placed where they happened (before the first message later than them; a summary after
-    the message it is anchored on)."""
+    the message it is anchored on).
+
+    Every message is parsed before the first line is given: a lazy source checks some fields of a row only when
+    it parses it (``payload.outline_facts``), and a bad row must be one error before any output, not after half
+    a file."""
+    messages = list(session.messages)
     yield _session_header(session)
     side: list[tuple[int, int, dict[str, Any]]] = []
     for change in session.scene_changes:
@@ -315,7 +320,7 @@ def session_lines(session: Session) -> Iterator[dict[str, Any]]:
         side.append((summary.timestamp, summary.anchor_row_id, raw))
     side.sort(key=lambda item: (item[0], item[1]))
     pending = list(side)
-    for message in session.messages:
+    for message in messages:
         while pending and pending[0][0] < message.timestamp and pending[0][1] < message.row_id:
             yield pending.pop(0)[2]
         yield message_line(message)
