@@ -28,7 +28,7 @@ from zhin_cli.pipeline.headers import (
     Projected,
     ProjectedEvent,
     Projection,
-    Projector,
+    ProjectionMemo,
     events_timed_on_wire,
     project,
 )
@@ -217,58 +217,6 @@ class SentPrefix:
         """The prefix a request whose window opens at ``start`` keeps: all of it, or nothing after a move (the
         cached prefix broke at the move anyway, so the history is merged by time again)."""
         return self.keys if start == self.start else ()
-
-
-def _begins_with(placed: list[Placed], earlier: list[Placed]) -> bool:
-    """``placed[:len(earlier)] == earlier``, cheaply: a replay's items are mostly the same objects turn to turn."""
-    return all(a is b or (a.segment_id == b.segment_id and (a.item is b.item or a.item == b.item))
-               for a, b in zip(placed, earlier))
-
-
-class ProjectionMemo:
-    """The projectors of the last request rendered (one per build: the timed-events guess, and the re-projection
-    when the guess was wrong), which a replay's next request resumes instead of projecting its window again.
-
-    A projector is resumed only where that is exact (``Projector``): the new placed history begins with the one
-    it was fed (same items, same segments, in the same order — so the same window start, carried events and
-    summary), with the same aliases, bot and time zone; the new build times every event fed so far as it was
-    timed (``Projector.agrees``); and no message fed so far replies to a new row (``Projector.depends_on``).
-    Otherwise the window is projected from scratch, as ``project`` does."""
-
-    def __init__(self) -> None:
-        self.kept: list[tuple[list[Placed], Projector]] = []  # the previous request's builds
-        self.fresh: list[tuple[list[Placed], Projector]] = []  # this request's builds
-        self.resumed = 0  # builds that resumed a projector (for tests and benchmarks)
-        self.projected = 0  # builds projected from scratch
-
-    def next_request(self) -> None:
-        """A new request begins: the builds of the one before it become the ones to resume."""
-        if self.fresh:
-            self.kept, self.fresh = self.fresh, []
-
-    def project(self, placed: list[Placed], *, aliases: Aliases, bot: Any, timezone: str,
-                timed: Callable[[ProjectedEvent], bool]) -> Projection:
-        projector = self._resumed(placed, aliases, bot, timezone, timed)
-        if projector is None:
-            self.projected += 1
-            projector = Projector(aliases=aliases, bot=bot, timezone=timezone, timed_events=timed)
-            projector.feed(placed)
-        else:
-            self.resumed += 1
-        self.fresh.append((placed, projector))
-        return projector.projection()
-
-    def _resumed(self, placed: list[Placed], aliases: Aliases, bot: Any, timezone: str,
-                 timed: Callable[[ProjectedEvent], bool]) -> Projector | None:
-        for earlier, projector in self.kept:
-            fed = len(earlier)
-            if (fed <= len(placed) and projector.aliases is aliases and projector.bot == bot
-                    and projector.timezone == timezone and _begins_with(placed, earlier)
-                    and projector.agrees(timed) and not projector.depends_on(placed[fed:])):
-                resumed = projector.fork(timed)
-                resumed.feed(placed[fed:])
-                return resumed
-        return None
 
 
 class _Built(NamedTuple):
@@ -851,10 +799,8 @@ class Assembler:
             projections.next_request()
 
         def build(timed: Callable[[ProjectedEvent], bool]) -> _Built:
-            if projections is not None:
-                projection = projections.project(placed, aliases=aliases, bot=session.bot, timezone=timezone, timed=timed)
-            else:
-                projection = project(placed, aliases=aliases, bot=session.bot, timezone=timezone, timed_events=timed)
+            projection = project(placed, aliases=aliases, bot=session.bot, timezone=timezone, timed_events=timed,
+                                 memo=projections)
             shaped, shape_warnings = shape(projection.messages, base_profile)
             arrangement = arrange(self.preset, system_text(system_parts), shaped, system_text(tail_parts) or None, facts)
             used = base_profile

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import lru_cache
 from typing import Literal
 from zoneinfo import ZoneInfo
 
@@ -220,12 +221,21 @@ class Projection:
         return sum(1 for m in self.messages if m.header_kind == "short")
 
 
+@lru_cache(maxsize=1 << 16)
+def _local_day_and_time(timezone: str, timestamp: int) -> tuple[str, str]:
+    """``YYYY-MM-DD`` and ``HH:MM`` of ``timestamp`` in ``timezone``: a replay asks for the same message's times on
+    every request that projects it again (after a window move), and strftime was a tenth of a projection."""
+    local = datetime.fromtimestamp(timestamp / 1000, tz=ZoneInfo(timezone))
+    return local.strftime("%Y-%m-%d"), local.strftime("%H:%M")
+
+
 class _Clock:
     """Decides ``date``/``time`` per header: time on full headers, or ≥ 1 minute after the last time shown;
     date on the window's first message and on the first message of a new local day."""
 
     def __init__(self, timezone: str) -> None:
         self.zone = ZoneInfo(timezone)
+        self.timezone = timezone
         self.last_shown: int | None = None
         self.last_date: str | None = None
 
@@ -233,10 +243,10 @@ class _Clock:
         return datetime.fromtimestamp(timestamp / 1000, tz=self.zone)
 
     def hhmm(self, timestamp: int) -> str:
-        return self.local(timestamp).strftime("%H:%M")
+        return _local_day_and_time(self.timezone, timestamp)[1]
 
     def stamp(self, timestamp: int, always: bool) -> tuple[str | None, str | None]:
-        day = self.local(timestamp).strftime("%Y-%m-%d")
+        day = _local_day_and_time(self.timezone, timestamp)[0]
         date = day if day != self.last_date else None
         self.last_date = day
         show = always or date is not None or self.last_shown is None or timestamp - self.last_shown >= MINUTE_MS
@@ -249,7 +259,8 @@ class _Clock:
 
     def copy(self) -> _Clock:
         clock = _Clock.__new__(_Clock)
-        clock.zone, clock.last_shown, clock.last_date = self.zone, self.last_shown, self.last_date
+        clock.zone, clock.timezone = self.zone, self.timezone
+        clock.last_shown, clock.last_date = self.last_shown, self.last_date
         return clock
 
 
@@ -261,6 +272,7 @@ def project(
     timezone: str,
     always_full: bool = False,
     timed_events: Callable[[ProjectedEvent], bool] | None = None,
+    memo: ProjectionMemo | None = None,
 ) -> Projection:
     """``always_full``: every member message gets the full header (the cost baseline of ``zhin report
     economy``, "the ADR's full header on every message"); changed facts then show in the header itself, so no
@@ -270,7 +282,12 @@ def project(
     carries the host header with ``time:``, a ``system``/``developer`` line carries none. Only those count as
     "time shown" for the 1-minute rule; the others must not reset the clock (the model would never see that a
     minute passed). ``None``: every event is timed (the ``none`` path). The assembler knows the answer only
-    after rendering and re-projects when its first guess was wrong (``events_timed_on_wire``)."""
+    after rendering and re-projects when its first guess was wrong (``events_timed_on_wire``).
+
+    ``memo``: a replay's projections of the request before (``ProjectionMemo``), resumed where that is exact."""
+    if memo is not None:
+        return memo.projector(placed, aliases=aliases, bot=bot, timezone=timezone, always_full=always_full,
+                              timed=timed_events).projection()
     projector = Projector(aliases=aliases, bot=bot, timezone=timezone, always_full=always_full, timed_events=timed_events)
     projector.feed(placed)
     return projector.projection()
@@ -280,7 +297,7 @@ class Projector:
     """``project`` as a walk that can be paused and resumed: the clock, the facts last shown per user, the output
     and the warnings so far. A replay's next request usually sends the same history plus a few new items; it
     resumes a ``fork`` of the previous request's projector instead of projecting the window again
-    (``pipeline.assemble.ProjectionMemo``).
+    (``ProjectionMemo``).
 
     Resuming is exact because the projection of an item depends only on what precedes it — with three
     exceptions, each checked: a reply's ``reply_to`` is shown only if its target is in the window (anywhere in
@@ -375,6 +392,59 @@ class Projector:
             elif isinstance(item, (UserMessage, AssistantMessage)):
                 out.extend(_member_message(item, entry.segment_id, self.known, self.clock, aliases, self.window_rows,
                                            self.bot, self._add_events, self.always_full, self.missed_targets))
+
+
+def _begins_with(placed: list[Placed], earlier: list[Placed]) -> bool:
+    """``placed[:len(earlier)] == earlier``, cheaply: a replay's items are mostly the same objects turn to turn."""
+    return all(a is b or (a.segment_id == b.segment_id and (a.item is b.item or a.item == b.item))
+               for a, b in zip(placed, earlier, strict=False))  # placed is the longer (the caller checks)
+
+
+class ProjectionMemo:
+    """The projectors of the last request rendered (one per build: the timed-events guess, and the re-projection
+    when the guess was wrong), which a replay's next request resumes instead of projecting its window again.
+
+    A projector is resumed only where that is exact (``Projector``): the new placed history begins with the one
+    it was fed (same items, same segments, in the same order — so the same window start, carried events and
+    summary), with the same aliases, bot and time zone; the new build times every event fed so far as it was
+    timed (``Projector.agrees``); and no message fed so far replies to a new row (``Projector.depends_on``).
+    Otherwise the window is projected from scratch, as ``project`` does."""
+
+    def __init__(self) -> None:
+        self.kept: list[tuple[list[Placed], Projector]] = []  # the previous request's builds
+        self.fresh: list[tuple[list[Placed], Projector]] = []  # this request's builds
+        self.resumed = 0  # builds that resumed a projector (for tests and benchmarks)
+        self.projected = 0  # builds projected from scratch
+
+    def next_request(self) -> None:
+        """A new request begins: the builds of the one before it become the ones to resume."""
+        if self.fresh:
+            self.kept, self.fresh = self.fresh, []
+
+    def projector(self, placed: list[Placed], *, aliases: Aliases, bot: BotFacts, timezone: str, always_full: bool,
+                  timed: Callable[[ProjectedEvent], bool] | None) -> Projector:
+        """A projector fed ``placed``: a previous build's, resumed, where that is exact; else a new one."""
+        projector = None if always_full else self._resumed(placed, aliases, bot, timezone, timed)
+        if projector is None:
+            self.projected += 1
+            projector = Projector(aliases=aliases, bot=bot, timezone=timezone, always_full=always_full, timed_events=timed)
+            projector.feed(placed)
+        else:
+            self.resumed += 1
+        self.fresh.append((placed, projector))
+        return projector
+
+    def _resumed(self, placed: list[Placed], aliases: Aliases, bot: BotFacts, timezone: str,
+                 timed: Callable[[ProjectedEvent], bool] | None) -> Projector | None:
+        for earlier, projector in self.kept:
+            fed = len(earlier)
+            if (fed <= len(placed) and not projector.always_full and projector.aliases is aliases and projector.bot == bot
+                    and projector.timezone == timezone and _begins_with(placed, earlier)
+                    and projector.agrees(timed) and not projector.depends_on(placed[fed:])):
+                resumed = projector.fork(timed)
+                resumed.feed(placed[fed:])
+                return resumed
+        return None
 
 
 def _member_message(
