@@ -26,6 +26,7 @@ from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 
 from zhin_cli.core.model import Session
+from zhin_cli.core.tokens import TokenCounter
 from zhin_cli.pipeline.assemble import AssembledRequest, Assembler, Placement
 from zhin_cli.pipeline.config import parse_config
 from zhin_cli.pipeline.headers import Projector
@@ -202,3 +203,29 @@ def test_negative_control_resuming_with_other_event_timing_is_caught(monkeypatch
     found = find(cases(), lambda case: bool(mismatches(case)), settings=SEARCH)
     assert mismatches(found)
 
+
+
+# --- one tokenization per text: counting and the packed tokens share a memo ------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["", "hello world", "[id:m1;user_id:10002;] 你好，今天", "<|endoftext|> as text",
+                                  "lone \ud800 surrogate", "emoji 👍🏽 and\nnew lines\t" * 20])
+def test_count_is_the_packed_length(text: str) -> None:
+    counter = TokenCounter("o200k_base")
+    assert counter.count(text) == counter.count_once(text) == len(counter.encode_packed_once(text)) // 4
+
+
+def test_a_text_counted_and_packed_is_tokenized_once() -> None:
+    """``count`` is served from ``encode_packed``'s memo (wire.text_tokens fills it for every sent block)."""
+    counter = TokenCounter("o200k_base")
+    text = "a message sent and reported"
+    expected = len(counter.encode_packed(text)) // 4
+
+    class Refuses:
+        def __getattr__(self, name: str) -> object:
+            raise AssertionError(f"tokenized again ({name})")
+
+    counter._enc = Refuses()
+    assert counter.count(text) == expected
+    with pytest.raises(AssertionError, match="tokenized again"):  # negative control: a new text is tokenized
+        counter.count("a text not seen before")

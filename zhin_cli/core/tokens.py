@@ -131,10 +131,13 @@ class TokenCounter:
             raise ZhinError(f"unknown encoding {encoding!r} (known: {', '.join(RANK_FILES)})")
         self.encoding = encoding
         self._enc = _encoding(encoding)
-        self.count = functools.lru_cache(maxsize=self.MEMO_SIZE)(self.count_once)  # type: ignore[method-assign]
+        # One memo of the packed tokens serves both counting and the cache simulator's comparison (wire.text_tokens
+        # asks ``encode_packed``), so a text that is both reported and sent is tokenized once, not twice.
+        self.encode_packed = functools.lru_cache(maxsize=self.MEMO_SIZE)(self.encode_packed_once)  # type: ignore[method-assign]
 
     def count(self, text: str) -> int:
-        return self.count_once(text)
+        """Tokens of ``text``, remembered (``encode_packed``'s memo: 4 bytes per token)."""
+        return len(self.encode_packed(text)) // 4
 
     def count_once(self, text: str) -> int:
         """Count without remembering (for texts that will not come back, such as partial prefixes)."""
@@ -144,6 +147,10 @@ class TokenCounter:
         return list(self._enc.encode(text, disallowed_special=()))
 
     def encode_packed(self, text: str) -> bytes:
+        """``encode_packed_once``, remembered (the recently seen texts)."""
+        return self.encode_packed_once(text)
+
+    def encode_packed_once(self, text: str) -> bytes:
         """The tokens as native ``uint32`` bytes (4 per token): a fraction of the memory of a list of ints, and
         comparable with ``memcmp``. Uses tiktoken's buffer encoder when it has one."""
         core = getattr(self._enc, "_core_bpe", None)
