@@ -826,9 +826,12 @@ class Assembler:
         texts_by_segment: dict[str, list[str]] = {}
         for part in rendered.parts:
             texts_by_segment.setdefault(part.segment_id, []).append(part.text)
+        produced_by_segment: dict[str, int] = {}
+        for message in shaped:
+            produced_by_segment[message.segment_id] = produced_by_segment.get(message.segment_id, 0) + 1
         for segment in placement.message_segments:
             texts = texts_by_segment.get(segment.id, [])
-            produced = sum(1 for m in shaped if m.segment_id == segment.id)
+            produced = produced_by_segment.get(segment.id, 0)
             reports.append(SegmentReport(segment.id, segment.kind, segment.weight, sum(map(len, texts)),
                                          sum(counter.count(t) for t in texts), 0, messages=produced))
         if self.preset is not None:  # preset entries (fixed texts, injections) get their own rows

@@ -512,13 +512,17 @@ def events_timed_on_wire(projection: Projection, wire_texts: Iterable[tuple[str,
     ``[id:<alias>;user_id:system;time:HH:mm;]`` is on the wire, in a text of their own segment
     (``wire_texts``: (segment id, text) pieces as rendered). Only the host writes that header — member text
     cannot start a line with it, and member pieces belong to other segments."""
+    states = [message for message in projection.messages if message.role == "state"]
+    if not states:
+        return set()
+    segments = {message.segment_id for message in states}
     texts: dict[str, list[str]] = {}
     for segment_id, text in wire_texts:
-        texts.setdefault(segment_id, []).append(text)
+        if segment_id in segments:
+            texts.setdefault(segment_id, []).append(text)
+    rendered = {segment_id: "\n".join(pieces) for segment_id, pieces in texts.items()}  # once per segment
     timed: set[str] = set()
-    for message in projection.messages:
-        if message.role != "state":
-            continue
-        rendered = "\n".join(texts.get(message.segment_id, ()))
-        timed.update(e.alias for e in message.events if host_header(e.alias, e.time) in rendered)
+    for message in states:
+        shown = rendered.get(message.segment_id, "")
+        timed.update(e.alias for e in message.events if host_header(e.alias, e.time) in shown)
     return timed
