@@ -623,7 +623,11 @@ class SessionDatabase:
         tools = ToolPairing()
 
         def add(row_id: int, facts: OutlineFacts) -> None:  # in branch order, as the eager load checks pairing
-            check_pairing(facts.role, facts.call_ids, facts.result_for, tools, at_row("agent_messages", row_id, self.ref.label))
+            # pairing has nothing to check (nor a row to name) for a user row, an event, or an assistant row
+            # without tool calls while no call is pending: most rows
+            if facts.result_for is not None or (facts.role == "assistant" and (facts.call_ids or tools.pending)):
+                check_pairing(facts.role, facts.call_ids, facts.result_for, tools,
+                              at_row("agent_messages", row_id, self.ref.label))
             outline.add_facts(row_id=row_id, timestamp=facts.timestamp, role=facts.role,
                               has_tool_calls=facts.has_tool_calls, has_text=facts.has_text, model=facts.model,
                               message_id=facts.message_id, event_kind=facts.event_kind)
@@ -657,8 +661,16 @@ class SessionDatabase:
 
     def _facts(self, row_id: int, payload: Any, extra: Any) -> OutlineFacts:
         """A row's outline facts; its ``extra`` column is checked as JSON here too, so that a bad row is refused
-        by the load (before any output), not when a command first reads its message."""
-        where = at_row("agent_messages", row_id, self.ref.label)
+        by the load (before any output), not when a command first reads its message. The row's name is made only
+        for a row that is refused: the checks run again with it (they are deterministic), and raise with it."""
+        try:
+            return self._checked_facts(payload, extra, "")
+        except InputError:
+            pass
+        return self._checked_facts(payload, extra, at_row("agent_messages", row_id, self.ref.label))
+
+    @staticmethod
+    def _checked_facts(payload: Any, extra: Any, where: str) -> OutlineFacts:
         parsed = json_column(payload, "payload", where)
         if extra:
             json_column(extra, "extra", where)

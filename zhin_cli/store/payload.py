@@ -10,7 +10,7 @@ import json
 import reprlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from zhin_cli.core import jsontext
 from zhin_cli.core.errors import InputError
@@ -323,9 +323,10 @@ def check_pairing(role: str, call_ids: Sequence[str], result_for: str | None, st
         state.pending.pop(result_for, None)
 
 
-@dataclass(frozen=True)
-class OutlineFacts:
-    """What the outline needs of one stored payload, and what tool pairing checks (``outline_facts``)."""
+class OutlineFacts(NamedTuple):
+    """What the outline needs of one stored payload, and what tool pairing checks (``outline_facts``). A named
+    tuple, not a frozen dataclass: a lazy load makes one per row, and a frozen dataclass's ``__init__`` (nine
+    ``object.__setattr__`` calls) cost more than reading the facts."""
 
     role: OutlineRole
     timestamp: int
