@@ -20,8 +20,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from zhin_cli.core.errors import ConfigError, UsageError
 from zhin_cli.core.model import AssistantMessage, LazyMessages, Message, Session, SessionOutline, UserMessage, messages_at
+from zhin_cli.core.tokens import TokenCounter, encoding_for_model
 from zhin_cli.core.tokens import counter as shared_counter
-from zhin_cli.core.tokens import encoding_for_model
 from zhin_cli.pipeline.config import Config
 from zhin_cli.pipeline.headers import (
     Aliases,
@@ -292,6 +292,12 @@ def _system_texts(system_parts: list[Any], leading: list[PresetMessage] | None) 
             elif segment_id:
                 out.append((segment_id, text))
     return out
+
+
+def _tokens_of(counter: TokenCounter, texts: list[str]) -> int:
+    """Σ ``counter.count(t)``, without a Python call per text (a segment report sums a whole window's texts every
+    request): packed tokens are 4 bytes each, so the byte lengths sum to 4 × the count."""
+    return sum(map(len, map(counter.encode_packed, texts))) // 4
 
 
 def _macro_warnings(unknown: dict[str, int]) -> list[str]:
@@ -833,13 +839,13 @@ class Assembler:
             texts = texts_by_segment.get(segment.id, [])
             produced = produced_by_segment.get(segment.id, 0)
             reports.append(SegmentReport(segment.id, segment.kind, segment.weight, sum(map(len, texts)),
-                                         sum(counter.count(t) for t in texts), 0, messages=produced))
+                                         _tokens_of(counter, texts), 0, messages=produced))
         if self.preset is not None:  # preset entries (fixed texts, injections) get their own rows
             for segment_id, texts in texts_by_segment.items():
                 if segment_id.startswith("preset:"):
                     produced = len({p.message_index for p in rendered.parts if p.segment_id == segment_id})
                     reports.append(SegmentReport(segment_id, "preset", 0, sum(map(len, texts)),
-                                                 sum(counter.count(t) for t in texts), 0, messages=produced))
+                                                 _tokens_of(counter, texts), 0, messages=produced))
         # The one definition (zhin_cli.wire.prompt_tokens, docs/tokens.md): our estimate of the billed input tokens,
         # the same figure prefix-diff, zhin serve's usage and zhin report economy report for this body.
         prompt_tokens = wire_prompt_tokens(rendered.body, profile.wire, counter)
