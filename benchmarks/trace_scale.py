@@ -10,7 +10,9 @@ SQLite. For each, in a fresh process each:
 
 Each is measured for ``before`` (an export of an older commit on ``PYTHONPATH``: ``--before /tmp/old271``) and
 ``after`` (this checkout) in one run, so the figures compare under the same load; the report gives seconds and
-peak RSS (VmHWM) and the ratios 20k/10k and 100k/10k. Ratios, not absolute times, are what a run proves.
+peak RSS (VmHWM), the whole process's CPU seconds (start and imports included: on a shared machine, the estimate
+of an idle one) and the ratios 20k/10k and 100k/10k. ``--also start=/tmp/startG`` adds another tree to the run.
+Ratios, not absolute times, are what a run proves.
 """
 
 from __future__ import annotations
@@ -53,7 +55,10 @@ window = session.messages[max(0, last - 80):last]
 chars = sum(len(getattr(m, "text", "")) for m in window)
 seconds = time.perf_counter() - started
 peak = next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM:'))
-print(json.dumps({"seconds": seconds, "peak_kib": peak, "messages": len(session.messages), "chars": chars}))
+import resource
+usage = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({"seconds": seconds, "peak_kib": peak, "messages": len(session.messages), "chars": chars,
+                  "process_cpu": usage.ru_utime + usage.ru_stime}))
 """
 
 TRACE_PROBE = """
@@ -71,7 +76,9 @@ else:
     code = 0
 seconds = time.perf_counter() - started
 peak = next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM:'))
-print(json.dumps({"seconds": seconds, "peak_kib": peak, "exit": code}))
+import resource
+usage = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({"seconds": seconds, "peak_kib": peak, "exit": code, "process_cpu": usage.ru_utime + usage.ru_stime}))
 """
 
 
@@ -102,6 +109,8 @@ def build(folder: Path, size: int) -> tuple[Path, Path, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", default="/tmp/old271", help="an exported older tree (empty: skip 'before')")
+    parser.add_argument("--also", action="append", default=[], metavar="NAME=TREE",
+                        help="another exported tree measured in the same run under NAME (e.g. start=/tmp/startG)")
     parser.add_argument("--trace", action="store_true", help="also time the end-to-end last-turn trace")
     parser.add_argument("--repeat", type=int, default=3, help="runs per figure (the fastest is reported)")
     parser.add_argument("--json", action="store_true")
@@ -111,6 +120,11 @@ def main() -> None:
     versions = {"after": None}
     if options.before and Path(options.before, "zhin_cli").is_dir():
         versions = {"before": options.before, "after": None}
+    for named in options.also:
+        name, _, tree = named.partition("=")
+        if not Path(tree, "zhin_cli").is_dir():
+            parser.error(f"--also {named}: no zhin_cli in {tree!r}")
+        versions = {**{k: v for k, v in versions.items() if k != "after"}, name: tree, "after": None}
     results: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -125,7 +139,7 @@ def main() -> None:
                         runs.setdefault(("store", source, version, size), []).append(
                             probe(STORE_PROBE, args, path, folder))
                         # the old full replay at 100k takes minutes: its trace is run once
-                        if options.trace and (round_number == 0 or version == "after" or size < max(sizes)):
+                        if options.trace and (round_number == 0 or version != "before" or size < max(sizes)):
                             trace_args = [str(jsonl)] if source == "jsonl" else [session_id, "--db", str(db)]
                             runs.setdefault(("trace", source, version, size), []).append(
                                 probe(TRACE_PROBE, trace_args, path, folder))
@@ -133,11 +147,15 @@ def main() -> None:
             best = min(measured, key=lambda r: r["seconds"])
             results.append({"part": part, "source": source, "version": version, "messages": size,
                             "seconds": round(best["seconds"], 3), "runs": len(measured),
+                            # the whole process (start, imports, work) in CPU seconds: on a shared machine the
+                            # figure that estimates an idle one; the least of the runs
+                            "process_cpu": round(min(float(r["process_cpu"]) for r in measured), 3),
                             "peak_rss_mib": round(max(r["peak_kib"] for r in measured) / 1024, 1)})
-    print(f"{'part':<6} {'source':<7} {'version':<7} {'messages':>8} {'seconds':>8} {'peak RSS MiB':>12}")
+    print(f"{'part':<6} {'source':<7} {'version':<8} {'messages':>8} {'seconds':>8} {'process CPU s':>13}"
+          f" {'peak RSS MiB':>12}")
     for row in results:
-        print(f"{row['part']:<6} {row['source']:<7} {row['version']:<7} {row['messages']:>8} {row['seconds']:>8}"
-              f" {row['peak_rss_mib']:>12}")
+        print(f"{row['part']:<6} {row['source']:<7} {row['version']:<8} {row['messages']:>8} {row['seconds']:>8}"
+              f" {row['process_cpu']:>13} {row['peak_rss_mib']:>12}")
     ratios: dict[str, float] = {}
     for part in ("store", "trace"):
         for source in ("jsonl", "sqlite"):
