@@ -36,7 +36,7 @@ class Placed:
     segment_id: str
 
 
-@dataclass
+@dataclass(slots=True)
 class _Unit:
     items: list[Placed]
     timestamp: int
@@ -49,6 +49,8 @@ class _Unit:
 def _units(segment: PromptSegment, output: Sequence[Any], seq_start: int) -> list[_Unit]:
     units: list[_Unit] = []
     open_group: tuple[_Unit, set[str]] | None = None
+    # read once: every request merges the whole window again, item by item
+    segment_id, tie, weight = segment.id, TIE_ORDER[segment.kind], segment.weight
     for item in output:
         if isinstance(item, ToolResultMessage):
             if open_group is None or item.tool_call_id not in open_group[1]:
@@ -57,14 +59,15 @@ def _units(segment: PromptSegment, output: Sequence[Any], seq_start: int) -> lis
                     "it does not follow the assistant message that calls it"
                 )
             open_group[1].discard(item.tool_call_id)
-            open_group[0].items.append(Placed(item, segment.id))
+            open_group[0].items.append(Placed(item, segment_id))
+            open_group[0].keys.append(("row", item.row_id))
             continue
         if open_group is not None and open_group[1]:
             raise AssemblyError(
                 f"orphan tool call {sorted(open_group[1])[0]!r} (row {item_key(open_group[0].items[0].item)[1]}): "
                 "no tool result follows it"
             )
-        unit = _Unit([Placed(item, segment.id)], item.timestamp, TIE_ORDER[segment.kind], segment.weight, seq_start + len(units))
+        unit = _Unit([Placed(item, segment_id)], item.timestamp, tie, weight, seq_start + len(units), [item_key(item)])
         units.append(unit)
         open_group = None
         if isinstance(item, AssistantMessage) and item.tool_calls:
@@ -74,8 +77,6 @@ def _units(segment: PromptSegment, output: Sequence[Any], seq_start: int) -> lis
             f"orphan tool call {sorted(open_group[1])[0]!r} (row {item_key(open_group[0].items[0].item)[1]}): "
             "no tool result follows it"
         )
-    for unit in units:
-        unit.keys = [item_key(p.item) for p in unit.items]
     return units
 
 
