@@ -24,7 +24,7 @@ demo: $(STAMP)
 	cd demo && ../$(BIN)/zhin trace 'icqq:8596238:group:1048877509' --turn 4 --show-request
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2 -p no:cacheprovider
+	$(BIN)/python -m pytest -n 2 --dist worksteal -p no:cacheprovider
 
 # The pre-merge gates of the README, on this repository itself: the eval scenarios offline (JUnit in
 # reports/), the fixed prompt cost against prompt-budget.yaml, and prefix stability of the fixtures.
@@ -47,10 +47,13 @@ fuzz: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/machine.py
+	$(BIN)/python benchmarks/startup.py
+	$(BIN)/python benchmarks/trace_scale.py --trace --before ''
 	$(BIN)/python benchmarks/replay.py
 	$(BIN)/python benchmarks/prefix_diff.py
 	$(BIN)/python benchmarks/memory.py
 	$(BIN)/python benchmarks/economy.py
+	$(BIN)/python benchmarks/parallel.py
 	$(BIN)/python benchmarks/live_writer.py --seconds 20 --interval-ms 50 --mode delete,wal --reader cli,none
 	$(BIN)/python benchmarks/serve_load.py --clients 32 --requests 100
 
