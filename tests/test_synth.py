@@ -8,6 +8,7 @@ import statistics
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -15,8 +16,8 @@ from builders import assembler
 
 from zhin_cli.core.errors import UsageError
 from zhin_cli.core.model import AssistantMessage, EventMessage, ToolResultMessage, UserMessage
-from zhin_cli.store.jsonl import read_session, write_session
-from zhin_cli.tools.synth import SynthOptions, synthesize
+from zhin_cli.store.jsonl import read_session, session_lines, write_session
+from zhin_cli.tools.synth import SynthOptions, synthesize, synthesize_lines
 
 
 def jsonl(options: SynthOptions) -> str:
@@ -145,3 +146,75 @@ def test_a_synthesized_session_imports_and_reports_from_the_database(zhin, tmp_p
     per_request = data["cache"]["openai"]["per_request"]
     assert len(per_request) == data["requests"] and per_request[0]["first_of_group"] is True
     assert {"turn", "adr", "flat", "new_tokens", "limit", "cause"} <= set(per_request[0])
+
+
+@pytest.mark.parametrize("options", [
+    SynthOptions(members=20, messages=57, seed=3),
+    SynthOptions(members=30, messages=2500, seed=5, bot_rate=0.4, tool_rate=0.9, event_rate=0.3, compact_every=10),
+    SynthOptions(members=2, messages=1500, seed=9, event_rate=1.0),
+    SynthOptions(messages=4000, seed=3),
+], ids=["small", "busy", "events-only", "default"])
+def test_the_streamed_lines_are_the_built_sessions_lines(options: SynthOptions, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``synthesize_lines`` (what ``zhin fixtures synth`` writes, line by line) gives the lines ``session_lines``
+    gives for ``synthesize``'s session, summaries and scene lines in the same places."""
+    import zhin_cli.tools.synth as synth_module
+
+    streamed = list(synthesize_lines(options))
+    built = list(session_lines(synthesize(options)))
+    assert streamed == built
+    kinds = Counter(line["type"] for line in streamed)
+    if options.messages > 1000:  # the placement rule is exercised: side lines among the messages
+        assert kinds["summary"] + kinds["scene"] > 0
+    # negative control: side lines given where they were made (a scene line is made before its event's row) differ
+    monkeypatch.setattr(synth_module, "_placed", lambda header, steps: [(header, None)] + [
+        (line, None) for step in steps for line in step])
+    made_order = list(synthesize_lines(options))
+    assert sorted(map(str, made_order)) == sorted(map(str, streamed))
+    assert kinds["scene"] == 0 or made_order != streamed
+
+
+def test_the_stream_gives_its_first_lines_before_the_rest_is_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    parsed = _count_parsed(monkeypatch)
+    lines = synthesize_lines(SynthOptions(messages=5000, seed=4))
+    first = [next(lines) for _ in range(3)]
+    assert first[0]["type"] == "session" and first[1]["id"] == 1
+    assert parsed[0] < 50, f"{parsed[0]} of 5000 rows made before the third line"
+    assert sum(1 for _ in lines) + 3 >= 5001  # the rest follows (negative control: the count above is not always 0)
+    assert parsed[0] == 5000
+
+
+def test_cli_writes_its_first_line_before_the_session_is_made(zhin, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """``zhin fixtures synth`` streams: a 150k-message file starts at once and is never in memory whole (before, the
+    whole session was built and parsed before the first byte). Fails on 271b824: 5,000 rows parsed first."""
+    import zhin_cli.store.jsonl as jsonl_module
+
+    parsed = _count_parsed(monkeypatch)
+    at_first_write: list[int] = []
+    escape = jsonl_module.escape_surrogates
+
+    def first_write(text: str) -> str:
+        if not at_first_write:
+            at_first_write.append(parsed[0])
+        return escape(text)
+
+    monkeypatch.setattr(jsonl_module, "escape_surrogates", first_write)
+    result = zhin("fixtures", "synth", "--messages", "5000", "--seed", "4", "-o", "s.jsonl")
+    assert result.returncode == 0, result.stderr
+    assert "5000 messages" in result.stderr
+    assert at_first_write and at_first_write[0] < 50, at_first_write
+    assert parsed[0] == 5000  # negative control: every row was made and parsed, after the first write
+
+
+def _count_parsed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A counter of the rows ``synth`` has parsed so far (as a one-item list)."""
+    import zhin_cli.tools.synth as synth_module
+
+    count = [0]
+    parse = synth_module.message_from_payload
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        count[0] += 1
+        return parse(*args, **kwargs)
+
+    monkeypatch.setattr(synth_module, "message_from_payload", counting)
+    return count

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from zhin_cli._cli import app, handles_errors, write_jsonl_output
-from zhin_cli.tools.synth import SynthOptions, synthesize
+from zhin_cli._cli import app, handles_errors
+from zhin_cli.tools.synth import SynthOptions, synthesize_lines
 
 fixtures_app = typer.Typer(help="Session fixtures: synthetic group chats for tests and economy reports.", no_args_is_help=True)
 app.add_typer(fixtures_app, name="fixtures")
@@ -34,9 +36,23 @@ def synth_command(
 
     The same options write the same bytes. Distributions: docs/economy.md.
     """
-    session = synthesize(SynthOptions(members=members, messages=messages, seed=seed, bot_rate=bot_rate,
-                                      tool_rate=tool_rate, event_rate=event_rate, compact_every=compact_every))
-    count = write_jsonl_output(session, output)
-    if count is None:
+    from zhin_cli.core.outputfiles import atomic_output
+    from zhin_cli.store.jsonl import write_lines
+
+    # streamed: each line is written as it is made (a 150k-message file starts at once, and is never in memory whole)
+    lines = synthesize_lines(SynthOptions(members=members, messages=messages, seed=seed, bot_rate=bot_rate,
+                                          tool_rate=tool_rate, event_rate=event_rate, compact_every=compact_every))
+    if output is None:
+        write_lines(lines, sys.stdout)
         return
-    typer.echo(f"wrote {count} lines ({len(session.messages)} messages) to {output}", err=True)
+    message_lines = 0
+
+    def counted() -> Iterator[dict[str, Any]]:
+        nonlocal message_lines
+        for line in lines:
+            message_lines += line["type"] == "message"
+            yield line
+
+    with atomic_output(output) as handle:  # a full disk or a signal leaves no half-written file (and the old one intact)
+        count = write_lines(counted(), handle)
+    typer.echo(f"wrote {count} lines ({message_lines} messages) to {output}", err=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 from array import array
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -354,8 +354,13 @@ def message_line(message: Message) -> dict[str, Any]:
 
 
 def write_session(session: Session, out: IO[str]) -> int:
+    return write_lines(session_lines(session), out)
+
+
+def write_lines(lines: Iterable[dict[str, Any]], out: IO[str]) -> int:
+    """JSONL objects written one a line, each as it comes (compact, UTF-8 as is); lines written."""
     count = 0
-    for obj in session_lines(session):
+    for obj in lines:
         # escape_surrogates: readers refuse lone surrogates; one that came another way is written as its escape
         out.write(escape_surrogates(json.dumps(obj, ensure_ascii=False, separators=(",", ":"))) + "\n")
         count += 1

@@ -19,11 +19,18 @@ to look like a busy QQ group rather than to flatter any layout:
   next bot turn is preceded by a summary anchored 5 rows before the @-mention (as upstream compacts).
 
 ``messages`` counts every message row (member, bot, tool result, event); the last row is a bot reply.
+
+``synthesize_lines`` gives the JSONL objects as they are made (``zhin fixtures synth`` writes its first line at
+once, and a 150k-message file never exists as a session in memory); ``synthesize`` is the same lines parsed into a
+``Session``. Both parse and pair every row as the JSONL reader would.
 """
 
 from __future__ import annotations
 
 import random
+from bisect import insort
+from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -74,6 +81,7 @@ _RESULTS = {"weather": "上海 明天：多云转小雨，18~23°C，东北风3�
             "calculator": "23", "web_search": "搜索结果：1. 城市公园徒步 2. 美术馆新展 3. 夜市美食街"}
 
 
+REPLY_LOOK_BACK = 20  # a reply targets one of the last 20 rows that have a platform id
 MAX_MEMBERS = 100_000  # a group larger than any platform allows; each member costs memory before a row is written
 
 
@@ -132,9 +140,10 @@ class _State:
     options: SynthOptions
     scene_id: str
     time_ms: int
-    rows: list[dict[str, Any]] = field(default_factory=list)
-    summaries: list[dict[str, Any]] = field(default_factory=list)
-    scene_lines: list[dict[str, Any]] = field(default_factory=list)
+    rows: int = 0  # message rows made so far (the last one's id)
+    recent: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=REPLY_LOOK_BACK))
+    made: list[dict[str, Any]] = field(default_factory=list)  # lines made since the stream last took them
+    summaries: int = 0
     members: list[_Member] = field(default_factory=list)
     departed: list[_Member] = field(default_factory=list)
     admins: list[str] = field(default_factory=list)
@@ -158,9 +167,15 @@ class _State:
     # --- rows ---------------------------------------------------------------------------------------
 
     def add(self, payload: dict[str, Any]) -> dict[str, Any]:
-        line = {"type": "message", **payload, "timestamp": self.time_ms, "id": len(self.rows) + 1}
-        self.rows.append(line)
+        self.rows += 1
+        line = {"type": "message", **payload, "timestamp": self.time_ms, "id": self.rows}
+        self.recent.append(line)
+        self.made.append(line)
         return line
+
+    def side_line(self, line: dict[str, Any]) -> None:
+        """A summary or scene line (placed among the messages by ``_placed``)."""
+        self.made.append(line)
 
     def platform_id(self) -> str:
         self.next_platform_id += self.rng.choice((1, 1, 2, 3))
@@ -177,7 +192,7 @@ class _State:
         payload: dict[str, Any] = {"role": "user", "content": [{"type": "text", "text": text}],
                                    "messageId": self.platform_id(), "actor": member.actor()}
         if self.rng.random() < REPLY_P:
-            targets = [r["messageId"] for r in self.rows[-20:] if r.get("messageId")]
+            targets = [r["messageId"] for r in self.recent if r.get("messageId")]
             if targets:
                 payload["replyTo"] = self.rng.choice(targets)
         return self.add(payload)
@@ -226,7 +241,7 @@ def _event(state: _State) -> None:
         state.departed.append(member)
         if member.user_id in state.admins:
             state.admins.remove(member.user_id)
-            state.scene_lines.append({"type": "scene", "timestamp": state.time_ms, "admins": list(state.admins)})
+            state.side_line({"type": "scene", "timestamp": state.time_ms, "admins": list(state.admins)})
         by = "self" if rng.random() < 0.7 else operator
         state.add({"role": "event", "kind": "member_left",
                    "name": f"{member.user_id} leave {state.scene_id} on {state.hhmm()} by {by}"})
@@ -244,7 +259,7 @@ def _event(state: _State) -> None:
             state.admins.append(member.user_id)
         elif member.user_id in state.admins:
             state.admins.remove(member.user_id)
-        state.scene_lines.append({"type": "scene", "timestamp": state.time_ms + 500, "admins": list(state.admins)})
+        state.side_line({"type": "scene", "timestamp": state.time_ms + 500, "admins": list(state.admins)})
         field_name, value, who = "role", member.platform_role, operator
     else:
         seconds = rng.choice((60, 600, 3600))
@@ -256,12 +271,13 @@ def _event(state: _State) -> None:
 def _bot_turn(state: _State) -> None:
     rng = state.rng
     options = state.options
-    rows = len(state.rows)
+    rows = state.rows
     if rows - state.last_anchor > options.compact_every and rows > 6:
         anchor = rows - 5
-        state.summaries.append({"type": "summary", "timestamp": state.time_ms + 500, "anchor_message_id": anchor,
-                                "summary": f"（第 {len(state.summaries) + 1} 次压缩）消息 1–{anchor}：群友聊了游戏版本、组队开黑、"
-                                           "天气和日常；期间有人进群退群、改名片、被禁言。"})
+        state.summaries += 1
+        state.side_line({"type": "summary", "timestamp": state.time_ms + 500, "anchor_message_id": anchor,
+                         "summary": f"（第 {state.summaries} 次压缩）消息 1–{anchor}：群友聊了游戏版本、组队开黑、"
+                                    "天气和日常；期间有人进群退群、改名片、被禁言。"})
         state.last_anchor = anchor
     state.advance(rng.uniform(3, 15))
     if rng.random() < options.tool_rate:
@@ -294,15 +310,55 @@ _BOT_TURN_MAX_ROWS = 7
 
 def synthesize(options: SynthOptions) -> Session:
     """The session, built row by row and parsed exactly as a JSONL file's lines would be."""
+    lines = _lines(options)
+    header, _ = next(lines)
+    session = Session(session_id=header["session_id"], session_key=header["session_key"], timezone=TIMEZONE,
+                      bot=BotFacts.from_mapping(header["bot"]), scene=SceneFacts.from_mapping(header["scene"]),
+                      messages=[], source=f"synth(seed={options.seed})", raw=header)
+    messages: list[Message] = []
+    summaries: list[Summary] = []
+    scene_changes: list[SceneChange] = []
+    for line, message in lines:
+        if message is not None:
+            messages.append(message)
+        elif line["type"] == "summary":
+            summaries.append(Summary(line["timestamp"], line["summary"], line["anchor_message_id"], raw=line))
+        else:
+            changes = {k: v for k, v in line.items() if k not in ("type", "timestamp")}
+            scene_changes.append(SceneChange(line["timestamp"], changes, raw=line))
+    session.messages, session.summaries, session.scene_changes = messages, summaries, scene_changes
+    return session
+
+
+def synthesize_lines(options: SynthOptions) -> Iterator[dict[str, Any]]:
+    """The session's JSONL objects, each given as soon as it is made: the session line, then the messages with the
+    summary and scene lines where they happened — the lines ``store.jsonl.session_lines`` gives for ``synthesize``'s
+    session, so the same bytes are written, without the whole session in memory first.
+
+    The options are checked here, before the first line; every message is parsed and tool-paired before it is given."""
+    return (line for line, _ in _lines(options))
+
+
+def _lines(options: SynthOptions) -> Iterator[tuple[dict[str, Any], Message | None]]:
+    """Each line, with its parsed message if it is a message line (the options checked before the first)."""
     options.check()
     rng = random.Random(options.seed)
     scene_id = str(rng.randint(100_000_000, 999_999_999))
     members, admins = _members(rng, options.members)
     start_ms = int(START.timestamp() * 1000)
     state = _State(rng, options, scene_id, start_ms, members=members, admins=list(admins))
+    header = _header(state, start_ms, options, owner=next(m.user_id for m in members if m.platform_role == "owner"),
+                     admins=admins)
+    return _placed(header, _made(state))
+
+
+def _made(state: _State) -> Iterator[list[dict[str, Any]]]:
+    """The generator's rows and side lines, a step at a time (a burst, or the closing turn), as they are made."""
+    rng = state.rng
+    options = state.options
     budget = options.messages - 2  # the final @-mention and its reply
 
-    while len(state.rows) < budget:
+    while state.rows < budget:
         speakers = state.speakable()
         if not speakers:
             state.advance(LULL_MEAN_S)
@@ -310,21 +366,23 @@ def synthesize(options: SynthOptions) -> Session:
         speaker = rng.choices(speakers, weights=[m.weight for m in speakers])[0]
         burst = min(BURST_CAP, 1 + _geometric(rng, BURST_P))
         for index in range(burst):
-            if len(state.rows) >= budget:
+            if state.rows >= budget:
                 break
             state.advance(rng.expovariate(1 / GAP_IN_BURST_S) if index else rng.expovariate(1 / GAP_BETWEEN_S))
             if speaker.muted_until > state.time_ms or speaker not in state.members:
                 break
-            if rng.random() < options.bot_rate and len(state.rows) + 1 + _BOT_TURN_MAX_ROWS <= budget:
+            if rng.random() < options.bot_rate and state.rows + 1 + _BOT_TURN_MAX_ROWS <= budget:
                 _mention(state, speaker)
                 _bot_turn(state)
                 continue
             state.user_message(speaker, state.member_text())
-            if rng.random() < options.event_rate and len(state.rows) < budget:
+            if rng.random() < options.event_rate and state.rows < budget:
                 state.advance(rng.uniform(2, 30))
                 _event(state)
         if rng.random() < LULL_P:
             state.advance(rng.expovariate(1 / LULL_MEAN_S))
+        yield state.made
+        state.made = []
 
     speakers = state.speakable() or state.members
     state.advance(rng.expovariate(1 / GAP_BETWEEN_S))
@@ -333,8 +391,34 @@ def synthesize(options: SynthOptions) -> Session:
     state.add({"role": "assistant", "content": [{"type": "text", "text": rng.choice(_ANSWERS)}],
                "messageId": state.platform_id(), "assistantActor": dict(BOT_ACTOR), "provider": "openai",
                "model": "gpt-4o", "stopReason": "stop"})
-    return _session(state, start_ms, options, owner=next(m.user_id for m in members if m.platform_role == "owner"),
-                    admins=admins)
+    yield state.made
+
+
+def _placed(header: dict[str, Any], steps: Iterator[list[dict[str, Any]]]) -> Iterator[tuple[dict[str, Any], Message | None]]:
+    """The header, then each message parsed and tool-paired as the JSONL reader does, with each summary or scene
+    line before the first message later than it (a summary after its anchor) — ``session_lines``' rule, applied as
+    the lines come: a side line is never earlier than the rows made before it, so none made later could have to
+    be placed ahead of a message already given."""
+    yield header, None
+    pairing = ToolPairing()
+    pending: list[tuple[int, int, int, dict[str, Any]]] = []  # (timestamp, anchor, order made, line), sorted
+    made = 0
+    for step in steps:
+        for line in step:
+            if line["type"] != "message":
+                made += 1
+                insort(pending, (line["timestamp"], line.get("anchor_message_id", -1), made, line))
+                continue
+            while pending and pending[0][0] < line["timestamp"] and pending[0][1] < line["id"]:
+                yield pending.pop(0)[3], None
+            where = f"synth row {line['id']}"
+            payload = {k: v for k, v in line.items() if k not in ("type", "id")}
+            message = message_from_payload(payload, row_id=line["id"], where=where)
+            message.raw = line
+            check_tool_pairing(message, pairing, where)
+            yield line, message
+    for item in pending:
+        yield item[3], None
 
 
 def _geometric(rng: random.Random, p: float) -> int:
@@ -345,28 +429,11 @@ def _geometric(rng: random.Random, p: float) -> int:
     return count
 
 
-def _session(state: _State, start_ms: int, options: SynthOptions, *, owner: str, admins: list[str]) -> Session:
+def _header(state: _State, start_ms: int, options: SynthOptions, *, owner: str, admins: list[str]) -> dict[str, Any]:
     session_key = f"synth:{BOT_ID}:group:{state.scene_id}"
-    header: dict[str, Any] = {
+    return {
         "type": "session", "session_id": f"{session_key}#{start_ms}-{options.seed}", "session_key": session_key,
         "timezone": TIMEZONE, "bot": {"user_id": BOT_ID, "name": "Zhin", "group_nickname": "小知", "platform_role": "admin"},
         "scene": {"scene_id": state.scene_id, "scene_type": "group", "scene_name": f"合成测试群 {options.seed}",
                   "owner_id": owner, "admins": admins, "member_count": options.members, "global_mute": False},
     }
-    session = Session(session_id=header["session_id"], session_key=session_key, timezone=TIMEZONE,
-                      bot=BotFacts.from_mapping(header["bot"]), scene=SceneFacts.from_mapping(header["scene"]),
-                      messages=[], source=f"synth(seed={options.seed})", raw=header)
-    pairing = ToolPairing()
-    messages: list[Message] = []
-    for line in state.rows:
-        where = f"synth row {line['id']}"
-        payload = {k: v for k, v in line.items() if k not in ("type", "id")}
-        message = message_from_payload(payload, row_id=line["id"], where=where)
-        message.raw = line
-        check_tool_pairing(message, pairing, where)
-        messages.append(message)
-    session.messages = messages
-    session.summaries = [Summary(s["timestamp"], s["summary"], s["anchor_message_id"], raw=s) for s in state.summaries]
-    session.scene_changes = [SceneChange(c["timestamp"], {k: v for k, v in c.items() if k not in ("type", "timestamp")}, raw=c)
-                             for c in state.scene_lines]
-    return session
