@@ -8,19 +8,27 @@ test_corpus.py only checks that each file has an entry): ``runs`` maps each comm
 entry's ``error``/``line`` give its one stderr line ``zhin: error: <file>:<line>: …``. Every run must finish
 within ``TIMEOUT`` seconds and never print a traceback. ``trace`` reads a session whose first member message
 is 5,000 ``x`` (what a catastrophic regex script chokes on).
+
+The corpus files' runs (three commands each) go through the in-process runner (``conftest.run_zhin``, which
+matches a real process's exit, stdout and stderr), under a ``SIGALRM`` watchdog of ``TIMEOUT`` seconds, so a hang
+is still a failure rather than a stuck test; a fresh interpreter per run was most of this file's time. The other
+tests still start the real process.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CORPUS, FIXTURES, clean_env
+from conftest import CORPUS, FIXTURES, clean_env, run_zhin
 
 MANIFEST: dict[str, Any] = json.loads((CORPUS / "manifest.json").read_text(encoding="utf-8"))
 PRESETS = {name: entry for name, entry in MANIFEST["files"].items() if entry["kind"] == "preset"}
@@ -31,6 +39,32 @@ def run(argv: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess[str], f
     started = time.perf_counter()
     result = subprocess.run([sys.executable, "-m", "zhin_cli", *argv], cwd=cwd, env=clean_env(), capture_output=True, text=True,
                             encoding="utf-8", errors="replace", timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+    return result, time.perf_counter() - started
+
+
+class _Hung(Exception):
+    """A run took longer than TIMEOUT (raised by the watchdog's SIGALRM)."""
+
+
+@contextmanager
+def _watchdog(seconds: float) -> Iterator[None]:
+    def expire(signum: int, frame: object) -> None:
+        raise _Hung(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def run_in_process(argv: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess[str], float]:
+    """``run``'s result for the same call, from the CLI in this process; a run past TIMEOUT raises ``_Hung``."""
+    started = time.perf_counter()
+    with _watchdog(TIMEOUT):
+        result = run_zhin(*argv, cwd=cwd)
     return result, time.perf_counter() - started
 
 
@@ -67,7 +101,7 @@ def test_preset_corpus_file(name: str, tmp_path: Path, hostile_session: Path) ->
     source = CORPUS / name
     problems = []
     for command, expected in entry["runs"].items():
-        result, seconds = run(argv_for(command, source, hostile_session), tmp_path)
+        result, seconds = run_in_process(argv_for(command, source, hostile_session), tmp_path)
         out = result.stdout + result.stderr
         if "Traceback" in out:
             problems.append(f"{command}: a traceback")
@@ -86,6 +120,20 @@ def test_preset_corpus_file(name: str, tmp_path: Path, hostile_session: Path) ->
         if problems and problems[-1].startswith(command):
             problems[-1] += f" ({seconds:.1f} s)\n    stdout: {result.stdout[-800:]!r}\n    stderr: {result.stderr[-800:]!r}"
     assert not problems, f"{name}:\n  " + "\n  ".join(problems)
+
+
+def test_the_watchdog_fails_a_run_that_hangs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Negative control for ``run_in_process``: a command that never returns becomes a failed run (a traceback and
+    status 1, which test_preset_corpus_file reports), not a stuck test; a quick command under the same watchdog is
+    untouched."""
+    import zhin_cli._cli as cli
+
+    monkeypatch.setattr(sys.modules[__name__], "TIMEOUT", 0.5)
+    quick, _ = run_in_process(["preset", "lint", str(CORPUS / "preset" / "regex-growth.json")], tmp_path)
+    assert "Traceback" not in quick.stderr
+    monkeypatch.setattr(cli, "main", lambda: time.sleep(30))
+    hung, seconds = run_in_process(["--version"], tmp_path)
+    assert hung.returncode == 1 and "_Hung: still running after 0.5 s" in hung.stderr and seconds < 10
 
 
 def test_a_benign_script_still_rewrites_next_to_a_skipped_one(tmp_path: Path, hostile_session: Path) -> None:
