@@ -6,14 +6,12 @@ unroll, presets with tens of thousands of prompts. Each test also runs the ordin
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FIXTURES, clean_env
+from conftest import FIXTURES, run_zhin
 
 from zhin_cli.pipeline.headers import Projected
 from zhin_cli.pipeline.preset import regex as preset_regex
@@ -320,9 +318,8 @@ def test_a_preset_whose_addvar_reads_a_deep_value_runs_in_every_command(tmp_path
         }), encoding="utf-8")
     session = FIXTURES / "private-chat.jsonl"
     for argv in (["preset", "lint"], ["preset", "probe"], ["trace", str(session), "--preset"]):
-        results = {path.name: subprocess.run([sys.executable, "-m", "zhin_cli", *argv, str(path)], cwd=tmp_path, env=clean_env(),
-                                             capture_output=True, text=True, encoding="utf-8", errors="replace", timeout=120,
-                                             stdin=subprocess.DEVNULL) for path in (deep, fine)}
+        # in this process (run_zhin): pytest's frames under the command leave it less stack than a fresh process
+        results = {path.name: run_zhin(*argv, path, cwd=tmp_path) for path in (deep, fine)}
         for name, result in results.items():  # the old code: a RecursionError traceback, exit 1, for deep.json only
             assert "Traceback" not in result.stderr and "RecursionError" not in result.stderr, (argv, name, result.stderr[-500:])
         assert results["deep.json"].returncode == results["fine.json"].returncode, (argv, results["deep.json"].stderr[-500:])
