@@ -113,7 +113,7 @@ class SynthOptions:
             raise UsageError("--compact-every must be at least 10")
 
 
-@dataclass
+@dataclass(eq=False)  # a member is who it is: `in`/`remove` on the member list compare identity, not every field
 class _Member:
     user_id: str
     name: str
