@@ -91,9 +91,9 @@ def cases(draw: st.DrawFn) -> Case:
             h.assistant(t + 5 * SEC, f"r{len(h.messages)}")
         elif kind == "event":
             kind_name = "member_joined" if value else "member_left"
-            h.event(t, kind_name, f"10009 {'join' if value else 'leave'} 1048877509")
+            h.event(t, kind_name, f"10009 {'join' if value else 'leave'} 1048877509 on 09:00 by 10001")
         elif kind == "late":
-            h.event(t - value * SEC, "member_left", "10008 leave 1048877509")
+            h.event(t - value * SEC, "member_left", "10008 leave 1048877509 on 09:00 by 10001")
         elif h.messages:  # a compaction: a summary made now, of everything up to an earlier row
             anchor = h.messages[value % len(h.messages)].row_id
             h.summary(t, anchor, f"summary up to row {anchor}")
@@ -157,12 +157,15 @@ def test_every_turn_of_a_fixed_session_is_checked() -> None:
         h.user(T0 + (2 * i + 1) * 10 * SEC, "10002", f"m{i}")
         h.assistant(T0 + (2 * i + 2) * 10 * SEC, f"r{i}")
         if i == 2:
-            h.event(T0 + 15 * SEC, "member_left", "10008 leave 1048877509")
+            h.event(T0 + 15 * SEC, "member_left", "10008 leave 1048877509 on 09:00 by 10001")
     h.summary(T0 + 95 * SEC, 5)
     case = Case(h.session(), {"window": {"max_messages": 4}}, "openai", "gpt-4o")
     with open_pipeline(case) as pipeline:
-        turns = [r.turn for r in pipeline.replay(case.session)]
+        requests = list(pipeline.replay(case.session))
+        turns = [r.turn for r in requests]
         assert turns == [2, 3, 4, 5, 6, 7] and pipeline.turns(case.session).greeting_turn == 1
+        # the generator's event lines are real member changes (the fixed template), shown as state changes
+        assert any("[state change]" in json.dumps(r.request, ensure_ascii=False) for r in requests)
         with pytest.raises(Exception, match="greeting"):
             pipeline.request(case.session, turn=1)
     assert mismatches(case) == []
