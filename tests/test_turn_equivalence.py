@@ -165,7 +165,7 @@ def test_every_turn_of_a_fixed_session_is_checked() -> None:
         turns = [r.turn for r in requests]
         assert turns == [2, 3, 4, 5, 6, 7] and pipeline.turns(case.session).greeting_turn == 1
         # the generator's event lines are real member changes (the fixed template), shown as state changes
-        assert any("[state change]" in json.dumps(r.request, ensure_ascii=False) for r in requests)
+        assert any("[state change] 10008 leave" in json.dumps(r.request, ensure_ascii=False) for r in requests)
         with pytest.raises(Exception, match="greeting"):
             pipeline.request(case.session, turn=1)
     assert mismatches(case) == []
