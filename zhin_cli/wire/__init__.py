@@ -153,6 +153,38 @@ class WireFormat:
         raise NotImplementedError
 
 
+class ContentBlocksFormat(WireFormat):
+    """A format whose message text is ``content``: a string, or a list of blocks with ``text`` (OpenAI Chat,
+    Anthropic Messages). Their merged-message edits are one rule, so they live here once."""
+
+    def take_text(self, message: dict[str, Any], text: str) -> bool:
+        content = message.get("content")
+        if isinstance(content, str) or content is None:
+            return True
+        kept = [b for b in content if not (isinstance(b, dict) and b.get("text") == text)]
+        if not kept:
+            return True
+        message["content"] = kept
+        return False
+
+    def message_texts(self, message: Any) -> list[str]:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str):
+            return [content]
+        return [str(b.get("text", "")) for b in as_list(content) if isinstance(b, dict) and "text" in b]
+
+
+def alternation_problem(roles: list[str], reply_role: str) -> str | None:
+    """The strict ``user``/``reply_role`` alternation, starting with ``user`` (Anthropic's ``assistant``, Gemini's
+    ``model``): the first place it breaks, or None."""
+    if roles and roles[0] != "user":
+        return f"first message is {roles[0]!r}, expected 'user'"
+    for i in range(1, len(roles)):
+        if roles[i] == roles[i - 1] or roles[i] not in ("user", reply_role):
+            return f"roles do not alternate user/{reply_role} at message {i}: {' '.join(roles)}"
+    return None
+
+
 WIRES: Registry[WireFormat] = Registry("wire format")
 
 

@@ -13,7 +13,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from zhin_cli.wire import Block, CacheOutcomeLike, FlatRequest, WireFormat, as_list, canonical, register_wire
+from zhin_cli.wire import (
+    Block,
+    CacheOutcomeLike,
+    ContentBlocksFormat,
+    FlatRequest,
+    alternation_problem,
+    as_list,
+    canonical,
+    register_wire,
+)
 
 _TEXT_FIELDS = ("text", "content", "input", "cache_control")
 
@@ -65,7 +74,7 @@ def _block_text(block: Any) -> str:
     return canonical(without_cache_control(block))
 
 
-class AnthropicMessages(WireFormat):
+class AnthropicMessages(ContentBlocksFormat):
     name = "anthropic-messages"
     regions = ("tools", "system", "messages")
     message_key = "messages"
@@ -85,22 +94,6 @@ class AnthropicMessages(WireFormat):
     def user_text(self, role: str, text: str) -> dict[str, Any]:
         return {"role": "user", "content": [{"type": "text", "text": text}]}
 
-    def take_text(self, message: dict[str, Any], text: str) -> bool:
-        content = message.get("content")
-        if isinstance(content, str) or content is None:
-            return True
-        kept = [b for b in content if not (isinstance(b, dict) and b.get("text") == text)]
-        if not kept:
-            return True
-        message["content"] = kept
-        return False
-
-    def message_texts(self, message: Any) -> list[str]:
-        content = message.get("content") if isinstance(message, dict) else None
-        if isinstance(content, str):
-            return [content]
-        return [str(b.get("text", "")) for b in as_list(content) if isinstance(b, dict) and "text" in b]
-
     def without_tail(self, message: Any, tail: str | None) -> Any:
         if not isinstance(message, dict):
             return message
@@ -114,13 +107,7 @@ class AnthropicMessages(WireFormat):
         return message
 
     def role_problem(self, messages: list[Any]) -> str | None:
-        roles = [self.role(m) for m in messages]
-        if roles and roles[0] != "user":
-            return f"first message is {roles[0]!r}, expected 'user'"
-        for i in range(1, len(roles)):
-            if roles[i] == roles[i - 1] or roles[i] not in ("user", "assistant"):
-                return f"roles do not alternate user/assistant at message {i}: {' '.join(roles)}"
-        return None
+        return alternation_problem([self.role(m) for m in messages], "assistant")
 
     def blocks(self, body: dict[str, Any]) -> Iterator[Block]:
         out: list[Block] = []

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from zhin_cli.wire import Block, CacheOutcomeLike, FlatRequest, WireFormat, as_list, canonical, register_wire
+from zhin_cli.wire import Block, CacheOutcomeLike, FlatRequest, WireFormat, alternation_problem, as_list, canonical, register_wire
 
 
 def _part_text(part: Any) -> str:
@@ -81,13 +81,7 @@ class GeminiGenerate(WireFormat):
         return names
 
     def role_problem(self, messages: list[Any]) -> str | None:
-        roles = [self.role(m) for m in messages]
-        if roles and roles[0] != "user":
-            return f"first message is {roles[0]!r}, expected 'user'"
-        for i in range(1, len(roles)):
-            if roles[i] == roles[i - 1] or roles[i] not in ("user", "model"):
-                return f"roles do not alternate user/model at message {i}: {' '.join(roles)}"
-        return None
+        return alternation_problem([self.role(m) for m in messages], "model")
 
     def blocks(self, body: dict[str, Any]) -> Iterator[Block]:
         for tool in as_list(body.get("tools")):

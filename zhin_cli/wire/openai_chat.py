@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from zhin_cli.wire import Block, CacheOutcomeLike, FlatRequest, WireFormat, as_list, canonical, register_wire
+from zhin_cli.wire import Block, CacheOutcomeLike, ContentBlocksFormat, FlatRequest, as_list, canonical, register_wire
 
 
 def _head(message: dict[str, Any]) -> str:
@@ -22,7 +22,7 @@ def _head(message: dict[str, Any]) -> str:
     return canonical({k: v for k, v in message.items() if k not in ("content", "tool_calls")})
 
 
-class OpenAIChat(WireFormat):
+class OpenAIChat(ContentBlocksFormat):
     name = "openai-chat"
     regions = ("tools", "messages")
     message_key = "messages"
@@ -36,22 +36,6 @@ class OpenAIChat(WireFormat):
 
     def user_text(self, role: str, text: str) -> dict[str, Any]:
         return {"role": role, "content": text}
-
-    def take_text(self, message: dict[str, Any], text: str) -> bool:
-        content = message.get("content")
-        if isinstance(content, str) or content is None:
-            return True
-        kept = [b for b in content if not (isinstance(b, dict) and b.get("text") == text)]
-        if not kept:
-            return True
-        message["content"] = kept
-        return False
-
-    def message_texts(self, message: Any) -> list[str]:
-        content = message.get("content") if isinstance(message, dict) else None
-        if isinstance(content, str):
-            return [content]
-        return [str(b.get("text", "")) for b in as_list(content) if isinstance(b, dict) and "text" in b]
 
     def without_tail(self, message: Any, tail: str | None) -> Any:
         if not isinstance(message, dict):
