@@ -749,23 +749,9 @@ class SessionDatabase:
         return settle_bot_headers(session)  # the bot is known now (profile)
 
     def _messages(self, rows: list[Any], leaf: int | None, has_parent: bool) -> list[Message]:
-        by_id = {row.id: row for row in rows}
-        if leaf is not None and has_parent:
-            chain: list[Any] = []
-            current: int | None = leaf
-            seen: set[int] = set()
-            while current is not None:
-                if current in seen:
-                    raise InputError("parent_id chain has a cycle", where=at_row("agent_messages", current, self.ref.label))
-                seen.add(current)
-                if current not in by_id:
-                    raise InputError(
-                        f"active branch names a missing row (parent of row {chain[-1].id if chain else leaf})",
-                        where=at_row("agent_messages", current, self.ref.label),
-                    )
-                chain.append(by_id[current])
-                current = by_id[current].parent_id
-            rows = list(reversed(chain))
+        if leaf is not None and has_parent:  # the same walk (and errors) as a lazy load's
+            by_id = {row.id: row for row in rows}
+            rows = [by_id[row_id] for row_id in self._branch([(row.id, row.parent_id) for row in rows], leaf)]
         messages: list[Message] = []
         tools = ToolPairing()
         for row in rows:
