@@ -130,16 +130,9 @@ def check_member_facts(data: dict[str, Any], where: str) -> None:
 def message_from_payload(
     payload: Any, *, row_id: int, where: str, extra: dict[str, Any] | None = None
 ) -> Message:
-    if not isinstance(payload, dict):
-        raise InputError(f"message is a JSON {type(payload).__name__}, expected an object", where=where)
-    role = payload.get("role")
-    if role not in ROLES:
-        raise InputError(f"unknown role {short(role)} (expected one of {', '.join(ROLES)})", where=where)
-    timestamp = check_timestamp(payload.get("timestamp"), "timestamp", where)
+    role, timestamp = _role_and_timestamp(payload, where)
     if role == "event":
-        kind = payload.get("kind")
-        if kind not in EVENT_KINDS:
-            raise InputError(f"unknown event kind {short(kind)} (expected one of {', '.join(EVENT_KINDS)})", where=where)
+        kind = _event_kind(payload, where)
         return EventMessage(kind=kind, name=_str(payload, "name", where), timestamp=timestamp, row_id=row_id, raw=payload)
     content = _content(payload, where)
     if role == "toolResult":
@@ -345,16 +338,9 @@ def outline_facts(payload: Any, where: str) -> OutlineFacts:
     the same errors for the fields they come from (role, timestamp, event kind, content blocks, tool call ids,
     message id, model). The rest of a payload (actors, legacy headers, usage) is checked when its message is
     read — for a database, when a request's window holds the row (docs/storage.md)."""
-    if not isinstance(payload, dict):
-        raise InputError(f"message is a JSON {type(payload).__name__}, expected an object", where=where)
-    role = payload.get("role")
-    if role not in ROLES:
-        raise InputError(f"unknown role {short(role)} (expected one of {', '.join(ROLES)})", where=where)
-    timestamp = check_timestamp(payload.get("timestamp"), "timestamp", where)
+    role, timestamp = _role_and_timestamp(payload, where)
     if role == "event":
-        kind = payload.get("kind")
-        if kind not in EVENT_KINDS:
-            raise InputError(f"unknown event kind {short(kind)} (expected one of {', '.join(EVENT_KINDS)})", where=where)
+        kind = _event_kind(payload, where)
         _str(payload, "name", where)
         return OutlineFacts("event", timestamp, False, False, None, None, kind)
     content = _content(payload, where)
@@ -377,6 +363,24 @@ def outline_facts(payload: Any, where: str) -> OutlineFacts:
         texts[0] = legacy.strip_text_prefix(first["text"])[0]  # a legacy prefix is not text (``_user_message``)
     return OutlineFacts("user", timestamp, False, bool("\n".join(texts)), None, _opt_str(payload, "messageId", where),
                         None)
+
+
+def _role_and_timestamp(payload: Any, where: str) -> tuple[str, int]:
+    """A payload's role and timestamp, checked: the first checks of a message and of its outline facts (one rule,
+    so a refused row says the same whether the load is eager or lazy)."""
+    if not isinstance(payload, dict):
+        raise InputError(f"message is a JSON {type(payload).__name__}, expected an object", where=where)
+    role = payload.get("role")
+    if role not in ROLES:
+        raise InputError(f"unknown role {short(role)} (expected one of {', '.join(ROLES)})", where=where)
+    return role, check_timestamp(payload.get("timestamp"), "timestamp", where)
+
+
+def _event_kind(payload: dict[str, Any], where: str) -> str:
+    kind = payload.get("kind")
+    if kind not in EVENT_KINDS:
+        raise InputError(f"unknown event kind {short(kind)} (expected one of {', '.join(EVENT_KINDS)})", where=where)
+    return str(kind)
 
 
 def _content(payload: dict[str, Any], where: str) -> list[dict[str, Any]]:
