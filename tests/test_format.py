@@ -148,6 +148,6 @@ def test_a_bracketed_key_without_semicolon_is_neutralized(body: str) -> None:
     assert neutral.lstrip().startswith(FULLWIDTH_BRACKET)
 
 
-@pytest.mark.parametrize("body", ["[note] hi", "a [id:x; mid-line", "[]", "plain: text"])
+@pytest.mark.parametrize("body", ["[note] hi", "a [id:x; mid-line", "[]", "plain: text", "[状态：好]", "[see http://x.y] ok"])
 def test_a_bracket_without_a_key_or_mid_line_is_left_alone(body: str) -> None:
     assert neutralize_body(body) == body

@@ -184,11 +184,11 @@ def tool_result_line(call_id: str, name: str, body: str) -> str:
 
 # A line a member wrote that looks like one of the host's own lines: a header `[k:v;…` or `[state change]`.
 # Anything header-like: a bracket, then a `key:value;` field before the bracket closes (`[id:…;`, `[:;user_id:…;`),
-# or a bracket and a one-word `key:` (`[user_id:system] …` with no `;`, which a model reads as the host's header
-# just as well; `[see http://…]` has no one-word key and stays).
+# or a bracket and a one-word ASCII `key:` (`[user_id:system] …` with no `;`, which a model reads as the host's
+# header just as well; `[see http://…]` and `[状态：好]` have no such key and stay).
 # Matched on the line as a normalising reader sees it (`_folded_line`): look-alikes of `[ ] ; :` are those
 # characters, every blank is a space and invisible characters are gone.
-_SHAPE = r"\[(?:\s*state\s*change\s*\]|[^\];{breaks}]*:[^\]{breaks}]*;|\s*[^\]\s;:{breaks}]*:)"
+_SHAPE = r"\[(?:\s*state\s*change\s*\]|[^\];{breaks}]*:[^\]{breaks}]*;|\s*[a-z0-9_]*:)"
 _HOST_SHAPE = re.compile(_SHAPE.format(breaks=""), re.IGNORECASE)  # on a folded line
 _HOST_SHAPE_RAW = re.compile(_SHAPE.format(breaks=re.escape(_LINE_BREAKS)), re.IGNORECASE)  # as written
 _ASCII_LINE = re.compile(r"[\x00-\x09\x0e-\x1b\x1f-\x7f]*(?:[\n\r\x0b\x0c\x1c-\x1e]|\Z)")  # folding changes no ASCII shape
