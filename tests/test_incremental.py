@@ -14,9 +14,7 @@ caught by the same property and generator; resuming although the build times ear
 
 from __future__ import annotations
 
-import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +22,8 @@ import pytest
 from builders import SEC, T0, History
 from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
+from replay_cases import Case, request_record
 
-from zhin_cli.core.model import Session
 from zhin_cli.core.tokens import TokenCounter
 from zhin_cli.pipeline.assemble import AssembledRequest, Assembler, Placement
 from zhin_cli.pipeline.config import parse_config
@@ -55,14 +53,6 @@ step = st.one_of(
     st.tuples(st.just("quiet"), st.integers(1, 5), st.just(0)),  # minutes pass: the time rule shows a time again
     st.tuples(st.just("summary"), st.integers(0, 1000), st.just(0)),
 )
-
-
-@dataclass
-class Case:
-    session: Session
-    config: dict[str, Any]
-    provider: str
-    model: str
 
 
 @st.composite
@@ -134,10 +124,6 @@ class _FromScratch(Assembler):
         return super().render(placement, **kwargs)
 
 
-def body(request: AssembledRequest) -> str:
-    return json.dumps(request.as_dict(), ensure_ascii=False, sort_keys=True)
-
-
 def _replay(case: Case, assembler_type: type[Assembler]) -> tuple[dict[int, str], int]:
     """Every request of the session by the replay's own loop (``Assembler.replay`` without ``only``), and how
     many builds resumed a projection."""
@@ -147,7 +133,7 @@ def _replay(case: Case, assembler_type: type[Assembler]) -> tuple[dict[int, str]
     plan = assembler.plan(case.session)
     conversation = assembler.conversation(case.session, plan)
     requests = (conversation.step(point) for point in plan.points)
-    return {r.turn: body(r) for r in requests if r is not None}, conversation.projections.resumed
+    return {r.turn: request_record(r) for r in requests if r is not None}, conversation.projections.resumed
 
 
 def mismatches(case: Case) -> list[int]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ import pytest
 from builders import SEC, T0, History
 from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
+from replay_cases import Case, request_record
 
 from zhin_cli.core.model import Session
 from zhin_cli.pipeline.assemble import AssembledRequest, Assembler, SentPrefix
@@ -60,14 +60,6 @@ step = st.one_of(
     st.tuples(st.just("late"), st.integers(1, 40)),  # an event delivered after replies it is older than
     st.tuples(st.just("summary"), st.integers(0, 1000)),
 )
-
-
-@dataclass
-class Case:
-    session: Session
-    config: dict[str, Any]
-    provider: str
-    model: str
 
 
 @st.composite
@@ -108,11 +100,6 @@ def cases(draw: st.DrawFn) -> Case:
     return Case(h.session(), full, provider, model)
 
 
-def body(request: AssembledRequest) -> str:
-    """What ``trace --json`` prints for the request (its whole record, not only the wire body)."""
-    return json.dumps(request.as_dict(), ensure_ascii=False, sort_keys=True)
-
-
 def open_pipeline(case: Case, assembler_type: type[Assembler] = Assembler) -> Pipeline:
     config: Config = parse_config(case.config)
     pipeline = Pipeline.open(config, provider=case.provider, model=case.model)
@@ -127,9 +114,9 @@ def mismatches(case: Case, single: Any = None, assembler_type: type[Assembler] =
     """Turns whose one-turn request differs from the replay's. ``single(pipeline, session, turn)`` makes the
     one-turn request (default: ``Pipeline.request``); ``assembler_type`` makes the replay."""
     with open_pipeline(case) as pipeline, open_pipeline(case, assembler_type) as replaying:
-        replayed = {r.turn: body(r) for r in replaying.replay(case.session)}
+        replayed = {r.turn: request_record(r) for r in replaying.replay(case.session)}
         make = single or (lambda p, s, k: p.request(s, turn=k))
-        return [turn for turn, expected in replayed.items() if body(make(pipeline, case.session, turn)) != expected]
+        return [turn for turn, expected in replayed.items() if request_record(make(pipeline, case.session, turn)) != expected]
 
 
 @SETTINGS
@@ -143,9 +130,9 @@ def test_one_turn_equals_the_replays_turn(case: Case) -> None:
 def test_some_turns_equal_the_replays_turns(case: Case, data: st.DataObject) -> None:
     """``replay(turns=…)`` (trace of a few turns, eval) places what their prefixes need and renders only them."""
     with open_pipeline(case) as pipeline:
-        replayed = {r.turn: body(r) for r in pipeline.replay(case.session)}
+        replayed = {r.turn: request_record(r) for r in pipeline.replay(case.session)}
         chosen = data.draw(st.sets(st.sampled_from(sorted(replayed)), max_size=4))
-        assert {r.turn: body(r) for r in pipeline.replay(case.session, turns=chosen)} == {t: replayed[t] for t in chosen}
+        assert {r.turn: request_record(r) for r in pipeline.replay(case.session, turns=chosen)} == {t: replayed[t] for t in chosen}
 
 
 def test_every_turn_of_a_fixed_session_is_checked() -> None:
@@ -229,4 +216,4 @@ def test_a_branched_database_session_traced_one_turn_at_a_time_equals_trace_all(
     assert all("side question" not in json.dumps(r.request, ensure_ascii=False) for r in every.requests)
     for request in every.requests:
         alone = trace(UP_ID, db=str(db), config_path=config, turn=request.turn, cwd=tmp_path).requests
-        assert [body(r) for r in alone] == [body(request)]
+        assert [request_record(r) for r in alone] == [request_record(request)]
