@@ -486,10 +486,7 @@ class LazyMessages(Sequence[Message]):
     def __getitem__(self, index: int | slice) -> Message | list[Message]:
         if isinstance(index, slice):
             return self.take(range(*index.indices(len(self))))
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError("message position out of range")
+        index = sequence_position(index, len(self), "message position")
         if index not in self._parsed:
             self._ensure([index])
         return self._parsed[index]
@@ -513,6 +510,16 @@ class LazyMessages(Sequence[Message]):
     def parsed_positions(self) -> frozenset[int]:
         """The positions parsed so far (tests and benchmarks check that a request reads only its window)."""
         return frozenset(self._parsed)
+
+
+def sequence_position(index: int, length: int, what: str) -> int:
+    """``index`` as a position of a sequence of ``length``, read as a list reads it (negative counts from the
+    end); outside it, ``IndexError("<what> out of range")``. The one rule of every lazy view over a session
+    (``LazyMessages`` here, the greeted session's columns and the turn points in the pipeline)."""
+    position = index + length if index < 0 else index
+    if not 0 <= position < length:
+        raise IndexError(f"{what} out of range")
+    return position
 
 
 def messages_at(messages: Sequence[Message], positions: Sequence[int]) -> list[Message]:

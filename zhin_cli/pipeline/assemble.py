@@ -19,7 +19,16 @@ from typing import Any, NamedTuple, overload
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from zhin_cli.core.errors import ConfigError, UsageError
-from zhin_cli.core.model import AssistantMessage, LazyMessages, Message, Session, SessionOutline, UserMessage, messages_at
+from zhin_cli.core.model import (
+    AssistantMessage,
+    LazyMessages,
+    Message,
+    Session,
+    SessionOutline,
+    UserMessage,
+    messages_at,
+    sequence_position,
+)
 from zhin_cli.core.tokens import TokenCounter, encoding_for_model
 from zhin_cli.core.tokens import counter as shared_counter
 from zhin_cli.pipeline.config import Config
@@ -385,13 +394,8 @@ class _Prepended(Sequence[Any]):
                 return []
             head = [self.first] if start == 0 else []
             return head + list(self.rest[max(start - 1, 0) : stop - 1])
-        if index < 0:
-            index += len(self)
-        if index == 0:
-            return self.first
-        if not 0 < index < len(self):
-            raise IndexError("position out of range")
-        return self.rest[index - 1]
+        index = sequence_position(index, len(self), "position")
+        return self.first if index == 0 else self.rest[index - 1]
 
     def __iter__(self) -> Iterator[Any]:
         yield self.first
@@ -416,13 +420,8 @@ class _ShiftedPositions(Sequence[int]):
     def __getitem__(self, index: int | slice) -> int | list[int]:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
-        if index < 0:
-            index += len(self)
-        if index == 0:
-            return 0
-        if not 0 < index < len(self):
-            raise IndexError("position out of range")
-        return self.stored[index - 1] + 1
+        index = sequence_position(index, len(self), "position")
+        return 0 if index == 0 else self.stored[index - 1] + 1
 
     def __iter__(self) -> Iterator[int]:
         yield 0
@@ -487,10 +486,7 @@ class _TurnPoints(Sequence[TurnPoint]):
     def __getitem__(self, index: int | slice) -> TurnPoint | list[TurnPoint]:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError("turn point out of range")
+        index = sequence_position(index, len(self), "turn point")
         if self.card is not None and index == 0:
             return self.card
         number = index - self.shift + 1
