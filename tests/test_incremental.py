@@ -22,7 +22,7 @@ import pytest
 from builders import SEC, T0, History
 from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
-from replay_cases import Case, request_record
+from replay_cases import Case, request_record, tool_loop
 
 from zhin_cli.core.tokens import TokenCounter
 from zhin_cli.pipeline.assemble import AssembledRequest, Assembler, Placement
@@ -87,11 +87,7 @@ def cases(draw: st.DrawFn) -> Case:
         elif kind == "reply":
             h.assistant(t, f"r{row}")
         elif kind == "tools":
-            calls = [(f"c{row}x{i}", "search") for i in range(a)]
-            h.assistant(t, "", calls=calls)
-            for offset, (call_id, _) in enumerate(calls, start=1):
-                h.result(t + offset, call_id)
-            h.assistant(t + 5 * SEC, f"r{row}")
+            tool_loop(h, t, [f"c{row}x{i}" for i in range(a)], f"r{row}")
         elif kind == "event":
             for i in range(b):
                 joined = (a + i) % 2 == 1

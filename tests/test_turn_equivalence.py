@@ -24,7 +24,7 @@ import pytest
 from builders import SEC, T0, History
 from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
-from replay_cases import Case, request_record
+from replay_cases import Case, request_record, tool_loop
 
 from zhin_cli.core.model import Session
 from zhin_cli.pipeline.assemble import AssembledRequest, Assembler, SentPrefix
@@ -75,12 +75,9 @@ def cases(draw: st.DrawFn) -> Case:
             h.user(t, f"1000{value + 2}", f"m{len(h.messages)}")
         elif kind == "reply":
             h.assistant(t, f"r{len(h.messages)}")
-        elif kind == "tools":
-            calls = [(f"c{len(h.messages)}x{i}", "search") for i in range(value)]
-            h.assistant(t, "", calls=calls)
-            for offset, (call_id, _) in enumerate(calls, start=1):
-                h.result(t + offset, call_id)
-            h.assistant(t + 5 * SEC, f"r{len(h.messages)}")
+        elif kind == "tools":  # the reply is named by its own index (after the call and its results)
+            row = len(h.messages)
+            tool_loop(h, t, [f"c{row}x{i}" for i in range(value)], f"r{row + 1 + value}")
         elif kind == "event":
             kind_name = "member_joined" if value else "member_left"
             h.event(t, kind_name, f"10009 {'join' if value else 'leave'} 1048877509 on 09:00 by 10001")
