@@ -93,14 +93,76 @@ _ENCODINGS: dict[str, Any] = {}
 
 
 def _encoding(name: str) -> Any:
-    """tiktoken's encoding, loaded once per process even when many threads ask first at the same time."""
+    """The encoding (``ShortRunEncoding``), loaded once per process even when many threads ask first at once."""
     found = _ENCODINGS.get(name)
     if found is None:
         with _LOAD_LOCK:
             found = _ENCODINGS.get(name)
             if found is None:
-                found = _ENCODINGS[name] = _load_encoding(name)
+                found = _ENCODINGS[name] = ShortRunEncoding(name, _load_arguments(name))
     return found
+
+
+class ShortRunEncoding:
+    """tiktoken's encoding, built only once a process has tokenized enough text to pay for building it.
+
+    Building tiktoken's Rust encoder from the 200k ranks costs about 0.35 s — more than a one-turn trace of a small
+    session does with it (issue 16: start-up ≤ 15× bare Python). Until ``PURE_CHARS`` characters have been
+    encoded, texts go through puretiktoken's pretokenizer and byte-pair merge over the *same* verified ranks (pure
+    Python, byte-for-byte tiktoken's tokens: tests/test_tokens.py compares them on the fixtures and on generated
+    text); after that, tiktoken's encoder is built once and used for everything (a replay of thousands of turns)."""
+
+    PURE_CHARS = 100_000
+
+    def __init__(self, name: str, arguments: dict[str, Any]) -> None:
+        from puretiktoken import pretokenize_cl100k, pretokenize_o200k
+
+        self.name = name
+        self._arguments = arguments
+        self._ranks: dict[bytes, int] = arguments["mergeable_ranks"]
+        self._pretokenize = pretokenize_o200k if name == "o200k_base" else pretokenize_cl100k
+        self._budget = self.PURE_CHARS
+        self._built: Any = None
+        self._build_lock = threading.Lock()
+
+    @property
+    def _core_bpe(self) -> Any:
+        """tiktoken's core once built (its buffer encoder), else None: callers then take ``encode``."""
+        return self._built._core_bpe if self._built is not None else None
+
+    def encode(self, text: str, disallowed_special: Any = ()) -> list[int]:
+        """Tokens of ``text`` with special-token text read as plain text (the only way zhin counts)."""
+        if self._built is None and len(text) <= self._budget:
+            self._budget -= len(text)
+            return self._pure(text)
+        return self.built().encode(text, disallowed_special=())
+
+    def built(self) -> Any:
+        if self._built is None:
+            with self._build_lock:
+                if self._built is None:
+                    import tiktoken
+
+                    self._built = tiktoken.Encoding(**self._arguments)
+        return self._built
+
+    def _pure(self, text: str) -> list[int]:
+        from puretiktoken import byte_pair_encode
+
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates: tiktoken's own fix-up (Encoding.encode)
+            text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        ranks = self._ranks
+        out: list[int] = []
+        for piece in self._pretokenize(text):
+            data = piece.encode("utf-8")
+            rank = ranks.get(data)
+            if rank is not None:
+                out.append(rank)
+            else:
+                out.extend(byte_pair_encode(data, ranks))
+        return out
 
 
 _LOAD_LOCK = threading.Lock()
@@ -116,6 +178,13 @@ def _load_encoding(name: str) -> Any:
     says which): a truncated or corrupt copy is never read, it is rebuilt from the verified rank file."""
     import tiktoken
 
+    return tiktoken.Encoding(**_load_arguments(name))
+
+
+def _load_arguments(name: str) -> dict[str, Any]:
+    """The encoding's constructor arguments (its ranks), from the parsed cache or tiktoken's own constructor."""
+    import tiktoken
+
     parsed = parsed_cache_path(name, tiktoken.__version__)
     arguments = _read_parsed(parsed)
     if arguments is None:
@@ -124,7 +193,7 @@ def _load_encoding(name: str) -> Any:
 
         arguments = openai_public.ENCODING_CONSTRUCTORS[name]()
         _write_parsed(parsed, arguments)
-    return tiktoken.Encoding(**arguments)
+    return arguments
 
 
 def parsed_cache_path(name: str, tiktoken_version: str) -> Path:
