@@ -178,14 +178,16 @@ _POLL_SECONDS = 0.2
 
 def _stop(pool: ProcessPoolExecutor, futures: list[Future[Any]]) -> None:
     """Shut the pool down; after an error, an interrupt or an early stop, without waiting for the work in flight."""
+    # No future is cancelled here, neither by hand nor by shutdown(cancel_futures=True): once its workers are gone
+    # the pool's manager thread marks every pending future broken, and on Python 3.11 doing that to a cancelled one
+    # raises InvalidStateError in that thread, which prints a traceback after Ctrl-C (the fresh-clone CI run caught
+    # it under load). Nothing reads those futures; terminating the workers is what stops the work.
     unfinished = any(not f.done() for f in futures)
     if unfinished:
-        for future in futures:
-            future.cancel()
         terminate = getattr(pool, "terminate_workers", None)  # Python 3.14+
         if terminate is not None:
             terminate()
         else:  # earlier versions have no public call that stops a running worker
             for process in list(getattr(pool, "_processes", {}).values()):
                 process.terminate()
-    pool.shutdown(wait=True, cancel_futures=True)
+    pool.shutdown(wait=True)
