@@ -44,8 +44,8 @@ def expected_hits(requests, prompt: list[int], minimum: int) -> list[bool]:  # t
     a hit then depends on whether the system prompt alone reaches the provider's minimum."""
     hits = [False]
     for previous, current, previous_tokens in zip(requests, requests[1:], prompt, strict=False):
-        moved = (previous.window["dropped"], previous.window["summary_anchor"]) != (
-            current.window["dropped"], current.window["summary_anchor"])
+        moved = (previous.window.dropped, previous.window.summary_anchor) != (
+            current.window.dropped, current.window.summary_anchor)
         system = sum(s.tokens for s in current.segments if s.kind in ("system", "environment", "role_rules", "platform"))
         hits.append(system >= minimum if moved else previous_tokens >= minimum)
     return hits

@@ -259,14 +259,14 @@ def test_the_card_greeting_is_never_taken_for_a_stored_row(anchor: int, first_ro
         texts = [text for _, text in history_texts(request)]
         assert texts[0].endswith("] 你好，我是Zhin。小明，今天想聊什么？")
         assert not any("之前聊过笑话" in str(m.get("content")) for m in request.request["messages"])
-        assert request.window["summary_anchor"] is None
+        assert request.window.summary_anchor is None
     assert requests[0].sent_keys[0] == ("row", CARD_GREETING_ROW)
 
 
 def test_negative_control_a_summary_anchored_at_a_stored_row_still_applies_with_the_card_greeting() -> None:
     requests = replay(_anchored(2), card_config(greeting=CARD_GREETING))
     last = requests[-1]
-    assert last.window["summary_anchor"] == 2
+    assert last.window.summary_anchor == 2
     assert any("之前聊过笑话" in str(m.get("content")) for m in last.request["messages"])
 
 

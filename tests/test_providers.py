@@ -89,11 +89,10 @@ def test_a_model_added_with_set_r1_era_models_gets_the_renderer_rules_too(monkey
     the profile, so a model added with ``set_r1_era_models`` is rendered as the validator checks it (it used to
     change only the validator: two member messages in a row were rejected)."""
     from zhin_cli.pipeline.providers import openai as openai_profiles
-    from zhin_cli.pipeline.validate import deepseek
 
     monkeypatch.setattr(openai_profiles, "_configured_r1_models", ())  # restored after the test (the list lives there)
     assert not resolve_profile("deepseek", "my-r1").strict_turns
-    deepseek.set_r1_era_models(["my-r1"])
+    openai_profiles.set_r1_era_models(["my-r1"])
     profile = resolve_profile("deepseek", "my-r1")
     assert profile.strict_turns and not profile.prefill and profile == resolve_profile("deepseek", "deepseek-reasoner-r1")
     assert not resolve_profile("deepseek", "deepseek-chat").strict_turns  # negative control: not listed

@@ -37,7 +37,7 @@ def test_criterion_7_history_prefix_only_grows_between_turns_unless_the_window_m
     requests = replay(session)
     checked = 0
     for previous, current in zip(requests, requests[1:], strict=False):
-        if current.window["dropped"] != previous.window["dropped"] or current.window["summary_anchor"] != previous.window["summary_anchor"]:
+        if current.window.dropped != previous.window.dropped or current.window.summary_anchor != previous.window.summary_anchor:
             continue  # compaction / window shift: a new prefix is expected
         before = [strip_tail(m) for m in previous.request["messages"]]
         # the runtime tail may move off the previous input (new turn) or stay (tool loop): compare without it
@@ -99,7 +99,7 @@ def test_scene_line_is_in_the_runtime_tail_after_the_current_message() -> None:
 def prefix_violations(requests) -> list[int]:  # type: ignore[no-untyped-def]
     bad = []
     for previous, current in zip(requests, requests[1:], strict=False):
-        if current.window["dropped"] != previous.window["dropped"] or current.window["summary_anchor"] != previous.window["summary_anchor"]:
+        if current.window.dropped != previous.window.dropped or current.window.summary_anchor != previous.window.summary_anchor:
             continue
         before = [dumps(strip_tail(m)) for m in previous.request["messages"]]
         after = [dumps(strip_tail(m)) for m in current.request["messages"][: len(before)]]

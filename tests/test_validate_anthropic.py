@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
+from zhin_cli.pipeline.providers.anthropic import claude_version, rejects_prefill
 from zhin_cli.pipeline.validate import validate
-from zhin_cli.pipeline.validate.anthropic import MID_CONVERSATION_SYSTEM_MODELS, claude_version, rejects_prefill
+from zhin_cli.pipeline.validate.anthropic import MID_CONVERSATION_SYSTEM_MODELS
 
 OLD = "claude-sonnet-4-5"  # no mid-conversation system, prefill allowed
 MID = "claude-opus-4-8"  # mid-conversation system allowed, prefill rejected (4.8 ≥ 4.6)

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from zhin_cli.pipeline.providers import openai as openai_profiles
-from zhin_cli.pipeline.validate import deepseek, validate
+from zhin_cli.pipeline.validate import validate
 
 
 def body(*messages: dict[str, Any]) -> dict[str, Any]:
@@ -105,9 +105,9 @@ def test_r1_era_accepts_alternation_and_prefix_mode() -> None:
 
 
 def test_r1_era_models_are_configurable(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert deepseek.R1_ERA_MODELS == ("deepseek-reasoner-r1",)
+    assert openai_profiles.R1_ERA_MODELS == ("deepseek-reasoner-r1",)
     monkeypatch.setattr(openai_profiles, "_configured_r1_models", ())  # restored after the test (the list lives there)
     assert validate("deepseek-chat", body(USER, USER), "deepseek-reasoner").ok
-    deepseek.set_r1_era_models(["deepseek-reasoner"])
-    assert deepseek.is_r1_era("deepseek-reasoner")
+    openai_profiles.set_r1_era_models(["deepseek-reasoner"])
+    assert openai_profiles.is_r1_era("deepseek-reasoner")
     assert not validate("deepseek-chat", body(USER, USER), "deepseek-reasoner").ok

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
+from zhin_cli.pipeline.providers.local import template_family
 from zhin_cli.pipeline.validate import VALIDATORS, validate
-from zhin_cli.pipeline.validate.templates import FAMILIES, template_family
+from zhin_cli.pipeline.validate.templates import FAMILIES
 
 SYSTEM = {"role": "system", "content": "group chat rules"}
 STATE = {"role": "system", "content": "[state change] 10001 is now admin"}

@@ -126,18 +126,10 @@ class WindowReport:
     def start(self) -> WindowStart:
         return WindowStart(self.dropped, self.summary_anchor)
 
-    def __getitem__(self, key: str) -> Any:
-        """``report["dropped"]``: the JSON's keys, for code written against the dict this record replaced."""
-        if key not in _WINDOW_KEYS:
-            raise KeyError(key)
-        return getattr(self, key)
-
     def as_dict(self) -> dict[str, Any]:
         return {"messages": self.messages, "dropped": self.dropped, "summary_anchor": self.summary_anchor,
                 "carried_events": self.carried_events}
 
-
-_WINDOW_KEYS = frozenset(f.name for f in fields(WindowReport))
 
 
 @dataclass(frozen=True)

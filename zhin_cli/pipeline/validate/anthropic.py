@@ -27,9 +27,7 @@ from typing import Any
 
 from zhin_cli.pipeline.providers.anthropic import (  # the model tables live with the profile: one decision, and the
     MID_SYSTEM_MODELS,  # providers never import the validators (tests/test_layers.py)
-    PREFILL_REJECTED_FROM,  # noqa: F401  (re-exported: the prefill version gate)
     accepts_mid_system,
-    claude_version,  # noqa: F401  (re-exported)
     rejects_prefill,
 )
 from zhin_cli.pipeline.validate import ACCEPTED, Verdict, register_validator

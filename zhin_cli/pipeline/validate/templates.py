@@ -32,7 +32,6 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from zhin_cli.pipeline.providers.local import template_family  # noqa: F401  (re-exported: the family table lives with the profiles)
 from zhin_cli.pipeline.validate import ACCEPTED, Verdict, register_validator
 
 # raise_exception texts, verbatim from the templates (§5)
