@@ -240,7 +240,8 @@ def test_a_slow_drip_hits_the_request_deadline() -> None:
 
 
 def test_a_json_null_body_is_the_wrong_type_not_too_deep() -> None:
-    from zhin_cli.tools.serve import PrefixCache, answer
+    from zhin_cli.cache import PrefixCache
+    from zhin_cli.tools.serve import answer
 
     for scalar in (b"null", b"5", b'"text"', b"true"):
         reply = answer("/v1/chat/completions", scalar, provider="openai", cache=PrefixCache())

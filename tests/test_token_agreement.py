@@ -16,6 +16,7 @@ import httpx2
 import openai
 import pytest
 
+from zhin_cli.cache import PrefixCache, PrefixPlan
 from zhin_cli.core.tokens import counter, encoding_for_model
 from zhin_cli.pipeline.assemble import AssembledRequest, Assembler
 from zhin_cli.pipeline.config import Config
@@ -23,7 +24,7 @@ from zhin_cli.pipeline.providers import resolve_profile
 from zhin_cli.store import load_session
 from zhin_cli.tools.economy import ProviderCase, simulate
 from zhin_cli.tools.prefixdiff import diff_turns
-from zhin_cli.tools.serve import PrefixCache, PrefixPlan, answer, running_server
+from zhin_cli.tools.serve import answer, running_server
 from zhin_cli.tools.usage import normalize_usage
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -51,10 +51,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-# the one cache simulator (zhin_cli.cache); PrefixCache and PrefixPlan stay importable from here
-from zhin_cli.cache import CacheOutcome, plan
-from zhin_cli.cache import PrefixCache as PrefixCache
-from zhin_cli.cache import PrefixPlan as PrefixPlan
+from zhin_cli.cache import CacheOutcome, PrefixCache, plan
 from zhin_cli.core.errors import UsageError, ZhinError
 from zhin_cli.core.loopback import is_loopback_name
 from zhin_cli.core.registry import Registry
