@@ -326,7 +326,7 @@ def bodies(request: AssembledRequest) -> list[str]:
 def test_a5_summary_opens_the_history_on_the_compaction_turn() -> None:
     requests = replay(compaction_chat().session())
     compaction = requests[2]
-    assert compaction.window["summary_anchor"] == 4
+    assert compaction.window.summary_anchor == 4
     assert bodies(compaction)[:6] == [
         "[state change] 10009 join 1048877509 on 09:01 by self",  # carried from the compacted part, older
         "[Previous conversation summary]\n小明和莉莉打了招呼。",
@@ -361,8 +361,8 @@ def test_a5_a_summary_sent_once_keeps_its_place_under_the_tail_limit() -> None:
     h = answered_chat(6)
     h.summary(T0 + 3 * MIN, anchor_row=2)
     requests = replay(h.session(), {"window": {"max_messages": 4, "cut_to": 2}})
-    assert [r.window["summary_anchor"] for r in requests] == [None, None, None, 2, 2, 2]
-    assert [r.window["dropped"] for r in requests][3:] == [4, 6, 8]  # the tail limit moves the window past the anchor
+    assert [r.window.summary_anchor for r in requests] == [None, None, None, 2, 2, 2]
+    assert [r.window.dropped for r in requests][3:] == [4, 6, 8]  # the tail limit moves the window past the anchor
     for request in requests[3:]:
         assert bodies(request)[0].startswith("[Previous conversation summary]")
 

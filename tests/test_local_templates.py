@@ -220,7 +220,7 @@ def _check_turns(template: Template, requests: list[AssembledRequest]) -> None:
 def test_every_turn_of_a_group_chat_with_tool_loops_joins_and_compaction_renders(template: Template) -> None:
     requests = group_requests(template.model)
     assert len(requests) == 9
-    assert any(r.window["summary_anchor"] for r in requests)  # compaction is in play
+    assert any(r.window.summary_anchor for r in requests)  # compaction is in play
     last = json.dumps(requests[-1].request, ensure_ascii=False)
     assert "10009 join" in json.dumps(requests[2].request, ensure_ascii=False)
     assert "10008 leave" in last and "[Previous conversation summary]" in last
@@ -234,7 +234,7 @@ def test_every_turn_of_a_group_chat_with_tool_loops_joins_and_compaction_renders
 def test_every_turn_of_a_synthetic_busy_group_renders(template: Template) -> None:
     requests = replay(synth_session(), {"tools": TOOLS}, provider="vllm", model=template.model)
     assert len(requests) > 20
-    assert any(r.window["summary_anchor"] for r in requests)
+    assert any(r.window.summary_anchor for r in requests)
     assert any(sum(part.get("type") == "toolCall" for part in getattr(m, "content", [])) > 1
                for m in synth_session().messages)  # parallel calls (Llama 3.x gets them one per message)
     _check_turns(template, requests)

@@ -28,7 +28,7 @@ def test_criterion_3_join_and_leave_stay_visible_after_compaction() -> None:
     assert "[state change] 10008 leave 1048877509 on 09:00 by 10001" in text
     assert "old talk" not in text  # the compacted messages themselves are gone
     assert "changed 10002 group_title" not in text  # profile changes are compacted; full headers carry current facts
-    assert request.window["summary_anchor"] == 5 and request.window["carried_events"] == 2
+    assert request.window.summary_anchor == 5 and request.window.carried_events == 2
 
 
 def test_negative_control_without_carrying_membership_the_join_is_lost() -> None:
@@ -50,7 +50,7 @@ def test_summary_applies_only_from_its_time_on() -> None:
     h2.summaries = list(h.summaries)
     request = replay(h2.session())[-1]
     assert "old talk" in "\n".join(contents(request))
-    assert request.window["summary_anchor"] is None
+    assert request.window.summary_anchor is None
 
 
 def test_tail_limit_never_opens_on_a_tool_result() -> None:
@@ -63,7 +63,7 @@ def test_tail_limit_never_opens_on_a_tool_result() -> None:
     h.assistant(T0 + 10 * SEC, "r")
     request = replay(h.session(), {"window": {"max_messages": 4}})[-1]
     assert roles(request) == ["system", "user", "user", "user"]
-    assert request.verdict.ok and request.window["dropped"] == 3
+    assert request.verdict.ok and request.window.dropped == 3
 
 
 # --- hysteresis (preset-message-skeleton: "超过 2n 才裁到 n", prefix breaks once every n) -------------------------
@@ -83,9 +83,9 @@ def test_hysteresis_breaks_the_prefix_exactly_once_per_step() -> None:
     shifts = shift_turns({"window": {"max_messages": 20}})
     assert shifts == [11, 16, 21, 26, 31, 36]
     for request in replay(answered_chat(40).session(), {"window": {"max_messages": 20}}):
-        assert request.window["messages"] <= 20
-        if request.window["dropped"]:
-            assert request.window["messages"] > 10
+        assert request.window.messages <= 20
+        if request.window.dropped:
+            assert request.window.messages > 10
 
 
 def test_sliding_window_breaks_the_prefix_on_every_turn_past_the_limit() -> None:
@@ -167,7 +167,7 @@ def test_block_hysteresis_breaks_the_prefix_exactly_once_per_n_turns() -> None:
     shifted_blocks = []
     for pair in result.pairs:
         if pair.cause == "window_shift":
-            shifted_blocks.append(requests[pair.to_turn - 1].window["dropped"])
+            shifted_blocks.append(requests[pair.to_turn - 1].window.dropped)
     # the window starts only at the first message of block 5, 10, 15 … after the first cut
     starts = [0] + [i + 1 for i, m in enumerate(session.messages) if type(m).__name__ == "AssistantMessage" and m.text]
     assert shifted_blocks == [starts[5 * k] for k in range(1, len(shifted_blocks) + 1)]
