@@ -258,6 +258,35 @@ def write_jsonl_output(session: Any, output: Path | None) -> int | None:
         return write_session(session, handle)
 
 
+def sources_line(config: Path | str | None, db: str | Path | None) -> str:
+    """The one header line naming what a command read: ``config: zhin.yaml · db: ../.zhin/data.sqlite``.
+
+    Paths are shown relative to the working directory (``../`` for a parent's), a database URL with its password
+    redacted; a part that was not used says so (``config: none (built-in defaults)``, no ``db`` part for a file)."""
+
+    def shown(value: Path | str) -> str:
+        text = str(value)
+        if "://" in text:
+            return redact_text(text)
+        try:
+            return os.path.relpath(Path(text).resolve(), Path.cwd().resolve())
+        except (OSError, ValueError):
+            return text
+
+    parts = [f"config: {shown(config)}" if config is not None else "config: none (built-in defaults)"]
+    if db is not None:
+        parts.append(f"db: {shown(db)}")
+    return " · ".join(parts)
+
+
+def print_sources(config: Path | str | None, db: str | Path | None) -> None:
+    """``sources_line`` on stderr (stdout stays the command's output, for pipes and ``--json``)."""
+    try:
+        stderr_console().print(sources_line(config, db), markup=False, highlight=False, soft_wrap=True)
+    except (OSError, ValueError):
+        pass
+
+
 def print_json(data: Any) -> None:
     from zhin_cli.core.outputfiles import escape_surrogates
 
