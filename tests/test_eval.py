@@ -237,7 +237,7 @@ def test_live_case_is_skipped_offline_and_never_counted_as_passed(tmp_path: Path
     run = run_eval([write(tmp_path, LIVE)], EvalOptions())
     assert run.results[0].status == "skipped" and "needs --live" in run.results[0].reason
     assert run.exit_code == 0 and run.counts()["passed"] == 0
-    skipped = junit_xml(run).getroot().find("testsuite/testcase/skipped")
+    skipped = junit_xml(run)._elem.find("testsuite/testcase/skipped")
     assert skipped is not None and "needs --live" in skipped.get("message", "")
 
 
@@ -292,16 +292,17 @@ def test_junit_is_valid_and_separates_failure_error_skipped(tmp_path: Path) -> N
     assert "no line 'nope'" in (cases["broken-expectation"].result[0].text or "")
     assert isinstance(cases["live-only"].result[0], Skipped)
     assert not any(isinstance(r, Error) for c in cases.values() for r in c.result)
-    assert xml.tests == 3 and xml.failures == 1 and xml.skipped == 1
+    # junit-10.xsd has no testsuites/@skipped: the suites count them
+    assert xml.tests == 3 and xml.failures == 1 and sum(suite.skipped for suite in xml) == 1
 
 
 def test_github_annotations_point_at_the_failing_assertion_line(tmp_path: Path) -> None:
     path = write(tmp_path, MIXED)
     run = run_eval([path], EvalOptions())
     annotations = github_annotations(run)
-    assert len(annotations) == 1
+    assert len(annotations) == 1  # openai and anthropic failed it alike: one annotation
     line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if "line: nope" in text)
-    assert annotations[0].startswith(f"::error file={path},line={line},title=zhin eval%3A broken-expectation failed::")
+    assert annotations[0].command().startswith(f"::error file={path},line={line},title=zhin eval%3A broken-expectation failed::")
     assert "| `live-only` |" in step_summary(run)
 
 

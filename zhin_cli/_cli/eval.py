@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -85,7 +84,7 @@ def eval_command(
     if junit is not None:
         write_junit(run, junit)
     err = stderr_console()
-    publish_github(run, emit=lambda line: print(line, file=sys.stderr))
+    publish_github(run)
     if as_json:
         print_json(run.as_dict())
     else:

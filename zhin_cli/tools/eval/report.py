@@ -3,21 +3,27 @@
 Every report of a live run says how many of the live model's answers came from the response cache (the table's
 caption, the step summary, ``live_answers`` in ``--json``, a ``live_answers`` property of each JUnit test suite).
 
-JUnit: one ``<testsuite>`` per case file, one ``<testcase>`` per case. A failed assertion is a
-``<failure>``, a case that could not be evaluated an ``<error>``, a case that needs a live model (offline)
-or no selected provider a ``<skipped>`` with the reason — never an empty (passed) testcase.
+JUnit (written with junitparser, valid against Jenkins xunit's ``junit-10.xsd``, which CI systems read): one
+``<testsuite>`` per case file, one ``<testcase>`` per case. A failed assertion is a ``<failure>`` (its text lists
+every failed assertion at its ``file:line``), a case that could not be evaluated an ``<error>``, a case that needs a
+live model (offline) or no selected provider a ``<skipped>`` with the reason — never an empty (passed) testcase.
+The schema allows a testcase no properties and no file/line attributes, so a case's facts (file:line, expect,
+providers, criterion, pass rate) are its ``<system-out>``; the suite's ``file`` attribute names the case file.
+
+GitHub: one annotation per failed assertion (the providers that failed it alike are one annotation), at the
+assertion's line; escaping and publishing are :mod:`zhin_cli.core.ghactions`, shared by every gate.
 """
 
 from __future__ import annotations
 
-import os
-import xml.etree.ElementTree as ET
 from collections import defaultdict
 from pathlib import Path
 
+from junitparser import Error, Failure, JUnitXml, Skipped, TestCase, TestSuite
 from rich.table import Table
 from rich.text import Text
 
+from zhin_cli.core.ghactions import Annotation, publish, summary_cell
 from zhin_cli.tools.eval.runner import CaseResult, EvalRun
 
 STATUS_STYLE = {"passed": "green", "failed": "red", "error": "magenta", "skipped": "yellow"}
@@ -53,65 +59,80 @@ def _failure_text(result: CaseResult) -> str:
     return "\n".join(lines)
 
 
-def junit_xml(run: EvalRun) -> ET.ElementTree:
+def _case_facts(result: CaseResult) -> str:
+    case = result.case
+    facts = [f"file: {case.file}:{case.line}", f"expect: {case.expect}", f"providers: {','.join(result.providers)}"]
+    if case.data.get("criterion"):
+        facts.append(f"criterion: {case.data['criterion']}")
+    if result.pass_rate is not None:
+        facts.append(f"pass_rate: {result.pass_rate:.3f}")
+    return "\n".join(facts)
+
+
+def _seconds(value: float) -> float:
+    # junit-10.xsd's SUREFIRE_TIME is digits with at most three decimals: no exponent (1e-05), no more places
+    return round(value, 3)
+
+
+def junit_xml(run: EvalRun) -> JUnitXml:
     by_file: dict[Path, list[CaseResult]] = defaultdict(list)
     for result in run.results:
         by_file[result.case.file].append(result)
-    counts = run.counts()
-    root = ET.Element("testsuites", name="zhin eval", tests=str(len(run.results)), failures=str(counts["failed"]),
-                      errors=str(counts["error"]), skipped=str(counts["skipped"]), time=f"{run.duration:.3f}")
+    xml = JUnitXml("zhin eval")
     for file, results in by_file.items():
-        suite = ET.SubElement(
-            root, "testsuite", name=str(file), tests=str(len(results)),
-            failures=str(sum(r.status == "failed" for r in results)), errors=str(sum(r.status == "error" for r in results)),
-            skipped=str(sum(r.status == "skipped" for r in results)), time=f"{sum(r.duration for r in results):.3f}",
-        )
-        if run.live_answers is not None:  # of the whole run (JUnit has no run-level properties)
-            ET.SubElement(ET.SubElement(suite, "properties"), "property", name="live_answers",
-                          value=run.live_answers.describe())
+        suite = TestSuite(str(file))
+        suite._elem.set("file", str(file))  # an attribute the schema has and junitparser has no property for
+        if run.live_answers is not None:  # of the whole run (the schema has no run-level properties)
+            suite.add_property("live_answers", run.live_answers.describe())
         for result in results:
-            case = ET.SubElement(suite, "testcase", classname=file.stem, name=result.case.id, file=str(file),
-                                 line=str(result.line), time=f"{result.duration:.3f}")
-            properties = ET.SubElement(case, "properties")
-            ET.SubElement(properties, "property", name="expect", value=result.case.expect)
-            ET.SubElement(properties, "property", name="providers", value=",".join(result.providers))
-            if result.case.data.get("criterion"):
-                ET.SubElement(properties, "property", name="criterion", value=result.case.data["criterion"])
-            if result.pass_rate is not None:
-                ET.SubElement(properties, "property", name="pass_rate", value=f"{result.pass_rate:.3f}")
+            case = TestCase(result.case.id, classname=file.stem, time=_seconds(result.duration))
             if result.status == "failed":
-                ET.SubElement(case, "failure", message=result.reason[:500], type="AssertionFailed").text = _failure_text(result)
+                failure = Failure(result.reason[:500], "AssertionFailed")
+                failure.text = _failure_text(result)
+                case.result = [failure]
             elif result.status == "error":
-                ET.SubElement(case, "error", message=result.reason[:500], type="CaseError").text = _failure_text(result)
+                error = Error(result.reason[:500], "CaseError")
+                error.text = _failure_text(result)
+                case.result = [error]
             elif result.status == "skipped":
-                ET.SubElement(case, "skipped", message=result.reason)
-    ET.indent(root)
-    return ET.ElementTree(root)
+                case.result = [Skipped(result.reason)]
+            case.system_out = _case_facts(result)
+            suite.add_testcase(case)
+        suite.update_statistics()
+        suite.time = _seconds(sum(r.duration for r in results))
+        xml.add_testsuite(suite)
+    # The root's counts by hand: junitparser's update_statistics also sets testsuites/@skipped, which the schema refuses.
+    xml.tests = sum(suite.tests for suite in xml)
+    xml.failures = sum(suite.failures for suite in xml)
+    xml.errors = sum(suite.errors for suite in xml)
+    xml.time = _seconds(run.duration)
+    return xml
 
 
 def write_junit(run: EvalRun, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    junit_xml(run).write(path, encoding="utf-8", xml_declaration=True)
+    junit_xml(run).write(str(path), pretty=True)
 
 
-def _escape_data(text: str) -> str:
-    # GitHub workflow-command escaping (actions/toolkit: escapeData / escapeProperty).
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def _escape_property(text: str) -> str:
-    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
-
-
-def github_annotations(run: EvalRun) -> list[str]:
-    """``::error file=…,line=…::`` for each failed or errored case (at its failing assertion's line)."""
+def github_annotations(run: EvalRun) -> list[Annotation]:
+    """An error for each failed assertion of each failed or errored case, at the assertion's line (the providers
+    that failed it with the same message are one annotation); a case failing for no assertion of its own — a
+    negative control whose assertions all passed, a case that could not run — at the case's line."""
     out = []
     for result in run.results:
         if result.status not in ("failed", "error"):
             continue
         title = f"zhin eval: {result.case.id} {result.status}"
-        out.append(f"::error file={_escape_property(str(result.case.file))},line={result.line},"
-                   f"title={_escape_property(title)}::{_escape_data(result.reason)}")
+        grouped: dict[tuple[int, str, str], list[str]] = {}
+        if result.case.expect == "pass":
+            for a in result.assertions:
+                if a.status in ("failed", "error"):
+                    grouped.setdefault((a.line, a.type, a.message), []).append(a.provider)
+        for (line, kind, message), providers in grouped.items():
+            out.append(Annotation("error", f"{kind} [{', '.join(dict.fromkeys(providers))}]: {message}", title=title,
+                                  file=result.case.file, line=line))
+        if not grouped:
+            out.append(Annotation("error", result.reason, title=title, file=result.case.file, line=result.case.line))
     return out
 
 
@@ -119,23 +140,15 @@ def step_summary(run: EvalRun) -> str:
     counts = run.counts()
     lines = [f"### zhin eval ({'live' if run.live else 'offline'})", "",
              " · ".join(f"**{n}** {s}" for s, n in counts.items()), "",
-             *([run.live_answers.describe().replace("|", "\\|"), ""] if run.live_answers is not None else []),
+             *([summary_cell(run.live_answers.describe()), ""] if run.live_answers is not None else []),
              "| case | expect | providers | status | detail |", "|---|---|---|---|---|"]
     icons = {"passed": "✅", "failed": "❌", "error": "💥", "skipped": "⏭️"}
     for r in run.results:
-        detail = r.reason.replace("|", "\\|").replace("\n", " ")[:300]
-        lines.append(f"| `{r.case.id}` | {r.case.expect} | {', '.join(r.providers)} | {icons[r.status]} {r.status} | {detail} |")
+        lines.append(f"| `{r.case.id}` | {r.case.expect} | {', '.join(r.providers)} | {icons[r.status]} {r.status} | "
+                     f"{summary_cell(r.reason)} |")
     return "\n".join(lines) + "\n"
 
 
-def publish_github(run: EvalRun, emit: object = print) -> None:
-    """When ``GITHUB_ACTIONS=true``: annotations (the CLI emits them on stderr, which the runner also reads, so
-    ``--json`` keeps stdout clean) and the Markdown summary appended to ``$GITHUB_STEP_SUMMARY``."""
-    if os.environ.get("GITHUB_ACTIONS") != "true":
-        return
-    for line in github_annotations(run):
-        emit(line)  # type: ignore[operator]
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary:
-        with open(summary, "a", encoding="utf-8") as handle:
-            handle.write(step_summary(run))
+def publish_github(run: EvalRun) -> None:
+    """Annotations and the step summary when running under GitHub Actions (:func:`zhin_cli.core.ghactions.publish`)."""
+    publish(github_annotations(run), step_summary(run))
