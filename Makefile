@@ -8,20 +8,30 @@ LIVE_VENV ?= .venv-live
 
 .PHONY: demo test gates install docs fuzz lint typecheck check bench clean eval-live
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
 	$(BIN)/python -c "from zhin_cli.core.tokens import seed_cache; print('tiktoken ranks ready in', seed_cache())"
 	touch $(STAMP)
 
 install: $(STAMP)
 
+# The demo ends with a picture of one session: one row per request in the terminal, every request in report.html.
 demo: $(STAMP)
 	rm -rf demo && mkdir -p demo/.zhin
 	$(BIN)/zhin import fixtures/group-busy.jsonl fixtures/private-chat.jsonl fixtures/legacy-upstream.jsonl --db $(DEMO_DB)
 	cd demo && ../$(BIN)/zhin sessions
-	cd demo && ../$(BIN)/zhin trace 'icqq:8596238:group:1048877509' --turn 4 --show-request
+	cd demo && ../$(BIN)/zhin trace 'icqq:8596238:group:1048877509' --all
+	cd demo && ../$(BIN)/zhin report html 'icqq:8596238:group:1048877509' -o report.html
+	@echo
+	@echo "What you are looking at: every model request the bot made in the busy demo group, rebuilt from the"
+	@echo "database. Each row is one request: its prompt tokens, how many the provider's prompt cache would serve"
+	@echo "(cached) or bill in full (new), the three biggest segments, and the offline validator's verdict."
+	@echo "demo/report.html draws the same requests: open it in a browser and click a turn for its segments,"
+	@echo "wire messages and the diff against the turn before."
+	@echo
+	@echo "Next: . .venv/bin/activate   (zhin is installed in .venv/bin), then the README's Use lines."
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist worksteal -p no:cacheprovider
