@@ -13,6 +13,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
 	$(BIN)/python -c "from zhin_cli.core.tokens import seed_cache; print('tiktoken ranks ready in', seed_cache())"
+	$(BIN)/python scripts/junit_xsd.py   # junit-10.xsd for the JUnit tests (from pytest's sdist on the index)
 	touch $(STAMP)
 
 install: $(STAMP)
