@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from zhin_cli._cli import ConfigOption, DbOption, app, freeze_loaded, handles_errors, print_json, stdout_console
+from zhin_cli._cli import (
+    ConfigOption,
+    DbOption,
+    PresetOption,
+    app,
+    check_options,
+    freeze_loaded,
+    handles_errors,
+    print_json,
+    replay_progress,
+    stdout_console,
+)
+from zhin_cli.core.errors import UsageError
 from zhin_cli.core.parallel import JOBS_HELP
 from zhin_cli.core.tokens import DEFAULT_ENCODING
 from zhin_cli.tools.economy import CASES, STYLES, EconomyReport, SessionEconomy, run_economy
@@ -50,9 +63,31 @@ def _pct(value: float | None) -> str:
     return "—" if value is None else f"{value:.1%}"
 
 
+def _num(value: float | None) -> str:
+    return "—" if value is None else f"{value:g}"
+
+
+def window_text(window: dict[str, Any]) -> str:
+    """The window settings in words (``report economy --json`` keeps the machine values): no ``None``."""
+    parts = []
+    messages, cut = window.get("max_messages"), window.get("cut_to")
+    if messages is None:
+        parts.append("no message limit")
+    else:
+        parts.append(f"at most {messages} messages, then cut to the newest "
+                     + (f"{cut}" if cut is not None else f"{messages // 2} (half)"))
+    parts.append(f"{window.get('keep_membership_events', 0)} membership events carried over")
+    blocks, cut_blocks = window.get("max_blocks"), window.get("cut_blocks_to")
+    if blocks is None:
+        parts.append("no block limit")
+    else:
+        parts.append(f"at most {blocks} blocks, then cut to the newest "
+                     + (f"{cut_blocks}" if cut_blocks is not None else f"{blocks // 2} (half)"))
+    return "; ".join(parts)
+
+
 def _print(console: Console, report: EconomyReport) -> None:
-    window = ", ".join(f"{k} {v}" for k, v in report.window.items())
-    console.print(f"tokens: {report.encoding}; window: {escape(window)}")
+    console.print(f"tokens: {report.encoding} · window: {escape(window_text(report.window))}")
     for session in report.sessions:
         _print_session(console, session)
 
@@ -78,11 +113,47 @@ def _print_session(console: Console, session: SessionEconomy) -> None:
     for name, figures in session.cache.items():
         data = figures.as_dict()
         cache.add_row(
-            f"{name} ({figures.model}, groups ≤ {figures.lifetime_seconds}s apart)",
+            escape(f"{name} ({figures.model}, groups ≤ {figures.lifetime_seconds} s apart)"),
             f"{data['requests_first']}/{data['requests_later']}",
-            f"{data['adr_prompt_tokens_per_request']} · {data['flat_prompt_tokens_per_request']}",
+            f"{_num(data['adr_prompt_tokens_per_request'])} · {_num(data['flat_prompt_tokens_per_request'])}",
             _pct(data["adr_later_hit_rate"]), _pct(data["flat_later_hit_rate"]), _pct(data["limit_later"]),
             f"{_pct(data['adr_first_hit_rate'])} · {_pct(data['flat_first_hit_rate'])}",
         )
     console.print(cache)
     console.print()
+
+
+@report_app.command("html")
+@handles_errors
+def html_command(
+    sessions: Annotated[list[str], typer.Argument(metavar="SESSION...", help="Sessions: .jsonl files, folders of them, or session ids / keys in the database.")],
+    output: Annotated[Path | None, typer.Option("--output", "-o", metavar="FILE", help="Write the report here (atomically). Default: stdout, when it is not a terminal.")] = None,
+    provider: Annotated[str | None, typer.Option("--provider", "-p", envvar="ZHIN_PROVIDER", help="Provider profile (see `zhin providers`).")] = None,
+    preset: PresetOption = None,
+    economy: Annotated[bool, typer.Option("--economy/--no-economy", help="Include the economy summary (one more replay of each session).")] = True,
+    db: DbOption = None,
+    config: ConfigOption = None,
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", help=JOBS_HELP)] = None,
+) -> None:
+    """One self-contained HTML file picturing each session: prompt tokens per turn (cached / new), breaks and their causes, every request's segments, wire messages and diff.
+
+    No network, no external scripts, fonts or stylesheets: it opens from disk or a CI artifact. The numbers are those of `trace --json`, `prefix-diff --json` and `report economy --json`. What the page shows: docs/report.md.
+    """
+    from zhin_cli.core.outputfiles import atomic_output
+    from zhin_cli.tools.htmlreport import build_report
+
+    check_options(provider)
+    if output is None and sys.stdout.isatty():
+        raise UsageError("the report is an HTML file: pass -o FILE (or redirect stdout)")
+    with replay_progress("replaying") as progress:
+        report = build_report(sessions, cwd=Path.cwd(), db=db, config_path=config, provider=provider, preset=preset,
+                              economy=economy, after_load=freeze_loaded, progress=progress, jobs=jobs)
+    page = report.html()
+    if output is None:
+        sys.stdout.write(page)
+        return
+    with atomic_output(output) as handle:
+        handle.write(page)
+    turns = sum(len(s.turns) for s in report.sessions)
+    typer.echo(f"wrote {output} ({len(report.sessions)} session(s), {turns} requests, {len(page.encode()) // 1024:,} KiB); "
+               f"open {output.resolve().as_uri()}", err=True)

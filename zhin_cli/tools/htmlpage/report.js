@@ -1,0 +1,216 @@
+// zhin report html: draws a turn's wire messages and its diff when the turn is opened (the sections, chart
+// bars and segment bars are in the HTML already). Data: the JSON in #zhin-data, parsed on first use; each
+// distinct wire chunk is stored once per session, each turn lists its chunks as "keep the previous turn's
+// first k, then these".
+(function () {
+  "use strict";
+  var data = null;
+  var decoded = {};
+
+  function load() {
+    if (data === null) data = JSON.parse(document.getElementById("zhin-data").textContent);
+    return data;
+  }
+
+  // The chunk ids and segment groups of every turn of session s, decoded once.
+  function turnsOf(s) {
+    if (decoded[s]) return decoded[s];
+    var session = load().sessions[s];
+    var out = {};
+    var chunks = [], groups = [];
+    session.turns.forEach(function (t) {
+      chunks = chunks.slice(0, t.keep).concat(t.chunks);
+      groups = groups.slice(0, t.keep).concat(t.groups);
+      out[t.turn] = {turn: t, chunks: chunks, groups: groups};
+    });
+    var order = session.turns.map(function (t) { return t.turn; });
+    decoded[s] = {session: session, byTurn: out, order: order};
+    return decoded[s];
+  }
+
+  function el(tag, cls, text) {
+    var node = document.createElement(tag);
+    if (cls) node.className = cls;
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
+  var HEADER = /\[(?:id|scene_id):[^\]\n]*?;\]/g;
+  var STATE = /^\[state change\][^\n]*/gm;  // the host's lines start with it; a member's text may only quote it
+
+  // text with headers and [state change] lines wrapped in spans
+  function marked(text) {
+    var frag = document.createDocumentFragment();
+    var ranges = [];
+    var m;
+    HEADER.lastIndex = 0;
+    while ((m = HEADER.exec(text)) !== null) ranges.push([m.index, m.index + m[0].length, "hdr"]);
+    STATE.lastIndex = 0;
+    while ((m = STATE.exec(text)) !== null) ranges.push([m.index, m.index + m[0].length, "state"]);
+    ranges.sort(function (a, b) { return a[0] - b[0]; });
+    var at = 0;
+    ranges.forEach(function (r) {
+      if (r[0] < at) return;  // overlapping: the first wins
+      if (r[0] > at) frag.appendChild(document.createTextNode(text.slice(at, r[0])));
+      frag.appendChild(el("span", r[2], text.slice(r[0], r[1])));
+      at = r[1];
+    });
+    if (at < text.length) frag.appendChild(document.createTextNode(text.slice(at)));
+    return frag;
+  }
+
+  // the text a person reads of one wire chunk (a message, the system region, the tools)
+  function readable(label, value) {
+    if (label === "message" && value && typeof value === "object") {
+      var parts = [];
+      var content = value.content !== undefined ? value.content : value.parts;
+      if (typeof content === "string") parts.push(content);
+      else if (Array.isArray(content)) content.forEach(function (b) {
+        parts.push(b && typeof b.text === "string" ? b.text : JSON.stringify(b, null, 1));
+      });
+      else if (content !== null && content !== undefined) parts.push(JSON.stringify(content, null, 1));
+      if (value.tool_calls) parts.push(JSON.stringify(value.tool_calls, null, 1));
+      if (value.tool_call_id) parts.unshift("(result of " + value.tool_call_id + ")");
+      return parts.join("\n");
+    }
+    if (typeof value === "string") return value;
+    if (Array.isArray(value)) return value.map(function (b) {
+      return b && typeof b.text === "string" ? b.text : JSON.stringify(b, null, 1);
+    }).join("\n");
+    return JSON.stringify(value, null, 1);
+  }
+
+  function breakpointLine(b) {
+    var where = b.after !== undefined && b.after !== null ? "after " + b.after : "before " + b.before;
+    return el("div", "bp" + (b.explicit ? " explicit" : ""), "cache breakpoint · " + where + (b.explicit ? " · cache_control marker" : " · automatic prefix caching"));
+  }
+
+  function drawMessages(box, s, turnNumber) {
+    var view = turnsOf(s);
+    var entry = view.byTurn[turnNumber];
+    var t = entry.turn;
+    var chunks = view.session.chunks, groups = view.session.groups;
+    var messageIndex = -1;
+    var byIndex = {};
+    t.breakpoints.forEach(function (b) { (byIndex[b.message_index] = byIndex[b.message_index] || []).push(b); });
+    entry.chunks.forEach(function (id, position) {
+      var chunk = chunks[id];
+      var label = chunk[0];
+      if (label === "message") messageIndex += 1;
+      var index = label === "message" ? messageIndex : -1;
+      var here = byIndex[index] || [];
+      var tailPosition = position === t.tail && t.tail_text;
+      here.forEach(function (b) {
+        // a breakpoint before the tail sits inside the message that carries the tail: drawn there
+        if (b.before !== undefined && b.before !== null && !(tailPosition && b.before === "tail")) box.appendChild(breakpointLine(b));
+      });
+      var value;
+      try { value = JSON.parse(chunk[1]); } catch (err) { value = chunk[1]; }
+      var div = el("div", "msg");
+      var role = label === "message" && value && value.role ? value.role : label;
+      div.appendChild(el("div", "who", (label === "message" ? "#" + index + " " : "") + role + " · " + (groups[entry.groups[position]] || "")));
+      var pre = el("pre");
+      var text = readable(label, value);
+      var tail = position === t.tail && t.tail_text ? t.tail_text : null;
+      var cut = tail ? text.lastIndexOf(tail) : -1;
+      if (cut < 0 && tail) { tail = tail.replace(/^\s+/, ""); cut = text.lastIndexOf(tail); }
+      if (cut >= 0) {
+        pre.appendChild(marked(text.slice(0, cut)));
+        here.forEach(function (b) { if (b.before === "tail") pre.appendChild(breakpointLine(b)); });
+        var span = el("span", "tail");
+        span.title = "the runtime tail: scene facts, replaced on every request (ADR 0045)";
+        span.appendChild(el("span", "label", "scene tail"));
+        span.appendChild(marked(text.slice(cut).replace(/^\s+/, "")));
+        pre.appendChild(span);
+      } else {
+        if (tailPosition) here.forEach(function (b) { if (b.before === "tail") pre.appendChild(breakpointLine(b)); });
+        pre.appendChild(marked(text));
+      }
+      div.appendChild(pre);
+      box.appendChild(div);
+      here.forEach(function (b) { if (b.before === undefined || b.before === null) box.appendChild(breakpointLine(b)); });
+    });
+  }
+
+  function chunkBlock(cls, caption, text, mark) {
+    var div = el("div", "chunk " + cls);
+    div.appendChild(el("div", "who", caption));
+    var pre = el("pre");
+    if (mark !== undefined && mark !== null) {
+      pre.appendChild(el("span", "common", text.slice(0, mark)));
+      pre.appendChild(el("mark", "div", text.slice(mark, mark + 1) || "⟂"));
+      pre.appendChild(document.createTextNode(text.slice(mark + 1)));
+    } else {
+      pre.textContent = text;
+    }
+    div.appendChild(pre);
+    return div;
+  }
+
+  function drawDiff(box, s, turnNumber) {
+    var view = turnsOf(s);
+    var entry = view.byTurn[turnNumber];
+    var previousTurn = view.order[view.order.indexOf(turnNumber) - 1];
+    var before = view.byTurn[previousTurn];
+    var t = entry.turn;
+    var chunks = view.session.chunks, groups = view.session.groups;
+    var div = t.div || {pos: 0, char: 0, between: true};
+    box.appendChild(el("p", "meta", t.cause.replace(/_/g, " ") + (t.detail ? ": " + t.detail : "") +
+      " · first divergent byte " + t.common.bytes + " (" + t.common.tokens + " tokens in common)" +
+      (t.segment ? " · in segment " + t.segment : "") + " · " + div.pos + " identical chunk(s) before it"));
+    function caption(side, ids, gs, position) {
+      var chunk = chunks[ids[position]];
+      return side + " · chunk " + position + " · " + chunk[0] + " · " + (groups[gs[position]] || "");
+    }
+    if (div.pos < before.chunks.length) {
+      box.appendChild(chunkBlock("removed", caption("turn " + previousTurn, before.chunks, before.groups, div.pos), chunks[before.chunks[div.pos]][1], div.between ? 0 : div.char));
+    }
+    if (div.pos < entry.chunks.length) {
+      box.appendChild(chunkBlock("added", caption("turn " + turnNumber, entry.chunks, entry.groups, div.pos), chunks[entry.chunks[div.pos]][1], div.between ? 0 : div.char));
+    }
+    if (div.pos >= before.chunks.length && div.pos >= entry.chunks.length) {
+      box.appendChild(el("p", "meta", "the two requests' chunks are equal; they differ after the last chunk"));
+    }
+    var old = {}, now = {};
+    before.chunks.slice(div.pos + 1).forEach(function (id) { old[id] = (old[id] || 0) + 1; });
+    entry.chunks.slice(div.pos + 1).forEach(function (id) { now[id] = (now[id] || 0) + 1; });
+    var same = 0;
+    entry.chunks.slice(div.pos + 1).forEach(function (id, i) {
+      var position = div.pos + 1 + i;
+      if (old[id] > 0) { old[id] -= 1; same += 1; return; }
+      box.appendChild(chunkBlock("added", "+ " + caption("turn " + turnNumber, entry.chunks, entry.groups, position), chunks[id][1]));
+    });
+    before.chunks.slice(div.pos + 1).forEach(function (id, i) {
+      if (now[id] > 0) { now[id] -= 1; return; }
+      box.appendChild(chunkBlock("removed", "− " + caption("turn " + previousTurn, before.chunks, before.groups, div.pos + 1 + i), chunks[id][1]));
+    });
+    if (same) box.appendChild(el("p", "meta", same + " later chunk(s) unchanged"));
+  }
+
+  function draw(details) {
+    if (details.dataset.drawn) return;
+    details.dataset.drawn = "1";
+    var section = details.closest("section[data-turn]");
+    var article = details.closest("article[data-index]");
+    var s = Number(article.dataset.index), turn = Number(section.dataset.turn);
+    var box = el("div", "view");
+    if (details.dataset.view === "diff") drawDiff(box, s, turn); else drawMessages(box, s, turn);
+    details.appendChild(box);
+  }
+
+  document.addEventListener("toggle", function (event) {
+    var target = event.target;
+    if (target && target.matches && target.matches("details.lazy") && target.open) draw(target);
+  }, true);
+
+  function openTarget() {
+    var id = decodeURIComponent(location.hash.slice(1));
+    if (!id) return;
+    var section = document.getElementById(id);
+    if (!section || !section.matches("section[data-turn]")) return;
+    section.querySelectorAll("details.lazy").forEach(function (d) { d.open = true; draw(d); });
+    section.scrollIntoView();
+  }
+  window.addEventListener("hashchange", openTarget);
+  openTarget();
+})();

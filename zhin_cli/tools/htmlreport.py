@@ -1,0 +1,519 @@
+"""``zhin report html`` as a library: a picture of each session in one self-contained HTML file.
+
+Why one file: it must open from disk, from a CI artifact and offline — no server, no network, no external
+script, font or stylesheet (a Content-Security-Policy meta forbids every fetch). Why these numbers: the page is a
+view of the same library data as the text commands, never a new computation — the requests come from
+``Pipeline.replay`` (what ``trace --json`` prints), the cached tokens per turn and the causes of breaks from
+``prefixdiff.TurnDiffer`` over those requests (the one cache model, ``zhin_cli.cache``: what
+``prefix-diff --json`` prints), and the economy summary from ``economy.session_economy`` (``report economy
+--json``). Tests compare the page's ``data-*`` hooks with those commands' JSON.
+
+Why it stays fast on 2,000 turns: every turn's section, chart bar and segment bar are written into the HTML (the
+hooks must exist for every turn), but the heavy parts — the wire messages and the diff against the previous turn
+— are drawn by the page's script only when a turn is opened, from one embedded JSON document in which each
+distinct wire message (chunk) is stored once and each turn lists the chunks it sent (as "the first k chunks of the
+previous turn, then these"). Sections off screen are not laid out (``content-visibility``).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from zhin_cli.core.errors import UsageError
+from zhin_cli.core.outputfiles import escape_surrogates
+from zhin_cli.core.tokens import DEFAULT_ENCODING
+from zhin_cli.pipeline.assemble import AssembledRequest
+from zhin_cli.pipeline.config import Config
+from zhin_cli.pipeline.facade import Pipeline
+from zhin_cli.tools.prefixdiff import DEFAULT_FAIL_ON, PairDiff, Serialized, TurnDiffer, serialize
+
+HTML_REPORT_VERSION = 1
+CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:"
+# Segment colours by kind (first seen first); a colour-blind-safe qualitative palette (Okabe–Ito, then Tableau).
+PALETTE = ("#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#f0e442", "#999999",
+           "#8c564b", "#17becf", "#bcbd22", "#7f7f7f")
+
+
+# --- data ------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ChunkStore:
+    """Each distinct wire chunk once: ``[label, JSON text]`` (label ``tools``/``system``/``message``)."""
+
+    chunks: list[list[str]] = field(default_factory=list)
+    index: dict[tuple[str, bytes], int] = field(default_factory=dict)
+
+    def add(self, label: str, data: bytes) -> int:
+        key = (label, data)
+        found = self.index.get(key)
+        if found is None:
+            found = self.index[key] = len(self.chunks)
+            self.chunks.append([label, data.decode("utf-8", errors="replace")])
+        return found
+
+
+@dataclass
+class Divergence:
+    """Where a turn's wire first differs from the previous turn's: ``position`` in the turn's chunk list
+    (``len(chunks)``: past the end — the previous turn's chunks all came first), ``char`` the UTF-16 offset
+    inside that chunk's JSON text (what JavaScript indexes), ``between`` when the byte fell in JSON glue."""
+
+    position: int
+    char: int
+    between: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"pos": self.position, "char": self.char, "between": self.between}
+
+
+@dataclass
+class TurnView:
+    """One request as the page shows it: trace's fields and prefix-diff's figures for it."""
+
+    turn: int
+    prompt_tokens: int
+    cached_tokens: int
+    segments: list[dict[str, Any]]
+    state_rendering: str
+    full_headers: int
+    short_headers: int
+    breakpoints: list[dict[str, Any]]
+    verdict: dict[str, Any]
+    warnings: list[str]
+    window: dict[str, Any]
+    chunks: list[int]  # chunk ids in wire order (tools, system, messages)
+    groups: list[int]  # per chunk: the segment group (ids joined by "+") that made it
+    tail_position: int | None  # the chunk carrying the runtime tail
+    tail_text: str | None
+    cause: str = ""  # against the previous turn ("" for the first)
+    detail: str = ""
+    unexpected: bool = False
+    common_prefix_bytes: int = 0
+    common_prefix_tokens: int = 0
+    divergence: Divergence | None = None
+    before: str = ""
+    after: str = ""
+    diverging_segment: str | None = None
+
+    @property
+    def new_tokens(self) -> int:
+        return self.prompt_tokens - self.cached_tokens
+
+    @property
+    def marker(self) -> str | None:
+        """What the chart marks on this turn's bar: an unexpected break, a compaction or a window shift."""
+        if self.unexpected:
+            return "unexpected"
+        if self.cause == "window_shift":
+            return "compaction" if self.detail == "compaction" else "window_shift"
+        return None
+
+    def as_json(self, previous: TurnView | None) -> dict[str, Any]:
+        keep = 0
+        if previous is not None:
+            limit = min(len(previous.chunks), len(self.chunks))
+            while keep < limit and previous.chunks[keep] == self.chunks[keep] and previous.groups[keep] == self.groups[keep]:
+                keep += 1
+        data: dict[str, Any] = {
+            "turn": self.turn, "prompt": self.prompt_tokens, "cached": self.cached_tokens,
+            "keep": keep, "chunks": self.chunks[keep:], "groups": self.groups[keep:],
+            "segments": self.segments, "state": self.state_rendering,
+            "headers": {"full": self.full_headers, "short": self.short_headers},
+            "breakpoints": self.breakpoints, "verdict": self.verdict, "warnings": self.warnings, "window": self.window,
+            "tail": self.tail_position, "tail_text": self.tail_text,
+            "cause": self.cause, "detail": self.detail, "unexpected": self.unexpected,
+            "common": {"bytes": self.common_prefix_bytes, "tokens": self.common_prefix_tokens},
+            "segment": self.diverging_segment, "before": self.before, "after": self.after,
+        }
+        if self.divergence is not None:
+            data["div"] = self.divergence.as_dict()
+        return data
+
+
+@dataclass
+class SessionPage:
+    """Everything the page shows of one session (plain data: a worker process returns it whole)."""
+
+    session_id: str
+    source: str
+    provider: str
+    model: str
+    total_turns: int
+    greeting_turn: int | None
+    turns: list[TurnView]
+    store: ChunkStore
+    groups: list[str]
+    economy: dict[str, Any] | None = None
+    economy_note: str = ""
+    fail_on: tuple[str, ...] = DEFAULT_FAIL_ON
+
+    def causes(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for turn in self.turns[1:]:
+            counts[turn.cause] = counts.get(turn.cause, 0) + 1
+        return counts
+
+    def cached_share(self) -> float:
+        """Σ cached / Σ prompt over the turns after the first — ``prefix-diff``'s ``cached_share``."""
+        prompt = sum(t.prompt_tokens for t in self.turns[1:])
+        return sum(t.cached_tokens for t in self.turns[1:]) / prompt if prompt else 0.0
+
+    def as_json(self) -> dict[str, Any]:
+        turns = [turn.as_json(self.turns[i - 1] if i else None) for i, turn in enumerate(self.turns)]
+        return {"session_id": self.session_id, "chunks": self.store.chunks, "groups": self.groups, "turns": turns}
+
+
+@dataclass
+class HtmlReport:
+    sessions: list[SessionPage]
+    encoding: str = DEFAULT_ENCODING
+
+    def html(self) -> str:
+        return render(self)
+
+
+# --- collecting ----------------------------------------------------------------------------------------------
+
+
+def _utf16_length(text: str) -> int:
+    return len(text.encode("utf-16-le", errors="surrogatepass")) // 2
+
+
+def divergence_of(serialized: Serialized, offset: int) -> Divergence:
+    """The first differing byte ``offset`` of ``serialized`` (``PairDiff.common_prefix_bytes``) as a position in
+    its non-glue chunk list and a UTF-16 offset inside that chunk's text."""
+    start = 0
+    position = 0
+    for chunk in serialized.chunks:
+        end = start + len(chunk.data)
+        if chunk.label == "glue":
+            if start <= offset < end:
+                return Divergence(position, 0, True)
+        else:
+            if start <= offset < end:
+                head = chunk.data[: offset - start].decode("utf-8", errors="ignore")
+                return Divergence(position, _utf16_length(head), False)
+            position += 1
+        start = end
+    return Divergence(position, 0, True)
+
+
+class _Collector:
+    """Turns a session's requests, in order, into ``TurnView``s; holds only the previous request."""
+
+    def __init__(self, session_id: str, fail_on: Iterable[str]) -> None:
+        self.differ = TurnDiffer(session_id)
+        self.fail_on = frozenset(fail_on)
+        self.store = ChunkStore()
+        self.group_ids: dict[str, int] = {}
+        self.turns: list[TurnView] = []
+
+    def _group(self, ids: Sequence[str]) -> int:
+        name = "+".join(dict.fromkeys(ids))
+        return self.group_ids.setdefault(name, len(self.group_ids))
+
+    def add(self, request: AssembledRequest) -> TurnView:
+        serialized = serialize(request)
+        pair: PairDiff | None = self.differ.add(request, serialized)
+        by_message: dict[int, list[str]] = {}
+        for part in request.parts:
+            by_message.setdefault(part.message_index, []).append(part.segment_id)
+        chunks: list[int] = []
+        groups: list[int] = []
+        tail_position: int | None = None
+        for chunk in serialized.chunks:
+            if chunk.label == "glue":
+                continue
+            if chunk.label == "message":
+                ids = by_message.get(chunk.message_index, [])
+                if "tail" in ids:
+                    tail_position = len(chunks)
+            else:
+                ids = by_message.get(-1, []) if chunk.label == "system" else ["tools"]
+            chunks.append(self.store.add(chunk.label, chunk.data))
+            groups.append(self._group(ids))
+        view = TurnView(
+            turn=request.turn, prompt_tokens=request.prompt_tokens,
+            # the first request meets an empty cache (TurnDiffer's, which read it): nothing is cached
+            cached_tokens=pair.cached_tokens if pair is not None else 0,
+            segments=[s.as_dict() for s in request.segments], state_rendering=request.state_rendering,
+            full_headers=request.full_headers, short_headers=request.short_headers,
+            breakpoints=[b.as_dict() for b in request.cache_breakpoints], verdict=request.verdict.as_dict(),
+            warnings=list(request.warnings), window=request.window.as_dict(), chunks=chunks, groups=groups,
+            tail_position=tail_position, tail_text=request.tail_text,
+        )
+        if pair is not None:
+            view.cause, view.detail = pair.cause, pair.detail
+            view.unexpected = pair.cause in self.fail_on
+            view.common_prefix_bytes, view.common_prefix_tokens = pair.common_prefix_bytes, pair.common_prefix_tokens
+            view.divergence = divergence_of(serialized, pair.common_prefix_bytes)
+            view.before, view.after, view.diverging_segment = pair.before, pair.after, pair.segment
+        self.turns.append(view)
+        return view
+
+    def groups(self) -> list[str]:
+        return list(self.group_ids)
+
+
+@dataclass(frozen=True)
+class ReportJob:
+    """One session of ``zhin report html``, as a worker process receives it: data only (core/parallel.py)."""
+
+    ref: str
+    db: str | None
+    cwd: Path
+    config: Config
+    provider: str | None
+    preset: Any
+    economy: bool = True
+    after_load: Callable[[], None] | None = None
+
+
+def economy_summary(session: Any, config: Config, provider: str) -> tuple[dict[str, Any] | None, str]:
+    """``report economy --json``'s figures of one session for ``provider`` (None and why, if it simulates none)."""
+    from zhin_cli.tools.economy import CASES, session_economy
+
+    if provider not in CASES:
+        return None, f"no economy simulation for {provider} (simulated: {', '.join(CASES)})"
+    figures = session_economy(session, config, providers=[provider])
+    return figures.as_dict(), ""
+
+
+def session_page(job: ReportJob, progress: Callable[[int, int], None] | None = None) -> SessionPage:
+    """Load one session, replay it once, and collect what its page shows."""
+    from zhin_cli.store import load_session
+
+    session = load_session(job.ref, db=job.db, cwd=job.cwd)
+    if job.after_load is not None:
+        job.after_load()
+    collector = _Collector(session.session_id, DEFAULT_FAIL_ON)
+    with Pipeline.open(job.config, provider=job.provider, preset=job.preset) as pipeline:
+        plan = pipeline.turns(session)
+        if plan.total == 0:
+            raise UsageError(f"session {session.session_id!r} has no assistant message, so no request to show")
+        for request in pipeline.replay(session):
+            collector.add(request)
+            if progress is not None:
+                progress(request.turn, plan.total)
+        provider = collector.differ.result().provider or (job.provider or "")
+        model = collector.differ.result().model
+        greeting = plan.greeting_turn
+    economy: dict[str, Any] | None = None
+    note = "not computed (--no-economy)"
+    if job.economy:
+        economy, note = economy_summary(session, job.config, provider)
+    return SessionPage(session.session_id, session.source, provider, model, plan.total, greeting, collector.turns,
+                       collector.store, collector.groups(), economy, note)
+
+
+def build_report(
+    refs: list[str],
+    *,
+    cwd: Path,
+    db: str | None = None,
+    config_path: Path | None = None,
+    provider: str | None = None,
+    preset: Any = None,
+    economy: bool = True,
+    after_load: Callable[[], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    jobs: int | None = 1,
+) -> HtmlReport:
+    """Every session of ``refs`` (files, folders of .jsonl, ids / keys) as a page's data.
+
+    ``jobs``: sessions collected at once in worker processes (the report is the same for every value);
+    ``progress`` counts turns with one job, sessions with several."""
+    import functools
+
+    from zhin_cli.core.parallel import check_jobs, ordered_map
+    from zhin_cli.core.tokens import counter
+    from zhin_cli.pipeline.config import load_config
+    from zhin_cli.tools.prefixdiff import session_refs
+
+    workers = check_jobs(jobs)
+    config = load_config(config_path, cwd=cwd)
+    job_list = [ReportJob(ref, db, cwd, config, provider, preset, economy, after_load)
+                for ref in session_refs(refs, all_sessions=False, db=db, cwd=cwd)]
+    if workers == 1 or len(job_list) == 1:
+        pages = list(ordered_map(functools.partial(session_page, progress=progress), job_list, jobs=1))
+    else:
+        pages = list(ordered_map(session_page, job_list, jobs=workers, done=progress,
+                                 prepare=functools.partial(counter, DEFAULT_ENCODING)))
+    return HtmlReport(pages)
+
+
+# --- rendering -----------------------------------------------------------------------------------------------
+
+
+def _asset(name: str) -> str:
+    return resources.files("zhin_cli.tools.htmlpage").joinpath(name).read_text(encoding="utf-8")
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _n(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1%}"
+
+
+def _colours(pages: Sequence[SessionPage]) -> dict[str, str]:
+    kinds: dict[str, str] = {}
+    for page in pages:
+        for turn in page.turns:
+            for segment in turn.segments:
+                if segment["kind"] not in kinds:
+                    kinds[segment["kind"]] = PALETTE[len(kinds) % len(PALETTE)]
+    return kinds
+
+
+MARKER_TEXT = {"unexpected": "unexpected break", "compaction": "compaction (window shift)",
+               "window_shift": "window shift (tail limit)"}
+
+
+def _bar(index: int, page: SessionPage, turn: TurnView, top: int) -> str:
+    height = 100 * turn.prompt_tokens / top if top else 0
+    cached = 100 * turn.cached_tokens / turn.prompt_tokens if turn.prompt_tokens else 0
+    cause = f"; {turn.cause}" + (f" ({turn.detail})" if turn.detail else "") if turn.cause else ""
+    title = f"turn {turn.turn}: {_n(turn.prompt_tokens)} prompt tokens, {_n(turn.cached_tokens)} cached, {_n(turn.new_tokens)} new{cause}"
+    marker = turn.marker
+    mark = f'<i class="mark m-{marker}"></i>' if marker else ""
+    return (f'<a class="bar{" marked" if marker else ""}" href="#s{index}-t{turn.turn}" data-turn="{turn.turn}" '
+            f'data-prompt-tokens="{turn.prompt_tokens}" data-cached-tokens="{turn.cached_tokens}"'
+            f'{f" data-marker={chr(34)}{marker}{chr(34)}" if marker else ""} title="{_e(title)}">{mark}'
+            f'<b style="height:{height:.2f}%"><s style="height:{cached:.2f}%"></s></b></a>')
+
+
+def _segments(turn: TurnView, colours: dict[str, str]) -> str:
+    spans = []
+    for segment in turn.segments:
+        trimmed = segment["trimmed"]
+        title = f"{segment['id']} · {segment['kind']} · {_n(segment['tokens'])} tokens" + (
+            f" · {_n(trimmed)} characters trimmed" if trimmed else "")
+        spans.append(f'<span class="seg{" trimmed" if trimmed else ""}" data-segment="{_e(segment["id"])}" '
+                     f'data-kind="{_e(segment["kind"])}" data-tokens="{segment["tokens"]}" data-trimmed="{trimmed}" '
+                     f'style="flex-grow:{segment["tokens"]};background:{colours.get(segment["kind"], "#999")}" '
+                     f'title="{_e(title)}">{_e(segment["id"])}</span>')
+    return f'<div class="segbar">{"".join(spans)}</div>'
+
+
+def _section(index: int, turn: TurnView, colours: dict[str, str], previous: int | None) -> str:
+    verdict = "accepted" if turn.verdict.get("ok") else f"rejected ({turn.verdict.get('status')})"
+    cause = ""
+    if turn.cause:
+        label = MARKER_TEXT.get(turn.marker or "", turn.cause.replace("_", " "))
+        cause = (f' · <span class="cause c-{_e(turn.cause)}{" bad" if turn.unexpected else ""}">{_e(label)}'
+                 f'{f": {_e(turn.detail)}" if turn.detail else ""}</span>')
+    facts = (f'{_n(turn.prompt_tokens)} prompt tokens · <span class="cached">{_n(turn.cached_tokens)} cached</span> · '
+             f'{_n(turn.new_tokens)} new{cause}')
+    meta = (f'state: {_e(turn.state_rendering)} · headers: {turn.full_headers} full, {turn.short_headers} short · '
+            f'{len(turn.chunks)} wire chunks · {verdict}')
+    diff = ""
+    if previous is not None:
+        diff = (f'<details class="lazy" data-view="diff"><summary>diff against turn {previous}: first divergent byte '
+                f'{_n(turn.common_prefix_bytes)} ({_n(turn.common_prefix_tokens)} tokens in common)</summary></details>')
+    return (f'<section class="turn{" bad" if turn.unexpected else ""}" id="s{index}-t{turn.turn}" data-turn="{turn.turn}" '
+            f'data-prompt-tokens="{turn.prompt_tokens}" data-cached-tokens="{turn.cached_tokens}">'
+            f'<h3><a href="#s{index}-t{turn.turn}">turn {turn.turn}</a> <small>{facts}</small></h3>'
+            f'<p class="meta">{meta}</p>{_segments(turn, colours)}'
+            f'<details class="lazy" data-view="messages"><summary>wire messages, headers, [state change] lines, '
+            f'scene tail and cache breakpoints</summary></details>{diff}</section>')
+
+
+def _economy(page: SessionPage) -> str:
+    if page.economy is None:
+        return f'<section class="economy"><h3>Economy</h3><p class="meta">{_e(page.economy_note)}</p></section>'
+    headers = page.economy["headers"]
+    totals = page.economy["header_tokens"]
+    labels = {"upstream": "upstream [sender:…] on every group message", "full": "ADR full header on every message",
+              "adr": "ADR projection (full once, short after)"}
+    widest = max(totals.values()) or 1
+    rows = []
+    for style, label in labels.items():
+        total = totals[style]
+        share = total / totals["full"] if totals["full"] else None
+        rows.append(f'<tr data-style="{style}" data-tokens="{total}"><td>{_e(label)}</td><td class="num">{_n(total)}</td>'
+                    f'<td class="num">{headers["per_message"][style]:.1f}</td><td class="num">{_pct(share)}</td>'
+                    f'<td class="meter"><i style="width:{100 * total / widest:.1f}%"></i></td></tr>')
+    cache_rows = []
+    for name, figures in page.economy["cache"].items():
+        later, limit, flat = figures["adr_later_hit_rate"], figures["limit_later"], figures["flat_later_hit_rate"]
+        cache_rows.append(
+            f'<tr data-provider="{_e(name)}"><td>{_e(name)} ({_e(figures["model"])}, groups ≤ {figures["lifetime_seconds"]} s apart)</td>'
+            f'<td class="num">{figures["requests_first"]} / {figures["requests_later"]}</td>'
+            f'<td class="num">{_pct(later)}</td><td class="num">{_pct(flat)}</td><td class="num">{_pct(limit)}</td>'
+            f'<td class="meter"><i style="width:{100 * (later or 0):.1f}%"></i><u style="left:{100 * (limit or 0):.1f}%" '
+            f'title="physical limit {_pct(limit)}"></u></td></tr>')
+    return (f'<section class="economy"><h3>Economy <small>(report economy; {headers["messages"]} member messages, '
+            f'each header counted once)</small></h3>'
+            f'<table><thead><tr><th>header style</th><th>tokens</th><th>per message</th><th>vs full</th><th></th></tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table>'
+            f'<table><thead><tr><th>simulated prompt cache</th><th>requests first / later</th><th>later: ADR</th>'
+            f'<th>later: flat</th><th>physical limit</th><th>ADR hits vs the limit</th></tr></thead>'
+            f'<tbody>{"".join(cache_rows)}</tbody></table>'
+            f'<p class="meta">Token-weighted hit rates of the requests after the first of each cache group; the limit '
+            f'is 1 − new / prompt tokens (no cache can serve text the previous request did not send). Definitions: '
+            f'docs/economy.md.</p></section>')
+
+
+def _legend(colours: dict[str, str]) -> str:
+    kinds = "".join(f'<span><i style="background:{c}"></i>{_e(k)}</span>' for k, c in colours.items())
+    return (f'<p class="legend"><span><i class="l-cached"></i>cached</span><span><i class="l-new"></i>new</span>'
+            f'<span><i class="mark m-window_shift"></i>window shift</span><span><i class="mark m-compaction"></i>compaction</span>'
+            f'<span><i class="mark m-unexpected"></i>unexpected break</span> · segment kinds: {kinds}</p>')
+
+
+def _session(index: int, page: SessionPage, colours: dict[str, str]) -> str:
+    top = max((t.prompt_tokens for t in page.turns), default=0)
+    bars = "".join(_bar(index, page, turn, top) for turn in page.turns)
+    causes = ", ".join(f"{n} × {c.replace('_', ' ')}" for c, n in sorted(page.causes().items(), key=lambda kv: -kv[1]))
+    unexpected = sum(1 for t in page.turns if t.unexpected)
+    greeting = (f'<p class="meta">Turn {page.greeting_turn} is the greeting: no request was made for it, so it has '
+                f'no section.</p>') if page.greeting_turn is not None else ""
+    sections = "".join(_section(index, turn, colours, page.turns[i - 1].turn if i else None)
+                       for i, turn in enumerate(page.turns))
+    wide = " wide" if len(page.turns) > 150 else ""
+    return (f'<article class="session" id="s{index}" data-session="{_e(page.session_id)}" data-index="{index}">'
+            f'<h2>{_e(page.session_id)}</h2>'
+            f'<p class="meta">{_e(page.source)} · {_e(page.provider)} · {_e(page.model)} · {len(page.turns)} requests · '
+            f'cached share {_pct(page.cached_share())} · {_e(causes) or "no pairs"} · '
+            f'<span class="{"bad" if unexpected else "ok"}">{unexpected} unexpected break(s)</span></p>{greeting}'
+            f'<div class="chart{wide}" role="img" aria-label="prompt tokens per turn, cached and new">{bars}</div>'
+            f'{_legend(colours)}{_economy(page)}<div class="turns">{sections}</div></article>')
+
+
+def _data_json(report: HtmlReport) -> str:
+    data = {"version": HTML_REPORT_VERSION, "sessions": [page.as_json() for page in report.sessions]}
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    # inside <script>: "<" only ever occurs in strings, where \u003c is the same character; no "</script>" can end it
+    return escape_surrogates(text).replace("<", "\\u003c")
+
+
+def render(report: HtmlReport) -> str:
+    """The report as one HTML document (CSS, script and data inlined)."""
+    colours = _colours(report.sessions)
+    title = ", ".join(page.session_id for page in report.sessions[:3]) + (" …" if len(report.sessions) > 3 else "")
+    nav = "".join(f'<a href="#s{i}">{_e(p.session_id)}</a>' for i, p in enumerate(report.sessions)) if len(report.sessions) > 1 else ""
+    body = "".join(_session(i, page, colours) for i, page in enumerate(report.sessions))
+    return ("<!DOCTYPE html>\n"
+            f'<html lang="en"><head><meta charset="utf-8">'
+            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f'<meta name="generator" content="zhin report html v{HTML_REPORT_VERSION}">'
+            f'<title>zhin report · {_e(title)}</title><style>{_asset("report.css")}</style></head>'
+            f'<body><header><h1>zhin report</h1><p class="meta">What each request sent: prompt tokens per turn '
+            f'(cached / new, from the simulated prompt cache), the segments of every request, and the wire messages '
+            f'and diff of a turn when you open it.</p><nav>{nav}</nav></header><main>{body}</main>'
+            f'<script type="application/json" id="zhin-data">{_data_json(report)}</script>'
+            f'<script>{_asset("report.js")}</script></body></html>\n')
