@@ -1,14 +1,26 @@
-"""``zhin prefix-diff``: every prompt-cache break, across turns or between two configurations."""
+"""``zhin prefix-diff``: every prompt-cache break, across turns or between two configurations.
+
+The text output is a picture: one short row per turn (common prefix, cached and new tokens, a bar of the three,
+the cause), then each distinct unexpected break once with its excerpts (the divergence marked ``⟦``), why a shared
+prefix still cached nothing, and a legend of the causes present. Its layout is computed here rather than by rich's
+tables, so identifiers (session and segment ids) are never cropped or folded: the bar shrinks to the terminal width
+and a cause that does not fit moves to its own line. ``--jsonl`` streams the ``--json`` pairs as they are made.
+"""
 
 from __future__ import annotations
 
+import json
+import re
+import sys
+import unicodedata
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from zhin_cli._cli import (
     ConfigOption,
@@ -19,20 +31,33 @@ from zhin_cli._cli import (
     freeze_loaded,
     handles_errors_like_diff,
     print_json,
+    print_sources,
     replay_progress,
+    sources_line,
+    stderr_console,
     stdout_console,
 )
-from zhin_cli.core.errors import EXIT_FOUND
+from zhin_cli.core.errors import EXIT_FOUND, UsageError
 from zhin_cli.core.parallel import JOBS_HELP
 from zhin_cli.tools.prefixdiff import (
+    CAUSE_MEANINGS,
     CAUSES,
     DEFAULT_FAIL_ON,
     EXPECTED,
+    MARK,
     ConfigDiff,
+    PairDiff,
+    PairGroup,
     PrefixDiffResult,
     SessionDiff,
+    group_breaks,
+    group_uncached,
     run_prefix_diff,
+    turn_ranges,
 )
+
+BAR_MIN, BAR_MAX = 10, 40
+CACHED, SHARED, NEW = "█", "▒", "░"
 
 
 @app.command("prefix-diff")
@@ -46,6 +71,7 @@ def prefix_diff_command(
     all_sessions: Annotated[bool, typer.Option("--all", help="Every session in the database.")] = False,
     fail_on: Annotated[str | None, typer.Option("--fail-on", help=f"Comma-separated causes that count as a break (default: all but {', '.join(sorted(EXPECTED))}). Causes: {', '.join(CAUSES)}.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One versioned JSON document on stdout.")] = False,
+    as_jsonl: Annotated[bool, typer.Option("--jsonl", help="One JSON object per line, streamed: each pair of turns (with --base/--head: each session), as in --json.")] = False,
     preset: PresetOption = None,
     db: DbOption = None,
     config: ConfigOption = None,
@@ -55,76 +81,247 @@ def prefix_diff_command(
 
     Exit status like diff: 0 no unexpected break, 1 an unexpected break, 2 trouble.
     """
+    if as_json and as_jsonl:
+        raise UsageError("--json and --jsonl: choose one")
     check_options(provider)
     chosen = [c.strip() for c in fail_on.split(",") if c.strip()] if fail_on is not None else list(DEFAULT_FAIL_ON)
+    text = not (as_json or as_jsonl)
     with replay_progress("diffing") as progress:
         result = run_prefix_diff(sessions or [], cwd=Path.cwd(), db=db, config_path=config, provider=provider, model=model,
                                  base=base, head=head, all_sessions=all_sessions, fail_on=chosen, preset=preset,
-                                 after_load=freeze_loaded, progress=progress, jobs=jobs)
+                                 after_load=freeze_loaded, progress=progress, jobs=jobs,
+                                 on_start=_print_header if text else None,
+                                 on_pair=(lambda session, pair: _write_line(session.pair_dict(pair))) if as_jsonl else None,
+                                 on_comparison=(lambda comparison: _write_line(comparison.as_dict(chosen))) if as_jsonl else None)
     if as_json:
         print_json(result.as_dict())
-    else:
-        _print(stdout_console(), result)
+    elif text:
+        print_result(stdout_console(), result)
+    _publish(result)
     if result.unexpected:
         raise typer.Exit(EXIT_FOUND)
 
 
-def _print(console: Console, result: PrefixDiffResult) -> None:
+def _write_line(data: dict[str, Any]) -> None:
+    """One JSONL line, flushed at once: a reader sees each pair as it is made (``| head -1`` ends the run)."""
+    from zhin_cli.core.outputfiles import escape_surrogates
+
+    sys.stdout.write(escape_surrogates(json.dumps(data, ensure_ascii=False)) + "\n")
+    sys.stdout.flush()
+
+
+def _print_header(result: PrefixDiffResult) -> None:
+    """The one header line (stderr): the config and database read. With --base/--head, the two configurations."""
+    if result.mode == "turns":
+        print_sources(result.config_path, result.db)
+        return
+    line = f"config: base {result.base_label} → head {result.head_label}"
+    if result.db is not None:
+        line += " · " + sources_line(None, result.db).split(" · ", 1)[1]
+    try:
+        stderr_console().print(line, markup=False, highlight=False, soft_wrap=True)
+    except (OSError, ValueError):
+        pass
+
+
+def _publish(result: PrefixDiffResult) -> None:
+    from zhin_cli.core import ghactions
+
+    if ghactions.enabled():
+        from zhin_cli.tools.prefixdiff import github_annotations, github_summary
+
+        ghactions.publish(github_annotations(result), github_summary(result))
+
+
+# --- the text picture ------------------------------------------------------------------------------
+
+
+def print_result(console: Console, result: PrefixDiffResult) -> None:
     if result.mode == "turns":
         for session in result.sessions:
             _print_session(console, session, result.fail_on)
+        causes = {p.cause for s in result.sessions for p in s.pairs}
     else:
-        console.print(f"base [bold]{escape(result.base_label or '')}[/] → head [bold]{escape(result.head_label or '')}[/]")
+        say(console, f"base [bold]{escape(result.base_label or '')}[/] → head [bold]{escape(result.head_label or '')}[/]")
         for comparison in result.comparisons:
             _print_comparison(console, comparison, result.fail_on)
-    console.print(f"{result.unexpected} unexpected break(s) (fail on: {', '.join(result.fail_on) or 'nothing'})")
+        # no per-turn rows here: the legend explains the causes of the head's breaks that were listed
+        causes = {p.cause for c in result.comparisons if c.head_stability for p in c.head_stability.unexpected(result.fail_on)}
+    _print_legend(console, causes, result.fail_on, bars=result.mode == "turns")
+    say(console, f"{result.unexpected} unexpected break(s) (fail on: {', '.join(result.fail_on) or 'nothing'})")
+
+
+def printable(text: str) -> str:
+    """Excerpt text safe for a terminal: control, line/paragraph separator and bidi-override characters the JSON
+    serialisation left as they are (DEL, C1 controls, U+2028, U+202E…) written as ``\\uXXXX`` escapes."""
+    return "".join(f"\\u{ord(c):04x}" if unicodedata.category(c) in ("Cc", "Zl", "Zp") or 0x202A <= ord(c) <= 0x202E
+                   or 0x2066 <= ord(c) <= 0x2069 else c for c in text)
+
+
+def say(console: Console, markup: str) -> None:
+    """Print ``markup`` wrapped at spaces to the console's width, never inside a word: an identifier longer than a
+    line stays whole on a line of its own (rich would fold it, or crop it)."""
+    text = Text.from_markup(markup)
+    plain, width = text.plain, console.width
+    offsets, start = [], 0
+    for word in re.finditer(r"\S+", plain):
+        if word.end() - start > width and word.start() > start:
+            offsets.append(word.start())
+            start = word.start()
+    for line in text.divide(offsets):
+        line.rstrip()
+        console.print(line, soft_wrap=True)
+
+
+def _cause_label(pair: PairDiff) -> tuple[str, str]:
+    """The cause and what it names (a segment, a detail): kept apart so a narrow row can put the second part on
+    its own line."""
+    if pair.cause in ("system_changed", "messages_changed") and pair.segment:
+        return pair.cause, f"in {pair.segment}"
+    if pair.cause in ("window_shift", "tools_changed", "model_changed") and pair.detail:
+        return pair.cause, f"({pair.detail})"
+    return pair.cause, ""
+
+
+def _bar(pair: PairDiff, scale: int, width: int) -> str:
+    """Cached, shared-but-not-cached and not-shared tokens of the request, to the session's largest request."""
+    if scale <= 0:
+        return " " * width
+    cached = round(pair.cached_tokens / scale * width)
+    shared = round(max(pair.common_prefix_tokens, pair.cached_tokens) / scale * width)
+    total = max(round(pair.prompt_tokens / scale * width), 1 if pair.prompt_tokens else 0)
+    shared, total = min(max(shared, cached), width), min(max(total, shared), width)
+    cells = (f"[green]{CACHED * cached}[/]" if cached else "") + (f"[yellow]{SHARED * (shared - cached)}[/]" if shared > cached else "")
+    cells += f"[dim]{NEW * (total - shared)}[/]" if total > shared else ""
+    return cells + " " * (width - total)
+
+
+def _print_rows(console: Console, pairs: list[PairDiff], fail_on: list[str]) -> None:
+    if not pairs:
+        console.print("  one request: nothing to compare")
+        return
+    width = console.width
+    cells = [(f"{p.from_turn}→{p.to_turn}", f"{p.common_prefix_tokens:,}", f"{p.cached_tokens:,}",
+              f"{p.prompt_tokens - p.cached_tokens:,}") for p in pairs]
+    heads = ("turn", "common", "cached", "new")
+    widths = [max(len(h), *(len(row[i]) for row in cells)) for i, h in enumerate(heads)]
+    fixed = 2 + sum(widths) + len(widths)  # mark, columns and the space after each
+    labels = [_cause_label(p) for p in pairs]
+    longest = max(len(cause) + len(rest) + 1 for cause, rest in labels)
+    bar_width = max(BAR_MIN, min(BAR_MAX, width - fixed - 2 - longest))
+    scale = max(p.prompt_tokens for p in pairs)
+    head = "  " + " ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(heads, widths, strict=True)))
+    console.print(f"[dim]{head} {'tokens'.ljust(bar_width)}  cause[/]", soft_wrap=True)
+    column = fixed + bar_width + 2  # where the cause starts
+    for pair, row, (cause, rest) in zip(pairs, cells, labels, strict=True):
+        unexpected = pair.cause in fail_on
+        mark = "[red]✗[/] " if unexpected else "  "
+        columns = " ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+        style = "red" if unexpected else ("yellow" if pair.cause == "window_shift" else "")
+        line = f"{mark}{columns} {_bar(pair, scale, bar_width)}  " + (f"[{style}]{cause}[/]" if style else cause)
+        if not rest:
+            console.print(line, soft_wrap=True)
+        elif column + len(cause) + 1 + len(rest) <= width:
+            console.print(f"{line} {escape(rest)}", soft_wrap=True)
+        else:  # what it names (a segment id) stays whole: on the next line, under the cause
+            console.print(line, soft_wrap=True)
+            console.print(" " * min(column, max(0, width - len(rest))) + escape(rest), soft_wrap=True)
+
+
+def _excerpts(console: Console, first: PairDiff | dict[str, Any], indent: str = "    ") -> None:
+    if isinstance(first, PairDiff):
+        before, after, mark = first.before, first.after, first.excerpt_mark
+    else:
+        before, after, mark = first["before"], first["after"], int(first.get("excerpt_index", 0))
+    for name, text in (("before:", before), ("after: ", after)):
+        console.print(f"{indent}{name} …{escape(printable(text[:mark]))}[reverse]{MARK}[/]{escape(printable(text[mark:]))}…",
+                      soft_wrap=True)
+
+
+def _turns(group: PairGroup) -> str:
+    turns = group.turns
+    return f"turn{'s' if len(turns) > 1 else ''} {turn_ranges(turns)}"
+
+
+def _print_breaks(console: Console, pairs: list[PairDiff]) -> None:
+    """Each distinct unexpected break once: ``15 × system_changed in core.clock (turns 3–17; first shown)``."""
+    for group in group_breaks(pairs):
+        first = group.first
+        count = f"{len(group.pairs)} × " if len(group.pairs) > 1 else ""
+        where = f" in {first.segment}" if first.segment else ""
+        shown = "; first shown" if len(group.pairs) > 1 else ""
+        detail = f" ({first.detail})" if first.detail else ""
+        say(console, f"[red]✗ {count}{first.cause}{escape(where)}[/] ({_turns(group)}{shown}): turn "
+                      f"{first.from_turn}→{first.to_turn} differs at byte {first.common_prefix_bytes:,}{escape(detail)}")
+        _excerpts(console, first)
+
+
+def _print_uncached(console: Console, pairs: list[PairDiff]) -> None:
+    """Why a shared prefix cached nothing, once per reason."""
+    for group in group_uncached(pairs):
+        count = f"{len(group.pairs)} × " if len(group.pairs) > 1 else ""
+        shown = "; first shown" if len(group.pairs) > 1 else ""
+        say(console, f"[yellow]0 cached:[/] {count}a prefix is shared but nothing is cached ({_turns(group)}{shown}): "
+                      f"{escape(group.first.uncached_reason)}")
 
 
 def _print_session(console: Console, session: SessionDiff, fail_on: list[str]) -> None:
-    table = Table(title=f"{session.session_id} · {session.provider} · {session.model} · {session.turns} turns", title_justify="left")
-    for column in ("turns", "cause", "common bytes", "common tokens", "diverges at", "cached", "share"):
-        table.add_column(column, justify="right" if "common" in column or column in ("cached", "share") else "left")
-    for pair in session.pairs:
-        style = "red" if pair.cause in fail_on else ("yellow" if pair.cause == "window_shift" else "")
-        where = "end" if pair.cause == "append" else f"msg {pair.message_index} · {pair.segment or '?'}"
-        table.add_row(f"{pair.from_turn}→{pair.to_turn}", f"[{style}]{pair.cause}[/]" if style else pair.cause,
-                      str(pair.common_prefix_bytes), str(pair.common_prefix_tokens), escape(where),
-                      f"{pair.cached_tokens}/{pair.prompt_tokens}", f"{pair.cached_share:.0%}")
-    console.print(table)
-    for pair in session.unexpected(fail_on):
-        console.print(f"[red]{pair.from_turn}→{pair.to_turn} {pair.cause}[/] at byte {pair.common_prefix_bytes} "
-                      f"({escape(pair.segment or '?')}) {escape(pair.detail)}")
-        console.print(f"  before: …{escape(pair.before)}…", soft_wrap=True)
-        console.print(f"  after:  …{escape(pair.after)}…", soft_wrap=True)
+    say(console, f"[bold]{escape(session.session_id)}[/] · {escape(session.provider)} · {escape(session.model)} · "
+                  f"{session.turns} turns")
+    _print_rows(console, session.pairs, fail_on)
+    _print_breaks(console, session.unexpected(fail_on))
+    _print_uncached(console, session.pairs)
     for hint in session.hints.values():
         if hint.kind == "tail_limit":
-            console.print(f"[yellow]hint:[/] the window's tail limit moved the history on consecutive turns "
+            say(console, f"[yellow]hint:[/] the window's tail limit moved the history on consecutive turns "
                           f"({len(hint.turns)} time(s)): each move is a cache miss; lower window.cut_to so the window "
                           "moves once per window.max_messages - cut_to messages (hysteresis), or compact")
             continue
-        console.print(f"[yellow]hint:[/] segment {escape(hint.segment)} changes between turns ({hint.kind}) "
+        say(console, f"[yellow]hint:[/] segment {escape(hint.segment)} changes between turns ({hint.kind}) "
                       f"in {len(hint.turns)} turn(s): it breaks the cached prefix every time")
     summary = session.summary()
     causes = ", ".join(f"{k} {v}" for k, v in summary["causes"].items())
-    console.print(f"{summary['pairs']} pairs: {causes or 'none'}; cache hits {summary['cache_hits']}/{summary['pairs']}, "
+    say(console, f"{summary['pairs']} pairs: {causes or 'none'}; cache hits {summary['cache_hits']}/{summary['pairs']}, "
                   f"cached share {summary['cached_share']:.0%}")
     console.print()
 
 
+def _print_legend(console: Console, causes: set[str], fail_on: list[str], *, bars: bool) -> None:
+    if not causes:
+        return
+    if bars:
+        say(console, f"[dim]tokens:[/] [green]{CACHED}[/] cached  [yellow]{SHARED}[/] shared with the previous request, "
+            f"not cached  [dim]{NEW}[/] not shared")
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(no_wrap=True)
+    grid.add_column(no_wrap=True)
+    grid.add_column()
+    for cause in CAUSES:
+        if cause in causes:
+            status = "[red]✗ unexpected[/]" if cause in fail_on else "expected"
+            grid.add_row(f"  {cause}", status, CAUSE_MEANINGS[cause])
+    console.print(grid)
+
+
 def _print_comparison(console: Console, comparison: ConfigDiff, fail_on: list[str]) -> None:
-    console.print(f"[bold]{escape(comparison.session_id)}[/]: {len(comparison.differing_turns)}/{comparison.turns} turns differ")
+    say(console, f"[bold]{escape(comparison.session_id)}[/]: {len(comparison.differing_turns)}/{comparison.turns} turns differ")
     if comparison.segments:
-        table = Table("segment", "kind", "status", "Δ chars", "Δ tokens")
-        for delta in comparison.segments.values():
-            table.add_row(escape(delta.id), delta.kind, delta.status, f"{delta.chars:+d}", f"{delta.tokens:+d}")
-        console.print(table)
+        rows = [(delta.id, delta.kind, delta.status, f"{delta.chars:+,}", f"{delta.tokens:+,}") for delta in comparison.segments.values()]
+        heads = ("segment", "kind", "status", "Δ chars", "Δ tokens")
+        widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(heads)]
+        for row in (heads, *rows):
+            line = "  " + "  ".join(c.rjust(w) if i >= 3 else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+            console.print(f"[dim]{escape(line)}[/]" if row is heads else escape(line), soft_wrap=True)
     if comparison.first_divergence:
         first = comparison.first_divergence
-        console.print(f"first divergence: turn {first['turn']}, byte {first['offset']} ({escape(str(first['segment']))})")
+        segment = f" ({first['segment']})" if first.get("segment") else ""
+        say(console, f"first divergence: turn {first['turn']}, byte {first['offset']:,}{escape(segment)}")
+        _excerpts(console, first, "  ")
     if comparison.head_stability:
         unexpected = comparison.head_stability.unexpected(fail_on)
         verdict = "[green]stable across turns[/]" if not unexpected else f"[red]{len(unexpected)} unexpected break(s) across turns[/]"
         console.print(f"head configuration: {verdict}")
+        _print_breaks(console, unexpected)
         for hint in comparison.head_stability.hints.values():
-            console.print(f"[yellow]hint:[/] segment {escape(hint.segment)} changes between turns ({hint.kind})")
+            say(console, f"[yellow]hint:[/] segment {escape(hint.segment)} changes between turns ({hint.kind})")
     console.print()

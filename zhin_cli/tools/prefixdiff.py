@@ -32,6 +32,21 @@ EXPECTED = frozenset({"append", "tail", "window_shift"})
 DEFAULT_FAIL_ON = tuple(cause for cause in CAUSES if cause not in EXPECTED)
 DIFF_VERSION = 1
 EXCERPT = 40
+MARK = "⟦"  # where the first differing byte starts in an excerpt (text output, annotations)
+
+# What each cause means, for legends (text output, the HTML report): one sentence each.
+CAUSE_MEANINGS: dict[str, str] = {
+    "append": "only new messages were added: the previous request is a prefix of this one",
+    "tail": "the previous runtime tail (scene and state lines at the end) was replaced; everything before it is "
+            "unchanged (ADR 0045)",
+    "window_shift": "the history window moved (tail limit or compaction): the history starts at another message",
+    "system_changed": "the system prompt (or a fixed preset entry) changed: nothing after the change is cached",
+    "tools_changed": "the tool definitions (or their order) changed: nothing after them is cached",
+    "messages_changed": "an earlier history message was rewritten: nothing after it is cached",
+    "model_changed": "another model: the cache is kept per model, so nothing is read",
+}
+PROVIDER_NAMES = {"openai": "OpenAI", "openai-reasoning": "OpenAI", "anthropic": "Anthropic", "gemini": "Gemini",
+                  "deepseek": "DeepSeek"}
 
 
 @dataclass(frozen=True)
@@ -133,6 +148,11 @@ class PairDiff:
     cached_tokens: int
     cache_hit: bool
     detail: str = ""
+    # index in ``before``/``after`` (characters) where the first differing byte's character starts
+    excerpt_mark: int = 0
+    # why nothing is cached although a prefix is shared (``uncached_reason``): a code and one sentence
+    uncached_code: str = ""
+    uncached_reason: str = ""
 
     @property
     def cached_share(self) -> float:
@@ -145,12 +165,23 @@ class PairDiff:
             "cause": self.cause,
             "detail": self.detail,
             "common_prefix": {"bytes": self.common_prefix_bytes, "tokens": self.common_prefix_tokens},
-            "first_divergence": {"offset": self.common_prefix_bytes, "message_index": self.message_index, "segment": self.segment},
+            "first_divergence": {"offset": self.common_prefix_bytes, "message_index": self.message_index, "segment": self.segment,
+                                 "excerpt_index": self.excerpt_mark},
             "before": self.before,
             "after": self.after,
             "cache": {"hit": self.cache_hit, "cached_tokens": self.cached_tokens, "prompt_tokens": self.prompt_tokens,
-                      "cached_share": round(self.cached_share, 4)},
+                      "cached_share": round(self.cached_share, 4),
+                      "uncached_reason": {"code": self.uncached_code, "text": self.uncached_reason} if self.uncached_code else None},
         }
+
+    @property
+    def marked_before(self) -> str:
+        """``before`` with :data:`MARK` where the two requests start to differ."""
+        return self.before[: self.excerpt_mark] + MARK + self.before[self.excerpt_mark :]
+
+    @property
+    def marked_after(self) -> str:
+        return self.after[: self.excerpt_mark] + MARK + self.after[self.excerpt_mark :]
 
 
 @dataclass
@@ -253,6 +284,66 @@ def _excerpt(data: bytes, offset: int) -> str:
     return data[start : offset + EXCERPT].decode(errors="replace")
 
 
+def _excerpt_mark(data: bytes, offset: int) -> int:
+    """Where, in ``_excerpt(data, offset)``, the character holding byte ``offset`` starts (a shared first byte of
+    two different UTF-8 characters is part of the divergence, not of the common text)."""
+    start = max(0, offset - EXCERPT)
+    boundary = offset
+    while boundary > start and boundary < len(data) and data[boundary] & 0xC0 == 0x80:
+        boundary -= 1
+    return len(data[start:boundary].decode(errors="replace"))
+
+
+def provider_name(profile: str) -> str:
+    """``OpenAI`` for ``openai``: how sentences name a provider profile."""
+    return PROVIDER_NAMES.get(profile, profile)
+
+
+def uncached_reason(old: AssembledRequest, new: AssembledRequest, a: Plan, b: Plan, common: int, cached: int) -> tuple[str, str]:
+    """Why the cache reads nothing of ``new`` although it shares ``common`` tokens with ``old``: ``(code, sentence)``,
+    from the provider's cache rules (``zhin_cli.cache``); ``("", "")`` when something is cached or nothing is shared.
+
+    Codes: ``model_changed``, ``no_cache``, ``below_minimum``, ``no_breakpoint``, ``before_breakpoint``,
+    ``beyond_lookback``, ``not_remembered``."""
+    if cached > 0 or common <= 0:
+        return "", ""
+    rules = new.profile.cache
+    name = provider_name(new.profile.name)
+    if cache_key(old) != cache_key(new):
+        return "model_changed", f"{new.model}'s cache holds nothing {old.model} wrote (the cache is kept per model)"
+    if rules.mechanism == "none":
+        return "no_cache", f"{name} has no prompt cache"
+    if rules.mechanism == "automatic":
+        if common < rules.min_tokens:
+            return "below_minimum", (f"the {common:,} shared tokens are below {name}'s {rules.min_tokens:,}-token minimum "
+                                     "for a cache hit")
+        return "not_remembered", "the earlier request is no longer in the simulated cache"
+    # explicit (Anthropic): a request reads an entry an earlier breakpoint wrote
+    if not b.breakpoints:
+        return "no_breakpoint", "the request has no cache_control breakpoint: nothing of it is cached"
+    written = [index for index, _ in a.breakpoints if a.ends[index] >= rules.min_tokens]
+    if not written:
+        ends = [a.ends[index] for index, _ in a.breakpoints]
+        if not ends:
+            return "no_breakpoint", "the previous request has no cache_control breakpoint: it wrote no cache entry"
+        return "below_minimum", (f"the previous request's breakpoints end at {max(ends):,} tokens, below {name}'s "
+                                 f"{rules.min_tokens:,}-token minimum: it wrote no cache entry")
+    shared = [index for index in written if a.ends[index] <= common]
+    if not shared:
+        first = a.ends[min(written)]
+        return "before_breakpoint", (f"the requests differ at token {common:,}, before the previous request's first cache "
+                                     f"breakpoint (token {first:,}): no cache entry is a prefix of this request")
+    from zhin_cli.cache import LOOKBACK_BLOCKS
+
+    entry = max(shared)
+    marks = [index for index, _ in b.breakpoints]
+    if all(not 0 <= mark - entry < LOOKBACK_BLOCKS for mark in marks):
+        return "beyond_lookback", (f"the shared cache entry ends at block {entry} (token {a.ends[entry]:,}), more than "
+                                   f"{LOOKBACK_BLOCKS} blocks before this request's breakpoints (blocks "
+                                   f"{', '.join(map(str, marks))}): {name} looks back {LOOKBACK_BLOCKS} blocks")
+    return "not_remembered", "the earlier cache entry is no longer in the simulated cache"
+
+
 def diff_pair(old: AssembledRequest, new: AssembledRequest, a: Serialized | None = None, b: Serialized | None = None,
               cached: int | None = None) -> PairDiff:
     """Compare two requests. ``cached``: what the session's cache simulator read for ``new`` (``diff_turns``);
@@ -267,6 +358,7 @@ def diff_pair(old: AssembledRequest, new: AssembledRequest, a: Serialized | None
         cached_tokens(cache, old, a)
         cached = cached_tokens(cache, new, b)
     data_a, data_b = a.data, b.data
+    code, reason = uncached_reason(old, new, a.plan, b.plan, div.common_tokens, cached)
     return PairDiff(
         from_turn=old.turn,
         to_turn=new.turn,
@@ -281,6 +373,9 @@ def diff_pair(old: AssembledRequest, new: AssembledRequest, a: Serialized | None
         after=_excerpt(data_b, div.offset),
         cached_tokens=cached,
         cache_hit=cached > 0,
+        excerpt_mark=_excerpt_mark(data_b, div.offset),
+        uncached_code=code,
+        uncached_reason=reason,
     )
 
 
@@ -301,6 +396,17 @@ def _hint_kind(old: str, new: str) -> str:
     return "changes"
 
 
+@dataclass(frozen=True)
+class SegmentSource:
+    """Where a segment's text comes from, for annotations: a file and (where known) a line."""
+
+    file: str | None = None
+    line: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "line": self.line}
+
+
 @dataclass
 class SessionDiff:
     session_id: str
@@ -309,6 +415,8 @@ class SessionDiff:
     turns: int = 0
     pairs: list[PairDiff] = field(default_factory=list)
     hints: dict[tuple[str, str], Hint] = field(default_factory=dict)
+    # segment id (and "tools", "window") → where it is defined, for the segments its pairs name (``segment_sources``)
+    sources: dict[str, SegmentSource] = field(default_factory=dict)
 
     def unexpected(self, fail_on: Iterable[str]) -> list[PairDiff]:
         causes = set(fail_on)
@@ -321,18 +429,82 @@ class SessionDiff:
         return {"pairs": len(self.pairs), "causes": {c: n for c, n in by_cause.items() if n},
                 "cache_hits": sum(1 for p in self.pairs if p.cache_hit), "cached_share": round(cached / prompt, 4) if prompt else 0.0}
 
+    def pair_dict(self, pair: PairDiff) -> dict[str, Any]:
+        """One pair as ``--json`` lists it and ``--jsonl`` streams it: the pair, named by its session."""
+        return {"session_id": self.session_id, **pair.as_dict()}
+
     def as_dict(self, fail_on: Iterable[str]) -> dict[str, Any]:
         return {"session_id": self.session_id, "provider": self.provider, "model": self.model, "turns": self.turns,
                 "summary": self.summary(), "unexpected": len(self.unexpected(fail_on)),
-                "pairs": [p.as_dict() for p in self.pairs], "hints": [h.as_dict() for h in self.hints.values()]}
+                "pairs": [self.pair_dict(p) for p in self.pairs], "hints": [h.as_dict() for h in self.hints.values()],
+                "sources": {k: v.as_dict() for k, v in self.sources.items()}}
+
+
+def source_key(pair: PairDiff) -> str | None:
+    """Which entry of ``SessionDiff.sources`` says where ``pair``'s break comes from: the window's config for a
+    shift, no file for a model change, else the segment it falls in."""
+    if pair.cause == "window_shift":
+        return "window"
+    if pair.cause == "model_changed":
+        return None
+    return pair.segment
+
+
+def turn_ranges(turns: Iterable[int], limit: int = 8) -> str:
+    """``3–17, 20, 22–23``: consecutive turns as ranges (at most ``limit`` ranges, then ``…``)."""
+    ranges: list[tuple[int, int]] = []
+    for turn in turns:
+        if ranges and turn == ranges[-1][1] + 1:
+            ranges[-1] = (ranges[-1][0], turn)
+        else:
+            ranges.append((turn, turn))
+    shown = [f"{a}–{b}" if b > a else str(a) for a, b in ranges[:limit]]
+    return ", ".join(shown) + (", …" if len(ranges) > limit else "")
+
+
+@dataclass
+class PairGroup:
+    """Pairs that tell the same story (the same break, or the same reason for 0 cached): shown once, first one shown."""
+
+    key: tuple[str, ...]
+    pairs: list[PairDiff] = field(default_factory=list)
+
+    @property
+    def first(self) -> PairDiff:
+        return self.pairs[0]
+
+    @property
+    def turns(self) -> list[int]:
+        return [p.to_turn for p in self.pairs]
+
+
+def group_breaks(pairs: Iterable[PairDiff]) -> list[PairGroup]:
+    """Identical breaks collapsed, in order of first appearance: same cause, segment and detail (a rewritten
+    message's index aside)."""
+    groups: dict[tuple[str, ...], PairGroup] = {}
+    for pair in pairs:
+        detail = "" if pair.cause == "messages_changed" else pair.detail
+        key = (pair.cause, pair.segment or "", detail)
+        groups.setdefault(key, PairGroup(key)).pairs.append(pair)
+    return list(groups.values())
+
+
+def group_uncached(pairs: Iterable[PairDiff]) -> list[PairGroup]:
+    """Pairs whose cache reads nothing although a prefix is shared, grouped by the reason's code."""
+    groups: dict[tuple[str, ...], PairGroup] = {}
+    for pair in pairs:
+        if pair.uncached_code:
+            groups.setdefault((pair.uncached_code,), PairGroup((pair.uncached_code,))).pairs.append(pair)
+    return list(groups.values())
 
 
 class TurnDiffer:
     """A session's turn-to-turn diff, fed one request at a time: holds only the previous request and the cache
     simulator's bounded store (``diff_turns`` for one replay; ``diff_configs`` runs two side by side)."""
 
-    def __init__(self, session_id: str) -> None:
+    def __init__(self, session_id: str, on_pair: Callable[[SessionDiff, PairDiff], None] | None = None) -> None:
         self.session_id = session_id
+        self.on_pair = on_pair  # called with each pair as soon as it is diffed (``--jsonl`` streams it)
         self.cache = PrefixCache()
         self.previous: tuple[AssembledRequest, Serialized] | None = None
         self.diff: SessionDiff | None = None
@@ -350,6 +522,8 @@ class TurnDiffer:
             pair = diff_pair(previous, request, self.previous[1], serialized, cached)
             self.diff.pairs.append(pair)
             self._hints(previous, request, pair)
+            if self.on_pair is not None:
+                self.on_pair(self.diff, pair)
         self.previous = (request, serialized)
         return pair
 
@@ -370,10 +544,12 @@ class TurnDiffer:
         return self.diff or SessionDiff(self.session_id, "", "")
 
 
-def diff_turns(session_id: str, requests: Iterable[AssembledRequest]) -> SessionDiff:
+def diff_turns(session_id: str, requests: Iterable[AssembledRequest],
+               on_pair: Callable[[SessionDiff, PairDiff], None] | None = None) -> SessionDiff:
     """Diff each request against the one before it; cached tokens from one cache simulator fed the requests in
-    order. Streams: each request is serialised once and only the previous one is held."""
-    differ = TurnDiffer(session_id)
+    order. Streams: each request is serialised once and only the previous one is held (``on_pair`` sees each
+    pair as it is made)."""
+    differ = TurnDiffer(session_id, on_pair)
     for request in requests:
         differ.add(request)
     return differ.result()
@@ -403,6 +579,8 @@ class ConfigDiff:
     segments: dict[str, SegmentDelta] = field(default_factory=dict)
     head_stability: SessionDiff | None = None
     base_stability: SessionDiff | None = None
+    # a changed segment → where the head configuration defines it (the base's for a removed one)
+    sources: dict[str, SegmentSource] = field(default_factory=dict)
 
     def as_dict(self, fail_on: Iterable[str]) -> dict[str, Any]:
         fail_on = list(fail_on)
@@ -414,6 +592,7 @@ class ConfigDiff:
             "segments": [s.as_dict() for s in self.segments.values()],
             "head_stability": self.head_stability.as_dict(fail_on) if self.head_stability else None,
             "base_unexpected": len(self.base_stability.unexpected(fail_on)) if self.base_stability else None,
+            "sources": {k: v.as_dict() for k, v in self.sources.items()},
         }
 
 
@@ -448,7 +627,8 @@ def _compare_configs(result: ConfigDiff, old: AssembledRequest, new: AssembledRe
     if result.first_divergence is None:
         pair = diff_pair(old, new, a, b)
         result.first_divergence = {"turn": new.turn, "offset": pair.common_prefix_bytes, "segment": pair.segment,
-                                   "message_index": pair.message_index, "before": pair.before, "after": pair.after}
+                                   "message_index": pair.message_index, "before": pair.before, "after": pair.after,
+                                   "excerpt_index": pair.excerpt_mark}
     base_segments = {s.id: s for s in old.segments}
     head_segments = {s.id: s for s in new.segments}
     for segment_id in dict.fromkeys([*base_segments, *head_segments]):
@@ -481,14 +661,92 @@ def _reporting(requests: Iterator[AssembledRequest], session: Any, progress: Cal
 # --- the command, as a library call ----------------------------------------------------------------
 
 
-def diff_session(pipeline: Pipeline, session: Any, progress: Callable[[int, int], None] | None = None) -> SessionDiff:
+def diff_session(pipeline: Pipeline, session: Any, progress: Callable[[int, int], None] | None = None,
+                 on_pair: Callable[[SessionDiff, PairDiff], None] | None = None) -> SessionDiff:
     """One session's turn-to-turn diff under one pipeline (the unit of work per session)."""
-    return diff_turns(session.session_id, _reporting(pipeline.replay(session), session, progress))
+    return diff_turns(session.session_id, _reporting(pipeline.replay(session), session, progress), on_pair)
+
+
+def segment_sources(pipeline: Pipeline, segment_ids: Iterable[str | None], preset: Any = None) -> dict[str, SegmentSource]:
+    """Where each segment is defined, for GitHub annotations: a ``zhin.yaml`` segment (added, or a built-in's text
+    replaced) at its key's line; a plugin's at the plugin file (the line that names its id, if any); a built-in at
+    the line of zhin's module that names it; ``tools`` and ``window`` at their ``zhin.yaml`` keys; a preset entry
+    (``preset:<id>``) at the preset file. Unknown ids are left out."""
+    config = pipeline.config
+    registry = pipeline.registry
+    by_id = {segment.id: segment for segment in registry.ordered()}
+    out: dict[str, SegmentSource] = {}
+    for segment_id in dict.fromkeys(i for i in segment_ids if i):
+        source = _segment_source(config, registry, by_id, segment_id, preset)
+        if source is not None:
+            out[segment_id] = source
+    return out
+
+
+def _config_line(config: Any, key: str) -> SegmentSource | None:
+    where = config.where(key)
+    if where is None:
+        return None
+    file, _, line = where.rpartition(":")
+    return SegmentSource(file, int(line)) if file and line.isdigit() else SegmentSource(where)
+
+
+def _segment_source(config: Any, registry: Any, by_id: dict[str, Any], segment_id: str, preset: Any) -> SegmentSource | None:
+    import inspect
+    import sys
+    from pathlib import Path
+
+    from zhin_cli.core.trust import plugin_file
+
+    if segment_id == "window":
+        return _config_line(config, "window.max_messages") if config.path is not None else None
+    if segment_id == "tools":
+        return _config_line(config, "tools") if config.path is not None and config.tools else None
+    if segment_id.startswith("preset:"):
+        path = preset if isinstance(preset, (str, Path)) else config.preset_path
+        return SegmentSource(str(path)) if path is not None else None
+    if segment_id in config.texts and config.path is not None:
+        return _config_line(config, f"segments.texts.{segment_id}")
+    if segment_id not in by_id:
+        return None
+    owner = registry.owner(segment_id)
+    if owner == "zhin.yaml":
+        index = next((i for i, s in enumerate(config.add_segments) if s.id == segment_id), None)
+        return _config_line(config, f"segments.add[{index}]") if index is not None else None
+    file: Path | None = None
+    if owner == "builtin":
+        file = Path(sys.modules["zhin_cli.pipeline.segments.builtin"].__file__ or "")
+    else:
+        base = config.path.parent if config.path is not None else Path.cwd()
+        file = plugin_file(owner, base)
+        if file is None:  # module:function
+            module = sys.modules.get(owner.partition(":")[0])
+            file = Path(module.__file__) if module is not None and getattr(module, "__file__", None) else None
+        if file is None:
+            try:
+                file = Path(inspect.getsourcefile(type(by_id[segment_id])) or "")
+            except TypeError:
+                return None
+    return SegmentSource(str(file), _line_naming(file, segment_id))
+
+
+def _line_naming(file: Any, segment_id: str) -> int | None:
+    """The first line of ``file`` that names ``segment_id`` as a string literal."""
+    try:
+        lines = open(file, encoding="utf-8").read().splitlines()  # noqa: SIM115 - read at once
+    except (OSError, UnicodeDecodeError):
+        return None
+    quoted = (f'"{segment_id}"', f"'{segment_id}'")
+    return next((number for number, text in enumerate(lines, start=1) if any(q in text for q in quoted)), None)
 
 
 def compare_session(base: Pipeline, head: Pipeline, session: Any) -> ConfigDiff:
     """One session under two configurations (the unit of work per session of ``--base/--head``)."""
     return diff_configs(session.session_id, base.replay(session), head.replay(session))
+
+
+def _pair_keys(diff: SessionDiff) -> list[str | None]:
+    return [source_key(p) for p in diff.pairs]
 
 
 @dataclass
@@ -499,6 +757,8 @@ class PrefixDiffResult:
     comparisons: list[ConfigDiff] = field(default_factory=list)
     base_label: str | None = None
     head_label: str | None = None
+    config_path: Any = None  # the zhin.yaml read (turn to turn), None for the built-in defaults
+    db: str | None = None  # the database sessions were read from, None if every session was a file
 
     @property
     def unexpected(self) -> int:
@@ -516,6 +776,78 @@ class PrefixDiffResult:
             data["base"], data["head"] = self.base_label, self.head_label
             data["sessions"] = [c.as_dict(self.fail_on) for c in self.comparisons]
         return data
+
+
+# --- GitHub Actions ---------------------------------------------------------------------------------
+
+
+def _break_annotation(session: SessionDiff, pair: PairDiff, where: str = "") -> Any:
+    from zhin_cli.core.ghactions import Annotation
+
+    source = session.sources.get(source_key(pair) or "") or SegmentSource()
+    segment = f" in {pair.segment}" if pair.segment else ""
+    detail = f" ({pair.detail})" if pair.detail else ""
+    message = (f"{session.session_id}{where}: turn {pair.from_turn}→{pair.to_turn} breaks the cached prefix at byte "
+               f"{pair.common_prefix_bytes:,}{segment}{detail}: {CAUSE_MEANINGS[pair.cause]}. "
+               f"Cached {pair.cached_tokens:,} of {pair.prompt_tokens:,} tokens.\n"
+               f"before: …{pair.marked_before}…\nafter:  …{pair.marked_after}…")
+    return Annotation("error", message, title=f"prefix-diff: {pair.cause}{segment}", file=source.file,
+                      line=source.line if source.file else None)
+
+
+def github_annotations(result: PrefixDiffResult) -> list[Any]:
+    """One ``error`` annotation per unexpected break — every one — at the source of the segment it falls in (where
+    known); with ``--base/--head``, a ``notice`` per changed segment too, and the head's own breaks as errors."""
+    from zhin_cli.core.ghactions import Annotation
+
+    out: list[Any] = []
+    if result.mode == "turns":
+        for session in result.sessions:
+            out.extend(_break_annotation(session, pair) for pair in session.unexpected(result.fail_on))
+        return out
+    for comparison in result.comparisons:
+        for delta in comparison.segments.values():
+            source = comparison.sources.get(delta.id) or SegmentSource()
+            message = (f"{comparison.session_id}: segment {delta.id} {delta.status} between base {result.base_label} and "
+                       f"head {result.head_label} ({delta.chars:+,} chars, {delta.tokens:+,} tokens); "
+                       f"{len(comparison.differing_turns)} of {comparison.turns} turns differ")
+            out.append(Annotation("notice", message, title=f"prefix-diff: {delta.id} {delta.status}", file=source.file,
+                                  line=source.line if source.file else None))
+        if comparison.head_stability is not None:
+            out.extend(_break_annotation(comparison.head_stability, pair, " (head configuration)")
+                       for pair in comparison.head_stability.unexpected(result.fail_on))
+    return out
+
+
+def github_summary(result: PrefixDiffResult) -> str:
+    """The step summary: one table row per session."""
+    from zhin_cli.core.ghactions import summary_cell
+
+    def causes(session: SessionDiff) -> str:
+        counts: dict[str, int] = {}
+        for pair in session.unexpected(result.fail_on):
+            counts[pair.cause] = counts.get(pair.cause, 0) + 1
+        return ", ".join(f"{cause} {n}" for cause, n in counts.items()) or "none"
+
+    lines = ["### zhin prefix-diff", ""]
+    if result.mode == "turns":
+        lines += ["| session | pairs | unexpected breaks | cached share |", "|---|---:|---|---:|"]
+        for session in result.sessions:
+            summary = session.summary()
+            lines.append(f"| {summary_cell(session.session_id)} | {summary['pairs']} | {summary_cell(causes(session))} | "
+                         f"{summary['cached_share']:.0%} |")
+    else:
+        lines += [f"base {summary_cell(result.base_label or '')} → head {summary_cell(result.head_label or '')}", "",
+                  "| session | turns that differ | changed segments | head: unexpected breaks | head: cached share |",
+                  "|---|---:|---|---|---:|"]
+        for comparison in result.comparisons:
+            changed = ", ".join(f"{d.id} ({d.status}, {d.tokens:+,} tokens)" for d in comparison.segments.values()) or "none"
+            head = comparison.head_stability
+            lines.append(f"| {summary_cell(comparison.session_id)} | {len(comparison.differing_turns)}/{comparison.turns} | "
+                         f"{summary_cell(changed)} | {summary_cell(causes(head)) if head else 'none'} | "
+                         f"{head.summary()['cached_share'] if head else 0:.0%} |")
+    lines += ["", f"{result.unexpected} unexpected break(s) (fail on: {', '.join(result.fail_on) or 'nothing'})"]
+    return "\n".join(lines) + "\n"
 
 
 def session_refs(refs: list[str], *, all_sessions: bool, db: str | None, cwd: Any) -> list[str]:
@@ -563,12 +895,19 @@ def run_prefix_diff(
     after_load: Callable[[], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
     jobs: int | None = 1,
+    on_start: Callable[[PrefixDiffResult], None] | None = None,
+    on_pair: Callable[[SessionDiff, PairDiff], None] | None = None,
+    on_comparison: Callable[[ConfigDiff], None] | None = None,
 ) -> PrefixDiffResult:
     """``preset``: a preset file (or ``Preset``) replacing each configuration's ``preset:`` (``--preset``).
 
     ``jobs``: sessions diffed at once in worker processes (``None``: every core; 1: here, one at a time). The
     result is the same for every value (core/parallel.py: input order, the same errors). ``progress`` counts
-    turns with one job, sessions with several."""
+    turns with one job, sessions with several.
+
+    Streaming (``--jsonl``): ``on_start`` sees the result once its configuration and database are known (before
+    any replay); ``on_pair`` each pair of a turn-to-turn diff as it is made (with several jobs, a session's pairs
+    when that session is done, in input order); ``on_comparison`` each session of ``--base/--head`` when done."""
     from zhin_cli.core.errors import UsageError
     from zhin_cli.core.parallel import check_jobs, ordered_map
     from zhin_cli.core.tokens import DEFAULT_ENCODING, counter
@@ -582,26 +921,86 @@ def run_prefix_diff(
         raise UsageError("--base and --head go together")
     workers = check_jobs(jobs)
     chosen = session_refs(refs, all_sessions=all_sessions, db=db, cwd=cwd)
+    database = _database_used(chosen, db, cwd, all_sessions)
 
-    def run(configs: tuple[Any, ...]) -> list[Any]:
+    def run(configs: tuple[Any, ...]) -> Iterator[Any]:
         job_list = [SessionJob(ref, db, cwd, configs, provider, model, preset, after_load) for ref in chosen]
-        if workers == 1 or len(job_list) == 1:  # here: the progress bar follows the turns
-            return list(ordered_map(functools.partial(run_session_job, progress=progress), job_list, jobs=1))
-        return list(ordered_map(run_session_job, job_list, jobs=workers, done=progress,
-                                prepare=functools.partial(counter, DEFAULT_ENCODING)))  # most models' tokenizer
+        if workers == 1 or len(job_list) == 1:  # here: the progress bar follows the turns, pairs stream as made
+            yield from ordered_map(functools.partial(run_session_job, progress=progress, on_pair=on_pair), job_list, jobs=1)
+            return
+        for item in ordered_map(run_session_job, job_list, jobs=workers, done=progress,
+                                prepare=functools.partial(counter, DEFAULT_ENCODING)):  # most models' tokenizer
+            if on_pair is not None and isinstance(item, SessionDiff):
+                for pair in item.pairs:
+                    on_pair(item, pair)
+            yield item
 
     if base is None:
-        result = PrefixDiffResult("turns", fail)
-        result.sessions.extend(run((load_config(config_path, cwd=cwd),)))
+        config = load_config(config_path, cwd=cwd)
+        result = PrefixDiffResult("turns", fail, config_path=config.path, db=database)
+        if on_start is not None:
+            on_start(result)
+        result.sessions.extend(run((config,)))
         return result
 
     from zhin_cli.tools.configsource import load_config_source
 
     assert head is not None
     with load_config_source(base, cwd=cwd) as base_source, load_config_source(head, cwd=cwd) as head_source:
-        result = PrefixDiffResult("configs", fail, base_label=base_source.label, head_label=head_source.label)
-        result.comparisons.extend(run((base_source.config, head_source.config)))
+        result = PrefixDiffResult("configs", fail, base_label=base_source.label, head_label=head_source.label, db=database)
+        if on_start is not None:
+            on_start(result)
+        for comparison in run((base_source.config, head_source.config)):
+            _rebase_sources(comparison, (base_source.tempdir, head_source.tempdir), cwd)
+            if on_comparison is not None:
+                on_comparison(comparison)
+            result.comparisons.append(comparison)
     return result
+
+
+def _database_used(refs: list[str], db: str | None, cwd: Any, all_sessions: bool) -> str | None:
+    """The database a run reads sessions from (for the header line): ``--db``, else the one found upward — when
+    some session is not a file."""
+    from pathlib import Path
+
+    if not all_sessions and all(Path(ref).is_file() for ref in refs):
+        return None
+    if db is not None:
+        return db
+    from zhin_cli.store.database import discover_database
+
+    found = discover_database(cwd)
+    return str(found) if found is not None else None
+
+
+def _rebase_sources(comparison: ConfigDiff, trees: tuple[Any, ...], cwd: Any) -> None:
+    """A git ref's files live in a temporary tree that is deleted when the run ends: name them in the checkout
+    instead (the tree is the repository's top level), where an annotation can point."""
+    from pathlib import Path
+
+    roots = [Path(tree) for tree in trees if tree is not None]
+    if not roots:
+        return
+    import subprocess
+
+    top = subprocess.run(["git", "-C", str(cwd), "rev-parse", "--show-toplevel"], capture_output=True, text=True,
+                         check=False).stdout.strip()
+
+    def rebased(source: SegmentSource) -> SegmentSource:
+        if source.file is None:
+            return source
+        for root in roots:
+            try:
+                relative = Path(source.file).relative_to(root)
+            except ValueError:
+                continue
+            return SegmentSource(str(Path(top) / relative) if top else str(relative), source.line)
+        return source
+
+    comparison.sources = {k: rebased(v) for k, v in comparison.sources.items()}
+    for stability in (comparison.head_stability, comparison.base_stability):
+        if stability is not None:
+            stability.sources = {k: rebased(v) for k, v in stability.sources.items()}
 
 
 @dataclass(frozen=True)
@@ -620,9 +1019,10 @@ class SessionJob:
     after_load: Callable[[], None] | None = None
 
 
-def run_session_job(job: SessionJob, progress: Callable[[int, int], None] | None = None) -> SessionDiff | ConfigDiff:
+def run_session_job(job: SessionJob, progress: Callable[[int, int], None] | None = None,
+                    on_pair: Callable[[SessionDiff, PairDiff], None] | None = None) -> SessionDiff | ConfigDiff:
     """Load one session and diff it (turn to turn, or under two configurations); one at a time, so a run over many
-    sessions holds one in memory."""
+    sessions holds one in memory. The segments its breaks name get their sources while the pipelines are open."""
     from contextlib import ExitStack
 
     from zhin_cli.store import load_session
@@ -634,5 +1034,13 @@ def run_session_job(job: SessionJob, progress: Callable[[int, int], None] | None
         pipelines = [stack.enter_context(Pipeline.open(config, provider=job.provider, model=job.model, preset=job.preset))
                      for config in job.configs]
         if len(pipelines) == 1:
-            return diff_session(pipelines[0], session, progress)
-        return compare_session(pipelines[0], pipelines[1], session)
+            diff = diff_session(pipelines[0], session, progress, on_pair)
+            diff.sources = segment_sources(pipelines[0], _pair_keys(diff), job.preset)
+            return diff
+        comparison = compare_session(pipelines[0], pipelines[1], session)
+        if comparison.head_stability is not None:
+            comparison.head_stability.sources = segment_sources(pipelines[1], _pair_keys(comparison.head_stability), job.preset)
+        changed = [delta.id for delta in comparison.segments.values()]
+        comparison.sources = {**segment_sources(pipelines[0], changed, job.preset),
+                              **segment_sources(pipelines[1], changed, job.preset)}
+        return comparison
