@@ -88,3 +88,67 @@ def test_bad_budget_files_are_one_line_errors(zhin: Any, tmp_path: Path) -> None
         result = zhin("budget", "check")
         assert result.returncode == 3, (text, result.stderr)
         assert expected in result.stderr and len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+
+
+COMMENTED = """\
+# Fixed prompt cost, reviewed by the prompt owners.   (a header comment)
+version: 1
+sessions:
+  # the busiest group we have
+  - busy.jsonl
+profiles:
+  - provider: openai  # the main deployment
+    parts:
+      core.rules: {rules}  # the house rules; grows with every incident
+      # the environment line (model, time zone)
+      core.environment: {environment}
+      core.persona: {persona}
+      core.platform: {platform}   # keep short
+      total: {total}
+# the end
+"""
+
+
+def test_update_keeps_every_comment_and_changes_only_the_numbers_that_moved(zhin: Any, tmp_path: Path) -> None:
+    project(tmp_path)
+    assert zhin("budget", "update", "-s", "busy.jsonl", "-p", "openai").returncode == 0
+    measured = parts(tmp_path)["openai"]
+    names = {"rules": "core.rules", "environment": "core.environment", "persona": "core.persona",
+             "platform": "core.platform", "total": "total"}
+    budget = tmp_path / "prompt-budget.yaml"
+    before = COMMENTED.format(**{key: measured[name] for key, name in names.items()})
+    budget.write_text(before, encoding="utf-8")
+    assert zhin("budget", "update").returncode == 0
+    assert budget.read_text(encoding="utf-8") == before  # nothing measured changed: the file is byte-identical
+
+    project(tmp_path, {"segments": {"texts": {"core.rules": "简短。"}}})
+    assert zhin("budget", "update").returncode == 0
+    after = budget.read_text(encoding="utf-8")
+    assert len(after.splitlines()) == len(before.splitlines())
+    changed = [(old, new) for old, new in zip(before.splitlines(), after.splitlines(), strict=True) if old != new]
+    smaller = parts(tmp_path)["openai"]
+    assert smaller["core.rules"] < measured["core.rules"]
+    assert [old for old, _ in changed] == [f"      core.rules: {measured['core.rules']}  # the house rules; grows with every incident",
+                                          f"      total: {measured['total']}"]
+    # the new numbers, the comment where it was (ruamel keeps its column)
+    assert changed[0][1].split() == ["core.rules:", str(smaller["core.rules"]), "#", "the", "house", "rules;", "grows", "with",
+                                     "every", "incident"]
+    assert changed[1][1] == f"      total: {smaller['total']}"
+    comments = [line.strip() for line in before.splitlines() if "#" in line]
+    assert all(any(c.split("#", 1)[1] in line for line in after.splitlines()) for c in comments)
+
+
+def test_update_adds_a_new_part_where_it_is_measured_and_drops_a_gone_one(zhin: Any, tmp_path: Path) -> None:
+    project(tmp_path)
+    assert zhin("budget", "update", "-s", "busy.jsonl", "-p", "openai").returncode == 0
+    budget = tmp_path / "prompt-budget.yaml"
+    budget.write_text("# top\n" + budget.read_text(encoding="utf-8").replace("core.persona:", "core.gone: 5  # old\n    core.persona:"),
+                      encoding="utf-8")
+    project(tmp_path, {"segments": {"add": [{"id": "house.rules", "kind": "system", "text": "禁止刷屏。"}]}})
+    assert zhin("budget", "update").returncode == 0
+    text = budget.read_text(encoding="utf-8")
+    keys = list(parts(tmp_path)["openai"])
+    # house.rules is a system segment after core.rules (the prompt's order); total stays last
+    assert "core.gone" not in keys and keys[:2] == ["core.rules", "house.rules"] and keys[-1] == "total"
+    assert text.startswith("# top\n")
+    assert zhin("budget", "check").returncode == 0

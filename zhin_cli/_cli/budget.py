@@ -50,6 +50,15 @@ def print_report(report: BudgetReport) -> None:
         console.print("some parts are under budget: `zhin budget update` locks the saving in")
 
 
+def publish_budget(report: BudgetReport, budget: Budget, config: Path | None) -> None:
+    from zhin_cli.core import ghactions
+    from zhin_cli.pipeline.config import load_config
+    from zhin_cli.tools.budget import budget_annotations, budget_summary
+
+    if ghactions.enabled():  # the config is read again only for where the parts come from: not outside CI
+        ghactions.publish(budget_annotations(report, budget, load_config(config, cwd=Path.cwd())), budget_summary(report))
+
+
 @budget_app.command("check")
 @handles_errors
 def check_command(
@@ -62,7 +71,9 @@ def check_command(
 
     Exit status: 0 within budget, 1 a part is over budget or new, 2 usage, 3 bad budget file, session or config.
     """
-    report = check_budget(load_budget(file), db=db, config_path=config, cwd=Path.cwd())
+    budget = load_budget(file)
+    report = check_budget(budget, db=db, config_path=config, cwd=Path.cwd())
+    publish_budget(report, budget, config)
     if as_json:
         print_json(report.as_dict())
     else:

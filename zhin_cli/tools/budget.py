@@ -14,23 +14,31 @@ last request of each reference session, and compared with a committed ``prompt-b
 
 ``check`` fails when a part is over its budget (or is new), naming the part and by how much; parts that
 shrank are reported so that ``update`` can lock the saving in. ``update`` rewrites the file deliberately from
-what is measured now. Sessions are paths relative to the budget file (or session ids in ``--db``).
+what is measured now — a ruamel.yaml round trip, so the file's comments, key order and indentation stay and a
+changed number changes only its own line (the diff a reviewer reads). Sessions are paths relative to the budget
+file (or session ids in ``--db``). Under GitHub Actions ``check`` annotates each part that grew at its line in the
+budget file, and notes where the segment's text comes from (the zhin.yaml key) when the config names it.
 """
 
 from __future__ import annotations
 
+import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from zhin_cli.core.errors import ConfigError
+from zhin_cli.core.ghactions import Annotation, summary_cell
 from zhin_cli.core.readers import read_yaml_file
 from zhin_cli.core.tokens import counter as shared_counter
 from zhin_cli.pipeline.assemble import AssembledRequest
 from zhin_cli.pipeline.segments import SYSTEM_PROMPT_KINDS
+
+if TYPE_CHECKING:
+    from zhin_cli.pipeline.config import Config
 
 BUDGET_VERSION = 1
 DEFAULT_BUDGET_FILE = "prompt-budget.yaml"
@@ -50,6 +58,14 @@ class Budget:
     path: Path
     sessions: list[str]
     profiles: list[ProfileBudget]
+    # line of each key in the file ("profiles[0].parts.core.rules" → 9), for annotations
+    lines: dict[str, int] = field(default_factory=dict, repr=False)
+
+    def line(self, key: str) -> int:
+        """The line of ``key``, or of the nearest enclosing key the file has."""
+        while key not in self.lines and key:
+            key = key[: key.rindex("[")] if key.endswith("]") else key.rpartition(".")[0]
+        return self.lines.get(key, 1)
 
     def as_yaml(self) -> str:
         data = {
@@ -121,7 +137,7 @@ def load_budget(path: Path) -> Budget:
                 raise ConfigError(f"part {name!r}: tokens must be a whole number ≥ 0, got {tokens!r}",
                                   where=where(f"{key}.parts.{name}"))
         profiles.append(ProfileBudget(item["provider"], model, {str(k): v for k, v in parts.items()}))
-    return Budget(path, [str(s) for s in sessions], profiles)
+    return Budget(path, [str(s) for s in sessions], profiles, lines)
 
 
 @dataclass
@@ -131,6 +147,7 @@ class PartResult:
     part: str
     budget: int | None  # None: a part the budget does not know (new)
     measured: int | None  # None: a part that is gone
+    profile: int = 0  # index in the budget file's profiles
 
     @property
     def status(self) -> str:
@@ -165,9 +182,9 @@ class BudgetReport:
         return {"version": 1, "budget": self.path, "ok": not self.failed, "parts": [r.as_dict() for r in self.results]}
 
 
-def compare(profile: ProfileBudget, measured: dict[str, int]) -> list[PartResult]:
+def compare(profile: ProfileBudget, measured: dict[str, int], index: int = 0) -> list[PartResult]:
     names = list(profile.parts) + [name for name in measured if name not in profile.parts]
-    return [PartResult(profile.provider, profile.model, name, profile.parts.get(name), measured.get(name)) for name in names]
+    return [PartResult(profile.provider, profile.model, name, profile.parts.get(name), measured.get(name), index) for name in names]
 
 
 def session_ref(budget_dir: Path, ref: str) -> str:
@@ -199,20 +216,146 @@ def measure(
 
 def check_budget(budget: Budget, *, db: str | None = None, config_path: Path | None = None, cwd: Path | None = None) -> BudgetReport:
     report = BudgetReport(str(budget.path))
-    for profile in budget.profiles:
+    for index, profile in enumerate(budget.profiles):
         measured = measure(budget.sessions, profile.provider, profile.model, budget_dir=budget.path.parent, db=db,
                            config_path=config_path, cwd=cwd)
-        report.results += compare(profile, measured)
+        report.results += compare(profile, measured, index)
     return report
 
 
 def update_budget(budget: Budget, *, db: str | None = None, config_path: Path | None = None, cwd: Path | None = None) -> Budget:
-    """The budget with every profile's parts measured now, written to ``budget.path``."""
+    """The budget with every profile's parts measured now, written to ``budget.path`` (:func:`write_budget`)."""
     for profile in budget.profiles:
         profile.parts = measure(budget.sessions, profile.provider, profile.model, budget_dir=budget.path.parent, db=db,
                                 config_path=config_path, cwd=cwd)
+    write_budget(budget)
+    return budget
+
+
+def write_budget(budget: Budget) -> None:
+    """Write ``budget``: into the existing file by a round trip (comments, order, indentation kept; only what
+    changed is rewritten), else a new file."""
     try:
-        budget.path.write_text(budget.as_yaml(), encoding="utf-8")
+        text = budget.path.read_text(encoding="utf-8") if budget.path.is_file() else None
+        new = budget.as_yaml() if text is None else _round_trip(text, budget)
+        if new != text:
+            budget.path.write_text(new, encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot write the budget file: {exc.strerror or exc}", where=str(budget.path)) from None
-    return budget
+
+
+def _round_trip(text: str, budget: Budget) -> str:
+    from ruamel.yaml import YAML
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+    from ruamel.yaml.util import load_yaml_guess_indent
+
+    data, sequence, offset = load_yaml_guess_indent(text)  # loaded before (load_budget): known to be valid
+    rt = YAML()  # round-trip mode
+    rt.indent(mapping=_mapping_indent(text), sequence=sequence or 2, offset=offset or 0)
+    rt.width = 4096  # never re-fold a long line the file has
+    rt.preserve_quotes = True
+    if list(data.get("sessions") or []) != budget.sessions:
+        data["sessions"] = CommentedSeq(budget.sessions)
+    old = data.get("profiles") or []
+    same_profiles = len(old) == len(budget.profiles) and all(
+        isinstance(item, dict) and item.get("provider") == p.provider and item.get("model") == p.model
+        for item, p in zip(old, budget.profiles, strict=False))
+    if not same_profiles:  # --provider replaced the list: the old entries (and their comments) are gone
+        fresh = CommentedSeq()
+        for profile in budget.profiles:
+            item = CommentedMap(provider=profile.provider)
+            if profile.model:
+                item["model"] = profile.model
+            item["parts"] = CommentedMap()
+            fresh.append(item)
+        data["profiles"] = old = fresh
+    for item, profile in zip(old, budget.profiles, strict=True):
+        parts = item.get("parts")
+        if not isinstance(parts, CommentedMap):
+            parts = item["parts"] = CommentedMap()
+        _sync_parts(parts, profile.parts)
+    out = io.StringIO()
+    rt.dump(data, out)
+    return out.getvalue()
+
+
+def _mapping_indent(text: str) -> int:
+    """How far the file indents a mapping under its key (ruamel guesses only the sequences' indent)."""
+    rows = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    for line, below in zip(rows, rows[1:], strict=False):
+        if line.rstrip().endswith(":") and not below.lstrip().startswith("- "):
+            key_at = len(line) - len(line.lstrip()) + (2 if line.lstrip().startswith("- ") else 0)
+            step = len(below) - len(below.lstrip()) - key_at
+            if step > 0:
+                return step
+    return 2
+
+
+def _sync_parts(parts: Any, measured: dict[str, int]) -> None:
+    """Set each measured number in place (a key keeps its line and comment), drop parts that are gone, and insert a
+    new part where the measurement has it (before ``total``)."""
+    for name in [n for n in parts if n not in measured]:
+        del parts[name]
+    for position, (name, tokens) in enumerate(measured.items()):
+        if name in parts:
+            if parts[name] != tokens:
+                parts[name] = tokens
+        else:
+            parts.insert(position, name, tokens)
+
+
+# --- GitHub annotations and step summary ------------------------------------------------------------------------
+
+
+def segment_source(config: Config | None, part: str) -> tuple[str, int] | None:
+    """``(file, line)`` of the zhin.yaml key that gives ``part`` its text (``segments.texts.X``, a
+    ``segments.add`` entry, ``tools``), when the config names it."""
+    if config is None or config.path is None:
+        return None
+    key = None
+    if part in config.texts:
+        key = f"segments.texts.{part}"
+    elif part == TOOLS and config.tools:
+        key = "tools"
+    else:
+        key = next((f"segments.add[{i}]" for i, s in enumerate(config.add_segments) if s.id == part), None)
+    if key is None or key not in config.lines:
+        return None
+    return str(config.path), config.lines[key]
+
+
+def budget_annotations(report: BudgetReport, budget: Budget, config: Config | None = None) -> list[Annotation]:
+    """An error for each part over budget or new, at its line in the budget file (a new part: at its profile's
+    ``parts``), and a notice at the zhin.yaml key the part's text comes from."""
+    out = []
+    for result in report.results:
+        if not result.failed:
+            continue
+        key = f"profiles[{result.profile}].parts"
+        if result.status == "over":
+            assert result.budget is not None and result.measured is not None
+            grown = result.measured - result.budget
+            message = (f"{result.provider} {result.part} grew from {result.budget} to {result.measured} tokens "
+                       f"(+{grown}, +{grown / max(result.budget, 1):.1%})")
+            line = budget.line(f"{key}.{result.part}")
+        else:
+            message = f"{result.provider} {result.part} is not in the budget ({result.measured} tokens)"
+            line = budget.line(key)
+        out.append(Annotation("error", message, title=f"zhin budget: {result.part} {result.status}", file=budget.path, line=line))
+        source = segment_source(config, result.part)
+        if source is not None and result.part != TOTAL:
+            out.append(Annotation("notice", f"{result.part} ({result.provider}: {result.measured} tokens) takes its text from here",
+                                  title=f"zhin budget: {result.part}", file=source[0], line=source[1]))
+    return out
+
+
+def budget_summary(report: BudgetReport) -> str:
+    lines = [f"### zhin budget check · {report.path}", "", "**over budget**" if report.failed else "within budget", "",
+             "| provider | part | budget | measured | Δ tokens | status |", "|---|---|---|---|---|---|"]
+    for result in report.results:
+        data = result.as_dict()
+        delta = "" if data["delta"] is None else f"{data['delta']:+d}"
+        icon = "❌ " if result.failed else ""
+        lines.append(f"| {summary_cell(result.provider)} | `{summary_cell(result.part)}` | {result.budget if result.budget is not None else '—'} | "
+                     f"{result.measured if result.measured is not None else '—'} | {delta} | {icon}{result.status} |")
+    return "\n".join(lines) + "\n"
