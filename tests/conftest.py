@@ -160,8 +160,9 @@ def run_zhin(*args: object, cwd: Path, env: Mapping[str, str] | None = None, inp
 
     arguments = [str(a) for a in args]
     environment = dict(env) if env is not None else clean_env()
-    # A child with piped streams sees no terminal and rich falls back to 80×25; this process may have one (pytest -s)
-    environment.setdefault("COLUMNS", "80")
+    # A child with piped streams sees no terminal: rich falls back to 80×25 for help and stderr, and piped stdout is
+    # 200 wide unless COLUMNS is set (zhin_cli._cli.piped_width) — so COLUMNS is not set here either (under
+    # pytest's capture this process has no terminal; with -s, help and stderr may take the terminal's width)
     environment.setdefault("LINES", "25")
     code: int
     with _process_state(arguments, cwd, environment, input or "") as (stdout, stderr):

@@ -74,6 +74,11 @@ class LazyCommands(TyperGroup):
     def __init__(self, *, commands: dict[str, Command] | None = None, **attrs: Any) -> None:
         self.loaded: dict[str, Command] = {}
         super().__init__(commands=commands, **attrs)
+        if self.loaded:  # built by typer from modules imported before (an embedding caller, the in-process tests)
+            from zhin_cli._cli import examples
+
+            for name, command in self.loaded.items():
+                examples.apply_conventions(command, name)
 
     @property
     def commands(self) -> dict[str, Command]:
@@ -95,25 +100,75 @@ class LazyCommands(TyperGroup):
         self._load(cmd_name)
         return self.loaded.get(cmd_name)
 
+    def format_help(self, ctx: Context, formatter: Any) -> None:
+        from zhin_cli._cli.examples import apply_conventions  # here, not at start: `zhin --version` needs none of it
+
+        apply_conventions(self, "", subcommands=False)  # the root's own options; each command gets its own on load
+        super().format_help(ctx, formatter)
+
+    def make_context(self, info_name: str | None, args: list[str], parent: Context | None = None,
+                     **extra: Any) -> Context:
+        with one_line_usage_errors():
+            return super().make_context(info_name, args, parent=parent, **extra)
+
+    def invoke(self, ctx: Context) -> Any:
+        with one_line_usage_errors():
+            return super().invoke(ctx)
+
     def _load(self, name: str) -> None:
         """Import the module of command ``name`` (if it is one of ours and not built yet) and build the click
         objects of everything it registered on ``app``."""
         if name in self.loaded or name not in COMMAND_MODULES:
             return
         importlib.import_module(f"zhin_cli._cli.{COMMAND_MODULES[name]}")
+        from zhin_cli._cli import examples  # the examples and metavars of every command (tests/test_cli_conventions.py)
+
         for command_info in app.registered_commands:
             callback_name = command_info.callback.__name__ if command_info.callback else ""
             if (command_info.name or get_command_name(callback_name)) in self.loaded:
                 continue
             command = get_command_from_info(command_info, pretty_exceptions_short=app.pretty_exceptions_short,
                                             rich_markup_mode=app.rich_markup_mode)
+            examples.apply_conventions(command, command.name or "")
             self.loaded.setdefault(command.name or "", command)
         for group_info in app.registered_groups:
             if group_info.name in self.loaded:
                 continue
             group = get_group_from_info(group_info, pretty_exceptions_short=app.pretty_exceptions_short,
                                         rich_markup_mode=app.rich_markup_mode, suggest_commands=app.suggest_commands)
+            examples.apply_conventions(group, group.name or "")
             self.loaded.setdefault(group.name or "", group)
+
+
+@contextmanager
+def one_line_usage_errors() -> Iterator[None]:
+    """A click usage error (unknown command or option, missing or bad argument — also one a command raises as
+    ``typer.BadParameter``) becomes one ``zhin: error:`` line on stderr and its exit status (2), like every other
+    zhin error, instead of typer's usage block and boxed message. ``zhin`` or a group with no arguments still
+    prints its help."""
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError
+
+    try:
+        yield
+    except NoArgsIsHelpError:
+        raise
+    except ClickException as error:
+        report_error(usage_error_line(error))
+        raise typer.Exit(error.exit_code) from None
+
+
+def usage_error_line(error: Exception) -> str:
+    """``trace: no such option: --bogus (zhin trace -h for help)`` — click's message (with its "Did you mean"
+    suggestion) on one line, led by the command it concerns."""
+    format_message = getattr(error, "format_message", None)
+    message = " ".join((format_message() if callable(format_message) else str(error)).split()).rstrip(".")
+    message = message[:1].lower() + message[1:]
+    ctx = getattr(error, "ctx", None)
+    if ctx is None:
+        return message
+    path = ctx.command_path
+    command = path.partition(" ")[2]
+    return f"{command + ': ' if command else ''}{message} ({path} -h for help)"
 
 
 app = typer.Typer(
@@ -123,7 +178,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
+    context_settings={"help_option_names": ["-h", "--help"]},  # also examples.HELP_OPTION_NAMES
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -133,9 +188,23 @@ def stdout_console() -> Console:
     """A rich console on stdout whose broken pipe (``zhin trace … | head``) ends the command quietly with 0 (rich's
     default exits 1, which is trace's "rejected" status and fails ``set -o pipefail`` steps). rich is imported here,
     by the commands that print, not by every start of ``zhin``."""
-    # Piped output is read by people and scripts alike: never crop it to an 80-column default.
-    width = None if sys.stdout.isatty() else max(int(os.environ.get("COLUMNS") or 0), 200)
-    return _stdout_console_class()(no_color=bool(os.environ.get("NO_COLOR")) or None, highlight=False, width=width)
+    return _stdout_console_class()(no_color=bool(os.environ.get("NO_COLOR")) or None, highlight=False,
+                                   width=None if sys.stdout.isatty() else piped_width())
+
+
+# Below this a COLUMNS value is taken for a mistake (a table needs some room): piped output stays wide.
+MIN_COLUMNS = 20
+PIPED_WIDTH = 200
+
+
+def piped_width() -> int:
+    """The width of output that goes to a pipe or a file: ``COLUMNS`` when it is set (a person who pipes into
+    ``less`` or a test at COLUMNS=60 asked for that width), else wide — a script reading the output never gets text
+    cropped to an 80-column default."""
+    columns = os.environ.get("COLUMNS", "").strip()
+    if columns.isdigit() and int(columns) >= MIN_COLUMNS:
+        return int(columns)
+    return PIPED_WIDTH
 
 
 @cache
@@ -209,22 +278,49 @@ def check_options(provider: str | None, timezone: str | None = None) -> None:
         raise UsageError(f"--timezone: unknown time zone {timezone!r} (expected an IANA name such as Asia/Shanghai)")
 
 
+def progress_wanted() -> bool:
+    """Progress is drawn where a person watches it: on stderr, when stderr is a terminal — whatever stdout is
+    (``zhin trace --json > out.json`` still shows it) — unless ``ZHIN_NO_PROGRESS`` is set (DESIGN §4)."""
+    if os.environ.get("ZHIN_NO_PROGRESS"):
+        return False
+    try:
+        return sys.stderr is not None and sys.stderr.isatty()
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
 @contextmanager
-def replay_progress(label: str) -> Iterator[Callable[[int, int], None] | None]:
-    """A progress bar on stderr for long replays; off when stdout is not a terminal (DESIGN §4)."""
-    if not sys.stdout.isatty() or os.environ.get("ZHIN_NO_PROGRESS"):
+def replay_progress(label: str, *, loading: str = "loading") -> Iterator[Callable[[int, int], None] | None]:
+    """A progress bar on stderr for long work, or ``None`` when no one watches (``progress_wanted``).
+
+    From the start it shows ``loading`` (reading the config and the session, which can take seconds); the bar
+    itself appears with the first ``update(done, total)``, so its first frame has its total — a caller that knows
+    the total before its first step calls ``update(0, total)``. Any command can use it: ``with replay_progress(
+    "economy") as progress: run(…, progress=progress)``; ``update`` takes cumulative counts."""
+    if not progress_wanted():
         yield None
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeRemainingColumn
 
-    with Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=stderr_console(),
-                  transient=True) as bar:
-        task = bar.add_task(label, total=None)
+    waiting = Progress(SpinnerColumn(), TextColumn(f"{loading}…"), console=stderr_console(), transient=True)
+    bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=stderr_console(),
+                   transient=True)
+    task: list[Any] = []  # the bar's task once it started
+    waiting.add_task(loading, total=None)
+    waiting.start()
+    try:
 
-        def update(turn: int, total: int) -> None:
-            bar.update(task, completed=turn, total=total)
+        def update(done: int, total: int) -> None:
+            if not task:
+                waiting.stop()
+                task.append(bar.add_task(label, total=total, completed=done))
+                bar.start()
+            bar.update(task[0], completed=done, total=total)
 
         yield update
+    finally:
+        waiting.stop()
+        bar.stop()
 
 
 def freeze_loaded() -> None:
@@ -235,15 +331,11 @@ def freeze_loaded() -> None:
 
 
 def database_or_discovered(db: str | None) -> str:
-    """``--db`` as given, else the ``.zhin/data.sqlite`` found from the current directory upward (usage error if none)."""
-    from zhin_cli.store.database import discover_database
+    """``--db`` as given, else the ``.zhin/data.sqlite`` found from the current directory upward (exit 3 if none:
+    ``zhin_cli.store.database.find_database``, the one rule every command shares)."""
+    from zhin_cli.store.database import find_database
 
-    if db is not None:
-        return db
-    found = discover_database(Path.cwd())
-    if found is None:
-        raise UsageError("no .zhin/data.sqlite found from here upward; pass --db")
-    return str(found)
+    return find_database(db, Path.cwd())
 
 
 def write_jsonl_output(session: Any, output: Path | None) -> int | None:

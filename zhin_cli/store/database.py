@@ -10,6 +10,7 @@ separate, explicit path through ``writable_engine``; ``zhin import`` is all or n
 from __future__ import annotations
 
 import fcntl
+import importlib
 import ipaddress
 import json
 import os
@@ -77,6 +78,22 @@ def discover_database(start: Path) -> Path | None:
     return None
 
 
+class DatabaseNotFound(SessionNotFound):
+    """No ``--db`` and no ``.zhin/data.sqlite`` from the working directory upward: "cannot run" (exit 3) for every
+    command, whether it reads one session or lists them all (README "Exit status")."""
+
+
+def find_database(db: str | None, cwd: Path) -> str:
+    """``db`` as given, else the ``.zhin/data.sqlite`` found from ``cwd`` upward; ``DatabaseNotFound`` if none.
+    The one place this condition is decided, so every command reports it with the same words and exit code."""
+    if db is not None:
+        return db
+    found = discover_database(cwd)
+    if found is None:
+        raise DatabaseNotFound(f"no .zhin/data.sqlite found from {cwd} upward; pass --db (or run `zhin import` first)")
+    return str(found)
+
+
 @dataclass(frozen=True)
 class ServerDialect:
     """How one kind of database server is reached: the SQLAlchemy driver and how to keep reads read-only."""
@@ -84,6 +101,12 @@ class ServerDialect:
     drivername: str
     read_only_connect_args: dict[str, Any]
     connect_args: dict[str, Any]
+    # The driver is an optional extra of the package (pip install 'zhin-cli[postgres]'): its module, the server's
+    # name and the extra's name, for the one-line error when it is not installed.
+    driver_module: str = ""
+    server_name: str = ""
+    extra: str = ""
+    scheme: str = ""
 
 
 POSTGRES = ServerDialect(
@@ -91,6 +114,10 @@ POSTGRES = ServerDialect(
     # Every transaction on a reading connection is READ ONLY: the server itself refuses a write.
     read_only_connect_args={"options": "-c default_transaction_read_only=on"},
     connect_args={"connect_timeout": 10},
+    driver_module="psycopg",
+    server_name="PostgreSQL",
+    extra="postgres",
+    scheme="postgresql",
 )
 
 MYSQL = ServerDialect(
@@ -98,6 +125,10 @@ MYSQL = ServerDialect(
     # Every transaction on a reading connection is READ ONLY: the server refuses a write.
     read_only_connect_args={"init_command": "SET SESSION TRANSACTION READ ONLY"},
     connect_args={"connect_timeout": 10, "charset": "utf8mb4"},
+    driver_module="pymysql",
+    server_name="MySQL/MariaDB",
+    extra="mysql",
+    scheme="mysql",
 )
 
 # URL scheme → dialect. A new server kind is one entry here (and a pinned driver in pyproject.toml).
@@ -242,6 +273,18 @@ def _sqlite_engine(uri: str, *, read_only: bool) -> Engine:
     return engine
 
 
+def require_driver(server: ServerDialect) -> None:
+    """The server's driver is importable, or one line naming the extra that installs it (exit 3) — not
+    SQLAlchemy's "No module named 'psycopg'" on the first connection."""
+    if not server.driver_module:
+        return
+    try:
+        importlib.import_module(server.driver_module)
+    except ImportError:
+        raise ZhinError(f"{server.scheme}:// needs the {server.server_name} driver: "
+                        f"pip install 'zhin-cli[{server.extra}]'") from None
+
+
 def _read_only_engine(ref: DatabaseRef) -> Engine:
     if ref.sqlite_path is not None:
         path = ref.sqlite_path
@@ -256,6 +299,7 @@ def _read_only_engine(ref: DatabaseRef) -> Engine:
         # rewrites pages under it ("database disk image is malformed", rows of another snapshot).
         return _sqlite_engine(f"sqlite:///file:{quote(str(path.resolve()))}?mode=ro&uri=true", read_only=True)
     assert ref.server is not None
+    require_driver(ref.server)
     try:
         engine = create_engine(
             ref.url,
@@ -285,6 +329,7 @@ def writable_engine(ref: DatabaseRef, *, sqlite_path: Path | None = None) -> Eng
             raise ZhinError(f"cannot create folder: {exc.strerror}", where=str(path.parent)) from None
         return _sqlite_engine(f"sqlite:///{path}", read_only=False)
     assert ref.server is not None
+    require_driver(ref.server)
     try:
         return create_engine(ref.url, connect_args=dict(ref.server.connect_args), poolclass=NullPool)
     except (SQLAlchemyError, ImportError) as exc:
