@@ -131,7 +131,7 @@ def test_negative_control_trace_errors_stay_errors(tmp_path: Path, zhin: Any) ->
 
 def test_trace_cli_says_so(tmp_path: Path, zhin: Any) -> None:
     path = save(greeted(), tmp_path)
-    shown = zhin("trace", path, "--all")
+    shown = zhin("trace", path, "--all", "--detail")
     assert shown.returncode == 0, shown.stderr
     assert "note: turn 1 is the greeting" in shown.stdout
     assert "turn 1 ·" not in shown.stdout and "turn 2 ·" in shown.stdout

@@ -1,10 +1,17 @@
-"""``zhin trace``: per request, the segments table, state rendering, headers, cache breakpoints, body."""
+"""``zhin trace``: per request, the segments table, state rendering, headers, cache breakpoints, body.
+
+``--all`` shows one compact row per turn (a picture of the whole session: prompt tokens, the cached/new bar,
+the largest segments, the state rendering mode, the verdict); ``--detail`` (and any single turn) the full tables.
+``--jsonl`` streams one request per line as the replay makes it. Identifiers (session and segment ids) are never
+cut to fit a terminal: the other columns wrap instead.
+"""
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, TextIO
 
 import typer
 from rich.markup import escape
@@ -19,12 +26,20 @@ from zhin_cli._cli import (
     freeze_loaded,
     handles_errors,
     print_json,
+    print_sources,
     replay_progress,
     stdout_console,
 )
 from zhin_cli.core.errors import EXIT_FOUND, UsageError
 from zhin_cli.pipeline.assemble import AssembledRequest
-from zhin_cli.tools.trace import trace
+from zhin_cli.tools.trace import TraceResult, TurnRow, open_trace, turn_rows
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+CACHED, NEW = "█", "░"  # the bar's characters: they carry the meaning without colour (NO_COLOR, a log file)
+ACCEPTED, REJECTED = "✓", "✗"  # the validator's verdict
+WIDE_BAR, NARROW_BAR = 24, 8  # bar width at full scale (the largest prompt shown), by terminal width
 
 
 @app.command("trace")
@@ -32,13 +47,15 @@ from zhin_cli.tools.trace import trace
 def trace_command(
     session: Annotated[str, typer.Argument(help="A session .jsonl file, or a session id / key in the database.")],
     turn: Annotated[int | None, typer.Option("--turn", "-t", help="Turn to show (1-based; -1 = last). Default: last. The greeting's turn has no request: a note, exit 0.")] = None,
-    all_turns: Annotated[bool, typer.Option("--all", help="Show every turn.")] = False,
+    all_turns: Annotated[bool, typer.Option("--all", help="Show every turn: one compact row each (--detail: the full tables).")] = False,
+    detail: Annotated[bool, typer.Option("--detail", help="With --all: the full per-segment tables of every turn instead of one row each (a single turn is always shown in full).")] = False,
     provider: Annotated[str | None, typer.Option("--provider", "-p", envvar="ZHIN_PROVIDER", help="Provider profile (openai, openai-reasoning, deepseek, …).")] = None,
     model: Annotated[str | None, typer.Option("--model", "-m", envvar="ZHIN_MODEL", help="Model id (default: the model stored with each turn, else gpt-4o).")] = None,
     timezone: Annotated[str | None, typer.Option("--timezone", envvar="ZHIN_TIMEZONE", help="Instance time zone for header times (default: the session's).")] = None,
-    show_request: Annotated[bool, typer.Option("--show-request", help="Print the exact wire body.")] = False,
+    show_request: Annotated[bool, typer.Option("--show-request", help="Print the exact wire body (with the full tables).")] = False,
     validate: Annotated[bool, typer.Option("--validate", help="Exit 1 if the offline validator rejects any shown request (its verdict is always shown).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One versioned JSON document on stdout.")] = False,
+    as_jsonl: Annotated[bool, typer.Option("--jsonl", help="One JSON object per request on stdout, each written as the replay makes it (an element of --json's requests).")] = False,
     preset: PresetOption = None,
     db: DbOption = None,
     config: ConfigOption = None,
@@ -49,34 +66,175 @@ def trace_command(
     """
     if turn is not None and all_turns:
         raise UsageError("use either --turn or --all")
+    if as_json and as_jsonl:
+        raise UsageError("use either --json or --jsonl")
     check_options(provider, timezone)
-    with replay_progress("replaying") as progress:
-        result = trace(session, db=db, config_path=config, provider=provider, model=model, timezone=timezone,
-                       preset=preset, turn=turn, all_turns=all_turns, cwd=Path.cwd(), after_load=freeze_loaded,
-                       progress=progress)
+    compact = all_turns and not (detail or show_request or as_json or as_jsonl)  # --all's picture: a row per turn
+    out = sys.stdout  # bound before the progress bar starts: rich's live display redirects sys.stdout to stderr
+    with replay_progress("replaying") as progress, open_trace(
+            session, db=db, config_path=config, provider=provider, model=model, timezone=timezone, preset=preset,
+            turn=turn, all_turns=all_turns, cwd=Path.cwd(), after_load=freeze_loaded, progress=progress) as run:
+        result = run.result
+        rows: list[TurnRow] = []
+        if as_jsonl:
+            for note in result.notes:  # stdout holds requests only
+                print(f"note: {note}", file=sys.stderr)
+            rejected = False
+            for request in run.requests():
+                rejected |= not request.verdict.ok
+                write_line(out, request)
+        else:
+            if not as_json:
+                print_sources(result.config_path, result.db)
+            if compact:  # a small row per turn is kept, not the requests
+                rows.extend(turn_rows(run.requests()))
+            else:
+                result.requests.extend(run.requests())
+            rejected = any(not row.accepted for row in rows) or any(not r.verdict.ok for r in result.requests)
     if as_json:
         print_json(result.as_dict())
-    else:
+    elif compact:
+        print_rows(stdout_console(), result, rows)
+    elif not as_jsonl:
         console = stdout_console()
-        console.print(f"[bold]{escape(result.session_id)}[/] · {escape(result.source)} · {result.turns} turns")
-        for note in result.notes:
-            console.print(f"note: {escape(note)}")
+        print_heading(console, result)
         for request in result.requests:
-            _print_request(console, request, show_request)
-    if validate and any(not r.verdict.ok for r in result.requests):
+            print_request(console, request, show_request)
+    if validate and rejected:
         raise typer.Exit(EXIT_FOUND)
 
 
-def _print_request(console, request: AssembledRequest, show_request: bool) -> None:  # type: ignore[no-untyped-def]
+def write_line(out: TextIO, request: AssembledRequest) -> None:
+    """One request as one JSON line, flushed: a reader (``| head -1``, a log shipper) has it at once."""
+    from zhin_cli.core.outputfiles import escape_surrogates
+
+    out.write(escape_surrogates(json.dumps(request.as_dict(), ensure_ascii=False)) + "\n")
+    out.flush()
+
+
+def print_heading(console: Console, result: TraceResult) -> None:
+    # soft_wrap: the session id is never broken or cropped to fit the terminal
+    console.print(f"[bold]{escape(result.session_id)}[/] · {escape(result.source)} · {result.turns} turns", soft_wrap=True)
+    for note in result.notes:
+        console.print(f"note: {escape(note)}")
+
+
+def bar_cells(row: TurnRow, scale: int, width: int) -> tuple[int, int]:
+    """``row``'s prompt drawn ``width`` characters wide at full ``scale`` (tokens): (cached characters, new ones).
+    Length is proportional to the prompt tokens; a prompt shows at least one character."""
+    if scale <= 0 or row.prompt_tokens <= 0:
+        return 0, 0
+    total = max(1, round(row.prompt_tokens * width / scale))
+    cached = min(total, round(row.cached_tokens * width / scale))
+    return cached, total - cached
+
+
+def wrap_entries(entries: list[str], room: int) -> list[str]:
+    """``entries`` joined by ", " into lines of at most ``room`` characters, breaking only between entries (an
+    entry longer than ``room`` gets a line of its own, whole: an identifier is never cut)."""
+    lines: list[str] = []
+    for entry in entries:
+        piece = entry if entry is entries[-1] else entry + ","
+        if lines and len(lines[-1]) + 1 + len(piece) <= room:
+            lines[-1] += " " + piece
+        else:
+            lines.append(piece)
+    return lines
+
+
+def print_rows(console: Console, result: TraceResult, rows: list[TurnRow]) -> None:
+    """The compact view of ``--all``: one row per turn — turn, prompt tokens, cached tokens, the cached/new bar,
+    state rendering, verdict, then the largest segments — and a legend.
+
+    Laid out here rather than by a rich Table: the fixed columns come first and keep their width, and the segments,
+    last, wrap between entries onto lines aligned under their column (or, on a terminal too narrow for that, onto
+    indented lines of their own); so no id is ever cut or folded, and 10⁴ rows cost a string join."""
+    print_heading(console, result)
+    if not rows:
+        return
+    scale = max(row.prompt_tokens for row in rows)
+    entries = [[f"{segment} {tokens}" for segment, tokens in row.top_segments] for row in rows]
+    numbers = max(len("prompt"), len(str(scale)))
+    turn_width = max(len("turn"), len(str(max(row.turn for row in rows))))
+    state_width = max(len("state"), *(len(row.state_rendering) for row in rows))
+    verdict_width = len("ok")
+    fixed = turn_width + 2 * numbers + state_width + verdict_width + 6  # six one-space gaps, the bar's included
+    widest_line = max((len(", ".join(names)) for names in entries), default=0)
+    bar_width = max(NARROW_BAR, min(WIDE_BAR, console.width - fixed - widest_line))
+    left = fixed + bar_width
+    room = console.width - left
+    longest = max((len(entry) for names in entries for entry in names), default=0)
+    aligned = room >= longest  # else the segments go on lines of their own, indented under the numbers
+    indent = left if aligned else turn_width + 1
+    room = room if aligned else max(1, console.width - indent)
+    lines = [f"[bold]{'turn':>{turn_width}} {'prompt':>{numbers}} {'cached':>{numbers}} {'cache':<{bar_width}} "
+             f"{'state':<{state_width}} {'ok':<{verdict_width}} largest segments (tokens)[/]"]
+    for row, names in zip(rows, entries, strict=True):
+        cached_cells, new_cells = bar_cells(row, scale, bar_width)
+        verdict = ACCEPTED if row.accepted else f"[red]{REJECTED}[/]"
+        wrapped = wrap_entries(names, room)
+        head = (f"{row.turn:>{turn_width}} {row.prompt_tokens:>{numbers}} {row.cached_tokens:>{numbers}} "
+                f"[green]{CACHED * cached_cells}[/][yellow]{NEW * new_cells}[/]{' ' * (bar_width - cached_cells - new_cells)} "
+                f"{row.state_rendering:<{state_width}} {verdict}{' ' * (verdict_width - 1)}")
+        if aligned and wrapped:
+            lines.append(head + " " + escape(wrapped[0]))
+            wrapped = wrapped[1:]
+        else:
+            lines.append(head.rstrip())
+        lines.extend(" " * indent + escape(line) for line in wrapped)
+        if not row.accepted:
+            lines.append(" " * (turn_width + 1) + f"[red]{REJECTED} {escape(row.verdict)}[/]")
+    # soft_wrap: the layout above already fits the width; nothing is cropped or re-wrapped
+    console.print("\n".join(lines), soft_wrap=True)
+    prompt, cached = sum(row.prompt_tokens for row in rows), sum(row.cached_tokens for row in rows)
+    share = f"{cached / prompt:.0%}" if prompt else "0%"
+    print_warnings(console, rows)
+    console.print(f"{CACHED} cached (the provider's prompt cache would read it; prefix-diff's count, the first turn "
+                  f"all new)  {NEW} new · bar length ∝ prompt tokens, full width {scale} · "
+                  f"{ACCEPTED} accepted / {REJECTED} rejected by the offline validator")
+    console.print(f"{len(rows)} requests: {cached} of {prompt} prompt tokens cached ({share}) · "
+                  "--detail for every turn's segment table")
+
+
+def turn_ranges(turns: list[int]) -> str:
+    """``1, 3–5, 9``: ascending turn numbers with runs folded."""
+    runs: list[list[int]] = []
+    for turn in turns:
+        if runs and turn == runs[-1][-1] + 1:
+            runs[-1].append(turn)
+        else:
+            runs.append([turn])
+    return ", ".join(str(run[0]) if len(run) == 1 else f"{run[0]}–{run[-1]}" for run in runs)
+
+
+def print_warnings(console: Console, rows: list[TurnRow]) -> None:
+    """Each distinct warning of the rows once, with the turns it concerns."""
+    turns: dict[str, list[int]] = {}
+    for row in rows:
+        for warning in dict.fromkeys(row.warnings):
+            turns.setdefault(warning, []).append(row.turn)
+    for warning, where in turns.items():
+        label = "turn" if len(where) == 1 else "turns"
+        console.print(f"[yellow]warning:[/] ({label} {turn_ranges(where)}) {escape(warning)}")
+
+
+def print_request(console: Console, request: AssembledRequest, show_request: bool) -> None:
+    cells = [[segment.id, segment.kind, f"{segment.weight:g}", "" if segment.messages is None else str(segment.messages),
+              str(segment.chars), str(segment.tokens), str(segment.trimmed) if segment.trimmed else ""]
+             for segment in request.segments]
+    headers = ("segment", "kind", "weight", "msgs", "chars", "tokens", "trimmed")
+    natural = [max(len(header), *(len(row[i]) for row in cells)) if cells else len(header) for i, header in enumerate(headers)]
+    boxed = sum(natural) + 3 * len(headers) + 1 <= console.width
+    # A boxed table where it fits; else no box and one space between columns, so the segment ids and the
+    # numbers keep their full width (never cut nor folded) and the kind column wraps to make room.
     table = Table(title=f"turn {request.turn} · {request.provider} · {request.model} · {request.prompt_tokens} prompt tokens ({request.encoding})",
-                  title_justify="left")
-    for column, justify in (("segment", "left"), ("kind", "left"), ("weight", "right"), ("msgs", "right"),
-                            ("chars", "right"), ("tokens", "right"), ("trimmed", "right")):
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
-    for segment in request.segments:
-        table.add_row(escape(segment.id), segment.kind, f"{segment.weight:g}",
-                      "" if segment.messages is None else str(segment.messages),
-                      str(segment.chars), str(segment.tokens), str(segment.trimmed) if segment.trimmed else "")
+                  title_justify="left", **({} if boxed else {"box": None, "pad_edge": False, "collapse_padding": True}))
+    table.add_column("segment", no_wrap=True, min_width=natural[0], overflow="fold")
+    table.add_column("kind", overflow="fold")
+    for index, column in enumerate(headers[2:], start=2):
+        table.add_column(column, justify="right", no_wrap=True, min_width=natural[index])
+    for row in cells:
+        table.add_row(*(escape(cell) for cell in row))
     console.print(table)
     breakpoints = ", ".join(
         f"{b.label} @ message {b.message_index}" + ("" if b.explicit else " (implicit)") for b in request.cache_breakpoints

@@ -1,8 +1,18 @@
-"""``zhin trace`` as a library call: replay a session and return the requests as data."""
+"""``zhin trace`` as a library call: replay a session and return the requests as data.
+
+Two ways in: :func:`trace` returns every chosen request at once (``--json``, the tables), and :func:`open_trace`
+hands them out one at a time as the replay makes them (``--jsonl`` streams each as it is made; the compact view of
+``--all`` keeps one small :class:`TurnRow` per turn instead of the requests, so a long session's rows cost the
+rows, not the requests). :func:`turn_rows` is that compact view's data: per turn the prompt tokens, the part the
+provider's prompt cache would read — counted by prefix-diff's own cache model (``tools.prefixdiff.cached_tokens``
+over the same requests in the same order), so both commands give one number — the three largest segments, the
+state rendering mode and the validator's verdict.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,9 +22,10 @@ from zhin_cli.pipeline.assemble import AssembledRequest
 from zhin_cli.pipeline.config import load_config
 from zhin_cli.pipeline.facade import Pipeline
 from zhin_cli.pipeline.preset.model import Preset
-from zhin_cli.store import load_session
+from zhin_cli.store import DatabaseSource, asking_order, load_session
 
 TRACE_VERSION = 1
+TOP_SEGMENTS = 3  # segments a compact row names
 
 
 @dataclass
@@ -25,6 +36,10 @@ class TraceResult:
     requests: list[AssembledRequest]
     greeting_turn: int | None = None  # the greeting's turn: it has no request (``assemble.greeting_position``)
     notes: list[str] = field(default_factory=list)
+    # what the run read, for the header line (``_cli.print_sources``); not part of the JSON document, which
+    # describes the session and its requests and is the same whichever database served them
+    config_path: Path | None = None  # the zhin.yaml the pipeline loaded (None: built-in defaults)
+    db: str | None = None  # the database the session came from (None: a file)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -45,6 +60,83 @@ CARD_GREETING_NOTE = ("the session stored no greeting: the preset's card greetin
 def greeting_note(turn: int) -> str:
     return (f"turn {turn} is the greeting: it opens the chat with no member input before it (as SillyTavern writes "
             "the card's first_mes), so no request was made for it; it stays in the history of later requests")
+
+
+@dataclass
+class TraceRun:
+    """An opened trace: what it is about (``result``, without requests yet) and the requests, made on demand."""
+
+    result: TraceResult
+    requests: Callable[[], Iterator[AssembledRequest]]
+
+
+def database_used(ref: str, db: str | None, cwd: Path) -> str | None:
+    """The database ``load_session(ref, db=db, cwd=cwd)`` reads (``--db`` or the one found upward), None for a file."""
+    from zhin_cli.store.database import discover_database
+
+    source = next((s for s in asking_order() if s.claims(ref)), None)
+    if not isinstance(source, DatabaseSource):
+        return None
+    if db is not None:
+        return db
+    found = discover_database(cwd)
+    return str(found) if found is not None else None
+
+
+@contextmanager
+def open_trace(
+    ref: str,
+    *,
+    db: str | None = None,
+    config_path: Path | None = None,
+    provider: str | None = None,
+    model: str | None = None,
+    timezone: str | None = None,
+    preset: Preset | Path | None = None,
+    turn: int | None = None,
+    all_turns: bool = False,
+    cwd: Path | None = None,
+    after_load: Callable[[], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Iterator[TraceRun]:
+    """Load ``ref`` and open its pipeline; ``run.requests()`` then replays the chosen turns one at a time (see
+    :func:`trace` for the choice). The pipeline stays open until the ``with`` block ends."""
+    cwd = cwd or Path.cwd()
+    config = load_config(config_path, cwd=cwd)
+    session = load_session(ref, db=db, cwd=cwd)
+    if after_load is not None:
+        after_load()
+    with Pipeline.open(config, provider=provider, model=model, timezone=timezone, preset=preset) as pipeline:
+        plan = pipeline.turns(session)
+        total = plan.total
+        if total == 0:
+            raise UsageError(f"session {session.session_id!r} has no assistant message, so no request to replay")
+        # A turn without a request (the greeting) is a note, never an error — also when it is the last turn, so
+        # the default (last) is always ``--turn -1``: a session holding only its greeting shows the note, exit 0.
+        greeting = plan.greeting_turn
+        wanted: int | None = None
+        if not all_turns:
+            wanted = total if turn is None else (turn if turn > 0 else total + 1 + turn)
+            if not 1 <= wanted <= total:
+                raise UsageError(f"--turn {turn} is out of range: the session has {total} turns (1..{total})")
+        notes = [greeting_note(greeting)] if greeting is not None and wanted in (None, greeting) else []
+        if plan.card_greeting:
+            notes.append(CARD_GREETING_NOTE)
+        result = TraceResult(session.session_id, session.source, total, [], greeting, notes,
+                             config_path=config.path, db=database_used(ref, db, cwd))
+
+        def requests() -> Iterator[AssembledRequest]:
+            if wanted is None:
+                for request in pipeline.replay(session):
+                    if progress is not None:
+                        progress(request.turn, total)
+                    yield request
+            elif wanted != greeting:
+                yield pipeline.request(session, turn=wanted)
+                if progress is not None:
+                    progress(wanted, wanted)
+
+        yield TraceRun(result, requests)
 
 
 def trace(
@@ -69,34 +161,51 @@ def trace(
     its window (``Pipeline.request``), not the turns before it; ``--all`` replays incrementally. ``preset``
     replaces the config's ``preset:`` file (keeping its options).
     """
-    config = load_config(config_path, cwd=cwd)
-    session = load_session(ref, db=db, cwd=cwd)
-    if after_load is not None:
-        after_load()
-    with Pipeline.open(config, provider=provider, model=model, timezone=timezone, preset=preset) as pipeline:
-        plan = pipeline.turns(session)
-        total = plan.total
-        if total == 0:
-            raise UsageError(f"session {session.session_id!r} has no assistant message, so no request to replay")
-        # A turn without a request (the greeting) is a note, never an error — also when it is the last turn, so
-        # the default (last) is always ``--turn -1``: a session holding only its greeting shows the note, exit 0.
-        greeting = plan.greeting_turn
-        wanted: int | None = None
-        if not all_turns:
-            wanted = total if turn is None else (turn if turn > 0 else total + 1 + turn)
-            if not 1 <= wanted <= total:
-                raise UsageError(f"--turn {turn} is out of range: the session has {total} turns (1..{total})")
-        notes = [greeting_note(greeting)] if greeting is not None and wanted in (None, greeting) else []
-        if plan.card_greeting:
-            notes.append(CARD_GREETING_NOTE)
-        requests: list[AssembledRequest] = []
-        if wanted is None:
-            for request in pipeline.replay(session):
-                if progress is not None:
-                    progress(request.turn, total)
-                requests.append(request)
-        elif wanted != greeting:
-            requests.append(pipeline.request(session, turn=wanted))
-            if progress is not None:
-                progress(wanted, wanted)
-    return TraceResult(session.session_id, session.source, total, requests, greeting, notes)
+    with open_trace(ref, db=db, config_path=config_path, provider=provider, model=model, timezone=timezone,
+                    preset=preset, turn=turn, all_turns=all_turns, cwd=cwd, after_load=after_load,
+                    progress=progress) as run:
+        run.result.requests.extend(run.requests())
+    return run.result
+
+
+# --- the compact view: one row per turn ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TurnRow:
+    """One turn of ``trace --all``'s compact view."""
+
+    turn: int
+    prompt_tokens: int
+    cached_tokens: int  # what the provider's prompt cache would read (prefix-diff's number); the first turn: 0
+    top_segments: tuple[tuple[str, int], ...]  # (segment id, tokens), the largest first
+    state_rendering: str
+    accepted: bool
+    verdict: str  # "accepted", or the status and the validator's message
+    warnings: tuple[str, ...] = ()  # the request's warnings (what the provider's template loses, …)
+
+    @property
+    def new_tokens(self) -> int:
+        return self.prompt_tokens - self.cached_tokens
+
+
+def turn_row(request: AssembledRequest, cached: int) -> TurnRow:
+    """``request`` as a compact row, given the tokens the cache would read of it."""
+    # ties keep the request's segment order, so the same request always names the same three
+    top = sorted(request.segments, key=lambda s: -s.tokens)[:TOP_SEGMENTS]
+    verdict = request.verdict
+    return TurnRow(request.turn, request.prompt_tokens, cached, tuple((s.id, s.tokens) for s in top if s.tokens),
+                   request.state_rendering, verdict.ok,
+                   "accepted" if verdict.ok else f"rejected {verdict.status}: {verdict.message}".rstrip(": "),
+                   tuple(request.warnings))
+
+
+def turn_rows(requests: Iterable[AssembledRequest]) -> Iterator[TurnRow]:
+    """A replay's requests (in order, from its first turn) as compact rows, the cached tokens counted as
+    prefix-diff counts them: one cache simulator fed every request in order (``tools.prefixdiff.cached_tokens``)."""
+    from zhin_cli.cache import PrefixCache
+    from zhin_cli.tools.prefixdiff import cached_tokens, serialize
+
+    cache = PrefixCache()
+    for request in requests:
+        yield turn_row(request, cached_tokens(cache, request, serialize(request)))
