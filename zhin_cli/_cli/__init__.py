@@ -53,6 +53,7 @@ COMMAND_MODULES: dict[str, str] = {
     "serve": "serve",
     "trace": "trace",
     "trust": "trust",
+    "view": "view",
     "budget": "budget",
     "schema": "eval",
     "facts": "facts",

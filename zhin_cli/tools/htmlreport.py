@@ -115,22 +115,22 @@ class TurnView:
             return "compaction" if self.detail == "compaction" else "window_shift"
         return None
 
-    def as_json(self, previous: TurnView | None) -> dict[str, Any]:
+    def as_json(self, previous: TurnView | None, store: ChunkStore) -> dict[str, Any]:
+        """What the page's script needs to draw this turn (the DOM has the rest): chunk lists as "the previous
+        turn's first ``keep``, then these"; the tail text and breakpoints as ids in the chunk store (they repeat)."""
         keep = 0
         if previous is not None:
             limit = min(len(previous.chunks), len(self.chunks))
             while keep < limit and previous.chunks[keep] == self.chunks[keep] and previous.groups[keep] == self.groups[keep]:
                 keep += 1
         data: dict[str, Any] = {
-            "turn": self.turn, "prompt": self.prompt_tokens, "cached": self.cached_tokens,
-            "keep": keep, "chunks": self.chunks[keep:], "groups": self.groups[keep:],
-            "segments": self.segments, "state": self.state_rendering,
-            "headers": {"full": self.full_headers, "short": self.short_headers},
-            "breakpoints": self.breakpoints, "verdict": self.verdict, "warnings": self.warnings, "window": self.window,
-            "tail": self.tail_position, "tail_text": self.tail_text,
-            "cause": self.cause, "detail": self.detail, "unexpected": self.unexpected,
+            "turn": self.turn, "keep": keep, "chunks": self.chunks[keep:], "groups": self.groups[keep:],
+            "breakpoints": store.add("breakpoints", json.dumps(self.breakpoints, separators=(",", ":")).encode()),
+            "tail": self.tail_position,
+            "tail_text": store.add("tail", self.tail_text.encode("utf-8", "surrogatepass")) if self.tail_text else None,
+            "cause": self.cause, "detail": self.detail,
             "common": {"bytes": self.common_prefix_bytes, "tokens": self.common_prefix_tokens},
-            "segment": self.diverging_segment, "before": self.before, "after": self.after,
+            "segment": self.diverging_segment,
         }
         if self.divergence is not None:
             data["div"] = self.divergence.as_dict()
@@ -166,7 +166,7 @@ class SessionPage:
         return sum(t.cached_tokens for t in self.turns[1:]) / prompt if prompt else 0.0
 
     def as_json(self) -> dict[str, Any]:
-        turns = [turn.as_json(self.turns[i - 1] if i else None) for i, turn in enumerate(self.turns)]
+        turns = [turn.as_json(self.turns[i - 1] if i else None, self.store) for i, turn in enumerate(self.turns)]
         return {"session_id": self.session_id, "chunks": self.store.chunks, "groups": self.groups, "turns": turns}
 
 
@@ -368,47 +368,51 @@ def _pct(value: float | None) -> str:
     return "—" if value is None else f"{value:.1%}"
 
 
-def _colours(pages: Sequence[SessionPage]) -> dict[str, str]:
-    kinds: dict[str, str] = {}
+def _kinds(pages: Sequence[SessionPage]) -> dict[str, int]:
+    """Segment kinds in order of first appearance: kind k is drawn in colour class ``k<k>``."""
+    kinds: dict[str, int] = {}
     for page in pages:
         for turn in page.turns:
             for segment in turn.segments:
-                if segment["kind"] not in kinds:
-                    kinds[segment["kind"]] = PALETTE[len(kinds) % len(PALETTE)]
+                kinds.setdefault(segment["kind"], len(kinds))
     return kinds
+
+
+def _kind_css(kinds: dict[str, int]) -> str:
+    return "".join(f".k{n}{{background:{PALETTE[n % len(PALETTE)]}}}" for n in kinds.values())
 
 
 MARKER_TEXT = {"unexpected": "unexpected break", "compaction": "compaction (window shift)",
                "window_shift": "window shift (tail limit)"}
 
 
-def _bar(index: int, page: SessionPage, turn: TurnView, top: int) -> str:
+def _bar(index: int, turn: TurnView, top: int) -> str:
+    """One chart bar (its tooltip is written by the page's script from these attributes, on hover)."""
     height = 100 * turn.prompt_tokens / top if top else 0
     cached = 100 * turn.cached_tokens / turn.prompt_tokens if turn.prompt_tokens else 0
-    cause = f"; {turn.cause}" + (f" ({turn.detail})" if turn.detail else "") if turn.cause else ""
-    title = f"turn {turn.turn}: {_n(turn.prompt_tokens)} prompt tokens, {_n(turn.cached_tokens)} cached, {_n(turn.new_tokens)} new{cause}"
     marker = turn.marker
+    extra = f' data-cause="{_e(turn.cause)}"' if turn.cause else ""
+    if marker:
+        extra += f' data-marker="{marker}"'
     mark = f'<i class="mark m-{marker}"></i>' if marker else ""
-    return (f'<a class="bar{" marked" if marker else ""}" href="#s{index}-t{turn.turn}" data-turn="{turn.turn}" '
-            f'data-prompt-tokens="{turn.prompt_tokens}" data-cached-tokens="{turn.cached_tokens}"'
-            f'{f" data-marker={chr(34)}{marker}{chr(34)}" if marker else ""} title="{_e(title)}">{mark}'
-            f'<b style="height:{height:.2f}%"><s style="height:{cached:.2f}%"></s></b></a>')
+    return (f'<a class="bar" href="#s{index}-t{turn.turn}" data-turn="{turn.turn}" data-prompt-tokens="{turn.prompt_tokens}" '
+            f'data-cached-tokens="{turn.cached_tokens}"{extra}>{mark}<b style="height:{height:.1f}%">'
+            f'<s style="height:{cached:.1f}%"></s></b></a>')
 
 
-def _segments(turn: TurnView, colours: dict[str, str]) -> str:
+def _segments(turn: TurnView, kinds: dict[str, int]) -> str:
+    """The segments as a stacked bar: one element per segment, its width its tokens; the label is drawn from
+    ``data-segment`` by the stylesheet and the tooltip by the script on hover (2,000 turns: no 20,000 text nodes)."""
     spans = []
     for segment in turn.segments:
         trimmed = segment["trimmed"]
-        title = f"{segment['id']} · {segment['kind']} · {_n(segment['tokens'])} tokens" + (
-            f" · {_n(trimmed)} characters trimmed" if trimmed else "")
-        spans.append(f'<span class="seg{" trimmed" if trimmed else ""}" data-segment="{_e(segment["id"])}" '
-                     f'data-kind="{_e(segment["kind"])}" data-tokens="{segment["tokens"]}" data-trimmed="{trimmed}" '
-                     f'style="flex-grow:{segment["tokens"]};background:{colours.get(segment["kind"], "#999")}" '
-                     f'title="{_e(title)}">{_e(segment["id"])}</span>')
+        spans.append(f'<span class="seg k{kinds.get(segment["kind"], 0)}{" trimmed" if trimmed else ""}" '
+                     f'data-segment="{_e(segment["id"])}" data-kind="{_e(segment["kind"])}" data-tokens="{segment["tokens"]}"'
+                     f'{f" data-trimmed={chr(34)}{trimmed}{chr(34)}" if trimmed else ""} style="flex-grow:{segment["tokens"]}"></span>')
     return f'<div class="segbar">{"".join(spans)}</div>'
 
 
-def _section(index: int, turn: TurnView, colours: dict[str, str], previous: int | None) -> str:
+def _section(index: int, turn: TurnView, kinds: dict[str, int], previous: int | None) -> str:
     verdict = "accepted" if turn.verdict.get("ok") else f"rejected ({turn.verdict.get('status')})"
     cause = ""
     if turn.cause:
@@ -421,14 +425,12 @@ def _section(index: int, turn: TurnView, colours: dict[str, str], previous: int 
             f'{len(turn.chunks)} wire chunks · {verdict}')
     diff = ""
     if previous is not None:
-        diff = (f'<details class="lazy" data-view="diff"><summary>diff against turn {previous}: first divergent byte '
-                f'{_n(turn.common_prefix_bytes)} ({_n(turn.common_prefix_tokens)} tokens in common)</summary></details>')
+        diff = (f'<details class="lazy" data-view="diff"><summary>diff against turn {previous}</summary></details>')
     return (f'<section class="turn{" bad" if turn.unexpected else ""}" id="s{index}-t{turn.turn}" data-turn="{turn.turn}" '
             f'data-prompt-tokens="{turn.prompt_tokens}" data-cached-tokens="{turn.cached_tokens}">'
             f'<h3><a href="#s{index}-t{turn.turn}">turn {turn.turn}</a> <small>{facts}</small></h3>'
-            f'<p class="meta">{meta}</p>{_segments(turn, colours)}'
-            f'<details class="lazy" data-view="messages"><summary>wire messages, headers, [state change] lines, '
-            f'scene tail and cache breakpoints</summary></details>{diff}</section>')
+            f'<p class="meta">{meta}</p>{_segments(turn, kinds)}'
+            f'<details class="lazy" data-view="messages"><summary>wire messages</summary></details>{diff}</section>')
 
 
 def _economy(page: SessionPage) -> str:
@@ -467,21 +469,21 @@ def _economy(page: SessionPage) -> str:
             f'docs/economy.md.</p></section>')
 
 
-def _legend(colours: dict[str, str]) -> str:
-    kinds = "".join(f'<span><i style="background:{c}"></i>{_e(k)}</span>' for k, c in colours.items())
+def _legend(kinds: dict[str, int]) -> str:
+    names = "".join(f'<span><i class="k{n}"></i>{_e(k)}</span>' for k, n in kinds.items())
     return (f'<p class="legend"><span><i class="l-cached"></i>cached</span><span><i class="l-new"></i>new</span>'
             f'<span><i class="mark m-window_shift"></i>window shift</span><span><i class="mark m-compaction"></i>compaction</span>'
-            f'<span><i class="mark m-unexpected"></i>unexpected break</span> · segment kinds: {kinds}</p>')
+            f'<span><i class="mark m-unexpected"></i>unexpected break</span> · segment kinds: {names}</p>')
 
 
-def _session(index: int, page: SessionPage, colours: dict[str, str]) -> str:
+def _session(index: int, page: SessionPage, kinds: dict[str, int]) -> str:
     top = max((t.prompt_tokens for t in page.turns), default=0)
-    bars = "".join(_bar(index, page, turn, top) for turn in page.turns)
+    bars = "".join(_bar(index, turn, top) for turn in page.turns)
     causes = ", ".join(f"{n} × {c.replace('_', ' ')}" for c, n in sorted(page.causes().items(), key=lambda kv: -kv[1]))
     unexpected = sum(1 for t in page.turns if t.unexpected)
     greeting = (f'<p class="meta">Turn {page.greeting_turn} is the greeting: no request was made for it, so it has '
                 f'no section.</p>') if page.greeting_turn is not None else ""
-    sections = "".join(_section(index, turn, colours, page.turns[i - 1].turn if i else None)
+    sections = "".join(_section(index, turn, kinds, page.turns[i - 1].turn if i else None)
                        for i, turn in enumerate(page.turns))
     wide = " wide" if len(page.turns) > 150 else ""
     return (f'<article class="session" id="s{index}" data-session="{_e(page.session_id)}" data-index="{index}">'
@@ -490,7 +492,7 @@ def _session(index: int, page: SessionPage, colours: dict[str, str]) -> str:
             f'cached share {_pct(page.cached_share())} · {_e(causes) or "no pairs"} · '
             f'<span class="{"bad" if unexpected else "ok"}">{unexpected} unexpected break(s)</span></p>{greeting}'
             f'<div class="chart{wide}" role="img" aria-label="prompt tokens per turn, cached and new">{bars}</div>'
-            f'{_legend(colours)}{_economy(page)}<div class="turns">{sections}</div></article>')
+            f'{_legend(kinds)}{_economy(page)}<div class="turns">{sections}</div></article>')
 
 
 def _data_json(report: HtmlReport) -> str:
@@ -502,18 +504,104 @@ def _data_json(report: HtmlReport) -> str:
 
 def render(report: HtmlReport) -> str:
     """The report as one HTML document (CSS, script and data inlined)."""
-    colours = _colours(report.sessions)
+    kinds = _kinds(report.sessions)
     title = ", ".join(page.session_id for page in report.sessions[:3]) + (" …" if len(report.sessions) > 3 else "")
     nav = "".join(f'<a href="#s{i}">{_e(p.session_id)}</a>' for i, p in enumerate(report.sessions)) if len(report.sessions) > 1 else ""
-    body = "".join(_session(i, page, colours) for i, page in enumerate(report.sessions))
+    body = "".join(_session(i, page, kinds) for i, page in enumerate(report.sessions))
     return ("<!DOCTYPE html>\n"
             f'<html lang="en"><head><meta charset="utf-8">'
             f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
             f'<meta name="generator" content="zhin report html v{HTML_REPORT_VERSION}">'
-            f'<title>zhin report · {_e(title)}</title><style>{_asset("report.css")}</style></head>'
+            f'<title>zhin report · {_e(title)}</title><style>{_asset("report.css")}{_kind_css(kinds)}</style></head>'
             f'<body><header><h1>zhin report</h1><p class="meta">What each request sent: prompt tokens per turn '
             f'(cached / new, from the simulated prompt cache), the segments of every request, and the wire messages '
             f'and diff of a turn when you open it.</p><nav>{nav}</nav></header><main>{body}</main>'
             f'<script type="application/json" id="zhin-data">{_data_json(report)}</script>'
             f'<script>{_asset("report.js")}</script></body></html>\n')
+
+
+# --- serving (``zhin view``) ---------------------------------------------------------------------------------
+
+
+def view_address(host: str) -> str:
+    """The address ``zhin view`` binds for ``host``: loopback only (the page shows whole conversations)."""
+    from zhin_cli.core.loopback import is_loopback_name
+
+    if not is_loopback_name(host.strip("[]")):
+        raise UsageError(f"--host {host!r} is not a loopback address; zhin view only listens on 127.0.0.1, ::1 or localhost")
+    return "127.0.0.1" if host.lower().rstrip(".").endswith("localhost") else host.strip("[]")
+
+
+def page_server(page: str, host: str = "127.0.0.1", port: int = 0) -> Any:
+    """A bound (not yet serving) HTTP server answering ``GET /`` with ``page``; a request whose ``Host`` is not a
+    loopback name is refused (DNS rebinding), every other path is 404."""
+    import socket
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from zhin_cli.core.errors import ZhinError
+    from zhin_cli.core.loopback import is_loopback_name
+
+    address = view_address(host)
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--port {port} is out of range (0-65535; 0 picks a free port)")
+    body = page.encode("utf-8", errors="backslashreplace")
+
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "zhin-view"
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+            pass  # quiet: the terminal shows the URL, not a log
+
+        def _answer(self, send_body: bool) -> None:
+            name = (self.headers.get("Host") or "").rsplit(":", 1)[0] if not (self.headers.get("Host") or "").startswith("[") \
+                else (self.headers.get("Host") or "")[1:].split("]", 1)[0]
+            if not is_loopback_name(name):
+                status, content, kind = 403, b"zhin view answers loopback names only\n", "text/plain; charset=utf-8"
+            elif self.path.split("?", 1)[0] in ("/", "/index.html"):
+                status, content, kind = 200, body, "text/html; charset=utf-8"
+            else:
+                status, content, kind = 404, b"not found\n", "text/plain; charset=utf-8"
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(content)))
+            self.send_header("Content-Security-Policy", CSP)
+            self.send_header("X-Content-Type-Options", "nosniff")
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            if send_body:
+                self.wfile.write(content)
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            self._answer(True)
+
+        def do_HEAD(self) -> None:  # noqa: N802
+            self._answer(False)
+
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+        address_family = socket.AF_INET6 if ":" in address else socket.AF_INET
+
+    try:
+        return Server((address, port), Handler)
+    except OSError as error:
+        raise ZhinError(f"cannot listen on {address}:{port}: {error.strerror or error}") from None
+
+
+def server_url(server: Any) -> str:
+    host, port = server.server_address[:2]
+    return f"http://{f'[{host}]' if ':' in str(host) else host}:{port}/"
+
+
+def serve_page(page: str, *, host: str = "127.0.0.1", port: int = 0, on_ready: Callable[[str], None] | None = None) -> None:
+    """Serve ``page`` in the foreground until Ctrl-C or SIGTERM, the normal way to stop it (then return: exit 0,
+    as ``zhin serve``)."""
+    server = page_server(page, host, port)
+    try:
+        if on_ready is not None:
+            on_ready(server_url(server))
+        server.serve_forever()
+    except KeyboardInterrupt:  # SIGINT, and SIGTERM (zhin_cli.signals.Terminated)
+        pass
+    finally:
+        server.server_close()

@@ -92,14 +92,15 @@
     var chunks = view.session.chunks, groups = view.session.groups;
     var messageIndex = -1;
     var byIndex = {};
-    t.breakpoints.forEach(function (b) { (byIndex[b.message_index] = byIndex[b.message_index] || []).push(b); });
+    var tailText = t.tail_text === null ? null : chunks[t.tail_text][1];
+    JSON.parse(chunks[t.breakpoints][1]).forEach(function (b) { (byIndex[b.message_index] = byIndex[b.message_index] || []).push(b); });
     entry.chunks.forEach(function (id, position) {
       var chunk = chunks[id];
       var label = chunk[0];
       if (label === "message") messageIndex += 1;
       var index = label === "message" ? messageIndex : -1;
       var here = byIndex[index] || [];
-      var tailPosition = position === t.tail && t.tail_text;
+      var tailPosition = position === t.tail && tailText;
       here.forEach(function (b) {
         // a breakpoint before the tail sits inside the message that carries the tail: drawn there
         if (b.before !== undefined && b.before !== null && !(tailPosition && b.before === "tail")) box.appendChild(breakpointLine(b));
@@ -111,7 +112,7 @@
       div.appendChild(el("div", "who", (label === "message" ? "#" + index + " " : "") + role + " · " + (groups[entry.groups[position]] || "")));
       var pre = el("pre");
       var text = readable(label, value);
-      var tail = position === t.tail && t.tail_text ? t.tail_text : null;
+      var tail = tailPosition ? tailText : null;
       var cut = tail ? text.lastIndexOf(tail) : -1;
       if (cut < 0 && tail) { tail = tail.replace(/^\s+/, ""); cut = text.lastIndexOf(tail); }
       if (cut >= 0) {
@@ -211,6 +212,22 @@
     section.querySelectorAll("details.lazy").forEach(function (d) { d.open = true; draw(d); });
     section.scrollIntoView();
   }
+  // tooltips are written on first hover, from the element's data-* hooks (2,000 turns need no 20,000 titles)
+  function number(value) { return Number(value).toLocaleString("en-US"); }
+  document.addEventListener("mouseover", function (event) {
+    var node = event.target && event.target.closest ? event.target.closest(".bar, .seg") : null;
+    if (!node || node.title) return;
+    var d = node.dataset;
+    if (node.classList.contains("bar")) {
+      var prompt = Number(d.promptTokens), cached = Number(d.cachedTokens);
+      node.title = "turn " + d.turn + ": " + number(prompt) + " prompt tokens, " + number(cached) + " cached, " +
+        number(prompt - cached) + " new" + (d.cause ? " · " + d.cause.replace(/_/g, " ") : "") +
+        (d.marker === "unexpected" ? " (unexpected break)" : d.marker === "compaction" ? " (compaction)" : "");
+    } else {
+      node.title = d.segment + " · " + d.kind + " · " + number(d.tokens) + " tokens" +
+        (d.trimmed ? " · " + number(d.trimmed) + " characters trimmed" : "");
+    }
+  });
   window.addEventListener("hashchange", openTarget);
   openTarget();
 })();
