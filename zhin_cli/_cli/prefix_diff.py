@@ -90,12 +90,12 @@ def prefix_diff_command(
         result = run_prefix_diff(sessions or [], cwd=Path.cwd(), db=db, config_path=config, provider=provider, model=model,
                                  base=base, head=head, all_sessions=all_sessions, fail_on=chosen, preset=preset,
                                  after_load=freeze_loaded, progress=progress, jobs=jobs,
-                                 on_start=_print_header if text else None,
                                  on_pair=(lambda session, pair: _write_line(session.pair_dict(pair))) if as_jsonl else None,
                                  on_comparison=(lambda comparison: _write_line(comparison.as_dict(chosen))) if as_jsonl else None)
     if as_json:
         print_json(result.as_dict())
     elif text:
+        _print_header(result)  # once the run succeeded: an error stays the one line on stderr
         print_result(stdout_console(), result)
     _publish(result)
     if result.unexpected:

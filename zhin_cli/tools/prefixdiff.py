@@ -895,7 +895,6 @@ def run_prefix_diff(
     after_load: Callable[[], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
     jobs: int | None = 1,
-    on_start: Callable[[PrefixDiffResult], None] | None = None,
     on_pair: Callable[[SessionDiff, PairDiff], None] | None = None,
     on_comparison: Callable[[ConfigDiff], None] | None = None,
 ) -> PrefixDiffResult:
@@ -905,8 +904,7 @@ def run_prefix_diff(
     result is the same for every value (core/parallel.py: input order, the same errors). ``progress`` counts
     turns with one job, sessions with several.
 
-    Streaming (``--jsonl``): ``on_start`` sees the result once its configuration and database are known (before
-    any replay); ``on_pair`` each pair of a turn-to-turn diff as it is made (with several jobs, a session's pairs
+    Streaming (``--jsonl``): ``on_pair`` sees each pair of a turn-to-turn diff as it is made (with several jobs, a session's pairs
     when that session is done, in input order); ``on_comparison`` each session of ``--base/--head`` when done."""
     from zhin_cli.core.errors import UsageError
     from zhin_cli.core.parallel import check_jobs, ordered_map
@@ -938,8 +936,6 @@ def run_prefix_diff(
     if base is None:
         config = load_config(config_path, cwd=cwd)
         result = PrefixDiffResult("turns", fail, config_path=config.path, db=database)
-        if on_start is not None:
-            on_start(result)
         result.sessions.extend(run((config,)))
         return result
 
@@ -948,8 +944,6 @@ def run_prefix_diff(
     assert head is not None
     with load_config_source(base, cwd=cwd) as base_source, load_config_source(head, cwd=cwd) as head_source:
         result = PrefixDiffResult("configs", fail, base_label=base_source.label, head_label=head_source.label, db=database)
-        if on_start is not None:
-            on_start(result)
         for comparison in run((base_source.config, head_source.config)):
             _rebase_sources(comparison, (base_source.tempdir, head_source.tempdir), cwd)
             if on_comparison is not None:
