@@ -318,3 +318,29 @@ def test_segment_sources_of_builtin_and_unknown_segments() -> None:
     source = sources["core.rules"]
     assert source.file is not None and source.file.endswith(os.path.join("segments", "builtin.py")) and source.line
     assert '"core.rules"' in Path(source.file).read_text(encoding="utf-8").splitlines()[source.line - 1]
+
+
+def test_a_git_ref_plugin_segment_is_annotated_at_the_checkout_file(tmp_path: Path) -> None:
+    """A ref's files are read from a temporary tree; the annotation names the file in the checkout."""
+    from test_prefix_diff import git
+
+    repo = tmp_path / "bot"
+    repo.mkdir()
+    git("init", "-q", "-b", "main", cwd=repo)
+    (repo / "persona.py").write_text(
+        "from zhin_cli.pipeline.segments import TextSegment\n"
+        "def register(generation):\n"
+        "    generation.register(TextSegment('plugin.persona', 'role_rules', 'You like cats.', weight=5))\n"
+        "    generation.register(TextSegment('plugin.same', 'role_rules', 'Unchanged.', weight=1))\n",
+        encoding="utf-8")
+    (repo / "zhin.yaml").write_text("plugins: ['persona.py:register']\n", encoding="utf-8")
+    git("add", "-A", cwd=repo)
+    git("commit", "-qm", "v1", cwd=repo)
+    (repo / "persona.py").write_text((repo / "persona.py").read_text(encoding="utf-8").replace("cats", "cats and dogs"), encoding="utf-8")
+    git("commit", "-qam", "v2", cwd=repo)
+    result = run("--allow-ref-plugins", "prefix-diff", PRIVATE, "--base", "HEAD~1", "--head", "main", cwd=repo,
+                 env={"GITHUB_ACTIONS": "true"})
+    assert result.returncode == 0, result.stderr
+    notices = annotations(result.stderr, "notice")
+    assert len(notices) == 1 and notices[0].startswith("::notice file=persona.py,line=3,title=prefix-diff%3A plugin.persona changed::")
+    assert "zhin-ref-" not in result.stderr  # never the deleted temporary tree

@@ -720,13 +720,16 @@ def _segment_source(config: Any, registry: Any, by_id: dict[str, Any], segment_i
         base = config.path.parent if config.path is not None else Path.cwd()
         file = plugin_file(owner, base)
         if file is None:  # module:function
-            module = sys.modules.get(owner.partition(":")[0])
-            file = Path(module.__file__) if module is not None and getattr(module, "__file__", None) else None
+            module_file = getattr(sys.modules.get(owner.partition(":")[0]), "__file__", None)
+            file = Path(module_file) if module_file else None
         if file is None:
             try:
-                file = Path(inspect.getsourcefile(type(by_id[segment_id])) or "")
+                found = inspect.getsourcefile(type(by_id[segment_id]))
             except TypeError:
+                found = None
+            if not found:
                 return None
+            file = Path(found)
     return SegmentSource(str(file), _line_naming(file, segment_id))
 
 
