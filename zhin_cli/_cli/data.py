@@ -1,36 +1,59 @@
-"""``zhin import`` / ``export`` / ``sessions`` / ``completion``."""
+"""``zhin import`` / ``export`` / ``sessions`` / ``completion``, and the completers of session, provider and preset
+values.
+
+This module imports nothing heavy at its top (no SQLAlchemy, no rich): a shell's TAB runs ``zhin`` with
+``_ZHIN_COMPLETE`` set and ``zhin_cli._cli`` answers the common cases from here (``quick_completion``) without
+loading any other command, so the answer comes in well under 0.3 s (benchmarks/startup.py measures it)."""
 
 from __future__ import annotations
 
+import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
-from zhin_cli._cli import DbOption, app, database_or_discovered, handles_errors, print_json, stdout_console, write_jsonl_output
+from zhin_cli._cli import (
+    COMMAND_MODULES,
+    DbOption,
+    app,
+    database_or_discovered,
+    handles_errors,
+    print_json,
+    print_sources,
+    stdout_console,
+    write_jsonl_output,
+)
 from zhin_cli.core.errors import UsageError
-from zhin_cli.store import load_session
-from zhin_cli.store.database import DEFAULT_DB, SessionDatabase, import_sessions, parse_db
-from zhin_cli.store.jsonl import read_session
 
+if TYPE_CHECKING:
+    from typer._click.shell_completion import CompletionItem
 
 @app.command("import")
 @handles_errors
 def import_command(
     files: Annotated[list[Path] | None, typer.Argument(help="Session .jsonl files.")] = None,
-    db: Annotated[str, typer.Option("--db", help="Database to write (tables created in upstream zhin's schema): an SQLite file, or a postgresql:// or mysql:// URL.")] = str(DEFAULT_DB),
+    db: Annotated[str | None, typer.Option("--db", envvar="ZHIN_DB", help="Database to write (tables created in upstream zhin's schema): an SQLite file, or a postgresql:// or mysql:// URL. Default: the .zhin/data.sqlite a read finds from here upward, else a new ./.zhin/data.sqlite.")] = None,
     replace: Annotated[bool, typer.Option("--replace", help="Replace a session that is already there.")] = False,
     events: Annotated[bool, typer.Option("--events", help="Also turn conversation_events member_increase / member_decrease rows into event messages (once each).")] = False,
 ) -> None:
-    """Load session JSONL files into a zhin database (default .zhin/data.sqlite); with --events, import join/leave events.
-    All or nothing: on an error or an interruption the database is as it was (a new one does not appear)."""
+    """Load session JSONL files into a zhin database; with --events, import join/leave events.
+
+    Without --db it writes into the database every read command would find: the .zhin/data.sqlite in this folder or the nearest parent, and only when there is none a new ./.zhin/data.sqlite (docs/storage.md). All or nothing: on an error or an interruption the database is as it was (a new one does not appear)."""
+    from zhin_cli.store.database import import_sessions, import_target, parse_db
+    from zhin_cli.store.jsonl import read_session
+
     if not files and not events:
         raise UsageError("nothing to import: give session .jsonl files, or --events")
     sessions = [read_session(f) for f in files or []]  # all parsed before anything is written
-    label = parse_db(db).label
-    result = import_sessions(sessions, db, replace=replace, events=events)  # all or nothing
+    target = import_target(db, Path.cwd(), events_only=not sessions)
+    print_sources(None, target)
+    label = parse_db(target).label
+    result = import_sessions(sessions, target, replace=replace, events=events)  # all or nothing
     for session in sessions:
         typer.echo(f"imported {session.session_id} ({result.rows[session.session_id]} messages) into {label}", err=True)
     if result.events is not None:
@@ -47,6 +70,10 @@ def export_command(
     db: DbOption = None,
 ) -> None:
     """Write a stored session as JSONL (the interchange format)."""
+    from zhin_cli.store import load_session
+
+    if not session.endswith((".jsonl", ".ndjson")) or not Path(session).is_file():
+        print_sources(None, database_or_discovered(db))
     count = write_jsonl_output(load_session(session, db=db, cwd=Path.cwd()), output)
     if count is None:
         return
@@ -60,11 +87,17 @@ def sessions_command(
     as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout.")] = False,
 ) -> None:
     """List the sessions in a database (to find the id to trace)."""
-    with SessionDatabase(parse_db(database_or_discovered(db))) as database:
+    from rich.table import Table
+
+    from zhin_cli.store.database import SessionDatabase, parse_db
+
+    source = database_or_discovered(db)
+    with SessionDatabase(parse_db(source)) as database:
         rows = database.list_sessions()
     if as_json:
         print_json({"version": 1, "sessions": rows})
         return
+    print_sources(None, source)
     table = Table("session_key", "session_id (epoch)", "messages", "last activity (UTC)")
     for row in rows:
         table.add_row(str(row["session_key"] or ""), str(row["session_id"]), str(row["messages"]), format_ms(row["last_activity"]))
@@ -77,11 +110,22 @@ def format_ms(value: int | None) -> str:
     return datetime.fromtimestamp(value / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-@app.command("completion")
+COMPLETION_HELP = """Print a shell completion script: command names, options, session ids and keys from the database found upward (and .jsonl files), provider names for --provider, .json files for --preset.
+
+Install it once (then open a new shell):
+
+bash:  echo 'eval "$(zhin completion bash)"' >> ~/.bashrc
+
+zsh:   echo 'eval "$(zhin completion zsh)"' >> ~/.zshrc
+
+fish:  zhin completion fish > ~/.config/fish/completions/zhin.fish
+"""
+
+
+@app.command("completion", help=COMPLETION_HELP)
 def completion_command(
     shell: Annotated[str, typer.Argument(help="bash, zsh or fish.")],
 ) -> None:
-    """Print a shell completion script."""
     # typer vendors click as ``typer._click``: there is no top-level ``click`` module to import.
     from typer._click.shell_completion import get_completion_class
 
@@ -93,3 +137,155 @@ def completion_command(
         raise typer.Exit(2)
     command = typer.main.get_command(application)
     typer.echo(cls(command, {}, "zhin", "_ZHIN_COMPLETE").source())
+
+
+# The provider profiles (zhin_cli.pipeline.providers.PROFILES, which imports the assembler: too slow to load for a
+# TAB). tests/test_completion.py checks that this list is that table's keys.
+PROVIDER_NAMES = ("anthropic", "deepseek", "gemini", "llama-cpp", "ollama", "openai", "openai-compatible",
+                  "openai-reasoning", "vllm")
+# Commands whose arguments are sessions (ids, keys or .jsonl files); tests/test_completion.py checks it against
+# every command's SESSION arguments.
+SESSION_COMMANDS = frozenset({"export", "trace", "prefix-diff", "facts show", "stats cache", "report economy",
+                              "report html", "view"})
+PROVIDER_OPTIONS = ("--provider", "-p")
+SESSION_OPTIONS = ("--session", "-s")
+PRESET_OPTIONS = ("--preset",)
+ROOT_FLAGS = ("--allow-plugins", "--allow-ref-plugins")
+
+
+def _item(value: str, kind: str = "plain", help: str | None = None) -> CompletionItem:
+    from typer._click.shell_completion import CompletionItem
+
+    return CompletionItem(value, type=kind, help=help)
+
+
+def complete_providers(incomplete: str) -> list[CompletionItem]:
+    return [_item(name) for name in PROVIDER_NAMES if name.startswith(incomplete)]
+
+
+def complete_files(incomplete: str, suffixes: tuple[str, ...]) -> list[CompletionItem]:
+    """Files ending in ``suffixes`` and folders (to descend into) whose path starts with ``incomplete``."""
+    folder, _, prefix = incomplete.rpartition("/")
+    base = Path(folder or ".") if folder or not incomplete.startswith("/") else Path("/")
+    shown = f"{folder}/" if folder or incomplete.startswith("/") else ""
+    items: list[CompletionItem] = []
+    try:
+        entries = sorted(base.iterdir())
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.name.startswith(prefix) or (entry.name.startswith(".") and not prefix.startswith(".")):
+            continue
+        if entry.is_dir():
+            items.append(_item(f"{shown}{entry.name}/", "dir"))
+        elif entry.name.endswith(suffixes):
+            items.append(_item(f"{shown}{entry.name}", "file"))
+    return items
+
+
+def _discovered_database(start: Path) -> Path | None:
+    """``store.database.discover_database``'s rule (``.zhin/data.sqlite`` here or in the nearest parent), written
+    again here because that module imports SQLAlchemy; tests/test_completion.py checks the two agree."""
+    for folder in (start, *start.parents):
+        candidate = folder / ".zhin" / "data.sqlite"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _stored_sessions(database: Path) -> Iterator[tuple[str, str | None]]:
+    """``(session_id, session_key)`` of an SQLite database, read only with the standard library (a TAB must not
+    wait for SQLAlchemy); nothing if the file is not one."""
+    try:
+        with closing(sqlite3.connect(f"file:{database.resolve()}?mode=ro", uri=True, timeout=0.2)) as connection:
+            yield from connection.execute("SELECT session_id, session_key FROM agent_sessions ORDER BY session_id")
+    except (sqlite3.Error, OSError):
+        return
+
+
+def complete_sessions(incomplete: str, db: str | None = None) -> list[CompletionItem]:
+    """Session keys and ids of the database (``--db`` if it names an SQLite file, else ``ZHIN_DB``, else the one
+    found upward), then the .jsonl files, whose text starts with ``incomplete``."""
+    given = db or os.environ.get("ZHIN_DB")
+    database: Path | None
+    if given and "://" not in given:
+        database = Path(given)
+    elif given and given.startswith("sqlite:///"):
+        database = Path(given[len("sqlite:///"):])
+    elif given:
+        database = None  # a server: connecting is no job for a TAB
+    else:
+        database = _discovered_database(Path.cwd())
+    values: dict[str, str] = {}
+    if database is not None:
+        for session_id, key in _stored_sessions(database):
+            if key:
+                values.setdefault(str(key), "session key")
+            values.setdefault(str(session_id), "session id")
+    items = [_item(value, help=kind) for value, kind in values.items() if value.startswith(incomplete)]
+    return items + complete_files(incomplete, (".jsonl", ".ndjson"))
+
+
+def _db_in(args: list[str]) -> str | None:
+    for index, word in enumerate(args):
+        if word == "--db" and index + 1 < len(args):
+            return args[index + 1]
+        if word.startswith("--db="):
+            return word[len("--db="):]
+    return None
+
+
+def quick_items(args: list[str], incomplete: str) -> list[CompletionItem] | None:
+    """What a TAB after ``zhin ARGS… INCOMPLETE`` offers, for the cases that need no command loaded — a value of
+    --provider, --preset or --session, a session argument, a command name — or ``None`` (typer's full completion
+    answers the rest: option names, a group's commands, other values)."""
+    previous = args[-1] if args else None
+    if previous in PROVIDER_OPTIONS:
+        return complete_providers(incomplete)
+    if previous in PRESET_OPTIONS:
+        return complete_files(incomplete, (".json",))
+    if previous in SESSION_OPTIONS:
+        return complete_sessions(incomplete, _db_in(args))
+    if incomplete.startswith("-"):
+        return None
+    words = [word for word in args if word not in ROOT_FLAGS]
+    if not words:
+        return [_item(name) for name in COMMAND_MODULES if name.startswith(incomplete)]
+    if any(word.startswith("-") for word in words[1:]) and previous is not None and previous.startswith("-"):
+        return None  # the word may be an option's value: only the command's own parameters know
+    path = " ".join(words[:2]) if " ".join(words[:2]) in SESSION_COMMANDS else words[0]
+    if path in SESSION_COMMANDS:
+        return complete_sessions(incomplete, _db_in(args))
+    return None
+
+
+def quick_completion(instruction: str) -> str | None:
+    """The answer to ``_ZHIN_COMPLETE=complete_<shell>`` when ``quick_items`` knows it, formatted by typer's own
+    class for that shell (the script ``zhin completion`` printed reads it); ``None`` to let typer answer."""
+    from typer._click.shell_completion import get_completion_class
+
+    _, _, shell = instruction.partition("_")
+    cls = get_completion_class(shell)
+    if not instruction.startswith("complete_") or cls is None:
+        return None
+    completer = cls(None, {}, "zhin", "_ZHIN_COMPLETE")  # type: ignore[arg-type]
+    args, incomplete = completer.get_completion_args()
+    items = quick_items(args, incomplete)
+    if items is None:
+        return None
+    completer.get_completions = lambda _args, _incomplete: items  # type: ignore[method-assign]
+    return completer.complete()
+
+
+def shell_completer(kind: str) -> Any:
+    """The ``shell_complete`` callback of a parameter (typer's full completion: after an option the quick path does
+    not know) — the same answers as ``quick_items``."""
+
+    def complete(ctx: Any, param: Any, incomplete: str) -> list[CompletionItem]:
+        if kind == "provider":
+            return complete_providers(incomplete)
+        if kind == "preset":
+            return complete_files(incomplete, (".json",))
+        return complete_sessions(incomplete, ctx.params.get("db") if ctx is not None else None)
+
+    return complete

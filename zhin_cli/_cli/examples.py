@@ -226,6 +226,29 @@ class ConventionalArgument(TyperArgument):
         return name + ("..." if self.nargs != 1 else "")
 
 
+def completion_kind(param: Any) -> str | None:
+    """What a TAB completes for this parameter: ``provider`` names, ``preset`` files, ``session`` ids/keys/files."""
+    if isinstance(param, TyperOption):
+        if "--provider" in param.opts:
+            return "provider"
+        if "--preset" in param.opts:
+            return "preset"
+        if "--session" in param.opts:
+            return "session"
+    elif isinstance(param, TyperArgument) and (param.metavar or "").removesuffix("...") == "SESSION":
+        return "session"
+    return None
+
+
+def _completer(kind: str) -> Any:
+    def complete(ctx: Any, param: Any, incomplete: str) -> Any:
+        from zhin_cli._cli.data import shell_completer  # only when a TAB asks
+
+        return shell_completer(kind)(ctx, param, incomplete)
+
+    return complete
+
+
 def apply_conventions(command: Command, path: str, *, subcommands: bool = True) -> None:
     """Give ``command`` (and, for a group, each of its commands unless ``subcommands`` is false — the lazy root
     builds each when it is looked up) its examples and conventional metavars."""
@@ -239,6 +262,9 @@ def apply_conventions(command: Command, path: str, *, subcommands: bool = True) 
             param.__class__ = ConventionalArgument
         elif isinstance(param, TyperOption) and param.metavar is None:
             param.metavar = metavar_for(param)
+        kind = completion_kind(param)
+        if kind is not None and getattr(param, "_custom_shell_complete", None) is None:
+            param._custom_shell_complete = _completer(kind)  # type: ignore[union-attr]
     # click builds -h/--help itself (a flag typer would show as <bool>): build it now, with zhin's names, and
     # give it no metavar like every other flag
     help_option = command.get_help_option(SimpleNamespace(help_option_names=HELP_OPTION_NAMES))  # type: ignore[arg-type]

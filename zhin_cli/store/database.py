@@ -94,6 +94,21 @@ def find_database(db: str | None, cwd: Path) -> str:
     return str(found)
 
 
+def import_target(db: str | None, cwd: Path, *, events_only: bool = False) -> str:
+    """Where ``zhin import`` writes without ``--db``: the database a read from ``cwd`` would find (this folder's
+    ``.zhin/data.sqlite`` or the nearest parent's), so ``zhin import`` then ``zhin sessions`` always meet; only when
+    there is none, a new ``.zhin/data.sqlite`` here. Never a new file below a parent's database, which would hide
+    it from every later read in this folder (docs/storage.md). Events alone need an existing database."""
+    if db is not None:
+        return db
+    found = discover_database(cwd)
+    if found is not None:
+        return str(found)
+    if events_only:
+        return find_database(None, cwd)  # raises: events are added to sessions already stored
+    return str(DEFAULT_DB)
+
+
 @dataclass(frozen=True)
 class ServerDialect:
     """How one kind of database server is reached: the SQLAlchemy driver and how to keep reads read-only."""
