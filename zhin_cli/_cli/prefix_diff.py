@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import textwrap
 import unicodedata
 from pathlib import Path
 from typing import Annotated, Any
@@ -19,7 +20,6 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 from rich.text import Text
 
 from zhin_cli._cli import (
@@ -292,15 +292,18 @@ def _print_legend(console: Console, causes: set[str], fail_on: list[str], *, bar
     if bars:
         say(console, f"[dim]tokens:[/] [green]{CACHED}[/] cached  [yellow]{SHARED}[/] shared with the previous request, "
             f"not cached  [dim]{NEW}[/] not shared")
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(no_wrap=True)
-    grid.add_column(no_wrap=True)
-    grid.add_column()
-    for cause in CAUSES:
-        if cause in causes:
-            status = "[red]✗ unexpected[/]" if cause in fail_on else "expected"
-            grid.add_row(f"  {cause}", status, CAUSE_MEANINGS[cause])
-    console.print(grid)
+    shown = [cause for cause in CAUSES if cause in causes]
+    name_width = max(len(cause) for cause in shown)
+    status_width = max(len("✗ unexpected") if cause in fail_on else len("expected") for cause in shown)
+    for cause in shown:
+        unexpected = cause in fail_on
+        status = ("[red]✗ unexpected[/]" if unexpected else "expected") + " " * (status_width - (12 if unexpected else 8))
+        prefix = 2 + name_width + 2 + status_width + 2
+        # the meaning wraps in its own column (a hanging indent), at spaces
+        lines = textwrap.wrap(CAUSE_MEANINGS[cause], max(20, console.width - prefix)) or [""]
+        console.print(f"  {cause.ljust(name_width)}  {status}  {escape(lines[0])}", soft_wrap=True)
+        for line in lines[1:]:
+            console.print(" " * prefix + escape(line), soft_wrap=True)
 
 
 def _print_comparison(console: Console, comparison: ConfigDiff, fail_on: list[str]) -> None:
