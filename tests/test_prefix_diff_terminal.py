@@ -132,6 +132,14 @@ def test_excerpts_in_text_carry_the_mark(tmp_path: Path) -> None:
     assert "Now: 0" + MARK + "1:11" in before and "Now: 0" + MARK + "2:43" in after
 
 
+def test_excerpts_are_shown_verbatim_whatever_markup_they_resemble() -> None:
+    tricky = PairDiff(from_turn=1, to_turn=2, cause="system_changed", common_prefix_bytes=6, common_prefix_tokens=1,
+                      prompt_tokens=10, message_index=0, segment="x", before='ab\\\\[red]c', after='ab\\\\[/]d',
+                      cached_tokens=0, cache_hit=False, excerpt_mark=4)
+    text = render(turns_result(tricky), 100)
+    assert "before: …ab\\\\" + MARK + "[red]c…" in text and "after:  …ab\\\\" + MARK + "[/]d…" in text
+
+
 def test_printable_escapes_terminal_controls_and_leaves_text_alone() -> None:
     assert printable("a\x9bb\u202ec\u2028d\x7f") == "a\\u009bb\\u202ec\\u2028d\\u007f"
     text = "中文 😀 é \\n [state change] 👨‍👩‍👧"  # negative control: CJK, emoji (with joiners), JSON escapes

@@ -233,8 +233,8 @@ def _excerpts(console: Console, first: PairDiff | dict[str, Any], indent: str = 
         before, after, mark = first.before, first.after, first.excerpt_mark
     else:
         before, after, mark = first["before"], first["after"], int(first.get("excerpt_index", 0))
-    for name, text in (("before:", before), ("after: ", after)):
-        console.print(f"{indent}{name} …{escape(printable(text[:mark]))}[reverse]{MARK}[/]{escape(printable(text[mark:]))}…",
+    for name, text in (("before:", before), ("after: ", after)):  # data, not markup: a Text, so no byte is read as a tag
+        console.print(Text.assemble(f"{indent}{name} …", printable(text[:mark]), (MARK, "reverse"), printable(text[mark:]), "…"),
                       soft_wrap=True)
 
 
