@@ -51,9 +51,9 @@ def import_command(
         raise UsageError("nothing to import: give session .jsonl files, or --events")
     sessions = [read_session(f) for f in files or []]  # all parsed before anything is written
     target = import_target(db, Path.cwd(), events_only=not sessions)
-    print_sources(None, target)
     label = parse_db(target).label
     result = import_sessions(sessions, target, replace=replace, events=events)  # all or nothing
+    print_sources(None, target)
     for session in sessions:
         typer.echo(f"imported {session.session_id} ({result.rows[session.session_id]} messages) into {label}", err=True)
     if result.events is not None:
@@ -72,9 +72,10 @@ def export_command(
     """Write a stored session as JSONL (the interchange format)."""
     from zhin_cli.store import load_session
 
-    if not session.endswith((".jsonl", ".ndjson")) or not Path(session).is_file():
-        print_sources(None, database_or_discovered(db))
-    count = write_jsonl_output(load_session(session, db=db, cwd=Path.cwd()), output)
+    loaded = load_session(session, db=db, cwd=Path.cwd())
+    print_sources(None, None if session.endswith((".jsonl", ".ndjson")) and Path(session).is_file()
+                  else database_or_discovered(db))
+    count = write_jsonl_output(loaded, output)
     if count is None:
         return
     typer.echo(f"wrote {count} lines to {output}", err=True)

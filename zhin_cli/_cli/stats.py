@@ -9,7 +9,15 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from zhin_cli._cli import DbOption, app, database_or_discovered, handles_errors, print_json, stdout_console
+from zhin_cli._cli import (
+    DbOption,
+    app,
+    database_or_discovered,
+    handles_errors,
+    print_json,
+    print_sources,
+    stdout_console,
+)
 from zhin_cli.core.errors import UsageError
 from zhin_cli.core.parallel import JOBS_HELP
 from zhin_cli.tools.stats import CacheStats, run_cache_stats
@@ -34,16 +42,20 @@ def percent(value: float | None) -> str:
     return "—" if value is None else f"{value:.1%}"
 
 
-def print_stats(stats: CacheStats) -> None:
+def print_stats(stats: CacheStats, days: int | None = None) -> None:
     table = Table("provider", "model", "lifetime", "groups", "first: requests", "first: hit rate",
                   "later: requests", "later: hit rate", "unreported", title="prompt-cache hits (cache-read ÷ prompt tokens)")
-    for key in sorted(stats.models):
+    shown = [key for key in sorted(stats.models) if stats.models[key].first.requests + stats.models[key].first.unreported
+             + stats.models[key].later.requests + stats.models[key].later.unreported]  # a model with none in the period: no row of zeros
+    for key in shown:
         row = stats.models[key]
         table.add_row(row.provider, row.model, f"{row.lifetime_seconds}s", str(row.groups),
                       str(row.first.requests), percent(row.first.hit_rate), str(row.later.requests),
                       percent(row.later.hit_rate), str(row.first.unreported + row.later.unreported))
     console = stdout_console()
-    console.print(table)
+    console.print(stats.period_line(days), markup=False)
+    if shown:
+        console.print(table)
     console.print(f"{stats.sessions} session(s). First of group = the first request of a session to a model after "
                   "more than its cache lifetime without one.")
 
@@ -69,9 +81,16 @@ def cache_command(
             since = int(datetime.min.replace(tzinfo=UTC).timestamp() * 1000)
     until_ms = int(end.timestamp() * 1000) if (until is not None or days is not None) else None
     refs = list(sessions or [])
-    stats = run_cache_stats(refs, db=db if refs else database_or_discovered(db), cwd=Path.cwd(), since=since,
-                            until=until_ms, lifetime_seconds=lifetime, jobs=jobs)
+    source = db if refs else database_or_discovered(db)
+    stats = run_cache_stats(refs, db=source, cwd=Path.cwd(), since=since, until=until_ms, lifetime_seconds=lifetime,
+                            jobs=jobs)
     if as_json:
         print_json(stats.as_dict())
     else:
-        print_stats(stats)
+        print_sources(None, source if source is not None and not _all_files(refs) else None)
+        print_stats(stats, days)
+
+
+def _all_files(refs: list[str]) -> bool:
+    """Every named session is a .jsonl file (no database is read)."""
+    return bool(refs) and all(ref.endswith((".jsonl", ".ndjson")) and Path(ref).is_file() for ref in refs)

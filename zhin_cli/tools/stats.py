@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -92,16 +93,44 @@ class ModelStats:
         }
 
 
+def iso_ms(value: int | None) -> str | None:
+    """A ms epoch as ISO 8601 in UTC (``2025-10-30T14:02:00.000Z``), beside the number in ``--json``."""
+    if value is None:
+        return None
+    try:
+        return datetime.fromtimestamp(value / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def human_ms(value: int) -> str:
+    """A ms epoch for people: ``2025-10-30 14:02 UTC``."""
+    try:
+        return datetime.fromtimestamp(value / 1000, UTC).strftime("%Y-%m-%d %H:%M UTC")
+    except (OverflowError, OSError, ValueError):
+        return "the beginning of time" if value < 0 else "the end of time"
+
+
 @dataclass
 class CacheStats:
     sessions: int = 0
     since: int | None = None  # ms, inclusive
     until: int | None = None  # ms, inclusive
     models: dict[tuple[str, str], ModelStats] = field(default_factory=dict)
+    newest: int | None = None  # ms: the newest request that logged usage, inside the period or not
+    oldest: int | None = None  # ms: the oldest one
+
+    @property
+    def counted(self) -> int:
+        """Requests inside the period (with or without usable usage)."""
+        return sum(row.first.requests + row.first.unreported + row.later.requests + row.later.unreported
+                   for row in self.models.values())
 
     def merge(self, other: CacheStats) -> None:
         """Add another share of the same question (same period and lifetimes): counts add up."""
         self.sessions += other.sessions
+        self.newest = max((t for t in (self.newest, other.newest) if t is not None), default=None)
+        self.oldest = min((t for t in (self.oldest, other.oldest) if t is not None), default=None)
         for key, row in other.models.items():
             mine = self.models.setdefault(key, ModelStats(row.provider, row.model, row.lifetime_seconds))
             mine.groups += row.groups
@@ -110,7 +139,26 @@ class CacheStats:
 
     def as_dict(self) -> dict[str, Any]:
         rows = [self.models[key].as_dict() for key in sorted(self.models)]
-        return {"version": 1, "sessions": self.sessions, "since": self.since, "until": self.until, "models": rows}
+        return {"version": 1, "sessions": self.sessions, "since": self.since, "since_iso": iso_ms(self.since),
+                "until": self.until, "until_iso": iso_ms(self.until), "requests_in_period": self.counted,
+                "newest_usage": self.newest, "newest_usage_iso": iso_ms(self.newest),
+                "oldest_usage": self.oldest, "oldest_usage_iso": iso_ms(self.oldest), "models": rows}
+
+    def period_line(self, days: int | None = None) -> str:
+        """Which period was read and, when it held no request, where the logged usage is: ``period: the last 3
+        days (2025-10-28 14:02 UTC to 2025-10-31 14:02 UTC) · no usage in it; newest 2025-10-30 14:02 UTC``."""
+        if self.since is None and self.until is None:
+            period = "period: all logged usage"
+        else:
+            start = human_ms(self.since) if self.since is not None else "the first request"
+            end = human_ms(self.until) if self.until is not None else "now"
+            period = f"period: {f'the last {days} day' + ('s' if days != 1 else '') + ' ' if days else ''}({start} to {end})"
+        if self.counted:
+            return f"{period} · {self.counted} request(s) in it"
+        if self.newest is None:
+            return f"{period} · no logged usage in the {'session' if self.sessions == 1 else 'sessions'} read"
+        span = f"in the last {days} day{'s' if days != 1 else ''}" if days else "in this period"
+        return f"{period} · no usage {span}; newest {human_ms(self.newest)}, oldest {human_ms(self.oldest or self.newest)}"
 
 
 def usage_records(session: Session) -> Iterator[UsageRecord]:
@@ -151,8 +199,13 @@ def session_cache_stats(session: Session, *, since: int | None = None, until: in
     """One session's share of :func:`cache_stats` (groups never span sessions, so sessions add up)."""
     stats = CacheStats(sessions=1, since=since, until=until)
     streams: dict[tuple[str, str], list[UsageRecord]] = {}
+    logged: list[int] = []  # when each request that logged usage was made
     for record in usage_records(session):
         streams.setdefault((record.provider, record.model), []).append(record)
+        if record.kind is not None:
+            logged.append(record.timestamp)
+    stats.newest = max(logged, default=None)
+    stats.oldest = min(logged, default=None)
     for (provider, model), records in streams.items():
         lifetime = lifetime_seconds if lifetime_seconds is not None else cache_rules(provider, model).lifetime_seconds
         row = stats.models.setdefault((provider, model), ModelStats(provider, model, lifetime))
