@@ -276,6 +276,15 @@ def test_the_header_names_the_config_in_text_mode_only(tmp_path: Path) -> None:
     assert run("prefix-diff", PRIVATE, "--jsonl", cwd=tmp_path).stderr == ""
 
 
+def test_the_header_names_the_database_a_session_id_was_read_from(tmp_path: Path) -> None:
+    assert run("import", PRIVATE, "--db", str(tmp_path / ".zhin" / "data.sqlite"), cwd=tmp_path).returncode == 0
+    (tmp_path / "sub").mkdir()
+    stored = run("prefix-diff", "icqq:8596238:private:10002", cwd=tmp_path / "sub")
+    assert stored.returncode == 0 and stored.stderr == "config: none (built-in defaults) · db: ../.zhin/data.sqlite\n"
+    # negative control: a session read from a file names no database
+    assert run("prefix-diff", PRIVATE, cwd=tmp_path / "sub").stderr == "config: none (built-in defaults)\n"
+
+
 # --- GitHub Actions ---------------------------------------------------------------------------------------
 
 
