@@ -7,7 +7,15 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from zhin_cli._cli import DbOption, app, database_or_discovered, handles_errors, print_json, stdout_console
+from zhin_cli._cli import (
+    DbOption,
+    app,
+    database_or_discovered,
+    handles_errors,
+    print_json,
+    print_sources,
+    stdout_console,
+)
 from zhin_cli.tools.facts import prune_database, show_facts
 
 facts_app = typer.Typer(help="Stored member and scene facts (ADR 0041 §6): show them, prune them to their bounds.",
@@ -25,10 +33,12 @@ def show_command(
     as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout.")] = False,
 ) -> None:
     """Show the stored scene facts, bot role and member rows of a session (read only)."""
-    data = show_facts(database_or_discovered(db), session)
+    source = database_or_discovered(db)
+    data = show_facts(source, session)
     if as_json:
         print_json(data)
         return
+    print_sources(None, source)
     console = stdout_console()
     console.print(f"session key: {data['session_key']}", markup=False)
     scene = data["scene"] or {}
@@ -51,10 +61,12 @@ def prune_command(
     as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout.")] = False,
 ) -> None:
     """Apply the facts bounds: members who left, rows not updated for 90 days, over 2000 rows per session, long text."""
-    report = prune_database(database_or_discovered(db), dry_run=dry_run)
+    source = database_or_discovered(db)
+    report = prune_database(source, dry_run=dry_run)
     if as_json:
         print_json(report.as_dict())
         return
+    print_sources(None, source)
     verb = "would remove" if dry_run else "removed"
     console = stdout_console()
     console.print(f"{verb} {report.removed} member rows: {len(report.left)} left, {len(report.expired)} not updated for 90 days, "
