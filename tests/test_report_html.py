@@ -1,0 +1,370 @@
+"""``zhin report html`` and ``zhin view`` (issue 17 §2): one self-contained page per run, checked in a real headless
+Chromium (tests/browser.py) — it loads with no console error, no page error and no request but the file itself,
+has one section per request, its numbers are those of ``trace --json`` / ``prefix-diff --json`` / ``report economy
+--json``, and its screenshot is not blank. Each check has a negative control: the same check, run on a page with a
+broken number, a script error, an outside request or nothing drawn, must complain."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from browser import chromium, distinct_colours, visit
+from conftest import FIXTURES, ROOT, clean_env
+
+DEMO_KEY = "icqq:8596238:group:1048877509"  # fixtures/group-busy.jsonl, as `make demo` imports it
+REPORTS = ROOT / "reports"
+MIN_COLOURS = 16  # a drawn page has hundreds; a blank one has 1
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with chromium() as launched:
+        yield launched
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The demo database (as `make demo` builds it), its report and the JSON of the commands the page must agree with."""
+    from conftest import run_zhin
+
+    folder = tmp_path_factory.mktemp("demo")
+    db = folder / ".zhin" / "data.sqlite"
+    for args in (["import", FIXTURES / "group-busy.jsonl", "--db", db],
+                 ["report", "html", DEMO_KEY, "-o", "report.html"],
+                 ["trace", DEMO_KEY, "--all", "--json"], ["prefix-diff", DEMO_KEY, "--json"],
+                 ["report", "economy", DEMO_KEY, "--provider", "openai", "--json"]):
+        proc = run_zhin(*args, cwd=folder)
+        assert proc.returncode == 0, (args, proc.stderr)
+        if args[0] == "trace":
+            trace = json.loads(proc.stdout)
+        elif args[0] == "prefix-diff":
+            diff = json.loads(proc.stdout)
+        elif args[:2] == ["report", "economy"]:
+            economy = json.loads(proc.stdout)
+    return {"folder": folder, "html": folder / "report.html", "trace": trace, "diff": diff, "economy": economy}
+
+
+# --- what the page says, and what the JSON says ----------------------------------------------------------------
+
+DOM_NUMBERS = """() => [...document.querySelectorAll('article.session')].map(article => ({
+  session: article.dataset.session,
+  sections: [...article.querySelectorAll('section[data-turn]')].map(s => ({
+    turn: +s.dataset.turn, prompt: +s.dataset.promptTokens, cached: +s.dataset.cachedTokens,
+    segments: [...s.querySelectorAll('[data-segment]')].map(e => [e.dataset.segment, +e.dataset.tokens])})),
+  bars: [...article.querySelectorAll('.bar[data-turn]')].map(b => ({
+    turn: +b.dataset.turn, prompt: +b.dataset.promptTokens, cached: +b.dataset.cachedTokens})),
+  headers: Object.fromEntries([...article.querySelectorAll('.economy tr[data-style]')].map(r => [r.dataset.style, +r.dataset.tokens])),
+}))"""
+
+
+def expected_numbers(trace: dict[str, Any], diff: dict[str, Any]) -> dict[str, Any]:
+    """Per turn, from the commands' JSON: trace's prompt tokens and segments, prefix-diff's cached tokens (the first
+    request meets an empty cache: 0) and its prompt tokens."""
+    pairs = {p["to_turn"]: p["cache"] for p in diff["sessions"][0]["pairs"]}
+    turns = []
+    for request in trace["requests"]:
+        cache = pairs.get(request["turn"], {"cached_tokens": 0, "prompt_tokens": request["prompt_tokens"]})
+        assert cache["prompt_tokens"] == request["prompt_tokens"]  # one definition of prompt tokens
+        turns.append({"turn": request["turn"], "prompt": request["prompt_tokens"], "cached": cache["cached_tokens"],
+                      "segments": [[s["id"], s["tokens"]] for s in request["segments"]]})
+    return {"session": trace["session_id"], "turns": turns}
+
+
+def mismatches(dom: list[dict[str, Any]], expected: dict[str, Any], economy: dict[str, Any] | None = None) -> list[str]:
+    """Every difference between the page's hooks and the JSON (empty: they agree)."""
+    out: list[str] = []
+    if len(dom) != 1 or dom[0]["session"] != expected["session"]:
+        return [f"sessions on the page: {[d['session'] for d in dom]}"]
+    page = dom[0]
+    if len(page["sections"]) != len(expected["turns"]):
+        out.append(f"{len(page['sections'])} sections for {len(expected['turns'])} requests")
+    if len(page["bars"]) != len(expected["turns"]):
+        out.append(f"{len(page['bars'])} chart bars for {len(expected['turns'])} requests")
+    for section, bar, want in zip(page["sections"], page["bars"], expected["turns"], strict=False):
+        got = {k: section[k] for k in ("turn", "prompt", "cached", "segments")}
+        if got != want:
+            out.append(f"section {section['turn']}: {got} != {want}")
+        if {k: bar[k] for k in ("turn", "prompt", "cached")} != {k: want[k] for k in ("turn", "prompt", "cached")}:
+            out.append(f"bar {bar['turn']}: {bar} != {want}")
+    if economy is not None and page["headers"] != economy["sessions"][0]["header_tokens"]:
+        out.append(f"economy header tokens {page['headers']} != {economy['sessions'][0]['header_tokens']}")
+    return out
+
+
+def test_the_demo_report_in_chromium_agrees_with_the_json(browser: Any, demo: dict[str, Any]) -> None:
+    with visit(browser, demo["html"]) as (page, seen):
+        assert seen.problems() == []
+        dom = page.evaluate(DOM_NUMBERS)
+        png = page.screenshot()
+    assert mismatches(dom, expected_numbers(demo["trace"], demo["diff"]), demo["economy"]) == []
+    assert len(dom[0]["sections"]) == 16  # one per request of the demo session
+    assert distinct_colours(png) >= MIN_COLOURS
+    REPORTS.mkdir(exist_ok=True)
+    (REPORTS / "report-demo.png").write_bytes(png)  # the CI artifact (and the README's picture)
+
+
+def test_a_broken_number_is_caught(browser: Any, demo: dict[str, Any], tmp_path: Path) -> None:
+    """Negative control of the comparison: one cached figure off by one, on one bar only."""
+    text = demo["html"].read_text(encoding="utf-8")
+    bar = re.search(r'(<a class="bar" href="#s0-t5"[^>]*data-cached-tokens=")(\d+)"', text)
+    assert bar is not None
+    broken = tmp_path / "broken.html"
+    broken.write_text(text[: bar.start(2)] + str(int(bar.group(2)) + 1) + text[bar.end(2) :], encoding="utf-8")
+    with visit(browser, broken) as (page, seen):
+        assert seen.problems() == []
+        dom = page.evaluate(DOM_NUMBERS)
+    found = mismatches(dom, expected_numbers(demo["trace"], demo["diff"]))
+    assert len(found) == 1 and found[0].startswith("bar 5:")
+
+
+@pytest.mark.parametrize(("injected", "expected"), [
+    ("<script>undefinedFunction()</script>", {"page error"}),
+    ('<img src="http://127.0.0.1:9/pixel.png" alt="">', {"console error", "request to"}),  # the CSP refuses it, and says so
+    ("<script>console.error('broken')</script>", {"console error"}),
+])
+def test_a_script_error_or_an_outside_request_is_caught(browser: Any, demo: dict[str, Any], tmp_path: Path,
+                                                         injected: str, expected: set[str]) -> None:
+    """Negative controls of the load check: the same page with one bad line added."""
+    text = demo["html"].read_text(encoding="utf-8")
+    bad = tmp_path / "bad.html"
+    bad.write_text(text.replace("</main>", injected + "</main>", 1), encoding="utf-8")
+    with visit(browser, bad) as (_, seen):
+        problems = seen.problems()
+    assert {p.split(":")[0].rsplit(" ", 1)[0] if p.startswith("request") else p.split(":")[0] for p in problems} == expected, problems
+
+
+def test_a_blank_page_fails_the_screenshot_check(browser: Any, tmp_path: Path) -> None:
+    blank = tmp_path / "blank.html"
+    blank.write_text("<!DOCTYPE html><html><body><section data-turn=1></section></body></html>", encoding="utf-8")
+    with visit(browser, blank) as (page, seen):
+        assert seen.problems() == []
+        png = page.screenshot()
+    assert distinct_colours(png) < MIN_COLOURS
+
+
+def test_every_turn_opens_with_its_messages_and_diff(browser: Any, demo: dict[str, Any]) -> None:
+    """The lazily drawn parts: each turn's wire messages (one block per message the request sent, headers,
+    [state change] lines, the scene tail and the cache breakpoints marked) and its diff with the first
+    divergent character marked — drawn for every turn without a script error."""
+    with visit(browser, demo["html"]) as (page, seen):
+        drawn = page.evaluate("""() => {
+          document.querySelectorAll('details.lazy').forEach(d => { d.open = true; });
+          return new Promise(done => setTimeout(() => done([...document.querySelectorAll('section[data-turn]')].map(s => ({
+            turn: +s.dataset.turn,
+            messages: s.querySelectorAll('[data-view=messages] .msg').length,
+            headers: s.querySelectorAll('[data-view=messages] .hdr').length,
+            states: s.querySelectorAll('[data-view=messages] .state').length,
+            tails: s.querySelectorAll('[data-view=messages] .tail').length,
+            breakpoints: [...s.querySelectorAll('[data-view=messages] .bp')].map(b => b.textContent),
+            marks: s.querySelectorAll('[data-view=diff] mark.div').length,
+          }))), 200));
+        }""")
+        assert seen.problems() == []
+    requests = {r["turn"]: r for r in demo["trace"]["requests"]}
+    causes = {p["to_turn"]: p["cause"] for p in demo["diff"]["sessions"][0]["pairs"]}
+    assert {"append", "tail", "window_shift"} <= set(causes.values())  # every kind of marking is drawn
+    for turn in drawn:
+        request = requests[turn["turn"]]
+        assert turn["messages"] == len(request["request"]["messages"])
+        assert turn["headers"] == request["headers"]["full"] + request["headers"]["short"] + (1 if turn["tails"] else 0) + 1
+        assert turn["tails"] == 1  # every request of the demo carries a runtime tail
+        assert len(turn["breakpoints"]) == len(request["cache_breakpoints"])
+        states = sum(line.startswith("[state change]") for m in request["request"]["messages"]
+                     if isinstance(m.get("content"), str) for line in m["content"].split("\n"))
+        assert turn["states"] == states
+        # the old and the new chunk, each marked once; after an append the old request has no chunk there
+        assert turn["marks"] == (0 if turn["turn"] == 1 else 1 if causes[turn["turn"]] == "append" else 2)
+
+
+def test_the_page_is_self_contained_and_stores_each_message_once(demo: dict[str, Any]) -> None:
+    text = demo["html"].read_text(encoding="utf-8")
+    assert "Content-Security-Policy" in text and "default-src 'none'" in text
+    assert re.search(r'(?:src|href)="(?!#)', text) is None  # nothing to fetch, no link off the page
+    message = "这名字也太有迷惑性了"  # a member's line that stays in the window of many requests
+    windows = sum(message in json.dumps(r["request"], ensure_ascii=False) for r in demo["trace"]["requests"])
+    assert windows > 3 and text.count(message) == 1
+
+
+def test_divergence_offsets_point_at_the_first_different_character(demo: dict[str, Any]) -> None:
+    """The diff's marker: the UTF-16 offset the page gets is exactly the byte prefix-diff reports (CJK and emoji
+    included), and the characters there differ; a code-point offset (Python's own) would miss after an emoji."""
+    from zhin_cli.pipeline.facade import Pipeline
+    from zhin_cli.store import load_session
+    from zhin_cli.tools.htmlreport import divergence_of
+    from zhin_cli.tools.prefixdiff import diff_pair, serialize
+
+    session = load_session(str(FIXTURES / "group-busy.jsonl"))
+    with Pipeline.open(None, cwd=demo["folder"]) as pipeline:
+        requests = list(pipeline.replay(session))
+    checked = astral = 0
+    for old, new in zip(requests, requests[1:], strict=False):
+        a, b = serialize(old), serialize(new)
+        pair = diff_pair(old, new, a, b)
+        found = divergence_of(b, pair.common_prefix_bytes)
+        if found.between:
+            continue
+        texts = [[c.data for c in s.chunks if c.label != "glue"][found.position] for s in (a, b)]
+        units = [t.decode().encode("utf-16-le") for t in texts]
+        index = [i for i, c in enumerate(b.chunks) if c.label != "glue"][found.position]
+        start = sum(len(c.data) for c in b.chunks[:index])
+        head = units[1][: found.char * 2].decode("utf-16-le")
+        assert start + len(head.encode()) == pair.common_prefix_bytes
+        assert units[0][found.char * 2 : found.char * 2 + 2] != units[1][found.char * 2 : found.char * 2 + 2]
+        checked += 1
+    assert checked >= 10
+
+
+def test_a_divergence_after_an_emoji_is_counted_in_utf16_units() -> None:
+    """JavaScript indexes strings in UTF-16 units: after 😂 (one code point, two units, four bytes) the offset is
+    two more, not one (Python's code-point count would mark the wrong character); in glue, "between" chunks."""
+    from typing import cast
+
+    from zhin_cli.cache import Plan
+    from zhin_cli.tools.htmlreport import divergence_of
+    from zhin_cli.tools.prefixdiff import Chunk, Serialized
+
+    message = '{"content":"😂ab"}'.encode()
+    serialized = Serialized("m", [Chunk("glue", b'{"messages":['), Chunk("message", message, 0), Chunk("glue", b"]}")],
+                            cast(Plan, None))
+    start = len(b'{"messages":[')
+    at_b = start + message.index(b"b")
+    found = divergence_of(serialized, at_b)
+    assert (found.position, found.between) == (0, False)
+    assert found.char == len('{"content":"') + 3  # 😂 = 2 units, then "a"
+    assert found.char != len('{"content":"😂a')  # the code-point count differs: this case tells them apart
+    assert divergence_of(serialized, start + len(message)).between  # the closing "]" is glue
+    assert divergence_of(serialized, start + len(message)).position == 1  # past the last chunk
+
+
+# --- 2,000 turns ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def long_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
+    """A synthetic session of more than 2,000 turns (`zhin fixtures synth`) and its report, made once per run."""
+    from conftest import run_zhin
+
+    folder = tmp_path_factory.mktemp("long")
+    proc = run_zhin("fixtures", "synth", "--messages", "4600", "--bot-rate", "0.8", "--seed", "17", "-o", "long.jsonl", cwd=folder)
+    assert proc.returncode == 0, proc.stderr
+    turns = sum('"role":"assistant"' in line for line in (folder / "long.jsonl").read_text(encoding="utf-8").splitlines())
+    assert turns >= 2000
+    proc = run_zhin("report", "html", "long.jsonl", "--no-economy", "-o", "long.html", cwd=folder)
+    assert proc.returncode == 0, proc.stderr
+    return folder / "long.html", turns
+
+
+def test_a_2000_turn_session_opens_within_3_seconds(browser: Any, long_report: tuple[Path, int]) -> None:
+    """The issue's figure: open → every turn's section present, ≤ 3 s (timed, as the issue asks); every section,
+    bar and segment bar with its hooks; a turn's messages drawn on demand."""
+    path, turns = long_report
+    with visit(browser, path) as (page, seen):
+        counts = page.evaluate("""() => ({
+          sections: document.querySelectorAll('section[data-turn][data-prompt-tokens][data-cached-tokens]').length,
+          bars: document.querySelectorAll('.bar[data-prompt-tokens][data-cached-tokens]').length,
+          segmented: [...document.querySelectorAll('section[data-turn]')].filter(s => s.querySelector('[data-segment][data-tokens]')).length,
+        })""")
+        page.evaluate("location.hash = '#' + document.querySelector('section[data-turn]:last-of-type').id")
+        page.wait_for_selector("section[data-turn]:last-of-type [data-view=messages] .msg")
+        assert seen.problems() == []
+    assert counts == {"sections": turns, "bars": turns, "segmented": turns}
+    print(f"\n{turns}-turn report: {path.stat().st_size / 2**20:.1f} MiB, open in {seen.load_seconds:.2f} s")
+    assert seen.load_seconds <= 3.0
+
+
+def test_the_2000_turn_page_does_not_embed_every_request(long_report: tuple[Path, int]) -> None:
+    """Each distinct message once: the file grows with the session, not with turns × window."""
+    path, turns = long_report
+    assert path.stat().st_size < turns * 4096  # ~3 KiB a turn; 2,000 full bodies of ~80 messages would be ~40 MiB
+
+
+# --- the commands -----------------------------------------------------------------------------------------------
+
+
+def test_report_html_to_stdout_when_piped_and_atomically_to_a_file(zhin: Callable[..., Any], tmp_path: Path) -> None:
+    session = FIXTURES / "private-chat.jsonl"
+    piped = zhin("report", "html", session, "--no-economy")
+    assert piped.returncode == 0, piped.stderr
+    assert piped.stdout.startswith("<!DOCTYPE html>") and piped.stdout.count('<section class="turn') == 6
+    written = zhin("report", "html", session, "--no-economy", "-o", tmp_path / "out.html")
+    assert written.returncode == 0 and written.stdout == ""
+    assert (tmp_path / "out.html").read_text(encoding="utf-8") == piped.stdout
+    assert "wrote" in written.stderr and (tmp_path / "out.html").resolve().as_uri() in written.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["out.html"]  # no temporary file left beside it
+    missing = zhin("report", "html", tmp_path / "nothing.jsonl", "-o", tmp_path / "other.html")
+    assert missing.returncode == 3 and missing.stderr.startswith("zhin: error:") and not (tmp_path / "other.html").exists()
+
+
+def test_report_economy_text_has_human_values(zhin: Callable[..., Any]) -> None:
+    """No Python None in the text (it printed `cut_to None, max_blocks None`); --json keeps the machine values."""
+    text = zhin("report", "economy", FIXTURES / "private-chat.jsonl", "-p", "openai")
+    assert text.returncode == 0, text.stderr
+    assert "None" not in text.stdout and "cut_to" not in text.stdout
+    assert "at most 80 messages, then cut to the newest 40 (half)" in text.stdout
+    data = zhin("report", "economy", FIXTURES / "private-chat.jsonl", "-p", "openai", "--json")
+    assert json.loads(data.stdout)["window"]["cut_to"] is None  # control: the value is None; only the text says it in words
+
+
+# --- zhin view ---------------------------------------------------------------------------------------------------
+
+
+def _start_view(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], str]:
+    process = subprocess.Popen([sys.executable, "-m", "zhin_cli", "view", str(FIXTURES / "private-chat.jsonl"),
+                                "--no-economy", *args], cwd=tmp_path, env=clean_env(), stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stderr is not None
+    line = process.stderr.readline()  # blocks until the server is up (or the command failed)
+    found = re.search(r"http://\S+", line)
+    if found is None:
+        process.kill()
+        raise AssertionError(f"no URL in {line!r}: {process.communicate()[1]}")
+    return process, found.group()
+
+
+def _get(url: str, host: str | None = None) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, headers={"Host": host} if host else {})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, answer.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_view_serves_the_report_page_on_loopback_until_stopped(zhin: Callable[..., Any], tmp_path: Path, stop: int) -> None:
+    page = zhin("report", "html", FIXTURES / "private-chat.jsonl", "--no-economy").stdout
+    process, url = _start_view(tmp_path)
+    try:
+        assert url.startswith("http://127.0.0.1:")
+        assert _get(url) == (200, page.encode())  # the same page as report html writes
+        assert _get(url + "nothing")[0] == 404
+        assert _get(url, host="attacker.example")[0] == 403  # a DNS-rebound name is refused
+        assert _get(url, host="localhost")[0] == 200  # control: a loopback name is served
+    finally:
+        process.send_signal(stop)
+        _, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err  # stopping a server is its normal end, as for `zhin serve`
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "192.168.1.10", "example.com"])
+def test_view_refuses_a_host_that_is_not_loopback(zhin: Callable[..., Any], host: str) -> None:
+    proc = zhin("view", FIXTURES / "private-chat.jsonl", "--host", host)
+    assert proc.returncode == 2 and proc.stderr.startswith("zhin: error: --host") and proc.stderr.count("\n") == 1
+
+
+def test_view_accepts_the_loopback_names() -> None:
+    from zhin_cli.tools.htmlreport import view_address
+
+    assert view_address("localhost") == "127.0.0.1" and view_address("::1") == "::1" and view_address("127.0.0.2") == "127.0.0.2"
+
