@@ -1,4 +1,5 @@
-"""``zhin eval``: run YAML scenarios against the offline validators (or a live model); ``zhin schema eval-case``."""
+"""``zhin eval``: run YAML scenarios against the offline validators (or a live model); ``zhin schema eval-case`` and
+``zhin schema config``."""
 
 from __future__ import annotations
 
@@ -25,6 +26,15 @@ def schema_eval_case() -> None:
     from zhin_cli.tools.eval.cases import case_schema
 
     print_json(case_schema())
+
+
+@schema_app.command("config")
+@handles_errors
+def schema_config() -> None:
+    """The JSON Schema (draft 2020-12) of zhin.yaml; the loader validates every config with it."""
+    from zhin_cli.pipeline.config_schema import config_schema
+
+    print_json(config_schema())
 
 
 @app.command("eval")

@@ -1,11 +1,16 @@
 """``zhin.yaml``: segment texts and additions, provider overrides, budget, window, timezone, tools, plugins.
 
 Found upward from the current directory, or given with ``--config``. Every problem is a ``ConfigError``
-naming the file and the line of the offending key (``zhin.yaml:7``).
+naming the file and the line of the offending key (``zhin.yaml:7``). Nothing is silently ignored: the file is
+checked against the published JSON Schema (:mod:`zhin_cli.pipeline.config_schema`, ``zhin schema config``) —
+unknown keys at any level, unknown provider names, wrong types — and the segment ids that ``segments.texts`` and
+``segments.remove`` name are checked once every segment is registered (built-ins, ``segments.add``, plugins),
+still naming the key's line.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import importlib.util
@@ -19,6 +24,7 @@ from zhin_cli.core.errors import ConfigError, ZhinError
 from zhin_cli.core.readers import read_yaml_file
 from zhin_cli.core.timezones import valid_timezone
 from zhin_cli.core.trust import GIVEN, PluginSource, authorize, inside, plugin_file
+from zhin_cli.pipeline.config_schema import validate_config
 from zhin_cli.pipeline.providers import PROFILES, resolve_profile
 from zhin_cli.pipeline.segments import KINDS, Generation, PromptSegmentRegistry, TextSegment
 from zhin_cli.pipeline.segments.builtin import default_registry
@@ -70,12 +76,19 @@ class Config:
         return load_preset(path, self.preset_options)
 
     def registry(self) -> tuple[PromptSegmentRegistry, list[Generation]]:
-        """Built-ins with this config applied, plus one generation per plugin (release to unload)."""
-        registry = default_registry(self.texts)
+        """Built-ins with this config applied, plus one generation per plugin (release to unload).
+
+        ``segments.remove`` takes a built-in out before ``segments.add`` runs (so an added segment may reuse its
+        id) and a plugin's segment out once the plugins registered; ``segments.texts`` replaces the text of a
+        text segment (built-in or a plugin's) once every segment is known. An id nothing registered, or a segment
+        whose text is computed each request, is refused at its key's line."""
+        registry = default_registry()
+        later: list[tuple[int, str]] = []  # remove ids that are not built-in: a plugin may register them
         for index, segment_id in enumerate(self.remove_segments):
-            if segment_id not in registry:
-                raise ConfigError(f"segments.remove names unknown segment {segment_id!r}", where=self.where(f"segments.remove[{index}]"))
-            registry.unregister(segment_id)
+            if segment_id in registry:
+                registry.unregister(segment_id)
+            else:
+                later.append((index, segment_id))
         config_generation = registry.generation("zhin.yaml")
         for index, segment in enumerate(self.add_segments):
             try:
@@ -83,6 +96,22 @@ class Config:
             except ConfigError as exc:
                 raise ConfigError(exc.message, where=exc.where or self.where(f"segments.add[{index}]")) from None
         generations = [config_generation]
+        try:
+            self._load_plugins(registry, generations)
+            for index, segment_id in later:
+                if segment_id not in registry:
+                    raise ConfigError(f"segments.remove names unknown segment {segment_id!r} (known: {', '.join(_ids(registry))})",
+                                      where=self.where(f"segments.remove[{index}]"))
+                registry.unregister(segment_id)
+            for segment_id, text in self.texts.items():
+                self._replace_text(registry, segment_id, text)
+        except BaseException:
+            for generation in generations:
+                generation.release()
+            raise
+        return registry, generations
+
+    def _load_plugins(self, registry: PromptSegmentRegistry, generations: list[Generation]) -> None:
         base = self.path.parent if self.path is not None else Path.cwd()
         for index, spec in enumerate(self.plugins):  # a ref's or a case's plugin file leaving its tree: refused first
             file = plugin_file(spec, base)
@@ -92,6 +121,7 @@ class Config:
         for index, spec in enumerate(self.plugins):
             where = self.where(f"plugins[{index}]")
             generation = registry.generation(spec)
+            generations.append(generation)  # released with the others if a later step fails
             register = load_plugin(spec, self.path, where, source=self.source)
             try:
                 register(generation)
@@ -99,8 +129,41 @@ class Config:
                 raise ConfigError(f"plugin {spec!r}: {exc.message}", where=exc.where or where) from None
             except (Exception, SystemExit) as exc:  # the plugin's own bug must not become a traceback
                 raise ConfigError(f"plugin {spec!r} failed while registering: {type(exc).__name__}: {exc}", where=where) from None
-            generations.append(generation)
-        return registry, generations
+
+    def _replace_text(self, registry: PromptSegmentRegistry, segment_id: str, text: str) -> None:
+        """``segments.texts.<id>``: the segment keeps its place, kind, weight, retention and owner; only its text
+        changes. Only a fixed-text segment has a text to replace."""
+        where = self.where(f"segments.texts.{segment_id}")
+        segments = registry._segments  # the registry's own table: a replacement keeps the id's registration order
+        segment = segments.get(segment_id)
+        if segment is None:
+            texts = [i for i in _ids(registry) if isinstance(segments[i], TextSegment)]
+            raise ConfigError(f"segments.texts names unknown segment {segment_id!r} (text segments: {', '.join(texts)})", where=where)
+        owner = registry.owner(segment_id)
+        if not isinstance(segment, TextSegment):
+            made = COMPUTED.get(segment_id, "computed by its plugin" if owner != "builtin" else "computed each request")
+            raise ConfigError(f"segments.texts: {segment_id} has no fixed text to replace ({made}); leave it out with "
+                              f"segments.remove and add a text segment of kind {segment.kind} with segments.add", where=where)
+        if owner == "zhin.yaml":
+            raise ConfigError(f"segments.texts: {segment_id} is added by segments.add in this file: set its text there", where=where)
+        segments.add(segment_id, dataclasses.replace(segment, text=text), replace=True, owner=owner)
+
+
+# Why a built-in segment has no text that segments.texts could replace (the message says what to do instead).
+COMPUTED = {
+    "core.persona": "it is written each request from the bot's name, user_id and group nickname",
+    "core.environment": "it is written each request from the model, provider and time zone",
+    "core.scene": "it is written each request from the scene's facts",
+    "history.summary": "it is the compaction summary of the session",
+    "history.user": "it is the conversation's messages",
+    "history.assistant": "it is the conversation's messages",
+    "history.tool": "it is the conversation's tool calls and results",
+    "history.state": "it is the conversation's state changes",
+}
+
+
+def _ids(registry: PromptSegmentRegistry) -> list[str]:
+    return [segment.id for segment in registry.ordered()]
 
 
 def find_config(start: Path) -> Path | None:
@@ -151,10 +214,7 @@ def parse_config(data: Any, path: Path | None = None, lines: dict[str, int] | No
     config = Config(path=path, lines=lines or {})
     if not isinstance(data, dict):
         raise ConfigError("the config must be a mapping", where=config.where(""))
-    known = {"provider", "model", "timezone", "budget", "window", "segments", "providers", "tools", "plugins", "preset"}
-    unknown = sorted(str(k) for k in set(data) - known)
-    if unknown:
-        raise ConfigError(f"unknown config keys {unknown} (known: {sorted(known)})", where=config.where(unknown[0]))
+    validate_config(data, config.where)  # the published schema (`zhin schema config`): keys, types, provider names
     for key in ("provider", "model", "timezone"):
         if data.get(key) is not None:
             setattr(config, key, _expect(data[key], str, key, config))
@@ -166,11 +226,6 @@ def parse_config(data: Any, path: Path | None = None, lines: dict[str, int] | No
     if "max_chars" in budget:
         config.max_chars = None if budget["max_chars"] is None else _expect(budget["max_chars"], int, "budget.max_chars", config)
     window = _expect(data.get("window") or {}, dict, "window", config)
-    window_keys = {"max_messages", "cut_to", "max_blocks", "cut_blocks_to", "keep_membership_events"}
-    unknown_window = sorted(str(k) for k in set(window) - window_keys)
-    if unknown_window:
-        raise ConfigError(f"unknown window keys {unknown_window} (known: {', '.join(sorted(window_keys))})",
-                          where=config.where(f"window.{unknown_window[0]}"))
     max_messages = window.get("max_messages", 80)
     if max_messages is not None:
         max_messages = _expect(max_messages, int, "window.max_messages", config)

@@ -1,0 +1,226 @@
+"""The JSON Schema (draft 2020-12) of ``zhin.yaml``, and the one-line ``file:line`` error for data that breaks it.
+
+Published (``zhin schema config``) so that editors can complete and check a config, and used by the loader
+(:func:`zhin_cli.pipeline.config.parse_config`) so that nothing is silently ignored: an unknown key at any level, a
+provider name under ``providers:`` that no profile has, a value of the wrong type. What a schema cannot know is
+checked where it becomes known: segment ids in ``segments.texts`` / ``segments.remove`` exist only once the
+plugins have registered (``Config.registry``); ranges that depend on another key (``window.cut_to`` below
+``window.max_messages``) and regexes are checked by the loader.
+
+Enumerations (provider names, segment kinds, override values) are read from the registries and tables they
+describe, so the schema cannot drift from what the code accepts.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from zhin_cli.core.errors import ConfigError
+
+SCHEMA_ID = "https://github.com/zhinjs/zhin-cli/schema/config-v1.json"  # an identifier, as the eval-case schema's
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    """``key: ~`` means "the default" throughout zhin.yaml (the loader reads ``data.get(key) or default``)."""
+    kind = schema.get("type")
+    return {**schema, "type": [kind, "null"]} if isinstance(kind, str) else schema
+
+
+def _overrides_schema(with_models: bool) -> dict[str, Any]:
+    from zhin_cli.pipeline.providers import BOOLEAN_OVERRIDES, OVERRIDABLE, OVERRIDE_VALUES
+
+    properties: dict[str, Any] = {}
+    for key in sorted(OVERRIDABLE):
+        if key in OVERRIDE_VALUES:
+            properties[key] = {"enum": list(OVERRIDE_VALUES[key])}
+        elif key in BOOLEAN_OVERRIDES:
+            properties[key] = {"type": "boolean"}
+        else:
+            properties[key] = {"type": "string"}
+    properties["validator"]["description"] = "the validator that speaks for this API (zhin providers lists them)"
+    if with_models:
+        properties["models"] = {"type": "object", "description": "model regex → overrides for the models it matches",
+                                "additionalProperties": _overrides_schema(False)}
+    return {"type": "object", "additionalProperties": False, "properties": properties}
+
+
+def _tool_schema() -> dict[str, Any]:
+    function = {"type": "object", "required": ["name"], "additionalProperties": False,
+                "properties": {"name": {"type": "string", "minLength": 1}, "description": {"type": "string"},
+                               "parameters": {"type": "object", "description": "the arguments' JSON Schema"},
+                               "strict": {"type": "boolean"}}}
+    return {
+        "type": "object", "additionalProperties": False,
+        "description": "an OpenAI-shaped tool ({type: function, function: {name, description, parameters}}), or the "
+                       "function object alone; each provider writes it in its own wire shape",
+        "properties": {"type": {"const": "function"}, "function": function, **function["properties"]},
+        "anyOf": [{"required": ["function"]}, {"required": ["name"]}],
+    }
+
+
+@cache
+def config_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of ``zhin.yaml``, as data."""
+    from zhin_cli.pipeline.preset.model import CardOptions
+    from zhin_cli.pipeline.providers import PROFILES
+    from zhin_cli.pipeline.segments import TEXT_KINDS
+
+    integer = {"type": "integer"}
+    preset_options: dict[str, Any] = {key: _nullable({"type": "string"}) for key in CardOptions.FIELDS}
+    preset_options["seed"] = {"type": "integer", "description": "seed of {{random}}/{{roll}} (default 0)"}
+    providers = sorted(PROFILES)
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": SCHEMA_ID,
+        "title": "zhin.yaml",
+        "description": "zhin's project configuration: found upward from the working directory, or given with --config",
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "provider": _nullable({"enum": [*providers, None], "description": "the default provider profile"}),
+            "model": _nullable({"type": "string", "description": "the default model id"}),
+            "timezone": _nullable({"type": "string", "description": "an IANA time zone (Asia/Shanghai): times in headers"}),
+            "budget": _nullable({
+                "type": "object", "additionalProperties": False,
+                "properties": {"max_chars": _nullable({**integer, "description": "the system prompt's character budget (null: none)"})},
+            }),
+            "window": _nullable({
+                "type": "object", "additionalProperties": False,
+                "properties": {
+                    "max_messages": _nullable({**integer, "minimum": 1, "description": "messages in the window (default 80; null: no limit)"}),
+                    "cut_to": _nullable({**integer, "minimum": 0, "description": "a full window is cut to this many (below max_messages)"}),
+                    "max_blocks": _nullable({**integer, "minimum": 1}),
+                    "cut_blocks_to": _nullable({**integer, "minimum": 0}),
+                    "keep_membership_events": {**integer, "minimum": 0, "description": "join/leave events kept (default 20)"},
+                },
+            }),
+            "segments": _nullable({
+                "type": "object", "additionalProperties": False,
+                "properties": {
+                    "texts": _nullable({"type": "object", "additionalProperties": {"type": "string"},
+                                        "description": "segment id → its text: the built-in core.rules and core.platform, or "
+                                                       "a plugin's text segment (ids are checked once plugins registered)"}),
+                    "remove": _nullable({"type": "array", "items": {"type": "string"},
+                                         "description": "segment ids to leave out (built-in or a plugin's)"}),
+                    "add": _nullable({"type": "array", "items": {
+                        "type": "object", "required": ["id", "kind"], "additionalProperties": False,
+                        "properties": {
+                            "id": {"type": "string", "minLength": 1},
+                            "kind": {"enum": list(TEXT_KINDS)},
+                            "text": {"type": "string"},
+                            "weight": {"type": "number", "description": "order within its kind, highest first (default 0)"},
+                            "retention": {"enum": ["required", "preferred"], "description": "what the budget may trim (default preferred)"},
+                        },
+                    }}),
+                },
+            }),
+            "providers": _nullable({
+                "type": "object", "description": "per-provider capability overrides",
+                "propertyNames": {"enum": providers},
+                "additionalProperties": _overrides_schema(True),
+            }),
+            "tools": _nullable({"type": "array", "items": _tool_schema()}),
+            "plugins": _nullable({"type": "array", "items": {"type": "string", "minLength": 1},
+                                  "description": "module:function or path/to/file.py:function (run only when trusted)"}),
+            "preset": {
+                "type": ["string", "object", "null"],
+                "description": "a SillyTavern chat-completion preset file, or {file: …, user: …, char: …, seed: …}",
+                "additionalProperties": False,
+                "properties": {"file": {"type": "string"}, **preset_options},
+            },
+        },
+    }
+
+
+@cache
+def _validator() -> Any:
+    from jsonschema import Draft202012Validator
+
+    return Draft202012Validator(config_schema())
+
+
+def key_of(path: list[Any]) -> str:
+    """``["segments", "add", 0, "kind"]`` → ``segments.add[0].kind``: the form ``Config.lines`` uses."""
+    key = ""
+    for part in path:
+        key += f"[{part}]" if isinstance(part, int) else (f".{part}" if key else str(part))
+    return key
+
+
+_TYPE_NAMES = {"string": "a string", "integer": "an integer", "number": "a number", "object": "a mapping",
+               "array": "a list", "boolean": "true or false", "null": "null"}
+
+
+def _shown(value: Any) -> str:
+    return repr(value) if len(repr(value)) <= 60 else repr(value)[:59] + "…"
+
+
+def describe(error: Any) -> tuple[str, str]:
+    """The key to point at and the one-line message for a jsonschema ``ValidationError``."""
+    path = list(error.absolute_path)
+    key = key_of(path)
+    name = key or "the config"
+    kind = error.validator
+    schema = error.schema if isinstance(error.schema, dict) else {}
+    if kind == "additionalProperties" and isinstance(error.instance, dict):
+        known = sorted(schema.get("properties", {}))
+        unknown = sorted(str(k) for k in error.instance if k not in known)
+        where = key_of([*path, unknown[0]])
+        if not key:
+            return where, f"unknown config keys {unknown} (known: {known})"
+        return where, f"unknown {key} keys {unknown} (known: {', '.join(known)})"
+    if "propertyNames" in error.schema_path:  # the key's name broke it (jsonschema reports the inner enum)
+        names = schema.get("enum", [])
+        where = key_of([*path, error.instance])
+        if path == ["providers"]:
+            return where, f"unknown provider {error.instance!r} under providers (known: {', '.join(names)})"
+        return where, f"unknown key {error.instance!r} in {name} (known: {', '.join(names)})"
+    if kind == "type":
+        wanted = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
+        real = [t for t in wanted if t != "null"]
+        text = " or ".join(_TYPE_NAMES.get(t, t) for t in real) + (" (or null)" if "null" in wanted else "")
+        return key, f"{name} must be {text}, got {_shown(error.instance)}"
+    if kind in ("enum", "const"):
+        allowed = [str(a) for a in (error.validator_value if kind == "enum" else [error.validator_value]) if a is not None]
+        if path == ["provider"]:
+            return key, f"unknown provider {error.instance!r} (known: {', '.join(allowed)})"
+        shown = allowed[0] if len(allowed) == 1 else f"{', '.join(allowed[:-1])} or {allowed[-1]}"
+        if len(path) == 4 and path[:2] == ["segments", "add"] and path[3] == "kind":
+            shown = f"a text kind ({', '.join(allowed)})"
+        return key, f"{name} must be {shown}, got {_shown(error.instance)}"
+    if kind == "required":
+        missing = next((m for m in error.validator_value if m not in error.instance), error.validator_value[0])
+        return key, f"{name} needs {missing}"
+    if kind == "anyOf" and all(set(branch) == {"required"} for branch in error.validator_value):
+        options = " or ".join(branch["required"][0] for branch in error.validator_value)
+        return key, f"{name} needs {options}"
+    if kind == "minimum":
+        bound = "0 or more" if error.validator_value == 0 else f"at least {error.validator_value}"
+        # max_messages, max_blocks: null lifts the limit (cut_to: null is only the default)
+        nullable = isinstance(schema.get("type"), list) and "null" in schema["type"] and error.validator_value >= 1
+        return key, f"{name} must be {bound}{' (or null for no limit)' if nullable else ''}, got {_shown(error.instance)}"
+    if kind == "minLength":
+        return key, f"{name} must not be empty"
+    return key, f"{name}: {error.message}"
+
+
+def validate_config(data: Any, where: Any) -> None:
+    """Raise one ``ConfigError`` for the first problem in the file (by line) that the schema finds.
+
+    ``where(key)`` gives ``file:line`` of a key (or of the nearest enclosing one) — ``Config.where``."""
+    # Inside one provider's overrides the loader's own check speaks (``_check_provider_overrides``): it names the
+    # profile the way ``resolve_profile`` does, for zhin.yaml and eval case configs alike. The schema still refuses
+    # what it refuses (the published schema and the loader agree); only the wording is the profile's.
+    errors = [e for e in _validator().iter_errors(data) if not (len(e.absolute_path) >= 2 and e.absolute_path[0] == "providers")]
+    if not errors:
+        return
+    described = [describe(error) for error in errors]
+
+    def position(item: tuple[str, str]) -> tuple[int, int]:
+        located = where(item[0]) or ""
+        line = located.rpartition(":")[2]
+        return (int(line) if line.isdigit() else 0, -item[0].count(".") - item[0].count("["))
+
+    key, message = min(described, key=position)
+    raise ConfigError(message[:300], where=where(key))
