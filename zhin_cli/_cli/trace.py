@@ -167,8 +167,10 @@ def print_rows(console: Console, result: TraceResult, rows: list[TurnRow]) -> No
     aligned = room >= longest  # else the segments go on lines of their own, indented under the numbers
     indent = left if aligned else turn_width + 1
     room = room if aligned else max(1, console.width - indent)
-    lines = [f"[bold]{'turn':>{turn_width}} {'prompt':>{numbers}} {'cached':>{numbers}} {'cache':<{bar_width}} "
-             f"{'state':<{state_width}} {'ok':<{verdict_width}} largest segments (tokens)[/]"]
+    header = (f"{'turn':>{turn_width}} {'prompt':>{numbers}} {'cached':>{numbers}} {'cache':<{bar_width}} "
+              f"{'state':<{state_width}} {'ok':<{verdict_width}}")
+    title = "largest segments (tokens)"
+    lines = [f"[bold]{header} {title}[/]"] if aligned else [f"[bold]{header.rstrip()}[/]", f"[bold]{' ' * indent}{title}[/]"]
     for row, names in zip(rows, entries, strict=True):
         cached_cells, new_cells = bar_cells(row, scale, bar_width)
         verdict = ACCEPTED if row.accepted else f"[red]{REJECTED}[/]"
