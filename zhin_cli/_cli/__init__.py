@@ -221,6 +221,30 @@ def _stdout_console_class() -> type[Console]:
     return StdoutConsole
 
 
+def print_records(console: Console, headers: list[str], rows: list[list[str]], *, title: str | None = None) -> None:
+    """Rows as a table when it fits the console's width with every cell whole; else one block per row — its first
+    cell (the identifier) alone on a line, then ``header: value`` lines — so no identifier is ever cut at a narrow
+    COLUMNS (issue 17 §3). A header may wrap at its spaces; cells never do in the table."""
+    from rich.cells import cell_len
+    from rich.table import Table
+
+    widths = [max([max((cell_len(word) for word in header.split()), default=0)] + [cell_len(row[i]) for row in rows])
+              for i, header in enumerate(headers)]
+    if sum(widths) + 3 * len(headers) + 1 <= console.width:
+        table = Table(*headers, title=title)
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)
+        return
+    if title:
+        console.print(title, markup=False)
+    for row in rows:
+        console.print(row[0], markup=False, soft_wrap=True)
+        for header, cell in zip(headers[1:], row[1:], strict=True):
+            if cell:
+                console.print(f"  {header}: {cell}", markup=False)
+
+
 def stderr_console() -> Console:
     from rich.console import Console
 

@@ -24,6 +24,7 @@ from zhin_cli._cli import (
     database_or_discovered,
     handles_errors,
     print_json,
+    print_records,
     print_sources,
     stdout_console,
     write_jsonl_output,
@@ -41,7 +42,7 @@ def import_command(
     replace: Annotated[bool, typer.Option("--replace", help="Replace a session that is already there.")] = False,
     events: Annotated[bool, typer.Option("--events", help="Also turn conversation_events member_increase / member_decrease rows into event messages (once each).")] = False,
 ) -> None:
-    """Load session JSONL files into a zhin database; with --events, import join/leave events.
+    """Load session JSONL files into a zhin database; with --events, also its join/leave events.
 
     Without --db it writes into the database every read command would find: the .zhin/data.sqlite in this folder or the nearest parent, and only when there is none a new ./.zhin/data.sqlite (docs/storage.md). All or nothing: on an error or an interruption the database is as it was (a new one does not appear)."""
     from zhin_cli.store.database import import_sessions, import_target, parse_db
@@ -88,8 +89,6 @@ def sessions_command(
     as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout.")] = False,
 ) -> None:
     """List the sessions in a database (to find the id to trace)."""
-    from rich.table import Table
-
     from zhin_cli.store.database import SessionDatabase, parse_db
 
     source = database_or_discovered(db)
@@ -99,10 +98,9 @@ def sessions_command(
         print_json({"version": 1, "sessions": rows})
         return
     print_sources(None, source)
-    table = Table("session_key", "session_id (epoch)", "messages", "last activity (UTC)")
-    for row in rows:
-        table.add_row(str(row["session_key"] or ""), str(row["session_id"]), str(row["messages"]), format_ms(row["last_activity"]))
-    stdout_console().print(table)
+    print_records(stdout_console(), ["session_id (epoch)", "session_key", "messages", "last activity (UTC)"],
+                  [[str(row["session_id"]), str(row["session_key"] or ""), str(row["messages"]),
+                    format_ms(row["last_activity"])] for row in rows])
 
 
 def format_ms(value: int | None) -> str:

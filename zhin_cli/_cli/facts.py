@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from zhin_cli._cli import (
     DbOption,
@@ -13,6 +12,7 @@ from zhin_cli._cli import (
     database_or_discovered,
     handles_errors,
     print_json,
+    print_records,
     print_sources,
     stdout_console,
 )
@@ -44,13 +44,25 @@ def show_command(
     scene = data["scene"] or {}
     for name in ("title", "owner_id", "admins", "member_count", "muted_all", "facts_updated_at"):
         if scene.get(name) is not None:
-            console.print(f"{name}: {scene[name]}", markup=False)
+            console.print(f"{name}: {human_value(name, scene[name])}", markup=False)
     console.print(f"bot_role: {data['bot_role'] or '-'}", markup=False)
-    table = Table("user_id", "platform_role", "card", "title", "muted_until", "updated_at")
-    for member in data["members"]:
-        table.add_row(*(str(member[k]) if member[k] is not None else "" for k in
-                        ("user_id", "platform_role", "card", "title", "muted_until", "updated_at")))
-    console.print(table)
+    columns = ("user_id", "platform_role", "card", "title", "muted_until", "updated_at")
+    print_records(console, list(columns), [[human_value(k, member[k]) for k in columns] for member in data["members"]])
+
+
+def human_value(name: str, value: Any) -> str:
+    """A stored fact as people read it: lists joined, yes/no, ms epochs (``*_at``, ``*_until``) as UTC times."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(str(item) for item in value) or "-"
+    if isinstance(value, int) and name.endswith(("_at", "_until")):
+        from zhin_cli.tools.stats import human_ms
+
+        return human_ms(value)
+    return str(value)
 
 
 @facts_app.command("prune")

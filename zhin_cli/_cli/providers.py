@@ -6,9 +6,8 @@ import dataclasses
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
-from zhin_cli._cli import app, handles_errors, print_json, stdout_console
+from zhin_cli._cli import app, handles_errors, print_json, print_records, stdout_console
 from zhin_cli.pipeline.providers import PROFILES, Capabilities, resolve_profile
 
 # Where the system prompt goes for wires that have no system message.
@@ -32,11 +31,12 @@ def providers_command(
     if as_json:
         print_json({"version": 1, "model": model, "providers": [profile_dict(p) for p in profiles]})
         return
-    table = Table("provider", "wire", "validator", "state changes", "system prompt", "same-role turns", "cache", "")
+    rows: list[list[str]] = []
     for p in profiles:
         quirks = [name for name, on in (("held during tool loops", p.hold_during_tool_loop), ("one call per message", p.single_tool_call),
                                          ("9-char tool ids", p.tool_call_id == "alnum9"), ("system only first", p.system_only_at_start),
                                          ("no null content", p.null_content == "empty")) if on]
         cache = "none" if p.cache.mechanism == "none" else f"{p.cache.mechanism} ≥{p.cache.min_tokens}/{p.cache.step_tokens}"
-        table.add_row(p.name, p.wire, p.validator, p.mid_conversation_system, SYSTEM_PLACE.get(p.wire, f"{p.system_prompt_role} message"), p.alternation, cache, ", ".join(quirks))
-    stdout_console().print(table)
+        rows.append([p.name, p.wire, p.validator, p.mid_conversation_system, SYSTEM_PLACE.get(p.wire, f"{p.system_prompt_role} message"), p.alternation, cache, ", ".join(quirks)])
+    print_records(stdout_console(), ["provider", "wire", "validator", "state changes", "system prompt", "same-role turns",
+                                     "cache", "quirks"], rows)
