@@ -412,25 +412,21 @@ def _segments(turn: TurnView, kinds: dict[str, int]) -> str:
     return f'<div class="segbar">{"".join(spans)}</div>'
 
 
-def _section(index: int, turn: TurnView, kinds: dict[str, int], previous: int | None) -> str:
+def _section(index: int, turn: TurnView, kinds: dict[str, int]) -> str:
+    """A turn's section: its figures and segment bar. Its wire messages and diff are drawn by the page's script
+    when the turn is opened (its title or chart bar is clicked): 2,000 sections carry no hidden content."""
     verdict = "accepted" if turn.verdict.get("ok") else f"rejected ({turn.verdict.get('status')})"
     cause = ""
     if turn.cause:
         label = MARKER_TEXT.get(turn.marker or "", turn.cause.replace("_", " "))
-        cause = (f' · <span class="cause c-{_e(turn.cause)}{" bad" if turn.unexpected else ""}">{_e(label)}'
+        cause = (f' · <span class="cause{" bad" if turn.unexpected else ""}">{_e(label)}'
                  f'{f": {_e(turn.detail)}" if turn.detail else ""}</span>')
-    facts = (f'{_n(turn.prompt_tokens)} prompt tokens · <span class="cached">{_n(turn.cached_tokens)} cached</span> · '
-             f'{_n(turn.new_tokens)} new{cause}')
-    meta = (f'state: {_e(turn.state_rendering)} · headers: {turn.full_headers} full, {turn.short_headers} short · '
-            f'{len(turn.chunks)} wire chunks · {verdict}')
-    diff = ""
-    if previous is not None:
-        diff = (f'<details class="lazy" data-view="diff"><summary>diff against turn {previous}</summary></details>')
     return (f'<section class="turn{" bad" if turn.unexpected else ""}" id="s{index}-t{turn.turn}" data-turn="{turn.turn}" '
             f'data-prompt-tokens="{turn.prompt_tokens}" data-cached-tokens="{turn.cached_tokens}">'
-            f'<h3><a href="#s{index}-t{turn.turn}">turn {turn.turn}</a> <small>{facts}</small></h3>'
-            f'<p class="meta">{meta}</p>{_segments(turn, kinds)}'
-            f'<details class="lazy" data-view="messages"><summary>wire messages</summary></details>{diff}</section>')
+            f'<h3><a href="#s{index}-t{turn.turn}">turn {turn.turn}</a> {_n(turn.prompt_tokens)} prompt tokens · '
+            f'{_n(turn.cached_tokens)} cached · {_n(turn.new_tokens)} new{cause}</h3>'
+            f'<p>state: {_e(turn.state_rendering)} · headers: {turn.full_headers} full, {turn.short_headers} short · '
+            f'{len(turn.chunks)} wire chunks · {verdict}</p>{_segments(turn, kinds)}</section>')
 
 
 def _economy(page: SessionPage) -> str:
@@ -473,7 +469,7 @@ def _legend(kinds: dict[str, int]) -> str:
     names = "".join(f'<span><i class="k{n}"></i>{_e(k)}</span>' for k, n in kinds.items())
     return (f'<p class="legend"><span><i class="l-cached"></i>cached</span><span><i class="l-new"></i>new</span>'
             f'<span><i class="mark m-window_shift"></i>window shift</span><span><i class="mark m-compaction"></i>compaction</span>'
-            f'<span><i class="mark m-unexpected"></i>unexpected break</span> · segment kinds: {names}</p>')
+            f'<span><i class="mark m-unexpected"></i>unexpected break</span> · segment kinds: {names} · click a bar or a turn’s title for its wire messages and diff</p>')
 
 
 def _session(index: int, page: SessionPage, kinds: dict[str, int]) -> str:
@@ -483,8 +479,7 @@ def _session(index: int, page: SessionPage, kinds: dict[str, int]) -> str:
     unexpected = sum(1 for t in page.turns if t.unexpected)
     greeting = (f'<p class="meta">Turn {page.greeting_turn} is the greeting: no request was made for it, so it has '
                 f'no section.</p>') if page.greeting_turn is not None else ""
-    sections = "".join(_section(index, turn, kinds, page.turns[i - 1].turn if i else None)
-                       for i, turn in enumerate(page.turns))
+    sections = "".join(_section(index, turn, kinds) for turn in page.turns)
     wide = " wide" if len(page.turns) > 150 else ""
     return (f'<article class="session" id="s{index}" data-session="{_e(page.session_id)}" data-index="{index}">'
             f'<h2>{_e(page.session_id)}</h2>'

@@ -188,30 +188,36 @@
     if (same) box.appendChild(el("p", "meta", same + " later chunk(s) unchanged"));
   }
 
-  function draw(details) {
-    if (details.dataset.drawn) return;
-    details.dataset.drawn = "1";
-    var section = details.closest("section[data-turn]");
-    var article = details.closest("article[data-index]");
-    var s = Number(article.dataset.index), turn = Number(section.dataset.turn);
-    var box = el("div", "view");
-    if (details.dataset.view === "diff") drawDiff(box, s, turn); else drawMessages(box, s, turn);
-    details.appendChild(box);
+  // A turn's wire messages and its diff against the previous turn, added to its section when it is opened
+  // (its title or its chart bar is clicked, or the page is opened at its #anchor).
+  function openTurn(section) {
+    if (section.dataset.drawn) return;
+    section.dataset.drawn = "1";
+    var s = Number(section.closest("article[data-index]").dataset.index), turn = Number(section.dataset.turn);
+    var view = turnsOf(s);
+    var views = [["messages", "wire messages", drawMessages]];
+    if (view.order.indexOf(turn) > 0) views.push(["diff", "diff against turn " + view.order[view.order.indexOf(turn) - 1], drawDiff]);
+    views.forEach(function (v) {
+      var details = el("details");
+      details.dataset.view = v[0];
+      details.open = true;
+      details.appendChild(el("summary", null, v[1]));
+      var box = el("div", "view");
+      v[2](box, s, turn);
+      details.appendChild(box);
+      section.appendChild(details);
+    });
   }
-
-  document.addEventListener("toggle", function (event) {
-    var target = event.target;
-    if (target && target.matches && target.matches("details.lazy") && target.open) draw(target);
-  }, true);
 
   function openTarget() {
     var id = decodeURIComponent(location.hash.slice(1));
     if (!id) return;
     var section = document.getElementById(id);
     if (!section || !section.matches("section[data-turn]")) return;
-    section.querySelectorAll("details.lazy").forEach(function (d) { d.open = true; draw(d); });
+    openTurn(section);
     section.scrollIntoView();
   }
+
   // tooltips are written on first hover, from the element's data-* hooks (2,000 turns need no 20,000 titles)
   function number(value) { return Number(value).toLocaleString("en-US"); }
   document.addEventListener("mouseover", function (event) {
@@ -229,5 +235,9 @@
     }
   });
   window.addEventListener("hashchange", openTarget);
+  document.addEventListener("click", function (event) {  // a second click on an open turn's link: no hashchange
+    var link = event.target && event.target.closest ? event.target.closest("a[href^='#s']") : null;
+    if (link && link.getAttribute("href") === location.hash) openTarget();
+  });
   openTarget();
 })();
