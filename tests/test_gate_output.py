@@ -188,3 +188,39 @@ def test_budget_check_annotates_the_part_that_grew_at_its_budget_line(zhin: Run,
     # where the segment's text comes from: the zhin.yaml key that set it
     assert any(a.startswith("::notice file=zhin.yaml,line=3,") and "core.rules" in a for a in found)
     assert "core.rules" in (tmp_path / "summary.md").read_text(encoding="utf-8")
+
+
+def test_budget_check_annotates_a_new_part_at_its_profile_and_its_add_entry(zhin: Run, tmp_path: Path) -> None:
+    budget_project(tmp_path)
+    assert zhin("budget", "update", "-s", "busy.jsonl", "-p", "openai").returncode == 0
+    (tmp_path / "zhin.yaml").write_text("segments:\n  add:\n    - {id: house.rules, kind: system, text: 禁止刷屏。}\n",
+                                        encoding="utf-8")
+    result = zhin("budget", "check", env=github_env(tmp_path))
+    assert result.returncode == 1
+    found = annotations(result.stderr)
+    budget = tmp_path / "prompt-budget.yaml"
+    assert any(a.startswith(f"::error file=prompt-budget.yaml,line={line_of(budget, 'parts:')},") and "house.rules" in a
+               for a in found)
+    assert any(a.startswith("::notice file=zhin.yaml,line=3,") and "house.rules" in a for a in found)
+    assert not any("core.persona" in a for a in found)  # negative control: unchanged parts are not annotated
+
+
+def test_preset_lint_annotates_each_finding_at_its_line(zhin: Run, tmp_path: Path) -> None:
+    community = ROOT / "fixtures" / "presets" / "community-zh.json"
+    shutil.copy(community, tmp_path / "p.json")
+    result = zhin("preset", "lint", "p.json", env=github_env(tmp_path))
+    assert result.returncode == 1
+    found = annotations(result.stderr)
+    printed = [line for line in result.stdout.splitlines() if line.startswith("p.json:")]
+    assert len(found) == len(printed) >= 10  # one annotation per finding
+    for annotation, line in zip(found, printed, strict=True):
+        number, code = line.split(":")[1], line.split(": ")[1].split()[0]
+        assert annotation.startswith(("::error", "::warning", "::notice"))
+        assert f"file=p.json,line={number}," in annotation and code in annotation
+    levels = {a.split()[0] for a in found}
+    assert levels == {"::warning", "::notice"}  # warnings as warnings, notes as notices
+    assert "ZP012" in (tmp_path / "summary.md").read_text(encoding="utf-8")
+    ignored = zhin("preset", "lint", "p.json", "--ignore", "ZP012", env=github_env(tmp_path))
+    assert not any("ZP012" in a for a in annotations(ignored.stderr))  # an ignored rule is not annotated either
+    plain = zhin("preset", "lint", "p.json")  # negative control: outside GitHub Actions, no workflow commands
+    assert annotations(plain.stderr) == []

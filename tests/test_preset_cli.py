@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from subprocess import CompletedProcess
+
+from conftest import clean_env
 
 ROOT = Path(__file__).resolve().parent.parent
 PRESETS = ROOT / "fixtures" / "presets"
@@ -88,7 +91,8 @@ def test_zhin_yaml_preset_key_with_options(zhin: Run, tmp_path: Path) -> None:
     (tmp_path / "zhin.yaml").write_text("timezone: UTC\npreset:\n  file: presets/p.json\n  colour: red\n", encoding="utf-8")
     bad = zhin("trace", SESSION)
     assert bad.returncode == 3
-    assert "unknown preset option 'colour'" in one_line_error(bad) and "zhin.yaml:2" in bad.stderr
+    # the schema names the unknown key at its own line (zhin schema config)
+    assert "unknown preset keys ['colour']" in one_line_error(bad) and "zhin.yaml:4" in bad.stderr
 
 
 def test_prefix_diff_base_head_with_a_preset_per_side(zhin: Run, tmp_path: Path) -> None:
@@ -131,5 +135,69 @@ def test_lint_text_output_shows_each_code(zhin: Run) -> None:
     result = zhin("preset", "lint", COMMUNITY)
     assert result.returncode == 1
     assert "[unknown-macro]" in result.stdout and "[bad-depth]" in result.stdout
-    # Negative control: the severity word (real markup around it) is still printed without its tags.
-    assert "warning [" in result.stdout and "[/]" not in result.stdout
+    # Negative control: the severity word (styled) is printed without markup tags.
+    assert "ZP012 warning: unknown macro" in result.stdout and "[/]" not in result.stdout
+
+
+FINDING = re.compile(r"^(?P<file>.+):(?P<line>\d+): (?P<code>ZP\d{3}) (?P<severity>error|warning|info): (?P<message>.+) \[(?P<name>[a-z-]+)\]$")
+
+
+def finding_lines(stdout: str) -> list[re.Match[str]]:
+    lines = stdout.splitlines()[1:-1]  # between the preset's header line and the counts
+    matches = [FINDING.match(line) for line in lines]
+    assert all(matches), [line for line, m in zip(lines, matches, strict=True) if not m]
+    return [m for m in matches if m]
+
+
+def test_lint_prints_one_parsable_finding_per_line_sorted_by_line(zhin: Run) -> None:
+    narrow = zhin("preset", "lint", COMMUNITY, env={**clean_env(), "COLUMNS": "60"})
+    assert narrow.returncode == 1
+    found = finding_lines(narrow.stdout)  # at 60 columns too: one physical line each, never wrapped
+    assert len(found) >= 10 and {m["file"] for m in found} == {str(COMMUNITY)}
+    assert [int(m["line"]) for m in found] == sorted(int(m["line"]) for m in found)
+    text = COMMUNITY.read_text(encoding="utf-8").splitlines()
+    loom = next(m for m in found if m["name"] == "unknown-macro")
+    assert '"identifier": "loom"' in text[int(loom["line"]) - 1]  # the line of the prompt that uses the macro
+    clean = zhin("preset", "lint", ST_DEFAULT)  # negative control: a clean preset prints no finding
+    assert clean.returncode == 0 and {m["severity"] for m in finding_lines(clean.stdout)} <= {"info"}
+
+
+def test_a_finding_about_the_order_is_placed_at_prompt_order(zhin: Run, tmp_path: Path) -> None:
+    preset = tmp_path / "p.json"
+    preset.write_text(json.dumps({"prompts": [{"identifier": "main", "content": "hi"}],
+                                  "prompt_order": [{"character_id": 100001, "order": [{"identifier": "main", "enabled": True}]}]},
+                                 indent=2), encoding="utf-8")
+    found = {m["name"]: m for m in finding_lines(zhin("preset", "lint", preset).stdout)}
+    order_line = next(i for i, line in enumerate(preset.read_text(encoding="utf-8").splitlines(), 1) if '"prompt_order"' in line)
+    assert found["no-history"]["code"] == "ZP001" and int(found["no-history"]["line"]) == order_line
+
+
+def test_ignore_by_code_or_name(zhin: Run) -> None:
+    every = {m["code"] for m in finding_lines(zhin("preset", "lint", COMMUNITY).stdout)}
+    warnings = {m["code"] for m in finding_lines(zhin("preset", "lint", COMMUNITY).stdout) if m["severity"] == "warning"}
+    assert warnings == {"ZP004", "ZP012", "ZP032"}
+    quiet = zhin("preset", "lint", COMMUNITY, "--ignore", "ZP004", "--ignore", "unknown-macro", "--ignore", "zp032")
+    assert quiet.returncode == 0, quiet.stdout  # every warning ignored: the lint passes
+    assert {m["code"] for m in finding_lines(quiet.stdout)} == every - warnings
+    assert "(3 rule(s) ignored)" in quiet.stdout
+    data = json.loads(zhin("preset", "lint", COMMUNITY, "--json", "--ignore", "ZP012").stdout)
+    assert data["ignored"] == ["ZP012"] and "unknown-macro" not in {d["code"] for d in data["diagnostics"]}
+    assert {d["rule"] for d in data["diagnostics"]} == every - {"ZP012"}
+    # negative control: ignoring only notes leaves the warnings failing the lint
+    assert zhin("preset", "lint", COMMUNITY, "--ignore", "ZP055").returncode == 1
+    unknown = zhin("preset", "lint", COMMUNITY, "--ignore", "ZP777")
+    assert unknown.returncode == 2 and "no such preset lint rule" in one_line_error(unknown)
+
+
+def test_every_rule_the_code_reports_has_a_code_and_is_documented() -> None:
+    from zhin_cli.tools.preset_lint import RULES
+
+    sources = [ROOT / "zhin_cli" / "pipeline" / "preset" / "importer.py", ROOT / "zhin_cli" / "tools" / "preset_lint.py"]
+    reported = set()
+    for source in sources:
+        reported |= set(re.findall(r'(?:report|Diagnostic)\("(?:error|warning|info)"(?: if runs else "info")?, "([a-z-]+)"', source.read_text(encoding="utf-8")))
+    assert len(reported) >= 30 and reported <= set(RULES), sorted(reported - set(RULES))
+    assert len(set(RULES.values())) == len(RULES)  # one code per rule
+    docs = (ROOT / "docs" / "preset-lint.md").read_text(encoding="utf-8")
+    documented = dict(re.findall(r"^\| (ZP\d{3}) \| `([a-z-]+)` \|", docs, flags=re.M))
+    assert documented == {code: name for name, code in RULES.items()}

@@ -52,11 +52,11 @@ def print_report(report: BudgetReport) -> None:
 
 def publish_budget(report: BudgetReport, budget: Budget, config: Path | None) -> None:
     from zhin_cli.core import ghactions
-    from zhin_cli.pipeline.config import load_config
-    from zhin_cli.tools.budget import budget_annotations, budget_summary
+    from zhin_cli.tools.budget import budget_annotations, budget_summary, part_sources
 
-    if ghactions.enabled():  # the config is read again only for where the parts come from: not outside CI
-        ghactions.publish(budget_annotations(report, budget, load_config(config, cwd=Path.cwd())), budget_summary(report))
+    if ghactions.enabled():  # where the parts come from is looked up only when someone will read it
+        sources = part_sources(report, config_path=config, cwd=Path.cwd())
+        ghactions.publish(budget_annotations(report, budget, sources), budget_summary(report))
 
 
 @budget_app.command("check")

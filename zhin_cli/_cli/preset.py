@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from zhin_cli._cli import ConfigOption, DbOption, app, check_options, freeze_loaded, handles_errors, print_json, stdout_console
 from zhin_cli.core.errors import EXIT_FOUND
@@ -24,14 +25,20 @@ STYLES = {"error": "red", "warning": "yellow", "info": "dim"}
 def lint_command(
     file: PresetFile,
     as_json: Annotated[bool, typer.Option("--json", help="One versioned JSON document on stdout.")] = False,
+    ignore: Annotated[list[str] | None, typer.Option("--ignore", metavar="CODE", help="Leave out a rule: its code (ZP012) or name (unknown-macro); repeatable. docs/preset-lint.md lists them.")] = None,
 ) -> None:
     """Check a preset: unknown macros, entries that are never sent, bad depths, cache-breaking macros, unknown keys.
 
+    One finding per line, sorted by line: `FILE:LINE: CODE severity: message [name]` (as ruff and gcc print theirs).
+    Under GitHub Actions each finding is also an annotation at its line, and a table goes to the step summary.
+
     Exit status: 0 clean (info only), 1 warnings or errors found, 2 usage, 3 the file cannot be read or is not a preset.
     """
+    from zhin_cli.core import ghactions
     from zhin_cli.tools.preset_lint import lint
 
-    result = lint(file)
+    result = lint(file, ignore=ignore or ())
+    ghactions.publish(result.annotations(), result.summary())
     if as_json:
         print_json(result.as_dict())
     else:
@@ -40,13 +47,13 @@ def lint_command(
         console.print(f"[bold]{escape(result.file)}[/] · {len(preset.prompts)} prompts · order {preset.order_source} "
                       f"({sum(e.enabled for e in preset.order)}/{len(preset.order)} enabled) · "
                       f"squash {'on' if preset.squash else 'off'} · post-processing {preset.post_processing or 'none'} · "
-                      f"{len(preset.regex_scripts)} regex script(s)")
-        for diagnostic in result.diagnostics:
-            style = STYLES[diagnostic.severity]
-            where = f"{escape(diagnostic.where)}: " if diagnostic.where else ""
-            console.print(f"{where}[{style}]{diagnostic.severity}[/] \\[{diagnostic.code}] {escape(diagnostic.message)}", soft_wrap=True)
+                      f"{len(preset.regex_scripts)} regex script(s)", soft_wrap=True)
+        for finding in result.findings():
+            # one physical line per finding, whatever the terminal width: tools parse it
+            console.print(Text(finding.text(), style=STYLES[finding.severity]), soft_wrap=True)
         counts = result.counts()
-        console.print(f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} note(s)")
+        ignored = f" ({len(result.ignored)} rule(s) ignored)" if result.ignored else ""
+        console.print(f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} note(s){ignored}")
     if result.failed:
         raise typer.Exit(EXIT_FOUND)
 

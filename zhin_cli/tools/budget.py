@@ -17,7 +17,7 @@ shrank are reported so that ``update`` can lock the saving in. ``update`` rewrit
 what is measured now — a ruamel.yaml round trip, so the file's comments, key order and indentation stay and a
 changed number changes only its own line (the diff a reviewer reads). Sessions are paths relative to the budget
 file (or session ids in ``--db``). Under GitHub Actions ``check`` annotates each part that grew at its line in the
-budget file, and notes where the segment's text comes from (the zhin.yaml key) when the config names it.
+budget file, and notes where the segment's text comes from (the zhin.yaml key, a plugin file, zhin's built-ins).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
@@ -36,9 +36,6 @@ from zhin_cli.core.readers import read_yaml_file
 from zhin_cli.core.tokens import counter as shared_counter
 from zhin_cli.pipeline.assemble import AssembledRequest
 from zhin_cli.pipeline.segments import SYSTEM_PROMPT_KINDS
-
-if TYPE_CHECKING:
-    from zhin_cli.pipeline.config import Config
 
 BUDGET_VERSION = 1
 DEFAULT_BUDGET_FILE = "prompt-budget.yaml"
@@ -307,26 +304,11 @@ def _sync_parts(parts: Any, measured: dict[str, int]) -> None:
 # --- GitHub annotations and step summary ------------------------------------------------------------------------
 
 
-def segment_source(config: Config | None, part: str) -> tuple[str, int] | None:
-    """``(file, line)`` of the zhin.yaml key that gives ``part`` its text (``segments.texts.X``, a
-    ``segments.add`` entry, ``tools``), when the config names it."""
-    if config is None or config.path is None:
-        return None
-    key = None
-    if part in config.texts:
-        key = f"segments.texts.{part}"
-    elif part == TOOLS and config.tools:
-        key = "tools"
-    else:
-        key = next((f"segments.add[{i}]" for i, s in enumerate(config.add_segments) if s.id == part), None)
-    if key is None or key not in config.lines:
-        return None
-    return str(config.path), config.lines[key]
-
-
-def budget_annotations(report: BudgetReport, budget: Budget, config: Config | None = None) -> list[Annotation]:
+def budget_annotations(report: BudgetReport, budget: Budget, sources: dict[str, Any] | None = None) -> list[Annotation]:
     """An error for each part over budget or new, at its line in the budget file (a new part: at its profile's
-    ``parts``), and a notice at the zhin.yaml key the part's text comes from."""
+    ``parts``), and a notice where the part's text comes from (``sources``: part → ``SegmentSource``, see
+    :func:`part_sources`)."""
+    sources = sources or {}
     out = []
     for result in report.results:
         if not result.failed:
@@ -342,11 +324,25 @@ def budget_annotations(report: BudgetReport, budget: Budget, config: Config | No
             message = f"{result.provider} {result.part} is not in the budget ({result.measured} tokens)"
             line = budget.line(key)
         out.append(Annotation("error", message, title=f"zhin budget: {result.part} {result.status}", file=budget.path, line=line))
-        source = segment_source(config, result.part)
-        if source is not None and result.part != TOTAL:
+        source = sources.get(result.part)
+        if source is not None and source.file:
             out.append(Annotation("notice", f"{result.part} ({result.provider}: {result.measured} tokens) takes its text from here",
-                                  title=f"zhin budget: {result.part}", file=source[0], line=source[1]))
+                                  title=f"zhin budget: {result.part}", file=source.file, line=source.line))
     return out
+
+
+def part_sources(report: BudgetReport, *, config_path: Path | None = None, cwd: Path | None = None) -> dict[str, Any]:
+    """Where the text of each failed part comes from — the zhin.yaml key, the plugin file, zhin's built-in module —
+    found as prefix-diff finds a segment's source (:func:`zhin_cli.tools.prefixdiff.segment_sources`, one rule)."""
+    failed = [r for r in report.results if r.failed and r.part != TOTAL]
+    if not failed:
+        return {}
+    from zhin_cli.pipeline.config import load_config
+    from zhin_cli.pipeline.facade import Pipeline
+    from zhin_cli.tools.prefixdiff import segment_sources
+
+    with Pipeline.open(load_config(config_path, cwd=cwd), provider=failed[0].provider, model=failed[0].model) as pipeline:
+        return segment_sources(pipeline, [r.part for r in failed])
 
 
 def budget_summary(report: BudgetReport) -> str:

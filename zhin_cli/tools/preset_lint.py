@@ -6,17 +6,27 @@ because their value changes between requests while they sit in the stable prefix
 macros nested past what zhin expands, regex scripts with nested quantifiers (catastrophic backtracking), lower-case
 ``<user>``-style tags that ST's legacy markers rewrite into names, and where ``{{summary}}`` comes from.
 
+Every finding has a stable rule code (``ZP001`` …, ``RULES``; docs/preset-lint.md lists them) beside its name
+(``no-history``), a file and a line: the text output is one ``file:line: CODE severity: message [name]`` per finding,
+sorted by line, the way ruff and gcc print theirs, so editors, ``grep`` and CI problem matchers read it. A finding
+the preset has no line for (one about the whole order, say) is put at the key it is about when the file has it
+(``"prompt_order"``, ``"wi_format"``), else at line 1. ``ignore`` drops rules by code or name: they neither print
+nor fail the lint.
+
 probe: the message skeleton the preset produces for one request — each wire message's role, the preset
 entries or holes it is made of, its characters and tokens.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from zhin_cli.core.errors import UsageError
+from zhin_cli.core.ghactions import Annotation, Level, summary_cell
 from zhin_cli.pipeline.preset.importer import load_preset
 from zhin_cli.pipeline.preset.macros import (
     LEGACY_MARKERS,
@@ -60,21 +70,129 @@ def _legacy_note(tags: list[str], where: str, text: str) -> str:
             "<CHARIFNOTGROUP> in any case, and zhin does the same; if an XML tag is meant, rename it (e.g. <user_input>)")
 
 
+# Stable rule codes: a name may be reworded, a code never changes meaning and is never reused (docs/preset-lint.md).
+RULES: dict[str, str] = {
+    # what the order sends (lint)
+    "no-history": "ZP001", "system-appended": "ZP002", "system-disabled": "ZP003", "never-sent": "ZP004",
+    "unknown-marker": "ZP005", "in-chat-not-in-order": "ZP006",
+    # macros and the prompt cache (lint)
+    "random-in-prefix": "ZP010", "volatile-in-prefix": "ZP011", "unknown-macro": "ZP012", "deep-macros": "ZP013",
+    "summary-macro": "ZP014", "legacy-marker": "ZP015", "wi-format-without-text": "ZP016",
+    # regex scripts
+    "nested-quantifier": "ZP020", "bad-regex": "ZP021",
+    # prompts[] entries (import)
+    "bad-role": "ZP030", "bad-content": "ZP031", "bad-depth": "ZP032", "duplicate-prompt": "ZP033",
+    "forbid-overrides": "ZP034", "unknown-field": "ZP035", "not-in-order": "ZP036",
+    # prompt_order (import)
+    "legacy-order-used": "ZP040", "legacy-order": "ZP041", "default-order": "ZP042", "other-character-order": "ZP043",
+    "string-character-id": "ZP044", "bad-order-entry": "ZP045", "order-unknown-prompt": "ZP046", "order-duplicate": "ZP047",
+    # top-level settings and extensions (import)
+    "unknown-key": "ZP050", "bad-squash": "ZP051", "bad-post-processing": "ZP052", "single-user-message": "ZP053",
+    "bad-extensions": "ZP054", "unknown-extension": "ZP055",
+}
+UNKNOWN_RULE = "ZP999"  # a diagnostic without a code here (a new one not yet given a code): shown, never hidden
+# Where a finding about the whole preset points when it has no line of its own: the key it is about.
+RULE_KEYS = {"no-history": "prompt_order", "system-appended": "prompt_order", "system-disabled": "prompt_order",
+             "wi-format-without-text": "wi_format"}
+_AT_LINE = re.compile(r"^(?P<file>.*):(?P<line>\d+)$")
+_AT_KEY = re.compile(r"^(?P<file>.*) \((?P<key>[^()]*)\)$")
+
+
+def rule_code(name: str) -> str:
+    return RULES.get(name, UNKNOWN_RULE)
+
+
+def resolve_ignored(names: Iterable[str]) -> set[str]:
+    """``--ignore`` values (a code such as ZP012, or a name such as unknown-macro) as codes; an unknown one is a
+    usage error, not a silent no-op."""
+    codes = set(RULES.values())
+    out = set()
+    for raw in names:
+        value = raw.strip()
+        if value.upper() in codes:
+            out.add(value.upper())
+        elif value in RULES:
+            out.add(RULES[value])
+        else:
+            raise UsageError(f"--ignore {raw!r}: no such preset lint rule (a code ZP001… or a name such as "
+                             "unknown-macro; docs/preset-lint.md lists them)")
+    return out
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One diagnostic with its place: ``file:line: CODE severity: message [name]`` (gcc's ``[-Wname]`` suffix)."""
+
+    file: str
+    line: int
+    code: str  # the stable rule code, ZP012
+    name: str  # the rule's name, unknown-macro
+    severity: str
+    message: str
+
+    def text(self) -> str:
+        return f"{self.file}:{self.line}: {self.code} {self.severity}: {self.message} [{self.name}]"
+
+    def as_dict(self) -> dict[str, Any]:
+        # "code" stays the rule's name (what version 1 documents carried); "rule" is the stable code
+        return {"severity": self.severity, "code": self.name, "rule": self.code, "message": self.message,
+                "where": f"{self.file}:{self.line}", "file": self.file, "line": self.line}
+
+    def annotation(self) -> Annotation:
+        level: Level = {"error": "error", "warning": "warning"}.get(self.severity, "notice")  # type: ignore[assignment]
+        return Annotation(level, self.message, title=f"zhin preset lint: {self.code} {self.name}", file=self.file, line=self.line)
+
+
+def _line_of(text: str | None, needle: str) -> int | None:
+    if not text:
+        return None
+    at = text.find(needle)
+    return text.count("\n", 0, at) + 1 if at >= 0 else None
+
+
+def _place(diagnostic: Diagnostic, default_file: str, text: str | None) -> tuple[str, int]:
+    where = diagnostic.where or default_file
+    matched = _AT_LINE.match(where)
+    if matched:
+        return matched["file"], int(matched["line"])
+    keyed = _AT_KEY.match(where)
+    file, key = (keyed["file"], keyed["key"]) if keyed else (where, RULE_KEYS.get(diagnostic.code))
+    needle = None
+    if key and key.startswith("prompt "):
+        needle = f'"{key.removeprefix("prompt ")}"'
+    elif key:
+        needle = f'"{key.split(".")[0].split("[")[0]}"'
+    return file, (_line_of(text, needle) if needle else None) or 1
+
+
 @dataclass
 class LintResult:
     file: str
     preset: Preset
     diagnostics: list[Diagnostic]
     macros: list[dict[str, Any]]
+    ignored: set[str] = field(default_factory=set)  # rule codes left out (``--ignore``)
+    text: str | None = field(default=None, repr=False)  # the preset file, to place findings that carry no line
+
+    def findings(self) -> list[Finding]:
+        """The diagnostics not ignored, each placed at a line, sorted by line (then code: a stable order)."""
+        out = []
+        for diagnostic in self.diagnostics:
+            code = rule_code(diagnostic.code)
+            if code in self.ignored:
+                continue
+            file, line = _place(diagnostic, self.file, self.text)
+            out.append(Finding(file, line, code, diagnostic.code, diagnostic.severity, diagnostic.message))
+        return sorted(out, key=lambda f: (f.line, f.code))
 
     @property
     def failed(self) -> bool:
-        return any(d.severity in ("error", "warning") for d in self.diagnostics)
+        return any(f.severity in ("error", "warning") for f in self.findings())
 
     def counts(self) -> dict[str, int]:
         out = {"error": 0, "warning": 0, "info": 0}
-        for diagnostic in self.diagnostics:
-            out[diagnostic.severity] += 1
+        for finding in self.findings():
+            out[finding.severity] += 1
         return out
 
     def as_dict(self) -> dict[str, Any]:
@@ -91,9 +209,23 @@ class LintResult:
             "unknown_keys": preset.unknown_keys,
             "unknown_extensions": preset.unknown_extensions,
             "counts": self.counts(),
-            "diagnostics": [d.as_dict() for d in self.diagnostics],
+            "ignored": sorted(self.ignored),
+            "diagnostics": [f.as_dict() for f in self.findings()],
             "macros": self.macros,
         }
+
+    def annotations(self) -> list[Annotation]:
+        return [f.annotation() for f in self.findings()]
+
+    def summary(self) -> str:
+        counts = self.counts()
+        lines = [f"### zhin preset lint · {summary_cell(self.file)}", "",
+                 f"**{counts['error']}** error(s) · **{counts['warning']}** warning(s) · **{counts['info']}** note(s)", ""]
+        findings = self.findings()
+        if findings:
+            lines += ["| line | rule | severity | message |", "|---|---|---|---|"]
+            lines += [f"| {f.line} | {f.code} `{f.name}` | {f.severity} | {summary_cell(f.message)} |" for f in findings]
+        return "\n".join(lines) + "\n"
 
 
 def _where(preset: Preset, identifier: str) -> str:
@@ -197,8 +329,15 @@ def lint_preset(preset: Preset, file: str = "") -> LintResult:
     return LintResult(file or (str(preset.path) if preset.path else preset.name), preset, out, sorted(macros.values(), key=lambda m: m["name"]))
 
 
-def lint(path: Path) -> LintResult:
-    return lint_preset(load_preset(path), str(path))
+def lint(path: Path, *, ignore: Iterable[str] = ()) -> LintResult:
+    """Lint the preset file at ``path``; ``ignore``: rule codes or names left out (``--ignore``)."""
+    from zhin_cli.core.readers import read_text_file
+
+    ignored = resolve_ignored(ignore)  # a bad --ignore is refused before the file is read
+    result = lint_preset(load_preset(path), str(path))
+    result.ignored = ignored
+    result.text = read_text_file(path, what="preset file")  # read again only to place findings that carry no line
+    return result
 
 
 # -- probe -------------------------------------------------------------------------------------------------
