@@ -355,3 +355,24 @@ def test_text_mode_names_the_config_and_database_it_read(zhin: Any, tmp_path: Pa
     # negative controls: machine output prints no header
     assert ok(zhin("trace", BUSY, "--json")).stderr == ""
     assert ok(zhin("trace", BUSY, "--jsonl")).stderr == ""
+
+
+def test_an_error_during_the_replay_is_one_line_without_the_header(zhin: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from zhin_cli.core.errors import InputError
+    from zhin_cli.pipeline.facade import Pipeline
+
+    replay = Pipeline.replay
+
+    def failing(self: Pipeline, session: Any) -> Any:
+        for request in replay(self, session):
+            if request.turn == 3:
+                raise InputError("row 7: bad payload", where="data.sqlite")
+            yield request
+
+    monkeypatch.setattr(Pipeline, "replay", failing)
+    for args in (("--all",), ("--all", "--detail"), ("--all", "--jsonl")):
+        failed = zhin("trace", BUSY, *args)
+        assert failed.returncode == 3 and failed.stderr.splitlines() == ["zhin: error: data.sqlite: row 7: bad payload"], args
+    # negative control: the same run without the failure prints the header
+    monkeypatch.setattr(Pipeline, "replay", replay)
+    assert ok(zhin("trace", BUSY, "--all")).stderr.startswith("config: ")

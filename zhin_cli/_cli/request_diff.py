@@ -1,21 +1,32 @@
-"""``zhin request-diff``: two request bodies, structurally and by bytes (library: ``zhin_cli.tools.requestdiff``)."""
+"""``zhin request-diff``: two request bodies, structurally and by bytes (library: ``zhin_cli.tools.requestdiff``).
+
+Excerpts are shown on one line, escaped and marked as prefix-diff shows its own; under GitHub Actions every
+difference is also an annotation at its field's line, and the step summary lists them."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
 
 from zhin_cli._cli import app, handles_errors_like_diff, print_json, stdout_console
-from zhin_cli.tools.requestdiff import diff_requests, load_side
+from zhin_cli.tools.requestdiff import (
+    MARK,
+    describe,
+    diff_requests,
+    github_annotations,
+    github_summary,
+    load_side,
+    readable,
+    short,
+)
 
+if TYPE_CHECKING:
+    from rich.console import Console
 
-def _short(value: Any, limit: int = 160) -> str:
-    text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    from zhin_cli.tools.requestdiff import FieldDifference
 
 
 @app.command("request-diff")
@@ -31,26 +42,40 @@ def request_diff_command(
 
     Exit status like diff: 0 the same (after --ignore), 1 different, 2 trouble (unreadable file, bad path).
     """
+    from zhin_cli.core.ghactions import publish
+
     result = diff_requests(load_side(a, turn), load_side(b, turn), ignore)
     if as_json:
         print_json(result.as_dict())
     else:
         console = stdout_console()
         for difference in result.differences:
-            where = f" at byte {difference.byte_offset}" if difference.byte_offset is not None else ""
-            console.print(f"[bold]{escape(difference.path)}[/]  {difference.kind}{where}")
-            if difference.byte_offset is not None:
-                console.print(f"  a: …{escape(difference.excerpt_before)}…", soft_wrap=True)
-                console.print(f"  b: …{escape(difference.excerpt_after)}…", soft_wrap=True)
-            else:
-                if difference.kind != "added":
-                    console.print(f"  a: {escape(_short(difference.before))}", soft_wrap=True)
-                if difference.kind != "removed":
-                    console.print(f"  b: {escape(_short(difference.after))}", soft_wrap=True)
+            print_difference(console, difference)
         if result.same:
             detail = "byte-identical" if result.byte_identical else "same JSON, serialised differently"
             console.print(f"same request ({detail}{'; ignoring ' + ', '.join(result.ignored) if result.ignored else ''})")
         else:
-            console.print(f"{len(result.differences)} difference(s) between {escape(result.a)} and {escape(result.b)}")
+            console.print(f"{len(result.differences)} difference(s) between {escape(result.a)} and {escape(result.b)}",
+                          soft_wrap=True)
+    publish(github_annotations(result), github_summary(result))  # under GitHub Actions only
     if not result.same:
         raise typer.Exit(1)
+
+
+def print_difference(console: Console, difference: FieldDifference) -> None:
+    """The field's path and change, then each side: a text's excerpt on one line, escaped (a newline as ``\\n``)
+    and marked where the two start to differ (reverse video on a terminal), or the value as short JSON."""
+    from rich.text import Text
+
+    console.print(f"[bold]{escape(difference.path)}[/]  {describe(difference)}", soft_wrap=True)
+    if difference.byte_offset is not None:
+        index = difference.excerpt_index
+        for name, excerpt in (("a", difference.excerpt_before), ("b", difference.excerpt_after)):
+            # data, not markup: a Text, so no character of the request is read as a rich tag
+            console.print(Text.assemble(f"  {name}: …", readable(excerpt[:index]), (MARK, "reverse"),
+                                        readable(excerpt[index:]), "…"), soft_wrap=True)
+        return
+    if difference.kind != "added":
+        console.print(Text(f"  a: {short(difference.before)}"), soft_wrap=True)
+    if difference.kind != "removed":
+        console.print(Text(f"  b: {short(difference.after)}"), soft_wrap=True)

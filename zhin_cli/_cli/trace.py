@@ -84,13 +84,13 @@ def trace_command(
                 rejected |= not request.verdict.ok
                 write_line(out, request)
         else:
-            if not as_json:
-                print_sources(result.config_path, result.db)
             if compact:  # a small row per turn is kept, not the requests
                 rows.extend(turn_rows(run.requests()))
             else:
                 result.requests.extend(run.requests())
             rejected = any(not row.accepted for row in rows) or any(not r.verdict.ok for r in result.requests)
+    if not (as_json or as_jsonl):  # once the replay succeeded: an error stays one line on stderr
+        print_sources(result.config_path, result.db)
     if as_json:
         print_json(result.as_dict())
     elif compact:

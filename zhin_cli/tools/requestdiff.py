@@ -15,22 +15,32 @@ The preset note's ``tools/st-request-diff`` ("真假上游抓包对比"): captur
 * **Bytes.** Whether the two bodies are byte-identical as files, and, when not, whether they are the same JSON
   with different serialization (key order, spacing, escapes) — the providers see the parsed JSON, so only
   structural differences matter to them.
+* **Reading it.** Excerpts are shown as prefix-diff shows its own (there they are JSON, so escaped by the
+  serialisation): a newline as ``\n``, every control, line-separator and bidi-override character as an escape
+  (:func:`readable`), and the first differing character marked with prefix-diff's mark. Under GitHub Actions every
+  difference is an annotation at its field's line in the file that holds it, and the step summary lists them.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from dataclasses import dataclass, field
+from json.decoder import scanstring
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from deepdiff import DeepDiff
 
 from zhin_cli.core.errors import InputError, UsageError, ZhinError
 from zhin_cli.core.readers import read_json_file
 
+if TYPE_CHECKING:
+    from zhin_cli.core.ghactions import Annotation
+
 CONTEXT = 40  # characters of text shown on each side of a string's first difference
+MARK = "⟦"  # where the two sides start to differ: prefix-diff's mark (tools.prefixdiff.MARK; a test keeps them equal)
 
 _SEGMENT = re.compile(r"^(?P<key>[^\[\]]*)(?P<indexes>(\[(\d+|\*)\])*)$")
 _INDEX = re.compile(r"\[(\d+|\*)\]")
@@ -72,6 +82,13 @@ class Side:
     label: str
     body: dict[str, Any]
     raw: bytes
+    path: Path | None = None  # the file it was read from
+    text: str = ""  # that file's text, to find a field's line in it
+    at: tuple[str | int, ...] = ()  # where the body lies in that file (a trace document: requests[i].request)
+
+    def line_of(self, parts: list[Any]) -> int | None:
+        """The line of the body's field ``parts`` in the file (None if it cannot be found)."""
+        return json_line(self.text, [*self.at, *parts]) if self.text else None
 
 
 @dataclass
@@ -83,6 +100,17 @@ class FieldDifference:
     byte_offset: int | None = None  # changed strings: first differing UTF-8 byte
     excerpt_before: str = ""
     excerpt_after: str = ""
+    excerpt_index: int = 0  # where, in both excerpts, the first differing character is
+    parts: list[Any] = field(default_factory=list, repr=False)  # ``path`` as keys and indexes
+
+    @property
+    def marked_before(self) -> str:
+        """``excerpt_before`` made readable (:func:`readable`) with :data:`MARK` at the first difference."""
+        return marked(self.excerpt_before, self.excerpt_index)
+
+    @property
+    def marked_after(self) -> str:
+        return marked(self.excerpt_after, self.excerpt_index)
 
     def as_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"kind": self.kind, "path": self.path}
@@ -91,7 +119,8 @@ class FieldDifference:
         if self.kind != "removed":
             data["after"] = self.after
         if self.byte_offset is not None:
-            data.update(byte_offset=self.byte_offset, excerpt_before=self.excerpt_before, excerpt_after=self.excerpt_after)
+            data.update(byte_offset=self.byte_offset, excerpt_before=self.excerpt_before, excerpt_after=self.excerpt_after,
+                        excerpt_index=self.excerpt_index)
         return data
 
 
@@ -103,6 +132,7 @@ class RequestDiff:
     byte_identical: bool
     same_json: bool  # after the ignored paths are dropped
     differences: list[FieldDifference] = field(default_factory=list)
+    sides: tuple[Side, Side] | None = field(default=None, repr=False)  # the two sides compared (their files)
 
     @property
     def same(self) -> bool:
@@ -117,12 +147,90 @@ class RequestDiff:
 
 def first_difference(before: str, after: str) -> tuple[int, str, str]:
     """(UTF-8 byte offset of the first differing character, excerpt of each side around it)."""
+    index = _first_index(before, after)
+    start = max(0, index - CONTEXT)
+    return len(before[:index].encode("utf-8")), before[start : index + CONTEXT], after[start : index + CONTEXT]
+
+
+def _first_index(before: str, after: str) -> int:
     index = 0
     limit = min(len(before), len(after))
     while index < limit and before[index] == after[index]:
         index += 1
-    start = max(0, index - CONTEXT)
-    return len(before[:index].encode("utf-8")), before[start : index + CONTEXT], after[start : index + CONTEXT]
+    return index
+
+
+_SHORT_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
+
+
+def _unsafe(character: str) -> bool:
+    """A character a terminal would act on or hide: controls (C0, DEL, C1), line and paragraph separators, and the
+    bidi embeddings, overrides and isolates (they reorder what follows them)."""
+    code = ord(character)
+    return unicodedata.category(character) in ("Cc", "Zl", "Zp") or 0x202A <= code <= 0x202E or 0x2066 <= code <= 0x2069
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with each unsafe character as ``\\uXXXX`` (JSON text: its own escapes are already there)."""
+    return "".join(f"\\u{ord(c):04x}" if _unsafe(c) else c for c in text)
+
+
+def readable(text: str) -> str:
+    """``text`` on one line, as prefix-diff shows its excerpts: a newline as ``\\n`` (a tab ``\\t``, …, and the
+    backslash itself doubled, as JSON writes them), any other unsafe character as ``\\uXXXX``; the rest as is."""
+    return "".join(_SHORT_ESCAPES.get(c) or (f"\\u{ord(c):04x}" if _unsafe(c) else c) for c in text)
+
+
+def marked(excerpt: str, index: int) -> str:
+    """``excerpt`` made readable with :data:`MARK` before the character at ``index``."""
+    return readable(excerpt[:index]) + MARK + readable(excerpt[index:])
+
+
+_SPACE = re.compile(r"[ \t\n\r]*")
+_DECODER = json.JSONDecoder()
+
+
+def json_line(text: str, parts: list[Any]) -> int | None:
+    """The 1-based line where the value at ``parts`` (keys and indexes) starts in the JSON ``text``; None if it is
+    not there. A scan that decodes only the keys on the way and skips every other value whole (the C decoder), so
+    finding a field of a large trace document costs one pass over the part before it. For a repeated key the last
+    one counts, as ``json.loads`` has it."""
+    try:
+        position = _SPACE.match(text, 1 if text.startswith("\ufeff") else 0).end()  # type: ignore[union-attr]
+        for part in parts:
+            found = _member(text, position, part)
+            if found is None:
+                return None
+            position = found
+        return text.count("\n", 0, position) + 1
+    except (ValueError, IndexError, AttributeError):
+        return None
+
+
+def _member(text: str, position: int, part: Any) -> int | None:
+    """Where the member ``part`` of the object or array starting at ``position`` starts."""
+    opening = text[position]
+    if (opening == "{") != isinstance(part, str) or opening not in "{[":
+        return None
+    closing = "}" if opening == "{" else "]"
+    position = _SPACE.match(text, position + 1).end()  # type: ignore[union-attr]
+    found: int | None = None
+    index = 0
+    while text[position] != closing:
+        if opening == "{":
+            key, position = scanstring(text, position + 1)
+            position = _SPACE.match(text, position).end()  # type: ignore[union-attr]
+            position = _SPACE.match(text, position + 1).end()  # type: ignore[union-attr]  # past the ':'
+            if key == part:
+                found = position
+        elif index == part:
+            return position
+        _, position = _DECODER.raw_decode(text, position)
+        index += 1
+        position = _SPACE.match(text, position).end()  # type: ignore[union-attr]
+        if text[position] == ",":
+            position = _SPACE.match(text, position + 1).end()  # type: ignore[union-attr]
+    return found
 
 
 def load_side(path: Path, turn: int | None = None) -> Side:
@@ -133,25 +241,26 @@ def load_side(path: Path, turn: int | None = None) -> Side:
         raise InputError(f"expected a JSON object (a request body or a zhin trace --json document), got {type(data).__name__}",
                          where=str(path))
     if isinstance(data.get("requests"), list) and "session_id" in data:
-        return _from_trace(path, data, raw, turn)
-    return Side(str(path), data, raw)
+        return _from_trace(path, data, text, turn)
+    return Side(str(path), data, raw, path, text)
 
 
-def _from_trace(path: Path, data: dict[str, Any], raw: bytes, turn: int | None) -> Side:
-    requests = [r for r in data["requests"] if isinstance(r, dict) and isinstance(r.get("request"), dict)]
+def _from_trace(path: Path, data: dict[str, Any], text: str, turn: int | None) -> Side:
+    requests = [(i, r) for i, r in enumerate(data["requests"]) if isinstance(r, dict) and isinstance(r.get("request"), dict)]
     if not requests:
         raise InputError("a zhin trace document without request bodies", where=str(path))
     if turn is None:
-        chosen = requests[-1]
+        index, chosen = requests[-1]
     else:
-        matches = [r for r in requests if r.get("turn") == turn]
+        matches = [(i, r) for i, r in requests if r.get("turn") == turn]
         if not matches:
-            turns = ", ".join(str(r.get("turn")) for r in requests)
+            turns = ", ".join(str(r.get("turn")) for _, r in requests)
             raise UsageError(f"--turn {turn}: {path} holds turn(s) {turns}")
-        chosen = matches[0]
+        index, chosen = matches[0]
     body = chosen["request"]
     # The trace document is not what a client sends: compare with the body as zhin serialises it on the wire.
-    return Side(f"{path} (turn {chosen.get('turn')})", body, json.dumps(body, ensure_ascii=False).encode("utf-8"))
+    return Side(f"{path} (turn {chosen.get('turn')})", body, json.dumps(body, ensure_ascii=False).encode("utf-8"),
+                path, text, ("requests", index, "request"))
 
 
 def diff_requests(a: Side, b: Side, ignore: list[str] | None = None) -> RequestDiff:
@@ -170,17 +279,79 @@ def diff_requests(a: Side, b: Side, ignore: list[str] | None = None) -> RequestD
     for report, items in tree.items():
         kind = kinds.get(report, report)
         for item in items:
-            path = display_path(item.path(output_format="list"))
+            parts = item.path(output_format="list")
             before = None if kind == "added" else item.t1
             after = None if kind == "removed" else item.t2
-            difference = FieldDifference(kind, path, before, after)
+            difference = FieldDifference(kind, display_path(parts), before, after, parts=parts)
             if kind == "changed" and isinstance(before, str) and isinstance(after, str):
                 difference.byte_offset, difference.excerpt_before, difference.excerpt_after = first_difference(before, after)
+                difference.excerpt_index = min(_first_index(before, after), CONTEXT)
             differences.append(difference)
     differences.sort(key=lambda d: _sort_key(d.path))
-    return RequestDiff(a.label, b.label, ignore, a.raw == b.raw, not differences, differences)
+    return RequestDiff(a.label, b.label, ignore, a.raw == b.raw, not differences, differences, sides=(a, b))
 
 
 def _sort_key(path: str) -> list[Any]:
     """Document order for paths: ``messages[2]`` before ``messages[10]``."""
     return [(0, int(token), "") if token.isdigit() else (1, 0, token) for token in re.findall(r"\d+|[^\[\].\d]+", path)]
+
+
+# --- GitHub Actions --------------------------------------------------------------------------------
+
+
+def _values(difference: FieldDifference) -> tuple[str, str]:
+    """What each side holds at the difference, readable and short (a string excerpt marked where they differ)."""
+    if difference.byte_offset is not None:
+        return f"…{difference.marked_before}…", f"…{difference.marked_after}…"
+    return ("" if difference.kind == "added" else short(difference.before),
+            "" if difference.kind == "removed" else short(difference.after))
+
+
+def short(value: Any, limit: int = 160) -> str:
+    """A value as one readable line of JSON, cut with an ellipsis past ``limit`` characters."""
+    text = terminal_safe(json.dumps(value, ensure_ascii=False))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def describe(difference: FieldDifference) -> str:
+    """``changed at byte 12``, ``added``, …"""
+    where = f" at byte {difference.byte_offset:,}" if difference.byte_offset is not None else ""
+    return f"{difference.kind.replace('_', ' ')}{where}"
+
+
+def github_annotations(result: RequestDiff) -> list[Annotation]:
+    """One ``error`` annotation per difference — every one — at the field's line in the file that holds it (side b's
+    for a change or an addition, side a's for a removal)."""
+    from zhin_cli.core.ghactions import Annotation
+
+    out: list[Annotation] = []
+    for difference in result.differences:
+        side = None
+        if result.sides is not None:
+            side = result.sides[0] if difference.kind == "removed" else result.sides[1]
+        before, after = _values(difference)
+        lines = [f"{difference.path} {describe(difference)} ({result.a} → {result.b})"]
+        lines += [f"a: {before}"] if difference.kind != "added" else []
+        lines += [f"b: {after}"] if difference.kind != "removed" else []
+        out.append(Annotation("error", "\n".join(lines), title=f"request-diff: {difference.path} {difference.kind.replace('_', ' ')}",
+                              file=side.path if side is not None else None,
+                              line=side.line_of(difference.parts) if side is not None else None))
+    return out
+
+
+def github_summary(result: RequestDiff) -> str:
+    """The step summary: the verdict and one table row per difference."""
+    from zhin_cli.core.ghactions import summary_cell
+
+    lines = ["### zhin request-diff", ""]
+    if result.same:
+        detail = "byte-identical" if result.byte_identical else "same JSON, serialised differently"
+        lines.append(f"`{summary_cell(result.a)}` and `{summary_cell(result.b)}`: same request ({detail})")
+        return "\n".join(lines) + "\n"
+    lines += [f"{len(result.differences)} difference(s) between `{summary_cell(result.a)}` and `{summary_cell(result.b)}`",
+              "", "| field | change | a | b |", "|---|---|---|---|"]
+    for difference in result.differences:
+        before, after = _values(difference)
+        lines.append(f"| `{summary_cell(difference.path)}` | {describe(difference)} | {summary_cell(before)} | "
+                     f"{summary_cell(after)} |")
+    return "\n".join(lines) + "\n"
