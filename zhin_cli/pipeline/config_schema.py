@@ -46,15 +46,15 @@ def _overrides_schema(with_models: bool) -> dict[str, Any]:
 
 
 def _tool_schema() -> dict[str, Any]:
-    function = {"type": "object", "required": ["name"], "additionalProperties": False,
-                "properties": {"name": {"type": "string", "minLength": 1}, "description": {"type": "string"},
-                               "parameters": {"type": "object", "description": "the arguments' JSON Schema"},
-                               "strict": {"type": "boolean"}}}
+    fields: dict[str, Any] = {"name": {"type": "string", "minLength": 1}, "description": {"type": "string"},
+                              "parameters": {"type": "object", "description": "the arguments' JSON Schema"},
+                              "strict": {"type": "boolean"}}
+    function = {"type": "object", "required": ["name"], "additionalProperties": False, "properties": fields}
     return {
         "type": "object", "additionalProperties": False,
         "description": "an OpenAI-shaped tool ({type: function, function: {name, description, parameters}}), or the "
                        "function object alone; each provider writes it in its own wire shape",
-        "properties": {"type": {"const": "function"}, "function": function, **function["properties"]},
+        "properties": {"type": {"const": "function"}, "function": function, **fields},
         "anyOf": [{"required": ["function"]}, {"required": ["name"]}],
     }
 
