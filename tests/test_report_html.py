@@ -106,11 +106,17 @@ def test_the_demo_report_in_chromium_agrees_with_the_json(browser: Any, demo: di
         assert seen.problems() == []
         dom = page.evaluate(DOM_NUMBERS)
         png = page.screenshot()
+        page.click("section[data-turn='9'] h3 a")  # the compaction: its messages, tail, breakpoints and diff
+        page.wait_for_selector("section[data-turn='9'] [data-view=diff] mark.div")
+        opened = page.screenshot()  # the page scrolled the opened turn to the top of the window
+        assert seen.problems() == []
     assert mismatches(dom, expected_numbers(demo["trace"], demo["diff"]), demo["economy"]) == []
     assert len(dom[0]["sections"]) == 16  # one per request of the demo session
     assert distinct_colours(png) >= MIN_COLOURS
     REPORTS.mkdir(exist_ok=True)
     (REPORTS / "report-demo.png").write_bytes(png)  # the CI artifact (and the README's picture)
+    assert distinct_colours(opened) >= MIN_COLOURS
+    (REPORTS / "report-demo-turn.png").write_bytes(opened)
 
 
 def test_a_broken_number_is_caught(browser: Any, demo: dict[str, Any], tmp_path: Path) -> None:

@@ -386,7 +386,7 @@ MARKER_TEXT = {"unexpected": "unexpected break", "compaction": "compaction (wind
                "window_shift": "window shift (tail limit)"}
 
 
-def _bar(index: int, turn: TurnView, top: int) -> str:
+def _bar(index: int, turn: TurnView, top: int, labelled: bool) -> str:
     """One chart bar (its tooltip is written by the page's script from these attributes, on hover)."""
     height = 100 * turn.prompt_tokens / top if top else 0
     cached = 100 * turn.cached_tokens / turn.prompt_tokens if turn.prompt_tokens else 0
@@ -397,7 +397,7 @@ def _bar(index: int, turn: TurnView, top: int) -> str:
     mark = f'<i class="mark m-{marker}"></i>' if marker else ""
     return (f'<a class="bar" href="#s{index}-t{turn.turn}" data-turn="{turn.turn}" data-prompt-tokens="{turn.prompt_tokens}" '
             f'data-cached-tokens="{turn.cached_tokens}"{extra}>{mark}<b style="height:{height:.1f}%">'
-            f'<s style="height:{cached:.1f}%"></s></b></a>')
+            f'<s style="height:{cached:.1f}%"></s></b>{f"<em>{turn.turn}</em>" if labelled else ""}</a>')
 
 
 def _segments(turn: TurnView, kinds: dict[str, int]) -> str:
@@ -474,7 +474,8 @@ def _legend(kinds: dict[str, int]) -> str:
 
 def _session(index: int, page: SessionPage, kinds: dict[str, int]) -> str:
     top = max((t.prompt_tokens for t in page.turns), default=0)
-    bars = "".join(_bar(index, turn, top) for turn in page.turns)
+    labelled = len(page.turns) <= 60  # turn numbers under the bars while they fit
+    bars = "".join(_bar(index, turn, top, labelled) for turn in page.turns)
     causes = ", ".join(f"{n} × {c.replace('_', ' ')}" for c, n in sorted(page.causes().items(), key=lambda kv: -kv[1]))
     unexpected = sum(1 for t in page.turns if t.unexpected)
     greeting = (f'<p class="meta">Turn {page.greeting_turn} is the greeting: no request was made for it, so it has '
@@ -486,7 +487,8 @@ def _session(index: int, page: SessionPage, kinds: dict[str, int]) -> str:
             f'<p class="meta">{_e(page.source)} · {_e(page.provider)} · {_e(page.model)} · {len(page.turns)} requests · '
             f'cached share {_pct(page.cached_share())} · {_e(causes) or "no pairs"} · '
             f'<span class="{"bad" if unexpected else "ok"}">{unexpected} unexpected break(s)</span></p>{greeting}'
-            f'<div class="chart{wide}" role="img" aria-label="prompt tokens per turn, cached and new">{bars}</div>'
+            f'<div class="chart{wide}{" labelled" if labelled else ""}" role="img" aria-label="prompt tokens per turn, '
+            f'cached and new"><span class="axis">{_n(top)} prompt tokens</span>{bars}</div>'
             f'{_legend(kinds)}{_economy(page)}<div class="turns">{sections}</div></article>')
 
 
