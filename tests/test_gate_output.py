@@ -89,6 +89,25 @@ def test_junit_xml_is_valid_against_junit_10_xsd(tmp_path: Path) -> None:
     assert "<skipped" in text and "<failure" in text  # the statuses a CI shows are there, in schema-valid form
 
 
+def test_junit_with_an_error_a_pass_rate_and_live_answers_is_valid_too(tmp_path: Path) -> None:
+    """The other shapes the writer has: an <error>, a live run's suite property, a pass rate, a long duration."""
+    import dataclasses
+
+    from zhin_cli.tools.eval.runner import LiveAnswers
+
+    xsd = schema()
+    run = run_eval([cases_file(tmp_path)], EvalOptions(jobs=1))
+    broken = dataclasses.replace(run.results[0], status="error", reason="orphan tool result (row 3)", pass_rate=0.75,
+                                 duration=1234.56789)
+    live = dataclasses.replace(run, results=[broken, *run.results[1:]], live=True, duration=0.00001,
+                               live_answers=LiveAnswers(4, 1, str(tmp_path / "cache")))
+    out = tmp_path / "junit.xml"
+    write_junit(live, out)
+    assert [str(e.reason) for e in xsd.iter_errors(str(out))] == []
+    text = out.read_text(encoding="utf-8")
+    assert "<error" in text and 'name="live_answers"' in text and "pass_rate: 0.750" in text
+
+
 def test_the_old_junit_shape_fails_the_schema(tmp_path: Path) -> None:
     """Negative control: what zhin wrote before (testsuites/@skipped, properties inside a testcase) is refused, so the
     test above can fail."""

@@ -86,7 +86,7 @@ def case_schema() -> dict[str, Any]:
             "requires": {"enum": ["live"], "description": "live: needs --live (skipped offline, never passed)"},
             "providers": {"type": "array", "minItems": 1, "items": provider,
                           "description": "provider profiles to run under (default: the config's, else openai)"},
-            "config": {"type": "object", "description": "a zhin.yaml mapping (plugins: files inside this file's folder, run only once the case file is trusted)"},
+            "config": {"type": "object", "description": "a zhin.yaml mapping, checked against `zhin schema config` when the case is prepared (plugins: files inside this file's folder, run only once the case file is trusted)"},
             "session": {
                 "type": "object", "additionalProperties": False,
                 "properties": {
