@@ -32,6 +32,7 @@ from zhin_cli._cli import (
 )
 from zhin_cli.core.errors import EXIT_FOUND, UsageError
 from zhin_cli.pipeline.assemble import AssembledRequest
+from zhin_cli.tools.prefixdiff import turn_ranges
 from zhin_cli.tools.trace import TraceResult, TurnRow, open_trace, turn_rows
 
 if TYPE_CHECKING:
@@ -196,17 +197,6 @@ def print_rows(console: Console, result: TraceResult, rows: list[TurnRow]) -> No
                   f"{ACCEPTED} accepted / {REJECTED} rejected by the offline validator")
     console.print(f"{len(rows)} requests: {cached} of {prompt} prompt tokens cached ({share}) · "
                   "--detail for every turn's segment table")
-
-
-def turn_ranges(turns: list[int]) -> str:
-    """``1, 3–5, 9``: ascending turn numbers with runs folded."""
-    runs: list[list[int]] = []
-    for turn in turns:
-        if runs and turn == runs[-1][-1] + 1:
-            runs[-1].append(turn)
-        else:
-            runs.append([turn])
-    return ", ".join(str(run[0]) if len(run) == 1 else f"{run[0]}–{run[-1]}" for run in runs)
 
 
 def print_warnings(console: Console, rows: list[TurnRow]) -> None:
