@@ -273,6 +273,10 @@ def test_wrap_entries_breaks_only_between_entries() -> None:
     assert wrap_entries(entries, 100) == ["history.user 1340, history.assistant 467, history.summary 237"]
     assert wrap_entries(entries, 42) == ["history.user 1340, history.assistant 467,", "history.summary 237"]
     assert wrap_entries(entries, 5) == ["history.user 1340,", "history.assistant 467,", "history.summary 237"]
+    # terminal cells, not characters: a CJK id is twice as wide as its length
+    assert wrap_entries(["插件段 1", "b 2"], 12) == ["插件段 1,", "b 2"]
+    assert wrap_entries(["插件段 1", "b 2"], 13) == ["插件段 1, b 2"]
+    assert wrap_entries(["same 1", "same 1"], 100) == ["same 1, same 1"]  # equal entries: one comma between
 
 
 # --- human values ----------------------------------------------------------------------------------

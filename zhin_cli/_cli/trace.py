@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, TextIO
 
 import typer
+from rich.cells import cell_len
 from rich.markup import escape
 from rich.table import Table
 
@@ -131,12 +132,12 @@ def bar_cells(row: TurnRow, scale: int, width: int) -> tuple[int, int]:
 
 
 def wrap_entries(entries: list[str], room: int) -> list[str]:
-    """``entries`` joined by ", " into lines of at most ``room`` characters, breaking only between entries (an
+    """``entries`` joined by ", " into lines of at most ``room`` terminal cells, breaking only between entries (an
     entry longer than ``room`` gets a line of its own, whole: an identifier is never cut)."""
     lines: list[str] = []
-    for entry in entries:
-        piece = entry if entry is entries[-1] else entry + ","
-        if lines and len(lines[-1]) + 1 + len(piece) <= room:
+    for index, entry in enumerate(entries):
+        piece = entry if index == len(entries) - 1 else entry + ","
+        if lines and cell_len(lines[-1]) + 1 + cell_len(piece) <= room:
             lines[-1] += " " + piece
         else:
             lines.append(piece)
@@ -160,11 +161,11 @@ def print_rows(console: Console, result: TraceResult, rows: list[TurnRow]) -> No
     state_width = max(len("state"), *(len(row.state_rendering) for row in rows))
     verdict_width = len("ok")
     fixed = turn_width + 2 * numbers + state_width + verdict_width + 6  # six one-space gaps, the bar's included
-    widest_line = max((len(", ".join(names)) for names in entries), default=0)
+    widest_line = max((cell_len(", ".join(names)) for names in entries), default=0)
     bar_width = max(NARROW_BAR, min(WIDE_BAR, console.width - fixed - widest_line))
     left = fixed + bar_width
     room = console.width - left
-    longest = max((len(entry) for names in entries for entry in names), default=0)
+    longest = max((cell_len(entry) for names in entries for entry in names), default=0)  # terminal cells
     aligned = room >= longest  # else the segments go on lines of their own, indented under the numbers
     indent = left if aligned else turn_width + 1
     room = room if aligned else max(1, console.width - indent)
