@@ -313,6 +313,37 @@ def test_report_html_to_stdout_when_piped_and_atomically_to_a_file(zhin: Callabl
     assert missing.returncode == 3 and missing.stderr.startswith("zhin: error:") and not (tmp_path / "other.html").exists()
 
 
+def test_two_sessions_on_one_page_whatever_the_jobs(zhin: Callable[..., Any], tmp_path: Path) -> None:
+    """One article per session, each with its own requests' sections, in the order given; -j 2 writes the same bytes
+    as -j 1 (sessions built in worker processes)."""
+    sessions = [FIXTURES / "private-chat.jsonl", FIXTURES / "group-busy.jsonl"]
+    one = zhin("report", "html", *sessions, "--no-economy", "-j", "1")
+    two = zhin("report", "html", *sessions, "--no-economy", "-j", "2")
+    assert one.returncode == two.returncode == 0, one.stderr + two.stderr
+    assert one.stdout == two.stdout
+    articles = one.stdout.split('<article class="session"')[1:]
+    assert [a.count('<section class="turn') for a in articles] == [6, 16]
+    assert [re.search(r'data-session="([^"]+)"', a).group(1).split(":")[2] for a in articles] == ["private", "group"]  # type: ignore[union-attr]
+
+
+def test_a_greeting_has_no_section_and_the_page_says_so(zhin: Callable[..., Any], tmp_path: Path) -> None:
+    """The greeting's turn makes no request (trace's note): no section, a line on the page; control: without the
+    greeting the same session has no such line."""
+    lines = (FIXTURES / "private-chat.jsonl").read_text(encoding="utf-8").splitlines()
+    greeting = {"type": "message", "role": "assistant", "content": [{"type": "text", "text": "你好，我是 Zhin"}],
+                "timestamp": 1761800000001, "id": 100}  # ids are unique; the file order makes it first
+    (tmp_path / "greeted.jsonl").write_text("\n".join([lines[0], json.dumps(greeting, ensure_ascii=False), *lines[1:]]) + "\n",
+                                           encoding="utf-8")
+    trace = json.loads(zhin("trace", "greeted.jsonl", "--all", "--json").stdout)
+    assert trace["greeting_turn"] == 1
+    page = zhin("report", "html", "greeted.jsonl", "--no-economy")
+    assert page.returncode == 0, page.stderr
+    assert page.stdout.count('<section class="turn') == len(trace["requests"]) == trace["turns"] - 1
+    assert "Turn 1 is the greeting" in page.stdout and 'data-turn="1"' not in page.stdout
+    plain = zhin("report", "html", FIXTURES / "private-chat.jsonl", "--no-economy").stdout
+    assert "is the greeting" not in plain
+
+
 def test_report_economy_text_has_human_values(zhin: Callable[..., Any]) -> None:
     """No Python None in the text (it printed `cut_to None, max_blocks None`); --json keeps the machine values."""
     text = zhin("report", "economy", FIXTURES / "private-chat.jsonl", "-p", "openai")
