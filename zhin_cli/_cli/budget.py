@@ -6,10 +6,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from zhin_cli._cli import ConfigOption, DbOption, app, check_options, handles_errors, print_json, stdout_console
-from zhin_cli.core.errors import EXIT_FOUND, UsageError
+from zhin_cli.core.errors import EXIT_FOUND, UsageError, ZhinError
 from zhin_cli.tools.budget import (
     DEFAULT_BUDGET_FILE,
     Budget,
@@ -39,13 +40,10 @@ def print_report(report: BudgetReport) -> None:
     console = stdout_console()
     console.print(table)
     for result in report.results:
-        if result.status == "over":
-            assert result.budget is not None and result.measured is not None
-            grown = result.measured - result.budget
-            console.print(f"[red]over budget:[/] {result.provider} {result.part} grew from {result.budget} to "
-                          f"{result.measured} tokens (+{grown}, +{grown / max(result.budget, 1):.1%})")
-        elif result.status == "new":
-            console.print(f"[red]not in the budget:[/] {result.provider} {result.part} ({result.measured} tokens)")
+        problem = result.problem()
+        if problem is not None:
+            label = "over budget:" if result.status == "over" else "new part:"
+            console.print(f"[red]{label}[/] {escape(problem)}")
     if any(r.status == "under" for r in report.results) and not report.failed:
         console.print("some parts are under budget: `zhin budget update` locks the saving in")
 
@@ -55,7 +53,10 @@ def publish_budget(report: BudgetReport, budget: Budget, config: Path | None) ->
     from zhin_cli.tools.budget import budget_annotations, budget_summary, part_sources
 
     if ghactions.enabled():  # where the parts come from is looked up only when someone will read it
-        sources = part_sources(report, config_path=config, cwd=Path.cwd())
+        try:
+            sources = part_sources(report, config_path=config, cwd=Path.cwd())
+        except ZhinError:  # the annotations' decoration must not change the gate's verdict: the parts are still annotated
+            sources = {}
         ghactions.publish(budget_annotations(report, budget, sources), budget_summary(report))
 
 

@@ -160,6 +160,17 @@ class PartResult:
     def failed(self) -> bool:
         return self.status in ("over", "new")
 
+    def problem(self) -> str | None:
+        """What failed, in one sentence (the text report and the annotation say it alike); None: nothing did."""
+        if self.status == "over":
+            assert self.budget is not None and self.measured is not None
+            grown = self.measured - self.budget
+            return (f"{self.provider} {self.part} grew from {self.budget} to {self.measured} tokens "
+                    f"(+{grown}, +{grown / max(self.budget, 1):.1%})")
+        if self.status == "new":
+            return f"{self.provider} {self.part} is not in the budget ({self.measured} tokens)"
+        return None
+
     def as_dict(self) -> dict[str, Any]:
         delta = None if self.budget is None or self.measured is None else self.measured - self.budget
         return {"provider": self.provider, "model": self.model, "part": self.part, "budget": self.budget,
@@ -314,15 +325,9 @@ def budget_annotations(report: BudgetReport, budget: Budget, sources: dict[str, 
         if not result.failed:
             continue
         key = f"profiles[{result.profile}].parts"
-        if result.status == "over":
-            assert result.budget is not None and result.measured is not None
-            grown = result.measured - result.budget
-            message = (f"{result.provider} {result.part} grew from {result.budget} to {result.measured} tokens "
-                       f"(+{grown}, +{grown / max(result.budget, 1):.1%})")
-            line = budget.line(f"{key}.{result.part}")
-        else:
-            message = f"{result.provider} {result.part} is not in the budget ({result.measured} tokens)"
-            line = budget.line(key)
+        message = result.problem() or ""
+        # over: at the part's own line; new: at its profile's parts (the line it would go under)
+        line = budget.line(f"{key}.{result.part}" if result.status == "over" else key)
         out.append(Annotation("error", message, title=f"zhin budget: {result.part} {result.status}", file=budget.path, line=line))
         source = sources.get(result.part)
         if source is not None and source.file:
