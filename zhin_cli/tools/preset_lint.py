@@ -150,7 +150,7 @@ def _line_of(text: str | None, needle: str) -> int | None:
     return text.count("\n", 0, at) + 1 if at >= 0 else None
 
 
-def _place(diagnostic: Diagnostic, default_file: str, text: str | None) -> tuple[str, int]:
+def _place(diagnostic: Diagnostic, default_file: str, text: str | None, lines: dict[str, int | None]) -> tuple[str, int]:
     where = diagnostic.where or default_file
     matched = _AT_LINE.match(where)
     if matched:
@@ -162,7 +162,11 @@ def _place(diagnostic: Diagnostic, default_file: str, text: str | None) -> tuple
         needle = f'"{key.removeprefix("prompt ")}"'
     elif key:
         needle = f'"{key.split(".")[0].split("[")[0]}"'
-    return file, (_line_of(text, needle) if needle else None) or 1
+    if needle is None:
+        return file, 1
+    if needle not in lines:
+        lines[needle] = _line_of(text, needle)
+    return file, lines[needle] or 1
 
 
 @dataclass
@@ -173,17 +177,26 @@ class LintResult:
     macros: list[dict[str, Any]]
     ignored: set[str] = field(default_factory=set)  # rule codes left out (``--ignore``)
     text: str | None = field(default=None, repr=False)  # the preset file, to place findings that carry no line
+    _cache: tuple[Any, list[Finding]] | None = field(default=None, repr=False, compare=False)
 
     def findings(self) -> list[Finding]:
-        """The diagnostics not ignored, each placed at a line, sorted by line (then code: a stable order)."""
+        """The diagnostics not ignored, each placed at a line, sorted by line (then code: a stable order). Computed
+        once per set of ignored rules: counts, the exit status, the output and the annotations all read it, and a
+        preset can have tens of thousands of diagnostics."""
+        key = (frozenset(self.ignored), len(self.diagnostics))
+        if self._cache is not None and self._cache[0] == key:
+            return self._cache[1]
+        lines: dict[str, int | None] = {}  # needle → line: one search of the file per key, not per diagnostic
         out = []
         for diagnostic in self.diagnostics:
             code = rule_code(diagnostic.code)
             if code in self.ignored:
                 continue
-            file, line = _place(diagnostic, self.file, self.text)
+            file, line = _place(diagnostic, self.file, self.text, lines)
             out.append(Finding(file, line, code, diagnostic.code, diagnostic.severity, diagnostic.message))
-        return sorted(out, key=lambda f: (f.line, f.code))
+        out.sort(key=lambda f: (f.line, f.code))
+        self._cache = (key, out)
+        return out
 
     @property
     def failed(self) -> bool:
