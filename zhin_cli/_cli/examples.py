@@ -25,7 +25,7 @@ EXAMPLES: dict[str, list[str]] = {
     "": [
         "zhin import fixtures/group-busy.jsonl fixtures/private-chat.jsonl --db demo.sqlite",
         f"zhin trace {GROUP_KEY} --db demo.sqlite --turn 4",
-        "zhin prefix-diff fixtures/   # exit 1 when a break is unexpected",
+        "zhin prefix-diff fixtures/",
     ],
     "import": [
         "zhin import fixtures/legacy-upstream.jsonl --db other.sqlite",
@@ -51,8 +51,8 @@ EXAMPLES: dict[str, list[str]] = {
     ],
     "prefix-diff": [
         "zhin prefix-diff fixtures/private-chat.jsonl",
-        "zhin prefix-diff fixtures/ --provider anthropic --json   # exit 1 when a break is unexpected",
-        "zhin prefix-diff --all   # exit 1 when a break is unexpected",
+        "zhin prefix-diff fixtures/ --provider anthropic --json",
+        "zhin prefix-diff --all --fail-on system_changed",
     ],
     "providers": [
         "zhin providers",
@@ -89,7 +89,11 @@ EXAMPLES: dict[str, list[str]] = {
         "zhin budget update --provider openai --provider anthropic",
     ],
     "schema": [
+        "zhin schema config",
         "zhin schema eval-case",
+    ],
+    "schema config": [
+        "zhin schema config > zhin.schema.json",
     ],
     "schema eval-case": [
         "zhin schema eval-case > eval-case.schema.json",
@@ -119,14 +123,24 @@ EXAMPLES: dict[str, list[str]] = {
     ],
     "preset lint": [
         "zhin preset lint fixtures/presets/st-default.json",
-        "zhin preset lint fixtures/presets/community-zh.json --json",
+        "zhin preset lint fixtures/presets/community-zh.json --json   # exit 1: it has warnings",
     ],
     "preset probe": [
         "zhin preset probe fixtures/presets/st-default.json --session fixtures/private-chat.jsonl",
         f"zhin preset probe fixtures/presets/community-zh.json --session {GROUP_KEY} --provider anthropic",
     ],
     "report": [
+        "zhin report html fixtures/group-busy.jsonl -o report.html",
         "zhin report economy fixtures/group-busy.jsonl",
+    ],
+    "report html": [
+        "zhin report html fixtures/group-busy.jsonl -o report.html",
+        f"zhin report html {GROUP_KEY} fixtures/private-chat.jsonl --provider anthropic -o report.html",
+        "zhin report html fixtures/ --no-economy -o fixtures.html",
+    ],
+    "view": [
+        "zhin view fixtures/group-busy.jsonl",
+        f"zhin view {GROUP_KEY} --port 8765 --provider anthropic",
     ],
     "report economy": [
         "zhin report economy fixtures/group-busy.jsonl",
@@ -161,6 +175,7 @@ OPTION_METAVARS: dict[str, str] = {
     "--until": "DATE",
     "--host": "HOST",
     "--encoding": "ENCODING",
+    "--fail-on": "CAUSES",
 }
 ARGUMENT_METAVARS: dict[str, str] = {
     "session": "SESSION",
