@@ -7,6 +7,7 @@ broken number, a script error, an outside request or nothing drawn, must complai
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -311,6 +312,21 @@ def test_report_html_to_stdout_when_piped_and_atomically_to_a_file(zhin: Callabl
     assert [p.name for p in tmp_path.iterdir()] == ["out.html"]  # no temporary file left beside it
     missing = zhin("report", "html", tmp_path / "nothing.jsonl", "-o", tmp_path / "other.html")
     assert missing.returncode == 3 and missing.stderr.startswith("zhin: error:") and not (tmp_path / "other.html").exists()
+
+
+def test_report_html_refuses_to_print_a_page_on_a_terminal(tmp_path: Path) -> None:
+    """stdout a terminal and no -o: a usage error (exit 2), not an HTML document on the screen (piped: the page, above)."""
+    import pty
+
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "zhin_cli", "report", "html", str(FIXTURES / "private-chat.jsonl"),
+                               "--no-economy"], cwd=tmp_path, env=clean_env(), stdin=subprocess.DEVNULL, stdout=follower,
+                              stderr=subprocess.PIPE, text=True, timeout=180)
+    finally:
+        os.close(follower)
+        os.close(leader)
+    assert proc.returncode == 2 and proc.stderr.startswith("zhin: error: ") and "-o FILE" in proc.stderr
 
 
 def test_two_sessions_on_one_page_whatever_the_jobs(zhin: Callable[..., Any], tmp_path: Path) -> None:
