@@ -243,13 +243,16 @@ def update_budget(budget: Budget, *, db: str | None = None, config_path: Path | 
 def write_budget(budget: Budget) -> None:
     """Write ``budget``: into the existing file by a round trip (comments, order, indentation kept; only what
     changed is rewritten), else a new file."""
+    from zhin_cli.core.outputfiles import atomic_output
+
     try:
         text = budget.path.read_text(encoding="utf-8") if budget.path.is_file() else None
-        new = budget.as_yaml() if text is None else _round_trip(text, budget)
-        if new != text:
-            budget.path.write_text(new, encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(f"cannot write the budget file: {exc.strerror or exc}", where=str(budget.path)) from None
+        raise ConfigError(f"cannot read the budget file: {exc.strerror or exc}", where=str(budget.path)) from None
+    new = budget.as_yaml() if text is None else _round_trip(text, budget)
+    if new != text:  # unchanged numbers leave the file (and its mtime) alone
+        with atomic_output(budget.path) as handle:  # whole or not at all: never a half-written budget
+            handle.write(new)
 
 
 def _round_trip(text: str, budget: Budget) -> str:

@@ -110,8 +110,18 @@ def junit_xml(run: EvalRun) -> JUnitXml:
 
 
 def write_junit(run: EvalRun, path: Path) -> None:
+    """The JUnit XML at ``path``, written whole or not at all (a CI reading a half-written file would see a broken
+    report, not a failed run)."""
+    import xml.etree.ElementTree as ET
+
+    from zhin_cli.core.outputfiles import atomic_output
+
+    root = junit_xml(run)._elem  # junitparser's tree is the standard library's: indent and serialise it as text
+    ET.indent(root)
     path.parent.mkdir(parents=True, exist_ok=True)
-    junit_xml(run).write(str(path), pretty=True)
+    with atomic_output(path) as handle:
+        # the declaration by hand: ElementTree would declare the locale's encoding for a text serialisation
+        handle.write('<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n")
 
 
 def github_annotations(run: EvalRun) -> list[Annotation]:
