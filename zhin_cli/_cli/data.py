@@ -272,7 +272,7 @@ def quick_completion(instruction: str) -> str | None:
     items = quick_items(args, incomplete)
     if items is None:
         return None
-    completer.get_completions = lambda _args, _incomplete: items  # type: ignore[method-assign]
+    completer.get_completions = lambda args, incomplete: items  # type: ignore[method-assign]  # our answer
     return completer.complete()
 
 

@@ -279,7 +279,7 @@ def apply_conventions(command: Command, path: str, *, subcommands: bool = True) 
             param.metavar = metavar_for(param)
         kind = completion_kind(param)
         if kind is not None and getattr(param, "_custom_shell_complete", None) is None:
-            param._custom_shell_complete = _completer(kind)  # type: ignore[union-attr]
+            param._custom_shell_complete = _completer(kind)
     # click builds -h/--help itself (a flag typer would show as <bool>): build it now, with zhin's names, and
     # give it no metavar like every other flag
     help_option = command.get_help_option(SimpleNamespace(help_option_names=HELP_OPTION_NAMES))  # type: ignore[arg-type]
