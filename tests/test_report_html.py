@@ -159,40 +159,82 @@ def test_a_blank_page_fails_the_screenshot_check(browser: Any, tmp_path: Path) -
     assert distinct_colours(png) < MIN_COLOURS
 
 
-def test_every_turn_opens_with_its_messages_and_diff(browser: Any, demo: dict[str, Any]) -> None:
-    """The lazily drawn parts: each turn's wire messages (one block per message the request sent, headers,
-    [state change] lines, the scene tail and the cache breakpoints marked) and its diff with the first
-    divergent character marked — drawn for every turn without a script error."""
-    with visit(browser, demo["html"]) as (page, seen):
+OPENED = """() => [...document.querySelectorAll('section[data-turn]')].map(s => ({
+    turn: +s.dataset.turn,
+    messages: s.querySelectorAll('[data-view=messages] .msg').length,
+    headers: s.querySelectorAll('[data-view=messages] .hdr').length,
+    states: s.querySelectorAll('[data-view=messages] .state').length,
+    tails: s.querySelectorAll('[data-view=messages] .tail').length,
+    breakpoints: [...s.querySelectorAll('[data-view=messages] .bp')].map(b => b.textContent),
+    explicit: s.querySelectorAll('[data-view=messages] .bp.explicit').length,
+    marks: s.querySelectorAll('[data-view=diff] mark.div').length,
+}))"""
+
+
+def open_every_turn(browser: Any, path: Path) -> list[dict[str, Any]]:
+    """Click every turn's title (as a person opens it) and read what was drawn; no script error on the way."""
+    with visit(browser, path) as (page, seen):
         sections = page.evaluate("() => [...document.querySelectorAll('section[data-turn]')].map(s => s.id)")
         assert page.locator("section [data-view]").count() == 0  # nothing drawn before a turn is opened
         for section in sections:
             page.click(f"#{section} h3 a")
             page.wait_for_selector(f"#{section} [data-view=messages] .msg")
-        drawn = page.evaluate("""() => [...document.querySelectorAll('section[data-turn]')].map(s => ({
-            turn: +s.dataset.turn,
-            messages: s.querySelectorAll('[data-view=messages] .msg').length,
-            headers: s.querySelectorAll('[data-view=messages] .hdr').length,
-            states: s.querySelectorAll('[data-view=messages] .state').length,
-            tails: s.querySelectorAll('[data-view=messages] .tail').length,
-            breakpoints: [...s.querySelectorAll('[data-view=messages] .bp')].map(b => b.textContent),
-            marks: s.querySelectorAll('[data-view=diff] mark.div').length,
-        }))""")
+        drawn: list[dict[str, Any]] = page.evaluate(OPENED)
         assert seen.problems() == []
+    return drawn
+
+
+def wire_chunks(request: dict[str, Any], provider: str) -> int:
+    """How many chunks a request's wire has: one per message, one per other region (system, tools) present."""
+    from zhin_cli.pipeline.providers import PROFILES
+    from zhin_cli.wire import wire_for
+
+    wire = wire_for(PROFILES[provider].wire)
+    body = request["request"]
+    return sum(len(body[key]) if key == wire.message_key else 1 for key in wire.regions if key in body)
+
+
+def test_every_turn_opens_with_its_messages_and_diff(browser: Any, demo: dict[str, Any]) -> None:
+    """The lazily drawn parts: each turn's wire messages (one block per message the request sent, headers,
+    [state change] lines, the scene tail and the cache breakpoints marked) and its diff with the first
+    divergent character marked — drawn for every turn without a script error."""
+    drawn = open_every_turn(browser, demo["html"])
     requests = {r["turn"]: r for r in demo["trace"]["requests"]}
     causes = {p["to_turn"]: p["cause"] for p in demo["diff"]["sessions"][0]["pairs"]}
     assert {"append", "tail", "window_shift"} <= set(causes.values())  # every kind of marking is drawn
     for turn in drawn:
         request = requests[turn["turn"]]
-        assert turn["messages"] == len(request["request"]["messages"])
-        assert turn["headers"] == request["headers"]["full"] + request["headers"]["short"] + (1 if turn["tails"] else 0) + 1
+        assert turn["messages"] == len(request["request"]["messages"]) == wire_chunks(request, "openai")
+        # every member header, the system prompt's own example header and the scene tail's
+        assert turn["headers"] == request["headers"]["full"] + request["headers"]["short"] + 2
         assert turn["tails"] == 1  # every request of the demo carries a runtime tail
-        assert len(turn["breakpoints"]) == len(request["cache_breakpoints"])
+        assert len(turn["breakpoints"]) == len(request["cache_breakpoints"]) and turn["explicit"] == 0
         states = sum(line.startswith("[state change]") for m in request["request"]["messages"]
                      if isinstance(m.get("content"), str) for line in m["content"].split("\n"))
         assert turn["states"] == states
         # the old and the new chunk, each marked once; after an append the old request has no chunk there
         assert turn["marks"] == (0 if turn["turn"] == 1 else 1 if causes[turn["turn"]] == "append" else 2)
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "gemini"])
+def test_other_wires_draw_too(browser: Any, zhin: Callable[..., Any], tmp_path: Path, provider: str) -> None:
+    """Anthropic (top-level system, content blocks, cache_control markers) and Gemini (systemInstruction, parts):
+    every turn drawn, one block per wire chunk, the breakpoints as the request has them (explicit only where the
+    wire writes markers)."""
+    page = zhin("report", "html", FIXTURES / "group-busy.jsonl", "-p", provider, "--no-economy", "-o", "page.html")
+    trace = zhin("trace", FIXTURES / "group-busy.jsonl", "-p", provider, "--all", "--json")
+    assert page.returncode == trace.returncode == 0, page.stderr + trace.stderr
+    requests = {r["turn"]: r for r in json.loads(trace.stdout)["requests"]}
+    drawn = open_every_turn(browser, tmp_path / "page.html")
+    for turn in drawn:
+        request = requests[turn["turn"]]
+        assert turn["messages"] == wire_chunks(request, provider)
+        assert len(turn["breakpoints"]) == len(request["cache_breakpoints"])
+        assert turn["explicit"] == sum(b["explicit"] for b in request["cache_breakpoints"])
+        assert turn["tails"] == 1
+        # the host's event lines are marked (one block per event here, after its header), a member's quote is not
+        assert turn["states"] < json.dumps(request["request"], ensure_ascii=False).count("[state change]")
+    assert sum(turn["states"] for turn in drawn) > 0
 
 
 def test_the_page_is_self_contained_and_stores_each_message_once(demo: dict[str, Any]) -> None:

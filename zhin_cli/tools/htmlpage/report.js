@@ -36,7 +36,9 @@
   }
 
   var HEADER = /\[(?:id|scene_id):[^\]\n]*?;\]/g;
-  var STATE = /^\[state change\][^\n]*/gm;  // the host's lines start with it; a member's text may only quote it
+  // the host's lines: at a line's start, or right after the event's own header (Anthropic, Gemini: one block per
+  // event); a member's text that quotes "[state change]" mid-line is not one
+  var STATE = /(?<=^|;\] )\[state change\][^\n]*/gm;
 
   // text with headers and [state change] lines wrapped in spans
   function marked(text) {
