@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, TextIO
 
 import typer
+from rich.box import HEAVY_HEAD
 from rich.cells import cell_len
 from rich.markup import escape
 from rich.table import Table
@@ -221,7 +222,7 @@ def print_request(console: Console, request: AssembledRequest, show_request: boo
     # A boxed table where it fits; else no box and one space between columns, so the segment ids and the
     # numbers keep their full width (never cut nor folded) and the kind column wraps to make room.
     table = Table(title=f"turn {request.turn} · {request.provider} · {request.model} · {request.prompt_tokens} prompt tokens ({request.encoding})",
-                  title_justify="left", **({} if boxed else {"box": None, "pad_edge": False, "collapse_padding": True}))
+                  title_justify="left", box=HEAVY_HEAD if boxed else None, pad_edge=boxed, collapse_padding=not boxed)
     table.add_column("segment", no_wrap=True, min_width=natural[0], overflow="fold")
     table.add_column("kind", overflow="fold")
     for index, column in enumerate(headers[2:], start=2):

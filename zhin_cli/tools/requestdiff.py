@@ -27,7 +27,6 @@ import json
 import re
 import unicodedata
 from dataclasses import dataclass, field
-from json.decoder import scanstring
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -218,7 +217,7 @@ def _member(text: str, position: int, part: Any) -> int | None:
     index = 0
     while text[position] != closing:
         if opening == "{":
-            key, position = scanstring(text, position + 1)
+            key, position = _DECODER.raw_decode(text, position)
             position = _SPACE.match(text, position).end()  # type: ignore[union-attr]
             position = _SPACE.match(text, position + 1).end()  # type: ignore[union-attr]  # past the ':'
             if key == part:
