@@ -29,7 +29,8 @@ def lint_command(
 ) -> None:
     """Check a preset: unknown macros, entries that are never sent, bad depths, cache-breaking macros, unknown keys.
 
-    One finding per line, sorted by line: `FILE:LINE: CODE severity: message [name]` (as ruff and gcc print theirs).
+    One finding per line, sorted by line: `FILE:LINE: CODE severity: message`, then the rule's name in brackets
+    (as ruff and gcc print theirs).
     Under GitHub Actions each finding is also an annotation at its line, and a table goes to the step summary.
 
     Exit status: 0 clean (info only), 1 warnings or errors found, 2 usage, 3 the file cannot be read or is not a preset.
