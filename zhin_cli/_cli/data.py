@@ -74,8 +74,8 @@ def export_command(
     from zhin_cli.store import load_session
 
     loaded = load_session(session, db=db, cwd=Path.cwd())
-    print_sources(None, None if session.endswith((".jsonl", ".ndjson")) and Path(session).is_file()
-                  else database_or_discovered(db))
+    if not Path(session).is_file():  # read from a database: name it (a file names itself)
+        print_sources(None, database_or_discovered(db))
     count = write_jsonl_output(loaded, output)
     if count is None:
         return
