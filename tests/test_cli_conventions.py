@@ -22,6 +22,7 @@ import pty
 import re
 import shlex
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -228,6 +229,46 @@ def test_no_progress_when_asked_or_when_no_one_watches(workspace: Path) -> None:
     piped = subprocess.run([sys.executable, "-m", "zhin_cli", "trace", "--all", "fixtures/group-busy.jsonl"],
                            cwd=workspace, env=clean_env(), capture_output=True, text=True, timeout=180)
     assert piped.returncode == 0 and "replaying" not in piped.stderr and "loading" not in piped.stderr
+
+
+def test_ctrl_c_while_the_bar_is_drawn_is_quiet_130_and_gives_the_cursor_back(tmp_path: Path) -> None:
+    """Ctrl-C at any moment (here: with rich's live bar on the terminal) ends with 130, no traceback, and the
+    terminal's cursor shown again."""
+    session = tmp_path / "long.jsonl"
+    made = run_zhin("fixtures", "synth", "--messages", "6000", "-o", session, cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    leader, follower = pty.openpty()
+    seen = bytearray()
+    drawn = threading.Event()
+
+    def drain() -> None:
+        while True:
+            try:
+                data = os.read(leader, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            seen.extend(data)
+            if b"replaying" in seen:
+                drawn.set()
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    proc = subprocess.Popen([sys.executable, "-m", "zhin_cli", "trace", "--all", "--json", str(session)], cwd=tmp_path,
+                            env=clean_env(), stdout=subprocess.DEVNULL, stderr=follower, stdin=subprocess.DEVNULL)
+    try:
+        assert drawn.wait(timeout=120), bytes(seen)[-500:]
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 130
+    finally:
+        proc.kill()
+        os.close(follower)
+        reader.join(timeout=30)
+        os.close(leader)
+    text = bytes(seen).decode("utf-8", "replace")
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text
+    assert text.rfind("\x1b[?25h") > text.rfind("\x1b[?25l")  # the cursor, hidden by the bar, is shown again
 
 
 # --- COLUMNS when piped -------------------------------------------------------------------------------------------
