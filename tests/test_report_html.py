@@ -107,11 +107,20 @@ def test_the_demo_report_in_chromium_agrees_with_the_json(browser: Any, demo: di
         assert seen.problems() == []
         dom = page.evaluate(DOM_NUMBERS)
         png = page.screenshot()
+        page.hover("section[data-turn='2'] [data-segment='core.rules']")
+        page.hover(".bar[data-turn='2']")
+        titles = page.evaluate("""() => [document.querySelector("section[data-turn='2'] [data-segment='core.rules']").title,
+                                         document.querySelector(".bar[data-turn='2']").title]""")
         page.click("section[data-turn='9'] h3 a")  # the compaction: its messages, tail, breakpoints and diff
         page.wait_for_selector("section[data-turn='9'] [data-view=diff] mark.div")
         opened = page.screenshot()  # the page scrolled the opened turn to the top of the window
         assert seen.problems() == []
     assert mismatches(dom, expected_numbers(demo["trace"], demo["diff"]), demo["economy"]) == []
+    segment = next(s for s in demo["trace"]["requests"][1]["segments"] if s["id"] == "core.rules")
+    cache = demo["diff"]["sessions"][0]["pairs"][0]["cache"]
+    assert titles == [f"core.rules · {segment['kind']} · {segment['tokens']:,} tokens",  # tooltips, written on hover
+                      f"turn 2: {cache['prompt_tokens']:,} prompt tokens, {cache['cached_tokens']:,} cached, "
+                      f"{cache['prompt_tokens'] - cache['cached_tokens']:,} new · tail"]
     assert len(dom[0]["sections"]) == 16  # one per request of the demo session
     assert distinct_colours(png) >= MIN_COLOURS
     REPORTS.mkdir(exist_ok=True)

@@ -386,18 +386,19 @@ MARKER_TEXT = {"unexpected": "unexpected break", "compaction": "compaction (wind
                "window_shift": "window shift (tail limit)"}
 
 
-def _bar(index: int, turn: TurnView, top: int, labelled: bool) -> str:
-    """One chart bar (its tooltip is written by the page's script from these attributes, on hover)."""
+def _bar(index: int, position: int, count: int, turn: TurnView, top: int, labelled: bool) -> str:
+    """One chart bar: a single absolutely placed element whose gradient is the cached / new split (2,000 nested
+    flex boxes took most of a long page's load); its tooltip is written by the page's script on hover."""
     height = 100 * turn.prompt_tokens / top if top else 0
     cached = 100 * turn.cached_tokens / turn.prompt_tokens if turn.prompt_tokens else 0
     marker = turn.marker
     extra = f' data-cause="{_e(turn.cause)}"' if turn.cause else ""
     if marker:
         extra += f' data-marker="{marker}"'
-    mark = f'<i class="mark m-{marker}"></i>' if marker else ""
+    inner = (f'<i class="mark m-{marker}"></i>' if marker else "") + (f"<em>{turn.turn}</em>" if labelled else "")
     return (f'<a class="bar" href="#s{index}-t{turn.turn}" data-turn="{turn.turn}" data-prompt-tokens="{turn.prompt_tokens}" '
-            f'data-cached-tokens="{turn.cached_tokens}"{extra}>{mark}<b style="height:{height:.1f}%">'
-            f'<s style="height:{cached:.1f}%"></s></b>{f"<em>{turn.turn}</em>" if labelled else ""}</a>')
+            f'data-cached-tokens="{turn.cached_tokens}"{extra} style="left:{100 * position / count:.4g}%;'
+            f'width:{100 / count:.4g}%;height:{height:.1f}%;--c:{cached:.1f}%">{inner}</a>')
 
 
 def _segments(turn: TurnView, kinds: dict[str, int]) -> str:
@@ -407,7 +408,7 @@ def _segments(turn: TurnView, kinds: dict[str, int]) -> str:
     for segment in turn.segments:
         trimmed = segment["trimmed"]
         spans.append(f'<span class="seg k{kinds.get(segment["kind"], 0)}{" trimmed" if trimmed else ""}" '
-                     f'data-segment="{_e(segment["id"])}" data-kind="{_e(segment["kind"])}" data-tokens="{segment["tokens"]}"'
+                     f'data-segment="{_e(segment["id"])}" data-tokens="{segment["tokens"]}"'
                      f'{f" data-trimmed={chr(34)}{trimmed}{chr(34)}" if trimmed else ""} style="flex-grow:{segment["tokens"]}"></span>')
     return f'<div class="segbar">{"".join(spans)}</div>'
 
@@ -475,7 +476,8 @@ def _legend(kinds: dict[str, int]) -> str:
 def _session(index: int, page: SessionPage, kinds: dict[str, int]) -> str:
     top = max((t.prompt_tokens for t in page.turns), default=0)
     labelled = len(page.turns) <= 60  # turn numbers under the bars while they fit
-    bars = "".join(_bar(index, turn, top, labelled) for turn in page.turns)
+    count = len(page.turns)
+    bars = "".join(_bar(index, i, count, turn, top, labelled) for i, turn in enumerate(page.turns))
     causes = ", ".join(f"{n} × {c.replace('_', ' ')}" for c, n in sorted(page.causes().items(), key=lambda kv: -kv[1]))
     unexpected = sum(1 for t in page.turns if t.unexpected)
     greeting = (f'<p class="meta">Turn {page.greeting_turn} is the greeting: no request was made for it, so it has '
@@ -488,12 +490,14 @@ def _session(index: int, page: SessionPage, kinds: dict[str, int]) -> str:
             f'cached share {_pct(page.cached_share())} · {_e(causes) or "no pairs"} · '
             f'<span class="{"bad" if unexpected else "ok"}">{unexpected} unexpected break(s)</span></p>{greeting}'
             f'<div class="chart{wide}{" labelled" if labelled else ""}" role="img" aria-label="prompt tokens per turn, '
-            f'cached and new"><span class="axis">{_n(top)} prompt tokens</span>{bars}</div>'
+            f'cached and new"><span class="axis">{_n(top)} prompt tokens</span><div class="plot"'
+            f'{f" style={chr(34)}width:{3 * count}px{chr(34)}" if wide else ""}>{bars}</div></div>'
             f'{_legend(kinds)}{_economy(page)}<div class="turns">{sections}</div></article>')
 
 
-def _data_json(report: HtmlReport) -> str:
-    data = {"version": HTML_REPORT_VERSION, "sessions": [page.as_json() for page in report.sessions]}
+def _data_json(report: HtmlReport, kinds: dict[str, int]) -> str:
+    # kinds: a segment's colour class k<n> names its kind (the tooltip says it; no data-kind on 20,000 elements)
+    data = {"version": HTML_REPORT_VERSION, "kinds": list(kinds), "sessions": [page.as_json() for page in report.sessions]}
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
     # inside <script>: "<" only ever occurs in strings, where \u003c is the same character; no "</script>" can end it
     return escape_surrogates(text).replace("<", "\\u003c")
@@ -514,7 +518,7 @@ def render(report: HtmlReport) -> str:
             f'<body><header><h1>zhin report</h1><p class="meta">What each request sent: prompt tokens per turn '
             f'(cached / new, from the simulated prompt cache), the segments of every request, and the wire messages '
             f'and diff of a turn when you open it.</p><nav>{nav}</nav></header><main>{body}</main>'
-            f'<script type="application/json" id="zhin-data">{_data_json(report)}</script>'
+            f'<script type="application/json" id="zhin-data">{_data_json(report, kinds)}</script>'
             f'<script>{_asset("report.js")}</script></body></html>\n')
 
 

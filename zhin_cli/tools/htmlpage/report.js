@@ -232,7 +232,8 @@
         number(prompt - cached) + " new" + (d.cause ? " · " + d.cause.replace(/_/g, " ") : "") +
         (d.marker === "unexpected" ? " (unexpected break)" : d.marker === "compaction" ? " (compaction)" : "");
     } else {
-      node.title = d.segment + " · " + d.kind + " · " + number(d.tokens) + " tokens" +
+      var kind = /\bk(\d+)\b/.exec(node.className);
+      node.title = d.segment + " · " + (kind ? load().kinds[Number(kind[1])] : "") + " · " + number(d.tokens) + " tokens" +
         (d.trimmed ? " · " + number(d.trimmed) + " characters trimmed" : "");
     }
   });
