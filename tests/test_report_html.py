@@ -421,6 +421,53 @@ def test_report_economy_text_has_human_values(zhin: Callable[..., Any]) -> None:
     assert json.loads(data.stdout)["window"]["cut_to"] is None  # control: the value is None; only the text says it in words
 
 
+def _terminal_stderr(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str]:
+    """A real process whose stderr is a terminal (a pty, drained as it writes); (status, what the terminal got)."""
+    import pty
+    import threading
+
+    leader, follower = pty.openpty()
+    chunks: list[bytes] = []
+
+    def drain() -> None:
+        while True:
+            try:
+                data = os.read(leader, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "zhin_cli", *args], cwd=cwd, env=env, stdout=subprocess.DEVNULL,
+                              stderr=follower, stdin=subprocess.DEVNULL, timeout=180)
+    finally:
+        os.close(follower)
+        reader.join(timeout=30)
+        os.close(leader)
+    return proc.returncode, re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode("utf-8", "replace"))
+
+
+@pytest.mark.parametrize(("args", "shown"), [
+    (["report", "economy", str(FIXTURES / "private-chat.jsonl"), "-p", "openai"], "replaying and simulating the prompt cache"),
+    (["report", "html", str(FIXTURES / "group-busy.jsonl"), "--no-economy", "-o", "page.html"], "replaying"),
+])
+def test_progress_on_a_terminal_and_none_when_asked(tmp_path: Path, args: list[str], shown: str) -> None:
+    """report economy was silent for its whole run: a spinner now (its library reports no steps); report html's
+    replay draws the bar with its total. Control: ZHIN_NO_PROGRESS=1 on the same terminal shows nothing."""
+    code, terminal = _terminal_stderr(args, tmp_path, clean_env())
+    assert code == 0 and shown in terminal, terminal
+    if args[1] == "html":
+        assert re.search(r"\b\d+/16\b", terminal), terminal
+    quiet = clean_env()
+    quiet["ZHIN_NO_PROGRESS"] = "1"
+    code, terminal = _terminal_stderr(args, tmp_path, quiet)
+    assert code == 0 and shown not in terminal and "loading" not in terminal
+
+
 # --- zhin view ---------------------------------------------------------------------------------------------------
 
 

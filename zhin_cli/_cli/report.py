@@ -51,8 +51,10 @@ def economy_command(
     Per provider (OpenAI, Anthropic, DeepSeek): prompt tokens and simulated cache hits per request for the ADR layout and a flat layout, first of group vs later, next to the physical limit. Definitions: docs/economy.md.
     """
     chosen = [p.strip() for value in provider or [] for p in value.split(",") if p.strip()] or None
-    report = run_economy(sessions, cwd=Path.cwd(), db=db, config_path=config, providers=chosen, encoding=encoding,
-                         after_load=freeze_loaded, jobs=jobs)
+    # run_economy reports no steps (no progress callback): a spinner on a terminal's stderr says it is working
+    with replay_progress("economy", loading="replaying and simulating the prompt cache"):
+        report = run_economy(sessions, cwd=Path.cwd(), db=db, config_path=config, providers=chosen, encoding=encoding,
+                             after_load=freeze_loaded, jobs=jobs)
     if as_json:
         print_json(report.as_dict(per_request))
     else:
