@@ -246,6 +246,39 @@ def test_other_wires_draw_too(browser: Any, zhin: Callable[..., Any], tmp_path: 
     assert sum(turn["states"] for turn in drawn) > 0
 
 
+def test_unexpected_breaks_are_marked_where_prefix_diff_finds_them(zhin: Callable[..., Any], tmp_path: Path,
+                                                                 demo: dict[str, Any]) -> None:
+    """A clock in the system prompt (a plugin segment) breaks the prefix on every turn: each break prefix-diff
+    counts as unexpected is a red mark on its bar and a red section, with its cause; the demo (no such break) has
+    none — and its window shifts and compaction are marked as such."""
+    (tmp_path / "clock.py").write_text(
+        "from datetime import datetime, timezone\n"
+        "class Clock:\n"
+        "    id, kind, weight, retention = 'plugin.clock', 'environment', 1, 'required'\n"
+        "    def inject(self, input):\n"
+        "        return 'Now: ' + datetime.fromtimestamp(input.history[-1].timestamp / 1000, tz=timezone.utc).strftime('%H:%M')\n"
+        "def register(generation):\n"
+        "    generation.register(Clock())\n", encoding="utf-8")
+    (tmp_path / "zhin.yaml").write_text("plugins: ['clock.py:register']\n", encoding="utf-8")
+    session = FIXTURES / "group-busy.jsonl"
+    diff = zhin("--allow-plugins", "prefix-diff", session, "--json")
+    page = zhin("--allow-plugins", "report", "html", session, "--no-economy")
+    assert diff.returncode == 1 and page.returncode == 0, diff.stderr + page.stderr
+    unexpected = [p["to_turn"] for p in json.loads(diff.stdout)["sessions"][0]["pairs"]
+                  if p["cause"] in json.loads(diff.stdout)["fail_on"]]
+    assert len(unexpected) > 5
+    marked = [int(t) for t in re.findall(r'<a class="bar" [^>]*data-turn="(\d+)"[^>]*data-marker="unexpected"', page.stdout)]
+    red = [int(t) for t in re.findall(r'<section class="turn bad" [^>]*data-turn="(\d+)"', page.stdout)]
+    assert marked == red == unexpected
+    assert page.stdout.count('<span class="cause bad">') == len(unexpected)
+    demo_page = demo["html"].read_text(encoding="utf-8")
+    assert 'data-marker="unexpected"' not in demo_page and '<section class="turn bad"' not in demo_page
+    shifts = {p["to_turn"]: p["detail"] for p in demo["diff"]["sessions"][0]["pairs"] if p["cause"] == "window_shift"}
+    found = dict(re.findall(r'data-turn="(\d+)"[^>]*data-marker="(compaction|window_shift)"', demo_page))
+    assert {int(t): m for t, m in found.items()} == {t: "compaction" if d == "compaction" else "window_shift"
+                                                     for t, d in shifts.items()}
+
+
 def test_the_page_is_self_contained_and_stores_each_message_once(demo: dict[str, Any]) -> None:
     text = demo["html"].read_text(encoding="utf-8")
     assert "Content-Security-Policy" in text and "default-src 'none'" in text
