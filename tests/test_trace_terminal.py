@@ -380,3 +380,20 @@ def test_an_error_during_the_replay_is_one_line_without_the_header(zhin: Any, mo
     # negative control: the same run without the failure prints the header
     monkeypatch.setattr(Pipeline, "replay", replay)
     assert ok(zhin("trace", BUSY, "--all")).stderr.startswith("config: ")
+
+
+def test_a_terminal_gets_the_same_rows_in_colour(tmp_path: Path) -> None:
+    """Piped rows are written as plain text, a terminal's drawn with styles: the same text either way."""
+    from rich.console import Console
+
+    from zhin_cli._cli.trace import print_rows
+    from zhin_cli.tools.trace import trace, turn_rows
+
+    result = trace(str(BUSY), all_turns=True, cwd=tmp_path)
+    rows = list(turn_rows(result.requests))
+    plain, coloured = _console(100), Console(file=io.StringIO(), width=100, force_terminal=True, highlight=False)
+    print_rows(plain, result, rows)
+    print_rows(coloured, result, rows)
+    drawn = coloured.file.getvalue()
+    assert "\x1b[32m█" in drawn  # negative control: the terminal's bar is green
+    assert re.sub(r"\x1b\[[0-9;]*m", "", drawn) == plain.file.getvalue()

@@ -173,24 +173,29 @@ def print_rows(console: Console, result: TraceResult, rows: list[TurnRow]) -> No
     header = (f"{'turn':>{turn_width}} {'prompt':>{numbers}} {'cached':>{numbers}} {'cache':<{bar_width}} "
               f"{'state':<{state_width}} {'ok':<{verdict_width}}")
     title = "largest segments (tokens)"
-    lines = [f"[bold]{header} {title}[/]"] if aligned else [f"[bold]{header.rstrip()}[/]", f"[bold]{' ' * indent}{title}[/]"]
+    # each line as (text, style) parts: plain text where nothing is drawn in colour, styled Text on a terminal
+    lines: list[list[tuple[str, str]]] = (
+        [[(f"{header} {title}", "bold")]] if aligned else [[(header.rstrip(), "bold")], [(" " * indent + title, "bold")]])
     for row, names in zip(rows, entries, strict=True):
         cached_cells, new_cells = bar_cells(row, scale, bar_width)
-        verdict = ACCEPTED if row.accepted else f"[red]{REJECTED}[/]"
         wrapped = wrap_entries(names, room)
-        head = (f"{row.turn:>{turn_width}} {row.prompt_tokens:>{numbers}} {row.cached_tokens:>{numbers}} "
-                f"[green]{CACHED * cached_cells}[/][yellow]{NEW * new_cells}[/]{' ' * (bar_width - cached_cells - new_cells)} "
-                f"{row.state_rendering:<{state_width}} {verdict}{' ' * (verdict_width - 1)}")
+        line = [(f"{row.turn:>{turn_width}} {row.prompt_tokens:>{numbers}} {row.cached_tokens:>{numbers}} ", ""),
+                (CACHED * cached_cells, "green"), (NEW * new_cells, "yellow"),
+                (f"{' ' * (bar_width - cached_cells - new_cells)} {row.state_rendering:<{state_width}} ", ""),
+                (ACCEPTED, "") if row.accepted else (REJECTED, "red")]
         if aligned and wrapped:
-            lines.append(head + " " + escape(wrapped[0]))
+            line.append((" " * verdict_width + wrapped[0], ""))
             wrapped = wrapped[1:]
-        else:
-            lines.append(head.rstrip())
-        lines.extend(" " * indent + escape(line) for line in wrapped)
+        lines.append(line)
+        lines.extend([(" " * indent + text, "")] for text in wrapped)
         if not row.accepted:
-            lines.append(" " * (turn_width + 1) + f"[red]{REJECTED} {escape(row.verdict)}[/]")
-    # soft_wrap: the layout above already fits the width; nothing is cropped or re-wrapped
-    console.print("\n".join(lines), soft_wrap=True)
+            lines.append([(" " * (turn_width + 1) + f"{REJECTED} {row.verdict}", "red")])
+    if console.color_system is None:  # piped: no style is drawn, so the text is written as it is (10⁴ rows at once)
+        console.file.write("".join("".join(text for text, _ in line) + "\n" for line in lines))
+    else:  # soft_wrap: the layout above already fits the width; nothing is cropped or re-wrapped
+        from rich.text import Text
+
+        console.print(Text("\n").join(Text.assemble(*line) for line in lines), soft_wrap=True)
     prompt, cached = sum(row.prompt_tokens for row in rows), sum(row.cached_tokens for row in rows)
     share = f"{cached / prompt:.0%}" if prompt else "0%"
     print_warnings(console, rows)
