@@ -244,6 +244,12 @@ def test_other_wires_draw_too(browser: Any, zhin: Callable[..., Any], tmp_path: 
         # the host's event lines are marked (one block per event here, after its header), a member's quote is not
         assert turn["states"] < json.dumps(request["request"], ensure_ascii=False).count("[state change]")
     assert sum(turn["states"] for turn in drawn) > 0
+    # warnings (Gemini holds a message during a tool loop; Anthropic has none): one line each, in their turn
+    html_text = (tmp_path / "page.html").read_text(encoding="utf-8")
+    shown = {int(t): body.count('<p class="warn">') for t, body in
+             re.findall(r'<section class="turn[^"]*" id="s0-t\d+" data-turn="(\d+)"(.*?)</section>', html_text)}
+    assert shown == {t: len(r["warnings"]) + len(r["validation"].get("warnings", [])) for t, r in requests.items()}
+    assert (sum(shown.values()) > 0) == (provider == "gemini")
 
 
 def test_unexpected_breaks_are_marked_where_prefix_diff_finds_them(zhin: Callable[..., Any], tmp_path: Path,

@@ -152,7 +152,6 @@ class SessionPage:
     groups: list[str]
     economy: dict[str, Any] | None = None
     economy_note: str = ""
-    fail_on: tuple[str, ...] = DEFAULT_FAIL_ON
 
     def causes(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -173,7 +172,6 @@ class SessionPage:
 @dataclass
 class HtmlReport:
     sessions: list[SessionPage]
-    encoding: str = DEFAULT_ENCODING
 
     def html(self) -> str:
         return render(self)
@@ -417,6 +415,8 @@ def _section(index: int, turn: TurnView, kinds: dict[str, int]) -> str:
     """A turn's section: its figures and segment bar. Its wire messages and diff are drawn by the page's script
     when the turn is opened (its title or chart bar is clicked): 2,000 sections carry no hidden content."""
     verdict = "accepted" if turn.verdict.get("ok") else f"rejected ({turn.verdict.get('status')})"
+    notes = [*turn.warnings, *turn.verdict.get("warnings", [])]  # the assembler's and the validator's
+    warnings = "".join(f'<p class="warn">warning: {_e(note)}</p>' for note in notes)
     cause = ""
     if turn.cause:
         label = MARKER_TEXT.get(turn.marker or "", turn.cause.replace("_", " "))
@@ -427,7 +427,8 @@ def _section(index: int, turn: TurnView, kinds: dict[str, int]) -> str:
             f'<h3><a href="#s{index}-t{turn.turn}">turn {turn.turn}</a> {_n(turn.prompt_tokens)} prompt tokens · '
             f'{_n(turn.cached_tokens)} cached · {_n(turn.new_tokens)} new{cause}</h3>'
             f'<p>state: {_e(turn.state_rendering)} · headers: {turn.full_headers} full, {turn.short_headers} short · '
-            f'{len(turn.chunks)} wire chunks · {verdict}</p>{_segments(turn, kinds)}</section>')
+            f'{len(turn.chunks)} wire chunks · <span class="{"ok" if turn.verdict.get("ok") else "bad"}">{verdict}</span></p>'
+            f'{warnings}{_segments(turn, kinds)}</section>')
 
 
 def _economy(page: SessionPage) -> str:
