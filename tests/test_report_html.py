@@ -46,6 +46,8 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                  ["report", "economy", DEMO_KEY, "--provider", "openai", "--json"]):
         proc = run_zhin(*args, cwd=folder)
         assert proc.returncode == 0, (args, proc.stderr)
+        if args[:2] == ["report", "html"]:  # the header line names the database found upward
+            assert proc.stderr.splitlines()[0] == "config: none (built-in defaults) · db: .zhin/data.sqlite"
         if args[0] == "trace":
             trace = json.loads(proc.stdout)
         elif args[0] == "prefix-diff":
@@ -399,6 +401,7 @@ def test_report_html_to_stdout_when_piped_and_atomically_to_a_file(zhin: Callabl
     assert written.returncode == 0 and written.stdout == ""
     assert (tmp_path / "out.html").read_text(encoding="utf-8") == piped.stdout
     assert "wrote" in written.stderr and (tmp_path / "out.html").resolve().as_uri() in written.stderr
+    assert written.stderr.splitlines()[0] == "config: none (built-in defaults)"  # the header line: a file, no db
     assert [p.name for p in tmp_path.iterdir()] == ["out.html"]  # no temporary file left beside it
     missing = zhin("report", "html", tmp_path / "nothing.jsonl", "-o", tmp_path / "other.html")
     assert missing.returncode == 3 and missing.stderr.startswith("zhin: error:") and not (tmp_path / "other.html").exists()
@@ -515,12 +518,15 @@ def _start_view(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], str]
                                 "--no-economy", *args], cwd=tmp_path, env=clean_env(), stdin=subprocess.DEVNULL,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert process.stderr is not None
-    line = process.stderr.readline()  # blocks until the server is up (or the command failed)
-    found = re.search(r"http://\S+", line)
-    if found is None:
-        process.kill()
-        raise AssertionError(f"no URL in {line!r}: {process.communicate()[1]}")
-    return process, found.group()
+    seen = []
+    for line in process.stderr:  # the header line, then the URL once the server is up (or the command failed)
+        seen.append(line)
+        found = re.search(r"http://\S+", line)
+        if found is not None:
+            assert seen[0] == "config: none (built-in defaults)\n"  # what it read, before anything else
+            return process, found.group()
+    process.kill()
+    raise AssertionError(f"no URL in {seen!r}: {process.communicate()[1]}")
 
 
 def _get(url: str, host: str | None = None) -> tuple[int, bytes]:

@@ -20,6 +20,7 @@ from zhin_cli._cli import (
     freeze_loaded,
     handles_errors,
     print_json,
+    print_sources,
     replay_progress,
     stdout_console,
 )
@@ -151,6 +152,7 @@ def html_command(
         report = build_report(sessions, cwd=Path.cwd(), db=db, config_path=config, provider=provider, preset=preset,
                               economy=economy, after_load=freeze_loaded, progress=progress, jobs=jobs)
     page = report.html()
+    print_sources(report.config_path, report.db)
     if output is None:
         sys.stdout.write(page)
         return

@@ -9,7 +9,17 @@ from typing import Annotated
 
 import typer
 
-from zhin_cli._cli import ConfigOption, DbOption, PresetOption, app, check_options, freeze_loaded, handles_errors, replay_progress
+from zhin_cli._cli import (
+    ConfigOption,
+    DbOption,
+    PresetOption,
+    app,
+    check_options,
+    freeze_loaded,
+    handles_errors,
+    print_sources,
+    replay_progress,
+)
 from zhin_cli.core.parallel import JOBS_HELP
 
 
@@ -38,6 +48,7 @@ def view_command(
         report = build_report(sessions, cwd=Path.cwd(), db=db, config_path=config, provider=provider, preset=preset,
                               economy=economy, after_load=freeze_loaded, progress=progress, jobs=jobs)
     page = report.html()
+    print_sources(report.config_path, report.db)
 
     def ready(url: str) -> None:
         sys.stderr.write(f"zhin view: serving {len(report.sessions)} session(s) on {url} ; Ctrl-C to stop\n")

@@ -172,6 +172,9 @@ class SessionPage:
 @dataclass
 class HtmlReport:
     sessions: list[SessionPage]
+    # what the run read, for the header line (``_cli.print_sources``); not shown in the page
+    config_path: Path | None = None
+    db: str | None = None
 
     def html(self) -> str:
         return render(self)
@@ -334,17 +337,19 @@ def build_report(
     from zhin_cli.core.tokens import counter
     from zhin_cli.pipeline.config import load_config
     from zhin_cli.tools.prefixdiff import session_refs
+    from zhin_cli.tools.trace import database_used
 
     workers = check_jobs(jobs)
     config = load_config(config_path, cwd=cwd)
-    job_list = [ReportJob(ref, db, cwd, config, provider, preset, economy, after_load)
-                for ref in session_refs(refs, all_sessions=False, db=db, cwd=cwd)]
+    chosen = session_refs(refs, all_sessions=False, db=db, cwd=cwd)
+    job_list = [ReportJob(ref, db, cwd, config, provider, preset, economy, after_load) for ref in chosen]
     if workers == 1 or len(job_list) == 1:
         pages = list(ordered_map(functools.partial(session_page, progress=progress), job_list, jobs=1))
     else:
         pages = list(ordered_map(session_page, job_list, jobs=workers, done=progress,
                                  prepare=functools.partial(counter, DEFAULT_ENCODING)))
-    return HtmlReport(pages)
+    database = next((used for used in (database_used(ref, db, cwd) for ref in chosen) if used is not None), None)
+    return HtmlReport(pages, config.path, database)
 
 
 # --- rendering -----------------------------------------------------------------------------------------------
