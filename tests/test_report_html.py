@@ -566,3 +566,19 @@ def test_view_accepts_the_loopback_names() -> None:
 
     assert view_address("localhost") == "127.0.0.1" and view_address("::1") == "::1" and view_address("127.0.0.2") == "127.0.0.2"
 
+
+
+def test_a_missing_chromium_skips_here_and_fails_under_ci(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The browser tests never pass without a browser: skipped with the reason on a developer's machine, failed
+    under CI=true (CI installs Debian's chromium); control: a browser that exists is returned."""
+    import browser
+
+    monkeypatch.setattr(browser, "CHROMIUM", "/nonexistent/chromium")
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="/nonexistent/chromium not found"):
+        browser.need_chromium()
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="/nonexistent/chromium not found"):
+        browser.need_chromium()
+    monkeypatch.setattr(browser, "CHROMIUM", sys.executable)  # any executable file stands for one that exists
+    assert browser.need_chromium() == sys.executable
