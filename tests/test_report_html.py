@@ -582,3 +582,14 @@ def test_a_missing_chromium_skips_here_and_fails_under_ci(monkeypatch: pytest.Mo
         browser.need_chromium()
     monkeypatch.setattr(browser, "CHROMIUM", sys.executable)  # any executable file stands for one that exists
     assert browser.need_chromium() == sys.executable
+
+
+def test_a_database_password_never_reaches_the_page(tmp_path: Path) -> None:
+    """The session line names where the session came from; a database URL's password is masked there (the page
+    is made to be shared). Control: the rest of the URL is still shown."""
+    from zhin_cli.tools.htmlreport import build_report
+
+    report = build_report([str(FIXTURES / "private-chat.jsonl")], cwd=tmp_path, economy=False)
+    report.sessions[0].source = "postgresql://zhin:s3cret-Pw@db.internal/chats"
+    page = report.html()
+    assert "s3cret-Pw" not in page and "db.internal/chats" in page

@@ -27,6 +27,7 @@ from typing import Any
 
 from zhin_cli.core.errors import UsageError
 from zhin_cli.core.outputfiles import escape_surrogates
+from zhin_cli.core.redact import redact_text
 from zhin_cli.core.tokens import DEFAULT_ENCODING
 from zhin_cli.pipeline.assemble import AssembledRequest
 from zhin_cli.pipeline.config import Config
@@ -492,7 +493,7 @@ def _session(index: int, page: SessionPage, kinds: dict[str, int]) -> str:
     wide = " wide" if len(page.turns) > 150 else ""
     return (f'<article class="session" id="s{index}" data-session="{_e(page.session_id)}" data-index="{index}">'
             f'<h2>{_e(page.session_id)}</h2>'
-            f'<p class="meta">{_e(page.source)} · {_e(page.provider)} · {_e(page.model)} · {len(page.turns)} requests · '
+            f'<p class="meta">{_e(redact_text(page.source))} · {_e(page.provider)} · {_e(page.model)} · {len(page.turns)} requests · '
             f'cached share {_pct(page.cached_share())} · {_e(causes) or "no pairs"} · '
             f'<span class="{"bad" if unexpected else "ok"}">{unexpected} unexpected break(s)</span></p>{greeting}'
             f'<div class="chart{wide}{" labelled" if labelled else ""}" role="img" aria-label="prompt tokens per turn, '
