@@ -6,6 +6,7 @@ broken number, a script error, an outside request or nothing drawn, must complai
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -593,3 +594,15 @@ def test_a_database_password_never_reaches_the_page(tmp_path: Path) -> None:
     report.sessions[0].source = "postgresql://zhin:s3cret-Pw@db.internal/chats"
     page = report.html()
     assert "s3cret-Pw" not in page and "db.internal/chats" in page
+
+
+def test_zero_cached_says_why(demo: dict[str, Any]) -> None:
+    """A turn that shares a prefix but reads nothing from the cache gives prefix-diff's reason (e.g. below the
+    provider's minimum); a turn with cached tokens gives none."""
+    page = demo["html"].read_text(encoding="utf-8")
+    sections = dict(re.findall(r'<section class="turn[^"]*" id="s0-t\d+" data-turn="(\d+)"(.*?)</section>', page))
+    reasons = {p["to_turn"]: (p["cache"].get("uncached_reason") or {}).get("text") for p in demo["diff"]["sessions"][0]["pairs"]}
+    assert any(reasons.values()) and not all(reasons.values())
+    for turn, reason in reasons.items():
+        body = sections[str(turn)]
+        assert (f'<span class="why">({html.escape(reason)})</span>' in body) if reason else ('class="why"' not in body)

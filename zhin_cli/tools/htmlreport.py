@@ -102,6 +102,7 @@ class TurnView:
     before: str = ""
     after: str = ""
     diverging_segment: str | None = None
+    uncached_reason: str = ""  # why nothing is cached although a prefix is shared (prefix-diff's sentence)
 
     @property
     def new_tokens(self) -> int:
@@ -257,6 +258,7 @@ class _Collector:
             view.common_prefix_bytes, view.common_prefix_tokens = pair.common_prefix_bytes, pair.common_prefix_tokens
             view.divergence = divergence_of(serialized, pair.common_prefix_bytes)
             view.before, view.after, view.diverging_segment = pair.before, pair.after, pair.segment
+            view.uncached_reason = pair.uncached_reason
         self.turns.append(view)
         return view
 
@@ -421,6 +423,7 @@ def _section(index: int, turn: TurnView, kinds: dict[str, int]) -> str:
     """A turn's section: its figures and segment bar. Its wire messages and diff are drawn by the page's script
     when the turn is opened (its title or chart bar is clicked): 2,000 sections carry no hidden content."""
     verdict = "accepted" if turn.verdict.get("ok") else f"rejected ({turn.verdict.get('status')})"
+    uncached = f' <span class="why">({_e(turn.uncached_reason)})</span>' if turn.uncached_reason else ""
     notes = [*turn.warnings, *turn.verdict.get("warnings", [])]  # the assembler's and the validator's
     warnings = "".join(f'<p class="warn">warning: {_e(note)}</p>' for note in notes)
     cause = ""
@@ -431,7 +434,7 @@ def _section(index: int, turn: TurnView, kinds: dict[str, int]) -> str:
     return (f'<section class="turn{" bad" if turn.unexpected else ""}" id="s{index}-t{turn.turn}" data-turn="{turn.turn}" '
             f'data-prompt-tokens="{turn.prompt_tokens}" data-cached-tokens="{turn.cached_tokens}">'
             f'<h3><a href="#s{index}-t{turn.turn}">turn {turn.turn}</a> {_n(turn.prompt_tokens)} prompt tokens · '
-            f'{_n(turn.cached_tokens)} cached · {_n(turn.new_tokens)} new{cause}</h3>'
+            f'{_n(turn.cached_tokens)} cached{uncached} · {_n(turn.new_tokens)} new{cause}</h3>'
             f'<p>state: {_e(turn.state_rendering)} · headers: {turn.full_headers} full, {turn.short_headers} short · '
             f'{len(turn.chunks)} wire chunks · <span class="{"ok" if turn.verdict.get("ok") else "bad"}">{verdict}</span></p>'
             f'{warnings}{_segments(turn, kinds)}</section>')
