@@ -472,3 +472,19 @@ def test_json_output_has_no_header_line(zhin: Run, workspace: Path) -> None:
     for args in (["sessions", "--json"], ["stats", "cache", "--json"], ["facts", "show", GROUP_KEY, "--json"]):
         assert "db:" not in zhin(*args, cwd=workspace).stderr
     assert "db:" not in zhin("export", "fixtures/private-chat.jsonl", cwd=workspace).stderr
+
+
+def test_what_a_command_writes_while_the_bar_is_live_stays_on_stdout(monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """rich's Progress routes sys.stdout through its own console unless told not to: a streamed --jsonl line written
+    while the bar is drawn would land on stderr. The bar is forced on; the line must reach stdout alone."""
+    import zhin_cli._cli as cli
+
+    monkeypatch.setattr(cli, "progress_wanted", lambda: True)
+    with cli.replay_progress("replaying") as update:
+        assert update is not None  # negative control: the bar really is live here
+        update(1, 2)
+        print('{"turn": 1}')
+    captured = capsys.readouterr()
+    assert captured.out == '{"turn": 1}\n'
+    assert '{"turn": 1}' not in captured.err

@@ -136,18 +136,6 @@ def test_zsh_and_fish_get_their_own_format(project: Path, shell: str) -> None:
     assert answer == (["_arguments '*: :((\"anthropic\"))'"] if shell == "zsh" else ["anthropic"])
 
 
-def test_the_quick_database_rule_is_discover_database(tmp_path: Path) -> None:
-    from zhin_cli._cli.data import _discovered_database
-    from zhin_cli.store.database import discover_database
-
-    deep = tmp_path / "a" / "b"
-    deep.mkdir(parents=True)
-    assert _discovered_database(deep) == discover_database(deep) is None  # negative control: none anywhere
-    (tmp_path / "a" / ".zhin").mkdir()
-    (tmp_path / "a" / ".zhin" / "data.sqlite").write_bytes(b"")
-    assert _discovered_database(deep) == discover_database(deep) == tmp_path / "a" / ".zhin" / "data.sqlite"
-
-
 def test_session_commands_are_the_commands_with_session_arguments() -> None:
     import typer
 

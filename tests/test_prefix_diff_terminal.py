@@ -19,7 +19,8 @@ from builders import T0, History, replay
 from conftest import clean_env, run_zhin
 from rich.console import Console
 
-from zhin_cli._cli.prefix_diff import BAR_MAX, CACHED, NEW, SHARED, print_result, printable
+from zhin_cli._cli.prefix_diff import BAR_MAX, CACHED, NEW, SHARED, print_result
+from zhin_cli.core.terminaltext import terminal_safe
 from zhin_cli.tools.prefixdiff import MARK, PairDiff, PrefixDiffResult, SessionDiff, diff_pair, segment_sources
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -141,9 +142,9 @@ def test_excerpts_are_shown_verbatim_whatever_markup_they_resemble() -> None:
 
 
 def test_printable_escapes_terminal_controls_and_leaves_text_alone() -> None:
-    assert printable("a\x9bb\u202ec\u2028d\x7f") == "a\\u009bb\\u202ec\\u2028d\\u007f"
+    assert terminal_safe("a\x9bb\u202ec\u2028d\x7f") == "a\\u009bb\\u202ec\\u2028d\\u007f"
     text = "中文 😀 é \\n [state change] 👨‍👩‍👧"  # negative control: CJK, emoji (with joiners), JSON escapes
-    assert printable(text) == text
+    assert terminal_safe(text) == text
 
 
 # --- why 0 cached ---------------------------------------------------------------------------------

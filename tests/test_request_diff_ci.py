@@ -84,12 +84,6 @@ def test_readable() -> None:
     assert readable("中文 émoji 😀 [bold]") == "中文 émoji 😀 [bold]"  # negative control: printable text unchanged
 
 
-def test_the_mark_is_prefix_diffs() -> None:
-    from zhin_cli.tools.prefixdiff import MARK as PREFIX_DIFF_MARK
-
-    assert MARK == PREFIX_DIFF_MARK
-
-
 def test_markup_in_a_request_is_shown_verbatim(zhin: Any, tmp_path: Path) -> None:
     a = write(tmp_path / "a.json", body("[bold]x[/bold] one"))
     b = write(tmp_path / "b.json", body("[bold]x[/bold] two"))

@@ -327,9 +327,12 @@ def replay_progress(label: str, *, loading: str = "loading") -> Iterator[Callabl
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeRemainingColumn
 
-    waiting = Progress(SpinnerColumn(), TextColumn(f"{loading}…"), console=stderr_console(), transient=True)
+    # redirect_*=False: rich would otherwise route whatever the command writes to sys.stdout meanwhile (a streamed
+    # --jsonl line) through the stderr console while the bar is live
+    waiting = Progress(SpinnerColumn(), TextColumn(f"{loading}…"), console=stderr_console(), transient=True,
+                       redirect_stdout=False, redirect_stderr=False)
     bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=stderr_console(),
-                   transient=True)
+                   transient=True, redirect_stdout=False, redirect_stderr=False)
     task: list[Any] = []  # the bar's task once it started
     waiting.add_task(loading, total=None)
     waiting.start()
@@ -357,8 +360,8 @@ def freeze_loaded() -> None:
 
 def database_or_discovered(db: str | None) -> str:
     """``--db`` as given, else the ``.zhin/data.sqlite`` found from the current directory upward (exit 3 if none:
-    ``zhin_cli.store.database.find_database``, the one rule every command shares)."""
-    from zhin_cli.store.database import find_database
+    ``zhin_cli.store.discovery.find_database``, the one rule every command shares)."""
+    from zhin_cli.store.discovery import find_database
 
     return find_database(db, Path.cwd())
 

@@ -45,7 +45,8 @@ def import_command(
     """Load session JSONL files into a zhin database; with --events, also its join/leave events.
 
     Without --db it writes into the database every read command would find: the .zhin/data.sqlite in this folder or the nearest parent, and only when there is none a new ./.zhin/data.sqlite (docs/storage.md). All or nothing: on an error or an interruption the database is as it was (a new one does not appear)."""
-    from zhin_cli.store.database import import_sessions, import_target, parse_db
+    from zhin_cli.store.database import import_sessions, parse_db
+    from zhin_cli.store.discovery import import_target
     from zhin_cli.store.jsonl import read_session
 
     if not files and not events:
@@ -182,16 +183,6 @@ def complete_files(incomplete: str, suffixes: tuple[str, ...]) -> list[Completio
     return items
 
 
-def _discovered_database(start: Path) -> Path | None:
-    """``store.database.discover_database``'s rule (``.zhin/data.sqlite`` here or in the nearest parent), written
-    again here because that module imports SQLAlchemy; tests/test_completion.py checks the two agree."""
-    for folder in (start, *start.parents):
-        candidate = folder / ".zhin" / "data.sqlite"
-        if candidate.is_file():
-            return candidate
-    return None
-
-
 def _stored_sessions(database: Path) -> Iterator[tuple[str, str | None]]:
     """``(session_id, session_key)`` of an SQLite database, read only with the standard library (a TAB must not
     wait for SQLAlchemy); nothing if the file is not one."""
@@ -214,7 +205,9 @@ def complete_sessions(incomplete: str, db: str | None = None) -> list[Completion
     elif given:
         database = None  # a server: connecting is no job for a TAB
     else:
-        database = _discovered_database(Path.cwd())
+        from zhin_cli.store.discovery import discover_database  # no SQLAlchemy: a TAB must not wait for it
+
+        database = discover_database(Path.cwd())
     values: dict[str, str] = {}
     if database is not None:
         for session_id, key in _stored_sessions(database):

@@ -13,7 +13,6 @@ import json
 import re
 import sys
 import textwrap
-import unicodedata
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -39,6 +38,7 @@ from zhin_cli._cli import (
 )
 from zhin_cli.core.errors import EXIT_FOUND, UsageError
 from zhin_cli.core.parallel import JOBS_HELP
+from zhin_cli.core.terminaltext import terminal_safe
 from zhin_cli.tools.prefixdiff import (
     CAUSE_MEANINGS,
     CAUSES,
@@ -151,13 +151,6 @@ def print_result(console: Console, result: PrefixDiffResult) -> None:
     say(console, f"{result.unexpected} unexpected break(s) (fail on: {', '.join(result.fail_on) or 'nothing'})")
 
 
-def printable(text: str) -> str:
-    """Excerpt text safe for a terminal: control, line/paragraph separator and bidi-override characters the JSON
-    serialisation left as they are (DEL, C1 controls, U+2028, U+202E…) written as ``\\uXXXX`` escapes."""
-    return "".join(f"\\u{ord(c):04x}" if unicodedata.category(c) in ("Cc", "Zl", "Zp") or 0x202A <= ord(c) <= 0x202E
-                   or 0x2066 <= ord(c) <= 0x2069 else c for c in text)
-
-
 def say(console: Console, markup: str) -> None:
     """Print ``markup`` wrapped at spaces to the console's width, never inside a word: an identifier longer than a
     line stays whole on a line of its own (rich would fold it, or crop it)."""
@@ -234,7 +227,7 @@ def _excerpts(console: Console, first: PairDiff | dict[str, Any], indent: str = 
     else:
         before, after, mark = first["before"], first["after"], int(first.get("excerpt_index", 0))
     for name, text in (("before:", before), ("after: ", after)):  # data, not markup: a Text, so no byte is read as a tag
-        console.print(Text.assemble(f"{indent}{name} …", printable(text[:mark]), (MARK, "reverse"), printable(text[mark:]), "…"),
+        console.print(Text.assemble(f"{indent}{name} …", terminal_safe(text[:mark]), (MARK, "reverse"), terminal_safe(text[mark:]), "…"),
                       soft_wrap=True)
 
 

@@ -118,15 +118,14 @@ class DatabaseSource:
         return True
 
     def load(self, ref: str, *, db: str | None, cwd: Path) -> Session:
-        from zhin_cli.store.database import SessionDatabase, discover_database, parse_db
+        from zhin_cli.store.database import SessionDatabase, parse_db
+        from zhin_cli.store.discovery import DatabaseNotFound, find_database
 
         if db is None:
-            found = discover_database(cwd)
-            if found is None:
-                raise SessionNotFound(
-                    f"{ref!r} is not a .jsonl file and no .zhin/data.sqlite was found from {cwd} upward (pass --db)"
-                )
-            db = str(found)
+            try:
+                db = find_database(None, cwd)
+            except DatabaseNotFound as missing:
+                raise DatabaseNotFound(f"{ref!r} is not a .jsonl file, and {missing}") from None
         with SessionDatabase(parse_db(db)) as database:
             return database.load(ref, lazy=True)  # rows parsed when read: a request parses its window
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zhin_cli.cache import Plan, PrefixCache, common_prefix_length, plan, shared_tokens
+from zhin_cli.core.terminaltext import MARK
 from zhin_cli.pipeline.assemble import AssembledRequest
 from zhin_cli.pipeline.facade import Pipeline
 from zhin_cli.wire import WireFormat, wire_for
@@ -32,7 +33,6 @@ EXPECTED = frozenset({"append", "tail", "window_shift"})
 DEFAULT_FAIL_ON = tuple(cause for cause in CAUSES if cause not in EXPECTED)
 DIFF_VERSION = 1
 EXCERPT = 40
-MARK = "⟦"  # where the first differing byte starts in an excerpt (text output, annotations)
 
 # What each cause means, for legends (text output, the HTML report): one sentence each.
 CAUSE_MEANINGS: dict[str, str] = {
@@ -870,12 +870,10 @@ def session_refs(refs: list[str], *, all_sessions: bool, db: str | None, cwd: An
         else:
             out.append(ref)
     if all_sessions:
-        from zhin_cli.store.database import SessionDatabase, discover_database, parse_db
+        from zhin_cli.store.database import SessionDatabase, parse_db
+        from zhin_cli.store.discovery import find_database
 
-        source = db or (str(discover_database(cwd)) if discover_database(cwd) else None)
-        if source is None:
-            raise UsageError("--all needs a database: pass --db or run inside a folder with .zhin/data.sqlite")
-        with SessionDatabase(parse_db(source)) as database:
+        with SessionDatabase(parse_db(find_database(db, cwd))) as database:
             out.extend(row["session_id"] for row in database.list_sessions())
     if not out:
         raise UsageError("name at least one session (a .jsonl file, a folder of them, or a session id), or pass --all")
@@ -964,7 +962,7 @@ def _database_used(refs: list[str], db: str | None, cwd: Any, all_sessions: bool
         return None
     if db is not None:
         return db
-    from zhin_cli.store.database import discover_database
+    from zhin_cli.store.discovery import discover_database
 
     found = discover_database(cwd)
     return str(found) if found is not None else None

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import re
-import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,12 +33,12 @@ from deepdiff import DeepDiff
 
 from zhin_cli.core.errors import InputError, UsageError, ZhinError
 from zhin_cli.core.readers import read_json_file
+from zhin_cli.core.terminaltext import MARK, terminal_safe, unsafe_character
 
 if TYPE_CHECKING:
     from zhin_cli.core.ghactions import Annotation
 
 CONTEXT = 40  # characters of text shown on each side of a string's first difference
-MARK = "⟦"  # where the two sides start to differ: prefix-diff's mark (tools.prefixdiff.MARK; a test keeps them equal)
 
 _SEGMENT = re.compile(r"^(?P<key>[^\[\]]*)(?P<indexes>(\[(\d+|\*)\])*)$")
 _INDEX = re.compile(r"\[(\d+|\*)\]")
@@ -162,22 +161,10 @@ def _first_index(before: str, after: str) -> int:
 _SHORT_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
 
 
-def _unsafe(character: str) -> bool:
-    """A character a terminal would act on or hide: controls (C0, DEL, C1), line and paragraph separators, and the
-    bidi embeddings, overrides and isolates (they reorder what follows them)."""
-    code = ord(character)
-    return unicodedata.category(character) in ("Cc", "Zl", "Zp") or 0x202A <= code <= 0x202E or 0x2066 <= code <= 0x2069
-
-
-def terminal_safe(text: str) -> str:
-    """``text`` with each unsafe character as ``\\uXXXX`` (JSON text: its own escapes are already there)."""
-    return "".join(f"\\u{ord(c):04x}" if _unsafe(c) else c for c in text)
-
-
 def readable(text: str) -> str:
     """``text`` on one line, as prefix-diff shows its excerpts: a newline as ``\\n`` (a tab ``\\t``, …, and the
     backslash itself doubled, as JSON writes them), any other unsafe character as ``\\uXXXX``; the rest as is."""
-    return "".join(_SHORT_ESCAPES.get(c) or (f"\\u{ord(c):04x}" if _unsafe(c) else c) for c in text)
+    return "".join(_SHORT_ESCAPES.get(c) or (f"\\u{ord(c):04x}" if unsafe_character(c) else c) for c in text)
 
 
 def marked(excerpt: str, index: int) -> str:

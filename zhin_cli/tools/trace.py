@@ -72,7 +72,7 @@ class TraceRun:
 
 def database_used(ref: str, db: str | None, cwd: Path) -> str | None:
     """The database ``load_session(ref, db=db, cwd=cwd)`` reads (``--db`` or the one found upward), None for a file."""
-    from zhin_cli.store.database import discover_database
+    from zhin_cli.store.discovery import discover_database
 
     source = next((s for s in asking_order() if s.claims(ref)), None)
     if not isinstance(source, DatabaseSource):
