@@ -179,7 +179,7 @@ def jsonl_missing(folder: Path) -> tuple[list[str], str]:
 
 
 def no_database_anywhere(folder: Path) -> tuple[list[str], str]:
-    return ["trace", "icqq:1:group:2"], "no .zhin/data.sqlite was found"
+    return ["trace", "icqq:1:group:2"], "no .zhin/data.sqlite found from"
 
 
 BUILT_CASES: dict[str, Callable[[Path], tuple[list[str], str]]] = {

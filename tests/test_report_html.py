@@ -495,16 +495,16 @@ def _terminal_stderr(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[i
 
 
 @pytest.mark.parametrize(("args", "shown"), [
-    (["report", "economy", str(FIXTURES / "private-chat.jsonl"), "-p", "openai"], "replaying and simulating the prompt cache"),
+    (["report", "economy", str(FIXTURES / "private-chat.jsonl"), str(FIXTURES / "legacy-upstream.jsonl"), "-p", "openai",
+      "-j", "1"], "sessions simulated"),
     (["report", "html", str(FIXTURES / "group-busy.jsonl"), "--no-economy", "-o", "page.html"], "replaying"),
 ])
 def test_progress_on_a_terminal_and_none_when_asked(tmp_path: Path, args: list[str], shown: str) -> None:
-    """report economy was silent for its whole run: a spinner now (its library reports no steps); report html's
+    """report economy was silent for its whole run: a bar over its sessions now, with their total; report html's
     replay draws the bar with its total. Control: ZHIN_NO_PROGRESS=1 on the same terminal shows nothing."""
     code, terminal = _terminal_stderr(args, tmp_path, clean_env())
     assert code == 0 and shown in terminal, terminal
-    if args[1] == "html":
-        assert re.search(r"\b\d+/16\b", terminal), terminal
+    assert re.search(r"\b\d+/16\b" if args[1] == "html" else r"\b[0-2]/2\b", terminal), terminal
     quiet = clean_env()
     quiet["ZHIN_NO_PROGRESS"] = "1"
     code, terminal = _terminal_stderr(args, tmp_path, quiet)

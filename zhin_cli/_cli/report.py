@@ -52,10 +52,10 @@ def economy_command(
     Per provider (OpenAI, Anthropic, DeepSeek): prompt tokens and simulated cache hits per request for the ADR layout and a flat layout, first of group vs later, next to the physical limit. Definitions: docs/economy.md.
     """
     chosen = [p.strip() for value in provider or [] for p in value.split(",") if p.strip()] or None
-    # run_economy reports no steps (no progress callback): a spinner on a terminal's stderr says it is working
-    with replay_progress("economy", loading="replaying and simulating the prompt cache"):
+    # a bar over the sessions on a terminal's stderr (a spinner until the list of sessions is known)
+    with replay_progress("sessions simulated", loading="reading the sessions") as progress:
         report = run_economy(sessions, cwd=Path.cwd(), db=db, config_path=config, providers=chosen, encoding=encoding,
-                             after_load=freeze_loaded, jobs=jobs)
+                             after_load=freeze_loaded, jobs=jobs, progress=progress)
     if as_json:
         print_json(report.as_dict(per_request))
     else:

@@ -32,6 +32,7 @@ from zhin_cli._cli import (
     replay_progress,
     stdout_console,
 )
+from zhin_cli.cache import cached_share
 from zhin_cli.core.errors import EXIT_FOUND, UsageError
 from zhin_cli.pipeline.assemble import AssembledRequest
 from zhin_cli.tools.prefixdiff import turn_ranges
@@ -197,13 +198,13 @@ def print_rows(console: Console, result: TraceResult, rows: list[TurnRow]) -> No
 
         console.print(Text("\n").join(Text.assemble(*line) for line in lines), soft_wrap=True)
     prompt, cached = sum(row.prompt_tokens for row in rows), sum(row.cached_tokens for row in rows)
-    share = f"{cached / prompt:.0%}" if prompt else "0%"
+    share = cached_share((row.prompt_tokens, row.cached_tokens) for row in rows[1:])
     print_warnings(console, rows)
     console.print(f"{CACHED} cached (the provider's prompt cache would read it; prefix-diff's count, the first turn "
                   f"all new)  {NEW} new · bar length ∝ prompt tokens, full width {scale} · "
                   f"{ACCEPTED} accepted / {REJECTED} rejected by the offline validator")
-    console.print(f"{len(rows)} requests: {cached} of {prompt} prompt tokens cached ({share}) · "
-                  "--detail for every turn's segment table")
+    console.print(f"{len(rows)} requests: {cached} of {prompt} prompt tokens cached · cached share after the first "
+                  f"{share:.0%} (as prefix-diff) · --detail for every turn's segment table")
 
 
 def print_warnings(console: Console, rows: list[TurnRow]) -> None:

@@ -100,6 +100,18 @@ class Plan:
         return len(self.tokens) // 4 + self.reply_framing
 
 
+def cached_share(later: Iterable[tuple[int, int]]) -> float:
+    """The cached share of a session's requests: Σ cached ÷ Σ prompt tokens over ``(prompt, cached)`` of the
+    requests *after the first* (the caller leaves the first out: it finds the session's prefix cold by
+    construction, so counting it would only measure the run's length). The one definition that ``prefix-diff``,
+    ``trace --all`` and ``report html`` print as "cached share"."""
+    prompt = cached = 0
+    for prompt_tokens, cached_tokens in later:
+        prompt += prompt_tokens
+        cached += cached_tokens
+    return cached / prompt if prompt else 0.0
+
+
 def shared_tokens(a: Plan, b: Plan) -> int:
     """The common token prefix of two plans: whole equal blocks found by their prefix digests (binary search: a
     prefix equal up to block k is equal up to every block before it), then the diverging block token by token."""

@@ -477,9 +477,11 @@ def run_economy(
     encoding: str = DEFAULT_ENCODING,
     after_load: Callable[[], None] | None = None,
     jobs: int | None = 1,
+    progress: Callable[[int, int], None] | None = None,
 ) -> EconomyReport:
     """``jobs``: sessions simulated at once in worker processes (``None``: every core; 1: here, one at a time);
-    the report is the same for every value (core/parallel.py)."""
+    the report is the same for every value (core/parallel.py). ``progress(done, total)``: sessions simulated so
+    far, first with 0 (so a bar shows its total at once), then after each one."""
     from zhin_cli.core.errors import UsageError
     from zhin_cli.core.parallel import check_jobs, ordered_map
     from zhin_cli.pipeline.config import load_config
@@ -495,8 +497,10 @@ def run_economy(
     config = load_config(config_path, cwd=cwd)
     job_list = [EconomyJob(ref, db, cwd, config, tuple(chosen), encoding, after_load)
                 for ref in session_refs(refs, all_sessions=False, db=db, cwd=cwd)]
+    if progress is not None:
+        progress(0, len(job_list))
     return EconomyReport(encoding, window_description(config.window),
-                         list(ordered_map(economy_job, job_list, jobs=workers,
+                         list(ordered_map(economy_job, job_list, jobs=workers, done=progress,
                                           prepare=functools.partial(shared_counter, encoding))))
 
 

@@ -162,9 +162,10 @@ class SessionPage:
         return counts
 
     def cached_share(self) -> float:
-        """Σ cached / Σ prompt over the turns after the first — ``prefix-diff``'s ``cached_share``."""
-        prompt = sum(t.prompt_tokens for t in self.turns[1:])
-        return sum(t.cached_tokens for t in self.turns[1:]) / prompt if prompt else 0.0
+        """prefix-diff's cached share (zhin_cli.cache.cached_share: the turns after the first)."""
+        from zhin_cli.cache import cached_share
+
+        return cached_share((t.prompt_tokens, t.cached_tokens) for t in self.turns[1:])
 
     def as_json(self) -> dict[str, Any]:
         turns = [turn.as_json(self.turns[i - 1] if i else None, self.store) for i, turn in enumerate(self.turns)]

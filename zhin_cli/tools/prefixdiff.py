@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from zhin_cli.cache import Plan, PrefixCache, common_prefix_length, plan, shared_tokens
+from zhin_cli.cache import Plan, PrefixCache, cached_share, common_prefix_length, plan, shared_tokens
 from zhin_cli.core.terminaltext import MARK
 from zhin_cli.pipeline.assemble import AssembledRequest
 from zhin_cli.pipeline.facade import Pipeline
@@ -424,10 +424,9 @@ class SessionDiff:
 
     def summary(self) -> dict[str, Any]:
         by_cause = {c: sum(1 for p in self.pairs if p.cause == c) for c in CAUSES}
-        prompt = sum(p.prompt_tokens for p in self.pairs)
-        cached = sum(p.cached_tokens for p in self.pairs)
+        share = cached_share((p.prompt_tokens, p.cached_tokens) for p in self.pairs)  # a pair's request is a later one
         return {"pairs": len(self.pairs), "causes": {c: n for c, n in by_cause.items() if n},
-                "cache_hits": sum(1 for p in self.pairs if p.cache_hit), "cached_share": round(cached / prompt, 4) if prompt else 0.0}
+                "cache_hits": sum(1 for p in self.pairs if p.cache_hit), "cached_share": round(share, 4)}
 
     def pair_dict(self, pair: PairDiff) -> dict[str, Any]:
         """One pair as ``--json`` lists it and ``--jsonl`` streams it: the pair, named by its session."""
