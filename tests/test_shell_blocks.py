@@ -84,7 +84,7 @@ def run_lines(clone: Path, lines: list[Line], prologue: str = "", timeout: float
     status_file = clone / ".zhin-test-status"
     script = ["exec 3>" + str(status_file), "exec </dev/null", prologue]
     for index, line in enumerate(lines):
-        if line.text in NOT_RUN:
+        if command_of(line) in NOT_RUN:
             script.append(f"echo '{index} skip' >&3")
             continue
         script += [command_of(line), f"echo \"{index} $?\" >&3"]
@@ -113,7 +113,7 @@ def run_lines(clone: Path, lines: list[Line], prologue: str = "", timeout: float
         index, status = record.split()
         if status != "skip":
             results.append((lines[int(index)], int(status)))
-    ran = {id(line) for line, _ in results} | {id(line) for line in lines if line.text in NOT_RUN}
+    ran = {id(line) for line, _ in results} | {id(line) for line in lines if command_of(line) in NOT_RUN}
     for line in lines:
         if id(line) not in ran:
             results.append((line, -1))  # never finished (a hang) or never reached
@@ -148,10 +148,11 @@ def test_docs_shell_blocks_run_as_pasted(name: str, tmp_path: Path) -> None:
 
 def test_a_line_that_fails_is_reported_with_its_file_and_line(tmp_path: Path) -> None:
     doc = tmp_path / "doc.md"
-    doc.write_text("intro\n\n```sh\ntrue\nzhin --version   # needs the venv on PATH\nfalse   # exit 1\n```\n"
+    doc.write_text("intro\n\n```sh\ntrue\nzhin --version   # needs the venv on PATH\nfalse   # exit 1\n"
+                   "make test   # this suite: never run from inside it (here it would fail: no Makefile)\n```\n"
                    "```text\nnot a command at all\n```\n", encoding="utf-8")
     lines = shell_lines(doc)
-    assert [line.number for line in lines] == [4, 5, 6]  # the ```text block is not run
+    assert [line.number for line in lines] == [4, 5, 6, 7]  # the ```text block is not run
     clone = tmp_path / "clone"
     clone.mkdir()
     problems = failures(run_lines(clone, lines))

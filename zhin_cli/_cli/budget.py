@@ -7,9 +7,8 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
-from zhin_cli._cli import ConfigOption, DbOption, app, check_options, handles_errors, print_json, stdout_console
+from zhin_cli._cli import ConfigOption, DbOption, app, check_options, handles_errors, print_json, print_records, stdout_console
 from zhin_cli.core.errors import EXIT_FOUND, UsageError, ZhinError
 from zhin_cli.tools.budget import (
     DEFAULT_BUDGET_FILE,
@@ -29,16 +28,17 @@ FileOption = Annotated[Path, typer.Option("--file", "-f", help="The budget file.
 
 
 def print_report(report: BudgetReport) -> None:
-    table = Table("provider", "model", "part", "budget", "measured", "Δ tokens", "", title=f"fixed prompt cost · {report.path}")
+    rows = []
     for result in report.results:
         data = result.as_dict()
-        delta = "" if data["delta"] is None else f"{data['delta']:+d}"
-        style = {"over": "red", "new": "red", "under": "green"}.get(result.status, "")
-        table.add_row(result.provider, result.model or "", result.part, str(result.budget if result.budget is not None else "—"),
-                      str(result.measured if result.measured is not None else "—"), delta,
-                      f"[{style}]{result.status}[/]" if style else result.status)
+        rows.append([result.provider, result.model or "", result.part,
+                     str(result.budget if result.budget is not None else "—"),
+                     str(result.measured if result.measured is not None else "—"),
+                     "" if data["delta"] is None else f"{data['delta']:+d}", result.status])
     console = stdout_console()
-    console.print(table)
+    # a table when it fits, else one block per part: a part's id is never cut (print_records)
+    print_records(console, ["provider", "model", "part", "budget", "measured", "Δ tokens", "status"], rows,
+                  title=f"fixed prompt cost · {report.path}")
     for result in report.results:
         problem = result.problem()
         if problem is not None:

@@ -76,7 +76,7 @@ def eval_command(
     if paths and paths[0] == Path("compare") and not Path("compare").exists():
         compare_saved(paths[1:], as_json)
         return
-    from zhin_cli.tools.eval.report import publish_github, summary_table, write_junit
+    from zhin_cli.tools.eval.report import print_summary, publish_github, write_junit
     from zhin_cli.tools.eval.runner import EvalOptions, run_eval
 
     options = EvalOptions(providers=provider or [], jobs=jobs, repeat=repeat, live=live, model=model, use_cache=not no_cache, seed=seed,
@@ -98,7 +98,7 @@ def eval_command(
     if as_json:
         print_json(run.as_dict())
     else:
-        stdout_console().print(summary_table(run))
+        print_summary(stdout_console(), run)
         if junit is not None:
             err.print(f"JUnit XML: {junit}", markup=False)
     raise typer.Exit(run.exit_code)

@@ -85,6 +85,11 @@ def _each_turn(run: ProviderRun, spec: dict[str, Any], test: Any) -> Outcome:
     return Outcome(True)
 
 
+def _listed(values: Any) -> str:
+    """A list for a person: ``[full, short, short+time]`` (its items as text, no Python quotes)."""
+    return "[" + ", ".join(str(v) for v in values) + "]"
+
+
 def _short(value: Any, limit: int = 160) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -260,7 +265,7 @@ def _headers(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
         found = [(uid, kind, f) for uid, kind, f in member_headers(request) if spec.get("user_id") in (None, uid)]
         kinds = [kind + ("+time" if kind == "short" and "time" in f else "") for _, kind, f in found]
         if "expect" in spec and kinds != spec["expect"]:
-            return f"headers {kinds}, expected {spec['expect']}"
+            return f"headers {_listed(kinds)}, expected {_listed(spec['expect'])}"
         for key in ("full", "short"):
             if key in spec:
                 n = sum(1 for _, kind, _ in found if kind == key)
@@ -325,7 +330,7 @@ def _role_order(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
             if not spec["legal"] and not problem:
                 return f"roles are legal ({' '.join(roles)}), expected an illegal order"
         if "equals" in spec and roles != spec["equals"]:
-            return f"roles {roles}, expected {spec['equals']}"
+            return f"roles {_listed(roles)}, expected {_listed(spec['equals'])}"
         if "matches" in spec and not _regex(spec["matches"]).fullmatch(" ".join(roles)):
             return f"roles {' '.join(roles)!r} do not match /{spec['matches']}/"
         return None
@@ -359,10 +364,10 @@ def _segments(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
             return f"segments {missing} missing (present: {ids})"
         extra = [s for s in spec.get("excludes", []) if s in ids]
         if extra:
-            return f"segments {extra} present"
+            return f"segments {_listed(extra)} present"
         order = [s for s in ids if s in spec.get("order", [])]
         if "order" in spec and order != spec["order"]:
-            return f"segment order {order}, expected {spec['order']}"
+            return f"segment order {_listed(order)}, expected {_listed(spec['order'])}"
         return None
 
     return _each_turn(run, spec, test)
@@ -489,7 +494,7 @@ def _prefix_stable(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
         if "changed" in spec:
             changed = changed_parts(old, new)
             if changed != set(spec["changed"]):
-                return Outcome(False, f"turn {a} → {b}: changed {sorted(changed)}, expected {sorted(spec['changed'])}")
+                return Outcome(False, f"turn {a} → {b}: changed {_listed(sorted(changed))}, expected {_listed(sorted(spec['changed']))}")
     return Outcome(True)
 
 

@@ -20,7 +20,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from junitparser import Error, Failure, JUnitXml, Skipped, TestCase, TestSuite
-from rich.table import Table
+from rich.console import Console
+from rich.padding import Padding
 from rich.text import Text
 
 from zhin_cli.core.ghactions import Annotation, publish, summary_cell
@@ -29,26 +30,39 @@ from zhin_cli.tools.eval.runner import CaseResult, EvalRun
 STATUS_STYLE = {"passed": "green", "failed": "red", "error": "magenta", "skipped": "yellow"}
 
 
-def summary_table(run: EvalRun) -> Table:
-    table = Table(title=f"zhin eval · {'live' if run.live else 'offline'}", title_justify="left")
-    for column in ("case", "file", "expect", "providers", "status", "detail"):
-        table.add_column(column, overflow="fold")
-    for result in run.results:
-        style = STATUS_STYLE[result.status]
-        detail = result.reason
-        if result.pass_rate is not None:
-            detail = f"pass rate {result.pass_rate:.0%}" + (f" · {detail}" if detail else "")
-        if result.status == "passed" and not detail:
-            checked = sum(1 for a in result.assertions if a.status == "passed")
-            detail = f"{checked} check(s)"
-        # Text cells, not markup: details quote regexes and headers full of square brackets.
-        table.add_row(Text(result.case.id), Text(f"{result.case.file.name}:{result.case.line}"), Text(result.case.expect),
-                      Text(",".join(result.providers)), Text(result.status, style=style), Text(detail))
-    counts = run.counts()
-    table.caption = " · ".join(f"{n} {s}" for s, n in counts.items() if n) + f" · {run.duration:.2f}s"
+def case_detail(result: CaseResult) -> str:
+    """What to say about one case after its status: the reason, a live case's pass rate, or how many checks held."""
+    detail = result.reason
+    if result.pass_rate is not None:
+        detail = f"pass rate {result.pass_rate:.0%}" + (f" · {detail}" if detail else "")
+    if result.status == "passed" and not detail:
+        detail = f"{sum(1 for a in result.assertions if a.status == 'passed')} check(s)"
+    return detail
+
+
+def summary_caption(run: EvalRun) -> str:
+    caption = " · ".join(f"{n} {s}" for s, n in run.counts().items() if n) + f" · {run.duration:.2f}s"
     if run.live_answers is not None:  # answers from a cache are not the model's: say how many there were
-        table.caption += f" · {run.live_answers.describe()}"
-    return table
+        caption += f" · {run.live_answers.describe()}"
+    return caption
+
+
+def print_summary(console: Console, run: EvalRun) -> None:
+    """One line per case — status, case id, file:line, expectation, providers — and its detail indented below.
+
+    Lines, not a table: a table at 60 columns folds the case id across rows (issue 17: identifiers are never cut);
+    prose wraps at its spaces, so an id shorter than the line stays whole."""
+    console.print(Text(f"zhin eval · {'live' if run.live else 'offline'}", style="bold"))
+    for result in run.results:
+        head = Text.assemble((f"{result.status:<7}", STATUS_STYLE[result.status]), " ", (result.case.id, "bold"),
+                             f" · {result.case.file.name}:{result.case.line} · expect {result.case.expect} · "
+                             f"{', '.join(result.providers)}")
+        console.print(head)
+        detail = case_detail(result)
+        if detail:
+            # Text, not markup: details quote regexes and headers full of square brackets.
+            console.print(Padding(Text(detail), (0, 0, 0, 8), expand=False))
+    console.print(summary_caption(run))
 
 
 def _failure_text(result: CaseResult) -> str:
