@@ -488,3 +488,25 @@ def test_what_a_command_writes_while_the_bar_is_live_stays_on_stdout(monkeypatch
     captured = capsys.readouterr()
     assert captured.out == '{"turn": 1}\n'
     assert '{"turn": 1}' not in captured.err
+
+
+def test_help_paragraphs_are_reflowed_to_the_width(zhin: Any) -> None:
+    """A docstring's line breaks are not the terminal's: at 200 columns a paragraph of eval's help is one line
+    (it was cut after "With" and "and", where the docstring's lines ended)."""
+    env = clean_env()
+    env["COLUMNS"] = "200"
+    text = zhin("eval", "--help", env=env).stdout
+    assert "(found upward, or --config). With --base X --head Y they run under both" in text
+    # negative control: paragraphs stay apart, and the examples keep one line each
+    assert re.search(r"\n *\n *Exit status:", text)
+    examples = text[text.index("Examples:"):]
+    assert "zhin eval" in examples.splitlines()[1]
+
+
+def test_reflow_keeps_list_items_and_indented_lines() -> None:
+    from zhin_cli._cli.examples import reflow
+
+    assert reflow("one\ntwo\n\nthree") == "one two\n\nthree"
+    assert reflow("items:\n- a\n- b\n  more") == "items:\n- a\n- b more"
+    assert reflow("code:\n    x = 1") == "code:\n    x = 1"
+    assert reflow(None) is None

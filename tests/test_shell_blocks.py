@@ -4,7 +4,8 @@ The rule the docs follow (README "Use"): a block fenced ```sh is runnable — fr
 README's set-up, each line exits 0 or the status written beside it (``# exit 1: …``); any other fence (```text,
 ```console, a bare fence) is an illustration and is not run. README's blocks run in order in one shell, as a reader
 pastes them (the set-up block's ``make demo`` first: it finds the installed venv and only loads the demo database;
-``make test`` is this suite itself and is the one line not run). Each docs/ file's blocks run in their own fresh
+``make test`` is this suite itself and ``make eval-live`` is CI's own next step — the two lines not run here, see
+``NOT_RUN``). Each docs/ file's blocks run in their own fresh
 clone after ``. .venv/bin/activate``.
 
 The shell starts with a bare environment (``PATH=/usr/bin:/bin``, no venv on it): a line that only works because the
@@ -27,7 +28,11 @@ ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv"
 FENCE = re.compile(r"^```(\S*)[^\n]*\n(.*?)^```", re.S | re.M)
 EXPECTED = re.compile(r"#\s*exit (\d+)\b")
-NOT_RUN = {"make test"}  # this suite itself
+# Lines run verbatim elsewhere, never from inside this suite: each with where it runs.
+NOT_RUN = {
+    "make test": "this suite itself",
+    "make eval-live": ".ci/run runs it verbatim as its own step, after make test (a real llama.cpp server, minutes)",
+}
 
 
 @dataclass(frozen=True)

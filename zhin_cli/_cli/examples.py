@@ -10,6 +10,7 @@ of the same command reads it). Nothing here imports more than typer's own core: 
 
 from __future__ import annotations
 
+import re
 import typing
 from types import SimpleNamespace
 from typing import Any
@@ -264,9 +265,31 @@ def _completer(kind: str) -> Any:
     return complete
 
 
+_LIST_ITEM = re.compile(r"^\s*([-*•]|\d+[.)])\s")
+
+
+def reflow(help_text: str | None) -> str | None:
+    """A docstring's paragraphs as one line each, for the help formatter to wrap to the terminal: typer keeps a
+    docstring's line breaks, so a paragraph written at 120 columns came out broken every other line at 100. A blank
+    line still separates paragraphs; a list item or an indented line starts a line of its own."""
+    if not help_text:
+        return help_text
+    paragraphs = []
+    for paragraph in re.split(r"\n\s*\n", help_text.strip()):
+        lines: list[str] = []
+        for line in paragraph.splitlines():
+            if lines and not _LIST_ITEM.match(line) and not line.startswith("    "):
+                lines[-1] = f"{lines[-1].rstrip()} {line.strip()}"
+            else:
+                lines.append(line.rstrip())
+        paragraphs.append("\n".join(lines))
+    return "\n\n".join(paragraphs)
+
+
 def apply_conventions(command: Command, path: str, *, subcommands: bool = True) -> None:
     """Give ``command`` (and, for a group, each of its commands unless ``subcommands`` is false — the lazy root
-    builds each when it is looked up) its examples and conventional metavars."""
+    builds each when it is looked up) its examples, conventional metavars and a help text re-flowed to the width."""
+    command.help = reflow(command.help)
     if not command.epilog:
         command.epilog = epilog(path)
     for param in command.params:
