@@ -122,3 +122,40 @@ def test_eval_case_ids_are_whole(columns: str, tmp_path: Path) -> None:
     assert result.returncode in (0, 1), result.stderr
     assert [i for i in case_ids if not whole_in(result.stdout, i)] == [], result.stdout
     assert not python_values(result.stdout), python_values(result.stdout)
+
+
+def _bare_epochs(value: object, path: str = "") -> list[str]:
+    """Paths of ms-epoch numbers in JSON data with no ISO string beside them."""
+    found = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if (isinstance(item, int) and not isinstance(item, bool) and 10**11 < item < 10**14
+                    and f"{key}_iso" not in value):
+                found.append(f"{path}.{key}")
+            found += _bare_epochs(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found += _bare_epochs(item, f"{path}[{index}]")
+    return found
+
+
+@pytest.mark.parametrize("arguments", [["sessions", "--json", "--db", "data.sqlite"],
+                                       ["facts", "show", SESSION_KEY, "--json", "--db", "data.sqlite"],
+                                       ["stats", "cache", "--json", "--db", "data.sqlite"]], ids=lambda a: a[0])
+def test_json_puts_an_iso_time_beside_every_ms_epoch(workspace: Path, arguments: list[str]) -> None:
+    from tests.conftest import run_zhin
+
+    result = run_zhin(*arguments, cwd=workspace)
+    assert result.returncode == 0, result.stderr
+    assert _bare_epochs(json.loads(result.stdout)) == []
+
+
+def test_iso_times_are_added_to_times_only() -> None:
+    from zhin_cli.core.timezones import with_iso_times
+
+    data = with_iso_times({"updated_at": 1761810010877, "members": [{"last_activity": 1761810010877, "mute_time": 600}]})
+    assert data["updated_at_iso"] == "2025-10-30T07:40:10.877Z"
+    assert data["members"][0]["last_activity_iso"] == "2025-10-30T07:40:10.877Z"
+    assert "mute_time_iso" not in data["members"][0]  # negative control: seconds left, not a time
+    assert _bare_epochs({"updated_at": 1761810010877}) == [".updated_at"]
+    assert "muted_until_iso" not in with_iso_times({"muted_until": 0})  # 0 is "not muted", not 1970

@@ -96,7 +96,9 @@ def sessions_command(
     with SessionDatabase(parse_db(source)) as database:
         rows = database.list_sessions()
     if as_json:
-        print_json({"version": 1, "sessions": rows})
+        from zhin_cli.core.timezones import with_iso_times
+
+        print_json({"version": 1, "sessions": with_iso_times(rows)})
         return
     print_sources(None, source)
     print_records(stdout_console(), ["session_id (epoch)", "session_key", "messages", "last activity (UTC)"],

@@ -36,7 +36,9 @@ def show_command(
     source = database_or_discovered(db)
     data = show_facts(source, session)
     if as_json:
-        print_json(data)
+        from zhin_cli.core.timezones import with_iso_times
+
+        print_json(with_iso_times(data))
         return
     print_sources(None, source)
     console = stdout_console()

@@ -8,6 +8,8 @@ imported the store's JSON payload checks).
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 
@@ -18,3 +20,36 @@ def valid_timezone(name: str) -> bool:
     except (ZoneInfoNotFoundError, ValueError, OSError):
         return False
     return True
+
+
+def iso_ms(value: int | None) -> str | None:
+    """A ms epoch as ISO 8601 in UTC (``2025-10-30T14:02:00.000Z``), written beside the number in ``--json``."""
+    if value is None:
+        return None
+    try:
+        return datetime.fromtimestamp(value / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def _is_time_key(key: str) -> bool:
+    return key.endswith(("_at", "_until")) or key in ("last_activity", "time", "timestamp")
+
+
+MS_EPOCHS = range(10**11, 10**14)  # 1973–5138 in milliseconds: a 0 ("never") or a count of seconds is not a time
+
+
+def with_iso_times(value: Any) -> Any:
+    """``value`` (JSON data) with ``<key>_iso`` beside every ms-epoch time (``updated_at``, ``last_activity``, …):
+    machines keep the number, people and scripts in other languages get the ISO string (issue 17 §3)."""
+    if isinstance(value, list):
+        return [with_iso_times(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        out[key] = with_iso_times(item)
+        if (isinstance(key, str) and _is_time_key(key) and isinstance(item, int) and not isinstance(item, bool)
+                and item in MS_EPOCHS and f"{key}_iso" not in value):
+            out[f"{key}_iso"] = iso_ms(item)
+    return out

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from zhin_cli.core.model import AssistantMessage, Session
+from zhin_cli.core.timezones import iso_ms
 from zhin_cli.pipeline.providers import PROFILES, CacheRules, resolve_profile
 from zhin_cli.tools.cachegroups import first_of_group
 from zhin_cli.tools.usage import NormalizedUsage, normalize_usage, usage_kind_of
@@ -91,16 +92,6 @@ class ModelStats:
             "provider": self.provider, "model": self.model, "cache_lifetime_seconds": self.lifetime_seconds,
             "groups": self.groups, "first": self.first.as_dict(), "later": self.later.as_dict(),
         }
-
-
-def iso_ms(value: int | None) -> str | None:
-    """A ms epoch as ISO 8601 in UTC (``2025-10-30T14:02:00.000Z``), beside the number in ``--json``."""
-    if value is None:
-        return None
-    try:
-        return datetime.fromtimestamp(value / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    except (OverflowError, OSError, ValueError):
-        return None
 
 
 def human_ms(value: int) -> str:
