@@ -17,10 +17,13 @@ import gc
 import io
 import json
 import os
+import pty
+import re
 import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import traceback
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -280,3 +283,31 @@ def write_upstream_db(
 def upstream_db() -> Callable[..., Path]:
     """``upstream_db(path, session_id, rows, **options)`` — see ``write_upstream_db``."""
     return write_upstream_db
+
+
+def run_with_terminal_stderr(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str, str]:
+    """A real process whose stderr is a terminal (a pty) and whose stdout is a pipe; (status, stdout, terminal)."""
+    leader, follower = pty.openpty()
+    chunks: list[bytes] = []
+
+    def drain() -> None:
+        while True:
+            try:
+                data = os.read(leader, 65536)
+            except OSError:  # the process closed the terminal
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "zhin_cli", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                              stderr=follower, stdin=subprocess.DEVNULL, timeout=180)
+    finally:
+        os.close(follower)
+        reader.join(timeout=30)
+        os.close(leader)
+    terminal = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode("utf-8", "replace"))
+    return proc.returncode, proc.stdout.decode("utf-8"), terminal

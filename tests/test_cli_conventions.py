@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, clean_env, run_zhin
+from conftest import ROOT, clean_env, run_with_terminal_stderr, run_zhin
 
 GROUP_KEY = "icqq:8596238:group:1048877509"
 GROUP_ID = "icqq:8596238:group:1048877509#1761699600000-1"
@@ -180,34 +180,6 @@ def test_head_sees_status_0_under_pipefail(workspace: Path) -> None:
 
 
 # --- progress on a terminal stderr -------------------------------------------------------------------------------
-
-
-def run_with_terminal_stderr(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str, str]:
-    """A real process whose stderr is a terminal (a pty) and whose stdout is a pipe; (status, stdout, terminal)."""
-    leader, follower = pty.openpty()
-    chunks: list[bytes] = []
-
-    def drain() -> None:
-        while True:
-            try:
-                data = os.read(leader, 65536)
-            except OSError:  # the process closed the terminal
-                return
-            if not data:
-                return
-            chunks.append(data)
-
-    reader = threading.Thread(target=drain)
-    reader.start()
-    try:
-        proc = subprocess.run([sys.executable, "-m", "zhin_cli", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                              stderr=follower, stdin=subprocess.DEVNULL, timeout=180)
-    finally:
-        os.close(follower)
-        reader.join(timeout=30)
-        os.close(leader)
-    terminal = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode("utf-8", "replace"))
-    return proc.returncode, proc.stdout.decode("utf-8"), terminal
 
 
 def test_progress_is_drawn_when_stderr_is_a_terminal_even_if_stdout_is_piped(workspace: Path) -> None:

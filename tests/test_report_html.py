@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from browser import chromium, distinct_colours, visit
-from conftest import FIXTURES, ROOT, clean_env
+from conftest import FIXTURES, ROOT, clean_env, run_with_terminal_stderr
 
 DEMO_KEY = "icqq:8596238:group:1048877509"  # fixtures/group-busy.jsonl, as `make demo` imports it
 REPORTS = ROOT / "reports"
@@ -465,33 +465,9 @@ def test_report_economy_text_has_human_values(zhin: Callable[..., Any]) -> None:
 
 
 def _terminal_stderr(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str]:
-    """A real process whose stderr is a terminal (a pty, drained as it writes); (status, what the terminal got)."""
-    import pty
-    import threading
-
-    leader, follower = pty.openpty()
-    chunks: list[bytes] = []
-
-    def drain() -> None:
-        while True:
-            try:
-                data = os.read(leader, 65536)
-            except OSError:
-                return
-            if not data:
-                return
-            chunks.append(data)
-
-    reader = threading.Thread(target=drain)
-    reader.start()
-    try:
-        proc = subprocess.run([sys.executable, "-m", "zhin_cli", *args], cwd=cwd, env=env, stdout=subprocess.DEVNULL,
-                              stderr=follower, stdin=subprocess.DEVNULL, timeout=180)
-    finally:
-        os.close(follower)
-        reader.join(timeout=30)
-        os.close(leader)
-    return proc.returncode, re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode("utf-8", "replace"))
+    """A real process whose stderr is a terminal; (status, what the terminal got)."""
+    code, _, terminal = run_with_terminal_stderr(args, cwd, env)
+    return code, terminal
 
 
 @pytest.mark.parametrize(("args", "shown"), [

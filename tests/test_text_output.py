@@ -50,7 +50,7 @@ def whole_in(text: str, identifier: str) -> bool:
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder with the repository's fixtures, a demo database imported from them, a capture and a trace body."""
-    from tests.conftest import run_zhin
+    from conftest import run_zhin
 
     folder = tmp_path_factory.mktemp("text-output")
     shutil.copytree(ROOT / "fixtures", folder / "fixtures")
@@ -83,7 +83,7 @@ COMMANDS: list[tuple[str, list[str], list[str]]] = [
 @pytest.mark.parametrize(("name", "arguments", "identifiers"), COMMANDS, ids=[c[0] for c in COMMANDS])
 def test_text_output_has_human_values_and_whole_identifiers(workspace: Path, name: str, arguments: list[str],
                                                             identifiers: list[str], columns: str) -> None:
-    from tests.conftest import clean_env, run_zhin
+    from conftest import clean_env, run_zhin
 
     env = clean_env()
     env["COLUMNS"] = columns
@@ -97,7 +97,7 @@ def test_text_output_has_human_values_and_whole_identifiers(workspace: Path, nam
 @pytest.mark.parametrize("columns", ["60", "100"])
 def test_every_segment_id_of_a_request_is_whole_in_trace(workspace: Path, columns: str) -> None:
     """The segment ids `trace --json` lists for a turn all appear whole in that turn's text table."""
-    from tests.conftest import clean_env, run_zhin
+    from conftest import clean_env, run_zhin
 
     document = json.loads(run_zhin("trace", "fixtures/group-busy.jsonl", "--turn", "6", "--json", cwd=workspace).stdout)
     segment_ids = [segment["id"] for segment in document["requests"][0]["segments"]]
@@ -110,7 +110,7 @@ def test_every_segment_id_of_a_request_is_whole_in_trace(workspace: Path, column
 
 @pytest.mark.parametrize("columns", ["60", "100"])
 def test_eval_case_ids_are_whole(columns: str, tmp_path: Path) -> None:
-    from tests.conftest import clean_env, run_zhin
+    from conftest import clean_env, run_zhin
 
     case = ROOT / "eval_cases" / "adr-1-ten-messages.yaml"
     shutil.copy(case, tmp_path / case.name)
@@ -143,7 +143,7 @@ def _bare_epochs(value: object, path: str = "") -> list[str]:
                                        ["facts", "show", SESSION_KEY, "--json", "--db", "data.sqlite"],
                                        ["stats", "cache", "--json", "--db", "data.sqlite"]], ids=lambda a: a[0])
 def test_json_puts_an_iso_time_beside_every_ms_epoch(workspace: Path, arguments: list[str]) -> None:
-    from tests.conftest import run_zhin
+    from conftest import run_zhin
 
     result = run_zhin(*arguments, cwd=workspace)
     assert result.returncode == 0, result.stderr
