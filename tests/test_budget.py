@@ -152,3 +152,34 @@ def test_update_adds_a_new_part_where_it_is_measured_and_drops_a_gone_one(zhin: 
     assert "core.gone" not in keys and keys[:2] == ["core.rules", "house.rules"] and keys[-1] == "total"
     assert text.startswith("# top\n")
     assert zhin("budget", "check").returncode == 0
+
+
+def test_update_keeps_the_files_quotes(zhin: Any, tmp_path: Path) -> None:
+    """A quoted scalar stays quoted: only the moved number's line changes (ruamel keeps quotes only when the loader
+    itself is told to — it used to be told after the load, and every quote was dropped)."""
+    project(tmp_path)
+    assert zhin("budget", "update", "-s", "busy.jsonl", "-p", "openai").returncode == 0
+    budget = tmp_path / "prompt-budget.yaml"
+    quoted = budget.read_text(encoding="utf-8").replace("- busy.jsonl", '- "busy.jsonl"').replace(
+        "provider: openai", "provider: 'openai'")
+    assert '"busy.jsonl"' in quoted and "'openai'" in quoted  # the test edits what it means to
+    budget.write_text(quoted, encoding="utf-8")
+    project(tmp_path, {"segments": {"texts": {"core.rules": "简短。"}}})
+    assert zhin("budget", "update").returncode == 0
+    after = budget.read_text(encoding="utf-8")
+    assert '- "busy.jsonl"' in after and "provider: 'openai'" in after
+    assert after != quoted  # control: the numbers did move
+
+
+def test_update_of_a_file_ruamel_cannot_lay_out_is_one_line(zhin: Any, tmp_path: Path) -> None:
+    """A lone "-" line is valid YAML (PyYAML reads it) but ruamel's indentation guess fails on it: one line, exit 3,
+    the file untouched — never a traceback."""
+    project(tmp_path)
+    budget = tmp_path / "prompt-budget.yaml"
+    text = "version: 1\nsessions:\n-\n  busy.jsonl\nprofiles:\n-\n  provider: openai\n  parts: {core.rules: 1}\n"
+    budget.write_text(text, encoding="utf-8")
+    assert zhin("budget", "check").returncode in (0, 1)  # control: the file is a valid budget
+    result = zhin("budget", "update")
+    assert result.returncode == 3 and "Traceback" not in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "prompt-budget.yaml" in result.stderr
+    assert budget.read_text(encoding="utf-8") == text

@@ -243,3 +243,13 @@ def test_preset_lint_annotates_each_finding_at_its_line(zhin: Run, tmp_path: Pat
     assert not any("ZP012" in a for a in annotations(ignored.stderr))  # an ignored rule is not annotated either
     plain = zhin("preset", "lint", "p.json")  # negative control: outside GitHub Actions, no workflow commands
     assert annotations(plain.stderr) == []
+
+
+def test_junit_into_a_folder_that_cannot_be_made_is_one_line(zhin: Run, tmp_path: Path) -> None:
+    case = ROOT / "eval_cases" / "adr-1-ten-messages.yaml"
+    (tmp_path / "afile").write_text("", encoding="utf-8")
+    result = zhin("eval", case, "-j", "1", "--junit", "afile/out.xml")
+    assert result.returncode == 3 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()] and "afile/out.xml" in result.stderr
+    made = zhin("eval", case, "-j", "1", "--junit", "new/out.xml")  # control: a folder that can be made is
+    assert made.returncode == 0 and (tmp_path / "new" / "out.xml").is_file()

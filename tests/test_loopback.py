@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from zhin_cli.core.loopback import is_loopback_name
+from zhin_cli.core.loopback import is_loopback_name, loopback_authority
 from zhin_cli.tools.eval.live import is_loopback_url
-from zhin_cli.tools.serve import loopback_authority
 
 CASES = [("localhost", True), ("LOCALHOST.", True), ("models.localhost", True), ("127.0.0.1", True), ("127.9.8.7", True),
          ("::1", True), ("localhost.evil.example", False), ("evil-localhost", False), ("10.0.0.1", False),

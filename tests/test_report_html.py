@@ -539,9 +539,10 @@ def test_view_refuses_a_host_that_is_not_loopback(zhin: Callable[..., Any], host
 
 
 def test_view_accepts_the_loopback_names() -> None:
-    from zhin_cli.tools.htmlreport import view_address
+    from zhin_cli.core.loopback import loopback_host
 
-    assert view_address("localhost") == "127.0.0.1" and view_address("::1") == "::1" and view_address("127.0.0.2") == "127.0.0.2"
+    assert loopback_host("localhost", "zhin view") == "127.0.0.1" and loopback_host("::1", "zhin view") == "::1"
+    assert loopback_host("127.0.0.2", "zhin view") == "127.0.0.2"
 
 
 

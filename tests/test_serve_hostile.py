@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 from serve_process import ServeProcess, no_traceback, post, read_all, request, status_of, wait_for
 
-from zhin_cli.tools.serve import MAX_BODY, loopback_authority, printable, running_server
+from zhin_cli.core.loopback import loopback_authority
+from zhin_cli.tools.serve import MAX_BODY, printable, running_server
 
 GOOD = json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}).encode()
 

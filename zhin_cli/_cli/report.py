@@ -159,5 +159,5 @@ def html_command(
     with atomic_output(output) as handle:
         handle.write(page)
     turns = sum(len(s.turns) for s in report.sessions)
-    typer.echo(f"wrote {output} ({len(report.sessions)} session(s), {turns} requests, {len(page.encode()) // 1024:,} KiB); "
+    typer.echo(f"wrote {output} ({len(report.sessions)} session(s), {turns} requests, {output.stat().st_size // 1024:,} KiB); "
                f"open {output.resolve().as_uri()}", err=True)

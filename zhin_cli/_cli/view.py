@@ -40,10 +40,11 @@ def view_command(
 
     Loopback only: the page shows whole conversations. Exit status: 0 stopped with Ctrl-C or SIGTERM, 2 usage (a non-loopback --host), 3 cannot run (port in use, bad input).
     """
-    from zhin_cli.tools.htmlreport import build_report, serve_page, view_address
+    from zhin_cli.core.loopback import loopback_host
+    from zhin_cli.tools.htmlreport import build_report, serve_page
 
     check_options(provider)
-    view_address(host)  # a bad --host is refused before the sessions are replayed
+    loopback_host(host, "zhin view")  # a bad --host is refused before the sessions are replayed
     with replay_progress("replaying") as progress:
         report = build_report(sessions, cwd=Path.cwd(), db=db, config_path=config, provider=provider, preset=preset,
                               economy=economy, after_load=freeze_loaded, progress=progress, jobs=jobs)

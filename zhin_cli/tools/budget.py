@@ -260,11 +260,17 @@ def _round_trip(text: str, budget: Budget) -> str:
     from ruamel.yaml.comments import CommentedMap, CommentedSeq
     from ruamel.yaml.util import load_yaml_guess_indent
 
-    data, sequence, offset = load_yaml_guess_indent(text)  # loaded before (load_budget): known to be valid
-    rt = YAML()  # round-trip mode
-    rt.indent(mapping=_mapping_indent(text), sequence=sequence or 2, offset=offset or 0)
+    from ruamel.yaml import YAMLError
+
+    rt = YAML()  # round-trip mode, configured before the load: quotes are kept only if the loader is told
     rt.width = 4096  # never re-fold a long line the file has
     rt.preserve_quotes = True
+    try:  # PyYAML read it before (load_budget); ruamel's reader differs in corners (a lone "-" line)
+        data, sequence, offset = load_yaml_guess_indent(text, yaml=rt)
+    except (YAMLError, IndexError, ValueError) as error:
+        raise ConfigError(f"cannot rewrite the budget file in place (its layout: {error}); fix the line or write it anew",
+                          where=str(budget.path)) from None
+    rt.indent(mapping=_mapping_indent(text), sequence=sequence or 2, offset=offset or 0)
     if list(data.get("sessions") or []) != budget.sessions:
         data["sessions"] = CommentedSeq(budget.sessions)
     old = data.get("profiles") or []

@@ -536,15 +536,6 @@ def render(report: HtmlReport) -> str:
 # --- serving (``zhin view``) ---------------------------------------------------------------------------------
 
 
-def view_address(host: str) -> str:
-    """The address ``zhin view`` binds for ``host``: loopback only (the page shows whole conversations)."""
-    from zhin_cli.core.loopback import is_loopback_name
-
-    if not is_loopback_name(host.strip("[]")):
-        raise UsageError(f"--host {host!r} is not a loopback address; zhin view only listens on 127.0.0.1, ::1 or localhost")
-    return "127.0.0.1" if host.lower().rstrip(".").endswith("localhost") else host.strip("[]")
-
-
 def page_server(page: str, host: str = "127.0.0.1", port: int = 0) -> Any:
     """A bound (not yet serving) HTTP server answering ``GET /`` with ``page``; a request whose ``Host`` is not a
     loopback name is refused (DNS rebinding), every other path is 404."""
@@ -552,9 +543,9 @@ def page_server(page: str, host: str = "127.0.0.1", port: int = 0) -> Any:
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from zhin_cli.core.errors import ZhinError
-    from zhin_cli.core.loopback import is_loopback_name
+    from zhin_cli.core.loopback import loopback_authority, loopback_host
 
-    address = view_address(host)
+    address = loopback_host(host, "zhin view")
     if not 0 <= port <= 65535:
         raise UsageError(f"--port {port} is out of range (0-65535; 0 picks a free port)")
     body = page.encode("utf-8", errors="backslashreplace")
@@ -566,9 +557,8 @@ def page_server(page: str, host: str = "127.0.0.1", port: int = 0) -> Any:
             pass  # quiet: the terminal shows the URL, not a log
 
         def _answer(self, send_body: bool) -> None:
-            name = (self.headers.get("Host") or "").rsplit(":", 1)[0] if not (self.headers.get("Host") or "").startswith("[") \
-                else (self.headers.get("Host") or "")[1:].split("]", 1)[0]
-            if not is_loopback_name(name):
+            hosts = self.headers.get_all("Host") or []
+            if len(hosts) != 1 or not loopback_authority(hosts[0]):  # zhin serve's DNS-rebinding rule
                 status, content, kind = 403, b"zhin view answers loopback names only\n", "text/plain; charset=utf-8"
             elif self.path.split("?", 1)[0] in ("/", "/index.html"):
                 status, content, kind = 200, body, "text/html; charset=utf-8"

@@ -33,7 +33,6 @@ import contextlib
 import errno
 import hashlib
 import io
-import ipaddress
 import json
 import os
 import queue
@@ -53,7 +52,7 @@ from urllib.parse import urlsplit
 
 from zhin_cli.cache import CacheOutcome, PrefixCache, plan
 from zhin_cli.core.errors import UsageError, ZhinError
-from zhin_cli.core.loopback import is_loopback_name
+from zhin_cli.core.loopback import loopback_authority, loopback_host
 from zhin_cli.core.registry import Registry
 from zhin_cli.core.tokens import counter as shared_counter
 from zhin_cli.core.tokens import encoding_for_model
@@ -375,22 +374,6 @@ class _DeadlineReader(io.RawIOBase):
             raise TimeoutError("the request was not received in time")
         self._sock.settimeout(min(self._idle, remaining))
         return self._sock.recv_into(buffer)
-
-
-def loopback_authority(value: str) -> bool:
-    """Whether a ``Host`` value (``name[:port]``, ``[v6][:port]``) names this machine: ``localhost`` or a loopback IP."""
-    value = value.strip()
-    if value.startswith("["):
-        name, _, rest = value[1:].partition("]")
-        if rest and not re.fullmatch(r":\d{1,5}", rest):
-            return False
-    elif value.count(":") == 1:
-        name, _, port = value.partition(":")
-        if not re.fullmatch(r"\d{1,5}", port):
-            return False
-    else:
-        name = value
-    return is_loopback_name(name)
 
 
 def _origin_is_loopback(origin: str) -> bool:
@@ -774,23 +757,10 @@ class _ConformanceServer6(ConformanceServer):
     address_family = socket.AF_INET6
 
 
-def loopback_host(host: str) -> str:
-    """The address to bind for ``host``; anything that is not loopback is a usage error."""
-    if host.lower() == "localhost":
-        return "127.0.0.1"
-    try:
-        address = ipaddress.ip_address(host.strip("[]"))
-    except ValueError:
-        address = None
-    if address is None or not address.is_loopback:
-        raise UsageError(f"--host {host!r} is not a loopback address; zhin serve only listens on 127.0.0.1, ::1 or localhost")
-    return str(address)
-
-
 def make_server(provider: str = "openai", host: str = "127.0.0.1", port: int = 0, log: Log | None = None,
                 capture: Path | None = None, **limits: Any) -> ConformanceServer:
     """A bound (not yet serving) server; checks the host and that ``provider`` can serve the endpoints that use it."""
-    address = loopback_host(host)
+    address = loopback_host(host, "zhin serve")
     if provider not in PROFILES:
         raise UsageError(f"unknown provider {provider!r} (known: {', '.join(sorted(PROFILES))})")
     for route, endpoint in ENDPOINTS.items():

@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.padding import Padding
 from rich.text import Text
 
+from zhin_cli.core.errors import OutputError
 from zhin_cli.core.ghactions import Annotation, publish, summary_cell
 from zhin_cli.tools.eval.runner import CaseResult, EvalRun
 
@@ -132,7 +133,10 @@ def write_junit(run: EvalRun, path: Path) -> None:
 
     root = junit_xml(run)._elem  # junitparser's tree is the standard library's: indent and serialise it as text
     ET.indent(root)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:  # a file where the folder should be, no permission: one line, like any output
+        raise OutputError(f"cannot write: {error.strerror or error}", where=str(path)) from None
     with atomic_output(path) as handle:
         # the declaration by hand: ElementTree would declare the locale's encoding for a text serialisation
         handle.write('<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n")
