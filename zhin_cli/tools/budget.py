@@ -256,11 +256,9 @@ def write_budget(budget: Budget) -> None:
 
 
 def _round_trip(text: str, budget: Budget) -> str:
-    from ruamel.yaml import YAML
+    from ruamel.yaml import YAML, YAMLError
     from ruamel.yaml.comments import CommentedMap, CommentedSeq
     from ruamel.yaml.util import load_yaml_guess_indent
-
-    from ruamel.yaml import YAMLError
 
     rt = YAML()  # round-trip mode, configured before the load: quotes are kept only if the loader is told
     rt.width = 4096  # never re-fold a long line the file has
