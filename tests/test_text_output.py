@@ -159,3 +159,14 @@ def test_iso_times_are_added_to_times_only() -> None:
     assert "mute_time_iso" not in data["members"][0]  # negative control: seconds left, not a time
     assert _bare_epochs({"updated_at": 1761810010877}) == [".updated_at"]
     assert "muted_until_iso" not in with_iso_times({"muted_until": 0})  # 0 is "not muted", not 1970
+
+
+def test_a_time_no_calendar_holds_is_said_in_words() -> None:
+    """A stored ms value past year 9999 (a bot's bug, a hostile row) is text, not an OverflowError traceback — in
+    the sessions table too, which had its own formatter."""
+    from zhin_cli._cli.data import format_ms
+    from zhin_cli.core.timezones import human_ms
+
+    assert human_ms(10**16) == "the end of time" and format_ms(10**16) == "the end of time"
+    assert format_ms(1761810010877) == "2025-10-30 07:40:10" and human_ms(1761810010877) == "2025-10-30 07:40 UTC"
+    assert format_ms(None) == ""

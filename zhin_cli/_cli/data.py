@@ -11,7 +11,6 @@ import os
 import sqlite3
 from collections.abc import Iterator
 from contextlib import closing
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -107,9 +106,9 @@ def sessions_command(
 
 
 def format_ms(value: int | None) -> str:
-    if value is None:
-        return ""
-    return datetime.fromtimestamp(value / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    from zhin_cli.core.timezones import human_ms
+
+    return "" if value is None else human_ms(value, seconds=True)
 
 
 COMPLETION_HELP = """Print a shell completion script: command names, options, session ids and keys from the database found upward (and .jsonl files), provider names for --provider, .json files for --preset.

@@ -61,7 +61,7 @@ def human_value(name: str, value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return ", ".join(str(item) for item in value) or "-"
     if isinstance(value, int) and name.endswith(("_at", "_until")):
-        from zhin_cli.tools.stats import human_ms
+        from zhin_cli.core.timezones import human_ms
 
         return human_ms(value)
     return str(value)

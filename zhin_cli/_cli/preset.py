@@ -39,7 +39,8 @@ def lint_command(
     from zhin_cli.tools.preset_lint import lint
 
     result = lint(file, ignore=ignore or ())
-    ghactions.publish(result.annotations(), result.summary())
+    if ghactions.enabled():  # built only for a reader: a preset may hold tens of thousands of findings
+        ghactions.publish(result.annotations(), result.summary())
     if as_json:
         print_json(result.as_dict())
     else:

@@ -42,7 +42,7 @@ def request_diff_command(
 
     Exit status like diff: 0 the same (after --ignore), 1 different, 2 trouble (unreadable file, bad path).
     """
-    from zhin_cli.core.ghactions import publish
+    from zhin_cli.core.ghactions import enabled, publish
 
     result = diff_requests(load_side(a, turn), load_side(b, turn), ignore)
     if as_json:
@@ -57,7 +57,8 @@ def request_diff_command(
         else:
             console.print(f"{len(result.differences)} difference(s) between {escape(result.a)} and {escape(result.b)}",
                           soft_wrap=True)
-    publish(github_annotations(result), github_summary(result))  # under GitHub Actions only
+    if enabled():  # under GitHub Actions only: built only for a reader
+        publish(github_annotations(result), github_summary(result))
     if not result.same:
         raise typer.Exit(1)
 

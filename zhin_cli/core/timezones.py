@@ -32,6 +32,16 @@ def iso_ms(value: int | None) -> str | None:
         return None
 
 
+def human_ms(value: int, *, seconds: bool = False) -> str:
+    """A ms epoch for people: ``2025-10-30 14:02 UTC`` (``seconds``: ``2025-10-30 14:02:10``, a table column's UTC);
+    a value no calendar holds is said in words, never an OverflowError."""
+    try:
+        moment = datetime.fromtimestamp(value / 1000, UTC)
+    except (OverflowError, OSError, ValueError):
+        return "the beginning of time" if value < 0 else "the end of time"
+    return moment.strftime("%Y-%m-%d %H:%M:%S") if seconds else moment.strftime("%Y-%m-%d %H:%M UTC")
+
+
 def _is_time_key(key: str) -> bool:
     return key.endswith(("_at", "_until")) or key in ("last_activity", "time", "timestamp")
 

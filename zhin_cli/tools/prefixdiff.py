@@ -17,9 +17,11 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from zhin_cli.cache import Plan, PrefixCache, cached_share, common_prefix_length, plan, shared_tokens
@@ -735,11 +737,17 @@ def _segment_source(config: Any, registry: Any, by_id: dict[str, Any], segment_i
 def _line_naming(file: Any, segment_id: str) -> int | None:
     """The first line of ``file`` that names ``segment_id`` as a string literal."""
     try:
-        lines = open(file, encoding="utf-8").read().splitlines()  # noqa: SIM115 - read at once
+        lines = _source_lines(str(file), os.stat(file).st_mtime_ns)
     except (OSError, UnicodeDecodeError):
         return None
     quoted = (f'"{segment_id}"', f"'{segment_id}'")
     return next((number for number, text in enumerate(lines, start=1) if any(q in text for q in quoted)), None)
+
+
+@functools.lru_cache(maxsize=64)
+def _source_lines(file: str, mtime_ns: int) -> tuple[str, ...]:
+    """A source file's lines, read once per version of the file (every session of a run asks for the same few)."""
+    return tuple(Path(file).read_text(encoding="utf-8").splitlines())
 
 
 def compare_session(base: Pipeline, head: Pipeline, session: Any) -> ConfigDiff:
@@ -944,8 +952,10 @@ def run_prefix_diff(
     assert head is not None
     with load_config_source(base, cwd=cwd) as base_source, load_config_source(head, cwd=cwd) as head_source:
         result = PrefixDiffResult("configs", fail, base_label=base_source.label, head_label=head_source.label, db=database)
+        trees = tuple(Path(t) for t in (base_source.tempdir, head_source.tempdir) if t is not None)
+        top = _git_top(cwd) if trees else ""  # once per run, not per session
         for comparison in run((base_source.config, head_source.config)):
-            _rebase_sources(comparison, (base_source.tempdir, head_source.tempdir), cwd)
+            _rebase_sources(comparison, trees, top)
             if on_comparison is not None:
                 on_comparison(comparison)
             result.comparisons.append(comparison)
@@ -967,18 +977,19 @@ def _database_used(refs: list[str], db: str | None, cwd: Any, all_sessions: bool
     return str(found) if found is not None else None
 
 
-def _rebase_sources(comparison: ConfigDiff, trees: tuple[Any, ...], cwd: Any) -> None:
-    """A git ref's files live in a temporary tree that is deleted when the run ends: name them in the checkout
-    instead (the tree is the repository's top level), where an annotation can point."""
-    from pathlib import Path
-
-    roots = [Path(tree) for tree in trees if tree is not None]
-    if not roots:
-        return
+def _git_top(cwd: Any) -> str:
+    """The checkout's top level ("" outside a repository)."""
     import subprocess
 
-    top = subprocess.run(["git", "-C", str(cwd), "rev-parse", "--show-toplevel"], capture_output=True, text=True,
-                         check=False).stdout.strip()
+    return subprocess.run(["git", "-C", str(cwd), "rev-parse", "--show-toplevel"], capture_output=True, text=True,
+                          check=False).stdout.strip()
+
+
+def _rebase_sources(comparison: ConfigDiff, roots: tuple[Path, ...], top: str) -> None:
+    """A git ref's files live in a temporary tree that is deleted when the run ends: name them in the checkout
+    (``top``) instead (the tree is the repository's top level), where an annotation can point."""
+    if not roots:
+        return
 
     def rebased(source: SegmentSource) -> SegmentSource:
         if source.file is None:

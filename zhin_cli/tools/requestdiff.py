@@ -143,11 +143,13 @@ class RequestDiff:
         }
 
 
-def first_difference(before: str, after: str) -> tuple[int, str, str]:
-    """(UTF-8 byte offset of the first differing character, excerpt of each side around it)."""
+def first_difference(before: str, after: str) -> tuple[int, str, str, int]:
+    """(UTF-8 byte offset of the first differing character, excerpt of each side around it, that character's index
+    in the excerpts)."""
     index = _first_index(before, after)
     start = max(0, index - CONTEXT)
-    return len(before[:index].encode("utf-8")), before[start : index + CONTEXT], after[start : index + CONTEXT]
+    return (len(before[:index].encode("utf-8")), before[start : index + CONTEXT], after[start : index + CONTEXT],
+            index - start)
 
 
 def _first_index(before: str, after: str) -> int:
@@ -270,8 +272,8 @@ def diff_requests(a: Side, b: Side, ignore: list[str] | None = None) -> RequestD
             after = None if kind == "removed" else item.t2
             difference = FieldDifference(kind, display_path(parts), before, after, parts=parts)
             if kind == "changed" and isinstance(before, str) and isinstance(after, str):
-                difference.byte_offset, difference.excerpt_before, difference.excerpt_after = first_difference(before, after)
-                difference.excerpt_index = min(_first_index(before, after), CONTEXT)
+                (difference.byte_offset, difference.excerpt_before, difference.excerpt_after,
+                 difference.excerpt_index) = first_difference(before, after)
             differences.append(difference)
     differences.sort(key=lambda d: _sort_key(d.path))
     return RequestDiff(a.label, b.label, ignore, a.raw == b.raw, not differences, differences, sides=(a, b))

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from zhin_cli.core.model import AssistantMessage, Session
-from zhin_cli.core.timezones import iso_ms
+from zhin_cli.core.timezones import human_ms, iso_ms
 from zhin_cli.pipeline.providers import PROFILES, CacheRules, resolve_profile
 from zhin_cli.tools.cachegroups import first_of_group
 from zhin_cli.tools.usage import NormalizedUsage, normalize_usage, usage_kind_of
@@ -92,14 +91,6 @@ class ModelStats:
             "provider": self.provider, "model": self.model, "cache_lifetime_seconds": self.lifetime_seconds,
             "groups": self.groups, "first": self.first.as_dict(), "later": self.later.as_dict(),
         }
-
-
-def human_ms(value: int) -> str:
-    """A ms epoch for people: ``2025-10-30 14:02 UTC``."""
-    try:
-        return datetime.fromtimestamp(value / 1000, UTC).strftime("%Y-%m-%d %H:%M UTC")
-    except (OverflowError, OSError, ValueError):
-        return "the beginning of time" if value < 0 else "the end of time"
 
 
 @dataclass

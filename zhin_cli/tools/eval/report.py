@@ -25,7 +25,7 @@ from rich.padding import Padding
 from rich.text import Text
 
 from zhin_cli.core.errors import OutputError
-from zhin_cli.core.ghactions import Annotation, publish, summary_cell
+from zhin_cli.core.ghactions import Annotation, enabled, publish, summary_cell
 from zhin_cli.tools.eval.runner import CaseResult, EvalRun
 
 STATUS_STYLE = {"passed": "green", "failed": "red", "error": "magenta", "skipped": "yellow"}
@@ -179,4 +179,5 @@ def step_summary(run: EvalRun) -> str:
 
 def publish_github(run: EvalRun) -> None:
     """Annotations and the step summary when running under GitHub Actions (:func:`zhin_cli.core.ghactions.publish`)."""
-    publish(github_annotations(run), step_summary(run))
+    if enabled():  # built only for a reader
+        publish(github_annotations(run), step_summary(run))
