@@ -44,3 +44,17 @@ def test_reading_a_database_does_import_it(tmp_path: Path) -> None:
 def test_discovery_is_light() -> None:
     code = "import sys, zhin_cli.store.discovery; print('sqlalchemy' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+
+
+def test_the_database_a_run_reads_is_decided_by_the_sources(tmp_path: Path) -> None:
+    """One rule for every header line: the source load_session would ask. A session id reads the database found
+    upward; a .jsonl file reads none (control); --db is named as given; --all reads the database."""
+    from zhin_cli.store import database_read
+
+    (tmp_path / ".zhin").mkdir()
+    (tmp_path / ".zhin" / "data.sqlite").write_bytes(b"")
+    file = str(ROOT / "fixtures" / "private-chat.jsonl")
+    assert database_read(["icqq:1:group:2"], db=None, cwd=tmp_path) == str(tmp_path / ".zhin" / "data.sqlite")
+    assert database_read([file], db=None, cwd=tmp_path) is None
+    assert database_read([file, "icqq:1:group:2"], db="x.sqlite", cwd=tmp_path) == "x.sqlite"
+    assert database_read([], db=None, cwd=tmp_path, all_sessions=True) == str(tmp_path / ".zhin" / "data.sqlite")

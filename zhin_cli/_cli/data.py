@@ -74,8 +74,11 @@ def export_command(
     from zhin_cli.store import load_session
 
     loaded = load_session(session, db=db, cwd=Path.cwd())
-    if not Path(session).is_file():  # read from a database: name it (a file names itself)
-        print_sources(None, database_or_discovered(db))
+    from zhin_cli.store import database_read
+
+    read = database_read([session], db=db, cwd=Path.cwd())
+    if read is not None:  # read from a database: name it (a file names itself)
+        print_sources(None, read)
     count = write_jsonl_output(loaded, output)
     if count is None:
         return

@@ -87,10 +87,7 @@ def cache_command(
     if as_json:
         print_json(stats.as_dict())
     else:
-        print_sources(None, source if source is not None and not _all_files(refs) else None)
+        from zhin_cli.store import database_read
+
+        print_sources(None, database_read(refs, db=source, cwd=Path.cwd(), all_sessions=not refs))
         print_stats(stats, days)
-
-
-def _all_files(refs: list[str]) -> bool:
-    """Every named session is a .jsonl file (no database is read)."""
-    return bool(refs) and all(ref.endswith((".jsonl", ".ndjson")) and Path(ref).is_file() for ref in refs)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -133,6 +134,21 @@ class DatabaseSource:
 register_source(JsonlSource())
 register_source(JsonlSource(name="jsonl-file", any_file=True), fallback=True)
 register_source(DatabaseSource(), fallback=True)
+
+
+def database_read(refs: Iterable[str], *, db: str | None, cwd: Path, all_sessions: bool = False) -> str | None:
+    """The database a run over ``refs`` reads (for the header line): ``--db`` or the one found upward, when some
+    ref is read from a database as ``load_session`` decides (the first source that claims it) — None when every
+    ref is a file. The one rule trace, prefix-diff, report html, export and stats cache name their source by."""
+    if not all_sessions and not any(isinstance(next((s for s in asking_order() if s.claims(ref)), None), DatabaseSource)
+                                    for ref in refs):
+        return None
+    if db is not None:
+        return db
+    from zhin_cli.store.discovery import discover_database
+
+    found = discover_database(cwd)
+    return str(found) if found is not None else None
 
 
 def load_session(ref: str, *, db: str | None = None, cwd: Path | None = None) -> Session:

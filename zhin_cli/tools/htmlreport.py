@@ -340,8 +340,8 @@ def build_report(
     from zhin_cli.core.parallel import check_jobs, ordered_map
     from zhin_cli.core.tokens import counter
     from zhin_cli.pipeline.config import load_config
+    from zhin_cli.store import database_read
     from zhin_cli.tools.prefixdiff import session_refs
-    from zhin_cli.tools.trace import database_used
 
     workers = check_jobs(jobs)
     config = load_config(config_path, cwd=cwd)
@@ -352,7 +352,7 @@ def build_report(
     else:
         pages = list(ordered_map(session_page, job_list, jobs=workers, done=progress,
                                  prepare=functools.partial(counter, DEFAULT_ENCODING)))
-    database = next((used for used in (database_used(ref, db, cwd) for ref in chosen) if used is not None), None)
+    database = database_read(chosen, db=db, cwd=cwd)
     return HtmlReport(pages, config.path, database)
 
 

@@ -927,7 +927,9 @@ def run_prefix_diff(
         raise UsageError("--base and --head go together")
     workers = check_jobs(jobs)
     chosen = session_refs(refs, all_sessions=all_sessions, db=db, cwd=cwd)
-    database = _database_used(chosen, db, cwd, all_sessions)
+    from zhin_cli.store import database_read
+
+    database = database_read(chosen, db=db, cwd=cwd, all_sessions=all_sessions)
 
     def run(configs: tuple[Any, ...]) -> Iterator[Any]:
         job_list = [SessionJob(ref, db, cwd, configs, provider, model, preset, after_load) for ref in chosen]
@@ -960,21 +962,6 @@ def run_prefix_diff(
                 on_comparison(comparison)
             result.comparisons.append(comparison)
     return result
-
-
-def _database_used(refs: list[str], db: str | None, cwd: Any, all_sessions: bool) -> str | None:
-    """The database a run reads sessions from (for the header line): ``--db``, else the one found upward — when
-    some session is not a file."""
-    from pathlib import Path
-
-    if not all_sessions and all(Path(ref).is_file() for ref in refs):
-        return None
-    if db is not None:
-        return db
-    from zhin_cli.store.discovery import discover_database
-
-    found = discover_database(cwd)
-    return str(found) if found is not None else None
 
 
 def _git_top(cwd: Any) -> str:

@@ -22,7 +22,7 @@ from zhin_cli.pipeline.assemble import AssembledRequest
 from zhin_cli.pipeline.config import load_config
 from zhin_cli.pipeline.facade import Pipeline
 from zhin_cli.pipeline.preset.model import Preset
-from zhin_cli.store import DatabaseSource, asking_order, load_session
+from zhin_cli.store import database_read, load_session
 
 TRACE_VERSION = 1
 TOP_SEGMENTS = 3  # segments a compact row names
@@ -70,19 +70,6 @@ class TraceRun:
     requests: Callable[[], Iterator[AssembledRequest]]
 
 
-def database_used(ref: str, db: str | None, cwd: Path) -> str | None:
-    """The database ``load_session(ref, db=db, cwd=cwd)`` reads (``--db`` or the one found upward), None for a file."""
-    from zhin_cli.store.discovery import discover_database
-
-    source = next((s for s in asking_order() if s.claims(ref)), None)
-    if not isinstance(source, DatabaseSource):
-        return None
-    if db is not None:
-        return db
-    found = discover_database(cwd)
-    return str(found) if found is not None else None
-
-
 @contextmanager
 def open_trace(
     ref: str,
@@ -123,7 +110,7 @@ def open_trace(
         if plan.card_greeting:
             notes.append(CARD_GREETING_NOTE)
         result = TraceResult(session.session_id, session.source, total, [], greeting, notes,
-                             config_path=config.path, db=database_used(ref, db, cwd))
+                             config_path=config.path, db=database_read([ref], db=db, cwd=cwd))
 
         def requests() -> Iterator[AssembledRequest]:
             if wanted is None:
