@@ -77,15 +77,15 @@ def window_text(window: dict[str, Any]) -> str:
     if messages is None:
         parts.append("no message limit")
     else:
-        parts.append(f"at most {messages} messages, then cut to the newest "
-                     + (f"{cut}" if cut is not None else f"{messages // 2} (half)"))
+        parts.append(f"at most {messages} messages, then cut to the newest {window['kept_after_cut']}"
+                     + ("" if cut is not None else " (half)"))
     parts.append(f"{window.get('keep_membership_events', 0)} membership events carried over")
     blocks, cut_blocks = window.get("max_blocks"), window.get("cut_blocks_to")
     if blocks is None:
         parts.append("no block limit")
     else:
-        parts.append(f"at most {blocks} blocks, then cut to the newest "
-                     + (f"{cut_blocks}" if cut_blocks is not None else f"{blocks // 2} (half)"))
+        parts.append(f"at most {blocks} blocks, then cut to the newest {window['kept_blocks_after_cut']}"
+                     + ("" if cut_blocks is not None else " (half)"))
     return "; ".join(parts)
 
 

@@ -464,7 +464,9 @@ def session_economy(session: Session, config: Config, *, providers: Iterable[str
 
 
 def window_description(window: WindowConfig) -> dict[str, Any]:
-    return {k: v for k, v in dataclasses.asdict(window).items()}
+    """The window settings as given, and what a cut keeps (the window stage's own rule: ``cut_to`` or half)."""
+    return {**dataclasses.asdict(window), "kept_after_cut": window.keep_after_cut,
+            "kept_blocks_after_cut": window.keep_blocks_after_cut}
 
 
 def run_economy(
