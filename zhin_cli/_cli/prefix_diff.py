@@ -9,7 +9,6 @@ and a cause that does not fit moves to its own line. ``--jsonl`` streams the ``-
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 import textwrap
@@ -104,10 +103,9 @@ def prefix_diff_command(
 
 def _write_line(data: dict[str, Any]) -> None:
     """One JSONL line, flushed at once: a reader sees each pair as it is made (``| head -1`` ends the run)."""
-    from zhin_cli.core.outputfiles import escape_surrogates
+    from zhin_cli.core.outputfiles import write_json_line
 
-    sys.stdout.write(escape_surrogates(json.dumps(data, ensure_ascii=False)) + "\n")
-    sys.stdout.flush()
+    write_json_line(data, sys.stdout, flush=True)
 
 
 def _print_header(result: PrefixDiffResult) -> None:

@@ -110,10 +110,9 @@ def trace_command(
 
 def write_line(out: TextIO, request: AssembledRequest) -> None:
     """One request as one JSON line, flushed: a reader (``| head -1``, a log shipper) has it at once."""
-    from zhin_cli.core.outputfiles import escape_surrogates
+    from zhin_cli.core.outputfiles import write_json_line
 
-    out.write(escape_surrogates(json.dumps(request.as_dict(), ensure_ascii=False)) + "\n")
-    out.flush()
+    write_json_line(request.as_dict(), out, flush=True)
 
 
 def print_heading(console: Console, result: TraceResult) -> None:

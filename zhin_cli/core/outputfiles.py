@@ -28,6 +28,17 @@ def escape_surrogates(text: str) -> str:
     return SURROGATE.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
 
 
+def write_json_line(data: object, out: IO[str], *, compact: bool = False, flush: bool = False) -> None:
+    """``data`` as one JSON line (UTF-8 as is, any lone surrogate escaped); ``flush``: at once, for a reader that
+    streams (``--jsonl | head -1``). The one JSONL writer: session files, trace and prefix-diff ``--jsonl``."""
+    import json
+
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":") if compact else None)
+    out.write(escape_surrogates(text) + "\n")
+    if flush:
+        out.flush()
+
+
 @contextmanager
 def atomic_output(path: Path, encoding: str = "utf-8") -> Iterator[IO[str]]:
     """A text handle whose contents replace ``path`` only once complete (see the module docstring)."""

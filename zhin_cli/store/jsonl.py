@@ -28,7 +28,7 @@ from zhin_cli.core.model import (
     Session,
     Summary,
 )
-from zhin_cli.core.outputfiles import escape_surrogates
+from zhin_cli.core.outputfiles import write_json_line
 from zhin_cli.core.registry import Registry
 from zhin_cli.core.timezones import valid_timezone
 from zhin_cli.store.payload import (
@@ -361,7 +361,6 @@ def write_lines(lines: Iterable[dict[str, Any]], out: IO[str]) -> int:
     """JSONL objects written one a line, each as it comes (compact, UTF-8 as is); lines written."""
     count = 0
     for obj in lines:
-        # escape_surrogates: readers refuse lone surrogates; one that came another way is written as its escape
-        out.write(escape_surrogates(json.dumps(obj, ensure_ascii=False, separators=(",", ":"))) + "\n")
+        write_json_line(obj, out, compact=True)  # a lone surrogate that came another way is written as its escape
         count += 1
     return count
