@@ -378,11 +378,12 @@ def write_jsonl_output(session: Any, output: Path | None) -> int | None:
         return write_session(session, handle)
 
 
-def sources_line(config: Path | str | None, db: str | Path | None) -> str:
+def sources_line(config: Path | str | None, db: str | Path | None, *, config_label: str | None = None) -> str:
     """The one header line naming what a command read: ``config: zhin.yaml · db: ../.zhin/data.sqlite``.
 
     Paths are shown relative to the working directory (``../`` for a parent's), a database URL with its password
-    redacted; a part that was not used says so (``config: none (built-in defaults)``, no ``db`` part for a file)."""
+    redacted; a part that was not used says so (``config: none (built-in defaults)``, no ``db`` part for a file).
+    ``config_label`` names configurations that are not one path (``base main → head HEAD``)."""
 
     def shown(value: Path | str) -> str:
         text = str(value)
@@ -393,16 +394,19 @@ def sources_line(config: Path | str | None, db: str | Path | None) -> str:
         except (OSError, ValueError):
             return text
 
-    parts = [f"config: {shown(config)}" if config is not None else "config: none (built-in defaults)"]
+    if config_label is not None:
+        parts = [f"config: {config_label}"]
+    else:
+        parts = [f"config: {shown(config)}" if config is not None else "config: none (built-in defaults)"]
     if db is not None:
         parts.append(f"db: {shown(db)}")
     return " · ".join(parts)
 
 
-def print_sources(config: Path | str | None, db: str | Path | None) -> None:
+def print_sources(config: Path | str | None, db: str | Path | None, *, config_label: str | None = None) -> None:
     """``sources_line`` on stderr (stdout stays the command's output, for pipes and ``--json``)."""
     try:
-        stderr_console().print(sources_line(config, db), markup=False, highlight=False, soft_wrap=True)
+        stderr_console().print(sources_line(config, db, config_label=config_label), markup=False, highlight=False, soft_wrap=True)
     except (OSError, ValueError):
         pass
 

@@ -31,8 +31,6 @@ from zhin_cli._cli import (
     print_json,
     print_sources,
     replay_progress,
-    sources_line,
-    stderr_console,
     stdout_console,
 )
 from zhin_cli.core.errors import EXIT_FOUND, UsageError
@@ -113,13 +111,7 @@ def _print_header(result: PrefixDiffResult) -> None:
     if result.mode == "turns":
         print_sources(result.config_path, result.db)
         return
-    line = f"config: base {result.base_label} → head {result.head_label}"
-    if result.db is not None:
-        line += " · " + sources_line(None, result.db).split(" · ", 1)[1]
-    try:
-        stderr_console().print(line, markup=False, highlight=False, soft_wrap=True)
-    except (OSError, ValueError):
-        pass
+    print_sources(None, result.db, config_label=f"base {result.base_label} → head {result.head_label}")
 
 
 def _publish(result: PrefixDiffResult) -> None:
