@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -199,3 +199,20 @@ def _key_lines(node: yaml.Node, prefix: str, lines: dict[str, int], seen: set[in
             name = f"{prefix}[{index}]"
             lines.setdefault(name, item.start_mark.line + 1)
             _key_lines(item, name, lines, seen, path)
+
+
+def key_path(parts: Iterable[Any]) -> str:
+    """``["segments", "add", 0, "kind"]`` → ``segments.add[0].kind``: the key form of the line maps
+    ``read_yaml_file`` returns."""
+    key = ""
+    for part in parts:
+        key = f"{key}[{part}]" if isinstance(part, int) else (f"{key}.{part}" if key else str(part))
+    return key
+
+
+def enclosing_key(lines: dict[str, int], key: str) -> str | None:
+    """``key``, or the nearest key enclosing it that ``lines`` has (``a.b[2].c`` → ``a.b[2]`` → ``a.b`` → ``a``);
+    None if none: where an error about ``key`` is reported."""
+    while key and key not in lines:
+        key = key[: key.rindex("[")] if key.endswith("]") else key.rpartition(".")[0]
+    return key if key in lines else None

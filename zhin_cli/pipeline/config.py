@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from zhin_cli.core.errors import ConfigError, ZhinError
-from zhin_cli.core.readers import read_yaml_file
+from zhin_cli.core.readers import enclosing_key, read_yaml_file
 from zhin_cli.core.timezones import valid_timezone
 from zhin_cli.core.trust import GIVEN, PluginSource, authorize, inside, plugin_file
 from zhin_cli.pipeline.config_schema import validate_config
@@ -61,9 +61,8 @@ class Config:
         """``file:line`` of ``key`` (or of the nearest enclosing key the file has), for error messages."""
         if self.path is None:
             return None
-        while key not in self.lines and key:
-            key = key[: key.rindex("[")] if key.endswith("]") else key.rpartition(".")[0]
-        return f"{self.path}:{self.lines[key]}" if key in self.lines else str(self.path)
+        found = enclosing_key(self.lines, key)
+        return f"{self.path}:{self.lines[found]}" if found is not None else str(self.path)
 
     def preset(self) -> Preset | None:
         """The message skeleton this config asks for (``None``: the built-in ADR 0041 layout). ``--preset FILE``

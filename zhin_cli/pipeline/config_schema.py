@@ -17,6 +17,7 @@ from functools import cache
 from typing import Any
 
 from zhin_cli.core.errors import ConfigError
+from zhin_cli.core.readers import key_path
 
 SCHEMA_ID = "https://github.com/zhinjs/zhin-cli/schema/config-v1.json"  # an identifier, as the eval-case schema's
 
@@ -140,14 +141,6 @@ def _validator() -> Any:
     return Draft202012Validator(config_schema())
 
 
-def key_of(path: list[Any]) -> str:
-    """``["segments", "add", 0, "kind"]`` → ``segments.add[0].kind``: the form ``Config.lines`` uses."""
-    key = ""
-    for part in path:
-        key += f"[{part}]" if isinstance(part, int) else (f".{part}" if key else str(part))
-    return key
-
-
 _TYPE_NAMES = {"string": "a string", "integer": "an integer", "number": "a number", "object": "a mapping",
                "array": "a list", "boolean": "true or false", "null": "null"}
 
@@ -159,20 +152,20 @@ def _shown(value: Any) -> str:
 def describe(error: Any) -> tuple[str, str]:
     """The key to point at and the one-line message for a jsonschema ``ValidationError``."""
     path = list(error.absolute_path)
-    key = key_of(path)
+    key = key_path(path)
     name = key or "the config"
     kind = error.validator
     schema = error.schema if isinstance(error.schema, dict) else {}
     if kind == "additionalProperties" and isinstance(error.instance, dict):
         known = sorted(schema.get("properties", {}))
         unknown = sorted(str(k) for k in error.instance if k not in known)
-        where = key_of([*path, unknown[0]])
+        where = key_path([*path, unknown[0]])
         if not key:
             return where, f"unknown config keys {unknown} (known: {known})"
         return where, f"unknown {key} keys {unknown} (known: {', '.join(known)})"
     if "propertyNames" in error.schema_path:  # the key's name broke it (jsonschema reports the inner enum)
         names = schema.get("enum", [])
-        where = key_of([*path, error.instance])
+        where = key_path([*path, error.instance])
         if path == ["providers"]:
             return where, f"unknown provider {error.instance!r} under providers (known: {', '.join(names)})"
         return where, f"unknown key {error.instance!r} in {name} (known: {', '.join(names)})"

@@ -32,7 +32,7 @@ import yaml
 
 from zhin_cli.core.errors import ConfigError
 from zhin_cli.core.ghactions import Annotation, summary_cell
-from zhin_cli.core.readers import read_yaml_file
+from zhin_cli.core.readers import enclosing_key, read_yaml_file
 from zhin_cli.core.tokens import counter as shared_counter
 from zhin_cli.pipeline.assemble import AssembledRequest
 from zhin_cli.pipeline.segments import SYSTEM_PROMPT_KINDS
@@ -60,9 +60,8 @@ class Budget:
 
     def line(self, key: str) -> int:
         """The line of ``key``, or of the nearest enclosing key the file has."""
-        while key not in self.lines and key:
-            key = key[: key.rindex("[")] if key.endswith("]") else key.rpartition(".")[0]
-        return self.lines.get(key, 1)
+        found = enclosing_key(self.lines, key)
+        return self.lines[found] if found is not None else 1
 
     def as_yaml(self) -> str:
         data = {

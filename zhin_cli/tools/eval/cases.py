@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from zhin_cli.core.errors import EXIT_INVALID_CASE, ZhinError
+from zhin_cli.core.readers import enclosing_key, key_path
 from zhin_cli.tools.eval import assertions as _assertions  # noqa: F401  (registers the built-in assertions)
 from zhin_cli.tools.eval import timeline as _timeline  # noqa: F401  (registers the built-in steps)
 from zhin_cli.tools.eval import transforms as _transforms  # noqa: F401  (registers the built-in transforms)
@@ -147,9 +148,8 @@ class Case:
 
     def where(self, key: str = "") -> str:
         """``file:line`` of ``key`` inside this case (or the nearest enclosing key)."""
-        while key and key not in self.lines:
-            key = key[: key.rindex("[")] if key.endswith("]") else key.rpartition(".")[0]
-        return f"{self.file}:{self.lines.get(key, self.line)}"
+        found = enclosing_key(self.lines, key)
+        return f"{self.file}:{self.lines[found] if found is not None else self.line}"
 
     def line_of(self, key: str) -> int:
         return int(self.where(key).rsplit(":", 1)[1])
@@ -167,17 +167,9 @@ def _validator() -> Any:
     return _VALIDATOR
 
 
-def _path_key(path: Any) -> str:
-    key = ""
-    for part in path:
-        key = f"{key}[{part}]" if isinstance(part, int) else (f"{key}.{part}" if key else str(part))
-    return key
-
-
 def _nearest_line(lines: dict[str, int], key: str) -> int:
-    while key and key not in lines:
-        key = key[: key.rindex("[")] if key.endswith("]") else key.rpartition(".")[0]
-    return lines.get(key, 1)
+    found = enclosing_key(lines, key)
+    return lines[found] if found is not None else 1
 
 
 def _describe(error: Any) -> str:
@@ -220,7 +212,7 @@ def _error_key(error: Any) -> str:
         deepest = best_match(error.context)
         if deepest is not None and len(deepest.absolute_path) > len(path):
             path = list(deepest.absolute_path)
-    return _path_key(path)
+    return key_path(path)
 
 
 def read_yaml(path: Path) -> tuple[Any, dict[str, int]]:
