@@ -190,14 +190,14 @@ def test_cli_writes_its_first_line_before_the_session_is_made(zhin, monkeypatch:
 
     parsed = _count_parsed(monkeypatch)
     at_first_write: list[int] = []
-    escape = jsonl_module.escape_surrogates
+    write = jsonl_module.write_json_line
 
-    def first_write(text: str) -> str:
+    def first_write(data: object, out: Any, **options: Any) -> None:
         if not at_first_write:
             at_first_write.append(parsed[0])
-        return escape(text)
+        write(data, out, **options)
 
-    monkeypatch.setattr(jsonl_module, "escape_surrogates", first_write)
+    monkeypatch.setattr(jsonl_module, "write_json_line", first_write)
     result = zhin("fixtures", "synth", "--messages", "5000", "--seed", "4", "-o", "s.jsonl")
     assert result.returncode == 0, result.stderr
     assert "5000 messages" in result.stderr
