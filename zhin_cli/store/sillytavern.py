@@ -2,16 +2,37 @@
 World Info book. A user moving a preset from SillyTavern to a zhin bot has these, not a zhin session: reading them
 directly is what lets ``zhin preset check-capture`` compare ST's captured requests with zhin's for the same turns.
 
-(The readers are being written; the dataclasses below are the interface the comparison builds on.)
+What is read, and why that way (each rule confirmed in SillyTavern's source, 1.12–1.18):
+
+* A chat file is JSONL: line 1 the header (``chat_metadata``, ``user_name``, ``character_name``; ST 1.18 writes
+  "unused" for both names), then one message per line. ``mes`` is what ST sends (the selected swipe). Messages with
+  ``is_system`` true are hidden: Generate's chat filter leaves them out of the prompt, so they are not in the session.
+* ``send_date`` has had several forms (``timestampToMoment`` in ST's utils.js still reads them all): ISO 8601
+  (``getMessageTimeStamp`` now), a number (epoch milliseconds, the oldest chats), the "humanized" form
+  ``2023-6-19 @14h 20m 5s 120ms``, and ``June 19, 2023 2:20pm``. The last two carry no zone: read as UTC.
+* The session id is ``st-`` + the header's ``chat_metadata.integrity`` (a UUID ST gives every chat), else ``st-`` +
+  the file name without ``.jsonl``: the same file always gives the same id, two chats never share one. The persona is
+  member ``st-user``, the character the bot ``st-char``; a message's row id is its line number.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from zhin_cli.core.model import Session
+from zhin_cli.core.errors import InputError, SessionNotFound, at_line
+from zhin_cli.core.inputfiles import open_regular
+from zhin_cli.core.model import Actor, AssistantMessage, BotFacts, Message, SceneFacts, Session, UserMessage
+from zhin_cli.store.payload import short
+
+PERSONA_ID = "st-user"
+CHARACTER_ID = "st-char"
+UNUSED_NAME = "unused"  # what ST 1.18 writes as the header's user_name / character_name
+# zhin's session line (store/jsonl.py): a file starting with one is a zhin session, never an ST chat
+ZHIN_LINE_KEYS = ("type", "session_id", "session_key")
 
 
 @dataclass(frozen=True)
@@ -58,3 +79,194 @@ class Lore:
     path: Path
     after: str  # constant, enabled entries at "after character definitions", joined as ST joins them
     notes: list[str] = field(default_factory=list)  # what is not simulated, one line each
+
+
+# --- the chat file ---------------------------------------------------------------------------------------------
+
+_HUMANIZED = re.compile(r"(\d{4})-(\d{1,2})-(\d{1,2}) ?@(\d{1,2})h ?(\d{1,2})m ?(\d{1,2})s(?: ?(\d{1,3})ms)?")
+_LEGACY = re.compile(r"([A-Za-z]+) (\d{1,2}), (\d{4}) (\d{1,2}):(\d{2}) ?([AaPp][Mm])")
+_MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+           "november", "december")
+_MAX_EPOCH_MS = 253402300799999  # 9999-12-31: beyond it no date is real
+
+
+def parse_send_date(value: Any, where: str) -> int:
+    """``send_date`` in epoch milliseconds, from any form ST has written (the module docstring lists them)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value != value or not 0 <= value <= _MAX_EPOCH_MS:  # NaN or out of range
+            raise InputError(f"send_date out of range: {short(value)}", where=where)
+        return int(value)
+    if not isinstance(value, str):
+        raise InputError(f"send_date must be a date string or a number, got {short(value)}", where=where)
+    text = value.strip()
+    try:
+        if match := _HUMANIZED.fullmatch(text):
+            year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
+            moment = datetime(year, month, day, hour, minute, second, int(match[7] or 0) * 1000, tzinfo=UTC)
+        elif match := _LEGACY.fullmatch(text):
+            month_name, day_text, year_text, hour_text, minute_text, half = match.groups()
+            if month_name.lower() not in _MONTHS or not 1 <= int(hour_text) <= 12:
+                raise ValueError(text)
+            hour24 = int(hour_text) % 12 + (12 if half.lower() == "pm" else 0)
+            moment = datetime(int(year_text), _MONTHS.index(month_name.lower()) + 1, int(day_text), hour24,
+                              int(minute_text), tzinfo=UTC)
+        else:
+            moment = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+            if moment.tzinfo is None:
+                moment = moment.replace(tzinfo=UTC)
+        return int(moment.timestamp() * 1000)
+    except (ValueError, OverflowError):
+        raise InputError(f"send_date {short(value)} is not a date SillyTavern writes (ISO 8601, epoch milliseconds, "
+                         "\"2023-6-19 @14h 20m 5s 120ms\" or \"June 19, 2023 2:20pm\")", where=where) from None
+
+
+def is_header(obj: dict[str, Any]) -> bool:
+    """An ST chat header: ``chat_metadata``, or both names; never a line carrying zhin's session keys."""
+    if any(key in obj for key in ZHIN_LINE_KEYS):
+        return False
+    return "chat_metadata" in obj or ("user_name" in obj and "character_name" in obj)
+
+
+def is_sillytavern_chat(path: Path) -> bool:
+    """Cheap: reads the first line only (at most 1 MiB of it); any trouble is False (the caller reads it otherwise)."""
+    from zhin_cli.core import jsontext
+
+    try:
+        with open_regular(path, InputError, "chat file") as handle:
+            first = handle.readline(2**20)
+        obj = jsontext.loads(first.decode("utf-8"), first)
+    except (OSError, ValueError, RecursionError, UnicodeDecodeError, InputError):
+        return False
+    return isinstance(obj, dict) and is_header(obj)
+
+
+def _header_problem(obj: dict[str, Any]) -> str:
+    if obj.get("type") == "session" or "session_id" in obj:
+        return "this is a zhin session file (line 1 is a {\"type\":\"session\"} line), not a SillyTavern chat"
+    if "mes" in obj or "is_user" in obj:
+        return "line 1 is a message, not SillyTavern's chat header (chat_metadata, user_name, character_name)"
+    keys = ", ".join(sorted(str(k) for k in obj)[:5]) or "none"
+    return f"line 1 is not SillyTavern's chat header (chat_metadata, user_name, character_name); its keys: {keys}"
+
+
+@dataclass
+class _Line:
+    """One message line, checked."""
+
+    number: int
+    obj: dict[str, Any]
+    is_user: bool
+    hidden: bool
+    name: str | None
+    text: str
+    timestamp: int
+
+
+def _message_line(obj: dict[str, Any], number: int, where: str, notes: list[str]) -> _Line:
+    text = obj.get("mes")
+    if not isinstance(text, str):
+        raise InputError(f"a message needs a string 'mes', got {short(text)}", where=where)
+    is_user = obj.get("is_user")
+    if not isinstance(is_user, bool):
+        raise InputError(f"a message needs a boolean 'is_user', got {short(is_user)}", where=where)
+    hidden = obj.get("is_system", False)
+    if not isinstance(hidden, bool):
+        raise InputError(f"'is_system' must be a boolean, got {short(hidden)}", where=where)
+    name = obj.get("name")
+    if name is not None and not isinstance(name, str):
+        raise InputError(f"'name' must be a string, got {short(name)}", where=where)
+    swipes, swipe_id = obj.get("swipes"), obj.get("swipe_id")
+    if (isinstance(swipes, list) and isinstance(swipe_id, int) and not isinstance(swipe_id, bool)
+            and 0 <= swipe_id < len(swipes) and isinstance(swipes[swipe_id], str) and swipes[swipe_id] != text):
+        notes.append(f"line {number}: 'mes' differs from swipes[{swipe_id}]; 'mes' is what ST sends, so it is used")
+    return _Line(number, obj, is_user, hidden, name or None, text, parse_send_date(obj.get("send_date"), where))
+
+
+def _read_lines(path: Path) -> tuple[dict[str, Any], list[_Line], list[str]]:
+    from zhin_cli.store import check_jsonl_limits
+    from zhin_cli.store.jsonl import _parse_line
+
+    check_jsonl_limits(path)
+    header: dict[str, Any] | None = None
+    lines: list[_Line] = []
+    notes: list[str] = []
+    try:
+        handle = open_regular(path, InputError, "chat file")
+    except FileNotFoundError:
+        raise SessionNotFound(f"no such file: {path}") from None
+    with handle:
+        for number, raw_line in enumerate(handle, start=1):
+            where = at_line(path, number)
+            obj = _parse_line(raw_line, where)
+            if obj is None:
+                continue
+            if header is None:
+                if not is_header(obj):
+                    raise InputError(_header_problem(obj), where=where)
+                header = obj
+                continue
+            lines.append(_message_line(obj, number, where, notes))
+    if header is None:
+        raise InputError("empty file: no SillyTavern chat header", where=at_line(path, 1))
+    return header, lines, notes
+
+
+def _session_id(path: Path, metadata: dict[str, Any]) -> str:
+    integrity = metadata.get("integrity")
+    if isinstance(integrity, str) and integrity.strip():
+        return f"st-{integrity.strip()}"
+    return f"st-{path.name.removesuffix('.jsonl')}"
+
+
+def _message(line: _Line, persona: Actor) -> Message:
+    content = [{"type": "text", "text": line.text}]
+    if line.is_user:
+        return UserMessage(content, line.timestamp, persona, line.number, raw=line.obj)
+    extra = line.obj.get("extra")
+    model = extra.get("model") if isinstance(extra, dict) else None
+    return AssistantMessage(content, line.timestamp, line.number, model=model if isinstance(model, str) else None,
+                            raw=line.obj)
+
+
+def _turns(messages: list[Message]) -> list[ChatTurn]:
+    turns: list[ChatTurn] = []
+    for position, message in enumerate(messages):
+        if not isinstance(message, UserMessage):
+            continue
+        after = messages[position + 1] if position + 1 < len(messages) else None
+        reply = after if isinstance(after, AssistantMessage) else None
+        turns.append(ChatTurn(len(turns) + 1, position, position + 1 if reply is not None else None, message.text,
+                              reply.text if reply is not None else None))
+    return turns
+
+
+def _header_name(header: dict[str, Any], key: str) -> str | None:
+    value = header.get(key)
+    return value if isinstance(value, str) and value and value != UNUSED_NAME else None
+
+
+def read_chat(path: Path, *, persona: str | None = None, character: str | None = None) -> SillyTavernChat:
+    """ST's chat file as a private-chat session (the module docstring gives the rules); bad input is an
+    ``InputError`` naming ``file:line``."""
+    header, lines, notes = _read_lines(path)
+    metadata = header.get("chat_metadata")
+    metadata = metadata if isinstance(metadata, dict) else {}
+    hidden = [line.number for line in lines if line.hidden]
+    shown = [line for line in lines if not line.hidden]
+    if hidden:
+        notes.append(f"{len(hidden)} hidden message{'s' if len(hidden) != 1 else ''} (is_system) "
+                     f"{'are' if len(hidden) != 1 else 'is'} not part of the prompt: "
+                     f"line{'s' if len(hidden) != 1 else ''} {', '.join(map(str, hidden))}")
+    persona_name = (persona or next((line.name for line in shown if line.is_user and line.name), None)
+                    or _header_name(header, "user_name") or "User")
+    character_name = (character or next((line.name for line in shown if not line.is_user and line.name), None)
+                      or _header_name(header, "character_name") or "Character")
+    actor = Actor(subject_id=PERSONA_ID, display_name=persona_name)
+    messages = [_message(line, actor) for line in shown]
+    session_id = _session_id(path, metadata)
+    session = Session(session_id=session_id, session_key=session_id, timezone=None,
+                      bot=BotFacts(user_id=CHARACTER_ID, name=character_name),
+                      scene=SceneFacts(scene_id=PERSONA_ID, scene_type="private"),
+                      messages=messages, source=str(path), raw=header)
+    return SillyTavernChat(path=path, session=session, persona_name=persona_name, character_name=character_name,
+                           turns=_turns(messages), metadata=metadata, notes=notes)
