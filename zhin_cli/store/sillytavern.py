@@ -270,3 +270,162 @@ def read_chat(path: Path, *, persona: str | None = None, character: str | None =
                       messages=messages, source=str(path), raw=header)
     return SillyTavernChat(path=path, session=session, persona_name=persona_name, character_name=character_name,
                            turns=_turns(messages), metadata=metadata, notes=notes)
+
+
+# --- the character card ----------------------------------------------------------------------------------------
+
+CARD_FIELDS = ("name", "description", "personality", "scenario", "first_mes", "mes_example")
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+MAX_CARD_BYTES = 64 * 2**20  # a card with an embedded lorebook is a few MB; more is not a card
+
+
+def read_card(path: Path) -> Card:
+    """A character card: V1 (flat keys), V2 (``chara_card_v2``) or V3 (``chara_card_v3``) JSON, or a PNG carrying
+    it. ST's character-card-parser reads the PNG's ``ccv3`` text chunk (base64 V3 JSON) before ``chara`` (base64
+    V2); V2 and V3 keep the fields in ``data`` alike, V1 at the top. Bad input: an ``InputError`` naming the file."""
+    try:
+        with open_regular(path, InputError, "character card") as handle:
+            raw = handle.read(MAX_CARD_BYTES + 1)
+    except FileNotFoundError:
+        raise InputError("no such file", where=str(path)) from None
+    if len(raw) > MAX_CARD_BYTES:
+        raise InputError(f"larger than {MAX_CARD_BYTES // 2**20} MiB: not a character card", where=str(path))
+    if raw.startswith(PNG_SIGNATURE):
+        return _card_from(path, _png_card_json(path), where=str(path))
+    return _card_from(path, _json_object(raw, path, "character card"), where=str(path))
+
+
+def _json_object(raw: bytes, path: Path, what: str) -> dict[str, Any]:
+    import json
+
+    from zhin_cli.core import jsontext
+
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 (byte {exc.start}): not a {what} (JSON or PNG)", where=str(path)) from None
+    try:
+        obj = jsontext.loads(text, raw)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"invalid JSON: {exc.msg} (column {exc.colno})", where=at_line(path, exc.lineno)) from None
+    except (RecursionError, ValueError):
+        raise InputError("invalid JSON: nested too deeply or a number too long", where=str(path)) from None
+    if not isinstance(obj, dict):
+        raise InputError(f"a {what} must be a JSON object, got {type(obj).__name__}", where=at_line(path, 1))
+    return obj
+
+
+def _png_card_json(path: Path) -> dict[str, Any]:
+    import base64
+    import binascii
+
+    try:
+        from PIL import Image
+    except ImportError:
+        from zhin_cli.core.errors import ZhinError
+
+        raise ZhinError("a PNG character card needs Pillow: pip install 'zhin-cli[sillytavern]'") from None
+    try:
+        # Pillow's own guards: MAX_IMAGE_PIXELS (a decompression bomb is refused at open), MAX_TEXT_CHUNK and
+        # MAX_TEXT_MEMORY (a huge or over-compressed text chunk is refused while reading)
+        with Image.open(path) as image:
+            image.load()  # ST writes the card chunk after the image data: Pillow reads it only when loading
+            texts = dict(getattr(image, "text", {}) or {})
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+        raise InputError(f"cannot read the PNG: {short(str(exc))}", where=str(path)) from None
+    for key in ("ccv3", "chara"):
+        value = texts.get(key)
+        if not isinstance(value, str):
+            continue
+        try:
+            decoded = base64.b64decode(value.strip(), validate=False)
+        except (binascii.Error, ValueError):
+            raise InputError(f"the PNG's '{key}' chunk is not base64", where=str(path)) from None
+        return _json_object(decoded, Path(f"{path} ({key} chunk)"), "character card")
+    raise InputError("a PNG without a character card: no 'ccv3' or 'chara' text chunk", where=str(path))
+
+
+def _card_from(path: Path, obj: dict[str, Any], *, where: str) -> Card:
+    spec = obj.get("spec")
+    if spec in ("chara_card_v2", "chara_card_v3"):
+        data = obj.get("data")
+        if not isinstance(data, dict):
+            raise InputError(f"a {spec} card needs a 'data' object", where=where)
+        fields, spec_name = data, str(spec)
+    elif spec is not None:
+        raise InputError(f"unknown card spec {short(spec)} (expected chara_card_v2 or chara_card_v3)", where=where)
+    else:
+        fields, spec_name = obj, "v1"
+    values: dict[str, str] = {}
+    for key in CARD_FIELDS:
+        value = fields.get(key, "")
+        if value is None:
+            value = ""
+        if not isinstance(value, str):
+            raise InputError(f"card field '{key}' must be a string, got {short(value)}", where=where)
+        values[key] = value
+    if not values["name"]:
+        raise InputError("the card has no 'name'", where=where)
+    return Card(path=path, spec=spec_name, **values)
+
+
+# --- the World Info book -----------------------------------------------------------------------------------------
+
+WI_POSITION_AFTER = 1  # world_info_position.after: "after character definitions"
+WI_POSITIONS = {0: "before character definitions", 1: "after character definitions", 2: "top of Author's Note",
+                3: "bottom of Author's Note", 4: "in chat at depth", 5: "top of example messages",
+                6: "bottom of example messages", 7: "an outlet"}
+
+
+def read_lore(path: Path) -> Lore:
+    """ST's World Info export (``{"entries": {"0": {...}}}``): the constant, enabled entries at position 1, as
+    ST's world-info.js joins them — it walks the activated entries by ``order`` descending and ``unshift``s each
+    content, so the text is in ascending ``order`` (ties: the later entry first), joined with "\\n", empty contents
+    skipped. Keyword-triggered entries and other positions are not simulated: one note line each."""
+    try:
+        with open_regular(path, InputError, "World Info file") as handle:
+            raw = handle.read(MAX_CARD_BYTES + 1)
+    except FileNotFoundError:
+        raise InputError("no such file", where=str(path)) from None
+    if len(raw) > MAX_CARD_BYTES:
+        raise InputError(f"larger than {MAX_CARD_BYTES // 2**20} MiB: not a World Info file", where=str(path))
+    book = _json_object(raw, path, "World Info file")
+    entries = book.get("entries")
+    if not isinstance(entries, dict):
+        raise InputError("a World Info file needs an 'entries' object ({\"entries\": {\"0\": {...}}})", where=str(path))
+    chosen: list[tuple[int, str]] = []
+    notes: list[str] = []
+    for key, entry in entries.items():
+        if not isinstance(entry, dict):
+            raise InputError(f"entry {short(key)} must be an object, got {short(entry)}", where=str(path))
+        placed = _lore_entry(str(key), entry, notes, str(path))
+        if placed is not None:
+            chosen.append(placed)
+    # ST: sort by order descending (stable), then unshift each: the same as a stable ascending sort of the
+    # reversed list
+    ordered = sorted(reversed(chosen), key=lambda item: item[0])
+    return Lore(path=path, after="\n".join(content for _, content in ordered if content), notes=notes)
+
+
+def _lore_entry(key: str, entry: dict[str, Any], notes: list[str], where: str) -> tuple[int, str] | None:
+    """(order, content) when the entry is simulated; else None, with a note when ST might send it."""
+    if entry.get("disable") is True:
+        return None
+    content = entry.get("content", "")
+    if not isinstance(content, str):
+        raise InputError(f"entry {short(key)}: 'content' must be a string, got {short(content)}", where=where)
+    order = entry.get("order", 100)
+    if not isinstance(order, (int, float)) or isinstance(order, bool):
+        raise InputError(f"entry {short(key)}: 'order' must be a number, got {short(order)}", where=where)
+    label = f"entry {key}" + (f" ({entry['comment']})" if isinstance(entry.get("comment"), str) and entry["comment"] else "")
+    position = entry.get("position", 0)
+    if entry.get("constant") is not True:
+        notes.append(f"{label}: keyword-triggered, not simulated (only constant entries are)")
+        return None
+    if position != WI_POSITION_AFTER:
+        place = WI_POSITIONS.get(position, f"position {short(position)}") if isinstance(position, int) else short(position)
+        notes.append(f"{label}: at {place}, not simulated (only 'after character definitions' is)")
+        return None
+    if entry.get("useProbability") is True and entry.get("probability", 100) != 100:
+        notes.append(f"{label}: probability {short(entry.get('probability'))}%, taken as always sent")
+    return int(order), content
