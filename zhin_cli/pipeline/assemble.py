@@ -182,6 +182,9 @@ class AssembledRequest:
     parts: list[RenderedPart] = field(default_factory=list, repr=False)
     system_texts: list[tuple[str, str]] = field(default_factory=list, repr=False)  # (segment id, text) in order
     tail_text: str | None = field(default=None, repr=False)  # the runtime tail as the wire carries it, if any
+    # the history messages exactly as handed to the preset stage (``arrange``): their headers and segments say
+    # what zhin added to each history message (stcheck removes them to compare with SillyTavern)
+    projected: list[Projected] = field(default_factory=list, repr=False)
 
     @property
     def window_start(self) -> WindowStart:
@@ -860,4 +863,5 @@ class Assembler:
             parts=rendered.parts,
             system_texts=_system_texts(system_parts, arrangement.layout.leading if self.preset is not None else None),
             tail_text=next((p.text for p in rendered.parts if p.segment_id == TAIL_SEGMENT), None),
+            projected=list(shaped),
         )

@@ -143,6 +143,9 @@ class CardOptions:
     seed: int = 0  # seeds {{roll}} / {{random}} (with the session id and the request position)
     # ST's first_mes: opens the history of a session that stored no greeting (assemble.Assembler.greeted)
     greeting: str = ""
+    # the chat variables at the start of the request (ST's chat_metadata.variables); not a zhin.yaml option:
+    # zhin's scope is one request, so this is empty except where a tool sets it (stcheck's state probe)
+    variables: tuple[tuple[str, str], ...] = ()  # (name, value) pairs: hashable, as the options are
 
     FIELDS = ("user", "char", "persona", "description", "personality", "scenario", "examples", "world_book_after", "seed",
               "greeting")

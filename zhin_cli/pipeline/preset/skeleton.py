@@ -272,6 +272,7 @@ class _Builder:
             summary=next((m.body.removeprefix(SUMMARY_PREFIX) for m in messages if m.role == "summary"), ""),
             model=facts.model, now_ms=facts.request_time, timezone=facts.timezone,
             seed=_seed(preset, facts), session_seed=f"{card.seed}\x00{facts.session_id}",
+            variables=dict(card.variables),
         )
         self.engine = MacroEngine(self.context)
         # ST's order (sillytavern.md §4.6): card fields first, then the World Info entries, then the preset's

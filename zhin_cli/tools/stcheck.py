@@ -1,0 +1,497 @@
+"""One captured SillyTavern request body compared with zhin's request for the same turn of the same chat.
+
+A user moving a chat-completion preset from SillyTavern to a zhin bot wants to know whether zhin sends what ST
+sent. zhin adds a few things on purpose (history headers, its own system segments in the ``worldInfoBefore``
+hole, the scene line on the current input); those are removed using zhin's own attribution of every wire part
+(``RenderedPart`` segment ids and ``AssembledRequest.projected`` headers), never by guessing at text. Two
+differences on ST's side are by design and handled narrowly: ``names_behavior`` on history messages, and chat
+variables (ST keeps them across generations, zhin's scope is one request) — the bytes that depend on variable
+state are found by rendering the turn again with every variable pre-set to a sentinel. Whatever is left is a
+``Departure``, located (message indices, first differing UTF-8 byte) and, where zhin's attribution can tell,
+given a category.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from zhin_cli.pipeline.assemble import TAIL_SEGMENT, AssembledRequest, Assembler
+from zhin_cli.pipeline.config import parse_config
+from zhin_cli.pipeline.preset.layout import SYSTEM_SEGMENT
+from zhin_cli.pipeline.preset.model import Preset
+from zhin_cli.store.sillytavern import Card, ChatTurn, Lore, SillyTavernChat
+
+PROVIDER = "openai"
+MODEL = "gpt-4o"  # the body's model is not known at prepare time: every capture is checked with this profile
+JOINERS = ("\n", "\n\n")  # what squash / merge / post-processing put between the parts of one message
+HISTORY_PREFIX = "history."
+EXCERPT = 40  # characters of raw text on each side of the first differing byte
+# ST's chat-variable macros; the name is the first argument
+_VARIABLE_MACRO = re.compile(r"\{\{\s*(?:get|set|add|inc|dec)var::([^:}]+)")
+_SENTINEL = "\ue000{}\ue001"  # a non-numeric value that names its variable (private-use characters)
+_CARD_FIELD_SEGMENTS = frozenset({"preset:charDescription", "preset:charPersonality", "preset:scenario",
+                                  "preset:personaDescription", "preset:worldInfoAfter"})
+_EXAMPLE_SEGMENTS = frozenset({"preset:dialogueExamples", "preset:newChat"})
+_SQUASHING_MODES = ("merge", "merge_tools", "semi", "semi_tools", "strict", "strict_tools", "single")
+
+
+@dataclass(frozen=True)
+class CheckSetup:
+    """Everything fixed for a whole check: the chat, the inputs, and the assembler built once."""
+
+    chat: SillyTavernChat
+    preset_path: Path
+    card: Card | None
+    lore: Lore | None
+    persona: str
+    persona_description: str
+    post_processing: str | None  # None: as the preset file says
+    assembler: Assembler = field(repr=False)
+    variables: tuple[str, ...] = ()  # the chat variables the preset and card use (the state probe pre-sets them)
+
+
+@dataclass(frozen=True)
+class Departure:
+    turn: int
+    st_index: int | None  # index in the captured body's messages (None: missing on ST's side)
+    zhin_index: int | None  # index in zhin's wire messages (None: extra on ST's side)
+    role: str  # ST's role (zhin's when st_index is None)
+    zhin_role: str | None
+    source: str  # what zhin rendered there: segment ids ("preset:<identifier>", "history", …) joined by ", "
+    kind: str  # "changed" | "role" | "moved" | "missing" | "extra"
+    category: str | None
+    byte: int | None  # UTF-8 byte offset of the first differing byte in the content (changed)
+    st_excerpt: str
+    zhin_excerpt: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"turn": self.turn, "kind": self.kind, "st_index": self.st_index, "zhin_index": self.zhin_index,
+                "role": self.role, "zhin_role": self.zhin_role, "source": self.source, "category": self.category,
+                "byte": self.byte, "st_excerpt": self.st_excerpt, "zhin_excerpt": self.zhin_excerpt}
+
+
+@dataclass(frozen=True)
+class ByDesign:
+    """A difference zhin makes on purpose; never a departure."""
+
+    kind: str  # "chat-variable" | "names"
+    turn: int
+    st_index: int | None
+    detail: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "turn": self.turn, "st_index": self.st_index, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class TurnCheck:
+    turn: int
+    departures: list[Departure]
+    by_design: list[ByDesign]
+    removed: dict[str, int]  # {"headers": n, "system_parts": n, "tail": n}: zhin's own additions taken out
+    ignored_keys: list[str]  # top-level keys of either body not compared (sampling/connection), sorted
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"turn": self.turn, "departures": [d.as_dict() for d in self.departures],
+                "by_design": [b.as_dict() for b in self.by_design], "removed": dict(self.removed),
+                "ignored_keys": list(self.ignored_keys)}
+
+
+# --- setup ---------------------------------------------------------------------------------------------------
+
+
+def prepare(preset: Path, chat: SillyTavernChat, *, card: Card | None = None, lore: Lore | None = None,
+            persona_description: str = "", post_processing: str | None = None) -> CheckSetup:
+    """Load the preset once with the card, persona and lorebook as card options, and build the assembler."""
+    options: dict[str, Any] = {"user": chat.persona_name, "char": card.name if card else chat.character_name,
+                               "persona": persona_description}
+    if card is not None:
+        options.update({k: v for k, v in card.card_options().items() if k != "greeting"})
+    if lore is not None:
+        options["world_book_after"] = lore.after
+    config = parse_config({"preset": {"file": str(preset), **options}})
+    registry, _ = config.registry()
+    assembler = Assembler(registry, config, provider=PROVIDER, model=MODEL)
+    if assembler.preset is not None and post_processing is not None:
+        # a connection setting in ST, not part of an export: the caller says what ST used
+        assembler.preset.settings["custom_prompt_post_processing"] = post_processing
+    return CheckSetup(chat, preset, card, lore, chat.persona_name, persona_description, post_processing, assembler,
+                      _used_variables(assembler.preset))
+
+
+def _used_variables(preset: Preset | None) -> tuple[str, ...]:
+    if preset is None:
+        return ()
+    texts = [p.content for p in preset.prompts.values()]
+    card = preset.card
+    texts += [card.description, card.personality, card.scenario, card.persona, card.examples, card.world_book_after]
+    return tuple(sorted({m.group(1).strip() for text in texts for m in _VARIABLE_MACRO.finditer(text)}))
+
+
+# --- zhin's side ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Piece:
+    segment: str  # "" for a joiner between parts
+    text: str
+
+
+@dataclass(frozen=True)
+class ZhinMessage:
+    """A zhin wire message with zhin's own additions removed."""
+
+    index: int  # in zhin's wire messages
+    role: str
+    content: str
+    sources: tuple[str, ...]  # segment ids of what is left, in order, without repeats
+    name: str | None = None
+
+    @property
+    def history(self) -> bool:
+        return any(s.startswith(HISTORY_PREFIX) for s in self.sources)
+
+    @property
+    def source(self) -> str:
+        labels: list[str] = []
+        for s in self.sources:
+            label = "history" if s.startswith(HISTORY_PREFIX) else "examples" if s in _EXAMPLE_SEGMENTS else s
+            if label not in labels:
+                labels.append(label)
+        return ", ".join(labels)
+
+
+def _pieces(content: str, parts: list[tuple[str, str]]) -> list[_Piece]:
+    """A wire message's text cut into its attributed parts (in order) and the joiners between them."""
+    out: list[_Piece] = []
+    cursor = 0
+    for segment, text in parts:
+        at = content.find(text, cursor)
+        if at < 0:
+            raise ValueError(f"part {segment!r} {text[:40]!r} not found in its wire message")
+        if at > cursor:
+            out.append(_Piece("", content[cursor:at]))
+        out.append(_Piece(segment, text))
+        cursor = at + len(text)
+    if cursor < len(content):
+        out.append(_Piece("", content[cursor:]))
+    return out
+
+
+def _without(pieces: list[_Piece], segment: str, *, joined: bool = True) -> tuple[list[_Piece], int]:
+    """Drop the parts of ``segment`` and, if they were ``joined`` to their neighbours (squash, merge), for each the
+    one joiner that tied it in (the tail part carries its own separator: it is not joined). Returns the count."""
+    out = list(pieces)
+    count = 0
+    while any(p.segment == segment for p in out):
+        at = next(i for i, p in enumerate(out) if p.segment == segment)
+        before = joined and at > 0 and not out[at - 1].segment and out[at - 1].text in JOINERS
+        after = joined and at + 1 < len(out) and not out[at + 1].segment and out[at + 1].text in JOINERS
+        start = at - 1 if before else at
+        end = at + 2 if after and not before else at + 1
+        del out[start:end]
+        count += 1
+    return out, count
+
+
+def zhin_messages(request: AssembledRequest) -> tuple[list[ZhinMessage], dict[str, int]]:
+    """zhin's wire messages without what zhin adds by design, located through zhin's own attribution, and how
+    many of each addition were removed."""
+    headers = [m.header for m in request.projected if m.header]
+    history_segments = {m.segment_id for m in request.projected}
+    by_message: dict[int, list[tuple[str, str]]] = {}
+    for part in request.parts:
+        by_message.setdefault(part.message_index, []).append((part.segment_id, part.text))
+    removed = {"headers": 0, "system_parts": 0, "tail": 0}
+    out: list[ZhinMessage] = []
+    for index, message in enumerate(request.request["messages"]):
+        pieces = _pieces(message.get("content") or "", by_message.get(index, []))
+        for piece in pieces:  # history parts in wire order are the projected messages in order: strip each header
+            if piece.segment in history_segments and headers and piece.text.startswith(headers[0]):
+                header = headers.pop(0)
+                piece.text = piece.text[len(header):].removeprefix(" ")
+                removed["headers"] += 1
+        pieces, system = _without(pieces, SYSTEM_SEGMENT)
+        pieces, tail = _without(pieces, TAIL_SEGMENT, joined=False)
+        removed["system_parts"] += system
+        removed["tail"] += tail
+        text = "".join(p.text for p in pieces)
+        if not text:
+            continue  # the message was only zhin's additions
+        sources = tuple(dict.fromkeys(p.segment for p in pieces if p.segment))
+        out.append(ZhinMessage(index, message["role"], text, sources, message.get("name")))
+    if headers:
+        raise ValueError(f"{len(headers)} history headers not found on the wire")
+    return out, removed
+
+
+def _position(setup: CheckSetup, turn: ChatTurn) -> tuple[int, int]:
+    """Where the request for ``turn`` is made (before the reply, at its time; without a reply, right after the
+    user message, at its time)."""
+    messages = setup.chat.session.messages
+    if turn.reply_position is not None:
+        return turn.reply_position, messages[turn.reply_position].timestamp
+    return turn.user_position + 1, messages[turn.user_position].timestamp
+
+
+def _assemble(assembler: Assembler, setup: CheckSetup, turn: ChatTurn) -> AssembledRequest:
+    position, time = _position(setup, turn)
+    return assembler.assemble(setup.chat.session, position, time)
+
+
+def _probe(setup: CheckSetup) -> Assembler | None:
+    """The same assembler with every chat variable the preset uses pre-set to a sentinel naming it."""
+    preset = setup.assembler.preset
+    if preset is None or not setup.variables:
+        return None
+    variables = tuple((name, _SENTINEL.format(i)) for i, name in enumerate(setup.variables))
+    probe = object.__new__(Assembler)
+    probe.__dict__.update(setup.assembler.__dict__)
+    probe.preset = replace(preset, card=replace(preset.card, variables=variables))
+    return probe
+
+
+def _state_patterns(normal: list[ZhinMessage], probed: list[ZhinMessage],
+                    names: tuple[str, ...]) -> dict[int, tuple[re.Pattern[str], list[str]]]:
+    """For each zhin message whose text depends on chat-variable state: a pattern of its text with those spans as
+    groups, and the variable each group shows (read off the sentinel)."""
+    out: dict[int, tuple[re.Pattern[str], list[str]]] = {}
+    if len(normal) != len(probed):
+        return out
+    for at, (mine, other) in enumerate(zip(normal, probed, strict=True)):
+        if mine.content == other.content:
+            continue
+        spans: list[tuple[int, int, str]] = []
+        matcher = difflib.SequenceMatcher(None, mine.content, other.content, autojunk=False)
+        for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+            if tag == "equal":
+                continue
+            start, end = i1, i2
+            while start > 0 and mine.content[start - 1].isalnum():  # the whole value, not the changed digits
+                start -= 1
+            while end < len(mine.content) and mine.content[end].isalnum():
+                end += 1
+            found = re.search("\ue000(\\d+)\ue001", other.content[j1 - 8 if j1 >= 8 else 0:j2 + 8])
+            name = names[int(found.group(1))] if found and int(found.group(1)) < len(names) else "?"
+            if spans and start <= spans[-1][1]:
+                spans[-1] = (spans[-1][0], max(end, spans[-1][1]), spans[-1][2])
+            else:
+                spans.append((start, end, name))
+        pattern, cursor = "", 0
+        for start, end, _name in spans:
+            pattern += re.escape(mine.content[cursor:start]) + r"(\w*)"
+            cursor = end
+        pattern += re.escape(mine.content[cursor:])
+        out[at] = (re.compile(pattern, re.DOTALL), [name for _s, _e, name in spans])
+    return out
+
+
+# --- the comparison ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _StMessage:
+    index: int
+    role: str
+    content: str
+    name: str | None
+    compared: str  # the content in zhin's terms (by-design differences put back)
+
+
+def _st_messages(body: dict[str, Any], zhin: list[ZhinMessage], patterns: dict[int, tuple[re.Pattern[str], list[str]]],
+                 speakers: dict[str, str], turn: int) -> tuple[list[_StMessage], list[ByDesign]]:
+    history = {(m.role, m.content) for m in zhin if m.history}
+    by_design: list[ByDesign] = []
+    out: list[_StMessage] = []
+    for index, raw in enumerate(body.get("messages") or []):
+        role, content = str(raw.get("role")), raw.get("content")
+        content = content if isinstance(content, str) else str(content)
+        name = raw.get("name")
+        compared = content
+        speaker = speakers.get(role)
+        if name is not None and (role, content) in history and speaker and name in (speaker, speaker.replace(" ", "_")):
+            by_design.append(ByDesign("names", turn, index, f"ST sent name {name!r}; zhin names the sender in its header"))
+            name = None
+        elif speaker and content.startswith(f"{speaker}: ") and (role, content[len(speaker) + 2:]) in history:
+            compared = content[len(speaker) + 2:]
+            by_design.append(ByDesign("names", turn, index, f"ST prefixed {speaker + ': '!r}; zhin names the sender in its header"))
+        else:
+            for at, (pattern, names) in patterns.items():
+                found = pattern.fullmatch(content)
+                mine = zhin[at]
+                if found is None or mine.role != role:
+                    continue
+                zhin_values = pattern.fullmatch(mine.content)
+                assert zhin_values is not None
+                for group, variable in enumerate(names, start=1):
+                    if found.group(group) != zhin_values.group(group):
+                        by_design.append(ByDesign("chat-variable", turn, index,
+                                                  f"{variable}: ST {found.group(group)}, zhin {zhin_values.group(group)}"))
+                compared = mine.content
+                break
+        out.append(_StMessage(index, role, content, name, compared))
+    return out, by_design
+
+
+def _first_difference(left: bytes, right: bytes) -> int:
+    for at, (a, b) in enumerate(zip(left, right, strict=False)):
+        if a != b:
+            return at
+    return min(len(left), len(right))
+
+
+def _excerpt(text: str, byte: int) -> str:
+    data = text.encode("utf-8")
+    start, end = max(0, byte - EXCERPT), byte + EXCERPT
+    return data[start:end].decode("utf-8", errors="ignore")
+
+
+class _Categorizer:
+    """A departure's category, from zhin's attribution of the message (never from guessing at text)."""
+
+    def __init__(self, preset: Preset | None) -> None:
+        self.preset = preset
+
+    def in_chat(self, sources: tuple[str, ...]) -> bool:
+        if self.preset is None:
+            return False
+        for source in sources:
+            entry = self.preset.prompts.get(source.removeprefix("preset:")) if source.startswith("preset:") else None
+            if entry is not None and entry.in_chat:
+                return True
+        return False
+
+    def joined(self) -> str | None:
+        """squash / post-processing: one side's message is two adjacent messages of the other joined."""
+        if self.preset is None:
+            return None
+        mode = self.preset.post_processing
+        return "post-processing" if mode in _SQUASHING_MODES else "squash" if self.preset.squash else "post-processing"
+
+    def changed(self, mine: ZhinMessage, byte: int) -> str | None:
+        sources = set(mine.sources)
+        if sources & _EXAMPLE_SEGMENTS:
+            return "example-dialogue"
+        if sources & _CARD_FIELD_SEGMENTS:
+            return "card-field"
+        if self.preset is not None:
+            if self._regex(mine):
+                return "regex"
+            if self._macro(mine, byte):
+                return "macro"
+        return None
+
+    def _regex(self, mine: ZhinMessage) -> bool:
+        assert self.preset is not None
+        if not any(not s.disabled and s.prompt_only for s in self.preset.regex_scripts):
+            return False
+        for source in mine.sources:
+            entry = self.preset.prompts.get(source.removeprefix("preset:"))
+            if entry is not None and entry.content and entry.content not in mine.content and "{{" not in entry.content:
+                return True
+        return False
+
+    def _macro(self, mine: ZhinMessage, byte: int) -> bool:
+        """The differing byte is in the output of a macro: the entry's raw text has macros, and the differing
+        byte is not inside a literal stretch of it."""
+        assert self.preset is not None
+        for source in mine.sources:
+            entry = self.preset.prompts.get(source.removeprefix("preset:"))
+            if entry is None or "{{" not in entry.content:
+                continue
+            literals = [t for t in re.split(r"\{\{.*?\}\}", entry.content, flags=re.DOTALL) if t]
+            data = mine.content.encode("utf-8")
+            for literal in literals:
+                lit = literal.encode("utf-8")
+                at = data.find(lit)
+                if at >= 0 and at <= byte < at + len(lit):
+                    return False
+            return True
+        return False
+
+
+def _compare(turn: int, st: list[_StMessage], zhin: list[ZhinMessage], preset: Preset | None) -> list[Departure]:
+    cat = _Categorizer(preset)
+    left = [(m.role, m.compared, m.name) for m in st]
+    right = [(m.role, m.content, m.name) for m in zhin]
+    matcher = difflib.SequenceMatcher(None, left, right, autojunk=False)
+    out: list[Departure] = []
+    deleted: list[ZhinMessage] = []  # zhin messages with no ST partner
+    inserted: list[_StMessage] = []  # ST messages with no zhin partner
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        theirs, mine = st[i1:i2], zhin[j1:j2]
+        joined = _joined_pairs(theirs, mine)
+        if joined is not None:
+            out.extend(Departure(turn, s.index, z.index, s.role, z.role, z.source, "changed", cat.joined(),
+                                 *_located(s.compared, z.content)) for s, z in joined)
+            continue
+        pairs = min(len(theirs), len(mine)) if tag == "replace" else 0
+        for s, z in zip(theirs[:pairs], mine[:pairs], strict=True):
+            out.extend(_pair(turn, s, z, cat))
+        inserted.extend(theirs[pairs:])
+        deleted.extend(mine[pairs:])
+    for z in list(deleted):  # the same message elsewhere on ST's side: moved
+        partner = next((s for s in inserted if (s.role, s.compared) == (z.role, z.content)), None)
+        if partner is None:
+            continue
+        deleted.remove(z)
+        inserted.remove(partner)
+        category = "injection" if cat.in_chat(z.sources) else None
+        out.append(Departure(turn, partner.index, z.index, partner.role, z.role, z.source, "moved", category, None,
+                             _excerpt(partner.content, 0), _excerpt(z.content, 0)))
+    for z in deleted:
+        out.append(Departure(turn, None, z.index, z.role, z.role, z.source, "missing",
+                             "injection" if cat.in_chat(z.sources) else None, None, "", _excerpt(z.content, 0)))
+    for s in inserted:
+        out.append(Departure(turn, s.index, None, s.role, None, "", "extra", None, None, _excerpt(s.content, 0), ""))
+    return sorted(out, key=lambda d: (d.st_index if d.st_index is not None else 10**9, d.zhin_index or 0))
+
+
+def _joined_pairs(theirs: list[_StMessage], mine: list[ZhinMessage]) -> list[tuple[_StMessage, ZhinMessage]] | None:
+    """A block where one ST message is zhin's messages joined (or the reverse): paired first with first."""
+    for joiner in JOINERS:
+        if len(theirs) == 1 and len(mine) > 1 and theirs[0].compared == joiner.join(m.content for m in mine):
+            return [(theirs[0], mine[0])]
+        if len(mine) == 1 and len(theirs) > 1 and mine[0].content == joiner.join(s.compared for s in theirs):
+            return [(theirs[0], mine[0])]
+    return None
+
+
+def _located(theirs: str, mine: str) -> tuple[int, str, str]:
+    byte = _first_difference(theirs.encode("utf-8"), mine.encode("utf-8"))
+    return byte, _excerpt(theirs, byte), _excerpt(mine, byte)
+
+
+def _pair(turn: int, s: _StMessage, z: ZhinMessage, cat: _Categorizer) -> list[Departure]:
+    out: list[Departure] = []
+    if s.role != z.role:
+        out.append(Departure(turn, s.index, z.index, s.role, z.role, z.source, "role", None, None,
+                             _excerpt(s.content, 0), _excerpt(z.content, 0)))
+    if s.compared != z.content or s.name != z.name:
+        byte, st_excerpt, zhin_excerpt = _located(s.compared, z.content)
+        out.append(Departure(turn, s.index, z.index, s.role, z.role, z.source, "changed", cat.changed(z, byte), byte,
+                             st_excerpt, zhin_excerpt))
+    return out
+
+
+def check_turn(setup: CheckSetup, turn: ChatTurn, body: dict[str, Any]) -> TurnCheck:
+    """Compare ST's captured ``body`` with zhin's request for ``turn``."""
+    request = _assemble(setup.assembler, setup, turn)
+    zhin, removed = zhin_messages(request)
+    patterns: dict[int, tuple[re.Pattern[str], list[str]]] = {}
+    probe = _probe(setup)
+    if probe is not None:
+        probed, _ = zhin_messages(_assemble(probe, setup, turn))
+        patterns = _state_patterns(zhin, probed, setup.variables)
+    speakers = {"user": setup.chat.persona_name,
+                "assistant": setup.card.name if setup.card else setup.chat.character_name}
+    st, by_design = _st_messages(body, zhin, patterns, speakers, turn.number)
+    departures = _compare(turn.number, st, zhin, setup.assembler.preset)
+    ignored = sorted((set(body) | set(request.request)) - {"messages"})
+    return TurnCheck(turn.number, departures, by_design, removed, ignored)
