@@ -40,6 +40,8 @@ def import_command(
     db: Annotated[str | None, typer.Option("--db", envvar="ZHIN_DB", help="Database to write (tables created in upstream zhin's schema): an SQLite file, or a postgresql:// or mysql:// URL. Default: the .zhin/data.sqlite a read finds from here upward, else a new ./.zhin/data.sqlite.")] = None,
     replace: Annotated[bool, typer.Option("--replace", help="Replace a session that is already there.")] = False,
     events: Annotated[bool, typer.Option("--events", help="Also turn conversation_events member_increase / member_decrease rows into event messages (once each).")] = False,
+    source_format: Annotated[str, typer.Option("--from", metavar="zhin|sillytavern", help="What the files are: zhin session JSONL (zhin), or SillyTavern chat files (sillytavern: one private chat each; hidden messages left out, as ST leaves them out of the prompt).")] = "zhin",
+    card: Annotated[Path | None, typer.Option("--card", help="With --from sillytavern: the character card (JSON or PNG) whose name the bot takes.")] = None,
 ) -> None:
     """Load session JSONL files into a zhin database; with --events, also its join/leave events.
 
@@ -48,9 +50,19 @@ def import_command(
     from zhin_cli.store.discovery import import_target
     from zhin_cli.store.jsonl import read_session
 
+    if source_format not in ("zhin", "sillytavern"):
+        raise UsageError(f"--from must be zhin or sillytavern, not {source_format!r}")
+    if card is not None and source_format != "sillytavern":
+        raise UsageError("--card is for --from sillytavern (a zhin session names its bot itself)")
     if not files and not events:
         raise UsageError("nothing to import: give session .jsonl files, or --events")
-    sessions = [read_session(f) for f in files or []]  # all parsed before anything is written
+    if source_format == "sillytavern":
+        from zhin_cli.store.sillytavern import read_card, read_chat
+
+        character = read_card(card).name if card is not None else None
+        sessions = [read_chat(f, character=character).session for f in files or []]  # all parsed first
+    else:
+        sessions = [read_session(f) for f in files or []]  # all parsed before anything is written
     target = import_target(db, Path.cwd(), events_only=not sessions)
     label = parse_db(target).label
     result = import_sessions(sessions, target, replace=replace, events=events)  # all or nothing

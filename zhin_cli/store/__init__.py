@@ -109,6 +109,33 @@ class JsonlSource:
         return open_session(Path(ref))  # messages parsed when read: a request parses its window
 
 
+ST_PREFIX = "st:"
+
+
+def _starts_as_sillytavern_chat(path: Path) -> bool:
+    from zhin_cli.store.sillytavern import is_sillytavern_chat  # light: no database code
+
+    return is_sillytavern_chat(path)
+
+
+@dataclass
+class SillyTavernSource:
+    """A SillyTavern chat file: ``st:PATH``, or a ``.jsonl`` whose first line is ST's chat header (only that line
+    is read to decide; a zhin session line is never one, so zhin sessions still reach ``JsonlSource``)."""
+
+    name: str = "sillytavern"
+
+    def claims(self, ref: str) -> bool:
+        if ref.startswith(ST_PREFIX):
+            return True
+        return ref.endswith(".jsonl") and Path(ref).is_file() and _starts_as_sillytavern_chat(Path(ref))
+
+    def load(self, ref: str, *, db: str | None, cwd: Path) -> Session:
+        from zhin_cli.store.sillytavern import read_chat
+
+        return read_chat(Path(ref.removeprefix(ST_PREFIX))).session
+
+
 @dataclass
 class DatabaseSource:
     """Anything else is a session id or key in a database (``--db`` or the discovered one)."""
@@ -131,6 +158,7 @@ class DatabaseSource:
             return database.load(ref, lazy=True)  # rows parsed when read: a request parses its window
 
 
+register_source(SillyTavernSource())  # before "jsonl": an ST chat is a .jsonl file too
 register_source(JsonlSource())
 register_source(JsonlSource(name="jsonl-file", any_file=True), fallback=True)
 register_source(DatabaseSource(), fallback=True)
