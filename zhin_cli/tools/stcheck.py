@@ -243,6 +243,11 @@ def _assemble(assembler: Assembler, setup: CheckSetup, turn: ChatTurn) -> Assemb
     return assembler.assemble(setup.chat.session, position, time)
 
 
+def zhin_request(setup: CheckSetup, turn: ChatTurn) -> AssembledRequest:
+    """zhin's request for ``turn``, as sent (before any removal)."""
+    return _assemble(setup.assembler, setup, turn)
+
+
 def _probe(setup: CheckSetup) -> Assembler | None:
     """The same assembler with every chat variable the preset uses pre-set to a sentinel naming it."""
     preset = setup.assembler.preset
@@ -369,8 +374,9 @@ class _Categorizer:
         """squash / post-processing: one side's message is two adjacent messages of the other joined."""
         if self.preset is None:
             return None
-        mode = self.preset.post_processing
-        return "post-processing" if mode in _SQUASHING_MODES else "squash" if self.preset.squash else "post-processing"
+        if self.preset.post_processing in _SQUASHING_MODES:
+            return "post-processing"
+        return "squash" if self.preset.squash else None
 
     def changed(self, mine: ZhinMessage, byte: int) -> str | None:
         sources = set(mine.sources)
@@ -378,22 +384,9 @@ class _Categorizer:
             return "example-dialogue"
         if sources & _CARD_FIELD_SEGMENTS:
             return "card-field"
-        if self.preset is not None:
-            if self._regex(mine):
-                return "regex"
-            if self._macro(mine, byte):
-                return "macro"
-        return None
-
-    def _regex(self, mine: ZhinMessage) -> bool:
-        assert self.preset is not None
-        if not any(not s.disabled and s.prompt_only for s in self.preset.regex_scripts):
-            return False
-        for source in mine.sources:
-            entry = self.preset.prompts.get(source.removeprefix("preset:"))
-            if entry is not None and entry.content and entry.content not in mine.content and "{{" not in entry.content:
-                return True
-        return False
+        if self.preset is not None and self._macro(mine, byte):
+            return "macro"
+        return None  # (regex: not told apart yet)
 
     def _macro(self, mine: ZhinMessage, byte: int) -> bool:
         """The differing byte is in the output of a macro: the entry's raw text has macros, and the differing
@@ -405,6 +398,8 @@ class _Categorizer:
                 continue
             literals = [t for t in re.split(r"\{\{.*?\}\}", entry.content, flags=re.DOTALL) if t]
             data = mine.content.encode("utf-8")
+            if byte >= len(data):
+                return False  # ST's text goes on past zhin's: nothing of zhin's differs there
             for literal in literals:
                 lit = literal.encode("utf-8")
                 at = data.find(lit)
@@ -474,15 +469,19 @@ def _pair(turn: int, s: _StMessage, z: ZhinMessage, cat: _Categorizer) -> list[D
         out.append(Departure(turn, s.index, z.index, s.role, z.role, z.source, "role", None, None,
                              _excerpt(s.content, 0), _excerpt(z.content, 0)))
     if s.compared != z.content or s.name != z.name:
+        byte: int | None
         byte, st_excerpt, zhin_excerpt = _located(s.compared, z.content)
-        out.append(Departure(turn, s.index, z.index, s.role, z.role, z.source, "changed", cat.changed(z, byte), byte,
+        if s.compared == z.content:
+            byte = None  # only the name field differs
+        category = cat.changed(z, byte) if byte is not None else None
+        out.append(Departure(turn, s.index, z.index, s.role, z.role, z.source, "changed", category, byte,
                              st_excerpt, zhin_excerpt))
     return out
 
 
 def check_turn(setup: CheckSetup, turn: ChatTurn, body: dict[str, Any]) -> TurnCheck:
     """Compare ST's captured ``body`` with zhin's request for ``turn``."""
-    request = _assemble(setup.assembler, setup, turn)
+    request = zhin_request(setup, turn)
     zhin, removed = zhin_messages(request)
     patterns: dict[int, tuple[re.Pattern[str], list[str]]] = {}
     probe = _probe(setup)
