@@ -5,8 +5,8 @@ README): for each run (a settings variant: squash, post-processing, names behavi
 exact body ST sent upstream. Each test builds the zhin session from the run's saved chat (greeting, user turns,
 replies; a private chat between the persona "Sol Reyes" and the bot "Juniper"), loads the preset through
 zhin.yaml's ``preset:`` mapping with the card, persona and lorebook as card options, assembles the request for
-that turn for openai gpt-4o, removes what zhin adds by design — using zhin's own attribution of every wire text
-part — and compares the messages with ST's, byte for byte.
+that turn for openai gpt-4o, removes what zhin adds by design — tools/stcheck.zhin_messages, the one place, using
+zhin's own attribution of every wire text part — and compares the messages with ST's, byte for byte.
 
 What zhin adds by design (docs/design-notes.md, "ST golden set"):
 * the ``[id:…]`` header at the start of each history message (the projection says which header each history
@@ -29,7 +29,6 @@ Expected differences on ST's side, each handled narrowly and by name:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -37,11 +36,11 @@ from typing import Any
 import pytest
 from builders import History, assembler
 
-import zhin_cli.pipeline.assemble as assemble_module
 from zhin_cli.core.model import BotFacts, SceneFacts, Session
+from zhin_cli.pipeline.assemble import TAIL_SEGMENT
 from zhin_cli.pipeline.config import parse_config
-from zhin_cli.pipeline.headers import Projected
-from zhin_cli.pipeline.preset.layout import SYSTEM_SEGMENT, TAIL_SEGMENT
+from zhin_cli.pipeline.preset.layout import SYSTEM_SEGMENT
+from zhin_cli.tools import stcheck
 
 GOLDEN = Path(__file__).resolve().parent / "st_golden"
 RUNS: list[dict[str, Any]] = json.loads((GOLDEN / "runs.json").read_text(encoding="utf-8"))
@@ -53,7 +52,6 @@ BOT = BotFacts(user_id="30001", name=CARD["name"])
 # The two texts the preset prints right before {{getvar::n}} (checked against the preset below).
 N_CONTEXTS = ("generation counter n = ", "[Generation counter from the log: ")
 ZHIN_N = "1"  # zhin's one-map-per-assembly scope: golden-vars' {{addvar::n::1}} runs once per request
-JOINERS = ("\n", "\n\n")  # what squash / merge / post-processing put between the parts of one message
 
 # Cases that fail only because another helper's item has not landed yet (kept strict: they must pass once it has).
 PENDING: dict[tuple[str, int], str] = {}
@@ -96,68 +94,16 @@ def _card_options() -> dict[str, str]:
             "examples": CARD["mes_example"], "world_book_after": entry["content"]}
 
 
-@dataclass
-class _Piece:
-    segment: str  # "" for a joiner between parts
-    text: str
-
-
-def _pieces(content: str, parts: list[tuple[str, str]]) -> list[_Piece]:
-    """A wire message's text cut into its attributed parts (in order) and the joiners between them."""
-    out: list[_Piece] = []
-    cursor = 0
-    for segment, text in parts:
-        at = content.find(text, cursor)
-        assert at >= 0, f"part {segment!r} {text[:40]!r} not found in the message"
-        if at > cursor:
-            out.append(_Piece("", content[cursor:at]))
-        out.append(_Piece(segment, text))
-        cursor = at + len(text)
-    if cursor < len(content):
-        out.append(_Piece("", content[cursor:]))
-    assert "".join(p.text for p in out) == content
-    assert all(p.text in JOINERS for p in out if not p.segment), [p.text for p in out if not p.segment]
-    return out
-
-
-def _without(pieces: list[_Piece], segment: str, *, joined: bool = True) -> list[_Piece]:
-    """Drop the parts of ``segment`` and, if they were ``joined`` to their neighbours (squash, merge), for each the
-    one joiner that tied it in. (The tail part carries its own separator: it is not joined.)"""
-    out = list(pieces)
-    while any(p.segment == segment for p in out):
-        at = next(i for i, p in enumerate(out) if p.segment == segment)
-        before = joined and at > 0 and not out[at - 1].segment
-        after = joined and at + 1 < len(out) and not out[at + 1].segment
-        start = at - 1 if before else at
-        end = at + 2 if after and not before else at + 1
-        del out[start:end]
-    return out
-
-
-def zhin_messages(request: Any, projected: list[Projected]) -> list[dict[str, Any]]:
-    """zhin's wire messages without what zhin adds by design, located through zhin's own attribution."""
-    headers = [m.header for m in projected if m.header]
-    history_segments = {m.segment_id for m in projected}
-    messages = request.request["messages"]
-    by_message: dict[int, list[tuple[str, str]]] = {}
-    for part in request.parts:
-        by_message.setdefault(part.message_index, []).append((part.segment_id, part.text))
+def zhin_messages(request: Any) -> list[dict[str, Any]]:
+    """zhin's wire messages without what zhin adds by design: the library's removal (tools/stcheck), which
+    locates each addition through zhin's own attribution."""
+    messages, _removed = stcheck.zhin_messages(request)
     out: list[dict[str, Any]] = []
-    for index, message in enumerate(messages):
-        pieces = _pieces(message.get("content") or "", by_message.get(index, []))
-        for piece in pieces:  # history parts in wire order are the projected messages in order: strip each header
-            if piece.segment in history_segments and headers and piece.text.startswith(headers[0]):
-                header = headers.pop(0)
-                piece.text = piece.text[len(header):].removeprefix(" ")
-        pieces = _without(_without(pieces, SYSTEM_SEGMENT), TAIL_SEGMENT, joined=False)
-        text = "".join(p.text for p in pieces)
-        if not text:
-            continue  # the message was only zhin's system segments (worldInfoBefore is empty in ST)
-        entry: dict[str, Any] = {"role": message["role"], "content": text}
-        if "name" in message:
-            entry["name"] = message["name"]
+    for message in messages:
+        entry: dict[str, Any] = {"role": message.role, "content": message.content}
+        if message.name is not None:
+            entry["name"] = message.name
         out.append(entry)
-    assert not headers, f"headers not found on the wire: {headers}"
     return out
 
 
@@ -205,41 +151,33 @@ CASES = [pytest.param(run["label"], turn, id=f"{run['label']}-{turn:02d}",
          for run in RUNS for turn in range(1, run["turns"] + 1)]
 
 
-def _zhin_request(label: str, turn: int, folder: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[Projected]]:
-    """zhin's request for ``turn`` of ``label`` and the projected history messages it was built from."""
+def _zhin_request(label: str, turn: int, folder: Path) -> Any:
+    """zhin's request for ``turn`` of ``label`` (its ``projected`` says which header each history message got)."""
     run = next(r for r in RUNS if r["label"] == label)
     config = parse_config({"preset": {"file": str(_preset_file(run, folder)), **_card_options()}})
     session = _session(label)
     chat = _chat(label)
     position = 2 * turn  # reply k is the (2k)-th message after the greeting
     assert not chat[position]["is_user"] and chat[position - 1]["is_user"]
-    seen: list[list[Projected]] = []
-    real = assemble_module.arrange
-
-    def capturing(preset: Any, system: str, messages: list[Projected], tail: str | None, facts: Any) -> Any:
-        seen.append(list(messages))
-        return real(preset, system, messages, tail, facts)
-
-    monkeypatch.setattr(assemble_module, "arrange", capturing)
-    request = assembler(config, provider="openai", model="gpt-4o").assemble(
+    return assembler(config, provider="openai", model="gpt-4o").assemble(
         session, position, session.messages[position].timestamp)
-    return request, seen[-1]
 
 
 @pytest.mark.parametrize(("label", "turn"), CASES)
-def test_zhin_request_equals_sillytavern(label: str, turn: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    request, projected = _zhin_request(label, turn, tmp_path, monkeypatch)
-    actual = zhin_messages(request, projected)
+def test_zhin_request_equals_sillytavern(label: str, turn: int, tmp_path: Path) -> None:
+    request = _zhin_request(label, turn, tmp_path)
+    actual = zhin_messages(request)
     expected = st_messages(next(r for r in RUNS if r["label"] == label), turn)
     assert json.dumps(actual, ensure_ascii=False, indent=1) == json.dumps(expected, ensure_ascii=False, indent=1)
 
 
-def test_the_comparison_can_fail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_comparison_can_fail(tmp_path: Path) -> None:
     """Negative controls: zhin's wire as sent is not ST's (the removal is needed and takes only zhin's additions),
     and another turn's or another run's capture does not match."""
-    request, projected = _zhin_request("plain", 2, tmp_path, monkeypatch)
+    request = _zhin_request("plain", 2, tmp_path)
+    projected = request.projected
     plain = next(r for r in RUNS if r["label"] == "plain")
-    actual = zhin_messages(request, projected)
+    actual = zhin_messages(request)
     assert actual == st_messages(plain, 2)
     raw = [{k: v for k, v in m.items() if k in ("role", "content", "name")} for m in request.request["messages"]]
     assert raw != st_messages(plain, 2) and len(raw) == len(actual) + 1  # + zhin's system message
