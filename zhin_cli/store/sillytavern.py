@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from zhin_cli.core.errors import InputError, SessionNotFound, at_line
-from zhin_cli.core.inputfiles import open_regular
-from zhin_cli.core.model import Actor, AssistantMessage, BotFacts, Message, SceneFacts, Session, UserMessage
-from zhin_cli.store.payload import short
+from zhin_cli.core.inputfiles import lone_surrogate_in_json, open_regular
+from zhin_cli.core.model import AssistantMessage, BotFacts, Message, SceneFacts, Session, UserMessage
+from zhin_cli.store.payload import message_from_payload, short
 
 PERSONA_ID = "st-user"
 CHARACTER_ID = "st-char"
@@ -218,14 +218,21 @@ def _session_id(path: Path, metadata: dict[str, Any]) -> str:
     return f"st-{path.name.removesuffix('.jsonl')}"
 
 
-def _message(line: _Line, persona: Actor) -> Message:
-    content = [{"type": "text", "text": line.text}]
+def _message(line: _Line, persona_name: str, path: Path) -> Message:
+    """The message in zhin's stored form (the payload is what ``import`` and ``export`` write), built by the one
+    rule every store uses (``message_from_payload``)."""
+    payload: dict[str, Any] = {"role": "user" if line.is_user else "assistant",
+                               "content": [{"type": "text", "text": line.text}], "timestamp": line.timestamp}
     if line.is_user:
-        return UserMessage(content, line.timestamp, persona, line.number, raw=line.obj)
-    extra = line.obj.get("extra")
-    model = extra.get("model") if isinstance(extra, dict) else None
-    return AssistantMessage(content, line.timestamp, line.number, model=model if isinstance(model, str) else None,
-                            raw=line.obj)
+        payload["actor"] = {"subjectId": PERSONA_ID, "displayName": persona_name}
+    else:
+        extra = line.obj.get("extra")
+        model = extra.get("model") if isinstance(extra, dict) else None
+        if isinstance(model, str) and model:
+            payload["model"] = model
+    message = message_from_payload(payload, row_id=line.number, where=at_line(path, line.number))
+    message.raw = payload
+    return message
 
 
 def _turns(messages: list[Message]) -> list[ChatTurn]:
@@ -261,8 +268,7 @@ def read_chat(path: Path, *, persona: str | None = None, character: str | None =
                     or _header_name(header, "user_name") or "User")
     character_name = (character or next((line.name for line in shown if not line.is_user and line.name), None)
                       or _header_name(header, "character_name") or "Character")
-    actor = Actor(subject_id=PERSONA_ID, display_name=persona_name)
-    messages = [_message(line, actor) for line in shown]
+    messages = [_message(line, persona_name, path) for line in shown]
     session_id = _session_id(path, metadata)
     session = Session(session_id=session_id, session_key=session_id, timezone=None,
                       bot=BotFacts(user_id=CHARACTER_ID, name=character_name),
@@ -295,23 +301,31 @@ def read_card(path: Path) -> Card:
     return _card_from(path, _json_object(raw, path, "character card"), where=str(path))
 
 
-def _json_object(raw: bytes, path: Path, what: str) -> dict[str, Any]:
+def _json_object(raw: bytes, path: Path, what: str, *, chunk: str | None = None) -> dict[str, Any]:
+    """A JSON object from a file (errors at ``file:line``) or a PNG's text chunk (errors at the file, naming it)."""
     import json
 
     from zhin_cli.core import jsontext
 
+    inside = f"its '{chunk}' chunk: " if chunk else ""
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise InputError(f"not UTF-8 (byte {exc.start}): not a {what} (JSON or PNG)", where=str(path)) from None
+        raise InputError(f"{inside}not UTF-8 (byte {exc.start}): not a {what} (JSON or PNG)", where=str(path)) from None
     try:
         obj = jsontext.loads(text, raw)
     except json.JSONDecodeError as exc:
+        if chunk:
+            raise InputError(f"{inside}invalid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})",
+                             where=str(path)) from None
         raise InputError(f"invalid JSON: {exc.msg} (column {exc.colno})", where=at_line(path, exc.lineno)) from None
     except (RecursionError, ValueError):
-        raise InputError("invalid JSON: nested too deeply or a number too long", where=str(path)) from None
+        raise InputError(f"{inside}invalid JSON: nested too deeply or a number too long", where=str(path)) from None
+    if lone_surrogate_in_json(text) is not None:
+        raise InputError(f"{inside}a lone surrogate escape (\\ud800–\\udfff): not text", where=str(path))
     if not isinstance(obj, dict):
-        raise InputError(f"a {what} must be a JSON object, got {type(obj).__name__}", where=at_line(path, 1))
+        raise InputError(f"{inside}a {what} must be a JSON object, got {type(obj).__name__}",
+                         where=str(path) if chunk else at_line(path, 1))
     return obj
 
 
@@ -341,7 +355,7 @@ def _png_card_json(path: Path) -> dict[str, Any]:
             decoded = base64.b64decode(value.strip(), validate=False)
         except (binascii.Error, ValueError):
             raise InputError(f"the PNG's '{key}' chunk is not base64", where=str(path)) from None
-        return _json_object(decoded, Path(f"{path} ({key} chunk)"), "character card")
+        return _json_object(decoded, path, "character card", chunk=key)
     raise InputError("a PNG without a character card: no 'ccv3' or 'chara' text chunk", where=str(path))
 
 
