@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -18,17 +19,14 @@ import pytest
 
 from zhin_cli.pipeline.assemble import TAIL_SEGMENT
 from zhin_cli.pipeline.preset.layout import SYSTEM_SEGMENT
-from zhin_cli.store.sillytavern import Card, ChatTurn, Lore, read_chat
+from zhin_cli.store.sillytavern import ChatTurn, read_card, read_chat, read_lore
 from zhin_cli.tools.stcheck import CheckSetup, TurnCheck, check_turn, prepare, zhin_request
 
 GOLDEN = Path(__file__).resolve().parent / "st_golden"
 RUNS: list[dict[str, Any]] = json.loads((GOLDEN / "runs.json").read_text(encoding="utf-8"))
 PERSONA = json.loads((GOLDEN / "content" / "golden-persona.json").read_text(encoding="utf-8"))
-_CARD = json.loads((GOLDEN / "content" / "golden-card.json").read_text(encoding="utf-8"))["data"]
-_LORE = json.loads((GOLDEN / "content" / "golden-lore.json").read_text(encoding="utf-8"))
-CARD = Card(GOLDEN / "content" / "golden-card.json", _CARD["name"], _CARD["description"], _CARD["personality"],
-            _CARD["scenario"], _CARD["first_mes"], _CARD["mes_example"], "chara_card_v2")
-LORE = Lore(GOLDEN / "content" / "golden-lore.json", next(iter(_LORE["entries"].values()))["content"])
+CARD = read_card(GOLDEN / "content" / "golden-card.json")
+LORE = read_lore(GOLDEN / "content" / "golden-lore.json")
 
 
 def _run(label: str) -> dict[str, Any]:
@@ -208,6 +206,24 @@ def test_joined_messages_are_squash_or_post_processing(folder: Path) -> None:
     assert _joined("merge", 3, folder) == "post-processing"
     assert _joined("squash", 3, folder) == "squash"
     assert _joined("plain", 3, folder) is None  # neither squash nor post-processing in the preset: no category
+
+
+def test_a_split_message_is_post_processing_the_other_way(folder: Path) -> None:
+    """The reverse of a join: ST sent as two messages what zhin sent as one."""
+    body = _body("merge", 3)
+    messages = body["messages"]
+    at = next(i for i, m in enumerate(messages) if "\n\n" in m["content"] and "eneration counter" not in m["content"])
+    first, rest = messages[at]["content"].split("\n\n", 1)
+    messages[at:at + 1] = [{"role": messages[at]["role"], "content": first}, {"role": messages[at]["role"], "content": rest}]
+    departures = _check(folder, "merge", 3, body).departures
+    assert departures and (departures[0].st_index, departures[0].category) == (at, "post-processing")
+
+
+def test_a_turn_without_a_reply_is_made_after_its_user_message(folder: Path) -> None:
+    setup = _setup("plain", folder)
+    turn = replace(_turn(setup, 3), reply_position=None, reply_text=None)
+    assert check_turn(setup, turn, _body("plain", 3)).departures == []
+    assert check_turn(setup, turn, _body("plain", 2)).departures  # control: another turn's body
 
 
 def test_names_only_on_history_messages(folder: Path) -> None:
