@@ -33,6 +33,7 @@ EXCERPT = 40  # characters of raw text on each side of the first differing byte
 # ST's chat-variable macros; the name is the first argument
 _VARIABLE_MACRO = re.compile(r"\{\{\s*(?:get|set|add|inc|dec)var::([^:}]+)")
 _SENTINEL = "\ue000{}\ue001"  # a non-numeric value that names its variable (private-use characters)
+_SENTINEL_AT = re.compile("\ue000(\\d+)\ue001")
 _CARD_FIELD_SEGMENTS = frozenset({"preset:charDescription", "preset:charPersonality", "preset:scenario",
                                   "preset:personaDescription", "preset:worldInfoAfter"})
 _EXAMPLE_SEGMENTS = frozenset({"preset:dialogueExamples", "preset:newChat"})
@@ -249,15 +250,24 @@ def zhin_request(setup: CheckSetup, turn: ChatTurn) -> AssembledRequest:
 
 
 def _probe(setup: CheckSetup) -> Assembler | None:
-    """The same assembler with every chat variable the preset uses pre-set to a sentinel naming it."""
-    preset = setup.assembler.preset
-    if preset is None or not setup.variables:
+    """The same assembler with every chat variable the preset uses pre-set to a sentinel naming it: the bytes of
+    its request that differ from the plain one are the ones that depend on chat-variable state."""
+    base = setup.assembler
+    if base.preset is None or not setup.variables:
         return None
     variables = tuple((name, _SENTINEL.format(i)) for i, name in enumerate(setup.variables))
-    probe = object.__new__(Assembler)
-    probe.__dict__.update(setup.assembler.__dict__)
-    probe.preset = replace(preset, card=replace(preset.card, variables=variables))
-    return probe
+    preset = replace(base.preset, card=replace(base.preset.card, variables=variables))
+    return Assembler(base.registry, base.config, provider=base.provider, model=base.model, timezone=base.timezone,
+                     preset=preset, facts=base.facts)
+
+
+def _variable_near(text: str, start: int, end: int, names: tuple[str, ...]) -> str:
+    """The variable whose sentinel is at (or next to) ``text[start:end]``, the changed stretch of the probe."""
+    for found in _SENTINEL_AT.finditer(text, max(0, start - len(_SENTINEL) - 4), min(len(text), end + len(_SENTINEL) + 4)):
+        index = int(found.group(1))
+        if index < len(names):
+            return names[index]
+    return "?"
 
 
 def _state_patterns(normal: list[ZhinMessage], probed: list[ZhinMessage],
@@ -276,12 +286,12 @@ def _state_patterns(normal: list[ZhinMessage], probed: list[ZhinMessage],
             if tag == "equal":
                 continue
             start, end = i1, i2
-            while start > 0 and mine.content[start - 1].isalnum():  # the whole value, not the changed digits
+            # the whole value, not just the changed characters (difflib may pair the sentinel's digits with it)
+            while start > 0 and mine.content[start - 1].isalnum():
                 start -= 1
             while end < len(mine.content) and mine.content[end].isalnum():
                 end += 1
-            found = re.search("\ue000(\\d+)\ue001", other.content[j1 - 8 if j1 >= 8 else 0:j2 + 8])
-            name = names[int(found.group(1))] if found and int(found.group(1)) < len(names) else "?"
+            name = _variable_near(other.content, j1, j2, names)
             if spans and start <= spans[-1][1]:
                 spans[-1] = (spans[-1][0], max(end, spans[-1][1]), spans[-1][2])
             else:
