@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from zhin_cli.pipeline.assemble import TAIL_SEGMENT
+from zhin_cli.pipeline.assemble import TAIL_SEGMENT, Assembler
 from zhin_cli.pipeline.preset.layout import SYSTEM_SEGMENT
 from zhin_cli.store.sillytavern import ChatTurn, read_card, read_chat, read_lore
 from zhin_cli.tools.stcheck import CheckSetup, TurnCheck, check_turn, prepare, zhin_request
@@ -246,3 +246,21 @@ def test_without_the_removal_zhins_wire_is_not_sts(folder: Path) -> None:
     raw = [{"role": m["role"], "content": m.get("content") or ""} for m in request.request["messages"]]
     assert raw != _body("plain", 3)["messages"]
     assert len(raw) == len(_body("plain", 3)["messages"]) + 1  # zhin's own system message
+
+
+def test_card_variables_are_the_chat_variables_at_the_start_of_the_request(folder: Path) -> None:
+    """CardOptions.variables (ST's chat_metadata.variables) seed the macros' variable map: golden-vars'
+    {{addvar::n::1}} then counts on from them."""
+    setup = _setup("plain", folder)
+    base = setup.assembler
+    assert base.preset is not None
+    preset = replace(base.preset, card=replace(base.preset.card, variables=(("n", "41"),)))
+    seeded = Assembler(base.registry, base.config, provider=base.provider, model=base.model, preset=preset)
+    turn = _turn(setup, 3)
+    session = setup.chat.session
+    assert turn.reply_position is not None
+    texts = [m.get("content") or "" for m in seeded.assemble(
+        session, turn.reply_position, session.messages[turn.reply_position].timestamp).request["messages"]]
+    assert any("generation counter n = 42" in t for t in texts)
+    plain = [m.get("content") or "" for m in zhin_request(setup, turn).request["messages"]]
+    assert any("generation counter n = 1." in t for t in plain) and not any("n = 42" in t for t in plain)
