@@ -264,3 +264,26 @@ def test_card_variables_are_the_chat_variables_at_the_start_of_the_request(folde
     assert any("generation counter n = 42" in t for t in texts)
     plain = [m.get("content") or "" for m in zhin_request(setup, turn).request["messages"]]
     assert any("generation counter n = 1." in t for t in plain) and not any("n = 42" in t for t in plain)
+
+
+def test_a_history_text_a_preset_regex_rewrote_is_regex(folder: Path) -> None:
+    """A promptOnly script rewrites a user message on zhin's side (ST's capture was made without it): the departure
+    is at that history message, category regex; the same edit made on ST's side with no script has no category."""
+    data = json.loads((GOLDEN / _run("plain")["preset"]).read_text(encoding="utf-8"))
+    data.update({k: v for k, v in _run("plain")["st_effective"].items() if k != "custom_prompt_post_processing"})
+    data["extensions"] = {"regex_scripts": [{"scriptName": "scope", "findRegex": "/big telescope/g",
+                                             "replaceString": "big scope", "placement": [1], "promptOnly": True,
+                                             "disabled": False}]}
+    path = folder / "golden-regex.json"
+    path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    chat = read_chat(GOLDEN / "runs" / "plain" / "chat.jsonl")
+    setup = prepare(path, chat, card=CARD, lore=LORE, persona_description=PERSONA["description"], post_processing="")
+    body = _body("plain", 3)
+    (at,) = [i for i, m in enumerate(body["messages"]) if m["content"] == _turn(setup, 3).user_text]
+    assert "big telescope" in body["messages"][at]["content"]
+    (departure,) = check_turn(setup, _turn(setup, 3), body).departures
+    assert (departure.kind, departure.st_index, departure.source, departure.category) == ("changed", at, "history", "regex")
+    control = _body("plain", 3)
+    control["messages"][at]["content"] = control["messages"][at]["content"].replace("big telescope", "big scope")
+    (departure,) = _check(folder, "plain", 3, control).departures
+    assert (departure.kind, departure.st_index, departure.category) == ("changed", at, None)

@@ -151,6 +151,7 @@ class ZhinMessage:
     content: str
     sources: tuple[str, ...]  # segment ids of what is left, in order, without repeats
     name: str | None = None
+    rewritten: bool = False  # a history part differs from its projected body: the preset stage rewrote it (regex)
 
     @property
     def history(self) -> bool:
@@ -202,7 +203,8 @@ def _without(pieces: list[_Piece], segment: str, *, joined: bool = True) -> tupl
 def zhin_messages(request: AssembledRequest) -> tuple[list[ZhinMessage], dict[str, int]]:
     """zhin's wire messages without what zhin adds by design, located through zhin's own attribution, and how
     many of each addition were removed."""
-    headers = [m.header for m in request.projected if m.header]
+    # (header, header + body as projected before the preset stage) of each history message that has a header
+    headers = [(m.header, m.text) for m in request.projected if m.header]
     history_segments = {m.segment_id for m in request.projected}
     by_message: dict[int, list[tuple[str, str]]] = {}
     for part in request.parts:
@@ -211,9 +213,11 @@ def zhin_messages(request: AssembledRequest) -> tuple[list[ZhinMessage], dict[st
     out: list[ZhinMessage] = []
     for index, message in enumerate(request.request["messages"]):
         pieces = _pieces(message.get("content") or "", by_message.get(index, []))
+        rewritten = False
         for piece in pieces:  # history parts in wire order are the projected messages in order: strip each header
-            if piece.segment in history_segments and headers and piece.text.startswith(headers[0]):
-                header = headers.pop(0)
+            if piece.segment in history_segments and headers and piece.text.startswith(headers[0][0]):
+                header, projected = headers.pop(0)
+                rewritten |= piece.text != projected
                 piece.text = piece.text[len(header):].removeprefix(" ")
                 removed["headers"] += 1
         pieces, system = _without(pieces, SYSTEM_SEGMENT)
@@ -224,7 +228,7 @@ def zhin_messages(request: AssembledRequest) -> tuple[list[ZhinMessage], dict[st
         if not text:
             continue  # the message was only zhin's additions
         sources = tuple(dict.fromkeys(p.segment for p in pieces if p.segment))
-        out.append(ZhinMessage(index, message["role"], text, sources, message.get("name")))
+        out.append(ZhinMessage(index, message["role"], text, sources, message.get("name"), rewritten))
     if headers:
         raise ValueError(f"{len(headers)} history headers not found on the wire")
     return out, removed
@@ -394,9 +398,11 @@ class _Categorizer:
             return "example-dialogue"
         if sources & _CARD_FIELD_SEGMENTS:
             return "card-field"
+        if mine.rewritten and self.preset is not None and self.preset.regex_scripts:
+            return "regex"  # a history text the preset stage rewrote, and only its regex scripts rewrite them
         if self.preset is not None and self._macro(mine, byte):
             return "macro"
-        return None  # (regex: not told apart yet)
+        return None
 
     def _macro(self, mine: ZhinMessage, byte: int) -> bool:
         """The differing byte is in the output of a macro: the entry's raw text has macros, and the differing
