@@ -38,6 +38,7 @@ TOP_LEVEL: dict[str, dict[str, Any]] = {
     name: case for name, case in json.loads((CORPUS / "cases.json").read_text(encoding="utf-8")).items() if not name.startswith("_")
 }
 KINDS: dict[str, dict[str, int]] = MANIFEST["kinds"]
+ST_CHAT = CORPUS.parent / "st_golden" / "runs" / "plain" / "chat.jsonl"  # a good SillyTavern chat (st-card cases)
 FIXTURE = FIXTURES / "private-chat.jsonl"  # a good session (config cases), and what `import` writes into a database
 SID = "test:1:group:42#1700000000000-1"
 T0 = 1_700_000_000_000
@@ -224,6 +225,15 @@ def command_lines(case: Case, source: Path, tmp: Path) -> Iterator[tuple[str, li
                     "sessions": ["sessions", "--db", str(db)], "prefix-diff": ["prefix-diff", SID, "--db", str(db)],
                     "import": ["import", str(FIXTURE), "--db", str(db)]}[command]
             yield command, argv, folder, where
+        elif case.kind == "st-chat":  # a SillyTavern chat file: imported, and traced through the st: source
+            where = f"{source}:{case.line}" if case.line is not None else str(source)
+            argv = {"import --from sillytavern": ["import", "--from", "sillytavern", str(source), "--db", str(folder / "imported.sqlite")],
+                    "trace st:": ["trace", f"st:{source}"]}[command]
+            yield command, argv, folder, where
+        elif case.kind == "st-card":  # a character card given with a good ST chat (a PNG error names no line)
+            where = f"{source}:{case.line}" if case.line is not None else str(source)
+            argv = ["import", "--from", "sillytavern", str(ST_CHAT), "--card", str(source), "--db", str(folder / "imported.sqlite")]
+            yield command, argv, folder, where
         elif case.kind in ("request", "case"):  # a request-diff side, an eval case file
             where = f"{source}:{case.line}" if case.line is not None else str(source)
             argv = {"request-diff": ["request-diff", str(source), str(source)], "eval": ["eval", str(source)]}[command]
@@ -262,7 +272,8 @@ def check(cli: Runner, case: Case, source: Path, tmp: Path) -> None:
         result = cli(argv, cwd)
         runs += 1
         problems += problems_with(command, result, case, where, case.exits[command])
-        if command == "import" and case.kind == "jsonl" and case.exits[command] != 0 and (cwd / "imported.sqlite").exists():
+        if (command.startswith("import") and case.kind in ("jsonl", "st-chat", "st-card") and case.exits[command] != 0
+                and (cwd / "imported.sqlite").exists()):
             problems.append("import: wrote a database although the file is bad")
     assert runs == len(case.exits)
     assert not problems, f"{case.name}:\n  " + "\n  ".join(problems)
@@ -283,7 +294,8 @@ def test_every_corpus_file_has_an_entry() -> None:
         failing = any(code not in (0, 1) for code in case.exits.values())
         if failing:
             assert case.error, f"{name}: a failing case needs an error fragment"
-            assert (case.line is not None) == (case.kind in ("jsonl", "config", "request", "case")), \
+            # a card's JSON errors name a line, its PNG and field errors the file
+            assert case.kind == "st-card" or (case.line is not None) == (case.kind in ("jsonl", "config", "request", "case", "st-chat")), \
                 f"{name}: JSONL, JSON and YAML errors name a line"
         if case.kind == "support":
             users = MANIFEST["files"][name]["used_by"]

@@ -346,7 +346,8 @@ def _png_card_json(path: Path) -> dict[str, Any]:
             image.load()  # ST writes the card chunk after the image data: Pillow reads it only when loading
             texts = dict(getattr(image, "text", {}) or {})
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
-        raise InputError(f"cannot read the PNG: {short(str(exc))}", where=str(path)) from None
+        reason = str(exc).replace(repr(str(path)), "it")  # Pillow names the file, which the error already does
+        raise InputError(f"cannot read the PNG: {short(reason)}", where=str(path)) from None
     for key in ("ccv3", "chara"):
         value = texts.get(key)
         if not isinstance(value, str):
