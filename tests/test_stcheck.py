@@ -170,12 +170,12 @@ def test_missing_and_extra(folder: Path) -> None:
     assert (departure.kind, departure.st_index, departure.zhin_index) == ("extra", 3, None)
 
 
-def _changed(folder: Path, index: int, old: str, new: str) -> str | None:
-    body = _body("plain", 3)
+def _changed(folder: Path, index: int, old: str, new: str, label: str = "plain") -> str | None:
+    body = _body(label, 3)
     text = body["messages"][index]["content"]
     assert old in text
     body["messages"][index]["content"] = text.replace(old, new, 1)
-    (departure,) = _check(folder, "plain", 3, body).departures
+    (departure,) = _check(folder, label, 3, body).departures
     assert (departure.kind, departure.st_index) == ("changed", index)
     return departure.category
 
@@ -187,6 +187,14 @@ def test_categories_from_zhins_attribution(folder: Path) -> None:
     assert _changed(folder, 0, "Write Juniper", "Write Jupiter") == "macro"  # inside {{char}}'s output
     assert _changed(folder, 0, "slow, quiet", "slow, loud") is None  # the entry's literal text: no category
     assert _changed(folder, 35, "最后提醒", "最后提示") is None  # a plain entry without macros
+
+
+def test_in_a_merged_message_the_part_at_the_byte_decides(folder: Path) -> None:
+    """merge puts main, the card fields and more in one message: the category is that of the part holding the
+    first differing byte, not of any part of the message."""
+    assert _changed(folder, 0, "precise", "precize", "merge") == "card-field"
+    assert _changed(folder, 0, "slow, quiet", "slow, loud", "merge") is None
+    assert _changed(folder, 0, "Write Juniper", "Write Jupiter", "merge") == "macro"
 
 
 def _joined(label: str, turn: int, folder: Path) -> str | None:

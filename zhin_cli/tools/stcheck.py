@@ -152,6 +152,11 @@ class ZhinMessage:
     sources: tuple[str, ...]  # segment ids of what is left, in order, without repeats
     name: str | None = None
     rewritten: bool = False  # a history part differs from its projected body: the preset stage rewrote it (regex)
+    spans: tuple[tuple[str, int, int], ...] = ()  # (segment id, start, end) UTF-8 byte offsets of each part
+
+    def part_at(self, byte: int) -> tuple[str, int, int] | None:
+        """The attributed part holding ``byte`` (None: a joiner, or past the end)."""
+        return next((span for span in self.spans if span[1] <= byte < span[2] and span[0]), None)
 
     @property
     def history(self) -> bool:
@@ -228,10 +233,20 @@ def zhin_messages(request: AssembledRequest) -> tuple[list[ZhinMessage], dict[st
         if not text:
             continue  # the message was only zhin's additions
         sources = tuple(dict.fromkeys(p.segment for p in pieces if p.segment))
-        out.append(ZhinMessage(index, message["role"], text, sources, message.get("name"), rewritten))
+        out.append(ZhinMessage(index, message["role"], text, sources, message.get("name"), rewritten, _spans(pieces)))
     if headers:
         raise ValueError(f"{len(headers)} history headers not found on the wire")
     return out, removed
+
+
+def _spans(pieces: list[_Piece]) -> tuple[tuple[str, int, int], ...]:
+    out: list[tuple[str, int, int]] = []
+    cursor = 0
+    for piece in pieces:
+        size = len(piece.text.encode("utf-8"))
+        out.append((piece.segment, cursor, cursor + size))
+        cursor += size
+    return tuple(out)
 
 
 def _position(setup: CheckSetup, turn: ChatTurn) -> tuple[int, int]:
@@ -364,9 +379,9 @@ def _first_difference(left: bytes, right: bytes) -> int:
 
 
 def _excerpt(text: str, byte: int) -> str:
-    data = text.encode("utf-8")
-    start, end = max(0, byte - EXCERPT), byte + EXCERPT
-    return data[start:end].decode("utf-8", errors="ignore")
+    """``EXCERPT`` characters on each side of the character holding ``byte``."""
+    at = len(text.encode("utf-8")[:byte].decode("utf-8", errors="ignore"))
+    return text[max(0, at - EXCERPT):at + EXCERPT]
 
 
 class _Categorizer:
@@ -393,36 +408,42 @@ class _Categorizer:
         return "squash" if self.preset.squash else None
 
     def changed(self, mine: ZhinMessage, byte: int) -> str | None:
-        sources = set(mine.sources)
-        if sources & _EXAMPLE_SEGMENTS:
+        """What zhin rendered at the first differing byte (past zhin's text: the message's last part) says it."""
+        part = mine.part_at(byte) or mine.part_at(byte - 1)
+        if part is None:
+            return None
+        segment = part[0]
+        if segment in _EXAMPLE_SEGMENTS:
             return "example-dialogue"
-        if sources & _CARD_FIELD_SEGMENTS:
+        if segment in _CARD_FIELD_SEGMENTS:
             return "card-field"
-        if mine.rewritten and self.preset is not None and self.preset.regex_scripts:
-            return "regex"  # a history text the preset stage rewrote, and only its regex scripts rewrite them
-        if self.preset is not None and self._macro(mine, byte):
+        if segment.startswith(HISTORY_PREFIX):
+            # a history text the preset stage rewrote, and only its regex scripts rewrite history texts
+            return "regex" if mine.rewritten and self.preset is not None and self.preset.regex_scripts else None
+        if self.preset is not None and byte < part[2] and self._macro(mine, part, byte):
             return "macro"
         return None
 
-    def _macro(self, mine: ZhinMessage, byte: int) -> bool:
-        """The differing byte is in the output of a macro: the entry's raw text has macros, and the differing
-        byte is not inside a literal stretch of it."""
+    def _macro(self, mine: ZhinMessage, part: tuple[str, int, int], byte: int) -> bool:
+        """The differing byte is in the output of a macro of the entry that rendered it: the entry's raw text has
+        macros, and the byte is not inside a literal stretch of that text (as found in the entry's output)."""
         assert self.preset is not None
-        for source in mine.sources:
-            entry = self.preset.prompts.get(source.removeprefix("preset:"))
-            if entry is None or "{{" not in entry.content:
+        segment, start, end = part
+        entry = self.preset.prompts.get(segment.removeprefix("preset:")) if segment.startswith("preset:") else None
+        if entry is None or "{{" not in entry.content:
+            return False
+        output = mine.content.encode("utf-8")[start:end]
+        cursor = 0
+        for literal in (t.encode("utf-8") for t in re.split(r"\{\{.*?\}\}", entry.content, flags=re.DOTALL)):
+            if not literal:
                 continue
-            literals = [t for t in re.split(r"\{\{.*?\}\}", entry.content, flags=re.DOTALL) if t]
-            data = mine.content.encode("utf-8")
-            if byte >= len(data):
-                return False  # ST's text goes on past zhin's: nothing of zhin's differs there
-            for literal in literals:
-                lit = literal.encode("utf-8")
-                at = data.find(lit)
-                if at >= 0 and at <= byte < at + len(lit):
-                    return False
-            return True
-        return False
+            at = output.find(literal, cursor)
+            if at < 0:
+                continue
+            if at <= byte - start < at + len(literal):
+                return False
+            cursor = at + len(literal)
+        return True
 
 
 def _compare(turn: int, st: list[_StMessage], zhin: list[ZhinMessage], preset: Preset | None) -> list[Departure]:
