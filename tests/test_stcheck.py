@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from zhin_cli.core.errors import InputError
 from zhin_cli.pipeline.assemble import TAIL_SEGMENT, Assembler
 from zhin_cli.pipeline.preset.layout import SYSTEM_SEGMENT
 from zhin_cli.store.sillytavern import ChatTurn, read_card, read_chat, read_lore
@@ -295,3 +296,9 @@ def test_a_history_text_a_preset_regex_rewrote_is_regex(folder: Path) -> None:
     control["messages"][at]["content"] = control["messages"][at]["content"].replace("big telescope", "big scope")
     (departure,) = _check(folder, "plain", 3, control).departures
     assert (departure.kind, departure.st_index, departure.category) == ("changed", at, None)
+
+
+@pytest.mark.parametrize("body", [{}, {"messages": "text"}, {"messages": ["text"]}])
+def test_a_body_without_messages_is_an_input_error(folder: Path, body: dict[str, Any]) -> None:
+    with pytest.raises(InputError, match="messages"):
+        _check(folder, "plain", 3, body)

@@ -14,11 +14,13 @@ given a category.
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from zhin_cli.core.errors import InputError
 from zhin_cli.pipeline.assemble import TAIL_SEGMENT, AssembledRequest, Assembler
 from zhin_cli.pipeline.config import parse_config
 from zhin_cli.pipeline.preset.layout import SYSTEM_SEGMENT
@@ -341,9 +343,13 @@ def _st_messages(body: dict[str, Any], zhin: list[ZhinMessage], patterns: dict[i
     history = {(m.role, m.content) for m in zhin if m.history}
     by_design: list[ByDesign] = []
     out: list[_StMessage] = []
-    for index, raw in enumerate(body.get("messages") or []):
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        raise InputError("the captured body has no chat-completion \"messages\" list of objects")
+    for index, raw in enumerate(messages):
         role, content = str(raw.get("role")), raw.get("content")
-        content = content if isinstance(content, str) else str(content)
+        # non-text content (parts lists) is compared as its JSON: it can only equal zhin's if zhin sent the same
+        content = content if isinstance(content, str) else "" if content is None else json.dumps(content, ensure_ascii=False)
         name = raw.get("name")
         compared = content
         speaker = speakers.get(role)
@@ -517,7 +523,8 @@ def _pair(turn: int, s: _StMessage, z: ZhinMessage, cat: _Categorizer) -> list[D
 
 
 def check_turn(setup: CheckSetup, turn: ChatTurn, body: dict[str, Any]) -> TurnCheck:
-    """Compare ST's captured ``body`` with zhin's request for ``turn``."""
+    """Compare ST's captured ``body`` with zhin's request for ``turn``. A body without a ``messages`` list of
+    objects is an ``InputError`` (the caller names the file)."""
     request = zhin_request(setup, turn)
     zhin, removed = zhin_messages(request)
     patterns: dict[int, tuple[re.Pattern[str], list[str]]] = {}
