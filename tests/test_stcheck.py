@@ -94,7 +94,16 @@ def test_every_golden_turn_checks_clean(label: str, turn: int, folder: Path) -> 
                              "tail": sum(1 for p in request.parts if p.segment_id == TAIL_SEGMENT)}
     assert check.removed["headers"] == history
     assert check.ignored_keys == sorted(k for k in set(body) | set(request.request) if k != "messages")
+    assert check.notes == []  # the golden captures were made for gpt-4o, the profile zhin uses
     json.dumps(check.as_dict())  # JSON-ready
+
+
+def test_another_model_is_checked_with_the_same_profile_and_said(folder: Path) -> None:
+    body = _body("plain", 3)
+    body["model"] = "deepseek-chat"
+    check = _check(folder, "plain", 3, body)
+    assert check.departures == []
+    assert check.notes == ["the capture's model is 'deepseek-chat'; zhin's request was built with the openai gpt-4o profile"]
 
 
 def _zhin_index(folder: Path, label: str, turn: int, content: str) -> int:

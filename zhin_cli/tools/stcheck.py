@@ -97,11 +97,12 @@ class TurnCheck:
     by_design: list[ByDesign]
     removed: dict[str, int]  # {"headers": n, "system_parts": n, "tail": n}: zhin's own additions taken out
     ignored_keys: list[str]  # top-level keys of either body not compared (sampling/connection), sorted
+    notes: list[str] = field(default_factory=list)  # e.g. the capture's model is not the profile zhin used
 
     def as_dict(self) -> dict[str, Any]:
         return {"turn": self.turn, "departures": [d.as_dict() for d in self.departures],
                 "by_design": [b.as_dict() for b in self.by_design], "removed": dict(self.removed),
-                "ignored_keys": list(self.ignored_keys)}
+                "ignored_keys": list(self.ignored_keys), "notes": list(self.notes)}
 
 
 # --- setup ---------------------------------------------------------------------------------------------------
@@ -537,4 +538,7 @@ def check_turn(setup: CheckSetup, turn: ChatTurn, body: dict[str, Any]) -> TurnC
     st, by_design = _st_messages(body, zhin, patterns, speakers, turn.number)
     departures = _compare(turn.number, st, zhin, setup.assembler.preset)
     ignored = sorted((set(body) | set(request.request)) - {"messages"})
-    return TurnCheck(turn.number, departures, by_design, removed, ignored)
+    model = body.get("model")
+    notes = [] if model in (None, MODEL) else [
+        f"the capture's model is {model!r}; zhin's request was built with the {PROVIDER} {MODEL} profile"]
+    return TurnCheck(turn.number, departures, by_design, removed, ignored, notes)
