@@ -100,3 +100,45 @@ def probe_command(
         import json
 
         console.file.write(json.dumps(result.request, ensure_ascii=False, indent=2) + "\n")
+
+
+@preset_app.command("check-capture")
+@handles_errors
+def check_capture_command(
+    folder: Annotated[Path, typer.Argument(help="The folder `zhin serve --capture` wrote while SillyTavern ran the chat.")],
+    preset: Annotated[Path, typer.Option("--preset", help="The chat-completion preset ST used (.json, as ST exports it).")],
+    chat: Annotated[Path, typer.Option("--chat", help="ST's chat file (.jsonl, as ST exports it).")],
+    card: Annotated[Path | None, typer.Option("--card", help="The character card: V1/V2/V3 JSON, or a PNG with the card in its ccv3/chara chunk.")] = None,
+    lore: Annotated[Path | None, typer.Option("--lore", help="A World Info book (.json, as ST exports it): its constant entries after the character definitions.")] = None,
+    persona: Annotated[str | None, typer.Option("--persona", help="The persona's name (default: the name on the chat's first user message).")] = None,
+    persona_description: Annotated[str, typer.Option("--persona-description", help="The persona's description, or @FILE to read it from a file.")] = "",
+    post_processing: Annotated[str | None, typer.Option("--post-processing", help="ST's Prompt Post-Processing (a connection setting, not in the preset): none, merge, semi, strict or single. Default: what the preset file says.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One versioned JSON document on stdout.")] = False,
+) -> None:
+    """Check SillyTavern's captured requests against zhin's, turn by turn, with what zhin adds by design removed.
+
+    For each capture: find the turn of the chat it was sent for, assemble zhin's request for that turn with the same preset, card, persona and lorebook, take out zhin's own additions (history headers, its system segments, the scene line) by zhin's attribution, and compare the messages byte for byte. Each remaining difference is a departure: turn, message indices, role, the preset entry it came from, the first differing byte, a category where zhin can tell. Chat variables and names behaviour differ by design and are listed apart; sampling keys are ignored (docs/sillytavern.md).
+
+    Exit status: 0 no departure, 1 departures, 2 usage, 3 cannot run (unreadable file, no capture matching a turn).
+    """
+    from zhin_cli.core.errors import UsageError
+    from zhin_cli.tools.stcapture import POST_PROCESSING, check_capture, report_lines
+
+    if post_processing is not None and post_processing not in POST_PROCESSING:
+        raise UsageError(f"--post-processing must be one of {', '.join(POST_PROCESSING)}, not {post_processing!r}")
+    description = persona_description
+    if description.startswith("@"):  # curl's convention: the text of a file
+        from zhin_cli.core.errors import InputError
+        from zhin_cli.core.readers import read_text_file
+
+        description = read_text_file(Path(description[1:]), InputError, "persona description").removesuffix("\n")
+    result = check_capture(folder, preset=preset, chat=chat, card=card, lore=lore, persona=persona,
+                           persona_description=description,
+                           post_processing=None if post_processing is None else POST_PROCESSING[post_processing])
+    if as_json:
+        print_json(result.as_dict())
+    else:
+        for line in report_lines(result):
+            typer.echo(line)
+    if result.departures:
+        raise typer.Exit(EXIT_FOUND)

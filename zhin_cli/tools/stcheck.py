@@ -26,6 +26,7 @@ from zhin_cli.pipeline.config import parse_config
 from zhin_cli.pipeline.preset.layout import SYSTEM_SEGMENT
 from zhin_cli.pipeline.preset.model import Preset
 from zhin_cli.store.sillytavern import Card, ChatTurn, Lore, SillyTavernChat
+from zhin_cli.tools.requestdiff import first_difference
 
 PROVIDER = "openai"
 MODEL = "gpt-4o"  # the body's model is not known at prepare time: every capture is checked with this profile
@@ -70,11 +71,13 @@ class Departure:
     byte: int | None  # UTF-8 byte offset of the first differing byte in the content (changed)
     st_excerpt: str
     zhin_excerpt: str
+    mark: int | None = None  # index of the first differing character in both excerpts (changed)
 
     def as_dict(self) -> dict[str, Any]:
         return {"turn": self.turn, "kind": self.kind, "st_index": self.st_index, "zhin_index": self.zhin_index,
                 "role": self.role, "zhin_role": self.zhin_role, "source": self.source, "category": self.category,
-                "byte": self.byte, "st_excerpt": self.st_excerpt, "zhin_excerpt": self.zhin_excerpt}
+                "byte": self.byte, "st_excerpt": self.st_excerpt, "zhin_excerpt": self.zhin_excerpt,
+                "mark": self.mark}
 
 
 @dataclass(frozen=True)
@@ -378,13 +381,6 @@ def _st_messages(body: dict[str, Any], zhin: list[ZhinMessage], patterns: dict[i
     return out, by_design
 
 
-def _first_difference(left: bytes, right: bytes) -> int:
-    for at, (a, b) in enumerate(zip(left, right, strict=False)):
-        if a != b:
-            return at
-    return min(len(left), len(right))
-
-
 def _excerpt(text: str, byte: int) -> str:
     """``EXCERPT`` characters on each side of the character holding ``byte``."""
     at = len(text.encode("utf-8")[:byte].decode("utf-8", errors="ignore"))
@@ -502,9 +498,10 @@ def _joined_pairs(theirs: list[_StMessage], mine: list[ZhinMessage]) -> list[tup
     return None
 
 
-def _located(theirs: str, mine: str) -> tuple[int, str, str]:
-    byte = _first_difference(theirs.encode("utf-8"), mine.encode("utf-8"))
-    return byte, _excerpt(theirs, byte), _excerpt(mine, byte)
+def _located(theirs: str, mine: str) -> tuple[int, str, str, int]:
+    """request-diff's rule (one definition): the UTF-8 offset of the first differing character, the excerpts
+    around it and its index in them."""
+    return first_difference(theirs, mine)
 
 
 def _pair(turn: int, s: _StMessage, z: ZhinMessage, cat: _Categorizer) -> list[Departure]:
@@ -514,12 +511,12 @@ def _pair(turn: int, s: _StMessage, z: ZhinMessage, cat: _Categorizer) -> list[D
                              _excerpt(s.content, 0), _excerpt(z.content, 0)))
     if s.compared != z.content or s.name != z.name:
         byte: int | None
-        byte, st_excerpt, zhin_excerpt = _located(s.compared, z.content)
+        byte, st_excerpt, zhin_excerpt, mark = _located(s.compared, z.content)
         if s.compared == z.content:
             byte = None  # only the name field differs
         category = cat.changed(z, byte) if byte is not None else None
         out.append(Departure(turn, s.index, z.index, s.role, z.role, z.source, "changed", category, byte,
-                             st_excerpt, zhin_excerpt))
+                             st_excerpt, zhin_excerpt, mark if byte is not None else None))
     return out
 
 

@@ -1,0 +1,214 @@
+"""``zhin preset check-capture``: a folder of SillyTavern requests (what ``zhin serve --capture`` wrote while ST
+ran a chat) checked turn by turn against zhin's request for the same turn (``tools/stcheck``).
+
+The preset note's ``tools/st-request-diff`` as a job rather than a diff of two files: the user has a capture
+folder and ST's own exports (chat, card, lorebook), not zhin sessions, and wants the departures that matter —
+what zhin adds by design is taken out by ``stcheck`` using zhin's own attribution.
+
+* **Captures** are ``NNNNN-<route>.json`` (``serve.Capture``: numbered in arrival order, written atomically —
+  the ``.capture-*.tmp`` temporaries are never read). Only ``chat-completions`` bodies are checked; any other
+  route or file gets a note.
+* **Turns.** A body belongs to the last user message of the chat it contains whose reply it does not contain
+  (``turn_of``): ST sends the history up to the message being answered. A capture that matches no turn (another
+  chat, ST's *Test Message*, an extension's quiet prompt) gets a note; several captures of one turn (regenerate,
+  swipes) are each checked.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from zhin_cli.core.errors import InputError, ZhinError
+from zhin_cli.core.readers import read_json_file
+from zhin_cli.store.sillytavern import ChatTurn, SillyTavernChat, read_card, read_chat, read_lore
+from zhin_cli.tools.stcheck import ByDesign, Departure, TurnCheck, check_turn, prepare
+
+_CAPTURE_FILE = re.compile(r"(\d{5,})-([A-Za-z0-9-]+)\.json")
+CHAT_ROUTE = "chat-completions"
+# ST's Prompt Post-Processing values (a connection setting; "none" is ST's "")
+POST_PROCESSING = {"none": "", "merge": "merge", "semi": "semi", "strict": "strict", "single": "single"}
+
+
+@dataclass(frozen=True)
+class CaptureFile:
+    path: Path
+    number: int
+    route: str
+
+
+@dataclass
+class CaptureResult:
+    capture: CaptureFile
+    check: TurnCheck | None  # None: not checked (the note says why)
+    note: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"file": self.capture.path.name, "number": self.capture.number, "route": self.capture.route,
+                "turn": self.check.turn if self.check else None, "note": self.note,
+                "check": self.check.as_dict() if self.check else None}
+
+
+@dataclass
+class CheckResult:
+    folder: Path
+    captures: list[CaptureResult]
+    ignored_keys: list[str]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def checks(self) -> list[TurnCheck]:
+        return [c.check for c in self.captures if c.check is not None]
+
+    @property
+    def departures(self) -> int:
+        return sum(len(c.departures) for c in self.checks)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"version": 1, "folder": str(self.folder), "captures": [c.as_dict() for c in self.captures],
+                "checked": len(self.checks), "departures": self.departures,
+                "ignored_keys": list(self.ignored_keys), "notes": list(self.notes)}
+
+
+def read_captures(folder: Path) -> tuple[list[CaptureFile], list[str]]:
+    """The capture files in number order, and a note for every other entry of the folder."""
+    if not folder.exists():
+        raise InputError("no such capture folder", where=str(folder))
+    if not folder.is_dir():
+        raise InputError("not a folder (give the folder zhin serve --capture wrote)", where=str(folder))
+    captures: list[CaptureFile] = []
+    others: list[str] = []
+    for entry in sorted(folder.iterdir()):
+        match = _CAPTURE_FILE.fullmatch(entry.name)
+        if match and entry.is_file():
+            captures.append(CaptureFile(entry, int(match.group(1)), match.group(2)))
+        elif not (entry.name.startswith(".capture-") and entry.name.endswith(".tmp")):
+            others.append(entry.name)
+    notes = [f"{len(others)} other file(s) in {folder} ignored: {', '.join(others[:5])}"
+             + (" …" if len(others) > 5 else "")] if others else []
+    return sorted(captures, key=lambda c: c.number), notes
+
+
+def _texts(body: dict[str, Any]) -> list[str]:
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return []
+    return [m["content"] for m in messages if isinstance(m, dict) and isinstance(m.get("content"), str)]
+
+
+def turn_of(body: dict[str, Any], chat: SillyTavernChat) -> ChatTurn | None:
+    """The turn a body was sent for: the last one whose user text it contains and whose reply it does not."""
+    texts = _texts(body)
+
+    def contains(needle: str | None) -> bool:
+        return bool(needle) and any(needle in text for text in texts)  # type: ignore[operator]
+
+    for turn in reversed(chat.turns):
+        if contains(turn.user_text) and not contains(turn.reply_text):
+            return turn
+    return None
+
+
+def check_capture(folder: Path, *, preset: Path, chat: Path, card: Path | None = None, lore: Path | None = None,
+                  persona: str | None = None, persona_description: str = "",
+                  post_processing: str | None = None) -> CheckResult:
+    """Check every chat-completions capture in ``folder`` against zhin's request for its turn of ``chat``."""
+    captures, notes = read_captures(folder)
+    st_card = read_card(card) if card is not None else None
+    st_chat = read_chat(chat, persona=persona, character=st_card.name if st_card else None)
+    st_lore = read_lore(lore) if lore is not None else None
+    notes = [*st_chat.notes, *(st_lore.notes if st_lore else []), *notes]
+    if st_card is None:
+        notes.append("no --card: the preset's card fields are empty (as the preset file says)")
+    if not captures:
+        raise ZhinError("no captures here (NNNNN-chat-completions.json files, as zhin serve --capture writes)",
+                        where=str(folder))
+    setup = prepare(preset, st_chat, card=st_card, lore=st_lore, persona_description=persona_description,
+                    post_processing=post_processing)
+    results: list[CaptureResult] = []
+    ignored: set[str] = set()
+    for capture in captures:
+        if capture.route != CHAT_ROUTE:
+            results.append(CaptureResult(capture, None, f"route {capture.route}: not a chat completion"))
+            continue
+        body, _text = read_json_file(capture.path, InputError, "capture")
+        if not isinstance(body, dict):
+            raise InputError("not a request body (a JSON object)", where=f"{capture.path}:1")
+        turn = turn_of(body, st_chat)
+        if turn is None:
+            results.append(CaptureResult(capture, None, f"matches no turn of {chat}"))
+            continue
+        try:
+            check = check_turn(setup, turn, body)
+        except InputError as error:
+            raise InputError(error.message, where=error.where or str(capture.path)) from None
+        ignored.update(check.ignored_keys)
+        results.append(CaptureResult(capture, check))
+    if not any(r.check for r in results):
+        raise ZhinError(f"no capture matches a turn of {chat}: is it the chat ST ran while capturing?",
+                        where=str(folder))
+    return CheckResult(folder, results, sorted(ignored), notes)
+
+
+# --- text --------------------------------------------------------------------------------------------------
+
+
+def _index(value: int | None) -> str:
+    return "–" if value is None else str(value)
+
+
+def departure_lines(departure: Departure) -> list[str]:
+    """One departure as a block: where and what on its first line; for a changed text the first differing byte
+    and both excerpts on one line each, escaped and marked as request-diff shows them."""
+    from zhin_cli.tools.requestdiff import marked, readable
+
+    role = departure.role if departure.zhin_role in (None, departure.role) else f"ST {departure.role}, zhin {departure.zhin_role}"
+    head = [f"turn {departure.turn}", f"ST message {_index(departure.st_index)} / zhin {_index(departure.zhin_index)}",
+            role, departure.source or "(nothing zhin rendered)", departure.kind]
+    if departure.category:
+        head.append(departure.category)
+    lines = [" · ".join(head)]
+    if departure.byte is not None and departure.mark is not None:
+        lines += [f"  byte {departure.byte}:",
+                  f"    ST   {marked(departure.st_excerpt, departure.mark)}",
+                  f"    zhin {marked(departure.zhin_excerpt, departure.mark)}"]
+    else:
+        lines += [f"    {side} {readable(text)}" for side, text in (("ST  ", departure.st_excerpt),
+                                                                       ("zhin", departure.zhin_excerpt)) if text]
+    return lines
+
+
+def _by_design_lines(items: list[ByDesign]) -> list[str]:
+    kinds: dict[str, list[ByDesign]] = {}
+    for item in items:
+        kinds.setdefault(item.kind, []).append(item)
+    return [f"  {kind} × {len(found)} (first: turn {found[0].turn}, ST message {_index(found[0].st_index)}: "
+            f"{found[0].detail})" for kind, found in kinds.items()]
+
+
+def report_lines(result: CheckResult) -> list[str]:
+    """The text report: departures, then what differs by design, ignored keys, notes and a summary line."""
+    lines: list[str] = []
+    for capture in result.captures:
+        if capture.check is None:
+            continue
+        for departure in capture.check.departures:
+            first, *rest = departure_lines(departure)
+            lines += [f"{capture.capture.path.name}: {first}", *rest]
+    by_design = [b for check in result.checks for b in check.by_design]
+    if by_design:
+        lines += ["by design (not departures; docs/sillytavern.md §5):", *_by_design_lines(by_design)]
+    if result.ignored_keys:
+        lines.append("ignored keys (sampling, connection): " + ", ".join(result.ignored_keys))
+    notes = [*result.notes, *(f"{c.capture.path.name}: {c.note}" for c in result.captures if c.note),
+             *(f"turn {check.turn}: {note}" for check in result.checks for note in check.notes)]
+    lines += [f"note: {note}" for note in notes]
+    turns = len({check.turn for check in result.checks})
+    kinds: dict[str, int] = {}
+    for item in by_design:
+        kinds[item.kind] = kinds.get(item.kind, 0) + 1
+    design = (" · by design: " + ", ".join(f"{k} × {n}" for k, n in kinds.items())) if kinds else ""
+    lines.append(f"{len(result.captures)} captures · {turns} turns checked · {result.departures} departures{design}")
+    return lines
