@@ -112,12 +112,16 @@ def test_every_golden_run_has_no_departure(label: str, captures: dict[str, Path]
     assert "temperature" in document["ignored_keys"] and "messages" not in document["ignored_keys"]
 
 
-def test_the_help_example_folder_is_the_plain_runs_bodies(captures: dict[str, Path]) -> None:
-    """fixtures/sillytavern/captured/ (the --help example) is byte for byte what the capture server wrote."""
-    example = sorted((FIXTURES / "sillytavern" / "captured").iterdir())
+def test_the_help_examples_inputs_are_the_golden_plain_run(captures: dict[str, Path]) -> None:
+    """fixtures/st/ (what the --help examples run on, in a copy of fixtures/) is the golden plain run: its capture
+    folder byte for byte what the capture server wrote, and the preset, chat, card and lorebook as in the set."""
+    example = sorted((FIXTURES / "st" / "captured").iterdir())
     assert [p.name for p in example] == sorted(p.name for p in captures["plain"].iterdir())
     assert all(p.read_bytes() == (captures["plain"] / p.name).read_bytes() for p in example)
-    assert (FIXTURES / "sillytavern" / "persona.txt").read_text(encoding="utf-8").removesuffix("\n") == PERSONA["description"]
+    assert (FIXTURES / "st" / "persona.txt").read_text(encoding="utf-8").removesuffix("\n") == PERSONA["description"]
+    for mine, golden in (("preset.json", CONTENT / "golden-preset.json"), ("chat.jsonl", GOLDEN / "runs/plain/chat.jsonl"),
+                         ("card.json", CONTENT / "golden-card.json"), ("lore.json", CONTENT / "golden-lore.json")):
+        assert (FIXTURES / "st" / mine).read_bytes() == golden.read_bytes(), mine
 
 
 def test_a_moved_message_is_reported_at_both_indices(captures: dict[str, Path], zhin: Zhin, tmp_path: Path) -> None:

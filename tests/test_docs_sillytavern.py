@@ -9,6 +9,7 @@ import json
 import re
 import subprocess
 import sys
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +59,8 @@ def test_every_option_the_page_gives_check_capture_is_one_of_its_options() -> No
 
 def test_the_post_processing_values_the_page_lists_are_the_commands() -> None:
     (param,) = [p for p in _check_capture().params if "--post-processing" in getattr(p, "opts", ())]
-    choices = getattr(param.type, "choices", None)
+    annotation = param.type_descriptor.annotation  # typer 0.29 keeps the Enum the option was declared with
+    choices = [member.value for member in annotation] if isinstance(annotation, type) and issubclass(annotation, Enum) else None
     assert choices, "--post-processing is not a choice"
     listed = CHOICES.findall(DOC.read_text(encoding="utf-8"))
     assert listed, "the page lists no --post-processing values"

@@ -131,11 +131,10 @@ EXAMPLES: dict[str, list[str]] = {
         f"zhin preset probe fixtures/presets/community-zh.json --session {GROUP_KEY} --provider anthropic",
     ],
     "preset check-capture": [
-        "zhin preset check-capture fixtures/sillytavern/captured/ --preset tests/st_golden/content/golden-preset.json"
-        " --chat tests/st_golden/runs/plain/chat.jsonl --card tests/st_golden/content/golden-card.json"
-        " --lore tests/st_golden/content/golden-lore.json --persona-description @fixtures/sillytavern/persona.txt",
-        "zhin preset check-capture fixtures/sillytavern/captured/ --preset tests/st_golden/content/golden-preset.json"
-        " --chat tests/st_golden/runs/plain/chat.jsonl --json   # exit 1: without the card its fields depart",
+        "zhin preset check-capture fixtures/st/captured/ --preset fixtures/st/preset.json --chat fixtures/st/chat.jsonl"
+        " --card fixtures/st/card.json --lore fixtures/st/lore.json --persona-description @fixtures/st/persona.txt",
+        "zhin preset check-capture fixtures/st/captured/ --preset fixtures/st/preset.json --chat fixtures/st/chat.jsonl"
+        " --json   # exit 1: without the card its fields depart",
     ],
     "report": [
         "zhin report html fixtures/group-busy.jsonl -o report.html",

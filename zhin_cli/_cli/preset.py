@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -15,6 +16,16 @@ from zhin_cli.core.errors import EXIT_FOUND
 
 preset_app = typer.Typer(name="preset", help="Import and inspect SillyTavern chat-completion presets.", no_args_is_help=True)
 app.add_typer(preset_app, name="preset")
+
+class PostProcessing(StrEnum):
+    """ST's Prompt Post-Processing values (``none`` is ST's ""); tools/stcapture.POST_PROCESSING maps them."""
+
+    none = "none"
+    merge = "merge"
+    semi = "semi"
+    strict = "strict"
+    single = "single"
+
 
 PresetFile = Annotated[Path, typer.Argument(help="A SillyTavern chat-completion preset (.json).")]
 STYLES = {"error": "red", "warning": "yellow", "info": "dim"}
@@ -112,7 +123,7 @@ def check_capture_command(
     lore: Annotated[Path | None, typer.Option("--lore", help="A World Info book (.json, as ST exports it): its constant entries after the character definitions.")] = None,
     persona: Annotated[str | None, typer.Option("--persona", help="The persona's name (default: the name on the chat's first user message).")] = None,
     persona_description: Annotated[str, typer.Option("--persona-description", help="The persona's description, or @FILE to read it from a file.")] = "",
-    post_processing: Annotated[str | None, typer.Option("--post-processing", help="ST's Prompt Post-Processing (a connection setting, not in the preset): none, merge, semi, strict or single. Default: what the preset file says.")] = None,
+    post_processing: Annotated[PostProcessing | None, typer.Option("--post-processing", case_sensitive=False, help="ST's Prompt Post-Processing (a connection setting, not in the preset): none, merge, semi, strict or single. Default: what the preset file says.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One versioned JSON document on stdout.")] = False,
 ) -> None:
     """Check SillyTavern's captured requests against zhin's, turn by turn, with what zhin adds by design removed.
@@ -121,11 +132,8 @@ def check_capture_command(
 
     Exit status: 0 no departure, 1 departures, 2 usage, 3 cannot run (unreadable file, no capture matching a turn).
     """
-    from zhin_cli.core.errors import UsageError
     from zhin_cli.tools.stcapture import POST_PROCESSING, check_capture, report_lines
 
-    if post_processing is not None and post_processing not in POST_PROCESSING:
-        raise UsageError(f"--post-processing must be one of {', '.join(POST_PROCESSING)}, not {post_processing!r}")
     description = persona_description
     if description.startswith("@"):  # curl's convention: the text of a file
         from zhin_cli.core.errors import InputError
@@ -134,7 +142,7 @@ def check_capture_command(
         description = read_text_file(Path(description[1:]), InputError, "persona description").removesuffix("\n")
     result = check_capture(folder, preset=preset, chat=chat, card=card, lore=lore, persona=persona,
                            persona_description=description,
-                           post_processing=None if post_processing is None else POST_PROCESSING[post_processing])
+                           post_processing=None if post_processing is None else POST_PROCESSING[post_processing.value])
     if as_json:
         print_json(result.as_dict())
     else:
