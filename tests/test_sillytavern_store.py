@@ -329,6 +329,8 @@ def test_lore_ties_put_the_later_entry_first(tmp_path: Path) -> None:
     ({"entries": {"0": "text"}}, "must be an object"),
     ({"entries": {"0": {"content": 3, "constant": True, "position": 1}}}, "'content' must be a string"),
     ({"entries": {"0": {"content": "x", "order": "high"}}}, "'order' must be a number"),
+    ({"entries": {"0": {"content": "x", "order": float("nan")}}}, "'order' must be a number"),  # NaN in the file
+    ({"entries": {"0": {"content": "x", "order": float("inf")}}}, "'order' must be a number"),  # 1e400 reads as inf
 ])
 def test_lore_errors(book: Any, fragment: str, tmp_path: Path) -> None:
     with pytest.raises(InputError, match=fragment):
@@ -409,3 +411,19 @@ def test_import_options_are_checked(zhin: Callable[..., Any], tmp_path: Path) ->
     assert other.returncode == 2 and "--from must be zhin or sillytavern" in other.stderr
     as_zhin = zhin("import", chat, "--db", tmp_path / "c.sqlite")  # default --from zhin: an ST chat is not a session
     assert as_zhin.returncode == 3 and f"{chat}:1:" in as_zhin.stderr
+
+
+def test_a_narrator_message_is_not_a_reply(tmp_path: Path) -> None:
+    """ST sends /sys narrator messages as system messages: not the bot's reply, not in zhin's history, named."""
+    lines = (GOLDEN / "runs" / "plain" / "chat.jsonl").read_text(encoding="utf-8").splitlines()
+    narrator = {"name": "System", "is_user": False, "is_system": False, "send_date": "2026-12-01T09:00:00.000Z",
+                "mes": "A storm rolls in.", "extra": {"type": "narrator"}}
+    lines.insert(3, json.dumps(narrator))  # after turn 1's user line (header, greeting, user 1)
+    path = tmp_path / "chat.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    chat = read_chat(path)
+    plain = read_chat(GOLDEN / "runs" / "plain" / "chat.jsonl")
+    assert [t.reply_text for t in chat.turns] == [t.reply_text for t in plain.turns]  # the bot's replies, as before
+    assert all("A storm rolls in." not in m.text for m in chat.session.messages)
+    assert any("narrator" in note and "line(s) 4" in note for note in chat.notes)
+    assert not any("narrator" in note for note in plain.notes)  # control: no note without one

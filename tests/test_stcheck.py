@@ -311,3 +311,37 @@ def test_a_history_text_a_preset_regex_rewrote_is_regex(folder: Path) -> None:
 def test_a_body_without_messages_is_an_input_error(folder: Path, body: dict[str, Any]) -> None:
     with pytest.raises(InputError, match="messages"):
         _check(folder, "plain", 3, body)
+
+
+@pytest.mark.parametrize("st_text", ["n = 7abc", "n = ", "n = 7 and more"])
+def test_a_value_with_text_glued_to_it_is_a_departure(folder: Path, st_text: str) -> None:
+    """Only a number is excused where zhin prints a number: letters glued to ST's value are ST's text."""
+    body = _body("plain", 3)
+    body["messages"][6]["content"] = body["messages"][6]["content"].replace("n = 7", st_text)
+    assert [d.st_index for d in _check(folder, "plain", 3, body).departures] == [6]
+
+
+def test_text_around_a_value_is_never_excused_with_it(folder: Path, tmp_path: Path) -> None:
+    """A preset printing a counter between CJK characters: the value is by design, the characters are not."""
+    data = json.loads((GOLDEN / "content" / "golden-preset.json").read_text(encoding="utf-8"))
+    entry = next(p for p in data["prompts"] if p.get("identifier") == "golden-macros")
+    assert "generation counter n = {{getvar::n}}" in entry["content"]
+    entry["content"] = entry["content"].replace("generation counter n = {{getvar::n}}", "计数{{getvar::n}}次生成")
+    path = tmp_path / "cjk.json"
+    path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    setup = prepare(path, read_chat(GOLDEN / "runs" / "plain" / "chat.jsonl"), card=CARD, lore=LORE,
+                    persona_description=PERSONA["description"])
+    body = _body("plain", 3)
+    original = body["messages"][6]["content"]
+    body["messages"][6]["content"] = original.replace("generation counter n = 7", "计数7次生成")
+    clean = check_turn(setup, _turn(setup, 3), body)
+    assert clean.departures == [] and "n: ST 7, zhin 1" in [b.detail for b in clean.by_design]
+    body["messages"][6]["content"] = original.replace("generation counter n = 7", "计数7次失败了")
+    assert [d.st_index for d in check_turn(setup, _turn(setup, 3), body).departures] == [6]
+
+
+def test_a_name_that_is_not_a_string_is_a_departure_not_a_crash(folder: Path) -> None:
+    body = _body("plain", 3)
+    body["messages"][6]["name"] = ["x"]
+    (departure,) = _check(folder, "plain", 3, body).departures
+    assert (departure.kind, departure.st_index) == ("changed", 6)

@@ -31,6 +31,7 @@ EXAMPLES: dict[str, list[str]] = {
     "import": [
         "zhin import fixtures/legacy-upstream.jsonl --db other.sqlite",
         "zhin import --replace fixtures/group-busy.jsonl",
+        "zhin import --from sillytavern fixtures/st/chat.jsonl --card fixtures/st/card.json --db st.sqlite",
     ],
     "export": [
         f"zhin export {PRIVATE_KEY} -o private.jsonl",

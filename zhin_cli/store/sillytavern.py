@@ -11,12 +11,15 @@ What is read, and why that way (each rule confirmed in SillyTavern's source, 1.1
   (``getMessageTimeStamp`` now), a number (epoch milliseconds, the oldest chats), the "humanized" form
   ``2023-6-19 @14h 20m 5s 120ms``, and ``June 19, 2023 2:20pm``. The last two carry no zone: read as UTC.
 * The session id is ``st-`` + the header's ``chat_metadata.integrity`` (a UUID ST gives every chat), else ``st-`` +
-  the file name without ``.jsonl``: the same file always gives the same id, two chats never share one. The persona is
-  member ``st-user``, the character the bot ``st-char``; a message's row id is its line number.
+  the file name without ``.jsonl``: the same file always gives the same id (two chats without an integrity and with
+  the same file name get the same id: rename one before importing both). The persona is member ``st-user``, the
+  character the bot ``st-char``; a message's row id is its line number in the file (an import numbers rows anew,
+  as it does for every session).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -252,6 +255,11 @@ def _header_name(header: dict[str, Any], key: str) -> str | None:
     return value if isinstance(value, str) and value and value != UNUSED_NAME else None
 
 
+def _is_narrator(obj: dict[str, Any]) -> bool:
+    extra = obj.get("extra")
+    return isinstance(extra, dict) and extra.get("type") == "narrator"
+
+
 def read_chat(path: Path, *, persona: str | None = None, character: str | None = None) -> SillyTavernChat:
     """ST's chat file as a private-chat session (the module docstring gives the rules); bad input is an
     ``InputError`` naming ``file:line``."""
@@ -259,7 +267,13 @@ def read_chat(path: Path, *, persona: str | None = None, character: str | None =
     metadata = header.get("chat_metadata")
     metadata = metadata if isinstance(metadata, dict) else {}
     hidden = [line.number for line in lines if line.hidden]
-    shown = [line for line in lines if not line.hidden]
+    # ST sends a narrator message (/sys: extra.type "narrator") as a system message in the history; zhin's
+    # history has no such message, so it is left out and named (check-capture then shows it as an extra message)
+    narrators = [line.number for line in lines if not line.hidden and _is_narrator(line.obj)]
+    shown = [line for line in lines if not line.hidden and line.number not in narrators]
+    if narrators:
+        notes.append(f"{len(narrators)} narrator message(s) (extra.type narrator), which ST sends as system "
+                     f"messages, are not in zhin's history: line(s) {', '.join(map(str, narrators))}")
     if hidden:
         notes.append(f"{len(hidden)} hidden message{'s' if len(hidden) != 1 else ''} (is_system) "
                      f"{'are' if len(hidden) != 1 else 'is'} not part of the prompt: "
@@ -430,7 +444,7 @@ def _lore_entry(key: str, entry: dict[str, Any], notes: list[str], where: str) -
     if not isinstance(content, str):
         raise InputError(f"entry {short(key)}: 'content' must be a string, got {short(content)}", where=where)
     order = entry.get("order", 100)
-    if not isinstance(order, (int, float)) or isinstance(order, bool):
+    if not isinstance(order, (int, float)) or isinstance(order, bool) or not math.isfinite(order):
         raise InputError(f"entry {short(key)}: 'order' must be a number, got {short(order)}", where=where)
     label = f"entry {key}" + (f" ({entry['comment']})" if isinstance(entry.get("comment"), str) and entry["comment"] else "")
     position = entry.get("position", 0)

@@ -91,23 +91,43 @@ def read_captures(folder: Path) -> tuple[list[CaptureFile], list[str]]:
     return sorted(captures, key=lambda c: c.number), notes
 
 
-def _texts(body: dict[str, Any]) -> list[str]:
+def _texts(body: dict[str, Any], role: str | None = None) -> list[str]:
     messages = body.get("messages")
     if not isinstance(messages, list):
         return []
-    return [m["content"] for m in messages if isinstance(m, dict) and isinstance(m.get("content"), str)]
+    return [m["content"] for m in messages if isinstance(m, dict) and isinstance(m.get("content"), str)
+            and (role is None or m.get("role") == role)]
+
+
+def _occurrences(needle: str, texts: list[str]) -> int:
+    """How often ``needle`` stands as a whole message part in ``texts``: starting a text, a line, or after ST's
+    ``"Name: "`` prefix, and ending the text or a line (merge and squash join parts with newlines) — so a short
+    text ("ok") inside a longer one ("look", "ok 4beed990") does not count."""
+    count = 0
+    for text in texts:
+        at = text.find(needle)
+        while at >= 0:
+            end = at + len(needle)
+            starts = at == 0 or text[at - 1] == "\n" or text[max(0, at - 2):at] == ": "
+            if starts and (end == len(text) or text[end] == "\n"):
+                count += 1
+            at = text.find(needle, at + 1)
+    return count
 
 
 def turn_of(body: dict[str, Any], chat: SillyTavernChat) -> ChatTurn | None:
-    """The turn a body was sent for: the last one whose user text it contains and whose reply it does not."""
-    texts = _texts(body)
-
-    def contains(needle: str | None) -> bool:
-        return bool(needle) and any(needle in text for text in texts)  # type: ignore[operator]
-
+    """The turn a body was sent for: the last turn k whose user text stands in the body's user messages as often
+    as turns 1…k typed it (a text typed twice needs both), and whose reply stands in none of its messages.
+    Under ``single`` post-processing every part is one user message: the user texts are then looked for there."""
+    users = _texts(body, "user")
+    everything = _texts(body)
     for turn in reversed(chat.turns):
-        if contains(turn.user_text) and not contains(turn.reply_text):
-            return turn
+        typed = sum(1 for t in chat.turns[: turn.number] if t.user_text == turn.user_text)
+        if not turn.user_text or _occurrences(turn.user_text, users) < typed:
+            continue
+        if turn.reply_text and _occurrences(turn.reply_text, everything):
+            continue
+        return turn
     return None
 
 

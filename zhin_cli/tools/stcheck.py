@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from zhin_cli.core.errors import InputError
+from zhin_cli.core.errors import AssemblyError, InputError
 from zhin_cli.pipeline.assemble import TAIL_SEGMENT, AssembledRequest, Assembler
 from zhin_cli.pipeline.config import parse_config
 from zhin_cli.pipeline.preset.layout import SYSTEM_SEGMENT
@@ -185,7 +185,8 @@ def _pieces(content: str, parts: list[tuple[str, str]]) -> list[_Piece]:
     for segment, text in parts:
         at = content.find(text, cursor)
         if at < 0:
-            raise ValueError(f"part {segment!r} {text[:40]!r} not found in its wire message")
+            raise AssemblyError(f"cannot attribute zhin's request: part {segment!r} {text[:40]!r} is not in its wire "
+                                "message (a preset regex script may have rewritten it)")
         if at > cursor:
             out.append(_Piece("", content[cursor:at]))
         out.append(_Piece(segment, text))
@@ -241,7 +242,8 @@ def zhin_messages(request: AssembledRequest) -> tuple[list[ZhinMessage], dict[st
         sources = tuple(dict.fromkeys(p.segment for p in pieces if p.segment))
         out.append(ZhinMessage(index, message["role"], text, sources, message.get("name"), rewritten, _spans(pieces)))
     if headers:
-        raise ValueError(f"{len(headers)} history headers not found on the wire")
+        raise AssemblyError(f"cannot attribute zhin's request: {len(headers)} history headers are not on the wire "
+                            "(a preset regex script may have rewritten them)")
     return out, removed
 
 
@@ -295,6 +297,16 @@ def _variable_near(text: str, start: int, end: int, names: tuple[str, ...]) -> s
     return "?"
 
 
+_VALUE_CHARACTER = re.compile(r"[0-9A-Za-z_]")
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def _value_group(zhin_value: str) -> str:
+    """What ST may hold where zhin shows ``zhin_value``: a number where zhin's is a number (ST's counters run on),
+    else a run of ASCII letters, digits and ``_`` — so text around a value is never excused with it."""
+    return r"(-?\d+(?:\.\d+)?)" if _NUMBER.fullmatch(zhin_value) else r"([0-9A-Za-z_]*)"
+
+
 def _state_patterns(normal: list[ZhinMessage], probed: list[ZhinMessage],
                     names: tuple[str, ...]) -> dict[int, tuple[re.Pattern[str], list[str]]]:
     """For each zhin message whose text depends on chat-variable state: a pattern of its text with those spans as
@@ -311,10 +323,11 @@ def _state_patterns(normal: list[ZhinMessage], probed: list[ZhinMessage],
             if tag == "equal":
                 continue
             start, end = i1, i2
-            # the whole value, not just the changed characters (difflib may pair the sentinel's digits with it)
-            while start > 0 and mine.content[start - 1].isalnum():
+            # the whole value, not just the changed characters (difflib may pair the sentinel's digits with it):
+            # widened over ASCII letters and digits only, never over the text around it (CJK is alphanumeric too)
+            while start > 0 and _VALUE_CHARACTER.fullmatch(mine.content[start - 1]):
                 start -= 1
-            while end < len(mine.content) and mine.content[end].isalnum():
+            while end < len(mine.content) and _VALUE_CHARACTER.fullmatch(mine.content[end]):
                 end += 1
             name = _variable_near(other.content, j1, j2, names)
             if spans and start <= spans[-1][1]:
@@ -323,7 +336,7 @@ def _state_patterns(normal: list[ZhinMessage], probed: list[ZhinMessage],
                 spans.append((start, end, name))
         pattern, cursor = "", 0
         for start, end, _name in spans:
-            pattern += re.escape(mine.content[cursor:start]) + r"(\w*)"
+            pattern += re.escape(mine.content[cursor:start]) + _value_group(mine.content[start:end])
             cursor = end
         pattern += re.escape(mine.content[cursor:])
         out[at] = (re.compile(pattern, re.DOTALL), [name for _s, _e, name in spans])
@@ -355,6 +368,8 @@ def _st_messages(body: dict[str, Any], zhin: list[ZhinMessage], patterns: dict[i
         # non-text content (parts lists) is compared as its JSON: it can only equal zhin's if zhin sent the same
         content = content if isinstance(content, str) else "" if content is None else json.dumps(content, ensure_ascii=False)
         name = raw.get("name")
+        if name is not None and not isinstance(name, str):  # compared as its JSON, like non-text content
+            name = json.dumps(name, ensure_ascii=False)
         compared = content
         speaker = speakers.get(role)
         if name is not None and (role, content) in history and speaker and name in (speaker, speaker.replace(" ", "_")):
