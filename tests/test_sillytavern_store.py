@@ -427,3 +427,12 @@ def test_a_narrator_message_is_not_a_reply(tmp_path: Path) -> None:
     assert all("A storm rolls in." not in m.text for m in chat.session.messages)
     assert any("narrator" in note and "line(s) 4" in note for note in chat.notes)
     assert not any("narrator" in note for note in plain.notes)  # control: no note without one
+
+
+def test_card_fields_zhin_does_not_simulate_are_named(tmp_path: Path) -> None:
+    card = json.loads((GOLDEN / "content" / "golden-card.json").read_text(encoding="utf-8"))
+    assert read_card(GOLDEN / "content" / "golden-card.json").notes == ()  # control: the golden card sets none
+    card["data"].update(system_prompt="Be brief.", post_history_instructions="  ",
+                        extensions={"depth_prompt": {"prompt": "Stay calm.", "depth": 4}})
+    notes = read_card(_write(tmp_path / "card.json", card)).notes
+    assert len(notes) == 2 and "system_prompt" in notes[0] and "depth_prompt" in notes[1]

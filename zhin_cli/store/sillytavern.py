@@ -70,6 +70,8 @@ class Card:
     first_mes: str
     mes_example: str
     spec: str  # "chara_card_v3", "chara_card_v2", "v1"
+    # fields the card sets that zhin does not simulate (ST's character overrides, Character's Note), one line each
+    notes: tuple[str, ...] = ()
 
     def card_options(self) -> dict[str, str]:
         """The card as zhin's preset card options (``pipeline.preset.model.CardOptions``)."""
@@ -395,7 +397,22 @@ def _card_from(path: Path, obj: dict[str, Any], *, where: str) -> Card:
         values[key] = value
     if not values["name"]:
         raise InputError("the card has no 'name'", where=where)
-    return Card(path=path, spec=spec_name, **values)
+    return Card(path=path, spec=spec_name, notes=_unsimulated(fields, path), **values)
+
+
+# Card fields ST uses that zhin's preset stage does not: ST's main / post-history overrides and Character's Note
+_UNSIMULATED = (("system_prompt", "the character's main prompt override"),
+                ("post_history_instructions", "the character's post-history instructions override"))
+
+
+def _unsimulated(fields: dict[str, Any], path: Path) -> tuple[str, ...]:
+    notes = [f"{path}: card field {key} ({what}) is set; zhin does not simulate it"
+             for key, what in _UNSIMULATED if isinstance(fields.get(key), str) and fields[key].strip()]
+    extensions = fields.get("extensions")
+    depth = extensions.get("depth_prompt") if isinstance(extensions, dict) else None
+    if isinstance(depth, dict) and isinstance(depth.get("prompt"), str) and depth["prompt"].strip():
+        notes.append(f"{path}: the card's Character's Note (extensions.depth_prompt) is set; zhin does not simulate it")
+    return tuple(notes)
 
 
 # --- the World Info book -----------------------------------------------------------------------------------------

@@ -139,7 +139,7 @@ def check_capture(folder: Path, *, preset: Path, chat: Path, card: Path | None =
     st_card = read_card(card) if card is not None else None
     st_chat = read_chat(chat, persona=persona, character=st_card.name if st_card else None)
     st_lore = read_lore(lore) if lore is not None else None
-    notes = [*st_chat.notes, *(st_lore.notes if st_lore else []), *notes]
+    notes = [*st_chat.notes, *(st_card.notes if st_card else ()), *(st_lore.notes if st_lore else []), *notes]
     if st_card is None:
         notes.append("no --card: the preset's card fields are empty (as the preset file says)")
     if not captures:
