@@ -410,7 +410,8 @@ def test_import_options_are_checked(zhin: Callable[..., Any], tmp_path: Path) ->
     other = zhin("import", "--from", "tavernai", chat, "--db", tmp_path / "b.sqlite")
     assert other.returncode == 2 and "--from must be zhin or sillytavern" in other.stderr
     as_zhin = zhin("import", chat, "--db", tmp_path / "c.sqlite")  # default --from zhin: an ST chat is not a session
-    assert as_zhin.returncode == 3 and f"{chat}:1:" in as_zhin.stderr
+    assert as_zhin.returncode == 3 and f"{chat}:1:" in as_zhin.stderr and "--from sillytavern" in as_zhin.stderr
+    assert not (tmp_path / "c.sqlite").exists()
 
 
 def test_a_narrator_message_is_not_a_reply(tmp_path: Path) -> None:

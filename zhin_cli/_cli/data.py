@@ -36,14 +36,14 @@ if TYPE_CHECKING:
 @app.command("import")
 @handles_errors
 def import_command(
-    files: Annotated[list[Path] | None, typer.Argument(help="Session .jsonl files.")] = None,
+    files: Annotated[list[Path] | None, typer.Argument(help="Session .jsonl files (with --from sillytavern: SillyTavern chat files).")] = None,
     db: Annotated[str | None, typer.Option("--db", envvar="ZHIN_DB", help="Database to write (tables created in upstream zhin's schema): an SQLite file, or a postgresql:// or mysql:// URL. Default: the .zhin/data.sqlite a read finds from here upward, else a new ./.zhin/data.sqlite.")] = None,
     replace: Annotated[bool, typer.Option("--replace", help="Replace a session that is already there.")] = False,
     events: Annotated[bool, typer.Option("--events", help="Also turn conversation_events member_increase / member_decrease rows into event messages (once each).")] = False,
     source_format: Annotated[str, typer.Option("--from", metavar="zhin|sillytavern", help="What the files are: zhin session JSONL (zhin), or SillyTavern chat files (sillytavern: one private chat each; hidden messages left out, as ST leaves them out of the prompt).")] = "zhin",
     card: Annotated[Path | None, typer.Option("--card", help="With --from sillytavern: the character card (JSON or PNG) whose name the bot takes.")] = None,
 ) -> None:
-    """Load session JSONL files into a zhin database; with --events, also its join/leave events.
+    """Load session JSONL files (or SillyTavern chats, --from sillytavern) into a zhin database; with --events, also its join/leave events.
 
     Without --db it writes into the database every read command would find: the .zhin/data.sqlite in this folder or the nearest parent, and only when there is none a new ./.zhin/data.sqlite (docs/storage.md). All or nothing: on an error or an interruption the database is as it was (a new one does not appear)."""
     from zhin_cli.store.database import import_sessions, parse_db
@@ -62,6 +62,13 @@ def import_command(
         character = read_card(card).name if card is not None else None
         sessions = [read_chat(f, character=character).session for f in files or []]  # all parsed first
     else:
+        from zhin_cli.core.errors import InputError
+        from zhin_cli.store.sillytavern import is_sillytavern_chat
+
+        for f in files or []:
+            if is_sillytavern_chat(f):  # `trace` reads it as is; an import says which format it writes from
+                raise InputError("a SillyTavern chat file, not a zhin session: import it with --from sillytavern",
+                                 where=f"{f}:1")
         sessions = [read_session(f) for f in files or []]  # all parsed before anything is written
     target = import_target(db, Path.cwd(), events_only=not sessions)
     label = parse_db(target).label
