@@ -21,18 +21,15 @@ from pathlib import Path
 from typing import Any
 
 from zhin_cli.core.errors import AssemblyError, InputError
-from zhin_cli.pipeline.assemble import TAIL_SEGMENT, AssembledRequest, Assembler
+from zhin_cli.pipeline.assemble import DEFAULT_MODEL, DEFAULT_PROVIDER, TAIL_SEGMENT, AssembledRequest, Assembler
 from zhin_cli.pipeline.config import parse_config
 from zhin_cli.pipeline.preset.layout import SYSTEM_SEGMENT
 from zhin_cli.pipeline.preset.model import Preset
 from zhin_cli.store.sillytavern import Card, ChatTurn, Lore, SillyTavernChat
-from zhin_cli.tools.requestdiff import first_difference
+from zhin_cli.tools.requestdiff import CONTEXT, first_difference
 
-PROVIDER = "openai"
-MODEL = "gpt-4o"  # the body's model is not known at prepare time: every capture is checked with this profile
 JOINERS = ("\n", "\n\n")  # what squash / merge / post-processing put between the parts of one message
 HISTORY_PREFIX = "history."
-EXCERPT = 40  # characters of raw text on each side of the first differing byte
 # ST's chat-variable macros; the name is the first argument
 _VARIABLE_MACRO = re.compile(r"\{\{\s*(?:get|set|add|inc|dec)var::([^:}]+)")
 _SENTINEL = "\ue000{}\ue001"  # a non-numeric value that names its variable (private-use characters)
@@ -56,6 +53,7 @@ class CheckSetup:
     post_processing: str | None  # None: as the preset file says
     assembler: Assembler = field(repr=False)
     variables: tuple[str, ...] = ()  # the chat variables the preset and card use (the state probe pre-sets them)
+    probe: Assembler | None = field(default=None, repr=False)  # the assembler with those variables pre-set
 
 
 @dataclass(frozen=True)
@@ -112,8 +110,11 @@ class TurnCheck:
 
 
 def prepare(preset: Path, chat: SillyTavernChat, *, card: Card | None = None, lore: Lore | None = None,
-            persona_description: str = "", post_processing: str | None = None) -> CheckSetup:
-    """Load the preset once with the card, persona and lorebook as card options, and build the assembler."""
+            persona_description: str = "", post_processing: str | None = None,
+            provider: str = DEFAULT_PROVIDER, model: str = DEFAULT_MODEL) -> CheckSetup:
+    """Load the preset once with the card, persona and lorebook as card options, and build the assembler (and the
+    state probe) for ``provider``/``model`` — ST's Custom source speaks OpenAI's shape, hence the default profile;
+    a capture's own ``model`` is not known until it is read, and one that differs gets a note."""
     options: dict[str, Any] = {"user": chat.persona_name, "char": card.name if card else chat.character_name,
                                "persona": persona_description}
     if card is not None:
@@ -122,12 +123,13 @@ def prepare(preset: Path, chat: SillyTavernChat, *, card: Card | None = None, lo
         options["world_book_after"] = lore.after
     config = parse_config({"preset": {"file": str(preset), **options}})
     registry, _ = config.registry()
-    assembler = Assembler(registry, config, provider=PROVIDER, model=MODEL)
+    assembler = Assembler(registry, config, provider=provider, model=model)
     if assembler.preset is not None and post_processing is not None:
         # a connection setting in ST, not part of an export: the caller says what ST used
         assembler.preset.settings["custom_prompt_post_processing"] = post_processing
+    variables = _used_variables(assembler.preset)
     return CheckSetup(chat, preset, card, lore, chat.persona_name, persona_description, post_processing, assembler,
-                      _used_variables(assembler.preset))
+                      variables, _probe(assembler, variables))
 
 
 def _used_variables(preset: Preset | None) -> tuple[str, ...]:
@@ -276,13 +278,12 @@ def zhin_request(setup: CheckSetup, turn: ChatTurn) -> AssembledRequest:
     return _assemble(setup.assembler, setup, turn)
 
 
-def _probe(setup: CheckSetup) -> Assembler | None:
+def _probe(base: Assembler, names: tuple[str, ...]) -> Assembler | None:
     """The same assembler with every chat variable the preset uses pre-set to a sentinel naming it: the bytes of
     its request that differ from the plain one are the ones that depend on chat-variable state."""
-    base = setup.assembler
-    if base.preset is None or not setup.variables:
+    if base.preset is None or not names:
         return None
-    variables = tuple((name, _SENTINEL.format(i)) for i, name in enumerate(setup.variables))
+    variables = tuple((name, _SENTINEL.format(i)) for i, name in enumerate(names))
     preset = replace(base.preset, card=replace(base.preset.card, variables=variables))
     return Assembler(base.registry, base.config, provider=base.provider, model=base.model, timezone=base.timezone,
                      preset=preset, facts=base.facts)
@@ -396,10 +397,9 @@ def _st_messages(body: dict[str, Any], zhin: list[ZhinMessage], patterns: dict[i
     return out, by_design
 
 
-def _excerpt(text: str, byte: int) -> str:
-    """``EXCERPT`` characters on each side of the character holding ``byte``."""
-    at = len(text.encode("utf-8")[:byte].decode("utf-8", errors="ignore"))
-    return text[max(0, at - EXCERPT):at + EXCERPT]
+def _opening(text: str) -> str:
+    """How a whole message is shown (moved, missing, extra, role): its start, as long as request-diff's excerpts."""
+    return text[:CONTEXT]
 
 
 class _Categorizer:
@@ -494,12 +494,12 @@ def _compare(turn: int, st: list[_StMessage], zhin: list[ZhinMessage], preset: P
         inserted.remove(partner)
         category = "injection" if cat.in_chat(z.sources) else None
         out.append(Departure(turn, partner.index, z.index, partner.role, z.role, z.source, "moved", category, None,
-                             _excerpt(partner.content, 0), _excerpt(z.content, 0)))
+                             _opening(partner.content), _opening(z.content)))
     for z in deleted:
         out.append(Departure(turn, None, z.index, z.role, z.role, z.source, "missing",
-                             "injection" if cat.in_chat(z.sources) else None, None, "", _excerpt(z.content, 0)))
+                             "injection" if cat.in_chat(z.sources) else None, None, "", _opening(z.content)))
     for s in inserted:
-        out.append(Departure(turn, s.index, None, s.role, None, "", "extra", None, None, _excerpt(s.content, 0), ""))
+        out.append(Departure(turn, s.index, None, s.role, None, "", "extra", None, None, _opening(s.content), ""))
     return sorted(out, key=lambda d: (d.st_index if d.st_index is not None else 10**9, d.zhin_index or 0))
 
 
@@ -523,7 +523,7 @@ def _pair(turn: int, s: _StMessage, z: ZhinMessage, cat: _Categorizer) -> list[D
     out: list[Departure] = []
     if s.role != z.role:
         out.append(Departure(turn, s.index, z.index, s.role, z.role, z.source, "role", None, None,
-                             _excerpt(s.content, 0), _excerpt(z.content, 0)))
+                             _opening(s.content), _opening(z.content)))
     if s.compared != z.content or s.name != z.name:
         byte: int | None
         byte, st_excerpt, zhin_excerpt, mark = _located(s.compared, z.content)
@@ -541,9 +541,8 @@ def check_turn(setup: CheckSetup, turn: ChatTurn, body: dict[str, Any]) -> TurnC
     request = zhin_request(setup, turn)
     zhin, removed = zhin_messages(request)
     patterns: dict[int, tuple[re.Pattern[str], list[str]]] = {}
-    probe = _probe(setup)
-    if probe is not None:
-        probed, _ = zhin_messages(_assemble(probe, setup, turn))
+    if setup.probe is not None:
+        probed, _ = zhin_messages(_assemble(setup.probe, setup, turn))
         patterns = _state_patterns(zhin, probed, setup.variables)
     speakers = {"user": setup.chat.persona_name,
                 "assistant": setup.card.name if setup.card else setup.chat.character_name}
@@ -551,6 +550,7 @@ def check_turn(setup: CheckSetup, turn: ChatTurn, body: dict[str, Any]) -> TurnC
     departures = _compare(turn.number, st, zhin, setup.assembler.preset)
     ignored = sorted((set(body) | set(request.request)) - {"messages"})
     model = body.get("model")
-    notes = [] if model in (None, MODEL) else [
-        f"the capture's model is {model!r}; zhin's request was built with the {PROVIDER} {MODEL} profile"]
+    notes = [] if model in (None, setup.assembler.model) else [
+        f"the capture's model is {model!r}; zhin's request was built with the {setup.assembler.provider} "
+        f"{setup.assembler.model} profile"]
     return TurnCheck(turn.number, departures, by_design, removed, ignored, notes)
