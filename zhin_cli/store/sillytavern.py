@@ -298,20 +298,26 @@ def read_chat(path: Path, *, persona: str | None = None, character: str | None =
 
 CARD_FIELDS = ("name", "description", "personality", "scenario", "first_mes", "mes_example")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-MAX_CARD_BYTES = 64 * 2**20  # a card with an embedded lorebook is a few MB; more is not a card
+MAX_ST_FILE_BYTES = 64 * 2**20  # a card with an embedded lorebook is a few MB; more is not a card or a book
+
+
+def _read_limited(path: Path, what: str) -> bytes:
+    """The bytes of a card or World Info file, refused past ``MAX_ST_FILE_BYTES`` (read no further than that)."""
+    try:
+        with open_regular(path, InputError, what) as handle:
+            raw = handle.read(MAX_ST_FILE_BYTES + 1)
+    except FileNotFoundError:
+        raise InputError("no such file", where=str(path)) from None
+    if len(raw) > MAX_ST_FILE_BYTES:
+        raise InputError(f"larger than {MAX_ST_FILE_BYTES // 2**20} MiB: not a {what}", where=str(path))
+    return raw
 
 
 def read_card(path: Path) -> Card:
     """A character card: V1 (flat keys), V2 (``chara_card_v2``) or V3 (``chara_card_v3``) JSON, or a PNG carrying
     it. ST's character-card-parser reads the PNG's ``ccv3`` text chunk (base64 V3 JSON) before ``chara`` (base64
     V2); V2 and V3 keep the fields in ``data`` alike, V1 at the top. Bad input: an ``InputError`` naming the file."""
-    try:
-        with open_regular(path, InputError, "character card") as handle:
-            raw = handle.read(MAX_CARD_BYTES + 1)
-    except FileNotFoundError:
-        raise InputError("no such file", where=str(path)) from None
-    if len(raw) > MAX_CARD_BYTES:
-        raise InputError(f"larger than {MAX_CARD_BYTES // 2**20} MiB: not a character card", where=str(path))
+    raw = _read_limited(path, "character card")
     if raw.startswith(PNG_SIGNATURE):
         return _card_from(path, _png_card_json(path), where=str(path))
     return _card_from(path, _json_object(raw, path, "character card"), where=str(path))
@@ -428,14 +434,7 @@ def read_lore(path: Path) -> Lore:
     ST's world-info.js joins them — it walks the activated entries by ``order`` descending and ``unshift``s each
     content, so the text is in ascending ``order`` (ties: the later entry first), joined with "\\n", empty contents
     skipped. Keyword-triggered entries and other positions are not simulated: one note line each."""
-    try:
-        with open_regular(path, InputError, "World Info file") as handle:
-            raw = handle.read(MAX_CARD_BYTES + 1)
-    except FileNotFoundError:
-        raise InputError("no such file", where=str(path)) from None
-    if len(raw) > MAX_CARD_BYTES:
-        raise InputError(f"larger than {MAX_CARD_BYTES // 2**20} MiB: not a World Info file", where=str(path))
-    book = _json_object(raw, path, "World Info file")
+    book = _json_object(_read_limited(path, "World Info file"), path, "World Info file")
     entries = book.get("entries")
     if not isinstance(entries, dict):
         raise InputError("a World Info file needs an 'entries' object ({\"entries\": {\"0\": {...}}})", where=str(path))
