@@ -17,6 +17,7 @@ what zhin adds by design is taken out by ``stcheck`` using zhin's own attributio
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from typing import Any
 from zhin_cli.core.errors import InputError, ZhinError
 from zhin_cli.core.readers import read_json_file
 from zhin_cli.store.sillytavern import ChatTurn, SillyTavernChat, read_card, read_chat, read_lore
+from zhin_cli.tools.requestdiff import marked, readable
 from zhin_cli.tools.stcheck import ByDesign, Departure, TurnCheck, check_turn, prepare
 
 _CAPTURE_FILE = re.compile(r"(\d{5,})-([A-Za-z0-9-]+)\.json")
@@ -182,8 +184,6 @@ def _index(value: int | None) -> str:
 def departure_lines(departure: Departure) -> list[str]:
     """One departure as a block: where and what on its first line; for a changed text the first differing byte
     and both excerpts on one line each, escaped and marked as request-diff shows them."""
-    from zhin_cli.tools.requestdiff import marked, readable
-
     role = departure.role if departure.zhin_role in (None, departure.role) else f"ST {departure.role}, zhin {departure.zhin_role}"
     head = [f"turn {departure.turn}", f"ST message {_index(departure.st_index)} / zhin {_index(departure.zhin_index)}",
             role, departure.source or "(nothing zhin rendered)", departure.kind]
@@ -201,11 +201,12 @@ def departure_lines(departure: Departure) -> list[str]:
 
 
 def _by_design_lines(items: list[ByDesign]) -> list[str]:
-    kinds: dict[str, list[ByDesign]] = {}
+    first: dict[str, ByDesign] = {}
     for item in items:
-        kinds.setdefault(item.kind, []).append(item)
-    return [f"  {kind} × {len(found)} (first: turn {found[0].turn}, ST message {_index(found[0].st_index)}: "
-            f"{found[0].detail})" for kind, found in kinds.items()]
+        first.setdefault(item.kind, item)
+    counts = Counter(item.kind for item in items)
+    return [f"  {kind} × {counts[kind]} (first: turn {item.turn}, ST message {_index(item.st_index)}: {item.detail})"
+            for kind, item in first.items()]
 
 
 def report_lines(result: CheckResult) -> list[str]:
@@ -226,9 +227,7 @@ def report_lines(result: CheckResult) -> list[str]:
              *(f"turn {check.turn}: {note}" for check in result.checks for note in check.notes)]
     lines += [f"note: {note}" for note in notes]
     turns = len({check.turn for check in result.checks})
-    kinds: dict[str, int] = {}
-    for item in by_design:
-        kinds[item.kind] = kinds.get(item.kind, 0) + 1
+    kinds = Counter(item.kind for item in by_design)
     design = (" · by design: " + ", ".join(f"{k} × {n}" for k, n in kinds.items())) if kinds else ""
     lines.append(f"{len(result.captures)} captures · {turns} turns checked · {result.departures} departures{design}")
     return lines

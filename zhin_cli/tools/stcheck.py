@@ -37,23 +37,22 @@ _SENTINEL_AT = re.compile("\ue000(\\d+)\ue001")
 _CARD_FIELD_SEGMENTS = frozenset({"preset:charDescription", "preset:charPersonality", "preset:scenario",
                                   "preset:personaDescription", "preset:worldInfoAfter"})
 _EXAMPLE_SEGMENTS = frozenset({"preset:dialogueExamples", "preset:newChat"})
-_SQUASHING_MODES = ("merge", "merge_tools", "semi", "semi_tools", "strict", "strict_tools", "single")
 
 
 @dataclass(frozen=True)
 class CheckSetup:
-    """Everything fixed for a whole check: the chat, the inputs, and the assembler built once."""
+    """Everything fixed for a whole check: the chat, the card, and the assemblers built once."""
 
     chat: SillyTavernChat
-    preset_path: Path
     card: Card | None
-    lore: Lore | None
-    persona: str
-    persona_description: str
-    post_processing: str | None  # None: as the preset file says
     assembler: Assembler = field(repr=False)
     variables: tuple[str, ...] = ()  # the chat variables the preset and card use (the state probe pre-sets them)
     probe: Assembler | None = field(default=None, repr=False)  # the assembler with those variables pre-set
+
+    @property
+    def character(self) -> str:
+        """The bot's name: the card's, else the chat's."""
+        return self.card.name if self.card is not None else self.chat.character_name
 
 
 @dataclass(frozen=True)
@@ -115,9 +114,10 @@ def prepare(preset: Path, chat: SillyTavernChat, *, card: Card | None = None, lo
     """Load the preset once with the card, persona and lorebook as card options, and build the assembler (and the
     state probe) for ``provider``/``model`` — ST's Custom source speaks OpenAI's shape, hence the default profile;
     a capture's own ``model`` is not known until it is read, and one that differs gets a note."""
-    options: dict[str, Any] = {"user": chat.persona_name, "char": card.name if card else chat.character_name,
+    options: dict[str, Any] = {"user": chat.persona_name, "char": chat.character_name,  # the card's name, below
                                "persona": persona_description}
     if card is not None:
+        # the greeting is the chat's own first message already (ST writes first_mes into the chat file)
         options.update({k: v for k, v in card.card_options().items() if k != "greeting"})
     if lore is not None:
         options["world_book_after"] = lore.after
@@ -128,8 +128,7 @@ def prepare(preset: Path, chat: SillyTavernChat, *, card: Card | None = None, lo
         # a connection setting in ST, not part of an export: the caller says what ST used
         assembler.preset.settings["custom_prompt_post_processing"] = post_processing
     variables = _used_variables(assembler.preset)
-    return CheckSetup(chat, preset, card, lore, chat.persona_name, persona_description, post_processing, assembler,
-                      variables, _probe(assembler, variables))
+    return CheckSetup(chat, card, assembler, variables, _probe(assembler, variables))
 
 
 def _used_variables(preset: Preset | None) -> tuple[str, ...]:
@@ -421,7 +420,7 @@ class _Categorizer:
         """squash / post-processing: one side's message is two adjacent messages of the other joined."""
         if self.preset is None:
             return None
-        if self.preset.post_processing in _SQUASHING_MODES:
+        if self.preset.post_processing:  # every mode but ST's "" (None) joins same-role neighbours
             return "post-processing"
         return "squash" if self.preset.squash else None
 
@@ -545,7 +544,7 @@ def check_turn(setup: CheckSetup, turn: ChatTurn, body: dict[str, Any]) -> TurnC
         probed, _ = zhin_messages(_assemble(setup.probe, setup, turn))
         patterns = _state_patterns(zhin, probed, setup.variables)
     speakers = {"user": setup.chat.persona_name,
-                "assistant": setup.card.name if setup.card else setup.chat.character_name}
+                "assistant": setup.character}
     st, by_design = _st_messages(body, zhin, patterns, speakers, turn.number)
     departures = _compare(turn.number, st, zhin, setup.assembler.preset)
     ignored = sorted((set(body) | set(request.request)) - {"messages"})
