@@ -31,6 +31,7 @@ from zhin_cli.pipeline.segments.builtin import default_registry
 from zhin_cli.pipeline.window import WindowConfig
 
 if TYPE_CHECKING:
+    from zhin_cli.cache.prices import PriceTable
     from zhin_cli.pipeline.preset.model import Preset
 
 CONFIG_NAME = "zhin.yaml"
@@ -52,6 +53,7 @@ class Config:
     plugins: list[str] = field(default_factory=list)
     preset_path: Path | None = None  # ``preset:`` (a file, or ``{file: …, user: …, char: …}``)
     preset_options: dict[str, Any] = field(default_factory=dict)
+    prices: dict[str, Any] = field(default_factory=dict)  # ``prices:`` rows over the built-in table (cache/prices.py)
     # line of each key in the file: "window.max_messages", "segments.add[0].kind", "plugins[1]" …
     lines: dict[str, int] = field(default_factory=dict, repr=False)
     # what lets its plugins run (zhin_cli.core.trust): named on the command line, found upward, a case file, a git ref
@@ -73,6 +75,12 @@ class Config:
         from zhin_cli.pipeline.preset.importer import load_preset
 
         return load_preset(path, self.preset_options)
+
+    def price_table(self, prices_file: Path | None = None) -> PriceTable:
+        """The prices a cost is computed with: the built-in table, this config's ``prices:``, then ``--prices FILE``."""
+        from zhin_cli.cache.prices import load_prices
+
+        return load_prices(self.prices, prices_file, config_where=self.where)
 
     def registry(self) -> tuple[PromptSegmentRegistry, list[Generation]]:
         """Built-ins with this config applied, plus one generation per plugin (release to unload).
@@ -213,6 +221,10 @@ def parse_config(data: Any, path: Path | None = None, lines: dict[str, int] | No
     config = Config(path=path, lines=lines or {})
     if not isinstance(data, dict):
         raise ConfigError("the config must be a mapping", where=config.where(""))
+    if isinstance(data.get("prices"), dict):  # YAML reads an unquoted read_on as a date; a price row keeps the text
+        from zhin_cli.cache.prices import dates_as_text
+
+        data = {**data, "prices": dates_as_text(data["prices"])}
     validate_config(data, config.where)  # the published schema (`zhin schema config`): keys, types, provider names
     for key in ("provider", "model", "timezone"):
         if data.get(key) is not None:
@@ -221,6 +233,7 @@ def parse_config(data: Any, path: Path | None = None, lines: dict[str, int] | No
         raise ConfigError(f"unknown provider {config.provider!r} (known: {', '.join(sorted(PROFILES))})", where=config.where("provider"))
     if config.timezone and not valid_timezone(config.timezone):
         raise ConfigError(f"unknown time zone {config.timezone!r} (expected an IANA name such as Asia/Shanghai)", where=config.where("timezone"))
+    config.prices = _expect(data.get("prices") or {}, dict, "prices", config)
     budget = _expect(data.get("budget") or {}, dict, "budget", config)
     if "max_chars" in budget:
         config.max_chars = None if budget["max_chars"] is None else _expect(budget["max_chars"], int, "budget.max_chars", config)

@@ -63,6 +63,7 @@ def _tool_schema() -> dict[str, Any]:
 @cache
 def config_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of ``zhin.yaml``, as data."""
+    from zhin_cli.cache.prices import providers_schema
     from zhin_cli.pipeline.preset.model import CardOptions
     from zhin_cli.pipeline.providers import PROFILES
     from zhin_cli.pipeline.segments import TEXT_KINDS
@@ -122,6 +123,7 @@ def config_schema() -> dict[str, Any]:
                 "additionalProperties": _overrides_schema(True),
             }),
             "tools": _nullable({"type": "array", "items": _tool_schema()}),
+            "prices": _nullable(providers_schema()),
             "plugins": _nullable({"type": "array", "items": {"type": "string", "minLength": 1},
                                   "description": "module:function or path/to/file.py:function (run only when trusted)"}),
             "preset": {
