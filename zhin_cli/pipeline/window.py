@@ -13,6 +13,7 @@ per session answers "where is row N" and "which membership events come before po
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -27,7 +28,7 @@ from zhin_cli.core.model import (
     messages_at,
 )
 
-__all__ = ["RowPositions", "SessionIndex", "Window", "WindowConfig", "summary_in_prefix", "tail_start", "visible_window"]
+__all__ = ["RowPositions", "SessionIndex", "Window", "WindowConfig", "sliding", "summary_in_prefix", "tail_start", "visible_window"]
 from zhin_cli.pipeline.merge import ItemKey
 
 
@@ -57,6 +58,14 @@ class WindowConfig:
         if self.max_blocks is None:
             return None
         return self.cut_blocks_to if self.cut_blocks_to is not None else self.max_blocks // 2
+
+
+def sliding(window: WindowConfig) -> WindowConfig:
+    """Upstream's window on the same message limit: cut to ``max_messages - 1``, so every message past the limit
+    moves the window (the cached prefix breaks on every turn); no block limit. Without a message limit: no cap."""
+    if window.max_messages is None:
+        return dataclasses.replace(window, cut_to=None, max_blocks=None, cut_blocks_to=None)
+    return dataclasses.replace(window, cut_to=window.max_messages - 1, max_blocks=None, cut_blocks_to=None)
 
 
 @dataclass

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zhin_cli.cache import Plan, PrefixCache, cached_share, common_prefix_length, plan, shared_tokens
+from zhin_cli.cache import CacheOutcome, Plan, PrefixCache, cached_share, common_prefix_length, plan, shared_tokens
 from zhin_cli.core.terminaltext import MARK
 from zhin_cli.pipeline.assemble import AssembledRequest
 from zhin_cli.pipeline.facade import Pipeline
@@ -276,9 +276,15 @@ def cache_key(request: AssembledRequest) -> tuple[str, str]:
     return (request.profile.name, request.model)
 
 
+def cache_outcome(cache: PrefixCache, request: AssembledRequest, serialized: Serialized) -> CacheOutcome:
+    """Replay ``request`` against ``cache`` (then remember it): what its provider would read, write and leave
+    uncached (``Cost.of`` prices it)."""
+    return cache.account(cache_key(request), serialized.plan, None, request.profile.cache)
+
+
 def cached_tokens(cache: PrefixCache, request: AssembledRequest, serialized: Serialized) -> int:
     """Replay ``request`` against ``cache`` (then remember it): the tokens its provider would read from it."""
-    return cache.account(cache_key(request), serialized.plan, None, request.profile.cache).read
+    return cache_outcome(cache, request, serialized).read
 
 
 def _excerpt(data: bytes, offset: int) -> str:
