@@ -161,3 +161,7 @@ def html_command(
     turns = sum(len(s.turns) for s in report.sessions)
     typer.echo(f"wrote {output} ({len(report.sessions)} session(s), {turns} requests, {output.stat().st_size // 1024:,} KiB); "
                f"open {output.resolve().as_uri()}", err=True)
+
+
+# `report window` (the window sweep) lives in its own module; importing it registers it on report_app
+from zhin_cli._cli import report_window as _report_window  # noqa: E402,F401
