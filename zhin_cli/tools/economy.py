@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zhin_cli.cache import Plan, PrefixCache
+from zhin_cli.cache import PrefixCache
 from zhin_cli.core.model import Actor, AssistantMessage, EventMessage, Message, Session, ToolResultMessage, UserMessage
 from zhin_cli.core.registry import Registry
 from zhin_cli.core.tokens import DEFAULT_ENCODING, RANK_FILES, TokenCounter
@@ -47,8 +47,8 @@ from zhin_cli.pipeline.preset import TAIL_SEPARATOR
 from zhin_cli.pipeline.providers import RenderedPart
 from zhin_cli.pipeline.window import SessionIndex, WindowConfig, visible_window
 from zhin_cli.tools.cachegroups import first_of_group
+from zhin_cli.tools.cachereplay import new_tokens, with_encoding
 from zhin_cli.tools.prefixdiff import Serialized, cached_tokens, diff_pair, serialize, wire_of
-from zhin_cli.wire import canonical
 
 ECONOMY_VERSION = 1
 STYLES = ("upstream", "full", "adr")
@@ -312,66 +312,6 @@ def _mean(values: Iterable[int]) -> float | None:
     return round(sum(items) / len(items), 1) if items else None
 
 
-def _block_tokens(plan: Plan) -> list[int]:
-    return [end - start for start, end in zip([0, *plan.ends], plan.ends, strict=False)]
-
-
-def new_tokens(previous: AssembledRequest | None, current: AssembledRequest, counter: TokenCounter,
-               serialized: tuple[Serialized | None, Serialized | None] = (None, None)) -> int:
-    """Tokens of ``current`` (its prompt tokens, the one definition) that ``previous`` did not contain.
-
-    Per wire message: a message the previous request also sent (compared without the runtime tail and cache
-    markers) is present, and so is a runtime tail equal to the previous one; any other message counts whole,
-    minus the text pieces (system prompt, headers + bodies, tool calls, tail) the previous request carried —
-    a multiset difference, so a repeated "+1" counts each time. A tool or system block the previous request had
-    is present, and so is the reply framing (the previous request had it too).
-    """
-    count = counter.count
-    plan = (serialized[1] or serialize(current)).plan
-    if previous is None:
-        return plan.prompt_tokens
-    wire = wire_of(current)
-    previous_tail, tail = previous.tail_text, current.tail_text
-    sent = Counter(canonical(wire.without_tail(m, previous_tail)) for m in wire.messages(previous.request))
-    previous_plan = (serialized[0] or serialize(previous)).plan
-    regions = {(b.head, b.text) for b in previous_plan.blocks if b.region != "messages"}
-    pieces = Counter(p.text for p in previous.parts)
-    parts_by_message: dict[int, list[RenderedPart]] = {}
-    for part in current.parts:
-        parts_by_message.setdefault(part.message_index, []).append(part)
-    by_message: dict[int, int] = {}
-    total = 0
-    for block, tokens in zip(plan.blocks, _block_tokens(plan), strict=True):
-        if block.region != "messages":
-            total += 0 if (block.head, block.text) in regions else tokens
-        else:
-            by_message[block.message_index] = by_message.get(block.message_index, 0) + tokens
-    messages = wire.messages(current.request)
-    for index, tokens in by_message.items():
-        own = parts_by_message.get(index, [])
-        key = canonical(wire.without_tail(messages[index], tail))
-        if sent[key] > 0:
-            sent[key] -= 1
-            if tail and tail != previous_tail and any(p.segment_id == "tail" for p in own):
-                total += count(tail)
-            continue
-        present = 0
-        for part in own:
-            if pieces[part.text] > 0:
-                pieces[part.text] -= 1
-                present += count(part.text)
-        total += max(0, tokens - present)
-    return total
-
-
-def _with_encoding(request: AssembledRequest, encoding: str, min_tokens: int | None) -> AssembledRequest:
-    request.encoding = encoding  # diff_pair counts with the request's encoding: one tokenizer for every provider
-    if min_tokens is not None and request.profile is not None:
-        cache = dataclasses.replace(request.profile.cache, min_tokens=min_tokens)
-        request.profile = dataclasses.replace(request.profile, cache=cache)
-    return request
-
-
 def simulate(session: Session, config: Config, case: ProviderCase, encoding: str = DEFAULT_ENCODING,
              headers: _HeaderCounter | None = None) -> CacheFigures:
     """Replay ``session`` for one provider; both layouts; cached tokens per request from one cache simulator
@@ -388,7 +328,7 @@ def simulate(session: Session, config: Config, case: ProviderCase, encoding: str
         firsts: list[bool] = []
         adr_cache = flat_cache = PrefixCache()
         for position, request in zip(positions, requests, strict=True):
-            _with_encoding(request, encoding, case.min_tokens)
+            with_encoding(request, encoding, case.min_tokens)
             if figures is None:
                 lifetime = request.profile.cache.lifetime_seconds
                 figures = CacheFigures(request.provider, request.model, lifetime)
