@@ -16,11 +16,11 @@ from zhin_cli.pipeline.merge import Placed
 from zhin_cli.tools.economy import (
     CASES,
     flat_request,
-    new_tokens,
     session_economy,
     simulate,
     upstream_prefix,
 )
+from zhin_cli.tools.cachereplay import new_tokens
 from zhin_cli.tools.prefixdiff import serialize
 from zhin_cli.wire import prompt_tokens, wire_for
 

@@ -1,4 +1,5 @@
-"""``zhin report economy``: header tokens and simulated prompt-cache hits (library: ``zhin_cli.tools.economy``)."""
+"""``zhin report economy``: header tokens, simulated prompt-cache hits and what the input costs (library:
+``zhin_cli.tools.economy``; prices: ``zhin_cli.cache.prices``)."""
 
 from __future__ import annotations
 
@@ -24,10 +25,11 @@ from zhin_cli._cli import (
     replay_progress,
     stdout_console,
 )
+from zhin_cli.cache.prices import format_usd
 from zhin_cli.core.errors import UsageError
 from zhin_cli.core.parallel import JOBS_HELP
 from zhin_cli.core.tokens import DEFAULT_ENCODING
-from zhin_cli.tools.economy import CASES, STYLES, EconomyReport, SessionEconomy, run_economy
+from zhin_cli.tools.economy import CASES, COST_LAYOUTS, STYLES, EconomyReport, SessionEconomy, run_economy
 
 report_app = typer.Typer(help="Reports over stored sessions.", no_args_is_help=True)
 app.add_typer(report_app, name="report")
@@ -44,21 +46,24 @@ def economy_command(
     db: DbOption = None,
     config: ConfigOption = None,
     jobs: Annotated[int | None, typer.Option("--jobs", "-j", help=JOBS_HELP)] = None,
+    prices: Annotated[Path | None, typer.Option("--prices", metavar="FILE", help="Price rows over the built-in table and zhin.yaml prices: (JSON or YAML, the shape of zhin_cli/cache/prices.json).")] = None,
 ) -> None:
-    """Header tokens and simulated prompt-cache hits: upstream's sender prefix vs the ADR headers; ADR vs flat layout.
+    """Header tokens, simulated prompt-cache hits and input cost: upstream's sender prefix vs the ADR headers; ADR vs flat layout vs upstream's sliding window.
 
     Header tokens per member message for three styles (upstream's sender prefix on every group message, the ADR's full header on every message, the ADR projection).
 
-    Per provider (OpenAI, Anthropic, DeepSeek): prompt tokens and simulated cache hits per request for the ADR layout and a flat layout, first of group vs later, next to the physical limit. Definitions: docs/economy.md.
+    Per provider (OpenAI, Anthropic, DeepSeek): prompt tokens and simulated cache hits per request for the ADR layout and a flat layout, first of group vs later, next to the physical limit; the input cost per request (USD) of the ADR layout, the flat layout and the ADR layout under upstream's sliding window. Definitions: docs/economy.md.
     """
     chosen = [p.strip() for value in provider or [] for p in value.split(",") if p.strip()] or None
     # a bar over the sessions on a terminal's stderr (a spinner until the list of sessions is known)
     with replay_progress("sessions simulated", loading="reading the sessions") as progress:
         report = run_economy(sessions, cwd=Path.cwd(), db=db, config_path=config, providers=chosen, encoding=encoding,
-                             after_load=freeze_loaded, jobs=jobs, progress=progress)
+                             after_load=freeze_loaded, jobs=jobs, progress=progress, prices_file=prices)
     if as_json:
         print_json(report.as_dict(per_request))
     else:
+        for note in report.notes:  # never a silent price: a default row used, a provider without rows
+            typer.echo(f"zhin: note: {note}", err=True)
         _print(stdout_console(), report)
 
 
@@ -89,6 +94,13 @@ def window_text(window: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def _costs(cost: dict[str, Any] | None) -> str:
+    """``$0.003 · $0.009 · $0.011``: cost per request of each layout (``—``: no price for the provider)."""
+    if cost is None:
+        return "—"
+    return " · ".join(format_usd(cost[layout]["per_request"] if cost[layout] else None) for layout in COST_LAYOUTS)
+
+
 def _print(console: Console, report: EconomyReport) -> None:
     console.print(f"tokens: {report.encoding} · window: {escape(window_text(report.window))}")
     for session in report.sessions:
@@ -111,7 +123,8 @@ def _print_session(console: Console, session: SessionEconomy) -> None:
     fields = headers.detail()["fields"]["adr"]
     console.print("ADR projection, tokens per field: " + ", ".join(f"{k} {v}" for k, v in fields.items()))
     cache = Table("provider", "requests first/later", "prompt/request adr · flat", "later: adr", "later: flat",
-                  "later: limit", "first: adr · flat", title="simulated prompt cache (token-weighted hit rates)",
+                  "later: limit", "first: adr · flat", "cost/request adr · flat · sliding",
+                  title="simulated prompt cache (token-weighted hit rates; input cost in USD, sliding = upstream's window)",
                   title_justify="left")
     for name, figures in session.cache.items():
         data = figures.as_dict()
@@ -121,6 +134,7 @@ def _print_session(console: Console, session: SessionEconomy) -> None:
             f"{_num(data['adr_prompt_tokens_per_request'])} · {_num(data['flat_prompt_tokens_per_request'])}",
             _pct(data["adr_later_hit_rate"]), _pct(data["flat_later_hit_rate"]), _pct(data["limit_later"]),
             f"{_pct(data['adr_first_hit_rate'])} · {_pct(data['flat_first_hit_rate'])}",
+            _costs(data["cost"]),
         )
     console.print(cache)
     console.print()

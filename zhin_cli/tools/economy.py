@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zhin_cli.cache import PrefixCache
+from zhin_cli.cache import CacheOutcome, PrefixCache
+from zhin_cli.cache.prices import Cost, CostTotals, Price, PriceChoice, PriceTable
 from zhin_cli.core.model import Actor, AssistantMessage, EventMessage, Message, Session, ToolResultMessage, UserMessage
 from zhin_cli.core.registry import Registry
 from zhin_cli.core.tokens import DEFAULT_ENCODING, RANK_FILES, TokenCounter
@@ -45,14 +46,14 @@ from zhin_cli.pipeline.headers import SUMMARY_PREFIX, Aliases, project
 from zhin_cli.pipeline.merge import Placed
 from zhin_cli.pipeline.preset import TAIL_SEPARATOR
 from zhin_cli.pipeline.providers import RenderedPart
-from zhin_cli.pipeline.window import SessionIndex, WindowConfig, visible_window
-from zhin_cli.tools.cachegroups import first_of_group
-from zhin_cli.tools.cachereplay import new_tokens, with_encoding
-from zhin_cli.tools.prefixdiff import Serialized, cached_tokens, diff_pair, serialize, wire_of
+from zhin_cli.pipeline.window import SessionIndex, WindowConfig, sliding, visible_window
+from zhin_cli.tools.cachereplay import replay_cache
+from zhin_cli.tools.prefixdiff import Serialized, cache_outcome, diff_pair, serialize, wire_of
 
 ECONOMY_VERSION = 1
 STYLES = ("upstream", "full", "adr")
 LAYOUTS = ("adr", "flat")
+COST_LAYOUTS = ("adr", "flat", "sliding")  # the cost object's keys: sliding = the ADR layout under upstream's window
 FLAT_SEPARATOR = "\n\n---\n\n"  # upstream's SECTION_SEP: how the flat "before" joins its context chunks
 
 
@@ -241,21 +242,46 @@ class RequestFigures:
     turn: int
     time: int  # ms epoch
     first: bool
-    adr_prompt: int
-    adr_cached: int
-    flat_prompt: int
-    flat_cached: int
+    adr: CacheOutcome  # the ADR layout: what the provider's cache reads, writes and leaves uncached
+    flat: CacheOutcome  # the flat layout, same request
     new_tokens: int  # ADR layout: tokens of pieces the previous request did not contain
     cause: str = ""  # ADR layout: prefix-diff's cause of the break against the previous request
+    sliding: CacheOutcome | None = None  # upstream's sliding window, ADR layout (None: not replayed)
+
+    @property
+    def adr_prompt(self) -> int:
+        return self.adr.prompt_tokens
+
+    @property
+    def adr_cached(self) -> int:
+        return self.adr.read
+
+    @property
+    def flat_prompt(self) -> int:
+        return self.flat.prompt_tokens
+
+    @property
+    def flat_cached(self) -> int:
+        return self.flat.read
 
     @property
     def limit(self) -> float:
         return 1 - self.new_tokens / self.adr_prompt if self.adr_prompt else 0.0
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"turn": self.turn, "first_of_group": self.first, "adr": {"prompt": self.adr_prompt, "cached": self.adr_cached},
-                "flat": {"prompt": self.flat_prompt, "cached": self.flat_cached}, "new_tokens": self.new_tokens,
-                "limit": round(self.limit, 4), "cause": self.cause}
+    def outcome(self, layout: str) -> CacheOutcome | None:
+        """The outcome of one of ``COST_LAYOUTS``."""
+        return self.sliding if layout == "sliding" else self.adr if layout == "adr" else self.flat
+
+    def as_dict(self, price: Price | None = None) -> dict[str, Any]:
+        data: dict[str, Any] = {"turn": self.turn, "first_of_group": self.first}
+        for layout in COST_LAYOUTS:
+            outcome = self.outcome(layout)
+            if outcome is not None:
+                data[layout] = {"prompt": outcome.prompt_tokens, "cached": outcome.read,
+                                "written": dict(outcome.written_by_ttl)}
+                if price is not None:
+                    data[layout]["usd"] = round(Cost.of(outcome, price).usd, 8)
+        return {**data, "new_tokens": self.new_tokens, "limit": round(self.limit, 4), "cause": self.cause}
 
 
 @dataclass
@@ -264,6 +290,8 @@ class CacheFigures:
     model: str
     lifetime_seconds: int
     requests: list[RequestFigures] = field(default_factory=list)
+    price: PriceChoice | None = None  # the row the requests are billed at (None: the table has no rows for the provider)
+    price_note: str | None = None  # why there is no cost, or that a default row was used
 
     def _split(self, first: bool) -> list[RequestFigures]:
         return [r for r in self.requests if r.first == first]
@@ -277,12 +305,35 @@ class CacheFigures:
         rows = self._split(first)
         if layout == "adr":
             return self._rate(rows, lambda r: r.adr_cached, lambda r: r.adr_prompt)
+        if layout == "sliding":
+            rows = [r for r in rows if r.sliding is not None]
+            return self._rate(rows, lambda r: r.sliding.read if r.sliding else 0,
+                              lambda r: r.sliding.prompt_tokens if r.sliding else 0)
         return self._rate(rows, lambda r: r.flat_cached, lambda r: r.flat_prompt)
 
     def limit(self, first: bool) -> float | None:
         rows = self._split(first)
         total = sum(r.adr_prompt for r in rows)
         return round(1 - sum(r.new_tokens for r in rows) / total, 4) if total else None
+
+    def costs(self, layout: str) -> CostTotals | None:
+        """Σ ``Cost.of`` over the requests of one layout (None: no price, or the layout was not replayed)."""
+        if self.price is None:
+            return None
+        outcomes = [r.outcome(layout) for r in self.requests]
+        if any(o is None for o in outcomes):
+            return None
+        return CostTotals.of(Cost.of(o, self.price.price) for o in outcomes if o is not None)
+
+    def cost(self) -> dict[str, Any] | None:
+        """``report economy --json``'s cost object: the price row and the totals of each layout (docs/economy.md)."""
+        if self.price is None:
+            return None
+        data: dict[str, Any] = {"unit": "USD", "model": self.model, "price": self.price.price.as_dict()}
+        for layout in COST_LAYOUTS:
+            totals = self.costs(layout)
+            data[layout] = totals.as_dict() if totals is not None else None
+        return data
 
     def as_dict(self, per_request: bool = False) -> dict[str, Any]:
         later, first = self._split(False), self._split(True)
@@ -293,17 +344,21 @@ class CacheFigures:
             "requests_later": len(later),
             "adr_later_hit_rate": self.rate("adr", False),
             "flat_later_hit_rate": self.rate("flat", False),
+            "sliding_later_hit_rate": self.rate("sliding", False),
             "limit_later": self.limit(False),
             "adr_first_hit_rate": self.rate("adr", True),
             "flat_first_hit_rate": self.rate("flat", True),
             "limit_first": self.limit(True),
             "adr_prompt_tokens_per_request": _mean(r.adr_prompt for r in self.requests),
             "flat_prompt_tokens_per_request": _mean(r.flat_prompt for r in self.requests),
+            "sliding_prompt_tokens_per_request": _mean(r.sliding.prompt_tokens for r in self.requests if r.sliding),
             "adr_cached_tokens_per_request": _mean(r.adr_cached for r in self.requests),
             "flat_cached_tokens_per_request": _mean(r.flat_cached for r in self.requests),
+            "cost": self.cost(),
         }
         if per_request:
-            data["per_request"] = [r.as_dict() for r in self.requests]
+            price = self.price.price if self.price is not None else None
+            data["per_request"] = [r.as_dict(price) for r in self.requests]
         return data
 
 
@@ -312,50 +367,61 @@ def _mean(values: Iterable[int]) -> float | None:
     return round(sum(items) / len(items), 1) if items else None
 
 
+def _pipeline_config(config: Config, window: WindowConfig) -> Config:
+    return config if window == config.window else dataclasses.replace(config, window=window)
+
+
+def price_for(case: ProviderCase, prices: PriceTable) -> tuple[PriceChoice | None, str | None]:
+    """The row ``case`` is billed at and the note to show (a default row used, or no rows at all)."""
+    choice = prices.choose(case.provider, case.model)
+    if choice is None:
+        return None, f"no prices for provider {case.provider}: its economy figures have no cost (add rows under prices: in zhin.yaml or --prices FILE)"
+    return choice, choice.note
+
+
 def simulate(session: Session, config: Config, case: ProviderCase, encoding: str = DEFAULT_ENCODING,
-             headers: _HeaderCounter | None = None) -> CacheFigures:
-    """Replay ``session`` for one provider; both layouts; cached tokens per request from one cache simulator
-    per layout (a fresh one at each cache group: the session's prefix is cold there)."""
+             headers: _HeaderCounter | None = None, prices: PriceTable | None = None, *,
+             sliding_window: bool = True) -> CacheFigures:
+    """Replay ``session`` for one provider: the ADR layout through ``cachereplay.replay_cache`` (the loop
+    ``report window`` shares), the flat layout of the same requests through its own simulator (a fresh one at
+    each cache group: the session's prefix is cold there), and — ``sliding_window`` — the ADR layout again under
+    upstream's sliding window (``window.sliding``). Costs: ``prices`` (default: the config's table)."""
+    choice, note = price_for(case, prices if prices is not None else config.price_table())
     with Pipeline.open(config, provider=case.provider, model=case.model) as pipeline:
-        positions = [i for i, m in enumerate(session.messages) if isinstance(m, AssistantMessage)]
-        times = [session.messages[i].timestamp for i in positions]
-        requests = pipeline.replay(session)
         index = SessionIndex.of(session)
         timezone = pipeline.timezone(session)
-        counter = shared_counter(encoding)
         figures: CacheFigures | None = None
         previous: tuple[AssembledRequest, Serialized] | None = None
-        firsts: list[bool] = []
-        adr_cache = flat_cache = PrefixCache()
-        for position, request in zip(positions, requests, strict=True):
-            with_encoding(request, encoding, case.min_tokens)
+        flat_cache = PrefixCache()
+        for replayed in replay_cache(session, pipeline, encoding, min_tokens=case.min_tokens):
+            request, position = replayed.request, replayed.position
             if figures is None:
-                lifetime = request.profile.cache.lifetime_seconds
-                figures = CacheFigures(request.provider, request.model, lifetime)
-                firsts = first_of_group([t // 1000 for t in times], lifetime)
+                figures = CacheFigures(request.provider, request.model, request.profile.cache.lifetime_seconds,
+                                       price=choice, price_note=note)
             message = session.messages[position]
             window = visible_window(session, position, message.timestamp, config.window, index)
             if headers is not None:
                 headers.timezone = timezone
                 headers.add_window(window.messages)
             flat = flat_request(request, flat_history(session, window.messages, window.summary.summary if window.summary else None))
-            first = firsts[len(figures.requests)]
-            if first:  # a new cache group: nothing of this session is cached any more
-                adr_cache, flat_cache = PrefixCache(), PrefixCache()
-            adr_wire, flat_wire = serialize(request), serialize(flat)
-            adr_cached = cached_tokens(adr_cache, request, adr_wire)
-            flat_cached = cached_tokens(flat_cache, flat, flat_wire)
-            cause = diff_pair(previous[0], request, previous[1], adr_wire, adr_cached).cause if previous else ""
-            fresh = new_tokens(previous[0] if previous else None, request, counter,
-                               (previous[1] if previous else None, adr_wire))
+            if replayed.first:  # a new cache group: nothing of this session is cached any more
+                flat_cache = PrefixCache()
+            flat_outcome = cache_outcome(flat_cache, flat, serialize(flat))
+            cause = diff_pair(previous[0], request, previous[1], replayed.wire, replayed.outcome.read).cause if previous else ""
             figures.requests.append(RequestFigures(
-                turn=request.turn, time=message.timestamp, first=first,
-                adr_prompt=adr_wire.prompt_tokens, adr_cached=adr_cached,
-                flat_prompt=flat_wire.prompt_tokens, flat_cached=flat_cached,
-                new_tokens=min(adr_wire.prompt_tokens, fresh), cause=cause,
+                turn=request.turn, time=replayed.time, first=replayed.first, adr=replayed.outcome, flat=flat_outcome,
+                new_tokens=replayed.new_tokens, cause=cause,
             ))
-            previous = (request, adr_wire)
-        return figures or CacheFigures(case.provider, case.model, 0)
+            previous = (request, replayed.wire)
+    if figures is None:
+        return CacheFigures(case.provider, case.model, 0, price=choice, price_note=note)
+    if sliding_window:
+        upstream = _pipeline_config(config, sliding(config.window))
+        with Pipeline.open(upstream, provider=case.provider, model=case.model) as pipeline:
+            replays = replay_cache(session, pipeline, encoding, min_tokens=case.min_tokens, limit=False)
+            for row, replayed in zip(figures.requests, replays, strict=True):
+                row.sliding = replayed.outcome
+    return figures
 
 
 # --- sessions -------------------------------------------------------------------------------------
@@ -386,19 +452,27 @@ class EconomyReport:
     window: dict[str, Any]
     sessions: list[SessionEconomy]
 
+    @property
+    def notes(self) -> list[str]:
+        """Each price note once (a default row used, a provider without rows), in the order first met."""
+        notes = (f.price_note for s in self.sessions for f in s.cache.values() if f.price_note)
+        return list(dict.fromkeys(notes))
+
     def as_dict(self, per_request: bool = False) -> dict[str, Any]:
-        return {"version": ECONOMY_VERSION, "encoding": self.encoding, "window": self.window,
+        return {"version": ECONOMY_VERSION, "encoding": self.encoding, "window": self.window, "notes": self.notes,
                 "sessions": [s.as_dict(per_request) for s in self.sessions]}
 
 
 def session_economy(session: Session, config: Config, *, providers: Iterable[str] = tuple(CASES),
-                    encoding: str = DEFAULT_ENCODING) -> SessionEconomy:
+                    encoding: str = DEFAULT_ENCODING, prices: PriceTable | None = None) -> SessionEconomy:
+    """``prices``: the table costs are computed with (default: ``config.price_table()``)."""
     counter = shared_counter(encoding)
     header_counter = _HeaderCounter(session, counter, session.timezone or "UTC")
+    table = prices if prices is not None else config.price_table()
     cache: dict[str, CacheFigures] = {}
     for number, name in enumerate(providers):
         # headers do not depend on the provider: count them during the first provider's replay
-        cache[name] = simulate(session, config, CASES[name], encoding, header_counter if number == 0 else None)
+        cache[name] = simulate(session, config, CASES[name], encoding, header_counter if number == 0 else None, table)
     requests = sum(1 for m in session.messages if isinstance(m, AssistantMessage))
     return SessionEconomy(session.session_id, len(session.messages), requests, header_counter.result, cache)
 
@@ -420,10 +494,12 @@ def run_economy(
     after_load: Callable[[], None] | None = None,
     jobs: int | None = 1,
     progress: Callable[[int, int], None] | None = None,
+    prices_file: Path | None = None,
 ) -> EconomyReport:
     """``jobs``: sessions simulated at once in worker processes (``None``: every core; 1: here, one at a time);
     the report is the same for every value (core/parallel.py). ``progress(done, total)``: sessions simulated so
-    far, first with 0 (so a bar shows its total at once), then after each one."""
+    far, first with 0 (so a bar shows its total at once), then after each one. ``prices_file``: ``--prices FILE``
+(rows over the built-in table and ``zhin.yaml``'s ``prices:``)."""
     from zhin_cli.core.errors import UsageError
     from zhin_cli.core.parallel import check_jobs, ordered_map
     from zhin_cli.pipeline.config import load_config
@@ -437,7 +513,8 @@ def run_economy(
         raise UsageError(f"--encoding: unknown encoding {encoding!r} (known: {', '.join(RANK_FILES)})")
     workers = check_jobs(jobs)
     config = load_config(config_path, cwd=cwd)
-    job_list = [EconomyJob(ref, db, cwd, config, tuple(chosen), encoding, after_load)
+    prices = config.price_table(prices_file)  # read once, before any session: a bad row is one error, at once
+    job_list = [EconomyJob(ref, db, cwd, config, tuple(chosen), encoding, after_load, prices)
                 for ref in session_refs(refs, all_sessions=False, db=db, cwd=cwd)]
     if progress is not None:
         progress(0, len(job_list))
@@ -458,6 +535,7 @@ class EconomyJob:
     providers: tuple[str, ...]
     encoding: str
     after_load: Callable[[], None] | None = None
+    prices: PriceTable | None = None
 
 
 def economy_job(job: EconomyJob) -> SessionEconomy:
@@ -467,5 +545,5 @@ def economy_job(job: EconomyJob) -> SessionEconomy:
     session = load_session(job.ref, db=job.db, cwd=job.cwd)
     if job.after_load is not None:
         job.after_load()
-    return session_economy(session, job.config, providers=job.providers, encoding=job.encoding)
+    return session_economy(session, job.config, providers=job.providers, encoding=job.encoding, prices=job.prices)
 
