@@ -33,6 +33,7 @@ from zhin_cli._cli import (
     replay_progress,
     stdout_console,
 )
+from zhin_cli.cache.prices import format_usd
 from zhin_cli.core.errors import EXIT_FOUND, UsageError
 from zhin_cli.core.parallel import JOBS_HELP
 from zhin_cli.core.terminaltext import terminal_safe
@@ -73,8 +74,9 @@ def prefix_diff_command(
     db: DbOption = None,
     config: ConfigOption = None,
     jobs: Annotated[int | None, typer.Option("--jobs", "-j", help=JOBS_HELP)] = None,
+    prices: Annotated[Path | None, typer.Option("--prices", metavar="FILE", help="Price rows over the built-in table and zhin.yaml prices: (JSON or YAML, the shape of zhin_cli/cache/prices.json).")] = None,
 ) -> None:
-    """Diff consecutive requests byte by byte: where the cached prefix breaks, why, and what still hits.
+    """Diff consecutive requests byte by byte: where the cached prefix breaks, why, what still hits, and what each request's input costs (when its provider has prices).
 
     Exit status like diff: 0 no unexpected break, 1 an unexpected break, 2 trouble.
     """
@@ -88,10 +90,13 @@ def prefix_diff_command(
                                  base=base, head=head, all_sessions=all_sessions, fail_on=chosen, preset=preset,
                                  after_load=freeze_loaded, progress=progress, jobs=jobs,
                                  on_pair=(lambda session, pair: _write_line(session.pair_dict(pair))) if as_jsonl else None,
-                                 on_comparison=(lambda comparison: _write_line(comparison.as_dict(chosen))) if as_jsonl else None)
+                                 on_comparison=(lambda comparison: _write_line(comparison.as_dict(chosen))) if as_jsonl else None,
+                                 prices_file=prices)
     if as_json:
         print_json(result.as_dict())
     elif text:
+        for note in result.notes:  # a model billed at its provider's default row: never silent
+            typer.echo(f"zhin: note: {note}", err=True)
         _print_header(result)  # once the run succeeded: an error stays the one line on stderr
         print_result(stdout_console(), result)
     _publish(result)
@@ -184,9 +189,11 @@ def _print_rows(console: Console, pairs: list[PairDiff], fail_on: list[str]) -> 
         console.print("  one request: nothing to compare")
         return
     width = console.width
+    priced = any(p.cost is not None for p in pairs)  # a provider without prices: no cost column
     cells = [(f"{p.from_turn}→{p.to_turn}", f"{p.common_prefix_tokens:,}", f"{p.cached_tokens:,}",
-              f"{p.prompt_tokens - p.cached_tokens:,}") for p in pairs]
-    heads = ("turn", "common", "cached", "new")
+              f"{p.prompt_tokens - p.cached_tokens:,}", *([format_usd(p.cost.usd if p.cost else None)] if priced else []))
+             for p in pairs]
+    heads = ("turn", "common", "cached", "new", *(("cost",) if priced else ()))
     widths = [max(len(h), *(len(row[i]) for row in cells)) for i, h in enumerate(heads)]
     fixed = 2 + sum(widths) + len(widths)  # mark, columns and the space after each
     labels = [_cause_label(p) for p in pairs]
@@ -264,8 +271,12 @@ def _print_session(console: Console, session: SessionDiff, fail_on: list[str]) -
                       f"in {len(hint.turns)} turn(s): it breaks the cached prefix every time")
     summary = session.summary()
     causes = ", ".join(f"{k} {v}" for k, v in summary["causes"].items())
+    cost = ""
+    if session.costs is not None:
+        cost = (f"; input cost {format_usd(session.costs.usd)} for {session.costs.requests} requests "
+                f"({format_usd(session.costs.per_request)} per request)")
     say(console, f"{summary['pairs']} pairs: {causes or 'none'}; cache hits {summary['cache_hits']}/{summary['pairs']}, "
-                  f"cached share {summary['cached_share']:.0%}")
+                  f"cached share {summary['cached_share']:.0%}{cost}")
     console.print()
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from zhin_cli.cache import CacheOutcome, Plan, PrefixCache, cached_share, common_prefix_length, plan, shared_tokens
+from zhin_cli.cache.prices import Cost, CostTotals, Price, PriceTable
 from zhin_cli.core.terminaltext import MARK
 from zhin_cli.pipeline.assemble import AssembledRequest
 from zhin_cli.pipeline.facade import Pipeline
@@ -155,6 +156,7 @@ class PairDiff:
     # why nothing is cached although a prefix is shared (``uncached_reason``): a code and one sentence
     uncached_code: str = ""
     uncached_reason: str = ""
+    cost: Cost | None = None  # the newer request's input cost (``Pricing``); None: no price for its provider
 
     @property
     def cached_share(self) -> float:
@@ -174,6 +176,7 @@ class PairDiff:
             "cache": {"hit": self.cache_hit, "cached_tokens": self.cached_tokens, "prompt_tokens": self.prompt_tokens,
                       "cached_share": round(self.cached_share, 4),
                       "uncached_reason": {"code": self.uncached_code, "text": self.uncached_reason} if self.uncached_code else None},
+            **({"cost": cost_dict(self.cost)} if self.cost is not None else {}),
         }
 
     @property
@@ -280,6 +283,40 @@ def cache_outcome(cache: PrefixCache, request: AssembledRequest, serialized: Ser
     """Replay ``request`` against ``cache`` (then remember it): what its provider would read, write and leave
     uncached (``Cost.of`` prices it)."""
     return cache.account(cache_key(request), serialized.plan, None, request.profile.cache)
+
+
+# A profile billed at another provider's rows (the price table is keyed by the provider that sends the bill).
+PRICE_PROVIDERS = {"openai-reasoning": "openai"}
+
+
+def cost_dict(cost: Cost) -> dict[str, Any]:
+    """A request's cost as ``--json`` shows it: the three token counts and ``usd``."""
+    return {"uncached_tokens": cost.uncached_tokens, "cached_tokens": cost.cached_tokens,
+            "cache_write_tokens": cost.cache_write_tokens, "usd": round(cost.usd, 8)}
+
+
+@dataclass
+class Pricing:
+    """What a replay's requests cost: the row of each (provider, model) chosen once, each note kept once (a
+    default row used). A provider without rows (local servers, Gemini) has no cost and no note: nothing is shown."""
+
+    table: PriceTable | None
+    notes: list[str] = field(default_factory=list)
+    _rows: dict[tuple[str, str], Price | None] = field(default_factory=dict, repr=False)
+
+    def price(self, request: AssembledRequest) -> Price | None:
+        key = (PRICE_PROVIDERS.get(request.provider, request.provider), request.model)
+        if key not in self._rows:
+            choice = self.table.choose(*key) if self.table is not None else None
+            if choice is not None and choice.note and choice.note not in self.notes:
+                self.notes.append(choice.note)
+            self._rows[key] = choice.price if choice is not None else None
+        return self._rows[key]
+
+    def cost(self, request: AssembledRequest, outcome: CacheOutcome) -> Cost | None:
+        """``Cost.of`` at the request's row (the one cost definition), None without one."""
+        price = self.price(request)
+        return Cost.of(outcome, price) if price is not None else None
 
 
 def cached_tokens(cache: PrefixCache, request: AssembledRequest, serialized: Serialized) -> int:
@@ -425,6 +462,8 @@ class SessionDiff:
     hints: dict[tuple[str, str], Hint] = field(default_factory=dict)
     # segment id (and "tools", "window") → where it is defined, for the segments its pairs name (``segment_sources``)
     sources: dict[str, SegmentSource] = field(default_factory=dict)
+    costs: CostTotals | None = None  # every request's cost, the first included (None: no price)
+    notes: list[str] = field(default_factory=list)  # price notes (a default row used)
 
     def unexpected(self, fail_on: Iterable[str]) -> list[PairDiff]:
         causes = set(fail_on)
@@ -433,8 +472,11 @@ class SessionDiff:
     def summary(self) -> dict[str, Any]:
         by_cause = {c: sum(1 for p in self.pairs if p.cause == c) for c in CAUSES}
         share = cached_share((p.prompt_tokens, p.cached_tokens) for p in self.pairs)  # a pair's request is a later one
-        return {"pairs": len(self.pairs), "causes": {c: n for c, n in by_cause.items() if n},
+        data = {"pairs": len(self.pairs), "causes": {c: n for c, n in by_cause.items() if n},
                 "cache_hits": sum(1 for p in self.pairs if p.cache_hit), "cached_share": round(share, 4)}
+        if self.costs is not None:
+            data["cost"] = {"unit": "USD", **self.costs.as_dict()}
+        return data
 
     def pair_dict(self, pair: PairDiff) -> dict[str, Any]:
         """One pair as ``--json`` lists it and ``--jsonl`` streams it: the pair, named by its session."""
@@ -509,24 +551,32 @@ class TurnDiffer:
     """A session's turn-to-turn diff, fed one request at a time: holds only the previous request and the cache
     simulator's bounded store (``diff_turns`` for one replay; ``diff_configs`` runs two side by side)."""
 
-    def __init__(self, session_id: str, on_pair: Callable[[SessionDiff, PairDiff], None] | None = None) -> None:
+    def __init__(self, session_id: str, on_pair: Callable[[SessionDiff, PairDiff], None] | None = None,
+                 prices: PriceTable | None = None) -> None:
         self.session_id = session_id
         self.on_pair = on_pair  # called with each pair as soon as it is diffed (``--jsonl`` streams it)
         self.cache = PrefixCache()
+        self.pricing = Pricing(prices)
         self.previous: tuple[AssembledRequest, Serialized] | None = None
         self.diff: SessionDiff | None = None
         self.last_tail_shift: int | None = None
 
     def add(self, request: AssembledRequest, serialized: Serialized | None = None) -> PairDiff | None:
         serialized = serialized or serialize(request)
-        cached = cached_tokens(self.cache, request, serialized)
+        outcome = cache_outcome(self.cache, request, serialized)
+        cached = outcome.read
         if self.diff is None:
-            self.diff = SessionDiff(self.session_id, request.provider, request.model)
+            self.diff = SessionDiff(self.session_id, request.provider, request.model, notes=self.pricing.notes)
         self.diff.turns += 1
+        cost = self.pricing.cost(request, outcome)
+        if cost is not None:
+            self.diff.costs = self.diff.costs or CostTotals()
+            self.diff.costs.add(cost)
         pair = None
         if self.previous is not None:
             previous = self.previous[0]
             pair = diff_pair(previous, request, self.previous[1], serialized, cached)
+            pair.cost = cost
             self.diff.pairs.append(pair)
             self._hints(previous, request, pair)
             if self.on_pair is not None:
@@ -552,11 +602,12 @@ class TurnDiffer:
 
 
 def diff_turns(session_id: str, requests: Iterable[AssembledRequest],
-               on_pair: Callable[[SessionDiff, PairDiff], None] | None = None) -> SessionDiff:
+               on_pair: Callable[[SessionDiff, PairDiff], None] | None = None,
+               prices: PriceTable | None = None) -> SessionDiff:
     """Diff each request against the one before it; cached tokens from one cache simulator fed the requests in
-    order. Streams: each request is serialised once and only the previous one is held (``on_pair`` sees each
-    pair as it is made)."""
-    differ = TurnDiffer(session_id, on_pair)
+    order, and each request's cost at ``prices`` (when its provider has rows). Streams: each request is
+    serialised once and only the previous one is held (``on_pair`` sees each pair as it is made)."""
+    differ = TurnDiffer(session_id, on_pair, prices)
     for request in requests:
         differ.add(request)
     return differ.result()
@@ -669,9 +720,10 @@ def _reporting(requests: Iterator[AssembledRequest], session: Any, progress: Cal
 
 
 def diff_session(pipeline: Pipeline, session: Any, progress: Callable[[int, int], None] | None = None,
-                 on_pair: Callable[[SessionDiff, PairDiff], None] | None = None) -> SessionDiff:
+                 on_pair: Callable[[SessionDiff, PairDiff], None] | None = None,
+                 prices: PriceTable | None = None) -> SessionDiff:
     """One session's turn-to-turn diff under one pipeline (the unit of work per session)."""
-    return diff_turns(session.session_id, _reporting(pipeline.replay(session), session, progress), on_pair)
+    return diff_turns(session.session_id, _reporting(pipeline.replay(session), session, progress), on_pair, prices)
 
 
 def segment_sources(pipeline: Pipeline, segment_ids: Iterable[str | None], preset: Any = None) -> dict[str, SegmentSource]:
@@ -784,9 +836,15 @@ class PrefixDiffResult:
         # unexpected cause in the head configuration's own turn-to-turn diff
         return sum(len(c.head_stability.unexpected(self.fail_on)) for c in self.comparisons if c.head_stability)
 
+    @property
+    def notes(self) -> list[str]:
+        """Each price note once (a model billed at its provider's default row)."""
+        return list(dict.fromkeys(note for s in self.sessions for note in s.notes))
+
     def as_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"version": DIFF_VERSION, "mode": self.mode, "fail_on": self.fail_on, "unexpected": self.unexpected}
         if self.mode == "turns":
+            data["notes"] = self.notes
             data["sessions"] = [s.as_dict(self.fail_on) for s in self.sessions]
         else:
             data["base"], data["head"] = self.base_label, self.head_label
@@ -911,6 +969,7 @@ def run_prefix_diff(
     jobs: int | None = 1,
     on_pair: Callable[[SessionDiff, PairDiff], None] | None = None,
     on_comparison: Callable[[ConfigDiff], None] | None = None,
+    prices_file: Path | None = None,
 ) -> PrefixDiffResult:
     """``preset``: a preset file (or ``Preset``) replacing each configuration's ``preset:`` (``--preset``).
 
@@ -919,7 +978,9 @@ def run_prefix_diff(
     turns with one job, sessions with several.
 
     Streaming (``--jsonl``): ``on_pair`` sees each pair of a turn-to-turn diff as it is made (with several jobs, a session's pairs
-    when that session is done, in input order); ``on_comparison`` each session of ``--base/--head`` when done."""
+    when that session is done, in input order); ``on_comparison`` each session of ``--base/--head`` when done.
+
+    Turn to turn, each request's cost at the config's price table (``prices_file``: ``--prices FILE`` over it)."""
     from zhin_cli.core.errors import UsageError
     from zhin_cli.core.parallel import check_jobs, ordered_map
     from zhin_cli.core.tokens import DEFAULT_ENCODING, counter
@@ -937,8 +998,8 @@ def run_prefix_diff(
 
     database = database_read(chosen, db=db, cwd=cwd, all_sessions=all_sessions)
 
-    def run(configs: tuple[Any, ...]) -> Iterator[Any]:
-        job_list = [SessionJob(ref, db, cwd, configs, provider, model, preset, after_load) for ref in chosen]
+    def run(configs: tuple[Any, ...], prices: PriceTable | None = None) -> Iterator[Any]:
+        job_list = [SessionJob(ref, db, cwd, configs, provider, model, preset, after_load, prices) for ref in chosen]
         if workers == 1 or len(job_list) == 1:  # here: the progress bar follows the turns, pairs stream as made
             yield from ordered_map(functools.partial(run_session_job, progress=progress, on_pair=on_pair), job_list, jobs=1)
             return
@@ -952,7 +1013,7 @@ def run_prefix_diff(
     if base is None:
         config = load_config(config_path, cwd=cwd)
         result = PrefixDiffResult("turns", fail, config_path=config.path, db=database)
-        result.sessions.extend(run((config,)))
+        result.sessions.extend(run((config,), config.price_table(prices_file)))
         return result
 
     from zhin_cli.tools.configsource import load_config_source
@@ -1015,6 +1076,7 @@ class SessionJob:
     model: str | None
     preset: Any
     after_load: Callable[[], None] | None = None
+    prices: PriceTable | None = None  # turn to turn: the costs' price table
 
 
 def run_session_job(job: SessionJob, progress: Callable[[int, int], None] | None = None,
@@ -1032,7 +1094,7 @@ def run_session_job(job: SessionJob, progress: Callable[[int, int], None] | None
         pipelines = [stack.enter_context(Pipeline.open(config, provider=job.provider, model=job.model, preset=job.preset))
                      for config in job.configs]
         if len(pipelines) == 1:
-            diff = diff_session(pipelines[0], session, progress, on_pair)
+            diff = diff_session(pipelines[0], session, progress, on_pair, job.prices)
             diff.sources = segment_sources(pipelines[0], _pair_keys(diff), job.preset)
             return diff
         comparison = compare_session(pipelines[0], pipelines[1], session)
