@@ -419,8 +419,15 @@ class OrdinalAliases(Mapping[int, str]):
 
 
 class FirstRowOf(Mapping[str, int]):
-    """Platform message id → the row id of the first chosen message that has it (``dict.setdefault`` order), found
-    by a scan of the outline's ids when first asked (a request asks for its window's replies only) and kept."""
+    """Platform message id → the row id of the first chosen message that has it (``dict.setdefault`` order).
+
+    A request asks for its window's replies only, so the first few ids are found by a scan of the outline's ids
+    (``list.index``: a C loop) and kept; a replay asks for every reply of the session, and a scan per id would make
+    it quadratic, so after ``SCANS_BEFORE_INDEX`` scans the whole outline is indexed once (one pass, about what a few
+    scans cost) and every later look-up is a dict read. A request on a huge session with a handful of replies thus
+    never builds the index; a replay builds it once."""
+
+    SCANS_BEFORE_INDEX = 8
 
     def __init__(self, message_ids: Sequence[str | None], row_ids: Sequence[int], chosen: Sequence[bool]) -> None:
         self._message_ids = message_ids
@@ -428,25 +435,41 @@ class FirstRowOf(Mapping[str, int]):
         self._chosen = chosen
         self._found: dict[str, int | None] = {}
         self._all: dict[str, int] | None = None
+        self.scans = 0  # full or partial scans of the outline's ids (tests count work, not time)
 
     def __getitem__(self, message_id: str) -> int:
         if not message_id:  # as in a dict of the truthy ids only
             raise KeyError(message_id)
+        if self._all is not None:
+            return self._all[message_id]
         if message_id not in self._found:
-            self._found[message_id] = next(
-                (self._row_ids[i] for i, known in enumerate(self._message_ids) if known == message_id and self._chosen[i]),
-                None)
+            if self.scans >= self.SCANS_BEFORE_INDEX:
+                return self._every()[message_id]
+            self._found[message_id] = self._scan(message_id)
         row_id = self._found[message_id]
         if row_id is None:
             raise KeyError(message_id)
         return row_id
 
+    def _scan(self, message_id: str) -> int | None:
+        self.scans += 1
+        position = -1
+        while True:
+            try:
+                position = self._message_ids.index(message_id, position + 1)
+            except ValueError:
+                return None
+            if self._chosen[position]:
+                return self._row_ids[position]
+
     def _every(self) -> dict[str, int]:
         if self._all is None:
-            self._all = {}
-            for i, known in enumerate(self._message_ids):
-                if known and self._chosen[i]:
-                    self._all.setdefault(known, self._row_ids[i])
+            self.scans += 1
+            every: dict[str, int] = {}
+            for known, row_id, chosen in zip(self._message_ids, self._row_ids, self._chosen, strict=True):
+                if known and chosen:
+                    every.setdefault(known, row_id)
+            self._all = every
         return self._all
 
     def __iter__(self) -> Iterator[str]:

@@ -46,37 +46,49 @@ class _Unit:
     keys: list[ItemKey] = field(default_factory=list)
 
 
+def _call_ids(item: AssistantMessage) -> set[str]:
+    """``{c.id for c in item.tool_calls}`` without building the ToolCall objects (every request merges its window)."""
+    return {str(b["id"]) for b in item.content if b.get("type") == "toolCall"}
+
+
+def _orphan_call(group: _Unit | None, waiting: set[str]) -> AssemblyError:
+    assert group is not None  # calls wait only inside a group
+    return AssemblyError(
+        f"orphan tool call {sorted(waiting)[0]!r} (row {item_key(group.items[0].item)[1]}): no tool result follows it"
+    )
+
+
 def _units(segment: PromptSegment, output: Sequence[Any], seq_start: int) -> list[_Unit]:
     units: list[_Unit] = []
-    open_group: tuple[_Unit, set[str]] | None = None
+    group: _Unit | None = None  # the open tool group …
+    waiting: set[str] = set()  # … and the calls of it still without a result
     # read once: every request merges the whole window again, item by item
     segment_id, tie, weight = segment.id, TIE_ORDER[segment.kind], segment.weight
+    seq = seq_start
     for item in output:
         if isinstance(item, ToolResultMessage):
-            if open_group is None or item.tool_call_id not in open_group[1]:
+            if group is None or item.tool_call_id not in waiting:
                 raise AssemblyError(
                     f"orphan tool result for {item.tool_call_id!r} (row {item.row_id}) from segment {segment.id!r}: "
                     "it does not follow the assistant message that calls it"
                 )
-            open_group[1].discard(item.tool_call_id)
-            open_group[0].items.append(Placed(item, segment_id))
-            open_group[0].keys.append(("row", item.row_id))
+            waiting.discard(item.tool_call_id)
+            group.items.append(Placed(item, segment_id))
+            group.keys.append(("row", item.row_id))
             continue
-        if open_group is not None and open_group[1]:
-            raise AssemblyError(
-                f"orphan tool call {sorted(open_group[1])[0]!r} (row {item_key(open_group[0].items[0].item)[1]}): "
-                "no tool result follows it"
-            )
-        unit = _Unit([Placed(item, segment_id)], item.timestamp, tie, weight, seq_start + len(units), [item_key(item)])
+        if waiting:
+            raise _orphan_call(group, waiting)
+        key = ("summary", item.anchor_row_id) if isinstance(item, SummaryMessage) else ("row", item.row_id)
+        unit = _Unit([Placed(item, segment_id)], item.timestamp, tie, weight, seq, [key])
+        seq += 1
         units.append(unit)
-        open_group = None
-        if isinstance(item, AssistantMessage) and item.tool_calls:
-            open_group = (unit, {c.id for c in item.tool_calls})
-    if open_group is not None and open_group[1]:
-        raise AssemblyError(
-            f"orphan tool call {sorted(open_group[1])[0]!r} (row {item_key(open_group[0].items[0].item)[1]}): "
-            "no tool result follows it"
-        )
+        if isinstance(item, AssistantMessage):
+            waiting = _call_ids(item)
+            group = unit if waiting else None
+        else:
+            group = None
+    if waiting:
+        raise _orphan_call(group, waiting)
     return units
 
 
@@ -87,12 +99,17 @@ def merge(
     units: list[_Unit] = []
     seen: set[ItemKey] = set()
     for segment, output in outputs:
-        for unit in _units(segment, output, len(units)):
-            for key in unit.keys:
-                if key in seen:
+        produced = _units(segment, output, len(units))
+        keys = [key for unit in produced for key in unit.keys]
+        before = len(seen)
+        seen.update(keys)
+        if len(seen) != before + len(keys):  # a key twice: name the first, as a key-by-key check would
+            earlier = {key for unit in units for key in unit.keys}
+            for key in keys:
+                if key in earlier:
                     raise AssemblyError(f"{key[0]} {key[1]} produced twice (again by segment {segment.id!r})")
-                seen.add(key)
-            units.append(unit)
+                earlier.add(key)
+        units.extend(produced)
     units.sort(key=lambda u: (u.timestamp, u.tie, -u.weight, u.seq))
     if sent_prefix:
         position = {key: i for i, key in enumerate(sent_prefix)}
