@@ -33,10 +33,11 @@ from zhin_cli._cli import (
     stdout_console,
 )
 from zhin_cli.cache import cached_share
+from zhin_cli.cache.prices import Cost, format_usd
 from zhin_cli.core.errors import EXIT_FOUND, UsageError
 from zhin_cli.pipeline.assemble import AssembledRequest
-from zhin_cli.tools.prefixdiff import turn_ranges
-from zhin_cli.tools.trace import TraceResult, TurnRow, open_trace, turn_rows
+from zhin_cli.tools.prefixdiff import cost_dict, turn_ranges
+from zhin_cli.tools.trace import TraceResult, TurnRow, open_trace, turn_row
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -63,8 +64,9 @@ def trace_command(
     preset: PresetOption = None,
     db: DbOption = None,
     config: ConfigOption = None,
+    prices: Annotated[Path | None, typer.Option("--prices", metavar="FILE", help="Price rows over the built-in table and zhin.yaml prices: (JSON or YAML, the shape of zhin_cli/cache/prices.json).")] = None,
 ) -> None:
-    """Replay a stored conversation and show what each request sent to the model.
+    """Replay a stored conversation and show what each request sent to the model, and its input cost when the provider has prices (a single turn: as a cold cache sees it; --all: each after the turns before it).
 
     Exit status: 0 ok, 1 a request was rejected (with --validate), 2 usage, 3 cannot run (bad input, database).
     """
@@ -77,42 +79,50 @@ def trace_command(
     out = sys.stdout  # bound before the progress bar starts: rich's live display redirects sys.stdout to stderr
     with replay_progress("replaying") as progress, open_trace(
             session, db=db, config_path=config, provider=provider, model=model, timezone=timezone, preset=preset,
-            turn=turn, all_turns=all_turns, cwd=Path.cwd(), after_load=freeze_loaded, progress=progress) as run:
+            turn=turn, all_turns=all_turns, cwd=Path.cwd(), after_load=freeze_loaded, progress=progress,
+            prices_file=prices) as run:
         result = run.result
         rows: list[TurnRow] = []
         if as_jsonl:
             for note in result.notes:  # stdout holds requests only
                 print(f"note: {note}", file=sys.stderr)
             rejected = False
-            for request in run.requests():
+            for request, _, cost in run.costed():
                 rejected |= not request.verdict.ok
-                write_line(out, request)
+                write_line(out, request, cost)
+            for note in run.pricing.notes:  # a price note is known once the request that needs it is made
+                print(f"zhin: note: {note}", file=sys.stderr)
         else:
-            if compact:  # a small row per turn is kept, not the requests
-                rows.extend(turn_rows(run.requests()))
-            else:
-                result.requests.extend(run.requests())
+            for request, outcome, cost in run.costed():
+                if compact:  # a small row per turn is kept, not the requests
+                    rows.append(turn_row(request, outcome.read, cost))
+                else:
+                    result.requests.append(request)
+                    result.costs.append(cost)
             rejected = any(not row.accepted for row in rows) or any(not r.verdict.ok for r in result.requests)
     if not (as_json or as_jsonl):  # once the replay succeeded: an error stays one line on stderr
+        for note in run.pricing.notes:  # never a silent price: a model billed at its provider's default row
+            typer.echo(f"zhin: note: {note}", err=True)
         print_sources(result.config_path, result.db)
     if as_json:
+        result.notes.extend(run.pricing.notes)  # in the document: a price note is never silent
         print_json(result.as_dict())
     elif compact:
         print_rows(stdout_console(), result, rows)
     elif not as_jsonl:
         console = stdout_console()
         print_heading(console, result)
-        for request in result.requests:
-            print_request(console, request, show_request)
+        for request, cost in zip(result.requests, result.costs, strict=True):
+            print_request(console, request, show_request, cost)
     if validate and rejected:
         raise typer.Exit(EXIT_FOUND)
 
 
-def write_line(out: TextIO, request: AssembledRequest) -> None:
+def write_line(out: TextIO, request: AssembledRequest, cost: Cost | None = None) -> None:
     """One request as one JSON line, flushed: a reader (``| head -1``, a log shipper) has it at once."""
     from zhin_cli.core.outputfiles import write_json_line
 
-    write_json_line(request.as_dict(), out, flush=True)
+    write_json_line({**request.as_dict(), **({"cost": cost_dict(cost)} if cost is not None else {})}, out, flush=True)
 
 
 def print_heading(console: Console, result: TraceResult) -> None:
@@ -161,7 +171,10 @@ def print_rows(console: Console, result: TraceResult, rows: list[TurnRow]) -> No
     turn_width = max(len("turn"), len(str(max(row.turn for row in rows))))
     state_width = max(len("state"), *(len(row.state_rendering) for row in rows))
     verdict_width = len("ok")
-    fixed = turn_width + 2 * numbers + state_width + verdict_width + 6  # six one-space gaps, the bar's included
+    priced = any(row.cost is not None for row in rows)  # a provider without prices: no cost column
+    costs = [format_usd(row.cost.usd if row.cost else None) for row in rows] if priced else []
+    cost_width = max(len("cost"), *(len(c) for c in costs)) + 1 if priced else 0  # with its gap
+    fixed = turn_width + 2 * numbers + cost_width + state_width + verdict_width + 6  # six one-space gaps, the bar's included
     widest_line = max((cell_len(", ".join(names)) for names in entries), default=0)
     bar_width = max(NARROW_BAR, min(WIDE_BAR, console.width - fixed - widest_line))
     left = fixed + bar_width
@@ -170,16 +183,18 @@ def print_rows(console: Console, result: TraceResult, rows: list[TurnRow]) -> No
     aligned = room >= longest  # else the segments go on lines of their own, indented under the numbers
     indent = left if aligned else turn_width + 1
     room = room if aligned else max(1, console.width - indent)
-    header = (f"{'turn':>{turn_width}} {'prompt':>{numbers}} {'cached':>{numbers}} {'cache':<{bar_width}} "
+    cost_head = f"{'cost':>{cost_width - 1}} " if priced else ""
+    header = (f"{'turn':>{turn_width}} {'prompt':>{numbers}} {'cached':>{numbers}} {cost_head}{'cache':<{bar_width}} "
               f"{'state':<{state_width}} {'ok':<{verdict_width}}")
     title = "largest segments (tokens)"
     # each line as (text, style) parts: plain text where nothing is drawn in colour, styled Text on a terminal
     lines: list[list[tuple[str, str]]] = (
         [[(f"{header} {title}", "bold")]] if aligned else [[(header.rstrip(), "bold")], [(" " * indent + title, "bold")]])
-    for row, names in zip(rows, entries, strict=True):
+    for number, (row, names) in enumerate(zip(rows, entries, strict=True)):
         cached_cells, new_cells = bar_cells(row, scale, bar_width)
         wrapped = wrap_entries(names, room)
-        line = [(f"{row.turn:>{turn_width}} {row.prompt_tokens:>{numbers}} {row.cached_tokens:>{numbers}} ", ""),
+        cost = f"{costs[number]:>{cost_width - 1}} " if priced else ""
+        line = [(f"{row.turn:>{turn_width}} {row.prompt_tokens:>{numbers}} {row.cached_tokens:>{numbers}} {cost}", ""),
                 (CACHED * cached_cells, "green"), (NEW * new_cells, "yellow"),
                 (f"{' ' * (bar_width - cached_cells - new_cells)} {row.state_rendering:<{state_width}} ", ""),
                 (ACCEPTED, "") if row.accepted else (REJECTED, "red")]
@@ -202,8 +217,10 @@ def print_rows(console: Console, result: TraceResult, rows: list[TurnRow]) -> No
     console.print(f"{CACHED} cached (the provider's prompt cache would read it; prefix-diff's count, the first turn "
                   f"all new)  {NEW} new · bar length ∝ prompt tokens, full width {scale} · "
                   f"{ACCEPTED} accepted / {REJECTED} rejected by the offline validator")
+    billed = [row.cost.usd for row in rows if row.cost is not None]
+    total = f" · input cost {format_usd(sum(billed))} ({format_usd(sum(billed) / len(billed))} per request)" if billed else ""
     console.print(f"{len(rows)} requests: {cached} of {prompt} prompt tokens cached · cached share after the first "
-                  f"{share:.0%} (as prefix-diff) · --detail for every turn's segment table")
+                  f"{share:.0%} (as prefix-diff){total} · --detail for every turn's segment table")
 
 
 def print_warnings(console: Console, rows: list[TurnRow]) -> None:
@@ -217,7 +234,7 @@ def print_warnings(console: Console, rows: list[TurnRow]) -> None:
         console.print(f"[yellow]warning:[/] ({label} {turn_ranges(where)}) {escape(warning)}")
 
 
-def print_request(console: Console, request: AssembledRequest, show_request: bool) -> None:
+def print_request(console: Console, request: AssembledRequest, show_request: bool, cost: Cost | None = None) -> None:
     cells = [[segment.id, segment.kind, f"{segment.weight:g}", "" if segment.messages is None else str(segment.messages),
               str(segment.chars), str(segment.tokens), str(segment.trimmed) if segment.trimmed else ""]
              for segment in request.segments]
@@ -242,6 +259,9 @@ def print_request(console: Console, request: AssembledRequest, show_request: boo
                   f"headers: {request.full_headers} full, {request.short_headers} short   "
                   f"window: {request.window.messages} messages ({request.window.dropped} before it)")
     console.print(f"cache breakpoints: {breakpoints or 'none'}")
+    if cost is not None:
+        console.print(f"input cost: {format_usd(cost.usd)} ({cost.uncached_tokens} uncached, {cost.cached_tokens} cached, "
+                      f"{cost.cache_write_tokens} written to the cache)")
     verdict = request.verdict
     if verdict.ok:
         console.print("validator: [green]accepted[/]")

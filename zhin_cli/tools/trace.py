@@ -7,6 +7,11 @@ rows, not the requests). :func:`turn_rows` is that compact view's data: per turn
 provider's prompt cache would read — counted by prefix-diff's own cache model (``tools.prefixdiff.cached_tokens``
 over the same requests in the same order), so both commands give one number — the three largest segments, the
 state rendering mode and the validator's verdict.
+
+Each request's input cost, when its provider has prices (``prefixdiff.Pricing``: ``Cost.of`` over the same cache
+outcomes, so ``trace`` and ``prefix-diff`` bill a request alike): the requests shown are fed to one cache
+simulator in order, so with ``--all`` a turn is billed after the ones before it, and a single turn as a cold
+cache sees it (the first request of a cache group).
 """
 
 from __future__ import annotations
@@ -17,12 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from zhin_cli.cache import CacheOutcome, PrefixCache
+from zhin_cli.cache.prices import Cost
 from zhin_cli.core.errors import UsageError
 from zhin_cli.pipeline.assemble import AssembledRequest
 from zhin_cli.pipeline.config import load_config
 from zhin_cli.pipeline.facade import Pipeline
 from zhin_cli.pipeline.preset.model import Preset
 from zhin_cli.store import database_read, load_session
+from zhin_cli.tools.prefixdiff import Pricing, cache_outcome, cost_dict, serialize
 
 TRACE_VERSION = 1
 TOP_SEGMENTS = 3  # segments a compact row names
@@ -40,6 +48,12 @@ class TraceResult:
     # describes the session and its requests and is the same whichever database served them
     config_path: Path | None = None  # the zhin.yaml the pipeline loaded (None: built-in defaults)
     db: str | None = None  # the database the session came from (None: a file)
+    costs: list[Cost | None] = field(default_factory=list)  # per request (``request_costs``); None: no price
+
+    def request_dict(self, index: int) -> dict[str, Any]:
+        """One request as ``--json`` lists it: with its ``cost`` when its provider has prices."""
+        cost = self.costs[index] if index < len(self.costs) else None
+        return {**self.requests[index].as_dict(), **({"cost": cost_dict(cost)} if cost is not None else {})}
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -49,7 +63,7 @@ class TraceResult:
             "turns": self.turns,
             "greeting_turn": self.greeting_turn,
             "notes": self.notes,
-            "requests": [r.as_dict() for r in self.requests],
+            "requests": [self.request_dict(i) for i in range(len(self.requests))],
         }
 
 
@@ -68,6 +82,21 @@ class TraceRun:
 
     result: TraceResult
     requests: Callable[[], Iterator[AssembledRequest]]
+    pricing: Pricing = field(default_factory=lambda: Pricing(None))
+
+    def costed(self) -> Iterator[tuple[AssembledRequest, CacheOutcome, Cost | None]]:
+        """The requests with their cache outcome and cost (the price notes gather in ``pricing.notes``)."""
+        yield from request_costs(self.requests(), self.pricing)
+
+
+def request_costs(requests: Iterable[AssembledRequest], pricing: Pricing
+                  ) -> Iterator[tuple[AssembledRequest, CacheOutcome, Cost | None]]:
+    """Each request with what one cache simulator fed them in order reads, writes and leaves uncached of it
+    (prefix-diff's count) and its cost at ``pricing`` (None: no price for its provider)."""
+    cache = PrefixCache()
+    for request in requests:
+        outcome = cache_outcome(cache, request, serialize(request))
+        yield request, outcome, pricing.cost(request, outcome)
 
 
 @contextmanager
@@ -85,11 +114,14 @@ def open_trace(
     cwd: Path | None = None,
     after_load: Callable[[], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    prices_file: Path | None = None,
 ) -> Iterator[TraceRun]:
     """Load ``ref`` and open its pipeline; ``run.requests()`` then replays the chosen turns one at a time (see
-    :func:`trace` for the choice). The pipeline stays open until the ``with`` block ends."""
+    :func:`trace` for the choice), ``run.costed()`` with their costs (``prices_file``: ``--prices FILE`` over the
+    config's table). The pipeline stays open until the ``with`` block ends."""
     cwd = cwd or Path.cwd()
     config = load_config(config_path, cwd=cwd)
+    pricing = Pricing(config.price_table(prices_file))
     session = load_session(ref, db=db, cwd=cwd)
     if after_load is not None:
         after_load()
@@ -123,7 +155,7 @@ def open_trace(
                 if progress is not None:
                     progress(wanted, wanted)
 
-        yield TraceRun(result, requests)
+        yield TraceRun(result, requests, pricing)
 
 
 def trace(
@@ -140,6 +172,7 @@ def trace(
     cwd: Path | None = None,
     after_load: Callable[[], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    prices_file: Path | None = None,
 ) -> TraceResult:
     """Replay ``ref`` (a .jsonl path, or a session id/key in the database) and return the chosen requests.
 
@@ -150,8 +183,11 @@ def trace(
     """
     with open_trace(ref, db=db, config_path=config_path, provider=provider, model=model, timezone=timezone,
                     preset=preset, turn=turn, all_turns=all_turns, cwd=cwd, after_load=after_load,
-                    progress=progress) as run:
-        run.result.requests.extend(run.requests())
+                    progress=progress, prices_file=prices_file) as run:
+        for request, _, cost in run.costed():
+            run.result.requests.append(request)
+            run.result.costs.append(cost)
+        run.result.notes.extend(run.pricing.notes)
     return run.result
 
 
@@ -170,29 +206,27 @@ class TurnRow:
     accepted: bool
     verdict: str  # "accepted", or the status and the validator's message
     warnings: tuple[str, ...] = ()  # the request's warnings (what the provider's template loses, …)
+    cost: Cost | None = None  # the request's input cost (None: no price for its provider)
 
     @property
     def new_tokens(self) -> int:
         return self.prompt_tokens - self.cached_tokens
 
 
-def turn_row(request: AssembledRequest, cached: int) -> TurnRow:
-    """``request`` as a compact row, given the tokens the cache would read of it."""
+def turn_row(request: AssembledRequest, cached: int, cost: Cost | None = None) -> TurnRow:
+    """``request`` as a compact row, given the tokens the cache would read of it (and its cost)."""
     # ties keep the request's segment order, so the same request always names the same three
     top = sorted(request.segments, key=lambda s: -s.tokens)[:TOP_SEGMENTS]
     verdict = request.verdict
     return TurnRow(request.turn, request.prompt_tokens, cached, tuple((s.id, s.tokens) for s in top if s.tokens),
                    request.state_rendering, verdict.ok,
                    "accepted" if verdict.ok else f"rejected {verdict.status}: {verdict.message}".rstrip(": "),
-                   tuple(request.warnings))
+                   tuple(request.warnings), cost)
 
 
-def turn_rows(requests: Iterable[AssembledRequest]) -> Iterator[TurnRow]:
+def turn_rows(requests: Iterable[AssembledRequest], pricing: Pricing | None = None) -> Iterator[TurnRow]:
     """A replay's requests (in order, from its first turn) as compact rows, the cached tokens counted as
-    prefix-diff counts them: one cache simulator fed every request in order (``tools.prefixdiff.cached_tokens``)."""
-    from zhin_cli.cache import PrefixCache
-    from zhin_cli.tools.prefixdiff import cached_tokens, serialize
-
-    cache = PrefixCache()
-    for request in requests:
-        yield turn_row(request, cached_tokens(cache, request, serialize(request)))
+    prefix-diff counts them: one cache simulator fed every request in order (``request_costs``); costs at
+    ``pricing`` (none without it)."""
+    for request, outcome, cost in request_costs(requests, pricing or Pricing(None)):
+        yield turn_row(request, outcome.read, cost)
