@@ -19,6 +19,13 @@ Two questions, on the same sessions and one tokenizer (docs/economy.md):
 
 Rates are token-weighted: Σ cached / Σ prompt tokens over the requests of a split (as ``stats cache`` reads
 logged usage).
+
+3. **Cost** (USD, input only): every request's ``CacheOutcome`` priced by ``Cost.of`` (the one cost definition,
+   ``zhin_cli.cache.prices``) at the row of the case's (provider, model), summed per layout into the cost
+   object: ``adr``, ``flat`` and ``sliding`` — the ADR layout again under upstream's window
+   (``window.sliding``: cut to ``max_messages - 1``, so every turn past the limit moves it), replayed by the same
+   ``cachereplay.replay_cache`` as the ADR layout, so the two differ by the window alone. Hit rate alone is the
+   wrong target (a window without a cap hits more and costs more); the bill is what the operator pays.
 """
 
 from __future__ import annotations
