@@ -174,8 +174,6 @@ def test_a_default_naming_no_row_in_zhin_yaml_is_one_error_at_its_line(tmp_path:
     assert str(raised.value).startswith(f"{config_file}:3: ") and "gpt-9" in str(raised.value)
 
 
-@pytest.mark.xfail(strict=True, reason="load_prices checks a --prices file's defaults with no line (where=str(file)); "
-                                       "reported to the lead")
 def test_a_default_naming_no_row_in_a_prices_file_names_its_line(tmp_path: Path) -> None:
     path = prices_file(tmp_path, "default: gpt-4o", "default: gpt-9")
     with pytest.raises(ConfigError) as raised:
@@ -183,8 +181,6 @@ def test_a_default_naming_no_row_in_a_prices_file_names_its_line(tmp_path: Path)
     assert str(raised.value).startswith(f"{path}:4: ")
 
 
-@pytest.mark.xfail(strict=True, reason="an unquoted impossible YAML date (2026-13-01) is a ValueError inside "
-                                       "core/readers.read_yaml_file, not a ConfigError; reported to the lead")
 def test_an_unquoted_impossible_date_is_one_error(tmp_path: Path) -> None:
     path = prices_file(tmp_path, 'read_on: "2026-01-01"', "read_on: 2026-13-01")
     with pytest.raises(ConfigError):

@@ -269,8 +269,9 @@ def _check_defaults(table: PriceTable, where: Callable[[str], str | None], prefi
                               f"(rows: {', '.join(rows.models) or 'none'})", where=where(f"{prefix}{provider}.default"))
 
 
-def read_prices(path: Path) -> PriceTable:
-    """A prices file (JSON or YAML, the shape of the shipped ``prices.json``)."""
+def read_prices(path: Path, base: PriceTable | None = None) -> PriceTable:
+    """A prices file (JSON or YAML, the shape of the shipped ``prices.json``); its rows go over ``base``'s
+    (each provider then needs a default row, from the file or from ``base``: refused at its line otherwise)."""
     from zhin_cli.core.readers import enclosing_key, read_yaml_file
     from zhin_cli.pipeline.config_schema import describe
 
@@ -286,16 +287,15 @@ def read_prices(path: Path) -> PriceTable:
     for error in _validator("file").iter_errors({**data, "providers": {}}):
         key, message = describe(error)
         raise ConfigError(message.replace("the config", "the prices file")[:300], where=where(key))
-    table = parse_providers(data["providers"], where, "providers")
-    return dataclasses.replace(table, origins=(str(path),))
+    table = dataclasses.replace(parse_providers(data["providers"], where, "providers"), origins=(str(path),))
+    _check_defaults(base.replaced_by(table) if base is not None else table, where, "providers.")
+    return table
 
 
 @functools.cache
 def builtin_prices() -> PriceTable:
     """The table shipped with zhin (``prices.json``; each row names its source and the date it was read)."""
-    table = read_prices(BUILTIN)
-    _check_defaults(table, lambda key: str(BUILTIN), "providers.")
-    return dataclasses.replace(table, origins=("built-in",))
+    return dataclasses.replace(read_prices(BUILTIN), origins=("built-in",))
 
 
 def load_prices(config_prices: Mapping[str, Any] | None = None, prices_file: Path | None = None, *,
@@ -307,7 +307,6 @@ def load_prices(config_prices: Mapping[str, Any] | None = None, prices_file: Pat
         table = table.replaced_by(dataclasses.replace(parse_providers(config_prices, where, "prices"), origins=("zhin.yaml",)))
         _check_defaults(table, where, "prices.")
     if prices_file is not None:
-        table = table.replaced_by(read_prices(prices_file))
-        _check_defaults(table, lambda key: str(prices_file), "providers.")
+        table = table.replaced_by(read_prices(prices_file, table))
     return table
 

@@ -91,6 +91,7 @@ def read_yaml_file(path: Path, error: type[ZhinError] = ConfigError, what: str =
 # Real configs and case files that reuse an anchor stay far below (a 50 KB timeline reused 40 times is 2 M).
 MAX_YAML_EXPANSION = 4_000_000
 _INT_TAG = "tag:yaml.org,2002:int"
+_TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
 
 
 def _load_yaml(text: str, path: Path) -> tuple[Any, dict[str, int]]:
@@ -132,6 +133,12 @@ def _check_expansion(root: yaml.Node, path: Path) -> None:
         if isinstance(node, yaml.ScalarNode):
             if node.tag == _INT_TAG and len(node.value) > 4300:
                 raise ConfigError(f"invalid YAML: {DIGIT_LIMIT_MESSAGE}", where=f"{path}:{node.start_mark.line + 1}")
+            if node.tag == _TIMESTAMP_TAG:  # 2026-13-01 looks like a date to YAML, then fails to become one
+                try:
+                    yaml.SafeLoader.construct_yaml_timestamp(yaml.SafeLoader(""), node)
+                except (ValueError, OverflowError):
+                    raise ConfigError(f"invalid YAML: not a date: {node.value[:40]!r} (quote it to keep it as text)",
+                                      where=f"{path}:{node.start_mark.line + 1}") from None
             total = 1 + len(node.value)
         else:
             children = node.value if isinstance(node, yaml.SequenceNode) else [n for pair in node.value for n in pair]
