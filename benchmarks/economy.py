@@ -21,10 +21,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from machine import describe  # noqa: E402
 
+from zhin_cli.cache.prices import format_usd  # noqa: E402
 from zhin_cli.core.model import Session  # noqa: E402
 from zhin_cli.pipeline.config import Config  # noqa: E402
 from zhin_cli.store.jsonl import read_session  # noqa: E402
-from zhin_cli.tools.economy import CASES, STYLES, RequestFigures, SessionEconomy, session_economy  # noqa: E402
+from zhin_cli.tools.economy import CASES, COST_LAYOUTS, STYLES, RequestFigures, SessionEconomy, session_economy  # noqa: E402
 from zhin_cli.tools.synth import SynthOptions, synthesize  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,6 +73,14 @@ def pooled(economies: list[SessionEconomy]) -> dict[str, Any]:
         lost = Counter[str]()
         for r in later:
             lost[r.cause] += r.adr_prompt - r.adr_cached
+        # input cost per request (USD, Cost.of over every request of every session), by layout
+        usd, billed = Counter[str](), Counter[str]()
+        for economy in economies:
+            for layout in COST_LAYOUTS:
+                totals = economy.cache[provider].costs(layout) if provider in economy.cache else None
+                if totals is not None:
+                    usd[layout] += totals.usd
+                    billed[layout] += totals.requests
         out["cache"][provider] = {
             "requests_first": len(rows) - len(later),
             "requests_later": len(later),
@@ -82,6 +91,8 @@ def pooled(economies: list[SessionEconomy]) -> dict[str, Any]:
             "flat_prompt_per_request": round(sum(r.flat_prompt for r in rows) / len(rows), 1) if rows else None,
             # where the uncached tokens of later requests go, by prefix-diff cause (share of their prompt tokens)
             "uncached_by_cause": {k: round(v / prompt, 4) for k, v in lost.most_common()} if prompt else {},
+            "cost_per_request": {layout: round(usd[layout] / billed[layout], 8) if billed[layout] else None
+                                 for layout in COST_LAYOUTS},
         }
     return out
 
@@ -106,15 +117,17 @@ def print_block(title: str, figures: dict[str, Any]) -> None:
         costs = ", ".join(f"{k} {v}" for k, v in figures["field_tokens_per_message"][style].items())
         if costs:
             print(f"  {label}, tokens per message by field: {costs}")
-    print(f"  {'provider':<10} {'first/later':>11} {'prompt adr·flat':>16} {'later adr':>9} {'flat':>6} {'limit':>6} {'gap':>6}  uncached (later) by cause")
+    print(f"  {'provider':<10} {'first/later':>11} {'prompt adr·flat':>16} {'later adr':>9} {'flat':>6} {'limit':>6} {'gap':>6}"
+          f"  {'cost/request adr · flat · sliding':<33}  uncached (later) by cause")
     for provider, c in figures["cache"].items():
         if not c["requests_later"]:
             print(f"  {provider:<10} {c['requests_first']:>5}/{c['requests_later']:<5}  no later requests")
             continue
         gap = c["limit_later"] - c["adr_later"]
         causes = ", ".join(f"{k or 'first'} {v:.1%}" for k, v in c["uncached_by_cause"].items())
+        costs = " · ".join(format_usd(c["cost_per_request"][layout]) for layout in COST_LAYOUTS)
         print(f"  {provider:<10} {c['requests_first']:>5}/{c['requests_later']:<5} {c['adr_prompt_per_request']:>7}·{c['flat_prompt_per_request']:<8}"
-              f" {c['adr_later']:>9.1%} {c['flat_later']:>6.1%} {c['limit_later']:>6.1%} {gap * 100:>5.1f}p  {causes}")
+              f" {c['adr_later']:>9.1%} {c['flat_later']:>6.1%} {c['limit_later']:>6.1%} {gap * 100:>5.1f}p  {costs:<33}  {causes}")
     openai = figures["cache"].get("openai")
     if openai and openai["requests_later"]:
         gap = openai["limit_later"] - openai["adr_later"]
