@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -249,6 +250,11 @@ def test_a_provider_without_rows_shows_no_cost_and_no_error(zhin: Any) -> None:
     priced = _json(zhin("prefix-diff", busy, "-p", "openai", "--json"))
     assert all("cost" in p for p in priced["sessions"][0]["pairs"])
     assert "$" in zhin("trace", busy, "-p", "openai", "--all").stdout
+    # prefix-diff's text: a cost column and the session's total for openai, neither for a local server
+    priced_text = zhin("prefix-diff", busy, "-p", "openai").stdout
+    local_text = zhin("prefix-diff", busy, "-p", "llama-cpp").stdout
+    assert re.search(r"^\s+turn\s+common\s+cached\s+new\s+cost\s", priced_text, re.M) and "input cost $" in priced_text
+    assert " cost " not in local_text.splitlines()[1] and "$" not in local_text and "input cost" not in local_text
 
 
 def test_a_model_without_a_row_is_billed_at_the_default_with_one_note(zhin: Any) -> None:
