@@ -13,6 +13,7 @@ from zhin_cli.core.tokens import counter
 from zhin_cli.pipeline.config import Config
 from zhin_cli.pipeline.headers import Aliases, project
 from zhin_cli.pipeline.merge import Placed
+from zhin_cli.tools.cachereplay import new_tokens
 from zhin_cli.tools.economy import (
     CASES,
     flat_request,
@@ -20,7 +21,6 @@ from zhin_cli.tools.economy import (
     simulate,
     upstream_prefix,
 )
-from zhin_cli.tools.cachereplay import new_tokens
 from zhin_cli.tools.prefixdiff import serialize
 from zhin_cli.wire import prompt_tokens, wire_for
 
