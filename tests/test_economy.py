@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from builders import SEC, T0, History
 
 from zhin_cli.core.model import Actor
@@ -245,10 +246,15 @@ def test_anthropic_reads_up_to_the_block_before_the_old_tail() -> None:
     assert 0 < second.flat_cached < second.adr_cached  # flat: only the system prompt carries cache_control
 
 
-def test_anthropic_misses_an_entry_more_than_20_blocks_back() -> None:
+def test_anthropic_misses_an_entry_more_than_20_blocks_back(monkeypatch: pytest.MonkeyPatch) -> None:
     """Anthropic looks back about 20 blocks from each breakpoint for an earlier entry: after 25 new member
-    messages (25 blocks) the previous request's entry is out of reach and only the system prompt is read."""
+    messages (25 blocks) the previous request's entry is out of reach and only the system prompt is read — with
+    the tail breakpoint alone (the renderer now also marks the previous turn's: tests/test_anthropic_breakpoints.py)."""
     from dataclasses import replace
+
+    from zhin_cli.pipeline.providers import anthropic
+
+    monkeypatch.setattr(anthropic, "PLACEMENT", "tail")
 
     def session(between: int):  # type: ignore[no-untyped-def]
         h = History()

@@ -6,8 +6,10 @@
 * Mid-conversation ``role: "system"`` only for allow-listed models and only where the API accepts it:
   right after a user turn (a tool_result turn counts) and before an assistant turn or at the end.
   Anywhere else the state change is downgraded to user text with the host-only header.
-* ``cache_control`` breakpoints (never more than 4): the end of the stable system prompt, and the last
-  block before the runtime tail.
+* ``cache_control`` breakpoints (never more than 4): the end of the stable system prompt, the last
+  block before the runtime tail, and the last block before the newest assistant message (where the request that
+  produced it marked its tail: read however many blocks came since; ``PLACEMENTS``, docs/design-notes.md
+  "Anthropic breakpoint placement").
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ import json
 import re
 from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import Any, Literal
 
+from zhin_cli.pipeline.headers import Projected
 from zhin_cli.pipeline.preset import Layout, PresetMessage
 from zhin_cli.pipeline.providers import (
     CacheRules,
@@ -144,6 +147,61 @@ class _Turns:
         self.parts.extend(RenderedPart(segment, text, len(self.messages) - 1) for segment, text in pieces if segment)
 
 
+# --- cache breakpoints ----------------------------------------------------------------------------------------
+# Where the message breakpoints go (docs/design-notes.md "Anthropic breakpoint placement": the experiment and its
+# numbers, benchmarks/anthropic_breakpoints.py). Each rule names one breakpoint; the system prompt's is always there.
+#   "tail"      the last history block before the runtime tail (the newest member message): what the next request
+#               reads when its own look-back (LOOKBACK_BLOCKS) reaches it;
+#   "previous"  the last block before the newest assistant message: exactly where the request that produced that
+#               message put its "tail" breakpoint, so this request reads that entry however many blocks came since;
+#   "lookback"  LOOKBACK_BLOCKS - 1 blocks before the "tail" one, so the look-back reaches twice as far back;
+#   "cut"       the block ending the first CUT_ANCHOR_MESSAGES window rows: fixed between two window cuts.
+PlacementRule = Literal["tail", "previous", "lookback", "cut"]
+PLACEMENTS: dict[str, tuple[PlacementRule, ...]] = {
+    "tail": ("tail",),
+    "tail+cut": ("tail", "cut"),
+    "tail+lookback": ("tail", "lookback"),
+    "tail+cut+lookback": ("tail", "cut", "lookback"),
+    "tail+previous": ("tail", "previous"),
+    "tail+previous+lookback": ("tail", "previous", "lookback"),
+}
+PLACEMENT = "tail+previous"  # the renderer's behaviour (the measured cheapest); the benchmark sets others
+CUT_ANCHOR_MESSAGES = 40  # the default window's keep_after_cut (WindowConfig: max_messages 80 // 2)
+_LOOKBACK_STEP = 19  # LOOKBACK_BLOCKS (zhin_cli.cache) - 1: the farthest block a breakpoint's look-back reaches
+
+
+def _history_breakpoints(messages: list[dict[str, Any]], before_tail: tuple[int, int] | None,
+                         cut_block: tuple[int, int] | None, placement: str) -> list[dict[str, Any]]:
+    """Mark the message blocks ``placement``'s rules choose (at most MAX_BREAKPOINTS - 1 besides the system's) and
+    return their ``cache_breakpoints`` entries, in block order."""
+    rules = PLACEMENTS[placement]
+    flat = [(i, j) for i, message in enumerate(messages) for j in range(len(message["content"]))]
+    chosen: dict[tuple[int, int], str] = {}
+    if "tail" in rules and before_tail is not None:
+        chosen[before_tail] = "tail"
+    if "previous" in rules:
+        newest = next((i for i in range(len(messages) - 1, -1, -1) if messages[i]["role"] == "assistant"), None)
+        if newest is not None and newest > 0 and messages[newest - 1]["role"] == "user":
+            spot = (newest - 1, len(messages[newest - 1]["content"]) - 1)
+            # only before the "tail" one: after it (a tool loop's results) it would write what today stays uncached
+            # — 1.25× for tokens the next request mostly does not read — and the runtime tail is never marked
+            if before_tail is not None and spot < before_tail:
+                chosen.setdefault(spot, "previous turn")
+    if "cut" in rules and cut_block is not None and (before_tail is None or cut_block < before_tail):
+        chosen.setdefault(cut_block, "window cut")
+    if "lookback" in rules and before_tail is not None:
+        at = flat.index(before_tail) - _LOOKBACK_STEP
+        if at >= 0:  # nearer the start, the system prompt's breakpoint already looks back there
+            chosen.setdefault(flat[at], "look-back")
+    assert len(chosen) < MAX_BREAKPOINTS  # the system prompt's is the fourth
+    out: list[dict[str, Any]] = []
+    for (i, j), label in sorted(chosen.items()):
+        messages[i]["content"][j]["cache_control"] = dict(EPHEMERAL)
+        out.append({"before": "tail", "message_index": i, "explicit": True} if label == "tail"
+                   else {"after": label, "message_index": i, "explicit": True})
+    return out
+
+
 @register_renderer(WIRE)
 def render_anthropic(layout: Layout, profile: Capabilities, runtime: RuntimeView) -> RenderedRequest:
     turns = _Turns()
@@ -160,6 +218,9 @@ def render_anthropic(layout: Layout, profile: Capabilities, runtime: RuntimeView
         parts.extend(RenderedPart(segment, text, -1) for block in leading for segment, text in block.spoken_pieces() if segment)
         breakpoints.append({"after": "system", "message_index": -1, "explicit": True})
     modes: set[str] = set()  # a trailing prefill the model rejects is gone already (fit_layout, profile.prefill)
+    before_tail: tuple[int, int] | None = None  # (message, block) of the last history block before the runtime tail
+    cut_block: tuple[int, int] | None = None  # ``"cut"`` placement: the block ending CUT_ANCHOR_MESSAGES rows
+    history_rows = 0
     for index, message in enumerate(layout.messages):
         if isinstance(message, PresetMessage):
             if message.role == "system" and _mid_system_ok(layout, index, profile, runtime.model):
@@ -190,13 +251,17 @@ def render_anthropic(layout: Layout, profile: Capabilities, runtime: RuntimeView
         else:
             block = turns.add("user", {"type": "text", "text": message.text}, message.segment_id, message.text)
             if index == layout.tail_index and layout.tail:
-                block["cache_control"] = dict(EPHEMERAL)
-                breakpoints.append({"before": "tail", "message_index": len(turns.messages) - 1, "explicit": True})
+                before_tail = (len(turns.messages) - 1, len(turns.messages[-1]["content"]) - 1)
                 turns.add("user", {"type": "text", "text": layout.tail}, "tail", layout.tail)
+        if isinstance(message, Projected):
+            history_rows += len(message.rows)
+            if cut_block is None and history_rows >= CUT_ANCHOR_MESSAGES and turns.messages:
+                cut_block = (len(turns.messages) - 1, len(turns.messages[-1]["content"]) - 1)
     if layout.tail and layout.tail_index is None:
         turns.add("user", {"type": "text", "text": layout.tail}, "tail", layout.tail)
-    assert len(breakpoints) <= MAX_BREAKPOINTS
     body["messages"] = turns.messages
+    breakpoints.extend(_history_breakpoints(turns.messages, before_tail, cut_block, PLACEMENT))
+    assert len(breakpoints) <= MAX_BREAKPOINTS
     state = "none-needed" if not modes else ("system" if modes == {"system"} else "user")
     return RenderedRequest(body=body, state_rendering=state, cache_breakpoints=breakpoints, parts=parts + turns.parts)
 
