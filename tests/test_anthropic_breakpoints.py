@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from builders import SEC, T0, History, replay
@@ -43,10 +44,10 @@ def burst(between: int) -> History:
     return h
 
 
-def marks(body: dict[str, object]) -> list[tuple[int, int]]:
+def marks(body: dict[str, Any]) -> list[tuple[int, int]]:
     """(message, block) of every cache_control in the messages; the system's as (-1, block)."""
-    out = [(-1, j) for j, b in enumerate(body["system"]) if "cache_control" in b]  # type: ignore[attr-defined]
-    for i, message in enumerate(body["messages"]):  # type: ignore[attr-defined]
+    out = [(-1, j) for j, b in enumerate(body["system"]) if "cache_control" in b]
+    for i, message in enumerate(body["messages"]):
         out.extend((i, j) for j, b in enumerate(message["content"]) if "cache_control" in b)
     return out
 
