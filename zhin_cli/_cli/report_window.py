@@ -3,4 +3,68 @@ when ``zhin_cli._cli.report`` is imported."""
 
 from __future__ import annotations
 
-from zhin_cli._cli.report import report_app  # noqa: F401
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from zhin_cli._cli import (
+    ConfigOption,
+    DbOption,
+    freeze_loaded,
+    handles_errors,
+    print_json,
+    replay_progress,
+    stdout_console,
+)
+from zhin_cli._cli.report import report_app
+from zhin_cli.core.parallel import JOBS_HELP
+from zhin_cli.tools.windowsweep import WindowReport, frontier_picture, recommendation_line, table_rows
+
+
+@report_app.command("window")
+@handles_errors
+def window_command(
+    sessions: Annotated[list[str], typer.Argument(metavar="SESSION...", help="Sessions: .jsonl files, folders of them, or session ids / keys in the database.")],
+    provider: Annotated[str, typer.Option("--provider", "-p", help="Provider whose cache rules and prices apply (openai, anthropic, deepseek).")] = "openai",
+    model: Annotated[str | None, typer.Option("--model", help="Model billed (default: report economy's model for the provider).")] = None,
+    min_context: Annotated[float | None, typer.Option("--min-context", metavar="N", help="Mean messages of context the recommended window must keep (default: the default window's mean).")] = None,
+    prices: Annotated[Path | None, typer.Option("--prices", metavar="FILE", help="Price rows over the built-in table and zhin.yaml prices: (JSON or YAML, the shape of zhin_cli/cache/prices.json).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One versioned JSON document on stdout.")] = False,
+    db: DbOption = None,
+    config: ConfigOption = None,
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", help=JOBS_HELP)] = None,
+) -> None:
+    """The cheapest window for your sessions: replay them under ~20 window policies and compare the bill with the context kept.
+
+    Policies: max_messages/cut_to pairs, max_blocks/cut_blocks_to pairs, no cap, upstream's sliding window and your zhin.yaml window ("default"). Per policy: input cost per request (uncached, cached and cache-write tokens at the provider's prices), later-request hit rate, the physical limit, mean and minimum messages of context, and whether it is on the cost/context Pareto frontier. Recommended: the cheapest policy whose mean context is at least --min-context. Definitions: docs/economy.md.
+    """
+    from zhin_cli.tools.windowsweep import run_window
+
+    with replay_progress("windows replayed", loading="reading the sessions") as progress:
+        report = run_window(sessions, cwd=Path.cwd(), db=db, config_path=config, prices_file=prices, provider=provider,
+                            model=model, min_context=min_context, jobs=jobs, after_load=freeze_loaded,
+                            progress=progress)
+    for note in report.notes:
+        typer.echo(f"zhin: note: {note}", err=True)
+    if as_json:
+        print_json(report.as_dict())
+    else:
+        _print(report)
+
+
+def _print(report: WindowReport) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = stdout_console()
+    console.print(escape(f"{report.provider} {report.model} · {len(report.sessions)} session(s) · "
+                         f"{report.recommended.requests} requests per policy · tokens: {report.encoding}"))
+    headers = ("policy", "cost/request", "× sliding", "later hit", "limit", "context mean/min", "frontier")
+    table = Table(*headers, title="window policies (input cost; token-weighted hit rates)", title_justify="left")
+    for row in table_rows(report):
+        table.add_row(*(escape(cell) for cell in row))
+    console.print(table)
+    for line in frontier_picture(report):
+        console.print(escape(line), soft_wrap=True)
+    console.print(escape(recommendation_line(report)), soft_wrap=True)

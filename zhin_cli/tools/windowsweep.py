@@ -1,0 +1,406 @@
+"""``zhin report window``: which window setting costs least on *these* sessions for the context they keep.
+
+Hit rate alone picks the wrong window: no message cap caches best and costs most (it resends the whole
+history). The bill is what an operator pays and the window's context is what the model sees, so the sweep
+replays the sessions under a grid of window policies (``policy_grid``: message pairs, block pairs, no cap,
+upstream's sliding window and the user's own window) and reports, per policy, the cost per request (the one
+cost definition, ``Cost.of``, over the shared replay loop ``cachereplay.replay_cache`` — so a policy's figures
+are ``report economy``'s for the same window), the later-request hit rate, the physical limit and the context
+kept; then the cost/context Pareto frontier and the cheapest policy that keeps at least the context asked for.
+
+Every figure is pooled over the sessions (rates token-weighted, context per request). Jobs are (policy,
+session) pairs run with ``core.parallel.ordered_map`` and pooled in input order, so the report is the same for
+every ``jobs`` value (float sums included).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from zhin_cli.cache import cached_share
+from zhin_cli.cache.prices import Cost, CostTotals, Price, PriceTable
+from zhin_cli.core.errors import UsageError
+from zhin_cli.core.model import Session
+from zhin_cli.core.tokens import DEFAULT_ENCODING
+from zhin_cli.core.tokens import counter as shared_counter
+from zhin_cli.pipeline.config import Config
+from zhin_cli.pipeline.window import WindowConfig, sliding
+
+WINDOW_VERSION = 1
+PolicyKind = Literal["messages", "blocks", "none", "sliding"]
+
+# (max_messages, cut_to) around the default 80→40: shorter and longer windows, and gentler cuts (80→60, 120→90)
+MESSAGE_PAIRS: tuple[tuple[int, int], ...] = (
+    (40, 20), (60, 30), (80, 40), (80, 60), (120, 60), (120, 90), (160, 80), (200, 100), (240, 120), (320, 160))
+# (max_blocks, cut_blocks_to) with no message cap: the prefix breaks once per (max − cut) bot turns
+BLOCK_PAIRS: tuple[tuple[int, int], ...] = ((6, 3), (8, 4), (12, 6), (16, 8), (24, 12), (32, 16))
+DEFAULT_NAME = "default"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """One window setting of the sweep."""
+
+    name: str
+    kind: PolicyKind
+    window: WindowConfig
+
+    def window_dict(self) -> dict[str, int | None]:
+        """The limits as the window stage applies them (a cut given as None is the half it means)."""
+        w = self.window
+        return {"max_messages": w.max_messages, "cut_to": w.keep_after_cut,
+                "max_blocks": w.max_blocks, "cut_blocks_to": w.keep_blocks_after_cut}
+
+
+def _effective(window: WindowConfig) -> tuple[Any, ...]:
+    """Two windows with the same key cut every session the same way (``cut_to`` None is half)."""
+    return (window.max_messages, window.keep_after_cut, window.max_blocks, window.keep_blocks_after_cut,
+            window.keep_membership_events)
+
+
+def _kind(window: WindowConfig) -> PolicyKind:
+    if window.max_messages is not None:
+        return "messages"
+    return "blocks" if window.max_blocks is not None else "none"
+
+
+def policy_grid(base: WindowConfig) -> list[Policy]:
+    """About 20 policies around ``base`` (the user's window, named ``default``, always in the grid); equal
+    windows once (``default`` first, then ``sliding``, then the grid's own name). Every policy keeps the base's
+    other settings (membership events carried over)."""
+    def messages(cap: int, cut: int) -> WindowConfig:
+        return dataclasses.replace(base, max_messages=cap, cut_to=cut, max_blocks=None, cut_blocks_to=None)
+
+    def blocks(cap: int, cut: int) -> WindowConfig:
+        return dataclasses.replace(base, max_messages=None, cut_to=None, max_blocks=cap, cut_blocks_to=cut)
+
+    upstream = sliding(base)
+    grid = [Policy(f"messages {cap}→{cut}", "messages", messages(cap, cut)) for cap, cut in MESSAGE_PAIRS]
+    grid += [Policy(f"blocks {cap}→{cut}", "blocks", blocks(cap, cut)) for cap, cut in BLOCK_PAIRS]
+    grid.append(Policy("no cap", "none", dataclasses.replace(base, max_messages=None, cut_to=None, max_blocks=None,
+                                                             cut_blocks_to=None)))
+    sliding_name = f"sliding {upstream.max_messages}→{upstream.keep_after_cut}" if upstream.max_messages else "sliding (no cap)"
+    chosen = [Policy(DEFAULT_NAME, _kind(base), base), Policy(sliding_name, "sliding", upstream), *grid]
+    seen: set[tuple[Any, ...]] = set()
+    unique: list[Policy] = []
+    for policy in chosen:
+        key = _effective(policy.window)
+        if key not in seen:
+            seen.add(key)
+            unique.append(policy)
+    return unique
+
+
+# --- one (policy, session) replay -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SessionFigures:
+    """What one policy did on one session, per request in order (pooled later, in input order)."""
+
+    costs: tuple[Cost, ...]
+    later: tuple[tuple[int, int, int], ...]  # (prompt, read, new tokens) of the requests after their group's first
+    contexts: tuple[int, ...]  # messages of context each request kept
+
+
+@dataclass(frozen=True)
+class WindowJob:
+    """One (policy, session) replay as a worker receives it: data only (core/parallel.py); the ``Config``
+    carries its ``PluginSource``, so plugins are trusted exactly as in the sequential run."""
+
+    session: Session
+    config: Config
+    window: WindowConfig
+    provider: str
+    model: str
+    encoding: str
+    min_tokens: int | None
+    price: Price
+
+
+def window_job(job: WindowJob) -> SessionFigures:
+    from zhin_cli.pipeline.facade import Pipeline
+    from zhin_cli.tools.cachereplay import replay_cache
+
+    costs: list[Cost] = []
+    later: list[tuple[int, int, int]] = []
+    contexts: list[int] = []
+    config = dataclasses.replace(job.config, window=job.window)
+    with Pipeline.open(config, provider=job.provider, model=job.model) as pipeline:
+        for replayed in replay_cache(job.session, pipeline, job.encoding, min_tokens=job.min_tokens, limit=True):
+            outcome = replayed.outcome
+            costs.append(Cost.of(outcome, job.price))
+            contexts.append(replayed.request.window.messages)
+            if not replayed.first:
+                later.append((outcome.prompt_tokens, outcome.read, replayed.new_tokens))
+    return SessionFigures(tuple(costs), tuple(later), tuple(contexts))
+
+
+# --- pooled figures and the report ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PolicyFigures:
+    """One policy pooled over every session."""
+
+    policy: Policy
+    cost: CostTotals
+    hit_rate_later: float | None
+    limit_later: float | None
+    context_mean: float
+    context_min: int
+    pareto: bool = False
+
+    @property
+    def requests(self) -> int:
+        return self.cost.requests
+
+    @property
+    def cost_per_request(self) -> float:
+        return self.cost.per_request or 0.0
+
+    @staticmethod
+    def pooled(policy: Policy, sessions: Sequence[SessionFigures]) -> PolicyFigures:
+        costs = CostTotals.of(c for s in sessions for c in s.costs)
+        later = [row for s in sessions for row in s.later]
+        contexts = [c for s in sessions for c in s.contexts]
+        prompt = sum(p for p, _, _ in later)
+        hit = cached_share((p, r) for p, r, _ in later) if prompt else None
+        limit = 1 - sum(n for _, _, n in later) / prompt if prompt else None
+        return PolicyFigures(policy, costs, hit, limit, sum(contexts) / len(contexts), min(contexts))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.policy.name, "kind": self.policy.kind, "window": self.policy.window_dict(),
+                "requests": self.requests, "cost_per_request": round(self.cost_per_request, 8),
+                "cost": self.cost.as_dict(), "hit_rate_later": _round(self.hit_rate_later, 4),
+                "limit_later": _round(self.limit_later, 4), "context_mean": round(self.context_mean, 1),
+                "context_min": self.context_min, "pareto": self.pareto}
+
+
+def _round(value: float | None, places: int) -> float | None:
+    return None if value is None else round(value, places)
+
+
+def pareto(points: Sequence[tuple[float, float]]) -> list[bool]:
+    """For each (cost, context) point: True when no other point costs no more and keeps no less context, one
+    of the two strictly (equal points are both on the frontier)."""
+    def dominated(i: int) -> bool:
+        cost, context = points[i]
+        return any(c <= cost and k >= context and (c < cost or k > context) for c, k in points)
+
+    return [not dominated(i) for i in range(len(points))]
+
+
+def recommend(figures: Sequence[PolicyFigures], min_context: float) -> PolicyFigures:
+    """The cheapest policy whose mean context is ≥ ``min_context`` (a tie: the one keeping more context, then
+    grid order); none → a usage error naming the largest context on offer."""
+    fitting = [f for f in figures if f.context_mean >= min_context]
+    if not fitting:
+        widest = max(figures, key=lambda f: f.context_mean)
+        raise UsageError(f"--min-context {min_context:g}: no policy keeps that much context (largest mean: "
+                         f"{widest.context_mean:.1f} messages, {widest.policy.name})")
+    return min(fitting, key=lambda f: (f.cost_per_request, -f.context_mean))
+
+
+@dataclass(frozen=True)
+class WindowReport:
+    provider: str
+    model: str
+    encoding: str
+    price: Price
+    notes: tuple[str, ...]
+    min_context: float
+    sessions: tuple[str, ...]
+    policies: tuple[PolicyFigures, ...]
+    recommended: PolicyFigures
+    default: PolicyFigures
+    sliding: PolicyFigures
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"version": WINDOW_VERSION, "provider": self.provider, "model": self.model, "encoding": self.encoding,
+                "price": self.price.as_dict(), "notes": list(self.notes), "min_context": round(self.min_context, 1),
+                "sessions": list(self.sessions), "policies": [p.as_dict() for p in self.policies],
+                "recommended": self.recommended.as_dict(), "default": self.default.as_dict(),
+                "sliding": self.sliding.as_dict()}
+
+
+@dataclass(frozen=True)
+class Target:
+    """The provider and model a sweep bills, and the cache rule it simulates with (``min_tokens``)."""
+
+    provider: str
+    model: str
+    min_tokens: int | None = None
+
+
+def target(provider: str, model: str | None, config: Config) -> Target:
+    """``report economy``'s case for ``provider`` (its model; Anthropic's 1,024-token minimum for that model),
+    ``model`` overriding it; a provider without a case: ``model``, else the config's, else the default."""
+    from zhin_cli.pipeline.assemble import DEFAULT_MODEL
+    from zhin_cli.pipeline.providers import PROFILES
+    from zhin_cli.tools.economy import CASES
+
+    if provider not in PROFILES:
+        raise UsageError(f"--provider: unknown provider {provider!r} (known: {', '.join(sorted(PROFILES))})")
+    case = CASES[provider] if provider in CASES else None
+    chosen = model or (case.model if case else None) or config.model or DEFAULT_MODEL
+    # the case's minimum belongs to its model; another model keeps its profile's rule
+    return Target(provider, chosen, case.min_tokens if case is not None and case.model == chosen else None)
+
+
+def sweep(sessions: Sequence[Session], config: Config, *, provider: str, model: str | None = None,
+          prices: PriceTable, min_context: float | None = None, min_tokens: int | None = None,
+          encoding: str = DEFAULT_ENCODING, jobs: int = 1,
+          progress: Callable[[int, int], None] | None = None) -> WindowReport:
+    """Replay ``sessions`` under every policy of ``policy_grid(config.window)`` for ``provider`` (``model``:
+    default economy's case) and bill each request at its price row. ``min_context``: the mean context the
+    recommendation must keep (None: the default window's); ``min_tokens``: the cache minimum, overriding the
+    case's. ``progress(done, total)`` over the (policy, session) replays."""
+    from zhin_cli.core.parallel import check_jobs, ordered_map
+
+    chosen = target(provider, model, config)
+    choice = prices.choose(chosen.provider, chosen.model)
+    if choice is None:
+        raise UsageError(f"no prices for provider {provider} (rows: {', '.join(sorted(prices.providers)) or 'none'}; "
+                         "add them under prices: in zhin.yaml or with --prices FILE)")
+    if not sessions:
+        raise UsageError("no sessions to replay")
+    workers = check_jobs(jobs)
+    policies = policy_grid(config.window)
+    cache_min = min_tokens if min_tokens is not None else chosen.min_tokens
+    work = [WindowJob(session, config, policy.window, chosen.provider, chosen.model, encoding, cache_min, choice.price)
+            for policy in policies for session in sessions]
+    if progress is not None:
+        progress(0, len(work))
+    results = list(ordered_map(window_job, work, jobs=workers, done=progress,
+                               prepare=functools.partial(shared_counter, encoding)))
+    per_policy = [results[i * len(sessions):(i + 1) * len(sessions)] for i in range(len(policies))]
+    if not any(s.costs for s in per_policy[0]):
+        raise UsageError("the sessions have no bot replies: no request to replay")
+    pooled = [PolicyFigures.pooled(policy, figures) for policy, figures in zip(policies, per_policy, strict=True)]
+    marks = pareto([(f.cost_per_request, f.context_mean) for f in pooled])
+    pooled = [dataclasses.replace(f, pareto=mark) for f, mark in zip(pooled, marks, strict=True)]
+    default = next(f for f in pooled if f.policy.name == DEFAULT_NAME)
+    upstream = _sliding_of(pooled, config.window)
+    floor = default.context_mean if min_context is None else min_context
+    recommended = recommend(pooled, floor)
+    notes = tuple(n for n in (choice.note,) if n)
+    return WindowReport(chosen.provider, chosen.model, encoding, choice.price, notes, floor,
+                        tuple(s.session_id for s in sessions), tuple(pooled), recommended, default, upstream)
+
+
+def _sliding_of(pooled: Iterable[PolicyFigures], base: WindowConfig) -> PolicyFigures:
+    """Upstream's window: its own entry, or the policy it equals (the grid keeps equal windows once)."""
+    key = _effective(sliding(base))
+    return next(f for f in pooled if _effective(f.policy.window) == key)
+
+
+def run_window(refs: list[str], *, cwd: Path, db: str | None = None, config_path: Path | None = None,
+               prices_file: Path | None = None, provider: str = "openai", model: str | None = None,
+               min_context: float | None = None, jobs: int | None = 1,
+               after_load: Callable[[], None] | None = None,
+               progress: Callable[[int, int], None] | None = None) -> WindowReport:
+    """The CLI's sweep: the config found from ``cwd`` (or ``config_path``), its prices (and ``--prices``), the
+    sessions ``refs`` name (files, folders, ids or keys in ``db``)."""
+    from zhin_cli.core.parallel import check_jobs
+    from zhin_cli.pipeline.config import load_config
+    from zhin_cli.store import load_session
+    from zhin_cli.tools.prefixdiff import session_refs
+
+    workers = check_jobs(jobs)
+    config = load_config(config_path, cwd=cwd)
+    table = config.price_table(prices_file)
+    target(provider, model, config)  # a bad --provider before the sessions are read
+    sessions = [load_session(ref, db=db, cwd=cwd) for ref in session_refs(refs, all_sessions=False, db=db, cwd=cwd)]
+    if after_load is not None:
+        after_load()
+    return sweep(sessions, config, provider=provider, model=model, prices=table, min_context=min_context,
+                 jobs=workers, progress=progress)
+
+
+# --- text ----------------------------------------------------------------------------------------------
+
+PLOT_WIDTH = 56  # columns of the frontier picture's plot area (with its axis labels: ≤ 80 columns)
+PLOT_HEIGHT = 14
+MARKS = {"recommended": "R", "default": "D", "sliding": "S"}
+
+
+def _ratio_text(value: float, against: float) -> str:
+    return f"{value / against:.2f}×" if against else "—"
+
+
+def table_rows(report: WindowReport) -> list[tuple[str, ...]]:
+    """The text table's cells per policy: name (with its R/D/S mark), cost per request, its ratio to the sliding
+    window, later hit rate, physical limit, context mean/min, ● on the frontier."""
+    from zhin_cli.cache.prices import format_usd
+
+    def pct(value: float | None) -> str:
+        return "—" if value is None else f"{value:.1%}"
+
+    rows: list[tuple[str, ...]] = []
+    for figures in report.policies:
+        marks = "".join(mark for role, mark in MARKS.items() if _role(report, role) is figures)
+        rows.append((f"{figures.policy.name}{' (' + marks + ')' if marks else ''}", format_usd(figures.cost_per_request),
+                     _ratio_text(figures.cost_per_request, report.sliding.cost_per_request),
+                     pct(figures.hit_rate_later), pct(figures.limit_later),
+                     f"{figures.context_mean:.1f}/{figures.context_min}", "●" if figures.pareto else ""))
+    return rows
+
+
+def _role(report: WindowReport, role: str) -> PolicyFigures:
+    return {"recommended": report.recommended, "default": report.default, "sliding": report.sliding}[role]
+
+
+def frontier_picture(report: WindowReport) -> list[str]:
+    """Cost per request (y) against mean context (x) as plain text, ≤ 80 columns and the same for the same
+    report: every policy a dot (``·``), frontier policies ``●``, the recommended, default and sliding policies
+    ``R``, ``D``, ``S`` (a shared cell shows the first of R, D, S, ●, ·), then a legend naming them."""
+    from zhin_cli.cache.prices import format_usd
+
+    costs = [f.cost_per_request for f in report.policies]
+    contexts = [f.context_mean for f in report.policies]
+    low_cost, high_cost = min(costs), max(costs)
+    low_context, high_context = min(contexts), max(contexts)
+
+    def cell(figures: PolicyFigures) -> tuple[int, int]:
+        x = (figures.context_mean - low_context) / (high_context - low_context) if high_context > low_context else 0.5
+        y = (figures.cost_per_request - low_cost) / (high_cost - low_cost) if high_cost > low_cost else 0.5
+        return round(x * (PLOT_WIDTH - 1)), PLOT_HEIGHT - 1 - round(y * (PLOT_HEIGHT - 1))
+
+    rank = {mark: n for n, mark in enumerate(["R", "D", "S", "●", "·"])}
+    grid = [[" "] * PLOT_WIDTH for _ in range(PLOT_HEIGHT)]
+    for figures in report.policies:
+        roles = [MARKS[role] for role in MARKS if _role(report, role) is figures]
+        mark = roles[0] if roles else "●" if figures.pareto else "·"
+        column, row = cell(figures)
+        if grid[row][column] == " " or rank[mark] < rank[grid[row][column]]:
+            grid[row][column] = mark
+    top, bottom = format_usd(high_cost), format_usd(low_cost)
+    margin = max(len(top), len(bottom))
+    lines = [f"cost per request against mean context (messages), {report.provider} {report.model}"]
+    for number, cells in enumerate(grid):
+        label = top if number == 0 else bottom if number == PLOT_HEIGHT - 1 else ""
+        lines.append(f"{label:>{margin}} {'┤' if label else '│'}{''.join(cells)}".rstrip())
+    lines.append(" " * margin + " └" + "─" * PLOT_WIDTH)
+    left, right = f"{low_context:.1f}", f"{high_context:.1f}"
+    lines.append(" " * (margin + 2) + left + " " * max(1, PLOT_WIDTH - len(left) - len(right)) + right)
+    lines.append("● Pareto frontier  · dominated")
+    for role, mark in MARKS.items():
+        lines.append(f"{mark} {role}: {_role(report, role).policy.name}")
+    return lines
+
+
+def recommendation_line(report: WindowReport) -> str:
+    """``recommended: <name> — $x/request (N× sliding, M× default), context mean K (≥ min)``."""
+    from zhin_cli.cache.prices import format_usd
+
+    chosen = report.recommended
+    return (f"recommended: {chosen.policy.name} — {format_usd(chosen.cost_per_request)}/request "
+            f"({_ratio_text(chosen.cost_per_request, report.sliding.cost_per_request)} sliding, "
+            f"{_ratio_text(chosen.cost_per_request, report.default.cost_per_request)} default), "
+            f"context mean {chosen.context_mean:.1f} (≥ {report.min_context:.1f})")
