@@ -14,7 +14,7 @@ import sys
 from contextlib import redirect_stdout
 from pathlib import Path
 
-COMMANDS = ["", "trace", "prefix-diff", "providers", "serve", "import", "export", "sessions", "facts show", "facts prune", "stats cache", "fixtures synth", "report economy", "report html", "view", "eval", "schema eval-case", "schema config", "preset lint", "preset probe", "preset check-capture", "budget check", "budget update", "request-diff", "trust", "completion"]
+COMMANDS = ["", "trace", "prefix-diff", "providers", "serve", "import", "export", "sessions", "facts show", "facts prune", "stats cache", "fixtures synth", "report economy", "report window", "report html", "view", "eval", "schema eval-case", "schema config", "preset lint", "preset probe", "preset check-capture", "budget check", "budget update", "request-diff", "trust", "completion"]
 HELP_ENVIRONMENT = {"COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb", "_TYPER_FORCE_DISABLE_TERMINAL": "1"}
 
 

@@ -150,6 +150,10 @@ EXAMPLES: dict[str, list[str]] = {
         "zhin view fixtures/group-busy.jsonl",
         f"zhin view {GROUP_KEY} --port 8765 --provider anthropic",
     ],
+    "report window": [
+        "zhin report window fixtures/group-busy.jsonl",
+        "zhin report window fixtures/group-busy.jsonl --provider anthropic --min-context 40 --json",
+    ],
     "report economy": [
         "zhin report economy fixtures/group-busy.jsonl",
         "zhin report economy fixtures/private-chat.jsonl --provider openai --json",

@@ -1,0 +1,91 @@
+"""Window-sweep benchmark (`make bench`): on the fixed synthetic corpus (benchmarks/economy.py's CORPUS) and on
+fixtures/group-busy.jsonl, per provider, the input cost per request of `report window`'s recommended policy,
+the default window and upstream's sliding window, checked against issue 18's targets: recommended ≤ 0.5× sliding
+and ≤ the default, at a mean context ≥ the default's (the recommendation's floor). Costs depend on the price
+table (zhin_cli/cache/prices.json), not on the machine; a miss is printed with its size, and the corpus is never
+tuned to pass (docs/economy.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from economy import CORPUS  # noqa: E402
+from machine import describe  # noqa: E402
+
+from zhin_cli.cache.prices import builtin_prices, format_usd  # noqa: E402
+from zhin_cli.core.model import Session  # noqa: E402
+from zhin_cli.pipeline.config import Config  # noqa: E402
+from zhin_cli.store.jsonl import read_session  # noqa: E402
+from zhin_cli.tools.economy import CASES  # noqa: E402
+from zhin_cli.tools.synth import synthesize  # noqa: E402
+from zhin_cli.tools.windowsweep import PolicyFigures, WindowReport, sweep  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+SLIDING_TARGET = 0.5  # recommended ÷ sliding, at most
+DEFAULT_TARGET = 1.0  # recommended ÷ default, at most
+
+
+def verdict(ratio: float, target: float) -> str:
+    return "met" if ratio <= target else f"MISSED by {ratio - target:.2f}"
+
+
+def entry(figures: PolicyFigures) -> dict[str, Any]:
+    return {"name": figures.policy.name, "cost_per_request": round(figures.cost_per_request, 8),
+            "context_mean": round(figures.context_mean, 1), "hit_rate_later": None if figures.hit_rate_later is None else round(figures.hit_rate_later, 4)}
+
+
+def summary(report: WindowReport) -> dict[str, Any]:
+    chosen, default, upstream = report.recommended, report.default, report.sliding
+    return {"provider": report.provider, "model": report.model, "requests": chosen.requests,
+            "recommended": entry(chosen), "default": entry(default), "sliding": entry(upstream),
+            "recommended_over_sliding": round(chosen.cost_per_request / upstream.cost_per_request, 4),
+            "recommended_over_default": round(chosen.cost_per_request / default.cost_per_request, 4),
+            "frontier": [f.policy.name for f in report.policies if f.pareto]}
+
+
+def print_summary(figures: dict[str, Any]) -> None:
+    rec, default, upstream = figures["recommended"], figures["default"], figures["sliding"]
+    over_sliding, over_default = figures["recommended_over_sliding"], figures["recommended_over_default"]
+    print(f"  {figures['provider']:<9} {figures['model']:<16} recommended {rec['name']} "
+          f"{format_usd(rec['cost_per_request'])} (context {rec['context_mean']}); default "
+          f"{format_usd(default['cost_per_request'])} ({default['context_mean']}); sliding {upstream['name']} "
+          f"{format_usd(upstream['cost_per_request'])} ({upstream['context_mean']})")
+    print(f"  {'':<9} ÷ sliding {over_sliding:.2f} (target ≤ {SLIDING_TARGET}: "
+          f"{verdict(over_sliding, SLIDING_TARGET)}); "
+          f"÷ default {over_default:.2f} (target ≤ {DEFAULT_TARGET:g}: "
+          f"{verdict(over_default, DEFAULT_TARGET)})")
+
+
+def main() -> None:
+    started = time.perf_counter()
+    jobs = next((int(a.split("=", 1)[1]) for a in sys.argv if a.startswith("--jobs=")), 1)
+    print(f"window benchmark — machine: {describe()}")
+    quick = "--quick" in sys.argv  # the fixture only: a smoke run of the script
+    corpus: list[Session] = [] if quick else [synthesize(options) for options in CORPUS]
+    busy = read_session(ROOT / "fixtures" / "group-busy.jsonl")
+    prices = builtin_prices()
+    report: dict[str, Any] = {"benchmark": "window", "corpus": [dataclasses.asdict(o) for o in CORPUS], "sets": {}}
+    for label, sessions in (("synthetic corpus", corpus), ("fixture group-busy.jsonl", [busy])):
+        if not sessions:
+            continue
+        print(f"\n[{label}] {len(sessions)} session(s), default window, built-in prices")
+        report["sets"][label] = {}
+        for provider in CASES:
+            figures = summary(sweep(sessions, Config(), provider=provider, prices=prices, jobs=jobs))
+            report["sets"][label][provider] = figures
+            print_summary(figures)
+    print(f"\nwindow benchmark took {time.perf_counter() - started:.0f} s (jobs={jobs})")
+    if "--json" in sys.argv:
+        print(json.dumps(report, ensure_ascii=False))
+
+
+if __name__ == "__main__":
+    main()
