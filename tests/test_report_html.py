@@ -583,3 +583,34 @@ def test_zero_cached_says_why(demo: dict[str, Any]) -> None:
     for turn, reason in reasons.items():
         body = sections[str(turn)]
         assert (f'<span class="why">({html.escape(reason)})</span>' in body) if reason else ('class="why"' not in body)
+
+
+def test_report_html_window_draws_report_windows_frontier(browser: Any, zhin: Callable[..., Any], tmp_path: Path) -> None:
+    """--window: one dot per policy of `report window --json`, placed by its context (x) and cost (y), the frontier
+    line through the Pareto policies, recommended/default/sliding marked; without --window no chart."""
+    page = zhin("report", "html", FIXTURES / "group-busy.jsonl", "--window", "--no-economy", "-o", "page.html")
+    sweep = zhin("report", "window", FIXTURES / "group-busy.jsonl", "--json")
+    assert page.returncode == sweep.returncode == 0, page.stderr + sweep.stderr
+    data = json.loads(sweep.stdout)
+    with visit(browser, tmp_path / "page.html") as (view, seen):
+        dots = view.evaluate("""() => [...document.querySelectorAll('svg.frontier circle')].map(c => ({
+            name: c.dataset.policy, cost: Number(c.dataset.cost), context: Number(c.dataset.context),
+            x: c.getBoundingClientRect().x + c.getBoundingClientRect().width / 2,
+            y: c.getBoundingClientRect().y + c.getBoundingClientRect().height / 2, cls: c.getAttribute('class')}))""")
+        line = view.evaluate("() => document.querySelector('svg.frontier polyline').getAttribute('points').split(' ').length")
+        png = view.screenshot()
+        assert seen.problems() == []
+    assert sorted((d["name"], d["cost"], d["context"]) for d in dots) == sorted(
+        (p["name"], p["cost_per_request"], p["context_mean"]) for p in data["policies"])
+    for a in dots:  # further right = more context; higher on the screen = dearer
+        for b in dots:
+            if a["context"] < b["context"]:
+                assert a["x"] < b["x"], (a, b)
+            if a["cost"] < b["cost"]:
+                assert a["y"] > b["y"], (a, b)
+    assert line == sum(p["pareto"] for p in data["policies"])
+    assert [d["name"] for d in dots if "recommended" in d["cls"]] == [data["recommended"]["name"]]
+    assert [d["name"] for d in dots if "sliding" in d["cls"].split()] == [data["sliding"]["name"]]
+    assert distinct_colours(png) >= MIN_COLOURS
+    plain = zhin("report", "html", FIXTURES / "group-busy.jsonl", "--no-economy", "-o", "plain.html")
+    assert plain.returncode == 0 and "svg class=\"frontier\"" not in (tmp_path / "plain.html").read_text(encoding="utf-8")

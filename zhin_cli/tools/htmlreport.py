@@ -178,6 +178,7 @@ class HtmlReport:
     # what the run read, for the header line (``_cli.print_sources``); not shown in the page
     config_path: Path | None = None
     db: str | None = None
+    window: dict[str, Any] | None = None  # report window --json over the same sessions (--window), else None
 
     def html(self) -> str:
         return render(self)
@@ -330,6 +331,7 @@ def build_report(
     after_load: Callable[[], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
     jobs: int | None = 1,
+    window: bool = False,
 ) -> HtmlReport:
     """Every session of ``refs`` (files, folders of .jsonl, ids / keys) as a page's data.
 
@@ -353,7 +355,13 @@ def build_report(
         pages = list(ordered_map(session_page, job_list, jobs=workers, done=progress,
                                  prepare=functools.partial(counter, DEFAULT_ENCODING)))
     database = database_read(chosen, db=db, cwd=cwd)
-    return HtmlReport(pages, config.path, database)
+    sweep = None
+    if window and pages:  # report window over the same sessions, for the provider the pages were rendered for
+        from zhin_cli.tools.windowsweep import run_window
+
+        sweep = run_window(refs, cwd=cwd, db=db, config_path=config_path, provider=pages[0].provider,
+                           jobs=jobs).as_dict()
+    return HtmlReport(pages, config.path, database, sweep)
 
 
 # --- rendering -----------------------------------------------------------------------------------------------
@@ -477,6 +485,64 @@ def _economy(page: SessionPage) -> str:
             f'docs/economy.md.</p></section>')
 
 
+def frontier_svg(sweep: dict[str, Any], width: int = 640, height: int = 280) -> str:
+    """``report window --json``'s policies as a scatter chart: cost per request (y) against the messages of
+    context kept (x); the cost/context frontier as a line; recommended, default and sliding labelled."""
+    from zhin_cli.cache.prices import format_usd
+
+    points = [p for p in sweep["policies"] if p["cost_per_request"] is not None]
+    if not points:
+        return ""
+    left, right, top, bottom = 64, 16, 12, 36
+    xs = [p["context_mean"] for p in points]
+    ys = [p["cost_per_request"] for p in points]
+    x_low, x_high = 0.0, max(xs) * 1.05 or 1.0
+    y_low, y_high = 0.0, max(ys) * 1.1 or 1.0
+
+    def x(value: float) -> float:
+        return left + (value - x_low) / (x_high - x_low) * (width - left - right)
+
+    def y(value: float) -> float:
+        return height - bottom - (value - y_low) / (y_high - y_low) * (height - top - bottom)
+
+    labels = {sweep[k]["name"]: k for k in ("sliding", "default", "recommended") if sweep.get(k)}
+    frontier = sorted((p for p in points if p["pareto"]), key=lambda p: p["context_mean"])
+    line = " ".join(f"{x(p['context_mean']):.1f},{y(p['cost_per_request']):.1f}" for p in frontier)
+    dots = []
+    for p in points:
+        role = labels.get(p["name"], "")
+        dots.append(f'<circle class="{"pareto" if p["pareto"] else "policy"} {role}" data-policy="{_e(p["name"])}" '
+                    f'data-cost="{p["cost_per_request"]}" data-context="{p["context_mean"]}" cx="{x(p["context_mean"]):.1f}" '
+                    f'cy="{y(p["cost_per_request"]):.1f}" r="{5 if role else 3.5}"><title>{_e(p["name"])}: '
+                    f'{format_usd(p["cost_per_request"])} per request, context {p["context_mean"]:g} messages, '
+                    f'later hits {_pct(p["hit_rate_later"])}</title></circle>')
+        if role:
+            dots.append(f'<text x="{x(p["context_mean"]) + 7:.1f}" y="{y(p["cost_per_request"]) - 6:.1f}">{role}: {_e(p["name"])}</text>')
+    ticks = "".join(f'<text class="tick" x="{left - 6}" y="{y(y_high * f / 4) + 4:.1f}" text-anchor="end">'
+                    f'{format_usd(y_high * f / 4)}</text>' for f in range(5))
+    ticks += "".join(f'<text class="tick" x="{x(x_high * f / 4):.1f}" y="{height - bottom + 16}" text-anchor="middle">'
+                     f'{x_high * f / 4:.0f}</text>' for f in range(5))
+    return (f'<svg class="frontier" viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" '
+            f'aria-label="cost per request against messages of context, one dot per window policy">'
+            f'<line x1="{left}" y1="{height - bottom}" x2="{width - right}" y2="{height - bottom}" class="axis"/>'
+            f'<line x1="{left}" y1="{top}" x2="{left}" y2="{height - bottom}" class="axis"/>{ticks}'
+            f'<polyline points="{line}" class="frontier-line"/>{"".join(dots)}'
+            f'<text class="tick" x="{(left + width - right) / 2:.0f}" y="{height - 4}" text-anchor="middle">'
+            f'messages of context kept (mean)</text></svg>')
+
+
+def _window(sweep: dict[str, Any] | None) -> str:
+    if sweep is None:
+        return ""
+    chosen = sweep["recommended"]
+    return (f'<section class="economy window"><h3>Window sweep <small>(report window; {_e(sweep["provider"])} '
+            f'{_e(sweep["model"])}, {len(sweep["policies"])} policies)</small></h3>{frontier_svg(sweep)}'
+            f'<p class="meta">Recommended: <b>{_e(chosen["name"])}</b>, the cheapest policy keeping at least '
+            f'{sweep["min_context"]:g} messages of context on average. Every dot is one window policy replayed over '
+            f'these sessions; the line joins the policies no other is both cheaper and longer than. Definitions: '
+            f'docs/economy.md.</p></section>')
+
+
 def _legend(kinds: dict[str, int]) -> str:
     names = "".join(f'<span><i class="k{n}"></i>{_e(k)}</span>' for k, n in kinds.items())
     return (f'<p class="legend"><span><i class="l-cached"></i>cached</span><span><i class="l-new"></i>new</span>'
@@ -528,7 +594,7 @@ def render(report: HtmlReport) -> str:
             f'<title>zhin report · {_e(title)}</title><style>{_asset("report.css")}{_kind_css(kinds)}</style></head>'
             f'<body><header><h1>zhin report</h1><p class="meta">What each request sent: prompt tokens per turn '
             f'(cached / new, from the simulated prompt cache), the segments of every request, and the wire messages '
-            f'and diff of a turn when you open it.</p><nav>{nav}</nav></header><main>{body}</main>'
+            f'and diff of a turn when you open it.</p><nav>{nav}</nav></header><main>{_window(report.window)}{body}</main>'
             f'<script type="application/json" id="zhin-data">{_data_json(report, kinds)}</script>'
             f'<script>{_asset("report.js")}</script></body></html>\n')
 
