@@ -18,7 +18,6 @@ from zhin_cli._cli import (
     stdout_console,
 )
 from zhin_cli._cli.report import report_app
-from zhin_cli.core.parallel import JOBS_HELP
 from zhin_cli.tools.windowsweep import WindowReport, frontier_picture, recommendation_line, table_rows
 
 
@@ -33,7 +32,7 @@ def window_command(
     as_json: Annotated[bool, typer.Option("--json", help="One versioned JSON document on stdout.")] = False,
     db: DbOption = None,
     config: ConfigOption = None,
-    jobs: Annotated[int | None, typer.Option("--jobs", "-j", help=JOBS_HELP)] = None,
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="(policy, session) replays at once, in worker processes (default: the number of cores; 1: in this process); the report is the same for every value.")] = None,
 ) -> None:
     """The cheapest window for your sessions: replay them under ~20 window policies and compare the bill with the context kept.
 
