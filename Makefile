@@ -64,6 +64,8 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/prefix_diff.py
 	$(BIN)/python benchmarks/memory.py
 	$(BIN)/python benchmarks/economy.py
+	$(BIN)/python benchmarks/window.py
+	$(BIN)/python benchmarks/anthropic_breakpoints.py
 	$(BIN)/python benchmarks/parallel.py
 	$(BIN)/python benchmarks/live_writer.py --seconds 20 --interval-ms 50 --mode delete,wal --reader cli,none
 	$(BIN)/python benchmarks/serve_load.py --clients 32 --requests 100
