@@ -58,10 +58,10 @@ def test_grid_names_the_base_default_and_keeps_equal_windows_once() -> None:
 
 
 def test_grid_keeps_grid_policies_a_different_base_does_not_equal() -> None:
-    # negative control: a base of 100 messages equals no grid pair, so "messages 80→40" stays
-    grid = policy_grid(WindowConfig(max_messages=100, keep_membership_events=7))
+    # negative control: a base of 90 messages (cut to 45) equals no grid pair, so "messages 80→40" stays
+    grid = policy_grid(WindowConfig(max_messages=90, keep_membership_events=7))
     names = [p.name for p in grid]
-    assert names[:2] == ["default", "sliding 100→99"] and "messages 80→40" in names
+    assert names[:2] == ["default", "sliding 90→89"] and "messages 80→40" in names
     assert {p.window.keep_membership_events for p in grid} == {7}  # the base's other settings are kept
 
 
@@ -229,7 +229,7 @@ def test_cli_min_context_above_every_policy(zhin) -> None:
     result = zhin("report", "window", BUSY, "--min-context", "1000", "-j", "1")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "zhin: error: --min-context 1000: no policy keeps that much context (largest mean: 43.6 messages, messages 120→60)"]
+        "zhin: error: --min-context 1000: no policy keeps that much context (largest mean: 43.6 messages, messages 100→20)"]
     within = zhin("report", "window", BUSY, "--min-context", "43", "--json", "-j", "1")  # control: reachable
     assert within.returncode == 0 and json.loads(within.stdout)["recommended"]["context_mean"] >= 43
 

@@ -34,11 +34,14 @@ from zhin_cli.pipeline.window import WindowConfig, sliding
 WINDOW_VERSION = 1
 PolicyKind = Literal["messages", "blocks", "none", "sliding"]
 
-# (max_messages, cut_to) around the default 80→40: shorter and longer windows, and gentler cuts (80→60, 120→90)
+# (max_messages, cut_to) around the default 80→40: shorter and longer windows, deep cuts (a long window cut
+# far back breaks the prefix rarely and still keeps more context than the default: 100→20 costs less than 80→40)
+# and gentle ones (80→60)
 MESSAGE_PAIRS: tuple[tuple[int, int], ...] = (
-    (40, 20), (60, 30), (80, 40), (80, 60), (120, 60), (120, 90), (160, 80), (200, 100), (240, 120), (320, 160))
+    (40, 20), (60, 15), (60, 30), (80, 20), (80, 40), (80, 60), (100, 20), (100, 50), (120, 30), (120, 60),
+    (160, 40), (160, 80), (240, 120))
 # (max_blocks, cut_blocks_to) with no message cap: the prefix breaks once per (max − cut) bot turns
-BLOCK_PAIRS: tuple[tuple[int, int], ...] = ((6, 3), (8, 4), (12, 6), (16, 8), (24, 12), (32, 16))
+BLOCK_PAIRS: tuple[tuple[int, int], ...] = ((6, 3), (8, 2), (8, 4), (12, 3), (12, 6), (16, 8), (24, 12))
 DEFAULT_NAME = "default"
 
 
