@@ -13,94 +13,38 @@ A request's bill splits the prompt tokens three ways, all from the one cache sim
 ``report window``, ``prefix-diff`` and ``trace`` all call it, so the same request costs the same everywhere.
 Output tokens are out of scope (the window does not change them).
 
-Prices are data: ``prices.json`` beside this module (one row per provider and model, each with its source and
-the date it was read), then ``prices:`` in ``zhin.yaml``, then ``--prices FILE`` (same shape), each replacing
-rows of the one before. A model without a row gets its provider's default row and a one-line note — never a
-silent zero; a provider without rows has no cost (``choose`` returns None).
+The price table (rows per provider and model, zhin.yaml ``prices:``, ``--prices FILE``) is
+``zhin_cli.pipeline.prices``, beside the config that overrides it; its names are re-exported here.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import datetime
-import functools
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from zhin_cli.cache import CacheOutcome
-from zhin_cli.core.errors import ConfigError
+from zhin_cli.pipeline.prices import (
+    BUILTIN,
+    PER_TOKENS,
+    PRICE_PROVIDERS,
+    PRICES_VERSION,
+    TTLS,
+    Price,
+    PriceChoice,
+    PriceTable,
+    ProviderPrices,
+    builtin_prices,
+    dates_as_text,
+    load_prices,
+    parse_providers,
+    providers_schema,
+    read_prices,
+)
 
-PRICES_VERSION = 1
-PER_TOKENS = 1_000_000  # prices are USD per million tokens
-TTLS = ("5m", "1h")
-BUILTIN = Path(__file__).with_name("prices.json")
-
-
-@dataclass(frozen=True)
-class Price:
-    """One row: USD per million tokens of one provider's model."""
-
-    provider: str
-    model: str
-    input: float
-    cached_input: float
-    cache_write: Mapping[str, float] = field(default_factory=dict)  # TTL → price; a TTL not listed: input price
-    source: str = ""
-    read_on: str = ""  # YYYY-MM-DD
-
-    def write_price(self, ttl: str) -> float:
-        return self.cache_write.get(ttl, self.input)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"provider": self.provider, "model": self.model, "input": self.input, "cached_input": self.cached_input,
-                "cache_write": dict(self.cache_write), "source": self.source, "read_on": self.read_on}
-
-
-@dataclass(frozen=True)
-class PriceChoice:
-    """The row a (provider, model) is billed at; ``note`` says so when it is the provider's default row."""
-
-    price: Price
-    note: str | None = None
-
-
-@dataclass(frozen=True)
-class ProviderPrices:
-    default: str
-    models: Mapping[str, Price]
-
-
-@dataclass(frozen=True)
-class PriceTable:
-    providers: Mapping[str, ProviderPrices]
-    origins: tuple[str, ...] = ()  # where the rows came from, in the order applied
-
-    def choose(self, provider: str, model: str) -> PriceChoice | None:
-        """The row for ``model``: its own (exact, else the longest row name it extends with ``-``, so
-        ``gpt-4o-2024-08-06`` is billed as ``gpt-4o``), else the provider's default row with a note; None when
-        the table has no rows for ``provider``."""
-        rows = self.providers.get(provider)
-        if rows is None:
-            return None
-        if model in rows.models:
-            return PriceChoice(rows.models[model])
-        extended = [name for name in rows.models if model.startswith(name + "-")]
-        if extended:
-            return PriceChoice(rows.models[max(extended, key=len)])
-        default = rows.models[rows.default]
-        return PriceChoice(default, f"no price for {provider} model {model!r}: billed at {provider}'s default row "
-                                    f"({rows.default}; add a row under prices: in zhin.yaml or --prices FILE)")
-
-    def replaced_by(self, other: PriceTable) -> PriceTable:
-        """This table with ``other``'s rows (and defaults) in place of its own."""
-        merged: dict[str, ProviderPrices] = dict(self.providers)
-        for name, rows in other.providers.items():
-            mine = merged.get(name)
-            models = {**(mine.models if mine else {}), **rows.models}
-            merged[name] = ProviderPrices(rows.default if rows.default else (mine.default if mine else ""), models)
-        return PriceTable(merged, self.origins + other.origins)
+__all__ = ["BUILTIN", "PER_TOKENS", "PRICES_VERSION", "PRICE_PROVIDERS", "TTLS", "Cost", "CostTotals", "Price",
+           "PriceChoice", "PriceTable", "ProviderPrices", "builtin_prices", "dates_as_text", "format_usd", "load_prices",
+           "parse_providers", "providers_schema", "read_prices"]
 
 
 @dataclass(frozen=True)
@@ -164,149 +108,3 @@ def format_usd(value: float | None) -> str:
     if value == 0:
         return "$0"
     return f"${value:.4g}" if value >= 1 else "$" + f"{value:.4g}".replace("e-0", "e-")
-
-
-# --- reading tables ----------------------------------------------------------------------------------
-
-
-def _row_schema() -> dict[str, Any]:
-    price = {"type": "number", "minimum": 0}
-    return {
-        "type": "object", "additionalProperties": False, "required": ["input", "cached_input", "source", "read_on"],
-        "properties": {
-            "input": {**price, "description": "USD per million uncached input tokens"},
-            "cached_input": {**price, "description": "USD per million tokens read from the prompt cache"},
-            "cache_write": {"type": "object", "propertyNames": {"enum": list(TTLS)}, "additionalProperties": price,
-                            "description": "TTL → USD per million tokens written to the cache (not listed: input price)"},
-            "source": {"type": "string", "minLength": 1, "description": "where the price was read"},
-            "read_on": {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}$", "description": "the date it was read (YYYY-MM-DD)"},
-        },
-    }
-
-
-def providers_schema() -> dict[str, Any]:
-    """``prices:`` in zhin.yaml, and ``providers`` of a prices file: provider → {default, models}."""
-    return {
-        "type": "object", "description": "provider → its price rows (USD per million tokens; docs/economy.md)",
-        "additionalProperties": {
-            "type": "object", "additionalProperties": False,
-            "properties": {"default": {"type": "string", "minLength": 1, "description": "the row an unknown model is billed at"},
-                           "models": {"type": "object", "additionalProperties": _row_schema()}},
-        },
-    }
-
-
-def file_schema() -> dict[str, Any]:
-    return {"type": "object", "additionalProperties": False, "required": ["version", "providers"],
-            "properties": {"version": {"const": PRICES_VERSION}, "unit": {"type": "string"}, "note": {"type": "string"},
-                           "providers": providers_schema()}}
-
-
-@functools.cache
-def _validator(kind: str) -> Any:
-    from jsonschema import Draft202012Validator
-
-    return Draft202012Validator(file_schema() if kind == "file" else providers_schema())
-
-
-def dates_as_text(data: Any) -> Any:
-    """YAML reads ``read_on: 2026-12-01`` as a date; the table keeps the text."""
-    if isinstance(data, dict):
-        return {key: dates_as_text(value) for key, value in data.items()}
-    if isinstance(data, datetime.date):
-        return data.isoformat()
-    return data
-
-
-def parse_providers(data: Any, where: Callable[[str], str | None], prefix: str = "") -> PriceTable:
-    """A ``provider → {default, models}`` mapping as a table; ``where(key)``: ``file:line`` of a key (keys are
-    relative to ``prefix``, e.g. ``prices``); every problem is one ``ConfigError`` at its line."""
-    from zhin_cli.core.readers import key_path
-    from zhin_cli.pipeline.config_schema import describe
-
-    data = dates_as_text(data)
-    for error in _validator("providers").iter_errors(data):
-        key, message = describe(error)
-        full = ".".join(p for p in (prefix, key) if p)
-        message = message.replace(key or "the config", full, 1) if key else f"{prefix or 'prices'}: {message}"
-        raise ConfigError(message[:300], where=where(full))
-    providers: dict[str, ProviderPrices] = {}
-    for provider, entry in data.items():
-        models: dict[str, Price] = {}
-        for model, row in (entry.get("models") or {}).items():
-            key = ".".join(p for p in (prefix, key_path([provider, "models", model])) if p)
-            price = Price(provider, model, float(row["input"]), float(row["cached_input"]),
-                          {ttl: float(v) for ttl, v in (row.get("cache_write") or {}).items()}, row["source"], row["read_on"])
-            _check_row(price, key, where)
-            models[model] = price
-        default = entry.get("default") or ""
-        providers[provider] = ProviderPrices(default, models)
-    return PriceTable(providers)
-
-
-def _check_row(price: Price, key: str, where: Callable[[str], str | None]) -> None:
-    """What a cost model needs to be monotone: a cached token never costs more than an uncached one, and a
-    written token never less than a read one (so a smaller cached prefix never makes a request cheaper)."""
-    try:
-        datetime.date.fromisoformat(price.read_on)
-    except ValueError:
-        raise ConfigError(f"{key}.read_on: not a date: {price.read_on!r}", where=where(f"{key}.read_on")) from None
-    if price.cached_input > price.input:
-        raise ConfigError(f"{key}: cached_input ({price.cached_input:g}) is above input ({price.input:g})",
-                          where=where(f"{key}.cached_input"))
-    for ttl, value in price.cache_write.items():
-        if value < price.cached_input:
-            raise ConfigError(f"{key}: cache_write.{ttl} ({value:g}) is below cached_input ({price.cached_input:g})",
-                              where=where(f"{key}.cache_write"))
-
-
-def _check_defaults(table: PriceTable, where: Callable[[str], str | None], prefix: str) -> None:
-    for provider, rows in table.providers.items():
-        if not rows.default:
-            raise ConfigError(f"{prefix}{provider}: no default row (default: MODEL)", where=where(f"{prefix}{provider}"))
-        if rows.default not in rows.models:
-            raise ConfigError(f"{prefix}{provider}.default names {rows.default!r}, which has no row "
-                              f"(rows: {', '.join(rows.models) or 'none'})", where=where(f"{prefix}{provider}.default"))
-
-
-def read_prices(path: Path, base: PriceTable | None = None) -> PriceTable:
-    """A prices file (JSON or YAML, the shape of the shipped ``prices.json``); its rows go over ``base``'s
-    (each provider then needs a default row, from the file or from ``base``: refused at its line otherwise)."""
-    from zhin_cli.core.readers import enclosing_key, read_yaml_file
-    from zhin_cli.pipeline.config_schema import describe
-
-    data, lines = read_yaml_file(path, what="prices file")
-
-    def where(key: str) -> str:
-        found = enclosing_key(lines, key)
-        return f"{path}:{lines[found]}" if found is not None else str(path)
-
-    data = dates_as_text(data)
-    if not isinstance(data, dict):
-        raise ConfigError("a prices file is a mapping: {version: 1, providers: {…}}", where=where(""))
-    for error in _validator("file").iter_errors({**data, "providers": {}}):
-        key, message = describe(error)
-        raise ConfigError(message.replace("the config", "the prices file")[:300], where=where(key))
-    table = dataclasses.replace(parse_providers(data["providers"], where, "providers"), origins=(str(path),))
-    _check_defaults(base.replaced_by(table) if base is not None else table, where, "providers.")
-    return table
-
-
-@functools.cache
-def builtin_prices() -> PriceTable:
-    """The table shipped with zhin (``prices.json``; each row names its source and the date it was read)."""
-    return dataclasses.replace(read_prices(BUILTIN), origins=("built-in",))
-
-
-def load_prices(config_prices: Mapping[str, Any] | None = None, prices_file: Path | None = None, *,
-                config_where: Callable[[str], str | None] | None = None) -> PriceTable:
-    """The built-in table, then ``prices:`` of zhin.yaml (``config_where``: ``Config.where``), then ``--prices FILE``."""
-    table = builtin_prices()
-    if config_prices:
-        where = config_where or (lambda key: None)
-        table = table.replaced_by(dataclasses.replace(parse_providers(config_prices, where, "prices"), origins=("zhin.yaml",)))
-        _check_defaults(table, where, "prices.")
-    if prices_file is not None:
-        table = table.replaced_by(read_prices(prices_file, table))
-    return table
-

@@ -31,8 +31,8 @@ from zhin_cli.pipeline.segments.builtin import default_registry
 from zhin_cli.pipeline.window import WindowConfig
 
 if TYPE_CHECKING:
-    from zhin_cli.cache.prices import PriceTable
     from zhin_cli.pipeline.preset.model import Preset
+    from zhin_cli.pipeline.prices import PriceTable
 
 CONFIG_NAME = "zhin.yaml"
 
@@ -78,7 +78,7 @@ class Config:
 
     def price_table(self, prices_file: Path | None = None) -> PriceTable:
         """The prices a cost is computed with: the built-in table, this config's ``prices:``, then ``--prices FILE``."""
-        from zhin_cli.cache.prices import load_prices
+        from zhin_cli.pipeline.prices import load_prices
 
         return load_prices(self.prices, prices_file, config_where=self.where)
 
@@ -222,7 +222,7 @@ def parse_config(data: Any, path: Path | None = None, lines: dict[str, int] | No
     if not isinstance(data, dict):
         raise ConfigError("the config must be a mapping", where=config.where(""))
     if isinstance(data.get("prices"), dict):  # YAML reads an unquoted read_on as a date; a price row keeps the text
-        from zhin_cli.cache.prices import dates_as_text
+        from zhin_cli.pipeline.prices import dates_as_text
 
         data = {**data, "prices": dates_as_text(data["prices"])}
     validate_config(data, config.where)  # the published schema (`zhin schema config`): keys, types, provider names

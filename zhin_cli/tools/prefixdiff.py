@@ -286,7 +286,6 @@ def cache_outcome(cache: PrefixCache, request: AssembledRequest, serialized: Ser
 
 
 # A profile billed at another provider's rows (the price table is keyed by the provider that sends the bill).
-PRICE_PROVIDERS = {"openai-reasoning": "openai"}
 
 
 def cost_dict(cost: Cost) -> dict[str, Any]:
@@ -305,7 +304,7 @@ class Pricing:
     _rows: dict[tuple[str, str], Price | None] = field(default_factory=dict, repr=False)
 
     def price(self, request: AssembledRequest) -> Price | None:
-        key = (PRICE_PROVIDERS.get(request.provider, request.provider), request.model)
+        key = (request.provider, request.model)  # PriceTable.choose maps profiles to price lists
         if key not in self._rows:
             choice = self.table.choose(*key) if self.table is not None else None
             if choice is not None and choice.note and choice.note not in self.notes:
