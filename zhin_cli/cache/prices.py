@@ -10,7 +10,11 @@ A request's bill splits the prompt tokens three ways, all from the one cache sim
   billed at the input price.
 
 ``Cost.of(outcome, price)`` is that arithmetic, and the only place it is done: ``report economy``,
-``report window``, ``prefix-diff`` and ``trace`` all call it, so the same request costs the same everywhere.
+``report window``, ``prefix-diff`` and ``trace`` all call it, so the same cache outcome costs the same everywhere.
+The outcome is the simulator's: ``report economy``/``report window`` let a prefix go cold after the provider's
+cache lifetime (cache groups) and count with one tokenizer; ``prefix-diff``/``trace`` feed one warm cache in the
+provider's tokenizer. Where those coincide (one cache group, OpenAI) every command bills every request alike
+(tests/test_cost_agreement.py); elsewhere the gap is the cold starts, and docs/economy.md says which is which.
 Output tokens are out of scope (the window does not change them).
 
 The price table (rows per provider and model, zhin.yaml ``prices:``, ``--prices FILE``) is
