@@ -14,8 +14,10 @@ import dataclasses
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from zhin_cli.cache import CacheOutcome, Plan, PrefixCache
+from zhin_cli.cache import plan as cache_plan
 from zhin_cli.core.model import AssistantMessage, Session
 from zhin_cli.core.tokens import TokenCounter
 from zhin_cli.core.tokens import counter as shared_counter
@@ -41,15 +43,17 @@ class ReplayedRequest:
 
 
 def replay_cache(session: Session, pipeline: Pipeline, encoding: str, *, min_tokens: int | None = None,
-                 limit: bool = True) -> Iterator[ReplayedRequest]:
+                 limit: bool = True, chunks: bool = True) -> Iterator[ReplayedRequest]:
     """Replay ``session`` with ``pipeline`` (its window, provider and model) through one prompt-cache simulator;
     ``min_tokens``: the model's minimum cacheable prefix when it differs from the profile's (Anthropic, by
-    model); ``limit``: compute ``new_tokens`` (the physical limit; costs a comparison with the previous request)."""
+    model); ``limit``: compute ``new_tokens`` (the physical limit; costs a comparison with the previous request);
+    ``chunks``: serialise each request's JSON chunks too (prefix-diff's byte view, which ``diff_pair`` needs);
+    without them ``wire.chunks`` is empty and only the cache plan is built, straight from the body."""
     positions = [i for i, m in enumerate(session.messages) if isinstance(m, AssistantMessage)]
     counter = shared_counter(encoding)
     firsts: list[bool] | None = None
     cache = PrefixCache()
-    previous: tuple[AssembledRequest, Serialized] | None = None
+    previous: _Sent | None = None
     for number, (position, request) in enumerate(zip(positions, pipeline.replay(session), strict=True)):
         with_encoding(request, encoding, min_tokens)
         if firsts is None:
@@ -58,23 +62,63 @@ def replay_cache(session: Session, pipeline: Pipeline, encoding: str, *, min_tok
         first = firsts[number]
         if first and number:
             cache = PrefixCache()
-        wire = serialize(request)
+        wire = serialize(request) if chunks else Serialized(request.model, [], cache_plan(
+            request.request, wire_of(request), request.encoding))
         outcome = cache_outcome(cache, request, wire)
         fresh = -1
         if limit:
-            fresh = min(wire.prompt_tokens, new_tokens(previous[0] if previous else None, request, counter,
-                                                       (previous[1] if previous else None, wire)))
+            sent = _Sent.of(request, wire.plan)
+            fresh = min(wire.prompt_tokens, _new_tokens(previous, sent, counter))
+            previous = sent
         yield ReplayedRequest(request, wire, outcome, position, session.messages[position].timestamp, first, fresh)
-        previous = (request, wire)
 
 
 def _block_tokens(plan: Plan) -> list[int]:
     return [end - start for start, end in zip([0, *plan.ends], plan.ends, strict=False)]
 
 
+MessageKey = tuple[object, ...] | str
+_TEXT_BLOCKS = "\x00text blocks"  # marks the key of a message whose content is text blocks only
+
+
+def _message_key(message: Any) -> MessageKey:
+    """A key equal for two wire messages exactly when their ``canonical`` JSON is: the plain ``{"role", "content"}``
+    message (most of a history) and one of text blocks only as tuples of their texts, without a JSON round trip;
+    any other message as its canonical JSON (a string never equals a tuple, nor a 2-tuple a 3-tuple)."""
+    if isinstance(message, dict) and len(message) == 2 and isinstance(role := message.get("role"), str):
+        content = message.get("content")
+        if isinstance(content, str):
+            return (role, content)
+        if isinstance(content, list) and all(isinstance(b, dict) and len(b) == 2 and b.get("type") == "text"
+                                             and isinstance(b.get("text"), str) for b in content):
+            return (_TEXT_BLOCKS, role, tuple(b["text"] for b in content))
+    return canonical(message)
+
+
+@dataclass(frozen=True)
+class _Sent:
+    """What ``new_tokens`` compares of one request, computed once: a replay's request is the current one of one
+    comparison and the previous one of the next."""
+
+    request: AssembledRequest
+    plan: Plan
+    keys: list[MessageKey]  # per wire message, without its own runtime tail and cache markers
+    regions: frozenset[tuple[str, str]]  # (head, text) of its tool and system blocks
+    pieces: Counter[str]  # its text pieces (system prompt, headers + bodies, tool calls, tail), with repeats
+
+    @classmethod
+    def of(cls, request: AssembledRequest, plan: Plan) -> _Sent:
+        wire = wire_of(request)
+        tail = request.tail_text
+        keys = [_message_key(wire.without_tail(m, tail)) for m in wire.messages(request.request)]
+        regions = frozenset((b.head, b.text) for b in plan.blocks if b.region != "messages")
+        return cls(request, plan, keys, regions, Counter(p.text for p in request.parts))
+
+
 def new_tokens(previous: AssembledRequest | None, current: AssembledRequest, counter: TokenCounter,
-               serialized: tuple[Serialized | None, Serialized | None] = (None, None)) -> int:
-    """Tokens of ``current`` (its prompt tokens, the one definition) that ``previous`` did not contain.
+               plans: tuple[Plan | None, Plan | None] = (None, None)) -> int:
+    """Tokens of ``current`` (its prompt tokens, the one definition) that ``previous`` did not contain
+    (``plans``: the two requests' cache plans when the caller has them, else they are built).
 
     Per wire message: a message the previous request also sent (compared without the runtime tail and cache
     markers) is present, and so is a runtime tail equal to the previous one; any other message counts whole,
@@ -82,30 +126,35 @@ def new_tokens(previous: AssembledRequest | None, current: AssembledRequest, cou
     a multiset difference, so a repeated "+1" counts each time. A tool or system block the previous request had
     is present, and so is the reply framing (the previous request had it too).
     """
-    count = counter.count
-    plan = (serialized[1] or serialize(current)).plan
+    def plan_of(request: AssembledRequest, given: Plan | None) -> Plan:
+        return given if given is not None else cache_plan(request.request, wire_of(request), request.encoding)
+
+    sent = _Sent.of(current, plan_of(current, plans[1]))
+    before = _Sent.of(previous, plan_of(previous, plans[0])) if previous is not None else None
+    return _new_tokens(before, sent, counter)
+
+
+def _new_tokens(previous: _Sent | None, current: _Sent, counter: TokenCounter) -> int:
+    plan = current.plan
     if previous is None:
         return plan.prompt_tokens
-    wire = wire_of(current)
-    previous_tail, tail = previous.tail_text, current.tail_text
-    sent = Counter(canonical(wire.without_tail(m, previous_tail)) for m in wire.messages(previous.request))
-    previous_plan = (serialized[0] or serialize(previous)).plan
-    regions = {(b.head, b.text) for b in previous_plan.blocks if b.region != "messages"}
-    pieces = Counter(p.text for p in previous.parts)
+    count = counter.count
+    previous_tail, tail = previous.request.tail_text, current.request.tail_text
+    sent = Counter(previous.keys)
+    pieces = previous.pieces.copy()  # used up as they are matched below
     parts_by_message: dict[int, list[RenderedPart]] = {}
-    for part in current.parts:
+    for part in current.request.parts:
         parts_by_message.setdefault(part.message_index, []).append(part)
     by_message: dict[int, int] = {}
     total = 0
     for block, tokens in zip(plan.blocks, _block_tokens(plan), strict=True):
         if block.region != "messages":
-            total += 0 if (block.head, block.text) in regions else tokens
+            total += 0 if (block.head, block.text) in previous.regions else tokens
         else:
             by_message[block.message_index] = by_message.get(block.message_index, 0) + tokens
-    messages = wire.messages(current.request)
     for index, tokens in by_message.items():
         own = parts_by_message.get(index, [])
-        key = canonical(wire.without_tail(messages[index], tail))
+        key = current.keys[index]
         if sent[key] > 0:
             sent[key] -= 1
             if tail and tail != previous_tail and any(p.segment_id == "tail" for p in own):
