@@ -614,3 +614,10 @@ def test_report_html_window_draws_report_windows_frontier(browser: Any, zhin: Ca
     assert distinct_colours(png) >= MIN_COLOURS
     plain = zhin("report", "html", FIXTURES / "group-busy.jsonl", "--no-economy", "-o", "plain.html")
     assert plain.returncode == 0 and "svg class=\"frontier\"" not in (tmp_path / "plain.html").read_text(encoding="utf-8")
+
+
+def test_report_html_window_without_prices_says_why_and_still_writes_the_page(zhin: Callable[..., Any], tmp_path: Path) -> None:
+    result = zhin("report", "html", FIXTURES / "private-chat.jsonl", "-p", "gemini", "--window", "--no-economy", "-o", "page.html")
+    assert result.returncode == 0, result.stderr
+    text = (tmp_path / "page.html").read_text(encoding="utf-8")
+    assert "no prices for provider gemini" in text and 'svg class="frontier"' not in text

@@ -179,6 +179,7 @@ class HtmlReport:
     config_path: Path | None = None
     db: str | None = None
     window: dict[str, Any] | None = None  # report window --json over the same sessions (--window), else None
+    window_note: str = ""  # why --window has no chart
 
     def html(self) -> str:
         return render(self)
@@ -355,13 +356,18 @@ def build_report(
         pages = list(ordered_map(session_page, job_list, jobs=workers, done=progress,
                                  prepare=functools.partial(counter, DEFAULT_ENCODING)))
     database = database_read(chosen, db=db, cwd=cwd)
-    sweep = None
+    sweep: dict[str, Any] | None = None
+    sweep_note = ""
     if window and pages:  # report window over the same sessions, for the provider the pages were rendered for
+        from zhin_cli.core.errors import UsageError
         from zhin_cli.tools.windowsweep import run_window
 
-        sweep = run_window(refs, cwd=cwd, db=db, config_path=config_path, provider=pages[0].provider,
-                           jobs=jobs).as_dict()
-    return HtmlReport(pages, config.path, database, sweep)
+        try:
+            sweep = run_window(refs, cwd=cwd, db=db, config_path=config_path, provider=pages[0].provider,
+                               jobs=jobs).as_dict()
+        except UsageError as exc:  # no prices or no cache rules for this provider: the page says so
+            sweep_note = exc.message
+    return HtmlReport(pages, config.path, database, sweep, sweep_note)
 
 
 # --- rendering -----------------------------------------------------------------------------------------------
@@ -449,6 +455,15 @@ def _section(index: int, turn: TurnView, kinds: dict[str, int]) -> str:
             f'{warnings}{_segments(turn, kinds)}</section>')
 
 
+def _costs(cost: dict[str, Any] | None) -> str:
+    """``report economy``'s cost per request of the three layouts (— for a provider without prices)."""
+    from zhin_cli.cache.prices import format_usd
+
+    if not cost:
+        return "—"
+    return " · ".join(format_usd(cost[layout]["per_request"]) for layout in ("adr", "flat", "sliding"))
+
+
 def _economy(page: SessionPage) -> str:
     if page.economy is None:
         return f'<section class="economy"><h3>Economy</h3><p class="meta">{_e(page.economy_note)}</p></section>'
@@ -471,6 +486,7 @@ def _economy(page: SessionPage) -> str:
             f'<tr data-provider="{_e(name)}"><td>{_e(name)} ({_e(figures["model"])}, groups ≤ {figures["lifetime_seconds"]} s apart)</td>'
             f'<td class="num">{figures["requests_first"]} / {figures["requests_later"]}</td>'
             f'<td class="num">{_pct(later)}</td><td class="num">{_pct(flat)}</td><td class="num">{_pct(limit)}</td>'
+            f'<td class="num">{_costs(figures.get("cost"))}</td>'
             f'<td class="meter"><i style="width:{100 * (later or 0):.1f}%"></i><u style="left:{100 * (limit or 0):.1f}%" '
             f'title="physical limit {_pct(limit)}"></u></td></tr>')
     return (f'<section class="economy"><h3>Economy <small>(report economy; {headers["messages"]} member messages, '
@@ -478,7 +494,7 @@ def _economy(page: SessionPage) -> str:
             f'<table><thead><tr><th>header style</th><th>tokens</th><th>per message</th><th>vs full</th><th></th></tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table>'
             f'<table><thead><tr><th>simulated prompt cache</th><th>requests first / later</th><th>later: ADR</th>'
-            f'<th>later: flat</th><th>physical limit</th><th>ADR hits vs the limit</th></tr></thead>'
+            f'<th>later: flat</th><th>physical limit</th><th>cost/request ADR · flat · sliding</th><th>ADR hits vs the limit</th></tr></thead>'
             f'<tbody>{"".join(cache_rows)}</tbody></table>'
             f'<p class="meta">Token-weighted hit rates of the requests after the first of each cache group; the limit '
             f'is 1 − new / prompt tokens (no cache can serve text the previous request did not send). Definitions: '
@@ -531,9 +547,9 @@ def frontier_svg(sweep: dict[str, Any], width: int = 640, height: int = 280) -> 
             f'messages of context kept (mean)</text></svg>')
 
 
-def _window(sweep: dict[str, Any] | None) -> str:
+def _window(sweep: dict[str, Any] | None, note: str = "") -> str:
     if sweep is None:
-        return ""
+        return f'<section class="economy window"><h3>Window sweep</h3><p class="meta">{_e(note)}</p></section>' if note else ""
     chosen = sweep["recommended"]
     return (f'<section class="economy window"><h3>Window sweep <small>(report window; {_e(sweep["provider"])} '
             f'{_e(sweep["model"])}, {len(sweep["policies"])} policies)</small></h3>{frontier_svg(sweep)}'
@@ -594,7 +610,7 @@ def render(report: HtmlReport) -> str:
             f'<title>zhin report · {_e(title)}</title><style>{_asset("report.css")}{_kind_css(kinds)}</style></head>'
             f'<body><header><h1>zhin report</h1><p class="meta">What each request sent: prompt tokens per turn '
             f'(cached / new, from the simulated prompt cache), the segments of every request, and the wire messages '
-            f'and diff of a turn when you open it.</p><nav>{nav}</nav></header><main>{_window(report.window)}{body}</main>'
+            f'and diff of a turn when you open it.</p><nav>{nav}</nav></header><main>{_window(report.window, report.window_note)}{body}</main>'
             f'<script type="application/json" id="zhin-data">{_data_json(report, kinds)}</script>'
             f'<script>{_asset("report.js")}</script></body></html>\n')
 
