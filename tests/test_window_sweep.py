@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -168,6 +169,88 @@ def test_same_report_for_every_jobs_value(busy_report: WindowReport) -> None:
     parallel = sweep([read_session(BUSY)], Config(), provider="openai", prices=builtin_prices(), jobs=2)
     assert parallel.as_dict() == busy_report.as_dict()
     assert parallel == busy_report  # unrounded figures too
+
+
+def test_two_sessions_pool_each_policy_over_both_in_session_order(busy_report: WindowReport) -> None:
+    from zhin_cli.tools.synth import SynthOptions, synthesize
+
+    small = synthesize(SynthOptions(members=8, messages=120, seed=3))
+    alone = sweep([small], Config(), provider="openai", prices=builtin_prices())
+    # negative control: the two sessions differ in requests, so a job given to the wrong policy shows
+    assert alone.default.requests not in (0, busy_report.default.requests)
+    both = sweep([read_session(BUSY), small], Config(), provider="openai", prices=builtin_prices(), jobs=2)
+    assert both == sweep([read_session(BUSY), small], Config(), provider="openai", prices=builtin_prices(), jobs=1)
+    for pooled, first, second in zip(both.policies, busy_report.policies, alone.policies, strict=True):
+        assert pooled.policy == first.policy == second.policy
+        assert pooled.requests == first.requests + second.requests
+        assert pooled.cost.usd == pytest.approx(first.cost.usd + second.cost.usd, rel=1e-12)
+        assert pooled.context_min == min(first.context_min, second.context_min)
+
+
+def test_a_pickled_session_is_unpickled_once_per_worker() -> None:
+    from zhin_cli.tools import windowsweep
+
+    session = read_session(BUSY)
+    pickled = windowsweep.PickledSession.of(session)
+    windowsweep._WORKER_SESSIONS.clear()
+    first = windowsweep._session_of(pickled)
+    assert first == session and first is not session
+    assert windowsweep._session_of(windowsweep.PickledSession.of(session)) is first  # same bytes: the memo
+    other = windowsweep._session_of(windowsweep.PickledSession.of(dataclasses.replace(session, session_id="other")))
+    assert other is not first and other.session_id == "other"  # control: another session is its own
+    assert windowsweep._session_of(session) is session  # in this process: no pickle at all
+    windowsweep._WORKER_SESSIONS.clear()
+
+
+# --- the replay loop without prefix-diff's chunks --------------------------------------------------------
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_replay_without_chunks_gives_the_same_figures(provider: str) -> None:
+    def replayed(chunks: bool) -> list[Any]:
+        with Pipeline.open(Config(), provider=provider) as pipeline:
+            return list(replay_cache(read_session(BUSY), pipeline, "o200k_base", min_tokens=1024, chunks=chunks))
+
+    full, lean = replayed(True), replayed(False)
+    assert [(r.outcome, r.new_tokens, r.first, r.position) for r in lean] == \
+        [(r.outcome, r.new_tokens, r.first, r.position) for r in full]
+    assert [r.wire.plan.digests for r in lean] == [r.wire.plan.digests for r in full]
+    assert all(r.wire.chunks for r in full) and not any(r.wire.chunks for r in lean)  # control: chunks when asked
+    assert sum(r.new_tokens for r in full) > 0
+
+
+def test_new_tokens_takes_the_callers_plans() -> None:
+    from zhin_cli.cache import plan
+    from zhin_cli.core.tokens import counter
+    from zhin_cli.tools.cachereplay import new_tokens
+    from zhin_cli.tools.prefixdiff import wire_of
+
+    with Pipeline.open(Config(), provider="openai") as pipeline:
+        requests = list(pipeline.replay(read_session(BUSY)))[:6]
+    count = counter("o200k_base")
+    for previous, current in zip(requests, requests[1:], strict=False):
+        plans = (plan(previous.request, wire_of(previous), "o200k_base"), plan(current.request, wire_of(current), "o200k_base"))
+        assert new_tokens(previous, current, count, plans) == new_tokens(previous, current, count)
+    assert new_tokens(requests[0], requests[0], count) == 0 < new_tokens(requests[0], requests[1], count)
+
+
+def test_message_keys_are_equal_exactly_when_the_canonical_json_is() -> None:
+    from zhin_cli.tools.cachereplay import _message_key
+    from zhin_cli.wire import canonical
+
+    text = {"type": "text", "text": "[id:m1] 早"}
+    messages: list[Any] = [
+        {"role": "user", "content": "[id:m1] 早"}, {"content": "[id:m1] 早", "role": "user"},
+        {"role": "assistant", "content": "[id:m1] 早"}, {"role": "user", "content": "[id:m1] 早 "},
+        {"role": "user", "content": "[id:m1] 早", "name": "x"}, {"role": "user"}, {"content": "[id:m1] 早"},
+        {"role": "user", "content": [text]}, {"role": "user", "content": [dict(text)]},
+        {"role": "user", "content": [text, text]}, {"role": "user", "content": [{**text, "cache_control": {"type": "ephemeral"}}]},
+        {"role": "user", "content": []}, {"role": "user", "content": ["[id:m1] 早"]}, {"role": 1, "content": "x"},
+        ["user", "[id:m1] 早"], ("user", "[id:m1] 早"), "[id:m1] 早",
+    ]
+    for a in messages:
+        for b in messages:
+            assert (_message_key(a) == _message_key(b)) == (canonical(a) == canonical(b)), (a, b)
 
 
 def test_frontier_picture_labels_and_width(busy_report: WindowReport) -> None:
