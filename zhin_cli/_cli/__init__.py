@@ -424,6 +424,10 @@ DbOption = Annotated[
 ConfigOption = Annotated[
     Path | None, typer.Option("--config", "-c", envvar="ZHIN_CONFIG", help="zhin.yaml to use (default: found upward).")
 ]
+PricesOption = Annotated[
+    Path | None,
+    typer.Option("--prices", metavar="FILE", help="Price rows over the built-in table and zhin.yaml prices: (JSON or YAML, the shape of zhin_cli/pipeline/prices.json)."),
+]
 PresetOption = Annotated[
     Path | None,
     typer.Option("--preset", envvar="ZHIN_PRESET", help="A SillyTavern chat-completion preset (.json) as the message skeleton "

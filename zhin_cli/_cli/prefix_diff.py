@@ -24,6 +24,7 @@ from zhin_cli._cli import (
     ConfigOption,
     DbOption,
     PresetOption,
+    PricesOption,
     app,
     check_options,
     freeze_loaded,
@@ -74,7 +75,7 @@ def prefix_diff_command(
     db: DbOption = None,
     config: ConfigOption = None,
     jobs: Annotated[int | None, typer.Option("--jobs", "-j", help=JOBS_HELP)] = None,
-    prices: Annotated[Path | None, typer.Option("--prices", metavar="FILE", help="Price rows over the built-in table and zhin.yaml prices: (JSON or YAML, the shape of zhin_cli/pipeline/prices.json).")] = None,
+    prices: PricesOption = None,
 ) -> None:
     """Diff consecutive requests byte by byte: where the cached prefix breaks, why, what still hits, and what each request's input costs (when its provider has prices).
 

@@ -16,6 +16,7 @@ from zhin_cli._cli import (
     ConfigOption,
     DbOption,
     PresetOption,
+    PricesOption,
     app,
     check_options,
     freeze_loaded,
@@ -46,7 +47,7 @@ def economy_command(
     db: DbOption = None,
     config: ConfigOption = None,
     jobs: Annotated[int | None, typer.Option("--jobs", "-j", help=JOBS_HELP)] = None,
-    prices: Annotated[Path | None, typer.Option("--prices", metavar="FILE", help="Price rows over the built-in table and zhin.yaml prices: (JSON or YAML, the shape of zhin_cli/pipeline/prices.json).")] = None,
+    prices: PricesOption = None,
 ) -> None:
     """Header tokens, simulated prompt-cache hits and input cost: upstream's sender prefix vs the ADR headers; ADR vs flat layout vs upstream's sliding window.
 

@@ -11,6 +11,7 @@ import typer
 from zhin_cli._cli import (
     ConfigOption,
     DbOption,
+    PricesOption,
     freeze_loaded,
     handles_errors,
     print_json,
@@ -28,7 +29,7 @@ def window_command(
     provider: Annotated[str, typer.Option("--provider", "-p", help="Provider whose cache rules and prices apply (openai, anthropic, deepseek).")] = "openai",
     model: Annotated[str | None, typer.Option("--model", help="Model billed (default: report economy's model for the provider).")] = None,
     min_context: Annotated[float | None, typer.Option("--min-context", metavar="N", help="Mean messages of context the recommended window must keep (default: the default window's mean).")] = None,
-    prices: Annotated[Path | None, typer.Option("--prices", metavar="FILE", help="Price rows over the built-in table and zhin.yaml prices: (JSON or YAML, the shape of zhin_cli/pipeline/prices.json).")] = None,
+    prices: PricesOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="One versioned JSON document on stdout.")] = False,
     db: DbOption = None,
     config: ConfigOption = None,

@@ -23,6 +23,7 @@ from zhin_cli._cli import (
     ConfigOption,
     DbOption,
     PresetOption,
+    PricesOption,
     app,
     check_options,
     freeze_loaded,
@@ -64,7 +65,7 @@ def trace_command(
     preset: PresetOption = None,
     db: DbOption = None,
     config: ConfigOption = None,
-    prices: Annotated[Path | None, typer.Option("--prices", metavar="FILE", help="Price rows over the built-in table and zhin.yaml prices: (JSON or YAML, the shape of zhin_cli/pipeline/prices.json).")] = None,
+    prices: PricesOption = None,
 ) -> None:
     """Replay a stored conversation and show what each request sent to the model, and its input cost when the provider has prices (a single turn: as a cold cache sees it; --all: each after the turns before it).
 
