@@ -4,12 +4,17 @@ the default window and upstream's sliding window, checked against issue 18's tar
 and ≤ the default, at a mean context ≥ the default's (the recommendation's floor). Costs depend on the price
 table (zhin_cli/cache/prices.json), not on the machine; a miss is printed with its size, and the corpus is never
 tuned to pass (docs/economy.md).
+
+`--speed`: the sweep's wall time on issue 18's 10k-message session (synth --members 80 --messages 10000
+--seed 1, 889 requests), OpenAI, at jobs 1 and 2, against the target (jobs 2 well under a minute); it depends
+on the machine and its load, so the load average is printed beside it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -25,10 +30,12 @@ from zhin_cli.core.model import Session  # noqa: E402
 from zhin_cli.pipeline.config import Config  # noqa: E402
 from zhin_cli.store.jsonl import read_session  # noqa: E402
 from zhin_cli.tools.economy import CASES  # noqa: E402
-from zhin_cli.tools.synth import synthesize  # noqa: E402
+from zhin_cli.tools.synth import SynthOptions, synthesize  # noqa: E402
 from zhin_cli.tools.windowsweep import PolicyFigures, WindowReport, sweep  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+SPEED_SESSION = SynthOptions(members=80, messages=10000, seed=1)  # issue 18 §3's "10k-message session"
+SPEED_TARGET_SECONDS = 60.0  # jobs 2, at most
 SLIDING_TARGET = 0.5  # recommended ÷ sliding, at most
 DEFAULT_TARGET = 1.0  # recommended ÷ default, at most
 
@@ -64,10 +71,33 @@ def print_summary(figures: dict[str, Any]) -> None:
           f"{verdict(over_default, DEFAULT_TARGET)})")
 
 
+def speed() -> dict[str, Any]:
+    """Seconds of ``sweep`` on SPEED_SESSION at jobs 1 and 2 (the session built once, outside the timing)."""
+    session = synthesize(SPEED_SESSION)
+    seconds: dict[str, Any] = {}
+    for jobs in (1, 2):
+        load = os.getloadavg()[0]
+        started = time.perf_counter()
+        report = sweep([session], Config(), provider="openai", prices=builtin_prices(), jobs=jobs)
+        seconds[f"jobs_{jobs}"] = round(time.perf_counter() - started, 1)
+        seconds[f"load_{jobs}"] = round(load, 2)
+        print(f"  jobs={jobs}: {seconds[f'jobs_{jobs}']:.1f} s for {len(report.policies)} policies × "
+              f"{report.default.requests} requests (load average {load:.2f} at the start)")
+    met = seconds["jobs_2"] <= SPEED_TARGET_SECONDS
+    print(f"  jobs=2 target ≤ {SPEED_TARGET_SECONDS:.0f} s: {'met' if met else 'MISSED'}")
+    return seconds
+
+
 def main() -> None:
     started = time.perf_counter()
     jobs = next((int(a.split("=", 1)[1]) for a in sys.argv if a.startswith("--jobs=")), 1)
     print(f"window benchmark — machine: {describe()}")
+    if "--speed" in sys.argv:
+        print(f"\n[speed] synth {dataclasses.asdict(SPEED_SESSION)}, default config, openai")
+        result = speed()
+        if "--json" in sys.argv:
+            print(json.dumps({"benchmark": "window-speed", "session": dataclasses.asdict(SPEED_SESSION), **result}))
+        return
     quick = "--quick" in sys.argv  # the fixture only: a smoke run of the script
     corpus: list[Session] = [] if quick else [synthesize(options) for options in CORPUS]
     busy = read_session(ROOT / "fixtures" / "group-busy.jsonl")
