@@ -317,15 +317,19 @@ def sweep(sessions: Sequence[Session], config: Config, *, provider: str, model: 
     workers = check_jobs(jobs)
     policies = policy_grid(config.window)
     cache_min = min_tokens if min_tokens is not None else chosen.min_tokens
-    # session by session (a worker meets each session's pickle in consecutive jobs: unpickled once, _session_of)
+    # Session by session (a worker meets each session's pickle in consecutive jobs: unpickled once, _session_of),
+    # and in each the grid backwards: its widest windows (no cap, the big block pairs) cost most, so they start
+    # first and the workers finish together on short ones instead of one waiting for the other's widest.
     carried = [PickledSession.of(s) if workers > 1 else s for s in sessions]
+    backwards = policies[::-1]
     work = [WindowJob(session, config, policy.window, chosen.provider, chosen.model, encoding, cache_min, choice.price)
-            for session in carried for policy in policies]
+            for session in carried for policy in backwards]
     if progress is not None:
         progress(0, len(work))
     results = list(ordered_map(window_job, work, jobs=workers, done=progress,
                                prepare=functools.partial(shared_counter, encoding)))
-    per_policy = [results[i::len(policies)] for i in range(len(policies))]  # each in session order
+    count = len(policies)
+    per_policy = [results[count - 1 - i::count] for i in range(count)]  # grid order, each in session order
     if not any(s.costs for s in per_policy[0]):
         raise UsageError("the sessions have no bot replies: no request to replay")
     pooled = [PolicyFigures.pooled(policy, figures) for policy, figures in zip(policies, per_policy, strict=True)]
