@@ -268,3 +268,37 @@ def test_a_model_without_a_row_is_billed_at_the_default_with_one_note(zhin: Any)
     assert len(traced["notes"]) == 1 and "cost" in traced["requests"][0]
     # control: a model with its own row has no note
     assert "zhin: note:" not in zhin("prefix-diff", busy, "-p", "openai", "-m", "gpt-4o").stderr
+
+
+# --- review findings: what a price must be, and what an override keeps ------------------------------------
+
+
+def test_a_prices_file_without_providers_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "v.yaml"
+    path.write_text("version: 1\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as raised:
+        read_prices(path)
+    assert str(raised.value) == f"{path}:1: the prices file needs providers"
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "1.0e+308"])
+def test_a_price_that_is_not_a_finite_dollar_amount_is_refused(tmp_path: Path, value: str) -> None:
+    """NaN passes jsonschema's minimum; 1e308 overflows a session's sum to infinity: both would print NaN/Infinity
+    (not JSON) and make report window compare nothing."""
+    path = prices_file(tmp_path, "input: 2.5", f"input: {value}")
+    with pytest.raises(ConfigError) as raised:
+        read_prices(path)
+    assert str(raised.value).startswith(f"{path}:7: ")
+    assert read_prices(prices_file(tmp_path, "input: 2.5", "input: 1.0e+3")).choose("openai", "gpt-4o") is not None
+
+
+def test_an_override_without_write_prices_keeps_the_write_premium_it_replaces(tmp_path: Path) -> None:
+    path = tmp_path / "a.yaml"
+    path.write_text("version: 1\nproviders:\n  anthropic:\n    models:\n      claude-sonnet-5: {input: 3.0, cached_input: 0.3, "
+                    "source: contract, read_on: 2026-11-20}\n", encoding="utf-8")
+    row = load_prices(None, path).choose("anthropic", "claude-sonnet-5")
+    assert row is not None and dict(row.price.cache_write) == {"5m": 3.75, "1h": 6.0}  # 1.25× and 2× of the new input
+    own = tmp_path / "b.yaml"  # control: a row that names its write prices keeps them
+    own.write_text(path.read_text(encoding="utf-8").replace("source:", "cache_write: {5m: 3.0}, source:"), encoding="utf-8")
+    row = load_prices(None, own).choose("anthropic", "claude-sonnet-5")
+    assert row is not None and dict(row.price.cache_write) == {"5m": 3.0}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ from zhin_cli.core.errors import ConfigError
 
 PRICES_VERSION = 1
 PER_TOKENS = 1_000_000  # prices are USD per million tokens
+MAX_PRICE = 1_000_000.0  # USD per million tokens: no model costs a dollar a token
 TTLS = ("5m", "1h")
 # profiles billed at another provider's rows (the same API and price list)
 PRICE_PROVIDERS = {"openai-reasoning": "openai"}
@@ -89,7 +91,16 @@ class PriceTable:
         merged: dict[str, ProviderPrices] = dict(self.providers)
         for name, rows in other.providers.items():
             mine = merged.get(name)
-            models = {**(mine.models if mine else {}), **rows.models}
+            models = dict(mine.models) if mine else {}
+            for model, row in rows.models.items():
+                # a row that names no write prices keeps the write premium of the row it replaces (Anthropic's
+                # 1.25×/2× of the input price, scaled to the new input price): an override of the input price
+                # must not drop writes to the plain input price unnoticed
+                old = models.get(model)
+                if old is not None and old.cache_write and not row.cache_write and old.input > 0:
+                    row = dataclasses.replace(row, cache_write={ttl: round(row.input * value / old.input, 6)
+                                                                for ttl, value in old.cache_write.items()})
+                models[model] = row
             merged[name] = ProviderPrices(rows.default if rows.default else (mine.default if mine else ""), models)
         return PriceTable(merged, self.origins + other.origins)
 
@@ -98,7 +109,8 @@ class PriceTable:
 
 
 def _row_schema() -> dict[str, Any]:
-    price = {"type": "number", "minimum": 0}
+    # finite and below a million dollars per million tokens: NaN passes "minimum" and a huge price overflows a sum
+    price = {"type": "number", "minimum": 0, "maximum": MAX_PRICE}
     return {
         "type": "object", "additionalProperties": False, "required": ["input", "cached_input", "source", "read_on"],
         "properties": {
@@ -175,6 +187,10 @@ def parse_providers(data: Any, where: Callable[[str], str | None], prefix: str =
 def _check_row(price: Price, key: str, where: Callable[[str], str | None]) -> None:
     """What a cost model needs to be monotone: a cached token never costs more than an uncached one, and a
     written token never less than a read one (so a smaller cached prefix never makes a request cheaper)."""
+    for name, value in (("input", price.input), ("cached_input", price.cached_input), *price.cache_write.items()):
+        if not math.isfinite(value):  # YAML's .nan/.inf: jsonschema's minimum/maximum let NaN through
+            field_key = f"{key}.{name}" if name in ("input", "cached_input") else f"{key}.cache_write"
+            raise ConfigError(f"{key}: {name} must be a finite number, got {value}", where=where(field_key))
     try:
         datetime.date.fromisoformat(price.read_on)
     except ValueError:
@@ -212,7 +228,9 @@ def read_prices(path: Path, base: PriceTable | None = None) -> PriceTable:
     data = dates_as_text(data)
     if not isinstance(data, dict):
         raise ConfigError("a prices file is a mapping: {version: 1, providers: {…}}", where=where(""))
-    for error in _validator("file").iter_errors({**data, "providers": {}}):
+    # the rows are checked by parse_providers (with their own key names); the envelope here, providers: included
+    envelope = {**data, "providers": {}} if isinstance(data.get("providers"), dict) else data
+    for error in _validator("file").iter_errors(envelope):
         key, message = describe(error)
         raise ConfigError(message.replace("the config", "the prices file")[:300], where=where(key))
     table = dataclasses.replace(parse_providers(data["providers"], where, "providers"), origins=(str(path),))
