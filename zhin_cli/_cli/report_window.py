@@ -3,6 +3,7 @@ when ``zhin_cli._cli.report`` is imported."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -19,6 +20,7 @@ from zhin_cli._cli import (
     stdout_console,
 )
 from zhin_cli._cli.report import report_app
+from zhin_cli.core.errors import UsageError
 from zhin_cli.tools.windowsweep import WindowReport, frontier_picture, recommendation_line, table_rows
 
 
@@ -40,6 +42,9 @@ def window_command(
     Policies: max_messages/cut_to pairs, max_blocks/cut_blocks_to pairs, no cap, upstream's sliding window and your zhin.yaml window ("default"). Per policy: input cost per request (uncached, cached and cache-write tokens at the provider's prices), later-request hit rate, the physical limit, mean and minimum messages of context, and whether it is on the cost/context Pareto frontier. Recommended: the cheapest policy whose mean context is at least --min-context. Definitions: docs/economy.md.
     """
     from zhin_cli.tools.windowsweep import run_window
+
+    if min_context is not None and not (math.isfinite(min_context) and min_context >= 0):
+        raise UsageError(f"--min-context: a mean number of messages, 0 or more, got {min_context:g}")
 
     with replay_progress("windows replayed", loading="reading the sessions") as progress:
         report = run_window(sessions, cwd=Path.cwd(), db=db, config_path=config, prices_file=prices, provider=provider,

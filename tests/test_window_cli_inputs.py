@@ -1,0 +1,28 @@
+"""`report window --min-context`: a mean number of messages, 0 or more — anything else is one line, exit 2, before
+any replay (a NaN floor compared nothing; -inf printed `-Infinity`, which is not JSON)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from conftest import FIXTURES
+
+
+@pytest.mark.parametrize("value", ["-inf", "inf", "nan", "-1"])
+def test_a_floor_that_is_not_a_count_of_messages_is_one_line(zhin: Callable[..., Any], value: str) -> None:
+    result = zhin("report", "window", FIXTURES / "private-chat.jsonl", f"--min-context={value}", "--json")
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("zhin: error: --min-context")
+
+
+def test_a_floor_of_zero_recommends_the_cheapest_policy(zhin: Callable[..., Any]) -> None:
+    """Control: 0 is a floor (every policy keeps at least that much)."""
+    import json
+
+    result = zhin("report", "window", FIXTURES / "private-chat.jsonl", "--min-context=0", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["recommended"]["cost_per_request"] == min(p["cost_per_request"] for p in data["policies"])
