@@ -521,13 +521,17 @@ def frontier_svg(sweep: dict[str, Any], width: int = 640, height: int = 280) -> 
     def y(value: float) -> float:
         return height - bottom - (value - y_low) / (y_high - y_low) * (height - top - bottom)
 
-    labels = {sweep[k]["name"]: k for k in ("sliding", "default", "recommended") if sweep.get(k)}
+    labels: dict[str, str] = {}  # policy name → its roles ("recommended = default" when they are one policy)
+    for role in ("recommended", "default", "sliding"):
+        if sweep.get(role):
+            name = sweep[role]["name"]
+            labels[name] = f"{labels[name]} = {role}" if name in labels else role
     frontier = sorted((p for p in points if p["pareto"]), key=lambda p: p["context_mean"])
     line = " ".join(f"{x(p['context_mean']):.1f},{y(p['cost_per_request']):.1f}" for p in frontier)
     dots = []
     for p in points:
         role = labels.get(p["name"], "")
-        dots.append(f'<circle class="{"pareto" if p["pareto"] else "policy"} {role}" data-policy="{_e(p["name"])}" '
+        dots.append(f'<circle class="{"pareto" if p["pareto"] else "policy"} {role.replace(" = ", " ")}" data-policy="{_e(p["name"])}" '
                     f'data-cost="{p["cost_per_request"]}" data-context="{p["context_mean"]}" cx="{x(p["context_mean"]):.1f}" '
                     f'cy="{y(p["cost_per_request"]):.1f}" r="{5 if role else 3.5}"><title>{_e(p["name"])}: '
                     f'{format_usd(p["cost_per_request"])} per request, context {p["context_mean"]:g} messages, '
