@@ -10,6 +10,7 @@ than 4; and the placement never costs more than the old one on any request of a 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -132,3 +133,18 @@ def test_the_placement_never_costs_more_than_the_old_one(placement: None) -> Non
         assert len(chosen) == len(old) > 5
         assert all(c <= o + 1e-12 for c, o in zip(chosen, old, strict=True))
     assert sum(chosen) < sum(old)  # the busy one: some request reads what the old placement missed
+
+
+def test_each_claude_model_caches_from_its_own_minimum(zhin: Any) -> None:
+    """providers.md §2.5: Haiku 4.5 caches nothing below 4,096 tokens, Opus 5 from 512; group-busy's prompts are
+    ~2,000 tokens. Control: Sonnet 5 (1,024) reads and writes on the same session."""
+    from conftest import FIXTURES
+
+    def policy(model: str) -> dict[str, Any]:
+        result = zhin("report", "window", FIXTURES / "group-busy.jsonl", "-p", "anthropic", "--model", model, "--json")
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)["default"]
+
+    haiku, sonnet = policy("claude-haiku-4-5"), policy("claude-sonnet-5")
+    assert haiku["cost"]["cached_tokens"] == haiku["cost"]["cache_write_tokens"] == 0
+    assert sonnet["cost"]["cached_tokens"] > 0 and sonnet["cost"]["cache_write_tokens"] > 0

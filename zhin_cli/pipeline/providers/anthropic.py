@@ -266,6 +266,17 @@ def render_anthropic(layout: Layout, profile: Capabilities, runtime: RuntimeView
     return RenderedRequest(body=body, state_rendering=state, cache_breakpoints=breakpoints, parts=parts + turns.parts)
 
 
+# Minimum cacheable prompt length by model, where it is not the profile's 1,024 (providers.md §2.5, newest docs text
+# seen): 512 for Opus 5 / Fable 5 / Mythos 5 and their 5.x versions; 2,048 for Mythos Preview and Opus 4.7; 4,096 for
+# Opus 4.6, Opus 4.5 and Haiku 4.5. First match wins.
+CACHE_MINIMUMS: tuple[tuple[str, int], ...] = (
+    (r"^claude-mythos-preview", 2048),
+    (r"^claude-(opus|fable|mythos)-5", 512),
+    (r"^claude-opus-4-7", 2048),
+    (r"^claude-(opus-4-6|opus-4-5|haiku-4-5)", 4096),
+)
+
+
 @dataclass(frozen=True)
 class _AnthropicCapabilities(Capabilities):
     """The Anthropic profile: ``prefill`` follows the model's Claude version (``rejects_prefill``'s table,
@@ -287,6 +298,10 @@ register_profile(
         mid_conversation_system="none",
         mid_system_models=MID_SYSTEM_MODELS,
         cache=CacheRules(mechanism="explicit", min_tokens=1024, step_tokens=1, max_breakpoints=MAX_BREAKPOINTS),
+        # the minimum cacheable prefix by model (providers.md §2.5): below it nothing is cached, no error
+        model_rules=tuple((pattern, {"cache": CacheRules(mechanism="explicit", min_tokens=minimum, step_tokens=1,
+                                                         max_breakpoints=MAX_BREAKPOINTS)})
+                          for pattern, minimum in CACHE_MINIMUMS),
         description="Anthropic Messages: top-level system, tool_result first, state changes as user text "
         "(role system only where allow-listed models accept it)",
     )
