@@ -63,8 +63,8 @@ def _tool_schema() -> dict[str, Any]:
 @cache
 def config_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of ``zhin.yaml``, as data."""
-    from zhin_cli.pipeline.prices import providers_schema
     from zhin_cli.pipeline.preset.model import CardOptions
+    from zhin_cli.pipeline.prices import providers_schema
     from zhin_cli.pipeline.providers import PROFILES
     from zhin_cli.pipeline.segments import TEXT_KINDS
 
