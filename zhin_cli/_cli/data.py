@@ -169,7 +169,7 @@ PROVIDER_NAMES = ("anthropic", "deepseek", "gemini", "llama-cpp", "ollama", "ope
 # Commands whose arguments are sessions (ids, keys or .jsonl files); tests/test_completion.py checks it against
 # every command's SESSION arguments.
 SESSION_COMMANDS = frozenset({"export", "trace", "prefix-diff", "facts show", "stats cache", "report economy",
-                              "report html", "view"})
+                              "report html", "report window", "view"})
 PROVIDER_OPTIONS = ("--provider", "-p")
 SESSION_OPTIONS = ("--session", "-s")
 PRESET_OPTIONS = ("--preset",)

@@ -34,7 +34,7 @@ from zhin_cli._cli import (
     stdout_console,
 )
 from zhin_cli.cache import cached_share
-from zhin_cli.cache.prices import Cost, format_usd
+from zhin_cli.cache.prices import Cost, CostTotals, format_usd
 from zhin_cli.core.errors import EXIT_FOUND, UsageError
 from zhin_cli.pipeline.assemble import AssembledRequest
 from zhin_cli.tools.prefixdiff import cost_dict, turn_ranges
@@ -218,8 +218,8 @@ def print_rows(console: Console, result: TraceResult, rows: list[TurnRow]) -> No
     console.print(f"{CACHED} cached (the provider's prompt cache would read it; prefix-diff's count, the first turn "
                   f"all new)  {NEW} new · bar length ∝ prompt tokens, full width {scale} · "
                   f"{ACCEPTED} accepted / {REJECTED} rejected by the offline validator")
-    billed = [row.cost.usd for row in rows if row.cost is not None]
-    total = f" · input cost {format_usd(sum(billed))} ({format_usd(sum(billed) / len(billed))} per request)" if billed else ""
+    billed = CostTotals.of(row.cost for row in rows if row.cost is not None)
+    total = f" · input cost {format_usd(billed.usd)} ({format_usd(billed.per_request)} per request)" if billed.requests else ""
     console.print(f"{len(rows)} requests: {cached} of {prompt} prompt tokens cached · cached share after the first "
                   f"{share:.0%} (as prefix-diff){total} · --detail for every turn's segment table")
 
