@@ -621,3 +621,19 @@ def test_report_html_window_without_prices_says_why_and_still_writes_the_page(zh
     assert result.returncode == 0, result.stderr
     text = (tmp_path / "page.html").read_text(encoding="utf-8")
     assert "no prices for provider gemini" in text and 'svg class="frontier"' not in text
+
+
+def test_report_html_prices_reach_the_economy_box_and_the_window_chart(zhin: Callable[..., Any], tmp_path: Path) -> None:
+    """--prices: rows for a provider the built-in table lacks give the page its chart (control: the test above,
+    without them, only a note); a bad file is one line, exit 3, and no page."""
+    rows = tmp_path / "gemini.yaml"
+    rows.write_text("version: 1\nproviders:\n  gemini:\n    default: gemini-2.5-flash\n    models:\n      gemini-2.5-flash: "
+                    "{input: 0.3, cached_input: 0.03, source: test, read_on: 2026-12-01}\n", encoding="utf-8")
+    result = zhin("report", "html", FIXTURES / "private-chat.jsonl", "-p", "gemini", "--window", "--prices", rows, "-o", "page.html")
+    assert result.returncode == 0, result.stderr
+    assert 'svg class="frontier"' in (tmp_path / "page.html").read_text(encoding="utf-8")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: 1\n", encoding="utf-8")
+    result = zhin("report", "html", FIXTURES / "private-chat.jsonl", "--prices", bad, "-o", "bad.html")
+    assert result.returncode == 3 and result.stderr.strip() == f"zhin: error: {bad}:1: the prices file needs providers"
+    assert not (tmp_path / "bad.html").exists()

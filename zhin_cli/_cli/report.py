@@ -150,6 +150,7 @@ def html_command(
     preset: PresetOption = None,
     economy: Annotated[bool, typer.Option("--economy/--no-economy", help="Include the economy summary (one more replay of each session).")] = True,
     window: Annotated[bool, typer.Option("--window", help="Include report window's frontier chart for the provider (about 20 more replays of each session).")] = False,
+    prices: PricesOption = None,
     db: DbOption = None,
     config: ConfigOption = None,
     jobs: Annotated[int | None, typer.Option("--jobs", "-j", help=JOBS_HELP)] = None,
@@ -166,7 +167,8 @@ def html_command(
         raise UsageError("the report is an HTML file: pass -o FILE (or redirect stdout)")
     with replay_progress("replaying") as progress:
         report = build_report(sessions, cwd=Path.cwd(), db=db, config_path=config, provider=provider, preset=preset,
-                              economy=economy, after_load=freeze_loaded, progress=progress, jobs=jobs, window=window)
+                              economy=economy, after_load=freeze_loaded, progress=progress, jobs=jobs, window=window,
+                              prices_file=prices)
     page = report.html()
     print_sources(report.config_path, report.db)
     if output is None:

@@ -32,6 +32,7 @@ from zhin_cli.core.tokens import DEFAULT_ENCODING
 from zhin_cli.pipeline.assemble import AssembledRequest
 from zhin_cli.pipeline.config import Config
 from zhin_cli.pipeline.facade import Pipeline
+from zhin_cli.pipeline.prices import PriceTable
 from zhin_cli.tools.prefixdiff import DEFAULT_FAIL_ON, PairDiff, Serialized, TurnDiffer, serialize
 
 HTML_REPORT_VERSION = 1
@@ -281,15 +282,17 @@ class ReportJob:
     preset: Any
     economy: bool = True
     after_load: Callable[[], None] | None = None
+    prices: PriceTable | None = None  # the config's table with --prices applied (None: the config's own)
 
 
-def economy_summary(session: Any, config: Config, provider: str) -> tuple[dict[str, Any] | None, str]:
+def economy_summary(session: Any, config: Config, provider: str,
+                    prices: PriceTable | None = None) -> tuple[dict[str, Any] | None, str]:
     """``report economy --json``'s figures of one session for ``provider`` (None and why, if it simulates none)."""
     from zhin_cli.tools.economy import CASES, session_economy
 
     if provider not in CASES:
         return None, f"no economy simulation for {provider} (simulated: {', '.join(CASES)})"
-    figures = session_economy(session, config, providers=[provider])
+    figures = session_economy(session, config, providers=[provider], prices=prices)
     return figures.as_dict(), ""
 
 
@@ -315,7 +318,7 @@ def session_page(job: ReportJob, progress: Callable[[int, int], None] | None = N
     economy: dict[str, Any] | None = None
     note = "not computed (--no-economy)"
     if job.economy:
-        economy, note = economy_summary(session, job.config, provider)
+        economy, note = economy_summary(session, job.config, provider, job.prices)
     return SessionPage(session.session_id, session.source, provider, model, plan.total, greeting, collector.turns,
                        collector.store, collector.groups(), economy, note)
 
@@ -333,6 +336,7 @@ def build_report(
     progress: Callable[[int, int], None] | None = None,
     jobs: int | None = 1,
     window: bool = False,
+    prices_file: Path | None = None,
 ) -> HtmlReport:
     """Every session of ``refs`` (files, folders of .jsonl, ids / keys) as a page's data.
 
@@ -349,7 +353,8 @@ def build_report(
     workers = check_jobs(jobs)
     config = load_config(config_path, cwd=cwd)
     chosen = session_refs(refs, all_sessions=False, db=db, cwd=cwd)
-    job_list = [ReportJob(ref, db, cwd, config, provider, preset, economy, after_load) for ref in chosen]
+    prices = config.price_table(prices_file)  # read once, before any session: a bad file stops nothing half-done
+    job_list = [ReportJob(ref, db, cwd, config, provider, preset, economy, after_load, prices) for ref in chosen]
     if workers == 1 or len(job_list) == 1:
         pages = list(ordered_map(functools.partial(session_page, progress=progress), job_list, jobs=1))
     else:
@@ -364,7 +369,7 @@ def build_report(
 
         try:
             sweep = run_window(refs, cwd=cwd, db=db, config_path=config_path, provider=pages[0].provider,
-                               jobs=jobs).as_dict()
+                               prices_file=prices_file, jobs=jobs).as_dict()
         except UsageError as exc:  # no prices or no cache rules for this provider: the page says so
             sweep_note = exc.message
     return HtmlReport(pages, config.path, database, sweep, sweep_note)
