@@ -137,6 +137,9 @@ def _print_session(console: Console, session: SessionEconomy) -> None:
             f"{_pct(data['adr_first_hit_rate'])} · {_pct(data['flat_first_hit_rate'])}",
             _costs(data["cost"]),
         )
+    # a price is never cut to "$0.004…": the column keeps room for its longest figure (the others wrap first)
+    cache.columns[-1].min_width = max((len(part) for row in cache.columns[-1].cells for part in str(row).split(" · ")),
+                                      default=0)
     console.print(cache)
     console.print()
 

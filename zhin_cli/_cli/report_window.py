@@ -67,8 +67,12 @@ def _print(report: WindowReport) -> None:
                          f"{report.recommended.requests} requests per policy · tokens: {report.encoding}"))
     headers = ("policy", "cost/request", "× sliding", "later hit", "limit", "context mean/min", "frontier")
     table = Table(*headers, title="window policies (input cost; token-weighted hit rates)", title_justify="left")
-    for row in table_rows(report):
+    rows = table_rows(report)
+    for row in rows:
         table.add_row(*(escape(cell) for cell in row))
+    # figures are never cut to "$0.004…": each numeric column keeps room for its longest cell (names wrap first)
+    for column in table.columns[1:]:
+        column.min_width = max((len(row[column._index]) for row in rows), default=0)
     console.print(table)
     for line in frontier_picture(report):
         console.print(escape(line), soft_wrap=True)

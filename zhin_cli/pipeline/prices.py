@@ -216,10 +216,12 @@ def _check_defaults(table: PriceTable, where: Callable[[str], str | None], prefi
 def read_prices(path: Path, base: PriceTable | None = None) -> PriceTable:
     """A prices file (JSON or YAML, the shape of the shipped ``prices.json``); its rows go over ``base``'s
     (each provider then needs a default row, from the file or from ``base``: refused at its line otherwise)."""
-    from zhin_cli.core.readers import enclosing_key, read_yaml_file
+    from zhin_cli.core.readers import enclosing_key, read_json_file, read_yaml_file
     from zhin_cli.pipeline.config_schema import describe
 
-    data, lines = read_yaml_file(path, what="prices file")
+    data, lines = read_yaml_file(path, what="prices file")  # the line of every key (and duplicate keys refused)
+    if path.suffix.lower() == ".json":  # JSON's own numbers: YAML 1.1 reads 1e-1 (no dot) as text
+        data, _ = read_json_file(path, what="prices file")
 
     def where(key: str) -> str:
         found = enclosing_key(lines, key)
