@@ -73,6 +73,18 @@ class History:
                        list(self.messages), summaries=list(self.summaries))
 
 
+def reply_gap(between: int) -> History:
+    """The bot answers, then ``between`` member messages a second apart, then the bot answers again (one cache
+    group): how many blocks an Anthropic breakpoint must look back across."""
+    h = History()
+    h.user(T0, "10002", "早", display_name="小明")
+    h.assistant(T0 + 5 * SEC, "好", message_id="p-2")
+    for n in range(between):
+        h.user(T0 + (10 + n) * SEC, "10003", f"第{n}条", display_name="Lily")
+    h.assistant(T0 + (20 + between) * SEC, "嗯", message_id="p-9")
+    return h
+
+
 def answered_chat(turns: int, gap: int = MIN) -> History:
     """``turns`` member messages from 10002, each answered by the bot: two stored messages per turn."""
     h = History()

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from builders import SEC, T0, History, replay
+from builders import SEC, T0, History, replay, reply_gap
 
 from zhin_cli.cache.prices import Cost
 from zhin_cli.core.model import Session
@@ -32,17 +32,6 @@ from zhin_cli.tools.synth import SynthOptions, synthesize
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 MODEL = "claude-sonnet-5"
-
-
-def burst(between: int) -> History:
-    """The bot answers, then ``between`` member messages, then the bot answers again (one cache group)."""
-    h = History()
-    h.user(T0, "10002", "早", display_name="小明")
-    h.assistant(T0 + 5 * SEC, "好", message_id="p-2")
-    for n in range(between):
-        h.user(T0 + (10 + n) * SEC, "10003", f"第{n}条", display_name="Lily")
-    h.assistant(T0 + (20 + between) * SEC, "嗯", message_id="p-9")
-    return h
 
 
 def marks(body: dict[str, Any]) -> list[tuple[int, int]]:
@@ -62,7 +51,7 @@ def placement() -> Iterator[None]:
 
 def test_the_chosen_placement_marks_the_previous_turns_breakpoint() -> None:
     assert anthropic.PLACEMENT == "tail+previous"
-    first, second = replay(burst(25).session(), provider="anthropic", model=MODEL)
+    first, second = replay(reply_gap(25).session(), provider="anthropic", model=MODEL)
     body = second.request
     assert [m["role"] for m in body["messages"]] == ["user", "assistant", "user"]
     last = len(body["messages"][2]["content"]) - 1
@@ -97,9 +86,9 @@ def test_the_previous_turns_entry_is_read_past_the_look_back(placement: None) ->
     """25 member messages (26 blocks) after the old breakpoint: the old placement reads the system prompt only,
     the chosen one the whole prefix up to that breakpoint (what the first request wrote); 10 messages: both."""
     case = replace(CASES["anthropic"], min_tokens=1)
-    chosen = {n: simulate(burst(n).session(), Config(), case).requests for n in (10, 25)}
+    chosen = {n: simulate(reply_gap(n).session(), Config(), case).requests for n in (10, 25)}
     anthropic.PLACEMENT = "tail"
-    old = {n: simulate(burst(n).session(), Config(), case).requests for n in (10, 25)}
+    old = {n: simulate(reply_gap(n).session(), Config(), case).requests for n in (10, 25)}
     system_only = old[10][1].flat_cached
     written_first = chosen[25][0].adr.written  # the first request's entry (system + 早), read whole
     assert old[25][1].adr_cached == system_only < written_first == chosen[25][1].adr_cached

@@ -97,18 +97,11 @@ def accepted(price: Price) -> None:
     parse_providers({"p": {"default": "m", "models": {"m": row}}}, lambda key: None, "prices")
 
 
+@pytest.mark.parametrize("mechanism", ["automatic", "explicit"])
 @FAST
-@given(cases("automatic"), prices())
-def test_automatic_a_shorter_shared_prefix_never_costs_less(case: Case, price: Price) -> None:
-    accepted(price)
-    longer, shorter = cost_after(case, case.longer, price), cost_after(case, case.shorter, price)
-    assert shorter.cached_tokens <= longer.cached_tokens
-    assert shorter.usd >= longer.usd - 1e-12
-
-
-@FAST
-@given(cases("explicit"), prices())
-def test_explicit_a_shorter_shared_prefix_never_costs_less(case: Case, price: Price) -> None:
+@given(data=st.data())
+def test_a_shorter_shared_prefix_never_costs_less(mechanism: Literal["automatic", "explicit"], data: st.DataObject) -> None:
+    case, price = data.draw(cases(mechanism)), data.draw(prices())
     accepted(price)
     longer, shorter = cost_after(case, case.longer, price), cost_after(case, case.shorter, price)
     assert shorter.cached_tokens <= longer.cached_tokens

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from builders import SEC, T0, History
+from builders import SEC, T0, History, reply_gap
 
 from zhin_cli.core.model import Actor
 from zhin_cli.core.tokens import counter
@@ -256,19 +256,10 @@ def test_anthropic_misses_an_entry_more_than_20_blocks_back(monkeypatch: pytest.
 
     monkeypatch.setattr(anthropic, "PLACEMENT", "tail")
 
-    def session(between: int):  # type: ignore[no-untyped-def]
-        h = History()
-        h.user(T0, "10002", "早", display_name="小明")
-        h.assistant(T0 + 5 * SEC, "好", message_id="p-2")
-        for n in range(between):
-            h.user(T0 + (10 + n) * SEC, "10003", f"第{n}条", display_name="Lily")
-        h.assistant(T0 + (20 + between) * SEC, "嗯", message_id="p-9")
-        return h.session()
-
     case = replace(CASES["anthropic"], min_tokens=1)
-    near = simulate(session(10), Config(), case).requests[1]
-    far = simulate(session(25), Config(), case).requests[1]
-    system_only = simulate(session(10), Config(), case).requests[1].flat_cached  # flat: the system breakpoint alone
+    near = simulate(reply_gap(10).session(), Config(), case).requests[1]
+    far = simulate(reply_gap(25).session(), Config(), case).requests[1]
+    system_only = simulate(reply_gap(10).session(), Config(), case).requests[1].flat_cached  # flat: the system breakpoint alone
     assert near.adr_cached > system_only  # 11 blocks after the old breakpoint: the history prefix is read
     assert far.adr_cached == system_only  # 26 blocks after it: only the system prompt's entry is found
     assert far.cause == "tail"  # the prefix itself only lost the old tail; the lookup just cannot reach the entry

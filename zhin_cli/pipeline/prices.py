@@ -67,7 +67,6 @@ class ProviderPrices:
 @dataclass(frozen=True)
 class PriceTable:
     providers: Mapping[str, ProviderPrices]
-    origins: tuple[str, ...] = ()  # where the rows came from, in the order applied
 
     def choose(self, provider: str, model: str) -> PriceChoice | None:
         """The row for ``model``: its own (exact, else the longest row name it extends with ``-``, so
@@ -102,7 +101,7 @@ class PriceTable:
                                                                 for ttl, value in old.cache_write.items()})
                 models[model] = row
             merged[name] = ProviderPrices(rows.default if rows.default else (mine.default if mine else ""), models)
-        return PriceTable(merged, self.origins + other.origins)
+        return PriceTable(merged)
 
 
 # --- reading tables ----------------------------------------------------------------------------------
@@ -235,7 +234,7 @@ def read_prices(path: Path, base: PriceTable | None = None) -> PriceTable:
     for error in _validator("file").iter_errors(envelope):
         key, message = describe(error)
         raise ConfigError(message.replace("the config", "the prices file")[:300], where=where(key))
-    table = dataclasses.replace(parse_providers(data["providers"], where, "providers"), origins=(str(path),))
+    table = parse_providers(data["providers"], where, "providers")
     _check_defaults(base.replaced_by(table) if base is not None else table, where, "providers.")
     return table
 
@@ -243,7 +242,7 @@ def read_prices(path: Path, base: PriceTable | None = None) -> PriceTable:
 @functools.cache
 def builtin_prices() -> PriceTable:
     """The table shipped with zhin (``prices.json``; each row names its source and the date it was read)."""
-    return dataclasses.replace(read_prices(BUILTIN), origins=("built-in",))
+    return read_prices(BUILTIN)
 
 
 def load_prices(config_prices: Mapping[str, Any] | None = None, prices_file: Path | None = None, *,
@@ -252,7 +251,7 @@ def load_prices(config_prices: Mapping[str, Any] | None = None, prices_file: Pat
     table = builtin_prices()
     if config_prices:
         where = config_where or (lambda key: None)
-        table = table.replaced_by(dataclasses.replace(parse_providers(config_prices, where, "prices"), origins=("zhin.yaml",)))
+        table = table.replaced_by(parse_providers(config_prices, where, "prices"))
         _check_defaults(table, where, "prices.")
     if prices_file is not None:
         table = table.replaced_by(read_prices(prices_file, table))

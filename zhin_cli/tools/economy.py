@@ -387,11 +387,10 @@ def price_for(case: ProviderCase, prices: PriceTable) -> tuple[PriceChoice | Non
 
 
 def simulate(session: Session, config: Config, case: ProviderCase, encoding: str = DEFAULT_ENCODING,
-             headers: _HeaderCounter | None = None, prices: PriceTable | None = None, *,
-             sliding_window: bool = True) -> CacheFigures:
+             headers: _HeaderCounter | None = None, prices: PriceTable | None = None) -> CacheFigures:
     """Replay ``session`` for one provider: the ADR layout through ``cachereplay.replay_cache`` (the loop
     ``report window`` shares), the flat layout of the same requests through its own simulator (a fresh one at
-    each cache group: the session's prefix is cold there), and — ``sliding_window`` — the ADR layout again under
+    each cache group: the session's prefix is cold there), and the ADR layout again under
     upstream's sliding window (``window.sliding``). Costs: ``prices`` (default: the config's table)."""
     choice, note = price_for(case, prices if prices is not None else config.price_table())
     with Pipeline.open(config, provider=case.provider, model=case.model) as pipeline:
@@ -422,12 +421,11 @@ def simulate(session: Session, config: Config, case: ProviderCase, encoding: str
             previous = (request, replayed.wire)
     if figures is None:
         return CacheFigures(case.provider, case.model, 0, price=choice, price_note=note)
-    if sliding_window:
-        upstream = _pipeline_config(config, sliding(config.window))
-        with Pipeline.open(upstream, provider=case.provider, model=case.model) as pipeline:
-            replays = replay_cache(session, pipeline, encoding, min_tokens=case.min_tokens, limit=False)
-            for row, replayed in zip(figures.requests, replays, strict=True):
-                row.sliding = replayed.outcome
+    upstream = _pipeline_config(config, sliding(config.window))
+    with Pipeline.open(upstream, provider=case.provider, model=case.model) as pipeline:
+        replays = replay_cache(session, pipeline, encoding, min_tokens=case.min_tokens, limit=False)
+        for row, replayed in zip(figures.requests, replays, strict=True):
+            row.sliding = replayed.outcome
     return figures
 
 
