@@ -102,6 +102,26 @@ def test_jobs_below_one_is_a_usage_error(zhin: Run) -> None:
             "zhin: error: -j/--jobs must be at least 1 (got 0)"], result.stderr
 
 
+JOBS_COMMANDS = (["prefix-diff"], ["report", "economy"], ["report", "window"], ["report", "html", "-o", "page.html"],
+                 ["stats", "cache"], ["view", "--port", "0"], ["eval"])
+
+
+@pytest.mark.parametrize("command", JOBS_COMMANDS, ids=lambda c: " ".join(c[:2]))
+def test_jobs_past_the_maximum_is_one_usage_line_on_every_command(zhin: Run, tmp_path: Path, command: list[str]) -> None:
+    """Issue 27 item 11: ``-j 100000`` started a process per work item (266 for 12 sessions)."""
+    target = [str(tmp_path)] if command == ["eval"] else [SESSIONS[1]]
+    result = zhin(*command, *target, "-j", "100000")
+    assert (result.returncode, result.stdout) == (2, ""), result.stderr
+    assert result.stderr.strip().splitlines() == ["zhin: error: -j/--jobs is at most 64 (got 100000)"]
+    assert not (tmp_path / "page.html").exists()
+
+
+def test_negative_control_the_maximum_itself_runs(zhin: Run) -> None:
+    result = zhin("prefix-diff", SESSIONS[1], "-j", "64", "--json")  # one session: no pool at all
+    assert result.returncode in (0, 1), result.stderr
+    assert json.loads(result.stdout)["sessions"]
+
+
 PLUGIN = """
 from pathlib import Path
 Path(__file__).with_name("plugin-ran").write_text("yes")

@@ -14,11 +14,20 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from zhin_cli.core.errors import EXIT_USAGE, ConfigError, InputError, UsageError, ZhinError
-from zhin_cli.core.parallel import _context, _worker_started, check_jobs, default_jobs, ordered_map
+from zhin_cli.core.parallel import (
+    JOBS_HELP,
+    MAX_JOBS,
+    _context,
+    _worker_started,
+    check_jobs,
+    default_jobs,
+    ordered_map,
+)
 from zhin_cli.core.trust import UntrustedPlugins
 
 ITEMS = list(range(6))
@@ -51,6 +60,10 @@ class OddError(ZhinError):
 
 def raise_odd(item: int) -> int:
     raise OddError(item)
+
+
+def double(item: int) -> int:
+    return 2 * item
 
 
 def die(item: int) -> int:
@@ -117,6 +130,37 @@ def test_jobs_default_to_the_cores_and_below_one_is_usage() -> None:
     assert check_jobs(3) == 3
     with pytest.raises(UsageError, match="at least 1"):
         check_jobs(0)
+
+
+def test_jobs_above_the_documented_maximum_is_usage_and_the_maximum_itself_is_taken() -> None:
+    """Issue 27 item 11: ``-j 100000`` on 12 sessions started 266 processes."""
+    assert MAX_JOBS == 64 and f"at most {MAX_JOBS}" in JOBS_HELP  # the number --help documents
+    assert check_jobs(MAX_JOBS) == MAX_JOBS  # negative control: the maximum itself is allowed
+    for jobs in (MAX_JOBS + 1, 100_000):
+        with pytest.raises(UsageError, match=rf"^-j/--jobs is at most {MAX_JOBS} \(got {jobs}\)$"):
+            check_jobs(jobs)
+
+
+def test_the_default_is_the_cores_but_never_past_the_maximum(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("zhin_cli.core.parallel.default_jobs", lambda: 1000)
+    assert check_jobs(None) == MAX_JOBS
+    monkeypatch.setattr("zhin_cli.core.parallel.default_jobs", lambda: 5)
+    assert check_jobs(None) == 5  # negative control: fewer cores than the maximum are all used
+
+
+def test_the_pool_never_starts_more_workers_than_items(monkeypatch: pytest.MonkeyPatch) -> None:
+    import concurrent.futures
+
+    sizes: list[int] = []
+
+    def recording(max_workers: int, **kwargs: Any) -> ProcessPoolExecutor:
+        sizes.append(max_workers)
+        return ProcessPoolExecutor(max_workers, **kwargs)
+
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", recording)
+    assert list(ordered_map(double, [1, 2, 3], jobs=MAX_JOBS)) == [2, 4, 6]
+    assert list(ordered_map(double, [1, 2, 3], jobs=2)) == [2, 4, 6]
+    assert sizes == [3, 2]  # three items: three workers, not 64; and -j 2 is two (the control)
 
 
 NAP = """

@@ -26,3 +26,18 @@ def test_a_floor_of_zero_recommends_the_cheapest_policy(zhin: Callable[..., Any]
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["recommended"]["cost_per_request"] == min(p["cost_per_request"] for p in data["policies"])
+
+
+@pytest.mark.parametrize("value", ["-0", "-0.0", "-0e5"])
+def test_a_negative_zero_floor_is_zero_in_text_and_json(zhin: Callable[..., Any], value: str) -> None:
+    """Issue 27 item 11: ``--min-context -0`` printed ``(≥ -0.0)``."""
+    import json
+
+    text = zhin("report", "window", FIXTURES / "private-chat.jsonl", f"--min-context={value}", "-j", "1")
+    assert text.returncode == 0, text.stderr
+    last = text.stdout.strip().splitlines()[-1]
+    assert last.endswith("(≥ 0.0)") and "-0" not in last, last
+    as_json = zhin("report", "window", FIXTURES / "private-chat.jsonl", f"--min-context={value}", "-j", "1", "--json")
+    assert '"min_context": 0.0' in as_json.stdout and '"min_context": -0.0' not in as_json.stdout
+    # negative control: the check sees a negative zero where one is printed
+    assert f"(≥ {-0.0:.1f})".endswith("(≥ -0.0)") and json.dumps({"min_context": -0.0}) == '{"min_context": -0.0}'

@@ -21,6 +21,7 @@ from zhin_cli._cli import (
 )
 from zhin_cli._cli.report import report_app
 from zhin_cli.core.errors import UsageError
+from zhin_cli.core.parallel import MAX_JOBS
 from zhin_cli.tools.windowsweep import WindowReport, frontier_picture, recommendation_line, table_rows
 
 
@@ -35,7 +36,7 @@ def window_command(
     as_json: Annotated[bool, typer.Option("--json", help="One versioned JSON document on stdout.")] = False,
     db: DbOption = None,
     config: ConfigOption = None,
-    jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="(policy, session) replays at once, in worker processes (default: the number of cores; 1: in this process); the report is the same for every value.")] = None,
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", help=f"(policy, session) replays at once, in worker processes (default: the number of cores; 1: in this process; at most {MAX_JOBS}); the report is the same for every value.")] = None,
 ) -> None:
     """The cheapest window for your sessions: replay them under ~20 window policies and compare the bill with the context kept.
 

@@ -40,7 +40,11 @@ if TYPE_CHECKING:  # the pool machinery is imported when a pool is made, not by 
 T = TypeVar("T")
 R = TypeVar("R")
 
-JOBS_HELP = "Sessions processed at once, in worker processes (default: the number of cores; 1: in this process)."
+# More workers than this only add start-up time and memory: the work is CPU-bound (or, for eval's live cases,
+# bound by the server's concurrency), and -j 100000 once started 266 processes on 12 sessions (issue 27).
+MAX_JOBS = 64
+JOBS_HELP = (f"Sessions processed at once, in worker processes (default: the number of cores; 1: in this process; "
+             f"at most {MAX_JOBS}).")
 
 
 def default_jobs() -> int:
@@ -52,11 +56,14 @@ def default_jobs() -> int:
 
 
 def check_jobs(jobs: int | None) -> int:
-    """``-j`` as given (``None``: :func:`default_jobs`); below 1 is a usage error (exit 2)."""
+    """``-j`` as given (``None``: :func:`default_jobs`, at most :data:`MAX_JOBS`); below 1 or above ``MAX_JOBS``
+    is a usage error (exit 2). The pool never starts more workers than it has items either (:func:`ordered_map`)."""
     if jobs is None:
-        return default_jobs()
+        return min(default_jobs(), MAX_JOBS)
     if jobs < 1:
         raise UsageError(f"-j/--jobs must be at least 1 (got {jobs})")
+    if jobs > MAX_JOBS:
+        raise UsageError(f"-j/--jobs is at most {MAX_JOBS} (got {jobs})")
     return jobs
 
 

@@ -337,7 +337,7 @@ def sweep(sessions: Sequence[Session], config: Config, *, provider: str, model: 
     pooled = [dataclasses.replace(f, pareto=mark) for f, mark in zip(pooled, marks, strict=True)]
     default = next(f for f in pooled if f.policy.name == DEFAULT_NAME)
     upstream = _sliding_of(pooled, config.window)
-    floor = default.context_mean if min_context is None else min_context
+    floor = default.context_mean if min_context is None else min_context + 0.0  # -0.0 + 0.0 is 0.0: never "≥ -0.0"
     recommended = recommend(pooled, floor)
     notes = tuple(n for n in (choice.note,) if n)
     return WindowReport(chosen.provider, chosen.model, encoding, choice.price, notes, floor,
