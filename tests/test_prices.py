@@ -304,14 +304,15 @@ def test_an_override_without_write_prices_keeps_the_write_premium_it_replaces(tm
 
 
 def test_a_json_prices_file_reads_json_numbers(tmp_path: Path) -> None:
-    """`1e-1` is a JSON number (Python's json.dump writes small floats so); YAML 1.1 would read it as text."""
+    """`1e-1` is a JSON number (Python's json.dump writes small floats so); YAML 1.1 read it as text (YAML inputs
+    now read YAML 1.2's numbers too: tests/test_prices_input.py)."""
     row = {"input": 2.5, "cached_input": 1.25, "source": "test", "read_on": "2026-01-01"}
     document = {"version": 1, "providers": {"openai": {"models": {"gpt-4o": row}}}}
     path = tmp_path / "prices.json"
     path.write_text(json.dumps(document).replace("1.25", "1.25e0").replace("2.5,", "25e-1,"), encoding="utf-8")
     choice = load_prices(None, path).choose("openai", "gpt-4o")
     assert choice is not None and (choice.price.input, choice.price.cached_input) == (2.5, 1.25)
-    yaml_path = tmp_path / "prices.yaml"  # control: the same text named .yaml is YAML, where 25e-1 is a string
-    yaml_path.write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+    quoted = tmp_path / "quoted.json"  # control: the check sees a number given as text
+    quoted.write_text(path.read_text(encoding="utf-8").replace("25e-1,", '"25e-1",'), encoding="utf-8")
     with pytest.raises(ConfigError, match="must be a number"):
-        load_prices(None, yaml_path)
+        load_prices(None, quoted)

@@ -8,9 +8,12 @@ readers depend only on :mod:`zhin_cli.core.inputfiles` (the hostile-input guards
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,8 +53,38 @@ def read_json_file(path: Path, error: type[ZhinError] = ConfigError, what: str =
                    encoding: str = "utf-8") -> tuple[Any, str]:
     """A JSON file's data and its text; unreadable, not JSON (with its line) or nested too deeply is one ``error``."""
     text = read_text_file(path, error, what, encoding)
+    return _parse_json(text, path, error, what), text
+
+
+class _DuplicateKey(Exception):
+    """Raised by :func:`_unique_keys` inside ``json.loads``; the line is found afterwards (:func:`json_key_lines`)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    mapping = dict(pairs)
+    if len(mapping) != len(pairs):
+        raise _DuplicateKey
+    return mapping
+
+
+def read_json_keyed(path: Path, error: type[ZhinError] = ConfigError,
+                    what: str = "JSON file") -> tuple[Any, Callable[[], dict[str, int]]]:
+    """A JSON file read as :func:`read_yaml_file` reads YAML: its data (a duplicate key refused at its line) and
+    the line of every key — here a function, called only when an error needs a line: the data is read by
+    ``json`` in C, the lines by a scan in Python that a valid file never pays for."""
+    text = read_text_file(path, error, what)
     try:
-        data = json.loads(text)
+        data = _parse_json(text, path, error, what, _unique_keys)
+    except _DuplicateKey:
+        json_key_lines(text, path, error)  # raises at the duplicate's line
+        raise error(f"{what}: a duplicate key", where=str(path)) from None  # not reached: the scan finds it
+    return data, functools.cache(lambda: json_key_lines(text, path, error))
+
+
+def _parse_json(text: str, path: Path, error: type[ZhinError], what: str,
+                hook: Callable[[list[tuple[str, Any]]], Any] | None = None) -> Any:
+    try:
+        data = json.loads(text, object_pairs_hook=hook)
     except json.JSONDecodeError as exc:
         raise error(f"{what} is not valid JSON: {exc.msg} (column {exc.colno})", where=f"{path}:{exc.lineno}") from None
     except RecursionError:
@@ -65,7 +98,61 @@ def read_json_file(path: Path, error: type[ZhinError] = ConfigError, what: str =
     offset = lone_surrogate_in_json(text)
     if offset is not None:
         raise error(surrogate_message(text[offset : offset + 6]), where=f"{path}:{text.count(chr(10), 0, offset) + 1}")
-    return data, text
+    return data
+
+
+# A token of a JSON text already parsed by ``json``: a string, a punctuation mark, or a bare literal (number,
+# true, false, null). Raw newlines cannot occur inside a JSON string, so counting them between tokens is exact.
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\]:,]|[^\s{}\[\]:,"]+')
+
+
+@dataclass
+class _Container:
+    name: str  # its key path, as read_yaml_file names it
+    is_object: bool
+    index: int = 0  # an array's next item
+    key_next: bool = True  # an object's next string is a key
+    member: str = ""  # an object's current member: the name of the value that follows
+    keys: set[str] = dataclasses.field(default_factory=set)
+
+
+def json_key_lines(text: str, path: Path, error: type[ZhinError] = ConfigError) -> dict[str, int]:
+    """The line of every key and array item of a valid JSON ``text``, named as :func:`read_yaml_file` names them
+    (``a.b[2].c``; ``""``: the document); a key given twice in one object is ``error`` at its line. One pass."""
+    lines: dict[str, int] = {}
+    stack: list[_Container] = []
+    line, position = 1, 0
+    for match in _JSON_TOKEN.finditer(text):
+        line += text.count("\n", position, match.start())
+        position = match.start()
+        token = match.group()
+        top = stack[-1] if stack else None
+        if top is not None and top.is_object and top.key_next and token.startswith('"'):
+            key = json.loads(token)
+            if key in top.keys:
+                raise error(f"duplicate key {key!r}", where=f"{path}:{line}")
+            top.keys.add(key)
+            top.member, top.key_next = (f"{top.name}.{key}" if top.name else key), False
+            lines.setdefault(top.member, line)
+        elif token in ("}", "]"):
+            stack.pop()
+        elif token == ",":
+            if top is not None and top.is_object:
+                top.key_next = True
+            elif top is not None:
+                top.index += 1
+        elif token != ":":  # a value starts: name it
+            if top is None:
+                name = ""
+                lines.setdefault(name, line)
+            elif top.is_object:
+                name = top.member
+            else:
+                name = f"{top.name}[{top.index}]"
+                lines.setdefault(name, line)
+            if token in ("{", "["):
+                stack.append(_Container(name, token == "{"))
+    return lines
 
 
 def read_yaml_file(path: Path, error: type[ZhinError] = ConfigError, what: str = "config file") -> tuple[Any, dict[str, int]]:
@@ -91,15 +178,99 @@ def read_yaml_file(path: Path, error: type[ZhinError] = ConfigError, what: str =
 # Real configs and case files that reuse an anchor stay far below (a 50 KB timeline reused 40 times is 2 M).
 MAX_YAML_EXPANSION = 4_000_000
 _INT_TAG = "tag:yaml.org,2002:int"
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+_LEADING_ZERO = re.compile(r"0[0-9]")  # 010: octal in YAML 1.1, decimal in 1.2
 _TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
 
 
+class _Yaml12Numbers(yaml.resolver.Resolver):
+    """YAML 1.2's numbers (its core schema) in place of 1.1's: ``2:30`` is text, not 150 (base 60); ``1_000`` and
+    ``0b11`` are text; ``1e5`` and ``1.0e5`` are floats (1.1 wants a dot and a signed exponent); ``0o17`` is 15.
+    ``010`` — 8 in 1.1, 10 in 1.2 — is an int the constructor refuses: no zhin field wants an
+    octal or a base-60 number, and reading either silently as the other is the worst outcome. Booleans, nulls
+    and dates stay as PyYAML reads them (``yes``/``no`` included): configs use them."""
+
+    yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_INT_TAG, _FLOAT_TAG)]
+        for first, resolvers in yaml.resolver.Resolver.yaml_implicit_resolvers.items()
+    }
+
+
+_Yaml12Numbers.add_implicit_resolver(_INT_TAG, re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"),
+                                     list("-+0123456789"))
+_Yaml12Numbers.add_implicit_resolver(
+    _FLOAT_TAG, re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+                           r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"), list("-+.0123456789"))
+
+
+class _Yaml12Constructor(yaml.constructor.SafeConstructor):
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        """YAML 1.2's integers; ``010`` refused (see :class:`_Yaml12Numbers`), as is an ``!!int`` that is none."""
+        value = str(self.construct_scalar(node))
+        sign, digits = (-1, value[1:]) if value.startswith("-") else (1, value.removeprefix("+"))
+        if _LEADING_ZERO.match(digits):
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{value[:40]} has a leading zero (octal in YAML 1.1, decimal in 1.2): write it without "
+                "the zero, as 0o… for octal, or quote it as text", node.start_mark)
+        try:
+            if digits[:2] in ("0o", "0x"):
+                return sign * int(digits[2:], 8 if digits[1] == "o" else 16)
+            return sign * int(digits, 10)
+        except ValueError:
+            raise yaml.constructor.ConstructorError(None, None, f"not an integer: {value[:40]!r}",
+                                                    node.start_mark) from None
+
+
+# the stubs bound a constructor's loader to PyYAML's own loader classes; ours composes them
+_Yaml12Constructor.add_constructor(_INT_TAG, _Yaml12Constructor.construct_yaml_int)  # type: ignore[type-var]
+
+
+class _PyLoader(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser, yaml.composer.Composer,
+                _Yaml12Constructor, _Yaml12Numbers):
+    def __init__(self, stream: str) -> None:
+        yaml.reader.Reader.__init__(self, stream)
+        yaml.scanner.Scanner.__init__(self)
+        yaml.parser.Parser.__init__(self)
+        yaml.composer.Composer.__init__(self)
+        _Yaml12Constructor.__init__(self)
+        _Yaml12Numbers.__init__(self)
+
+
+_LOADERS: tuple[type, ...] = (_PyLoader,)
+if yaml.__with_libyaml__:  # libyaml composes a document about ten times faster (a 100,000-row prices file)
+    from yaml._yaml import CParser
+
+    class _CLoader(CParser, _Yaml12Constructor, _Yaml12Numbers):
+        def __init__(self, stream: str) -> None:
+            CParser.__init__(self, stream)
+            _Yaml12Constructor.__init__(self)
+            _Yaml12Numbers.__init__(self)
+
+    _LOADERS = (_CLoader, _PyLoader)
+
+
+def _compose(text: str) -> tuple[Any, yaml.Node | None]:
+    """A loader and the document's node graph: libyaml's where it is built in, else (or when libyaml refuses the
+    text, or it may hold a ``\\ud83d`` escape, which libyaml refuses and PyYAML reads) PyYAML's, so a valid
+    document reads the same either way and every error is PyYAML's, as it always was."""
+    loaders = _LOADERS if not MAYBE_SURROGATE.search(text) else (_PyLoader,)
+    for kind in loaders:
+        loader = kind(text)
+        try:
+            return loader, loader.get_single_node()
+        except yaml.YAMLError:
+            loader.dispose()
+            if kind is loaders[-1]:
+                raise
+    raise AssertionError("unreachable: the last loader raises")
+
+
 def _load_yaml(text: str, path: Path) -> tuple[Any, dict[str, int]]:
-    """``yaml.safe_load``, plus the line of every key (``a.b[2].c`` → line), duplicate keys rejected, aliases bounded
-    (``MAX_YAML_EXPANSION``, no recursive alias), integers past Python's digit limit and lone surrogates refused."""
-    loader = yaml.SafeLoader(text)
+    """``yaml.safe_load`` with YAML 1.2's numbers (:class:`_Yaml12Numbers`), plus the line of every key
+    (``a.b[2].c`` → line), duplicate keys rejected, aliases bounded (``MAX_YAML_EXPANSION``, no recursive alias),
+    integers past Python's digit limit or with a leading zero and lone surrogates refused."""
+    loader, node = _compose(text)
     try:
-        node = loader.get_single_node()
         lines: dict[str, int] = {}
         if node is not None:
             lines[""] = node.start_mark.line + 1

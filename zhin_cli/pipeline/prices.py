@@ -24,6 +24,11 @@ from zhin_cli.core.errors import ConfigError
 PRICES_VERSION = 1
 PER_TOKENS = 1_000_000  # prices are USD per million tokens
 MAX_PRICE = 1_000_000.0  # USD per million tokens: no model costs a dollar a token
+# A price table is a few hundred rows at most (every model of every provider); reading one is linear, but
+# jsonschema's checks cost ~40 µs a row: the bounds keep a hostile or generated file to about a second and
+# ~100 MB (issue 27: 100,000 rows took 32 s and 900 MB). The size is checked before the file is parsed.
+MAX_PRICE_ROWS = 5_000
+MAX_PRICES_BYTES = 2 * 1024 * 1024
 TTLS = ("5m", "1h")
 # profiles billed at another provider's rows (the same API and price list)
 PRICE_PROVIDERS = {"openai-reasoning": "openai"}
@@ -164,6 +169,7 @@ def parse_providers(data: Any, where: Callable[[str], str | None], prefix: str =
     from zhin_cli.pipeline.config_schema import describe
 
     data = dates_as_text(data)
+    _check_row_count(data, where, prefix)
     for error in _validator("providers").iter_errors(data):
         key, message = describe(error)
         full = ".".join(p for p in (prefix, key) if p)
@@ -181,6 +187,17 @@ def parse_providers(data: Any, where: Callable[[str], str | None], prefix: str =
         default = entry.get("default") or ""
         providers[provider] = ProviderPrices(default, models)
     return PriceTable(providers)
+
+
+def _check_row_count(data: Any, where: Callable[[str], str | None], prefix: str) -> None:
+    """At most ``MAX_PRICE_ROWS`` rows, counted before jsonschema walks them."""
+    if not isinstance(data, dict):
+        return  # the schema says what is wrong
+    count = sum(len(entry["models"]) for entry in data.values()
+                if isinstance(entry, dict) and isinstance(entry.get("models"), dict))
+    if count > MAX_PRICE_ROWS:
+        raise ConfigError(f"{prefix or 'prices'}: {count:,} price rows; a table has at most {MAX_PRICE_ROWS:,}",
+                          where=where(prefix))
 
 
 def _check_row(price: Price, key: str, where: Callable[[str], str | None]) -> None:
@@ -203,6 +220,30 @@ def _check_row(price: Price, key: str, where: Callable[[str], str | None]) -> No
                               where=where(f"{key}.cache_write"))
 
 
+def _check_derived(merged: PriceTable, rows: PriceTable, where: Callable[[str], str | None], prefix: str) -> None:
+    """The checks of a row again on what :meth:`PriceTable.replaced_by` derived from it: a row that names no write
+    prices takes the premium of the row it replaces (Anthropic's 2× of a $1M input is $2M, past ``MAX_PRICE``;
+    a small premium under a raised cached price would make a write cheaper than a read)."""
+    from zhin_cli.core.readers import key_path
+
+    for provider, entry in rows.providers.items():
+        for model, row in entry.models.items():
+            derived = merged.providers[provider].models[model]
+            if derived is row:
+                continue
+            key = ".".join(p for p in (prefix, key_path([provider, "models", model])) if p)
+            for ttl, value in derived.cache_write.items():
+                if value > MAX_PRICE:
+                    raise ConfigError(f"{key}: cache_write.{ttl} would be {value:,.2f} USD per million tokens (the "
+                                      f"premium of the row it replaces), above the cap of {MAX_PRICE:,.0f}: give "
+                                      "cache_write in this row", where=where(key))
+            try:
+                _check_row(derived, key, where)
+            except ConfigError as error:
+                raise ConfigError(f"{error.message} (cache_write derived from the premium of the row it replaces: "
+                                  "give cache_write in this row)", where=error.where) from None
+
+
 def _check_defaults(table: PriceTable, where: Callable[[str], str | None], prefix: str) -> None:
     for provider, rows in table.providers.items():
         if not rows.default:
@@ -215,18 +256,21 @@ def _check_defaults(table: PriceTable, where: Callable[[str], str | None], prefi
 def read_prices(path: Path, base: PriceTable | None = None) -> PriceTable:
     """A prices file (JSON or YAML, the shape of the shipped ``prices.json``); its rows go over ``base``'s
     (each provider then needs a default row, from the file or from ``base``: refused at its line otherwise)."""
-    from zhin_cli.core.readers import enclosing_key, read_json_file, read_yaml_file
+    from zhin_cli.core.readers import enclosing_key, read_json_keyed, read_yaml_file
     from zhin_cli.pipeline.config_schema import describe
 
-    data, lines = read_yaml_file(path, what="prices file")  # the line of every key (and duplicate keys refused)
-    if path.suffix.lower() == ".json":  # JSON's own numbers: YAML 1.1 reads 1e-1 (no dot) as text
-        data, _ = read_json_file(path, what="prices file")
+    _check_size(path)
+    if path.suffix.lower() == ".json":  # JSON's parser: a tab-indented file (jq --tab) is no YAML
+        data, lines_of = read_json_keyed(path, what="prices file")
+    else:
+        data, lines = read_yaml_file(path, what="prices file")  # the line of every key (and duplicate keys refused)
+        lines_of = lambda: lines  # noqa: E731 - one shape for both readers
 
     def where(key: str) -> str:
+        lines = lines_of()  # a JSON file's lines are found only now, when an error needs one
         found = enclosing_key(lines, key)
         return f"{path}:{lines[found]}" if found is not None else str(path)
 
-    data = dates_as_text(data)
     if not isinstance(data, dict):
         raise ConfigError("a prices file is a mapping: {version: 1, providers: {…}}", where=where(""))
     # the rows are checked by parse_providers (with their own key names); the envelope here, providers: included
@@ -235,8 +279,20 @@ def read_prices(path: Path, base: PriceTable | None = None) -> PriceTable:
         key, message = describe(error)
         raise ConfigError(message.replace("the config", "the prices file")[:300], where=where(key))
     table = parse_providers(data["providers"], where, "providers")
-    _check_defaults(base.replaced_by(table) if base is not None else table, where, "providers.")
+    merged = base.replaced_by(table) if base is not None else table
+    _check_defaults(merged, where, "providers.")
+    _check_derived(merged, table, where, "providers")
     return table
+
+
+def _check_size(path: Path) -> None:
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return  # missing or unreadable: the reader says so, in its words
+    if size > MAX_PRICES_BYTES:
+        raise ConfigError(f"prices file is {size:,} bytes; a prices file has at most {MAX_PRICES_BYTES:,} "
+                          f"({MAX_PRICE_ROWS:,} rows)", where=str(path))
 
 
 @functools.cache
@@ -251,8 +307,10 @@ def load_prices(config_prices: Mapping[str, Any] | None = None, prices_file: Pat
     table = builtin_prices()
     if config_prices:
         where = config_where or (lambda key: None)
-        table = table.replaced_by(parse_providers(config_prices, where, "prices"))
+        rows = parse_providers(config_prices, where, "prices")
+        table = table.replaced_by(rows)
         _check_defaults(table, where, "prices.")
+        _check_derived(table, rows, where, "prices")
     if prices_file is not None:
         table = table.replaced_by(read_prices(prices_file, table))
     return table
