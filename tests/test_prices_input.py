@@ -344,3 +344,25 @@ def test_a_derived_write_price_below_the_cached_price_is_refused(tmp_path: Path)
         read_prices(over, base)
     over.write_text(over.read_text(encoding="utf-8").replace("cached_input: 9", "cached_input: 1"), encoding="utf-8")
     assert read_prices(over, base).choose("x", "m") is not None  # control
+
+
+@pytest.mark.skipif(not yaml.__with_libyaml__, reason="PyYAML built without libyaml: every document is PyYAML's")
+def test_libyaml_composes_a_valid_document_and_pyyaml_words_every_error(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    composed: list[str] = []
+    for kind in (readers._PyLoader, readers._CLoader):
+        assert kind is not None
+
+        def spy(self: Any, kind: Any = kind) -> Any:
+            composed.append(kind.__name__)
+            return super(kind, self).get_single_node()
+
+        monkeypatch.setattr(kind, "get_single_node", spy, raising=False)
+    path = tmp_path / "x.yaml"
+    path.write_text("a: [1, 2]\n", encoding="utf-8")
+    assert read_yaml_file(path)[0] == {"a": [1, 2]} and composed == ["_LibyamlLoader"]
+    composed.clear()
+    path.write_text("a: [1, 2\n", encoding="utf-8")  # control: an error is composed again by PyYAML, in its words
+    with pytest.raises(ConfigError, match=r"x.yaml:2: invalid YAML: expected ',' or '\]', but got '<stream end>'$"):
+        read_yaml_file(path)
+    assert composed == ["_LibyamlLoader", "_PyLoader"]
