@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, MutableMapping
 from contextlib import contextmanager
 from functools import cache, wraps
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TextIO, TypeVar
 
 import typer
 from typer._click import Command, Context
@@ -31,6 +31,7 @@ from zhin_cli.core.errors import (
 )
 from zhin_cli.core.inputfiles import SURROGATE
 from zhin_cli.core.redact import redact_text
+from zhin_cli.core.terminaltext import terminal_safe, terminal_safe_lines
 from zhin_cli.signals import SIGNALLED, install_signal_handlers, terminated_by_sigterm
 
 if TYPE_CHECKING:
@@ -227,13 +228,16 @@ def print_records(console: Console, headers: list[str], rows: list[list[str]], *
     COLUMNS (issue 17 §3). A header may wrap at its spaces; cells never do in the table."""
     from rich.cells import cell_len
     from rich.table import Table
+    from rich.text import Text
 
+    rows = [[terminal_safe(cell) for cell in row] for row in rows]  # cells come from inputs: ids, names, keys
+    title = None if title is None else terminal_safe(title)
     widths = [max([max((cell_len(word) for word in header.split()), default=0)] + [cell_len(row[i]) for row in rows])
               for i, header in enumerate(headers)]
     if sum(widths) + 3 * len(headers) + 1 <= console.width:
-        table = Table(*headers, title=title)
+        table = Table(*headers, title=None if title is None else Text(title, style="table.title"))
         for row in rows:
-            table.add_row(*row)
+            table.add_row(*(Text(cell) for cell in row))  # Text: a cell's "[bold]" is shown, not read as markup
         console.print(table)
         return
     if title:
@@ -253,9 +257,11 @@ def stderr_console() -> Console:
 
 def report_error(message: str) -> None:
     """``zhin: error: message`` as one line on stderr (nothing if stderr itself cannot be written). Every message
-    passes through ``redact_text`` on its way out: a credential a driver or a library echoes is never shown."""
+    passes through ``redact_text`` on its way out: a credential a driver or a library echoes is never shown; and
+    through ``terminal_safe``: a message quotes inputs (a file name, a bad key), whose controls and workflow
+    commands must not act on the terminal or a CI log."""
     try:
-        stderr_console().print(f"zhin: error: {redact_text(message)}", markup=False, highlight=False, soft_wrap=True)
+        stderr_console().print(f"zhin: error: {terminal_safe(redact_text(message))}", markup=False, highlight=False, soft_wrap=True)
     except (OSError, ValueError):  # stderr closed or on a full disk: the exit status still tells
         pass
 
@@ -406,7 +412,7 @@ def sources_line(config: Path | str | None, db: str | Path | None, *, config_lab
 def print_sources(config: Path | str | None, db: str | Path | None, *, config_label: str | None = None) -> None:
     """``sources_line`` on stderr (stdout stays the command's output, for pipes and ``--json``)."""
     try:
-        stderr_console().print(sources_line(config, db, config_label=config_label), markup=False, highlight=False, soft_wrap=True)
+        stderr_console().print(terminal_safe(sources_line(config, db, config_label=config_label)), markup=False, highlight=False, soft_wrap=True)
     except (OSError, ValueError):
         pass
 
@@ -414,7 +420,19 @@ def print_sources(config: Path | str | None, db: str | Path | None, *, config_la
 def print_json(data: Any) -> None:
     from zhin_cli.core.outputfiles import escape_surrogates
 
-    sys.stdout.write(escape_surrogates(json.dumps(data, ensure_ascii=False, indent=2)) + "\n")
+    # terminal_safe_lines: a string of the document holds input text; escaped, it still parses to the same value
+    sys.stdout.write(terminal_safe_lines(escape_surrogates(json.dumps(data, ensure_ascii=False, indent=2))) + "\n")
+
+
+def write_json_line_safely(data: Any, out: TextIO) -> None:
+    """``data`` as one JSON line by the one JSONL writer, escaped like ``print_json`` (a ``##[`` in a string would
+    open a workflow command anywhere in a CI log line), flushed at once for a reader that streams."""
+    from zhin_cli.core.outputfiles import write_json_line
+
+    line = io.StringIO()
+    write_json_line(data, line)
+    out.write(terminal_safe_lines(line.getvalue()))
+    out.flush()
 
 
 DbOption = Annotated[

@@ -6,10 +6,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
 from zhin_cli._cli import ConfigOption, DbOption, app, check_options, handles_errors, print_json, print_records, stdout_console
 from zhin_cli.core.errors import EXIT_FOUND, UsageError, ZhinError
+from zhin_cli.core.terminaltext import markup_safe, terminal_safe
 from zhin_cli.tools.budget import (
     DEFAULT_BUDGET_FILE,
     Budget,
@@ -43,7 +43,7 @@ def print_report(report: BudgetReport) -> None:
         problem = result.problem()
         if problem is not None:
             label = "over budget:" if result.status == "over" else "new part:"
-            console.print(f"[red]{label}[/] {escape(problem)}")
+            console.print(f"[red]{label}[/] {markup_safe(problem)}")
     if any(r.status == "under" for r in report.results) and not report.failed:
         console.print("some parts are under budget: `zhin budget update` locks the saving in")
 
@@ -107,4 +107,5 @@ def update_command(
     if providers:
         budget.profiles = [ProfileBudget(p, model, {}) for p in providers]
     update_budget(budget, db=db, config_path=config, cwd=Path.cwd())
-    typer.echo(f"wrote {file}: {len(budget.profiles)} profile(s) measured on {len(budget.sessions)} session(s)", err=True)
+    typer.echo(terminal_safe(f"wrote {file}: {len(budget.profiles)} profile(s) measured on {len(budget.sessions)} session(s)"),
+               err=True)

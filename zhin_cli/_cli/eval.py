@@ -10,6 +10,7 @@ import typer
 
 from zhin_cli._cli import ConfigOption, app, handles_errors, print_json, replay_progress, stderr_console, stdout_console
 from zhin_cli.core.errors import EXIT_CANNOT_RUN, EXIT_FOUND, UsageError
+from zhin_cli.core.terminaltext import terminal_safe
 
 if TYPE_CHECKING:
     from zhin_cli.tools.eval.compare import Comparison
@@ -100,7 +101,7 @@ def eval_command(
     else:
         print_summary(stdout_console(), run)
         if junit is not None:
-            err.print(f"JUnit XML: {junit}", markup=False)
+            err.print(terminal_safe(f"JUnit XML: {junit}"), markup=False)
     raise typer.Exit(run.exit_code)
 
 
@@ -136,14 +137,15 @@ def compare_saved(files: list[Path], as_json: bool) -> None:
 
 
 def show_comparison(comparison: Comparison, as_json: bool) -> None:
-    from rich.markup import escape
     from rich.table import Table
+
+    from zhin_cli.core.terminaltext import markup_safe
 
     if as_json:
         print_json(comparison.as_dict())
         return
     table = Table("case", "base → head", "change", "Δ request tokens", "Δ header tokens", "notes",
-                  title=f"eval before/after · {comparison.base_label} → {comparison.head_label}")
+                  title=f"eval before/after · {markup_safe(comparison.base_label)} → {markup_safe(comparison.head_label)}")
     styles = {"regressed": "red", "fixed": "green", "added": "cyan", "removed": "yellow"}
     for case in comparison.cases:
         if case.change == "same":
@@ -154,11 +156,11 @@ def show_comparison(comparison: Comparison, as_json: bool) -> None:
             notes += [f"{p.provider}: turn {b['turn']} prefix no longer breaks" for b in p.fixed_breaks]
             notes += [f"{p.provider}: turn {r['turn']} no longer rejected" for r in p.fixed_rejections]
         style = styles.get(case.change)
-        table.add_row(escape(case.key), f"{case.base or '—'} → {case.head or '—'}",
+        table.add_row(markup_safe(case.key), f"{case.base or '—'} → {case.head or '—'}",
                       f"[{style}]{case.change}[/]" if style else case.change,
                       ", ".join(f"{name} {tokens:+d}" for name, tokens, _ in deltas if tokens),
                       ", ".join(f"{name} {tokens:+d}" for name, _, tokens in deltas if tokens),
-                      escape("; ".join(notes)))
+                      markup_safe("; ".join(notes)))
     console = stdout_console()
     console.print(table)
     summary = comparison.as_dict()["summary"]

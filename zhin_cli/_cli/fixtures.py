@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from zhin_cli._cli import app, handles_errors
+from zhin_cli.core.terminaltext import terminal_safe
 from zhin_cli.tools.synth import SynthOptions, synthesize_lines
 
 fixtures_app = typer.Typer(help="Session fixtures: synthetic group chats for tests and economy reports.", no_args_is_help=True)
@@ -55,4 +56,4 @@ def synth_command(
 
     with atomic_output(output) as handle:  # a full disk or a signal leaves no half-written file (and the old one intact)
         count = write_lines(counted(), handle)
-    typer.echo(f"wrote {count} lines ({message_lines} messages) to {output}", err=True)
+    typer.echo(terminal_safe(f"wrote {count} lines ({message_lines} messages) to {output}"), err=True)

@@ -17,7 +17,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.text import Text
 
 from zhin_cli._cli import (
@@ -33,11 +32,12 @@ from zhin_cli._cli import (
     print_sources,
     replay_progress,
     stdout_console,
+    write_json_line_safely,
 )
 from zhin_cli.cache.prices import format_usd
 from zhin_cli.core.errors import EXIT_FOUND, UsageError
 from zhin_cli.core.parallel import JOBS_HELP
-from zhin_cli.core.terminaltext import terminal_safe
+from zhin_cli.core.terminaltext import markup_safe, terminal_safe
 from zhin_cli.tools.prefixdiff import (
     CAUSE_MEANINGS,
     CAUSES,
@@ -97,7 +97,7 @@ def prefix_diff_command(
         print_json(result.as_dict())
     elif text:
         for note in result.notes:  # a model billed at its provider's default row: never silent
-            typer.echo(f"zhin: note: {note}", err=True)
+            typer.echo(f"zhin: note: {terminal_safe(note)}", err=True)
         _print_header(result)  # once the run succeeded: an error stays the one line on stderr
         print_result(stdout_console(), result)
     _publish(result)
@@ -107,9 +107,7 @@ def prefix_diff_command(
 
 def _write_line(data: dict[str, Any]) -> None:
     """One JSONL line, flushed at once: a reader sees each pair as it is made (``| head -1`` ends the run)."""
-    from zhin_cli.core.outputfiles import write_json_line
-
-    write_json_line(data, sys.stdout, flush=True)
+    write_json_line_safely(data, sys.stdout)
 
 
 def _print_header(result: PrefixDiffResult) -> None:
@@ -138,7 +136,7 @@ def print_result(console: Console, result: PrefixDiffResult) -> None:
             _print_session(console, session, result.fail_on)
         causes = {p.cause for s in result.sessions for p in s.pairs}
     else:
-        say(console, f"base [bold]{escape(result.base_label or '')}[/] → head [bold]{escape(result.head_label or '')}[/]")
+        say(console, f"base [bold]{markup_safe(result.base_label or '')}[/] → head [bold]{markup_safe(result.head_label or '')}[/]")
         for comparison in result.comparisons:
             _print_comparison(console, comparison, result.fail_on)
         # no per-turn rows here: the legend explains the causes of the head's breaks that were listed
@@ -213,10 +211,10 @@ def _print_rows(console: Console, pairs: list[PairDiff], fail_on: list[str]) -> 
         if not rest:
             console.print(line, soft_wrap=True)
         elif column + len(cause) + 1 + len(rest) <= width:
-            console.print(f"{line} {escape(rest)}", soft_wrap=True)
+            console.print(f"{line} {markup_safe(rest)}", soft_wrap=True)
         else:  # what it names (a segment id) stays whole: on the next line, under the cause
             console.print(line, soft_wrap=True)
-            console.print(" " * min(column, max(0, width - len(rest))) + escape(rest), soft_wrap=True)
+            console.print(" " * min(column, max(0, width - len(rest))) + markup_safe(rest), soft_wrap=True)
 
 
 def _excerpts(console: Console, first: PairDiff | dict[str, Any], indent: str = "    ") -> None:
@@ -242,8 +240,8 @@ def _print_breaks(console: Console, pairs: list[PairDiff]) -> None:
         where = f" in {first.segment}" if first.segment else ""
         shown = "; first shown" if len(group.pairs) > 1 else ""
         detail = f" ({first.detail})" if first.detail else ""
-        say(console, f"[red]✗ {count}{first.cause}{escape(where)}[/] ({_turns(group)}{shown}): turn "
-                      f"{first.from_turn}→{first.to_turn} differs at byte {first.common_prefix_bytes:,}{escape(detail)}")
+        say(console, f"[red]✗ {count}{first.cause}{markup_safe(where)}[/] ({_turns(group)}{shown}): turn "
+                      f"{first.from_turn}→{first.to_turn} differs at byte {first.common_prefix_bytes:,}{markup_safe(detail)}")
         _excerpts(console, first)
 
 
@@ -253,11 +251,11 @@ def _print_uncached(console: Console, pairs: list[PairDiff]) -> None:
         count = f"{len(group.pairs)} × " if len(group.pairs) > 1 else ""
         shown = "; first shown" if len(group.pairs) > 1 else ""
         say(console, f"[yellow]0 cached:[/] {count}a prefix is shared but nothing is cached ({_turns(group)}{shown}): "
-                      f"{escape(group.first.uncached_reason)}")
+                      f"{markup_safe(group.first.uncached_reason)}")
 
 
 def _print_session(console: Console, session: SessionDiff, fail_on: list[str]) -> None:
-    say(console, f"[bold]{escape(session.session_id)}[/] · {escape(session.provider)} · {escape(session.model)} · "
+    say(console, f"[bold]{markup_safe(session.session_id)}[/] · {markup_safe(session.provider)} · {markup_safe(session.model)} · "
                   f"{session.turns} turns")
     _print_rows(console, session.pairs, fail_on)
     _print_breaks(console, session.unexpected(fail_on))
@@ -268,7 +266,7 @@ def _print_session(console: Console, session: SessionDiff, fail_on: list[str]) -
                           f"({len(hint.turns)} time(s)): each move is a cache miss; lower window.cut_to so the window "
                           "moves once per window.max_messages - cut_to messages (hysteresis), or compact")
             continue
-        say(console, f"[yellow]hint:[/] segment {escape(hint.segment)} changes between turns ({hint.kind}) "
+        say(console, f"[yellow]hint:[/] segment {markup_safe(hint.segment)} changes between turns ({hint.kind}) "
                       f"in {len(hint.turns)} turn(s): it breaks the cached prefix every time")
     summary = session.summary()
     causes = ", ".join(f"{k} {v}" for k, v in summary["causes"].items())
@@ -296,24 +294,24 @@ def _print_legend(console: Console, causes: set[str], fail_on: list[str], *, bar
         prefix = 2 + name_width + 2 + status_width + 2
         # the meaning wraps in its own column (a hanging indent), at spaces
         lines = textwrap.wrap(CAUSE_MEANINGS[cause], max(20, console.width - prefix)) or [""]
-        console.print(f"  {cause.ljust(name_width)}  {status}  {escape(lines[0])}", soft_wrap=True)
+        console.print(f"  {cause.ljust(name_width)}  {status}  {markup_safe(lines[0])}", soft_wrap=True)
         for line in lines[1:]:
-            console.print(" " * prefix + escape(line), soft_wrap=True)
+            console.print(" " * prefix + markup_safe(line), soft_wrap=True)
 
 
 def _print_comparison(console: Console, comparison: ConfigDiff, fail_on: list[str]) -> None:
-    say(console, f"[bold]{escape(comparison.session_id)}[/]: {len(comparison.differing_turns)}/{comparison.turns} turns differ")
+    say(console, f"[bold]{markup_safe(comparison.session_id)}[/]: {len(comparison.differing_turns)}/{comparison.turns} turns differ")
     if comparison.segments:
         rows = [(delta.id, delta.kind, delta.status, f"{delta.chars:+,}", f"{delta.tokens:+,}") for delta in comparison.segments.values()]
         heads = ("segment", "kind", "status", "Δ chars", "Δ tokens")
         widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(heads)]
         for row in (heads, *rows):
             line = "  " + "  ".join(c.rjust(w) if i >= 3 else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
-            console.print(f"[dim]{escape(line)}[/]" if row is heads else escape(line), soft_wrap=True)
+            console.print(f"[dim]{markup_safe(line)}[/]" if row is heads else markup_safe(line), soft_wrap=True)
     if comparison.first_divergence:
         first = comparison.first_divergence
         segment = f" ({first['segment']})" if first.get("segment") else ""
-        say(console, f"first divergence: turn {first['turn']}, byte {first['offset']:,}{escape(segment)}")
+        say(console, f"first divergence: turn {first['turn']}, byte {first['offset']:,}{markup_safe(segment)}")
         _excerpts(console, first, "  ")
     if comparison.head_stability:
         unexpected = comparison.head_stability.unexpected(fail_on)
@@ -321,5 +319,5 @@ def _print_comparison(console: Console, comparison: ConfigDiff, fail_on: list[st
         console.print(f"head configuration: {verdict}")
         _print_breaks(console, unexpected)
         for hint in comparison.head_stability.hints.values():
-            say(console, f"[yellow]hint:[/] segment {escape(hint.segment)} changes between turns ({hint.kind})")
+            say(console, f"[yellow]hint:[/] segment {markup_safe(hint.segment)} changes between turns ({hint.kind})")
     console.print()

@@ -7,12 +7,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from zhin_cli._cli import ConfigOption, DbOption, app, check_options, freeze_loaded, handles_errors, print_json, stdout_console
 from zhin_cli.core.errors import EXIT_FOUND
+from zhin_cli.core.terminaltext import markup_safe, terminal_safe, terminal_safe_lines
 
 preset_app = typer.Typer(name="preset", help="Import and inspect SillyTavern chat-completion presets.", no_args_is_help=True)
 app.add_typer(preset_app, name="preset")
@@ -57,13 +57,13 @@ def lint_command(
     else:
         console = stdout_console()
         preset = result.preset
-        console.print(f"[bold]{escape(result.file)}[/] · {len(preset.prompts)} prompts · order {preset.order_source} "
+        console.print(f"[bold]{markup_safe(result.file)}[/] · {len(preset.prompts)} prompts · order {preset.order_source} "
                       f"({sum(e.enabled for e in preset.order)}/{len(preset.order)} enabled) · "
                       f"squash {'on' if preset.squash else 'off'} · post-processing {preset.post_processing or 'none'} · "
                       f"{len(preset.regex_scripts)} regex script(s)", soft_wrap=True)
         for finding in result.findings():
             # one physical line per finding, whatever the terminal width: tools parse it
-            console.print(Text(finding.text(), style=STYLES[finding.severity]), soft_wrap=True)
+            console.print(Text(terminal_safe(finding.text()), style=STYLES[finding.severity]), soft_wrap=True)
         counts = result.counts()
         ignored = f" ({len(result.ignored)} rule(s) ignored)" if result.ignored else ""
         console.print(f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} note(s){ignored}")
@@ -96,21 +96,22 @@ def probe_command(
         print_json(result.as_dict())
         return
     console = stdout_console()
-    table = Table(title=f"{escape(result.file)} · {escape(result.session_id)} turn {result.turn} · {result.provider} · {result.model}",
+    table = Table(title=f"{markup_safe(result.file)} · {markup_safe(result.session_id)} turn {result.turn} · {result.provider} · "
+                        f"{markup_safe(result.model)}",
                   title_justify="left")
     for column, justify in (("#", "right"), ("role", "left"), ("from", "left"), ("chars", "right"), ("tokens", "right"),
                             ("starts with", "left")):
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     for message in result.messages:
-        table.add_row("top" if message.index < 0 else str(message.index), message.role, escape(", ".join(message.labels)),
-                      str(message.chars), str(message.tokens), escape(message.preview.replace("\n", "⏎")))
+        table.add_row("top" if message.index < 0 else str(message.index), markup_safe(message.role), markup_safe(", ".join(message.labels)),
+                      str(message.chars), str(message.tokens), markup_safe(message.preview.replace("\n", "⏎")))
     console.print(table)
     for warning in result.warnings:
-        console.print(f"[yellow]warning:[/] {escape(warning)}")
+        console.print(f"[yellow]warning:[/] {markup_safe(warning)}")
     if show_request:
         import json
 
-        console.file.write(json.dumps(result.request, ensure_ascii=False, indent=2) + "\n")
+        console.file.write(terminal_safe_lines(json.dumps(result.request, ensure_ascii=False, indent=2)) + "\n")
 
 
 @preset_app.command("check-capture")
@@ -146,7 +147,7 @@ def check_capture_command(
     if as_json:
         print_json(result.as_dict())
     else:
-        for line in report_lines(result):
-            typer.echo(line)
+        for line in report_lines(result):  # notes quote lorebook comments, capture file names, keys: all input
+            typer.echo(terminal_safe(line))
     if result.departures:
         raise typer.Exit(EXIT_FOUND)

@@ -9,7 +9,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from zhin_cli._cli import (
@@ -29,6 +28,7 @@ from zhin_cli._cli import (
 from zhin_cli.cache.prices import format_usd
 from zhin_cli.core.errors import UsageError
 from zhin_cli.core.parallel import JOBS_HELP
+from zhin_cli.core.terminaltext import markup_safe, terminal_safe
 from zhin_cli.core.tokens import DEFAULT_ENCODING
 from zhin_cli.tools.economy import CASES, COST_LAYOUTS, STYLES, EconomyReport, SessionEconomy, run_economy
 
@@ -64,7 +64,7 @@ def economy_command(
         print_json(report.as_dict(per_request))
     else:
         for note in report.notes:  # never a silent price: a default row used, a provider without rows
-            typer.echo(f"zhin: note: {note}", err=True)
+            typer.echo(f"zhin: note: {terminal_safe(note)}", err=True)
         _print(stdout_console(), report)
 
 
@@ -103,13 +103,13 @@ def _costs(cost: dict[str, Any] | None) -> str:
 
 
 def _print(console: Console, report: EconomyReport) -> None:
-    console.print(f"tokens: {report.encoding} · window: {escape(window_text(report.window))}")
+    console.print(f"tokens: {report.encoding} · window: {markup_safe(window_text(report.window))}")
     for session in report.sessions:
         _print_session(console, session)
 
 
 def _print_session(console: Console, session: SessionEconomy) -> None:
-    console.print(f"[bold]{escape(session.session_id)}[/] · {session.messages} messages · {session.requests} requests")
+    console.print(f"[bold]{markup_safe(session.session_id)}[/] · {session.messages} messages · {session.requests} requests")
     headers = session.headers
     table = Table("header style", "tokens", "per message", "vs full", "vs upstream", title="header tokens "
                   f"({headers.messages} member messages, each counted once)", title_justify="left")
@@ -117,7 +117,7 @@ def _print_session(console: Console, session: SessionEconomy) -> None:
               "adr": "ADR projection (full once, short after)"}
     for style in STYLES:
         total = headers.totals[style]
-        table.add_row(escape(labels[style]), str(total), f"{headers.per_message(style):.1f}",
+        table.add_row(markup_safe(labels[style]), str(total), f"{headers.per_message(style):.1f}",
                       _pct(total / headers.totals["full"] if headers.totals["full"] else None),
                       _pct(total / headers.totals["upstream"] if headers.totals["upstream"] else None))
     console.print(table)
@@ -130,7 +130,7 @@ def _print_session(console: Console, session: SessionEconomy) -> None:
     for name, figures in session.cache.items():
         data = figures.as_dict()
         cache.add_row(
-            escape(f"{name} ({figures.model}, groups ≤ {figures.lifetime_seconds} s apart)"),
+            markup_safe(f"{name} ({figures.model}, groups ≤ {figures.lifetime_seconds} s apart)"),
             f"{data['requests_first']}/{data['requests_later']}",
             f"{_num(data['adr_prompt_tokens_per_request'])} · {_num(data['flat_prompt_tokens_per_request'])}",
             _pct(data["adr_later_hit_rate"]), _pct(data["flat_later_hit_rate"]), _pct(data["limit_later"]),
@@ -180,8 +180,8 @@ def html_command(
     with atomic_output(output) as handle:
         handle.write(page)
     turns = sum(len(s.turns) for s in report.sessions)
-    typer.echo(f"wrote {output} ({len(report.sessions)} session(s), {turns} requests, {output.stat().st_size // 1024:,} KiB); "
-               f"open {output.resolve().as_uri()}", err=True)
+    typer.echo(terminal_safe(f"wrote {output} ({len(report.sessions)} session(s), {turns} requests, "
+                             f"{output.stat().st_size // 1024:,} KiB); open {output.resolve().as_uri()}"), err=True)
 
 
 # `report window` (the window sweep) lives in its own module; importing it registers it on report_app

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.markup import escape
 
 from zhin_cli._cli import app, handles_errors_like_diff, print_json, stdout_console
+from zhin_cli.core.terminaltext import markup_safe
 from zhin_cli.tools.requestdiff import (
     MARK,
     describe,
@@ -55,7 +55,7 @@ def request_diff_command(
             detail = "byte-identical" if result.byte_identical else "same JSON, serialised differently"
             console.print(f"same request ({detail}{'; ignoring ' + ', '.join(result.ignored) if result.ignored else ''})")
         else:
-            console.print(f"{len(result.differences)} difference(s) between {escape(result.a)} and {escape(result.b)}",
+            console.print(f"{len(result.differences)} difference(s) between {markup_safe(result.a)} and {markup_safe(result.b)}",
                           soft_wrap=True)
     if enabled():  # under GitHub Actions only: built only for a reader
         publish(github_annotations(result), github_summary(result))
@@ -68,7 +68,7 @@ def print_difference(console: Console, difference: FieldDifference) -> None:
     and marked where the two start to differ (reverse video on a terminal), or the value as short JSON."""
     from rich.text import Text
 
-    console.print(f"[bold]{escape(difference.path)}[/]  {describe(difference)}", soft_wrap=True)
+    console.print(f"[bold]{markup_safe(difference.path)}[/]  {describe(difference)}", soft_wrap=True)
     if difference.byte_offset is not None:
         index = difference.excerpt_index
         for name, excerpt in (("a", difference.excerpt_before), ("b", difference.excerpt_after)):

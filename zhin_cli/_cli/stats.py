@@ -20,6 +20,7 @@ from zhin_cli._cli import (
 )
 from zhin_cli.core.errors import UsageError
 from zhin_cli.core.parallel import JOBS_HELP
+from zhin_cli.core.terminaltext import markup_safe, terminal_safe
 from zhin_cli.tools.stats import CacheStats, run_cache_stats
 
 stats_app = typer.Typer(help="Statistics over stored sessions.", no_args_is_help=True)
@@ -49,11 +50,11 @@ def print_stats(stats: CacheStats, days: int | None = None) -> None:
              + stats.models[key].later.requests + stats.models[key].later.unreported]  # a model with none in the period: no row of zeros
     for key in shown:
         row = stats.models[key]
-        table.add_row(row.provider, row.model, f"{row.lifetime_seconds}s", str(row.groups),
+        table.add_row(markup_safe(row.provider), markup_safe(row.model), f"{row.lifetime_seconds}s", str(row.groups),
                       str(row.first.requests), percent(row.first.hit_rate), str(row.later.requests),
                       percent(row.later.hit_rate), str(row.first.unreported + row.later.unreported))
     console = stdout_console()
-    console.print(stats.period_line(days), markup=False)
+    console.print(terminal_safe(stats.period_line(days)), markup=False)
     if shown:
         console.print(table)
     console.print(f"{stats.sessions} session(s). First of group = the first request of a session to a model after "

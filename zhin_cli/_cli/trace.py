@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Annotated, TextIO
 import typer
 from rich.box import HEAVY_HEAD
 from rich.cells import cell_len
-from rich.markup import escape
 from rich.table import Table
 
 from zhin_cli._cli import (
@@ -32,10 +31,12 @@ from zhin_cli._cli import (
     print_sources,
     replay_progress,
     stdout_console,
+    write_json_line_safely,
 )
 from zhin_cli.cache import cached_share
 from zhin_cli.cache.prices import Cost, CostTotals, format_usd
 from zhin_cli.core.errors import EXIT_FOUND, UsageError
+from zhin_cli.core.terminaltext import markup_safe, terminal_safe, terminal_safe_lines
 from zhin_cli.pipeline.assemble import AssembledRequest
 from zhin_cli.tools.prefixdiff import cost_dict, turn_ranges
 from zhin_cli.tools.trace import TraceResult, TurnRow, open_trace, turn_row
@@ -86,13 +87,13 @@ def trace_command(
         rows: list[TurnRow] = []
         if as_jsonl:
             for note in result.notes:  # stdout holds requests only
-                print(f"note: {note}", file=sys.stderr)
+                print(f"note: {terminal_safe(note)}", file=sys.stderr)
             rejected = False
             for request, _, cost in run.costed():
                 rejected |= not request.verdict.ok
                 write_line(out, request, cost)
             for note in run.pricing.notes:  # a price note is known once the request that needs it is made
-                print(f"zhin: note: {note}", file=sys.stderr)
+                print(f"zhin: note: {terminal_safe(note)}", file=sys.stderr)
         else:
             for request, outcome, cost in run.costed():
                 if compact:  # a small row per turn is kept, not the requests
@@ -103,7 +104,7 @@ def trace_command(
             rejected = any(not row.accepted for row in rows) or any(not r.verdict.ok for r in result.requests)
     if not (as_json or as_jsonl):  # once the replay succeeded: an error stays one line on stderr
         for note in run.pricing.notes:  # never a silent price: a model billed at its provider's default row
-            typer.echo(f"zhin: note: {note}", err=True)
+            typer.echo(f"zhin: note: {terminal_safe(note)}", err=True)
         print_sources(result.config_path, result.db)
     if as_json:
         result.notes.extend(run.pricing.notes)  # in the document: a price note is never silent
@@ -121,16 +122,14 @@ def trace_command(
 
 def write_line(out: TextIO, request: AssembledRequest, cost: Cost | None = None) -> None:
     """One request as one JSON line, flushed: a reader (``| head -1``, a log shipper) has it at once."""
-    from zhin_cli.core.outputfiles import write_json_line
-
-    write_json_line({**request.as_dict(), **({"cost": cost_dict(cost)} if cost is not None else {})}, out, flush=True)
+    write_json_line_safely({**request.as_dict(), **({"cost": cost_dict(cost)} if cost is not None else {})}, out)
 
 
 def print_heading(console: Console, result: TraceResult) -> None:
     # soft_wrap: the session id is never broken or cropped to fit the terminal
-    console.print(f"[bold]{escape(result.session_id)}[/] · {escape(result.source)} · {result.turns} turns", soft_wrap=True)
+    console.print(f"[bold]{markup_safe(result.session_id)}[/] · {markup_safe(result.source)} · {result.turns} turns", soft_wrap=True)
     for note in result.notes:
-        console.print(f"note: {escape(note)}")
+        console.print(f"note: {markup_safe(note)}")
 
 
 def bar_cells(row: TurnRow, scale: int, width: int) -> tuple[int, int]:
@@ -167,7 +166,7 @@ def print_rows(console: Console, result: TraceResult, rows: list[TurnRow]) -> No
     if not rows:
         return
     scale = max(row.prompt_tokens for row in rows)
-    entries = [[f"{segment} {tokens}" for segment, tokens in row.top_segments] for row in rows]
+    entries = [[f"{terminal_safe(segment)} {tokens}" for segment, tokens in row.top_segments] for row in rows]
     numbers = max(len("prompt"), len(str(scale)))
     turn_width = max(len("turn"), len(str(max(row.turn for row in rows))))
     state_width = max(len("state"), *(len(row.state_rendering) for row in rows))
@@ -205,7 +204,7 @@ def print_rows(console: Console, result: TraceResult, rows: list[TurnRow]) -> No
         lines.append(line)
         lines.extend([(" " * indent + text, "")] for text in wrapped)
         if not row.accepted:
-            lines.append([(" " * (turn_width + 1) + f"{REJECTED} {row.verdict}", "red")])
+            lines.append([(" " * (turn_width + 1) + f"{REJECTED} {terminal_safe(row.verdict)}", "red")])
     if console.color_system is None:  # piped: no style is drawn, so the text is written as it is (10⁴ rows at once)
         console.file.write("".join("".join(text for text, _ in line) + "\n" for line in lines))
     else:  # soft_wrap: the layout above already fits the width; nothing is cropped or re-wrapped
@@ -232,7 +231,7 @@ def print_warnings(console: Console, rows: list[TurnRow]) -> None:
             turns.setdefault(warning, []).append(row.turn)
     for warning, where in turns.items():
         label = "turn" if len(where) == 1 else "turns"
-        console.print(f"[yellow]warning:[/] ({label} {turn_ranges(where)}) {escape(warning)}")
+        console.print(f"[yellow]warning:[/] ({label} {turn_ranges(where)}) {markup_safe(warning)}")
 
 
 def print_request(console: Console, request: AssembledRequest, show_request: bool, cost: Cost | None = None) -> None:
@@ -244,17 +243,17 @@ def print_request(console: Console, request: AssembledRequest, show_request: boo
     boxed = sum(natural) + 3 * len(headers) + 1 <= console.width
     # A boxed table where it fits; else no box and one space between columns, so the segment ids and the
     # numbers keep their full width (never cut nor folded) and the kind column wraps to make room.
-    table = Table(title=f"turn {request.turn} · {request.provider} · {request.model} · {request.prompt_tokens} prompt tokens ({request.encoding})",
+    table = Table(title=f"turn {request.turn} · {markup_safe(request.provider)} · {markup_safe(request.model)} · {request.prompt_tokens} prompt tokens ({request.encoding})",
                   title_justify="left", box=HEAVY_HEAD if boxed else None, pad_edge=boxed, collapse_padding=not boxed)
     table.add_column("segment", no_wrap=True, min_width=natural[0], overflow="fold")
     table.add_column("kind", overflow="fold")
     for index, column in enumerate(headers[2:], start=2):
         table.add_column(column, justify="right", no_wrap=True, min_width=natural[index])
     for row in cells:
-        table.add_row(*(escape(cell) for cell in row))
+        table.add_row(*(markup_safe(cell) for cell in row))
     console.print(table)
     breakpoints = ", ".join(
-        f"{b.label} @ message {b.message_index}" + ("" if b.explicit else " (implicit)") for b in request.cache_breakpoints
+        f"{markup_safe(b.label)} @ message {b.message_index}" + ("" if b.explicit else " (implicit)") for b in request.cache_breakpoints
     )
     console.print(f"state changes rendered as: [bold]{request.state_rendering}[/]   "
                   f"headers: {request.full_headers} full, {request.short_headers} short   "
@@ -267,11 +266,11 @@ def print_request(console: Console, request: AssembledRequest, show_request: boo
     if verdict.ok:
         console.print("validator: [green]accepted[/]")
     else:
-        console.print(f"validator: [red]{verdict.status}[/] {escape(verdict.message)}")
+        console.print(f"validator: [red]{verdict.status}[/] {markup_safe(verdict.message)}")
     for warning in request.warnings:
-        console.print(f"[yellow]warning:[/] {escape(warning)}")
+        console.print(f"[yellow]warning:[/] {markup_safe(warning)}")
     if show_request:
-        body = json.dumps(request.request, ensure_ascii=False, indent=2)
+        body = terminal_safe_lines(json.dumps(request.request, ensure_ascii=False, indent=2))
         if console.is_terminal:
             from rich.syntax import Syntax  # pygments: only for a highlighted body on a terminal
 

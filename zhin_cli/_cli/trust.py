@@ -9,6 +9,7 @@ import typer
 
 from zhin_cli._cli import app, handles_errors, stdout_console
 from zhin_cli.core.errors import UsageError
+from zhin_cli.core.terminaltext import terminal_safe
 
 
 def plugin_specs(path: Path) -> list[str]:
@@ -74,23 +75,23 @@ def trust_command(
             raise UsageError("--list takes no files and no --revoke")
         entries: dict[str, Any] = trust.read_store()
         if not entries:
-            out.print(f"nothing trusted ({trust.store_path()})", markup=False, soft_wrap=True)
+            out.print(terminal_safe(f"nothing trusted ({trust.store_path()})"), markup=False, soft_wrap=True)
         for name, entry in sorted(entries.items()):
             path = Path(name)
             why = trust.status(path) if path.is_file() else "missing"
             state = "ok" if why is None else ("missing" if why == "missing" else f"changed ({why})")
             plugins = ", ".join(entry.get("specs") or []) or "no plugins"
-            out.print(f"{state:<8} {name}  [{plugins}]", markup=False, soft_wrap=True)
+            out.print(terminal_safe(f"{state:<8} {name}  [{plugins}]"), markup=False, soft_wrap=True)
         return
     files = _files(paths or [])
     if revoke:
         for file in files:
             if not trust.revoke(file):
                 raise UsageError(f"not trusted: {file}")
-            out.print(f"revoked {file.resolve()}", markup=False, soft_wrap=True)
+            out.print(terminal_safe(f"revoked {file.resolve()}"), markup=False, soft_wrap=True)
         return
     for file in files:
         specs = plugin_specs(file)
         entry = trust.record(file, specs)
         named = f"with its plugins: {', '.join(specs)}" if specs else "(it names no plugins)"
-        out.print(f"trusted {file.resolve()} (sha256 {entry['sha256'][:12]}) {named}", markup=False, soft_wrap=True)
+        out.print(terminal_safe(f"trusted {file.resolve()} (sha256 {entry['sha256'][:12]}) {named}"), markup=False, soft_wrap=True)

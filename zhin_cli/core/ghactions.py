@@ -1,8 +1,11 @@
 """GitHub Actions output for every gate: workflow-command annotations and the Markdown step summary.
 
 One module so that ``eval``, ``prefix-diff``, ``budget check``, ``request-diff`` and ``preset lint`` escape alike and
-publish under the same condition (``GITHUB_ACTIONS=true``). Annotations go to stderr — the runner reads both
-streams, and ``--json`` keeps stdout clean; the summary is appended to ``$GITHUB_STEP_SUMMARY`` when it is set.
+publish under the same condition (``GITHUB_ACTIONS=true``). Text in an annotation comes from inputs: it passes
+through ``terminal_safe`` (no control character, no ``::`` that could open a second command, core/terminaltext.py)
+before the runner's own %-escaping; a message's line breaks are kept (the runner shows them in the annotation).
+Annotations go to stderr — the runner reads both streams, and ``--json`` keeps stdout clean; the summary is appended
+to ``$GITHUB_STEP_SUMMARY`` when it is set.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TextIO
+
+from zhin_cli.core.terminaltext import terminal_safe, terminal_safe_lines
 
 Level = Literal["error", "warning", "notice"]
 
@@ -31,13 +36,13 @@ class Annotation:
     def command(self) -> str:
         properties = []
         if self.file is not None:
-            properties.append(f"file={escape_property(relative_file(self.file))}")
+            properties.append(f"file={escape_property(terminal_safe(relative_file(self.file)))}")
             if self.line is not None:
                 properties.append(f"line={self.line}")
         if self.title:
-            properties.append(f"title={escape_property(self.title)}")
+            properties.append(f"title={escape_property(terminal_safe(self.title))}")
         head = f"::{self.level}" + (" " + ",".join(properties) if properties else "")
-        return f"{head}::{escape_data(self.message)}"
+        return f"{head}::{escape_data(terminal_safe_lines(self.message))}"
 
 
 def escape_data(text: str) -> str:
@@ -60,7 +65,7 @@ def relative_file(file: str | Path) -> str:
 
 def summary_cell(text: str, limit: int = 300) -> str:
     """Text for one Markdown table cell: pipes escaped, newlines folded, long text cut with an ellipsis."""
-    cell = text.replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+    cell = terminal_safe(text.replace("|", "\\|").replace("\r", " ").replace("\n", " "))
     return cell if len(cell) <= limit else cell[: limit - 1] + "…"
 
 

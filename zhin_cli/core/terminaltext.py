@@ -1,24 +1,71 @@
-"""Text from a request shown on a terminal: what must be escaped, and the mark of the first difference.
+"""Text from an input shown on a terminal or in a CI log: the one escaping function, and the mark of a difference.
 
-prefix-diff and request-diff show excerpts of request bodies; a body is data from a user or a model, so a control
-character, a line separator or a bidi override in it could move the cursor, hide text or reorder what a reviewer
-reads. One rule and one mark for both commands, so their excerpts read alike.
+Every string that comes from an input — a request body, a session id, a chat's ``integrity``, a lorebook comment,
+a file name, a preset or entry name, a case name, a key — passes through :func:`terminal_safe` before zhin prints
+it (on stdout, on stderr, in a table cell or an error line). zhin's own colours and line breaks are added around the
+escaped text, never inside it.
+
+What is escaped, each character written as its ``\\uXXXX`` escape (a backslash itself is left as is — the escape is
+for a reader, not a round trip):
+
+- controls a terminal acts on: C0 (ESC, CR, LF, TAB, BEL…), DEL and C1 (CSI ``\\x9b``, OSC ``\\x9d``…), so input can
+  neither clear the screen, move the cursor, set the window title nor start a new line;
+- line and paragraph separators (U+2028, U+2029), which some terminals and log viewers break lines at;
+- the bidi controls — embeddings, overrides, isolates and the marks LRM, RLM, ALM — which reorder what a reviewer
+  reads.
+
+GitHub Actions workflow commands. The runner executes a line of stdout *or* stderr as a command when, after leading
+white space, it starts with ``::name …::`` (``::error::``, ``::stop-commands::…``, ``::add-mask::``); and, in its
+older form, wherever ``##[name …]`` appears in a line. With line breaks escaped, input text can begin a line only
+where zhin puts it there (or a long line is wrapped), so the rule is: in input text every ``:`` that follows a ``:``
+is written ``\\u003a`` (``::error::x`` → ``:\\u003aerror:\\u003ax``) and the first ``#`` of ``##[`` is written
+``\\u0023`` (``##[error]`` → ``\\u0023#[error]``). No line zhin prints can then start a workflow command from input
+text, wherever the text sits and however the line is wrapped; single colons (``qq:group:1``, ``file.json:3``) stay
+as they are. zhin's own annotations (``zhin_cli.core.ghactions``) are written by zhin at the start of a line on
+purpose; the input text inside them goes through the same function before the runner's own %-escaping.
+
+Rich markup in input (``[bold]``) is data too: :func:`markup_safe` is ``terminal_safe`` followed by rich's markup
+escape, for text placed inside a markup string.
 """
 
 from __future__ import annotations
 
-import unicodedata
+import re
 
 MARK = "⟦"  # printed just before the first character where two excerpts differ
+
+# Cc (C0, DEL, C1), Zl, Zp and the bidi controls; then ``::`` (its second and later colons) and the ``#`` of ``##[``:
+# the two ways a CI log line starts a workflow command. One pattern: one pass over the text, none where nothing matches.
+_UNSAFE_CHARACTERS = r"\x00-\x1f\x7f-\x9f\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_UNSAFE_CHARACTER = re.compile(f"[{_UNSAFE_CHARACTERS}]")
+_UNSAFE = re.compile(rf"[{_UNSAFE_CHARACTERS}]|(?<=:):|#(?=#\[)")
 
 
 def unsafe_character(character: str) -> bool:
     """A character a terminal would act on or hide: controls (C0, DEL, C1), line and paragraph separators, and the
-    bidi embeddings, overrides and isolates (they reorder what follows them)."""
-    code = ord(character)
-    return unicodedata.category(character) in ("Cc", "Zl", "Zp") or 0x202A <= code <= 0x202E or 0x2066 <= code <= 0x2069
+    bidi embeddings, overrides, isolates and marks (they reorder what follows them)."""
+    return _UNSAFE_CHARACTER.fullmatch(character) is not None
+
+
+def _escaped(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
 
 
 def terminal_safe(text: str) -> str:
-    """``text`` with each unsafe character written as its ``\\uXXXX`` escape, the rest as is."""
-    return "".join(f"\\u{ord(c):04x}" if unsafe_character(c) else c for c in text)
+    """``text`` with each unsafe character and each workflow-command opener written as its ``\\uXXXX`` escape, the
+    rest as is (the module docstring says what and why)."""
+    return _UNSAFE.sub(_escaped, text)
+
+
+def terminal_safe_lines(text: str) -> str:
+    """``text`` escaped line by line, its own line breaks (``\\n``) kept: a multi-line detail, or a JSON text zhin
+    prints (``--json``, ``--show-request``) — there what is escaped can stand only inside a string, where
+    ``\\uXXXX`` is the same character, so the document still parses to the same value."""
+    return "\n".join(terminal_safe(line) for line in text.split("\n"))
+
+
+def markup_safe(text: str) -> str:
+    """``terminal_safe(text)`` for a rich markup string: its ``[…]`` shown as typed, never read as a style."""
+    from rich.markup import escape  # here: core is imported by commands that never print through rich
+
+    return escape(terminal_safe(text))

@@ -26,6 +26,7 @@ from rich.text import Text
 
 from zhin_cli.core.errors import OutputError
 from zhin_cli.core.ghactions import Annotation, enabled, publish, summary_cell
+from zhin_cli.core.terminaltext import terminal_safe, terminal_safe_lines
 from zhin_cli.tools.eval.runner import CaseResult, EvalRun
 
 STATUS_STYLE = {"passed": "green", "failed": "red", "error": "magenta", "skipped": "yellow"}
@@ -55,14 +56,16 @@ def print_summary(console: Console, run: EvalRun) -> None:
     prose wraps at its spaces, so an id shorter than the line stays whole."""
     console.print(Text(f"zhin eval · {'live' if run.live else 'offline'}", style="bold"))
     for result in run.results:
-        head = Text.assemble((f"{result.status:<7}", STATUS_STYLE[result.status]), " ", (result.case.id, "bold"),
-                             f" · {result.case.file.name}:{result.case.line} · expect {result.case.expect} · "
-                             f"{', '.join(result.providers)}")
+        # the case id, its file's name and the details come from the case file: escaped (core.terminaltext)
+        head = Text.assemble((f"{result.status:<7}", STATUS_STYLE[result.status]), " ",
+                             (terminal_safe(result.case.id), "bold"),
+                             terminal_safe(f" · {result.case.file.name}:{result.case.line} · expect {result.case.expect} · "
+                                           f"{', '.join(result.providers)}"))
         console.print(head)
         detail = case_detail(result)
         if detail:
             # Text, not markup: details quote regexes and headers full of square brackets.
-            console.print(Padding(Text(detail), (0, 0, 0, 8), expand=False))
+            console.print(Padding(Text(terminal_safe_lines(detail)), (0, 0, 0, 8), expand=False))
     console.print(summary_caption(run))
 
 
