@@ -29,6 +29,7 @@ from zhin_cli._cli import (
     write_jsonl_output,
 )
 from zhin_cli.core.errors import UsageError
+from zhin_cli.core.terminaltext import terminal_safe  # a session id, a file name: input text (issue 27 item 5)
 
 if TYPE_CHECKING:
     from typer._click.shell_completion import CompletionItem
@@ -75,11 +76,11 @@ def import_command(
     result = import_sessions(sessions, target, replace=replace, events=events)  # all or nothing
     print_sources(None, target)
     for session in sessions:
-        typer.echo(f"imported {session.session_id} ({result.rows[session.session_id]} messages) into {label}", err=True)
+        typer.echo(terminal_safe(f"imported {session.session_id} ({result.rows[session.session_id]} messages) into {label}"), err=True)
     if result.events is not None:
         added = result.events
-        typer.echo(f"imported {len(added.added)} member events into {label} ({added.already} already there, "
-                   f"{len(added.no_session)} for sessions not in the database)", err=True)
+        typer.echo(terminal_safe(f"imported {len(added.added)} member events into {label} ({added.already} already there, "
+                                 f"{len(added.no_session)} for sessions not in the database)"), err=True)
 
 
 @app.command("export")
@@ -101,7 +102,7 @@ def export_command(
     count = write_jsonl_output(loaded, output)
     if count is None:
         return
-    typer.echo(f"wrote {count} lines to {output}", err=True)
+    typer.echo(terminal_safe(f"wrote {count} lines to {output}"), err=True)
 
 
 @app.command("sessions")

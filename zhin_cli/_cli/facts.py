@@ -16,6 +16,7 @@ from zhin_cli._cli import (
     print_sources,
     stdout_console,
 )
+from zhin_cli.core.terminaltext import terminal_safe
 from zhin_cli.tools.facts import prune_database, show_facts
 
 facts_app = typer.Typer(help="Stored member and scene facts (ADR 0041 §6): show them, prune them to their bounds.",
@@ -42,12 +43,12 @@ def show_command(
         return
     print_sources(None, source)
     console = stdout_console()
-    console.print(f"session key: {data['session_key']}", markup=False)
+    console.print(terminal_safe(f"session key: {data['session_key']}"), markup=False)
     scene = data["scene"] or {}
     for name in ("title", "owner_id", "admins", "member_count", "muted_all", "facts_updated_at"):
         if scene.get(name) is not None:
-            console.print(f"{name}: {human_value(name, scene[name])}", markup=False)
-    console.print(f"bot_role: {data['bot_role'] or '-'}", markup=False)
+            console.print(terminal_safe(f"{name}: {human_value(name, scene[name])}"), markup=False)
+    console.print(terminal_safe(f"bot_role: {data['bot_role'] or '-'}"), markup=False)
     columns = ("user_id", "platform_role", "card", "title", "muted_until", "updated_at")
     print_records(console, list(columns), [[human_value(k, member[k]) for k in columns] for member in data["members"]])
 
@@ -89,4 +90,4 @@ def prune_command(
     for label, rows in (("left", report.left), ("expired", report.expired), ("over cap", report.over_cap),
                         ("cleaned", report.cleaned)):
         for scene_key, user_id in rows:
-            console.print(f"  {label}: {scene_key} {user_id}", markup=False)
+            console.print(terminal_safe(f"  {label}: {scene_key} {user_id}"), markup=False)

@@ -22,6 +22,7 @@ from zhin_cli._cli import (
 from zhin_cli._cli.report import report_app
 from zhin_cli.core.errors import UsageError
 from zhin_cli.core.parallel import MAX_JOBS
+from zhin_cli.core.terminaltext import markup_safe, terminal_safe
 from zhin_cli.tools.windowsweep import WindowReport, frontier_picture, recommendation_line, table_rows
 
 
@@ -52,7 +53,7 @@ def window_command(
                             model=model, min_context=min_context, jobs=jobs, after_load=freeze_loaded,
                             progress=progress)
     for note in report.notes:
-        typer.echo(f"zhin: note: {note}", err=True)
+        typer.echo(f"zhin: note: {terminal_safe(note)}", err=True)
     if as_json:
         print_json(report.as_dict())
     else:
@@ -64,8 +65,8 @@ def _print(report: WindowReport) -> None:
     from rich.table import Table
 
     console = stdout_console()
-    console.print(escape(f"{report.provider} {report.model} · {len(report.sessions)} session(s) · "
-                         f"{report.recommended.requests} requests per policy · tokens: {report.encoding}"))
+    console.print(markup_safe(f"{report.provider} {report.model} · {len(report.sessions)} session(s) · "
+                              f"{report.recommended.requests} requests per policy · tokens: {report.encoding}"))
     headers = ("policy", "cost/request", "× sliding", "later hit", "limit", "context mean/min", "frontier")
     table = Table(*headers, title="window policies (input cost; token-weighted hit rates)", title_justify="left")
     rows = table_rows(report)
