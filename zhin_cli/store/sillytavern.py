@@ -19,8 +19,9 @@ What is read, and why that way (each rule confirmed in SillyTavern's source, 1.1
 
 from __future__ import annotations
 
-import math
+import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,7 +29,9 @@ from typing import Any
 
 from zhin_cli.core.errors import InputError, SessionNotFound, at_line
 from zhin_cli.core.inputfiles import lone_surrogate_in_json, open_regular
+from zhin_cli.core.jsnumbers import js_number_problems
 from zhin_cli.core.model import AssistantMessage, BotFacts, Message, SceneFacts, Session, UserMessage
+from zhin_cli.core.readers import enclosing_key, json_key_lines
 from zhin_cli.store.payload import message_from_payload, short
 
 PERSONA_ID = "st-user"
@@ -168,6 +171,8 @@ class _Line:
 
 
 def _message_line(obj: dict[str, Any], number: int, where: str, notes: list[str]) -> _Line:
+    for name, problem in js_number_problems(obj, skip=("send_date",)):  # send_date: a date range of its own
+        raise InputError(f"'{name}' must be a number SillyTavern holds: {problem}", where=where)
     text = obj.get("mes")
     if not isinstance(text, str):
         raise InputError(f"a message needs a string 'mes', got {short(text)}", where=where)
@@ -393,6 +398,8 @@ def _card_from(path: Path, obj: dict[str, Any], *, where: str) -> Card:
         raise InputError(f"unknown card spec {short(spec)} (expected chara_card_v2 or chara_card_v3)", where=where)
     else:
         fields, spec_name = obj, "v1"
+    for name, problem in js_number_problems(fields):  # V3's creation_date, …: the same rule as every ST number
+        raise InputError(f"card field '{name}' must be a number SillyTavern holds: {problem}", where=where)
     values: dict[str, str] = {}
     for key in CARD_FIELDS:
         value = fields.get(key, "")
@@ -429,21 +436,39 @@ WI_POSITIONS = {0: "before character definitions", 1: "after character definitio
                 6: "bottom of example messages", 7: "an outlet"}
 
 
+def _key_where(raw: bytes, path: Path) -> Callable[[str], str]:
+    """``file:line`` of a key path (``entries.0.order``) of a JSON file read whole, else of the nearest key around
+    it, else the file. The lines are found by one scan, on the first call: only an error pays for it."""
+
+    @functools.cache
+    def lines() -> dict[str, int]:
+        return json_key_lines(raw.decode("utf-8-sig"), path, InputError)
+
+    def where(key: str) -> str:
+        found = enclosing_key(lines(), key)
+        return at_line(path, lines()[found]) if found is not None else str(path)
+
+    return where
+
+
 def read_lore(path: Path) -> Lore:
     """ST's World Info export (``{"entries": {"0": {...}}}``): the constant, enabled entries at position 1, as
     ST's world-info.js joins them — it walks the activated entries by ``order`` descending and ``unshift``s each
     content, so the text is in ascending ``order`` (ties: the later entry first), joined with "\\n", empty contents
     skipped. Keyword-triggered entries and other positions are not simulated: one note line each."""
-    book = _json_object(_read_limited(path, "World Info file"), path, "World Info file")
+    raw = _read_limited(path, "World Info file")
+    book = _json_object(raw, path, "World Info file")
+    where = _key_where(raw, path)
     entries = book.get("entries")
     if not isinstance(entries, dict):
-        raise InputError("a World Info file needs an 'entries' object ({\"entries\": {\"0\": {...}}})", where=str(path))
+        raise InputError("a World Info file needs an 'entries' object ({\"entries\": {\"0\": {...}}})",
+                         where=where("entries"))
     chosen: list[tuple[int, str]] = []
     notes: list[str] = []
     for key, entry in entries.items():
         if not isinstance(entry, dict):
-            raise InputError(f"entry {short(key)} must be an object, got {short(entry)}", where=str(path))
-        placed = _lore_entry(str(key), entry, notes, str(path))
+            raise InputError(f"entry {short(key)} must be an object, got {short(entry)}", where=where(f"entries.{key}"))
+        placed = _lore_entry(str(key), entry, notes, where)
         if placed is not None:
             chosen.append(placed)
     # ST: sort by order descending (stable), then unshift each: the same as a stable ascending sort of the
@@ -452,16 +477,21 @@ def read_lore(path: Path) -> Lore:
     return Lore(path=path, after="\n".join(content for _, content in ordered if content), notes=notes)
 
 
-def _lore_entry(key: str, entry: dict[str, Any], notes: list[str], where: str) -> tuple[int, str] | None:
-    """(order, content) when the entry is simulated; else None, with a note when ST might send it."""
+def _lore_entry(key: str, entry: dict[str, Any], notes: list[str], where: Callable[[str], str]) -> tuple[int, str] | None:
+    """(order, content) when the entry is simulated; else None, with a note when ST might send it. ``where``:
+    the ``file:line`` of a key path (``entries.0.order``)."""
+    for name, problem in js_number_problems(entry):
+        raise InputError(f"entry {short(key)}: '{name}' must be a number SillyTavern holds: {problem}",
+                         where=where(f"entries.{key}.{name}"))
     if entry.get("disable") is True:
         return None
     content = entry.get("content", "")
     if not isinstance(content, str):
-        raise InputError(f"entry {short(key)}: 'content' must be a string, got {short(content)}", where=where)
+        raise InputError(f"entry {short(key)}: 'content' must be a string, got {short(content)}",
+                         where=where(f"entries.{key}.content"))
     order = entry.get("order", 100)
-    if not isinstance(order, (int, float)) or isinstance(order, bool) or not math.isfinite(order):
-        raise InputError(f"entry {short(key)}: 'order' must be a number, got {short(order)}", where=where)
+    if not isinstance(order, int | float) or isinstance(order, bool):
+        raise InputError(f"entry {short(key)}: 'order' must be a number, got {short(order)}", where=where(f"entries.{key}.order"))
     label = f"entry {key}" + (f" ({entry['comment']})" if isinstance(entry.get("comment"), str) and entry["comment"] else "")
     position = entry.get("position", 0)
     if entry.get("constant") is not True:

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from zhin_cli.core.errors import ConfigError
-from zhin_cli.core.readers import read_json_file
+from zhin_cli.core.jsnumbers import js_number_problems
+from zhin_cli.core.readers import enclosing_key, json_key_lines, read_json_file
 from zhin_cli.pipeline.preset.model import (
     CHARACTER_ID,
     DEFAULT_ORDER,
@@ -131,6 +132,7 @@ class _Reader:
         self.text = text
         self.lines = _Lines(text) if text else None
         self.diagnostics: list[Diagnostic] = []
+        self._key_lines: dict[str, int] | None = None
 
     def line_of(self, *needles: str) -> int | None:
         return self.lines.line(*needles) if self.lines is not None else None
@@ -142,6 +144,23 @@ class _Reader:
 
     def fail(self, message: str, key: str, *needles: str) -> ConfigError:
         return ConfigError(message, where=self.where(key, *needles))
+
+    def at_key(self, key: str) -> str:
+        """``file:line`` of a key path (``prompts[2].injection_depth``), else of the nearest key around it: found
+        by one scan of the text, on the first call (only an error pays for it)."""
+        if self._key_lines is None and self.text is not None:
+            self._key_lines = json_key_lines(self.text, self.path or Path("<preset>"))
+        found = enclosing_key(self._key_lines or {}, key)
+        if found is None or self._key_lines is None:
+            return self.where(key)
+        return f"{self.path or '<preset>'}:{self._key_lines[found]}"
+
+    def check_numbers(self, obj: dict[str, Any], prefix: str) -> None:
+        """Every number among ``obj``'s values (``core/jsnumbers.py``: one SillyTavern holds exactly), or an error
+        at its line: one rule for the fields zhin reads (depths, orders, positions) and those it keeps."""
+        for name, problem in js_number_problems(obj):
+            key = f"{prefix}.{name}" if prefix else name
+            raise ConfigError(f"{key} must be a number SillyTavern holds: {problem}", where=self.at_key(key))
 
     def report(self, severity: str, code: str, message: str, key: str, *needles: str) -> None:
         self.diagnostics.append(Diagnostic(severity, code, message, self.where(key, *needles)))  # type: ignore[arg-type]
@@ -160,6 +179,7 @@ def _prompt(raw: Any, index: int, reader: _Reader) -> PromptEntry:
     if not isinstance(raw, dict):
         raise reader.fail(f"{key} must be an object, got {type(raw).__name__}", key)
     identifier = raw.get("identifier")
+    reader.check_numbers(raw, key)
     if not isinstance(identifier, str) or not identifier:
         name = raw.get("name")
         raise reader.fail(f"{key} has no identifier (a non-empty string)", key,
@@ -232,6 +252,10 @@ def _order(data: dict[str, Any], prompts: dict[str, PromptEntry], reader: _Reade
     for index, item in enumerate(raw_orders):
         if not isinstance(item, dict) or not isinstance(item.get("order"), list):
             raise reader.fail(f"prompt_order[{index}] must be an object with an order list", f"prompt_order[{index}]", '"prompt_order"')
+        reader.check_numbers(item, f"prompt_order[{index}]")
+        for position, entry in enumerate(item["order"]):
+            if isinstance(entry, dict):
+                reader.check_numbers(entry, f"prompt_order[{index}].order[{position}]")
         character = _as_text(item.get("character_id"))  # ST compares String(character_id): "100001" works too
         if isinstance(item.get("character_id"), str):
             reader.report("info", "string-character-id", f"prompt_order[{index}]: character_id is the string {_short(character)} (accepted, as ST does)",
@@ -279,6 +303,7 @@ def _regex_script(raw: Any, index: int, reader: _Reader) -> RegexScript | None:
     if not isinstance(raw, dict):
         reader.report("warning", "bad-regex", f"{key} is not an object; skipped", key)
         return None
+    reader.check_numbers(raw, key)
     name = _as_text(raw.get("scriptName") or f"#{index}")
     find = raw.get("findRegex")
     if not isinstance(find, str) or not find:
@@ -341,6 +366,7 @@ def parse_preset(data: Any, *, path: Path | None = None, text: str | None = None
     reader = _Reader(path, text)
     if not isinstance(data, dict):
         raise reader.fail("a chat-completion preset must be a JSON object", "")
+    reader.check_numbers(data, "")  # temperature, penalties, context size, seed …: ST reads them as numbers
     raw_prompts = data.get("prompts", [])
     if raw_prompts is None:
         raw_prompts = []

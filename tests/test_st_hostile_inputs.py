@@ -1,0 +1,185 @@
+"""Issue 27 items 6–8: SillyTavern inputs that crashed, exhausted memory or took minutes.
+
+* 6 — a number no JavaScript double holds (a 400-digit lorebook ``order`` crashed ``math.isfinite`` with an
+  ``OverflowError`` traceback and exit 1, check-capture's "departures found") is one line at its ``file:line``,
+  exit 3, for every numeric field of a chat, card, World Info book or preset (one rule: ``core/jsnumbers.py``).
+* 7 — a PNG card's text chunks are read without decoding its pixels: a decompression bomb (12,000 × 12,000
+  RGBA in a few hundred KB) costs nothing, and oversized or over-compressed chunks are one line.
+* 8 — check-capture's turn matching is linear in the chat's turns (it recounted earlier turns per candidate).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+import sys
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from zhin_cli.core.errors import ConfigError, InputError
+from zhin_cli.core.jsnumbers import JS_MAX_SAFE_INTEGER, js_number_problem
+from zhin_cli.pipeline.preset.importer import load_preset
+from zhin_cli.store.sillytavern import read_card, read_chat, read_lore
+
+GOLDEN = Path(__file__).resolve().parent / "st_golden"
+CONTENT = GOLDEN / "content"
+HUGE = int("9" * 400)
+Zhin = Callable[..., Any]
+
+
+def _line_of(path: Path, needle: str) -> int:
+    """The 1-based line of the only line of ``path`` that holds ``needle``."""
+    found = [n for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if needle in line]
+    assert len(found) == 1, (needle, found)
+    return found[0]
+
+
+# --- 6: numbers ---------------------------------------------------------------------------------------------------
+
+def test_the_bound_is_javascripts_safe_integer() -> None:
+    assert js_number_problem(JS_MAX_SAFE_INTEGER) is None  # the negative controls: the edge and ordinary values pass
+    assert js_number_problem(-JS_MAX_SAFE_INTEGER) is None
+    assert js_number_problem(100.5) is None
+    assert js_number_problem("9" * 400) is None and js_number_problem(True) is None  # not numbers: the reader's call
+    for bad in (JS_MAX_SAFE_INTEGER + 1, -JS_MAX_SAFE_INTEGER - 1, HUGE, 1e300, float("inf"), float("nan")):
+        assert js_number_problem(bad) is not None, bad
+    assert "an integer of 400 digits" in (js_number_problem(HUGE) or "")
+
+
+def _lore_with(tmp_path: Path, field: str, value: Any) -> Path:
+    book = json.loads((CONTENT / "golden-lore.json").read_text(encoding="utf-8"))
+    first = next(iter(book["entries"].values()))
+    first[field] = value
+    path = tmp_path / f"lore-{field}.json"
+    path.write_text(json.dumps(book, indent=2), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("field", ["order", "position", "probability", "depth", "scanDepth", "groupWeight"])
+def test_a_lore_number_past_the_bound_is_refused_at_its_line(field: str, tmp_path: Path) -> None:
+    path = _lore_with(tmp_path, field, HUGE)
+    with pytest.raises(InputError, match=f"'{field}' must be a number") as caught:
+        read_lore(path)
+    assert caught.value.where == f"{path}:{_line_of(path, '9' * 400)}"
+    assert read_lore(_lore_with(tmp_path, field, 7)).path  # the negative control: a small value reads
+
+
+def test_a_lore_number_at_the_bound_reads(tmp_path: Path) -> None:
+    assert read_lore(_lore_with(tmp_path, "order", JS_MAX_SAFE_INTEGER)).after  # the edge itself is fine
+    with pytest.raises(InputError):
+        read_lore(_lore_with(tmp_path, "order", JS_MAX_SAFE_INTEGER + 1))
+
+
+def _preset_with(tmp_path: Path, change: Callable[[dict[str, Any]], None]) -> Path:
+    preset = json.loads((CONTENT / "golden-preset.json").read_text(encoding="utf-8"))
+    change(preset)
+    path = tmp_path / "preset.json"
+    path.write_text(json.dumps(preset, indent=2), encoding="utf-8")
+    return path
+
+
+def _set_prompt(field: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def change(preset: dict[str, Any]) -> None:
+        preset["prompts"][0][field] = value
+    return change
+
+
+def _set_top(field: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def change(preset: dict[str, Any]) -> None:
+        preset[field] = value
+    return change
+
+
+def _set_order(value: Any) -> Callable[[dict[str, Any]], None]:
+    def change(preset: dict[str, Any]) -> None:
+        preset["prompt_order"][0]["character_id"] = value
+    return change
+
+
+def _set_regex(field: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def change(preset: dict[str, Any]) -> None:
+        script = {"scriptName": "s", "findRegex": "a", "promptOnly": True, "placement": [1], field: value}
+        preset.setdefault("extensions", {})["regex_scripts"] = [script]
+    return change
+
+
+PRESET_FIELDS = {
+    "injection_depth": _set_prompt("injection_depth", "VALUE"),
+    "injection_order": _set_prompt("injection_order", "VALUE"),
+    "injection_position": _set_prompt("injection_position", "VALUE"),
+    "temperature": _set_top("temperature", "VALUE"),
+    "openai_max_context": _set_top("openai_max_context", "VALUE"),
+    "character_id": _set_order("VALUE"),
+    "minDepth": _set_regex("minDepth", "VALUE"),
+}
+
+
+@pytest.mark.parametrize("field", sorted(PRESET_FIELDS))
+def test_a_preset_number_past_the_bound_is_refused_at_its_line(field: str, tmp_path: Path) -> None:
+    def with_value(value: Any) -> Path:
+        text = _preset_with(tmp_path, PRESET_FIELDS[field]).read_text(encoding="utf-8")
+        path = tmp_path / "preset.json"
+        path.write_text(text.replace('"VALUE"', str(value)), encoding="utf-8")
+        return path
+
+    path = with_value(HUGE)
+    with pytest.raises(ConfigError, match=f"{field} must be a number SillyTavern holds") as caught:
+        load_preset(path)
+    assert caught.value.where == f"{path}:{_line_of(path, '9' * 400)}"
+    assert load_preset(with_value(3)).prompts  # the negative control: a small value reads
+
+
+def test_a_chat_number_past_the_bound_is_refused_at_its_line(tmp_path: Path) -> None:
+    lines = (GOLDEN / "runs" / "plain" / "chat.jsonl").read_text(encoding="utf-8").splitlines()
+    message = json.loads(lines[2])
+    path = tmp_path / "chat.jsonl"
+    for value, refused in ((HUGE, True), (0, False)):  # the negative control: swipe_id 0 reads
+        message["swipe_id"] = value
+        path.write_text("\n".join([*lines[:2], json.dumps(message), *lines[3:]]) + "\n", encoding="utf-8")
+        if refused:
+            with pytest.raises(InputError, match="'swipe_id' must be a number") as caught:
+                read_chat(path)
+            assert caught.value.where == f"{path}:3"
+        else:
+            assert read_chat(path).turns
+
+
+def test_a_card_number_past_the_bound_is_refused(tmp_path: Path) -> None:
+    card = json.loads((CONTENT / "golden-card.json").read_text(encoding="utf-8"))
+    path = tmp_path / "card.json"
+    for value, refused in ((float("inf"), True), (1700000000000, False)):
+        card["data"]["creation_date"] = value
+        path.write_text(json.dumps(card), encoding="utf-8")
+        if refused:
+            with pytest.raises(InputError, match="'creation_date' must be a number"):
+                read_card(path)
+        else:
+            assert read_card(path).name == "Juniper"
+
+
+def _capture_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "captures"
+    folder.mkdir()
+    body = (GOLDEN / "runs" / "plain" / "request-03.json").read_bytes()
+    (folder / "00001-chat-completions.json").write_bytes(body)
+    return folder
+
+
+def test_check_capture_with_a_400_digit_order_is_one_line_exit_3(zhin: Zhin, tmp_path: Path) -> None:
+    folder = _capture_folder(tmp_path)
+    common = (folder, "--preset", CONTENT / "golden-preset.json", "--chat", GOLDEN / "runs" / "plain" / "chat.jsonl",
+              "--card", CONTENT / "golden-card.json")
+    bad = _lore_with(tmp_path, "order", HUGE)
+    result = zhin("preset", "check-capture", *common, "--lore", bad)
+    assert result.returncode == 3, result.stderr
+    assert result.stderr.splitlines() == [
+        f"zhin: error: {bad}:{_line_of(bad, '9' * 400)}: entry '0': 'order' must be a number SillyTavern holds: an "
+        "integer of 400 digits is past ±9,007,199,254,740,991, the largest SillyTavern (JavaScript) holds exactly"]
+    good = zhin("preset", "check-capture", *common, "--lore", _lore_with(tmp_path, "order", 100))
+    assert good.returncode in (0, 1) and "Traceback" not in good.stderr  # the negative control: it runs
+    assert "captures" in good.stdout
