@@ -46,7 +46,15 @@ from zhin_cli.core.model import (
 from zhin_cli.core.redact import is_secret_parameter, mask_url, redact_text, remember_secret, split_userinfo
 from zhin_cli.core.timezones import valid_timezone
 from zhin_cli.store import schema
-from zhin_cli.store.jsonl import message_line
+from zhin_cli.store.jsonl import (
+    member_from_line,
+    member_line,
+    message_line,
+    session_from_line,
+    session_header,
+    summary_from_line,
+    summary_line,
+)
 from zhin_cli.store.payload import (
     OutlineFacts,
     ToolPairing,
@@ -55,6 +63,7 @@ from zhin_cli.store.payload import (
     check_scene_facts,
     check_timestamp,
     check_tool_pairing,
+    facts_from_key,
     json_column,
     message_from_payload,
     outline_facts,
@@ -446,6 +455,8 @@ class _SessionRows:
     summaries: _Raw
     scene_changes: _Raw
     members: _Raw
+    lines: _Raw  # an imported epoch's own lines (zhin_lines)
+    imported_members: _Raw  # the member lines every import of the key wrote (which ai_scene_members rows are copies)
 
 
 class SessionDatabase:
@@ -605,6 +616,8 @@ class SessionDatabase:
             if "zhin_scene_changes" in tables else _NONE,
             members=_require(_query(conn, _SQL_MEMBERS, {"key": session_key}), "ai_scene_members")
             if "ai_scene_members" in tables and session_key else _NONE,
+            lines=_query(conn, _SQL_LINES, {"sid": session_id}) if "zhin_lines" in tables else _NONE,
+            imported_members=_query(conn, _SQL_KEY_MEMBER_LINES, {"key": session_key}) if "zhin_lines" in tables else _NONE,
         )
 
     def _fetch_messages(self, conn: Any, session_id: str) -> _Raw:
@@ -756,11 +769,18 @@ class SessionDatabase:
                                                              "parent_id" in eager[0]),
             source=self.ref.label,
         )
+        lines = self._lines(_rows(rows.lines))
         profile = _rows(rows.profile)
-        self._profile(profile[0]._mapping if profile else None, session)
-        session.summaries = self._summaries(_rows(rows.summaries), session_id)
-        session.scene_changes = self._scene_changes(_rows(rows.scene_changes))
+        self._profile(profile[0]._mapping if profile else None, session)  # checked even when an epoch's line wins
         session.members = self._members(_rows(rows.members))
+        if "session" in lines:  # an imported epoch: its own facts and members, not its key's current ones
+            # plus the rows a bot host wrote since (not the copies any import of the key made of its lines)
+            copies = _member_identities(rows.imported_members)
+            live = [m for m in session.members if (m.user_id, m.timestamp) not in copies]
+            self._epoch_facts(lines, session)
+            session.members += live
+        session.summaries = self._summaries(_rows(rows.summaries), session_id, lines.get("summary", {}))
+        session.scene_changes = self._scene_changes(_rows(rows.scene_changes))
         if lazy is not None:  # the bot is known now (profile): the loader settles each message as it parses it
             outline = lazy.outline.outline()
             session.messages = LazyMessages(outline, _RowLoader(self.ref, lazy.session_id, outline.row_ids,
@@ -793,18 +813,34 @@ class SessionDatabase:
         except RecursionError:
             raise InputError("payload is nested too deeply", where=where) from None
         raw = {"type": "message", **payload, "id": row.id}
-        if extra:
+        if raw_extra:  # an empty object too: the row said "extra": {}
             raw["extra"] = extra
         message.raw = raw
         return message
 
+    def _lines(self, rows: list[Any]) -> dict[str, dict[Any, tuple[dict[str, Any], str]]]:
+        """An imported epoch's ``zhin_lines`` by kind: each line (JSON object) and its row's name, keyed by the
+        row id (summaries: by their ``agent_summaries`` row)."""
+        lines: dict[str, dict[Any, tuple[dict[str, Any], str]]] = {}
+        for row in rows:
+            where = at_row("zhin_lines", row.id, self.ref.label)
+            line = json_column(row.line, "line", where)
+            if not isinstance(line, dict):
+                raise InputError(f"line must be a JSON object, got {short(line)}", where=where)
+            key = row.summary_id if row.kind == "summary" else row.id
+            lines.setdefault(row.kind, {})[key] = (line, where)
+        return lines
+
+    def _epoch_facts(self, lines: dict[str, dict[Any, tuple[dict[str, Any], str]]], session: Session) -> None:
+        """The facts of an imported epoch, read from its own session and member lines by the JSONL parsers (the
+        same checks, the same facts-from-key rule), so the epoch traces as its file did."""
+        (line, where), *_ = lines["session"].values()
+        epoch = session_from_line(line, where, messages=[], source=self.ref.label)
+        session.timezone, session.bot, session.scene, session.raw = epoch.timezone, epoch.bot, epoch.scene, epoch.raw
+        session.members = [member_from_line(member, where) for member, where in lines.get("member", {}).values()]
+
     def _profile(self, data: dict[str, Any] | None, session: Session) -> None:
-        parts = (session.session_key or "").split(":")
-        # session key = <platform>:<endpoint (bot account)>:<kind>:<scene id>
         scene: dict[str, Any] = {}
-        if len(parts) >= 4:
-            scene = {"scene_type": parts[2], "scene_id": parts[3]}
-            session.bot = BotFacts(user_id=parts[1])
         if data is not None:
             where = at_row("ai_session_profiles", session.session_key, self.ref.label)
             admins = data.get("admins")
@@ -834,15 +870,16 @@ class SessionDatabase:
             if timezone and (not isinstance(timezone, str) or not valid_timezone(timezone)):
                 raise InputError(f"unknown time zone {short(timezone)}", where=where)
             session.bot = BotFacts(
-                user_id=data.get("bot_user_id") or session.bot.user_id,
+                user_id=data.get("bot_user_id") or None,
                 name=data.get("bot_name"),
                 group_nickname=data.get("bot_nickname"),
                 platform_role=data.get("bot_role"),
             )
             session.timezone = timezone
-        session.scene = SceneFacts.from_mapping(scene)
+        session.bot, session.scene = facts_from_key(session.session_key, session.bot, SceneFacts.from_mapping(scene))
 
-    def _summaries(self, rows: list[Any], session_id: str) -> list[Summary]:
+    def _summaries(self, rows: list[Any], session_id: str,
+                   lines: dict[Any, tuple[dict[str, Any], str]]) -> list[Summary]:
         summaries = []
         for number, r in enumerate(rows, start=1):
             # upstream's agent_summaries has no id column: SQLite's rowid names the row
@@ -855,7 +892,11 @@ class SessionDatabase:
             if not isinstance(anchor, int) or isinstance(anchor, bool):
                 raise InputError(f"anchor_message_id must be a message row id, got {short(anchor)}", where=where)
             created = check_timestamp(r.created_at or 0, "created_at", where)
-            summaries.append(Summary(timestamp=created, summary=r.summary, anchor_row_id=anchor))
+            summary = Summary(timestamp=created, summary=r.summary, anchor_row_id=anchor)
+            if row_id in lines:  # the imported line, with the row's (re-pointed) anchor
+                line, line_where = lines[row_id]
+                summary.raw = {**summary_from_line(line, line_where).raw, "anchor_message_id": anchor}
+            summaries.append(summary)
         return summaries
 
     def _scene_changes(self, rows: list[Any]) -> list[SceneChange]:
@@ -907,6 +948,10 @@ _SQL_SUMMARIES = ("SELECT * FROM agent_summaries WHERE agent_summaries.session_i
                   " ORDER BY agent_summaries.created_at")
 _SQL_SUMMARIES_SQLITE = ("SELECT rowid AS zhin_rowid, * FROM agent_summaries WHERE agent_summaries.session_id = :sid"
                          " ORDER BY agent_summaries.created_at")
+_SQL_LINES = "SELECT * FROM zhin_lines WHERE zhin_lines.session_id = :sid ORDER BY zhin_lines.id"
+_SQL_KEY_MEMBER_LINES = ("SELECT zhin_lines.line FROM zhin_lines JOIN agent_sessions"
+                         " ON agent_sessions.session_id = zhin_lines.session_id"
+                         " WHERE agent_sessions.session_key = :key AND zhin_lines.kind = 'member'")
 _SQL_SCENE_CHANGES = ("SELECT * FROM zhin_scene_changes WHERE zhin_scene_changes.session_id = :sid"
                       " ORDER BY zhin_scene_changes.timestamp, zhin_scene_changes.id")
 _SQL_MEMBERS = ("SELECT * FROM ai_scene_members WHERE ai_scene_members.scene_key = :key"
@@ -931,6 +976,20 @@ _REQUIRED_COLUMNS = {
     "ai_scene_members": tuple(schema.ai_scene_members.c.keys()),
 }
 _MEMBER_FACTS = frozenset(schema.ai_scene_members.c.keys()) - {"platform", "scene_key", "user_id", "updated_at"}
+
+
+def _member_identities(raw: _Raw) -> set[tuple[str, Any]]:
+    """(user id, time) of member lines as stored JSON; a line that is not such an object names nothing (the load of
+    its own epoch refuses it)."""
+    identities = set()
+    for (text_,) in raw[1]:
+        try:
+            line = json.loads(text_)
+        except (TypeError, ValueError, RecursionError):
+            continue
+        if isinstance(line, dict):
+            identities.add((str(line.get("user_id")), line.get("timestamp")))
+    return identities
 
 
 def _query(conn: Any, sql: str, params: dict[str, Any] | None = None) -> _Raw:
@@ -1034,12 +1093,28 @@ def _import(conn: Any, ref: DatabaseRef, sessions: list[Session], *, replace: bo
         if exists and not replace:
             raise ZhinError(f"session {session.session_id!r} is already in {ref.label} (use --replace); nothing imported")
         if exists:
-            for table in (schema.agent_messages, schema.agent_summaries, schema.zhin_scene_changes):
-                conn.execute(table.delete().where(table.c.session_id == session.session_id))
-            conn.execute(schema.agent_sessions.delete().where(schema.agent_sessions.c.session_id == session.session_id))
+            _delete_session(conn, session.session_id)
         _write(conn, session)
         rows[session.session_id] = len(session.messages)
     return ImportResult(rows=rows, events=import_member_events(conn, ref.label) if events else None)
+
+
+def _delete_session(conn: Any, session_id: str) -> None:
+    """Everything ``zhin import`` wrote of one epoch (``--replace``): its rows, its own lines, the member rows its
+    member lines wrote (``ai_scene_members`` is keyed by scene, so rows are found through those lines) and the
+    record of member events imported into it (their messages go with its rows, so a later ``--events`` adds them
+    again)."""
+    key = conn.execute(select(schema.agent_sessions.c.session_key)
+                       .where(schema.agent_sessions.c.session_id == session_id)).scalar()
+    lines = schema.zhin_lines
+    member_ids = {str(json.loads(line).get("user_id")) for (line,) in conn.execute(
+        select(lines.c.line).where((lines.c.session_id == session_id) & (lines.c.kind == "member")))}
+    members = schema.ai_scene_members
+    for user_id in sorted(member_ids):
+        conn.execute(members.delete().where((members.c.scene_key == key) & (members.c.user_id == user_id)))
+    for table in (schema.agent_messages, schema.agent_summaries, schema.zhin_scene_changes, schema.zhin_lines,
+                  schema.zhin_imported_events, schema.agent_sessions):
+        conn.execute(table.delete().where(table.c.session_id == session_id))
 
 
 def _import_into_new_file(ref: DatabaseRef, path: Path, sessions: list[Session], *, replace: bool, events: bool) -> ImportResult:
@@ -1097,7 +1172,50 @@ def _write_error(exc: Exception, ref: DatabaseRef) -> ZhinError:
 
 
 def _write(conn: Any, session: Session) -> None:
-    # Row ids belong to the database, not the file: new rows get new ids, and summaries follow them.
+    new_ids = _write_messages(conn, session)
+    times = [m.timestamp for m in session.messages] or [0]
+    key = session.session_key or session.session_id.split("#")[0]
+    conn.execute(
+        schema.agent_sessions.insert().values(
+            session_id=session.session_id,
+            session_key=key,
+            model="",
+            status="active",
+            active_leaf_message_id=new_ids[session.messages[-1].row_id] if session.messages else None,
+            created_at=times[0],
+            updated_at=times[-1],
+        )
+    )
+    _write_line(conn, session.session_id, "session", session_header(session))
+    for summary in session.summaries:
+        anchor = new_ids.get(summary.anchor_row_id, summary.anchor_row_id)
+        result = conn.execute(
+            schema.agent_summaries.insert().values(
+                session_id=session.session_id,
+                summary=summary.summary,
+                anchor_message_id=anchor,
+                created_at=summary.timestamp,
+            )
+        )
+        _write_line(conn, session.session_id, "summary", summary_line(summary), summary_id=result.inserted_primary_key[0])
+    for change in session.scene_changes:
+        conn.execute(
+            schema.zhin_scene_changes.insert().values(
+                session_id=session.session_id,
+                timestamp=change.timestamp,
+                changes=json.dumps(change.changes, ensure_ascii=False),
+            )
+        )
+    for member in session.members:
+        _write_line(conn, session.session_id, "member", member_line(member))
+    if _newest_epoch(conn, session.session_id, key, times[0]):  # the key's current facts are its newest epoch's
+        _write_profile(conn, session, key, times[0])
+        _write_members(conn, session, key)
+
+
+def _write_messages(conn: Any, session: Session) -> dict[int, int]:
+    """The messages as ``agent_messages`` rows chained by ``parent_id``: the file's row id → the database's.
+    Row ids belong to the database, not the file: new rows get new ids, and summaries follow them."""
     parent: int | None = None
     new_ids: dict[int, int] = {}
     for message in session.messages:
@@ -1111,42 +1229,32 @@ def _write(conn: Any, session: Session) -> None:
                 role=message.role,
                 payload=json.dumps(line, ensure_ascii=False, separators=(",", ":")),
                 parent_id=parent,
-                extra=json.dumps(extra, ensure_ascii=False) if extra else "",
+                # "" = no extra (upstream's default); an empty object is kept as "{}"
+                extra="" if extra is None else json.dumps(extra, ensure_ascii=False),
                 timestamp=message.timestamp,
             )
         )
         parent = int(result.inserted_primary_key[0])
         new_ids[message.row_id] = parent
-    times = [m.timestamp for m in session.messages] or [0]
-    conn.execute(
-        schema.agent_sessions.insert().values(
-            session_id=session.session_id,
-            session_key=session.session_key or session.session_id.split("#")[0],
-            model="",
-            status="active",
-            active_leaf_message_id=parent,
-            created_at=times[0],
-            updated_at=times[-1],
-        )
-    )
-    for summary in session.summaries:
-        conn.execute(
-            schema.agent_summaries.insert().values(
-                session_id=session.session_id,
-                summary=summary.summary,
-                anchor_message_id=new_ids.get(summary.anchor_row_id, summary.anchor_row_id),
-                created_at=summary.timestamp,
-            )
-        )
-    for change in session.scene_changes:
-        conn.execute(
-            schema.zhin_scene_changes.insert().values(
-                session_id=session.session_id,
-                timestamp=change.timestamp,
-                changes=json.dumps(change.changes, ensure_ascii=False),
-            )
-        )
-    key = session.session_key or session.session_id
+    return new_ids
+
+
+def _write_line(conn: Any, session_id: str, kind: str, line: dict[str, Any], *, summary_id: int | None = None) -> None:
+    conn.execute(schema.zhin_lines.insert().values(session_id=session_id, kind=kind, summary_id=summary_id,
+                                                   line=json.dumps(line, ensure_ascii=False, separators=(",", ":"))))
+
+
+def _newest_epoch(conn: Any, session_id: str, key: str, created_at: int) -> bool:
+    """Whether this epoch is its key's newest (the one a load by key picks: created_at, then session id)."""
+    t = schema.agent_sessions
+    newer = conn.execute(select(t.c.session_id).where(
+        (t.c.session_key == key) & (t.c.session_id != session_id)
+        & ((t.c.created_at > created_at) | ((t.c.created_at == created_at) & (t.c.session_id > session_id))))).first()
+    return newer is None
+
+
+def _write_profile(conn: Any, session: Session, key: str, created_at: int) -> None:
+    """The epoch's facts as its key's ``ai_session_profiles`` row (upstream's one row per key)."""
     scene = session.scene
     conn.execute(schema.ai_session_profiles.delete().where(schema.ai_session_profiles.c.session_key == key))
     conn.execute(
@@ -1161,14 +1269,13 @@ def _write(conn: Any, session: Session) -> None:
             bot_role=session.bot.platform_role,
             owner_id=scene.owner_id,
             member_count=scene.member_count,
-            facts_updated_at=times[0],
+            facts_updated_at=created_at,
             bot_user_id=session.bot.user_id,
             bot_name=session.bot.name,
             bot_nickname=session.bot.group_nickname,
             timezone=session.timezone,
         )
     )
-    _write_members(conn, session, key)
 
 
 def _write_members(conn: Any, session: Session, key: str) -> None:

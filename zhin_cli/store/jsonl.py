@@ -39,6 +39,7 @@ from zhin_cli.store.payload import (
     check_str,
     check_timestamp,
     check_tool_pairing,
+    facts_from_key,
     message_from_payload,
     settle_bot_header,
     settle_bot_headers,
@@ -61,6 +62,7 @@ class _Builder:
     next_row_id: int = 1
     seen_row_ids: set[int] = field(default_factory=set)
     tools: ToolPairing = field(default_factory=ToolPairing)
+    summary_places: list[str] = field(default_factory=list)  # each summary line's file:line, in order
 
     def require_session(self, where: str) -> Session:
         if self.session is None:
@@ -80,6 +82,13 @@ def line_type(name: str, *, replace: bool = False) -> Callable[[LineParser], Lin
 def _session_line(builder: _Builder, obj: dict[str, Any], where: str) -> None:
     if builder.session is not None:
         raise InputError("a second session line (one session per file)", where=where)
+    builder.session = session_from_line(obj, where, messages=builder.messages, source=builder.path)
+
+
+def session_from_line(obj: dict[str, Any], where: str, *, messages: list[Message], source: str) -> Session:
+    """A session line as a session (its facts, ``raw`` the line itself): read here for a file, and by the
+    database reader for the session line ``zhin import`` stored of an epoch (``zhin_lines``) — one parser, so
+    a file and its import read the same facts."""
     session_id = obj.get("session_id")
     if not isinstance(session_id, str) or not session_id:
         raise InputError("the session line needs a non-empty string 'session_id'", where=where)
@@ -100,16 +109,10 @@ def _session_line(builder: _Builder, obj: dict[str, Any], where: str) -> None:
         scene = SceneFacts.from_mapping(obj.get("scene") or {})
     except (TypeError, ValueError) as exc:
         raise InputError(f"bad scene facts: {exc}", where=where) from None
-    builder.session = Session(
-        session_id=session_id,
-        session_key=session_key if session_key is not None else session_id.split("#")[0],
-        timezone=timezone,
-        bot=BotFacts.from_mapping(obj.get("bot") or {}),
-        scene=scene,
-        messages=builder.messages,
-        source=builder.path,
-        raw=obj,
-    )
+    key = session_key if session_key is not None else session_id.split("#")[0]
+    bot, scene = facts_from_key(key, BotFacts.from_mapping(obj.get("bot") or {}), scene)
+    return Session(session_id=session_id, session_key=key, timezone=timezone, bot=bot, scene=scene,
+                   messages=messages, source=source, raw=obj)
 
 
 @line_type("message")
@@ -161,26 +164,42 @@ def _scene_line(builder: _Builder, obj: dict[str, Any], where: str) -> None:
 
 @line_type("summary")
 def _summary_line(builder: _Builder, obj: dict[str, Any], where: str) -> None:
-    session = builder.require_session(where)
+    builder.require_session(where).summaries.append(summary_from_line(obj, where))
+    builder.summary_places.append(where)
+
+
+def summary_from_line(obj: dict[str, Any], where: str) -> Summary:
+    """A summary line (``raw`` the line itself): a file's, or one ``zhin import`` stored (``zhin_lines``)."""
     anchor = obj.get("anchor_message_id")
     if not isinstance(anchor, int) or isinstance(anchor, bool) or not -MAX_ROW_ID <= anchor <= MAX_ROW_ID:
         raise InputError("'anchor_message_id' must be the integer id of the last message summarised", where=where)
     if not isinstance(obj.get("summary"), str):
         raise InputError("'summary' must be a string", where=where)
-    session.summaries.append(
-        Summary(timestamp=_timestamp(obj, where), summary=obj["summary"], anchor_row_id=anchor, raw=obj)
-    )
+    return Summary(timestamp=_timestamp(obj, where), summary=obj["summary"], anchor_row_id=anchor, raw=obj)
 
 
 @line_type("member")
 def _member_line(builder: _Builder, obj: dict[str, Any], where: str) -> None:
-    session = builder.require_session(where)
+    builder.require_session(where).members.append(member_from_line(obj, where))
+
+
+def member_from_line(obj: dict[str, Any], where: str) -> MemberSnapshot:
+    """A member line (``raw`` the line itself, so an integer ``user_id`` stays one when written back)."""
     user_id = obj.get("user_id")
     if not isinstance(user_id, (str, int)) or isinstance(user_id, bool):
         raise InputError("a member line needs 'user_id'", where=where)
     facts = {k: v for k, v in obj.items() if k not in ("type", "timestamp", "user_id")}
     check_member_facts(facts, where)
-    session.members.append(MemberSnapshot(timestamp=_timestamp(obj, where), user_id=str(user_id), facts=facts, raw=obj))
+    return MemberSnapshot(timestamp=_timestamp(obj, where), user_id=str(user_id), facts=facts, raw=obj)
+
+
+def check_summary_anchors(session: Session, places: Sequence[str], row_ids: set[int]) -> None:
+    """A summary stands in for the messages up to its anchor: an anchor that names no message of the session
+    would be ignored by a trace of the file and, once imported, kept as a number that names some other row.
+    So it is refused where it is written (``places``: each summary's ``file:line``)."""
+    for summary, where in zip(session.summaries, places, strict=True):
+        if summary.anchor_row_id not in row_ids:
+            raise InputError(f"'anchor_message_id' {summary.anchor_row_id} names no message of this session", where=where)
 
 
 def _timestamp(obj: dict[str, Any], where: str) -> int:
@@ -230,6 +249,7 @@ def _read(path: Path, *, lazy: bool) -> Session:
         # nothing but blank lines: line 1 is where the session line should have been
         raise InputError("empty file: no session line", where=at_line(path, 1))
     session = builder.session
+    check_summary_anchors(session, builder.summary_places, builder.seen_row_ids)
     if lazy:
         session.messages = LazyMessages(builder.outline.outline(),
                                         _LineLoader(path, identity, builder.offsets, builder.numbers,
@@ -304,20 +324,14 @@ def session_lines(session: Session) -> Iterator[dict[str, Any]]:
     it parses it (``payload.outline_facts``), and a bad row must be one error before any output, not after half
     a file."""
     messages = list(session.messages)
-    yield _session_header(session)
+    yield session_header(session)
     side: list[tuple[int, int, dict[str, Any]]] = []
     for change in session.scene_changes:
         side.append((change.timestamp, -1, change.raw or {"type": "scene", "timestamp": change.timestamp, **change.changes}))
     for member in session.members:
-        side.append((member.timestamp, -1, member.raw or {"type": "member", "timestamp": member.timestamp, "user_id": member.user_id, **member.facts}))
+        side.append((member.timestamp, -1, member_line(member)))
     for summary in session.summaries:
-        raw = summary.raw or {
-            "type": "summary",
-            "timestamp": summary.timestamp,
-            "summary": summary.summary,
-            "anchor_message_id": summary.anchor_row_id,
-        }
-        side.append((summary.timestamp, summary.anchor_row_id, raw))
+        side.append((summary.timestamp, summary.anchor_row_id, summary_line(summary)))
     side.sort(key=lambda item: (item[0], item[1]))
     pending = list(side)
     for message in messages:
@@ -328,7 +342,16 @@ def session_lines(session: Session) -> Iterator[dict[str, Any]]:
         yield item[2]
 
 
-def _session_header(session: Session) -> dict[str, Any]:
+def member_line(member: MemberSnapshot) -> dict[str, Any]:
+    return member.raw or {"type": "member", "timestamp": member.timestamp, "user_id": member.user_id, **member.facts}
+
+
+def summary_line(summary: Summary) -> dict[str, Any]:
+    return summary.raw or {"type": "summary", "timestamp": summary.timestamp, "summary": summary.summary,
+                           "anchor_message_id": summary.anchor_row_id}
+
+
+def session_header(session: Session) -> dict[str, Any]:
     if session.raw.get("type") == "session":
         return session.raw
     header: dict[str, Any] = {"type": "session", "session_id": session.session_id}

@@ -19,9 +19,11 @@ from zhin_cli.core.model import (
     EVENT_KINDS,
     Actor,
     AssistantMessage,
+    BotFacts,
     EventMessage,
     Message,
     OutlineRole,
+    SceneFacts,
     Session,
     ToolResultMessage,
     UserMessage,
@@ -218,6 +220,23 @@ def _user_message(
         reply_to=None if reply_to is None else str(reply_to),
         raw=payload,
     )
+
+
+def facts_from_key(session_key: str | None, bot: BotFacts, scene: SceneFacts) -> tuple[BotFacts, SceneFacts]:
+    """The one rule for facts a session key implies, applied by every reader (JSONL session line, database
+    profile, stored session line) to the facts it read: upstream's key is ``<platform>:<bot account>:<kind>:<scene
+    id>``, so a bot without ``user_id`` is that account and a scene without type or id is that kind and id. Facts
+    the source names are never replaced; a key of another shape implies nothing."""
+    parts = (session_key or "").split(":")
+    if len(parts) < 4:
+        return bot, scene
+    if bot.user_id is None:
+        bot = replace(bot, user_id=parts[1])
+    if scene.scene_type is None:
+        scene = replace(scene, scene_type=parts[2])
+    if scene.scene_id is None:
+        scene = replace(scene, scene_id=parts[3])
+    return bot, scene
 
 
 def settle_bot_headers(session: Session) -> Session:

@@ -113,6 +113,19 @@ zhin_scene_changes = Table(
     Column("changes", Body, nullable=False),  # JSON object of scene facts
 )
 
+zhin_lines = Table(
+    "zhin_lines",
+    metadata,
+    # ours: the lines of an imported epoch that upstream's tables cannot hold as written — its session line (facts
+    # per epoch, where ai_session_profiles holds one row per key), its member lines (ai_scene_members: one row per
+    # member of the key) and its summary lines (unknown keys) — verbatim JSON, so a round trip loses nothing
+    Column("id", Int, primary_key=True, autoincrement=True),
+    Column("session_id", Key, nullable=False, index=True),
+    Column("kind", Text, nullable=False),  # "session", "member" or "summary"
+    Column("summary_id", Int, nullable=True),  # a summary line's agent_summaries row (id, or SQLite's rowid)
+    Column("line", Body, nullable=False),
+)
+
 zhin_imported_events = Table(
     "zhin_imported_events",
     metadata,
