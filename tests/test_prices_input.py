@@ -366,3 +366,13 @@ def test_libyaml_composes_a_valid_document_and_pyyaml_words_every_error(tmp_path
     with pytest.raises(ConfigError, match=r"x.yaml:2: invalid YAML: expected ',' or '\]', but got '<stream end>'$"):
         read_yaml_file(path)
     assert composed == ["_LibyamlLoader", "_PyLoader"]
+
+
+def test_an_unquoted_date_in_the_note_stays_text_and_a_number_there_is_refused(tmp_path: Path) -> None:
+    """The envelope is checked with dates as text (rows are copied once: in parse_providers)."""
+    path = tmp_path / "prices.yaml"
+    path.write_text("note: 2026-01-01\n" + BASE, encoding="utf-8")
+    assert read_prices(path).choose("openai", "gpt-4o") is not None
+    path.write_text("note: 5\n" + BASE, encoding="utf-8")  # control: the envelope is checked
+    with pytest.raises(ConfigError, match=r"prices.yaml:1: "):
+        read_prices(path)

@@ -274,7 +274,8 @@ def read_prices(path: Path, base: PriceTable | None = None) -> PriceTable:
     if not isinstance(data, dict):
         raise ConfigError("a prices file is a mapping: {version: 1, providers: {…}}", where=where(""))
     # the rows are checked by parse_providers (with their own key names); the envelope here, providers: included
-    envelope = {**data, "providers": {}} if isinstance(data.get("providers"), dict) else data
+    # (dates as text here and in parse_providers: the rows are copied once, not twice)
+    envelope = dates_as_text({**data, "providers": {}} if isinstance(data.get("providers"), dict) else data)
     for error in _validator("file").iter_errors(envelope):
         key, message = describe(error)
         raise ConfigError(message.replace("the config", "the prices file")[:300], where=where(key))
