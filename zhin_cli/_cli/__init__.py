@@ -377,8 +377,10 @@ def write_jsonl_output(session: Any, output: Path | None) -> int | None:
     from zhin_cli.core.outputfiles import atomic_output
     from zhin_cli.store.jsonl import write_session
 
-    if output is None:
-        write_session(session, sys.stdout)
+    if output is None:  # a terminal or a CI log: escaped like print_json (each line parses to the same value)
+        text = io.StringIO()
+        write_session(session, text)
+        sys.stdout.write(terminal_safe_lines(text.getvalue()))
         return None
     with atomic_output(output) as handle:  # a full disk leaves no half-written file (and the old one intact)
         return write_session(session, handle)
