@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import json
 import struct
-import sys
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -183,3 +182,93 @@ def test_check_capture_with_a_400_digit_order_is_one_line_exit_3(zhin: Zhin, tmp
     good = zhin("preset", "check-capture", *common, "--lore", _lore_with(tmp_path, "order", 100))
     assert good.returncode in (0, 1) and "Traceback" not in good.stderr  # the negative control: it runs
     assert "captures" in good.stdout
+
+
+# --- 7: PNG cards -------------------------------------------------------------------------------------------------
+
+def _chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+def _card_text(keyword: bytes = b"chara") -> bytes:
+    card = json.loads((CONTENT / "golden-card.json").read_text(encoding="utf-8"))
+    return keyword + b"\0" + base64.b64encode(json.dumps(card).encode())
+
+
+def _png_bytes(width: int, height: int, idat: bytes, *chunks: bytes) -> bytes:
+    header = struct.pack(">IIBBBBB", width, height, 8, 6, 0, 0, 0)  # 8-bit RGBA
+    return b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", header) + _chunk(b"IDAT", idat) + b"".join(chunks) + _chunk(b"IEND", b"")
+
+
+# Pixels that no decoder can inflate: a reader that decodes the image fails on them; one that never does, does not
+UNDECODABLE = b"\xff" * 64
+
+
+def test_the_pixels_of_a_card_are_never_decoded(tmp_path: Path) -> None:
+    bomb = tmp_path / "bomb.png"  # 12,000 × 12,000 RGBA: Pillow warned, then decoded 576 MB
+    bomb.write_bytes(_png_bytes(12_000, 12_000, UNDECODABLE, _chunk(b"tEXt", _card_text())))
+    assert read_card(bomb).name == "Juniper"
+
+
+def test_the_undecodable_pixels_do_fail_a_decoder(tmp_path: Path) -> None:
+    """The negative control of the test above, on a 2 × 2 image: decoding these pixels fails."""
+    from PIL import Image
+
+    small = tmp_path / "small.png"
+    small.write_bytes(_png_bytes(2, 2, UNDECODABLE, _chunk(b"tEXt", _card_text())))
+    with Image.open(small) as image, pytest.raises((OSError, SyntaxError, zlib.error)):
+        image.load()
+
+
+def test_check_capture_with_a_bomb_card_prints_no_warning(zhin_process: Zhin, tmp_path: Path) -> None:
+    bomb = tmp_path / "bomb.png"
+    bomb.write_bytes(_png_bytes(12_000, 12_000, UNDECODABLE, _chunk(b"tEXt", _card_text())))
+    result = zhin_process("preset", "check-capture", _capture_folder(tmp_path), "--preset", CONTENT / "golden-preset.json",
+                          "--chat", GOLDEN / "runs" / "plain" / "chat.jsonl", "--card", bomb,
+                          "--lore", CONTENT / "golden-lore.json", env={"PYTHONWARNINGS": "default"})
+    assert result.returncode in (0, 1), result.stderr
+    assert result.stderr == "" and "captures · 1 turns checked" in result.stdout
+
+
+@pytest.mark.parametrize(("keyword", "expected"), [(b"ccv3", "Juniper"), (b"CHARA", "Juniper"), (b"Comment", None)])
+def test_the_card_keyword_is_read_as_st_reads_it(keyword: bytes, expected: str | None, tmp_path: Path) -> None:
+    path = tmp_path / "card.png"
+    path.write_bytes(_png_bytes(2, 2, UNDECODABLE, _chunk(b"tEXt", _card_text(keyword))))
+    if expected is None:  # the negative control: another keyword is no card
+        with pytest.raises(InputError, match="no 'ccv3' or 'chara' text chunk"):
+            read_card(path)
+    else:
+        assert read_card(path).name == expected
+
+
+def test_ccv3_wins_over_an_earlier_chara(tmp_path: Path) -> None:
+    card = json.loads((CONTENT / "golden-card.json").read_text(encoding="utf-8"))
+    card["data"]["name"] = "Newer"
+    ccv3 = b"ccv3\0" + base64.b64encode(json.dumps(card).encode())
+    path = tmp_path / "card.png"
+    path.write_bytes(_png_bytes(2, 2, UNDECODABLE, _chunk(b"tEXt", _card_text()), _chunk(b"tEXt", ccv3)))
+    assert read_card(path).name == "Newer"
+
+
+def _refused(path: Path, data: bytes, fragment: str) -> None:
+    path.write_bytes(data)
+    with pytest.raises(InputError, match=fragment) as caught:
+        read_card(path)
+    assert caught.value.where == str(path) and "\n" not in str(caught.value)
+
+
+def test_bad_chunks_are_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "card.png"
+    good = _png_bytes(2, 2, UNDECODABLE, _chunk(b"tEXt", _card_text()))
+    path.write_bytes(good)
+    assert read_card(path).name == "Juniper"  # the negative control: the intact file reads
+    text_at = good.index(b"tEXt") - 4
+    claims_more = good[:text_at] + struct.pack(">I", 2**31 - 1) + good[text_at + 4:]
+    _refused(path, claims_more, "chunk b'tEXt' at byte .* claims 2,147,483,647 bytes, past the end")
+    _refused(path, good[: text_at + 20], "past the end of the file")  # cut inside the card chunk
+    _refused(path, good[: text_at + 3], r"cut short at byte \d+ \(a chunk header\)")
+    damaged = bytearray(good)
+    damaged[text_at + 20] ^= 0x01
+    _refused(path, bytes(damaged), "'chara' chunk is damaged")
+    compressed = _chunk(b"zTXt", b"chara\0\0" + zlib.compress(b"A" * 2**20))
+    _refused(path, _png_bytes(2, 2, UNDECODABLE, compressed), r"chara \(zTXt\): SillyTavern reads a card only from a tEXt")

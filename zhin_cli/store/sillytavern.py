@@ -19,9 +19,13 @@ What is read, and why that way (each rule confirmed in SillyTavern's source, 1.1
 
 from __future__ import annotations
 
+import base64
+import binascii
 import functools
 import re
-from collections.abc import Callable
+import struct
+import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -171,8 +175,8 @@ class _Line:
 
 
 def _message_line(obj: dict[str, Any], number: int, where: str, notes: list[str]) -> _Line:
-    for name, problem in js_number_problems(obj, skip=("send_date",)):  # send_date: a date range of its own
-        raise InputError(f"'{name}' must be a number SillyTavern holds: {problem}", where=where)
+    for key, problem in js_number_problems(obj, skip=("send_date",)):  # send_date: a date range of its own
+        raise InputError(f"'{key}' must be a number SillyTavern holds: {problem}", where=where)
     text = obj.get("mes")
     if not isinstance(text, str):
         raise InputError(f"a message needs a string 'mes', got {short(text)}", where=where)
@@ -324,7 +328,7 @@ def read_card(path: Path) -> Card:
     V2); V2 and V3 keep the fields in ``data`` alike, V1 at the top. Bad input: an ``InputError`` naming the file."""
     raw = _read_limited(path, "character card")
     if raw.startswith(PNG_SIGNATURE):
-        return _card_from(path, _png_card_json(path), where=str(path))
+        return _card_from(path, _png_card_json(raw, path), where=str(path))
     return _card_from(path, _json_object(raw, path, "character card"), where=str(path))
 
 
@@ -356,35 +360,66 @@ def _json_object(raw: bytes, path: Path, what: str, *, chunk: str | None = None)
     return obj
 
 
-def _png_card_json(path: Path) -> dict[str, Any]:
-    import base64
-    import binascii
+# A PNG chunk: length (4 bytes, big-endian, at most 2^31 − 1), type (4), data, CRC-32 of type and data (4)
+_PNG_CHUNK_HEAD = struct.Struct(">I4s")
+_PNG_MAX_CHUNK = 2**31 - 1
+CARD_KEYWORDS = ("ccv3", "chara")  # ST's character-card-parser: the first ccv3 tEXt chunk, else the first chara
 
-    try:
-        from PIL import Image
-    except ImportError:
-        from zhin_cli.core.errors import ZhinError
 
-        raise ZhinError("a PNG character card needs Pillow: pip install 'zhin-cli[sillytavern]'") from None
-    try:
-        # Pillow's own guards: MAX_IMAGE_PIXELS (a decompression bomb is refused at open), MAX_TEXT_CHUNK and
-        # MAX_TEXT_MEMORY (a huge or over-compressed text chunk is refused while reading)
-        with Image.open(path) as image:
-            image.load()  # ST writes the card chunk after the image data: Pillow reads it only when loading
-            texts = dict(getattr(image, "text", {}) or {})
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
-        reason = str(exc).replace(repr(str(path)), "it")  # Pillow names the file, which the error already does
-        raise InputError(f"cannot read the PNG: {short(reason)}", where=str(path)) from None
-    for key in ("ccv3", "chara"):
-        value = texts.get(key)
-        if not isinstance(value, str):
+def _png_chunks(raw: bytes, path: Path) -> Iterator[tuple[bytes, int, int]]:
+    """(type, start, end) of every chunk of the PNG ``raw`` (whole, at most ``MAX_ST_FILE_BYTES``), up to IEND.
+    Nothing is copied or decompressed: the pixels (IDAT) are skipped unread, so an image of 12,000 × 12,000 in a
+    few hundred KB (a decompression bomb) costs what its file does. A chunk running past the end is an error."""
+    at = len(PNG_SIGNATURE)
+    while at < len(raw):
+        if at + _PNG_CHUNK_HEAD.size + 4 > len(raw):
+            raise InputError(f"not a PNG SillyTavern reads: cut short at byte {at} (a chunk header)", where=str(path))
+        length, kind = _PNG_CHUNK_HEAD.unpack_from(raw, at)
+        start = at + _PNG_CHUNK_HEAD.size
+        if length > _PNG_MAX_CHUNK or start + length + 4 > len(raw):
+            raise InputError(f"not a PNG SillyTavern reads: chunk {short(kind)} at byte {at} claims {length:,} bytes, "
+                             "past the end of the file", where=str(path))
+        yield kind, start, start + length
+        if kind == b"IEND":
+            return
+        at = start + length + 4
+
+
+def _png_card_text(raw: bytes, path: Path) -> tuple[str, str]:
+    """(keyword, base64 text) of the card in a PNG, chosen as ST's character-card-parser chooses it: among the
+    ``tEXt`` chunks (Latin-1 ``keyword\\0text``), the first whose keyword is ``ccv3`` in any case, else the first
+    ``chara``. ST reads no compressed chunk (``zTXt``, ``iTXt``): a card only there is refused, never inflated."""
+    found: dict[str, str] = {}
+    compressed: list[str] = []
+    for kind, start, end in _png_chunks(raw, path):
+        if kind not in (b"tEXt", b"zTXt", b"iTXt"):
             continue
-        try:
-            decoded = base64.b64decode(value.strip(), validate=False)
-        except (binascii.Error, ValueError):
-            raise InputError(f"the PNG's '{key}' chunk is not base64", where=str(path)) from None
-        return _json_object(decoded, path, "character card", chunk=key)
+        separator = raw.find(b"\0", start, min(end, start + 80))  # a PNG keyword is 1–79 bytes
+        keyword = raw[start:separator].decode("latin-1").lower() if separator > start else ""
+        if keyword not in CARD_KEYWORDS or keyword in found:
+            continue
+        if kind != b"tEXt":
+            compressed.append(f"{keyword} ({kind.decode('latin-1')})")
+            continue
+        if zlib.crc32(raw[start - 4 : end]) != int.from_bytes(raw[end : end + 4], "big"):
+            raise InputError(f"the PNG's '{keyword}' chunk is damaged (its CRC does not match)", where=str(path))
+        found[keyword] = raw[separator + 1 : end].decode("latin-1")
+    for keyword in CARD_KEYWORDS:
+        if keyword in found:
+            return keyword, found[keyword]
+    if compressed:
+        raise InputError(f"the card is in a compressed chunk, {', '.join(compressed)}: SillyTavern reads a card only "
+                         "from a tEXt chunk (export the card from SillyTavern again)", where=str(path))
     raise InputError("a PNG without a character card: no 'ccv3' or 'chara' text chunk", where=str(path))
+
+
+def _png_card_json(raw: bytes, path: Path) -> dict[str, Any]:
+    keyword, text = _png_card_text(raw, path)
+    try:
+        decoded = base64.b64decode(text.strip(), validate=False)
+    except (binascii.Error, ValueError):
+        raise InputError(f"the PNG's '{keyword}' chunk is not base64", where=str(path)) from None
+    return _json_object(decoded, path, "character card", chunk=keyword)
 
 
 def _card_from(path: Path, obj: dict[str, Any], *, where: str) -> Card:
