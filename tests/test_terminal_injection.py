@@ -144,6 +144,25 @@ def hostile_session(folder: Path) -> Path:
     return path
 
 
+def hostile_group(folder: Path) -> Path:
+    """The busy group with the hostile text as its name, an admin's id and the model of every logged request."""
+    lines = [json.loads(line) for line in (FIXTURES / "group-busy.jsonl").read_text(encoding="utf-8").splitlines()]
+    lines[0]["scene"] |= {"scene_name": "group" + HOSTILE, "admins": ["admin" + HOSTILE]}
+    for line in lines:
+        if line.get("role") == "assistant" and "model" in line:
+            line["model"] = "model" + HOSTILE
+    path = folder / "group.jsonl"
+    path.write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def group_facts(folder: Path) -> list[object]:
+    database = folder / "group.sqlite"
+    assert run_zhin("import", hostile_group(folder), "--db", database, cwd=folder).returncode == 0
+    return ["facts", "show", json.loads((folder / "group.jsonl").read_text(encoding="utf-8").split("\n")[0])["session_key"],
+            "--db", database]
+
+
 def st_chat(folder: Path) -> Path:
     lines = (FIXTURES / "st" / "chat.jsonl").read_text(encoding="utf-8").splitlines()
     head = json.loads(lines[0])
@@ -247,12 +266,14 @@ COMMANDS: dict[str, Callable[[Path], list[object]]] = {
     "import": lambda d: ["import", hostile_session(d), "--db", d / "data.sqlite"],
     "sessions": lambda d: ["sessions", "--db", imported(d)],
     "export": lambda d: ["export", "s" + HOSTILE, "--db", imported(d)],
+    "facts show": group_facts,
+    "stats cache": lambda d: ["stats", "cache", hostile_group(d)],
 }
 
 
 def shown_and_clean(output: str, *, terminal: bool = False) -> None:
     assert "Traceback" not in output, output[-2000:]
-    assert f"{MARK}-title" in output, output[-2000:]  # the command did print the hostile text (escaped)
+    assert f"{MARK}-" in output, output[-2000:]  # the command did print the hostile text (escaped)
     assert injections(output, terminal=terminal) == [], output[-3000:]
 
 
