@@ -35,9 +35,52 @@
     return node;
   }
 
-  var HEADER = /\[(?:id|scene_id):[^\]\n]*?;\]/g;
+  // A header is "[id:" or "[scene_id:" up to the first "]" on its line, that "]" right after a ";". Found by a
+  // scan, not a regex: a backtracking regex retries from every "[id:" and rescans the rest of the line each time
+  // (quadratic: 400 KB of "[id:" took 13.5 s). Here a header start with no valid end skips every other start up
+  // to that end (they share it), so each character is looked at a bounded number of times.
+  var HEADER_STARTS = ["[id:", "[scene_id:"];
+
+  // the first header start at or after "from"; each kind's next position is kept until passed, so the text is
+  // searched once per kind (not once per start: a rare kind would be searched for to the end every time)
+  function starts(text) {
+    var next = HEADER_STARTS.map(function () { return -2; });
+    return function (from) {
+      var best = -1;
+      HEADER_STARTS.forEach(function (start, k) {
+        if (next[k] !== -1 && next[k] < from) next[k] = text.indexOf(start, from);
+        if (next[k] >= 0 && (best < 0 || next[k] < best)) best = next[k];
+      });
+      return best;
+    };
+  }
+
+  // the end (exclusive) of the line-bounded run from "from": the first "]" or newline at or after it, or -1
+  function runEnd(text, from) {
+    for (var i = from; i < text.length; i++) {
+      var c = text.charCodeAt(i);
+      if (c === 93 || c === 10) return i;  // "]", "\n"
+    }
+    return -1;
+  }
+
+  function headerRanges(text, ranges) {
+    var nextStart = starts(text);
+    var from = 0;
+    var start;
+    while ((start = nextStart(from)) >= 0) {
+      var end = runEnd(text, start);
+      if (end < 0) return;  // no "]" nor newline left: no header can end
+      if (text.charCodeAt(end) === 93 && text.charCodeAt(end - 1) === 59) {  // ";]"
+        ranges.push([start, end + 1, "hdr"]);
+      }
+      from = end + 1;  // every start before "end" ends there too: none of them can be a header either
+    }
+  }
+
   // the host's lines: at a line's start, or right after the event's own header (Anthropic, Gemini: one block per
-  // event); a member's text that quotes "[state change]" mid-line is not one
+  // event); a member's text that quotes "[state change]" mid-line is not one. Linear: each try is a fixed-length
+  // look-behind and literal, and a match takes the rest of its line, so no character is rescanned.
   var STATE = /(?<=^|;\] )\[state change\][^\n]*/gm;
 
   // text with headers and [state change] lines wrapped in spans
@@ -45,8 +88,7 @@
     var frag = document.createDocumentFragment();
     var ranges = [];
     var m;
-    HEADER.lastIndex = 0;
-    while ((m = HEADER.exec(text)) !== null) ranges.push([m.index, m.index + m[0].length, "hdr"]);
+    headerRanges(text, ranges);
     STATE.lastIndex = 0;
     while ((m = STATE.exec(text)) !== null) ranges.push([m.index, m.index + m[0].length, "state"]);
     ranges.sort(function (a, b) { return a[0] - b[0]; });
@@ -212,7 +254,12 @@
   }
 
   function openTarget() {
-    var id = decodeURIComponent(location.hash.slice(1));
+    var id;
+    try {
+      id = decodeURIComponent(location.hash.slice(1));
+    } catch (err) {
+      return;  // a malformed fragment ("#%E0%A4%A"): names no turn, so nothing opens
+    }
     if (!id) return;
     var section = document.getElementById(id);
     if (!section || !section.matches("section[data-turn]")) return;
