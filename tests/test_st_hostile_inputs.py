@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import struct
+import sys
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -272,3 +273,126 @@ def test_bad_chunks_are_one_line(tmp_path: Path) -> None:
     _refused(path, bytes(damaged), "'chara' chunk is damaged")
     compressed = _chunk(b"zTXt", b"chara\0\0" + zlib.compress(b"A" * 2**20))
     _refused(path, _png_bytes(2, 2, UNDECODABLE, compressed), r"chara \(zTXt\): SillyTavern reads a card only from a tEXt")
+
+
+# --- 8: turn matching ---------------------------------------------------------------------------------------------
+
+def _whole_parts(needle: str, texts: list[str]) -> int:
+    """The rule, by brute force: positions where ``needle`` starts a text, a line or follows ": ", and ends the
+    text or a line (the reference :class:`_Parts` must agree with)."""
+    count = 0
+    for text in texts:
+        for at in range(len(text) - len(needle) + 1):
+            end = at + len(needle)
+            starts = at == 0 or text[at - 1] == "\n" or text[max(0, at - 2):at] == ": "
+            if text[at:end] == needle and starts and (end == len(text) or text[end] == "\n"):
+                count += 1
+    return count
+
+
+def test_the_part_index_counts_as_the_rule_does() -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from zhin_cli.tools.stcapture import _Parts
+
+    alphabet = st.sampled_from(["a", "b", "ab", ": ", ":", " ", "\n", "a: b", "x" * 70])
+    piece = st.lists(alphabet, max_size=12).map("".join)
+
+    @settings(max_examples=400, deadline=None, database=None)
+    @given(st.lists(piece, max_size=5), st.lists(piece, min_size=1, max_size=4))
+    def agree(texts: list[str], needles: list[str]) -> None:
+        parts = _Parts(texts)
+        for needle in [*needles, *texts]:
+            assert parts.count(needle) == _whole_parts(needle, texts), (needle, texts)
+            assert parts.bound(needle) >= parts.count(needle)
+
+    agree()
+    # the negative control: the rule is not plain substring counting ("ok" inside "look" is not a part)
+    assert _whole_parts("ok", ["look", "ok\nName: ok", "ok 4beed990"]) == 2
+    assert _Parts(["look", "ok\nName: ok", "ok 4beed990"]).count("ok") == 2
+
+
+def _chat(tmp_path: Path, turns: int) -> Path:
+    lines: list[dict[str, Any]] = [{"user_name": "unused", "character_name": "unused", "chat_metadata": {"integrity": "x"}}]
+    for number in range(1, turns + 1):
+        lines.append({"name": "Sol", "is_user": True, "mes": f"question {number} about the tides",
+                      "send_date": "2026-03-01T10:00:00.000Z"})
+        lines.append({"name": "Juniper", "is_user": False, "mes": f"answer {number}: the tide turns",
+                      "send_date": "2026-03-01T10:00:01.000Z"})
+    path = tmp_path / f"chat-{turns}.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _lines_run(code: Any, run: Callable[[], object]) -> int:
+    """Python lines executed in ``code``'s file (its functions, comprehensions, methods) while ``run`` runs: an
+    operation count that no machine's speed changes."""
+    executed = 0
+    filename = code.co_filename
+
+    def trace(frame: Any, event: str, _arg: object) -> Any:
+        nonlocal executed
+        if frame.f_code.co_filename != filename:
+            return None
+        if event == "line":
+            executed += 1
+        return trace
+
+    previous = sys.gettrace()
+    sys.settrace(trace)
+    try:
+        run()
+    finally:
+        sys.settrace(previous)
+    return executed
+
+
+def _old_occurrences(needle: str, texts: list[str]) -> int:
+    """``stcapture._occurrences`` as it was before issue 27 item 8, verbatim: with the next function, the negative
+    control of the count below."""
+    count = 0
+    for text in texts:
+        at = text.find(needle)
+        while at >= 0:
+            end = at + len(needle)
+            starts = at == 0 or text[at - 1] == "\n" or text[max(0, at - 2):at] == ": "
+            if starts and (end == len(text) or text[end] == "\n"):
+                count += 1
+            at = text.find(needle, at + 1)
+    return count
+
+
+def _old_turn_of(body: dict[str, Any], chat: Any) -> Any:
+    """``stcapture.turn_of`` as it was (it recounted turns 1…k for every turn k tried)."""
+    users = [m["content"] for m in body["messages"] if m["role"] == "user"]
+    everything = [m["content"] for m in body["messages"]]
+    for turn in reversed(chat.turns):
+        typed = sum(1 for t in chat.turns[: turn.number] if t.user_text == turn.user_text)
+        if not turn.user_text or _old_occurrences(turn.user_text, users) < typed:
+            continue
+        if turn.reply_text and _old_occurrences(turn.reply_text, everything):
+            continue
+        return turn
+    return None
+
+
+def _matching_lines(match: Callable[[dict[str, Any], Any], Any], body: dict[str, Any], chat: Any) -> int:
+    """Lines executed in ``match``'s file to match ``body``, which must be turn 1's."""
+    found: list[Any] = []
+    executed = _lines_run(match.__code__, lambda: found.append(match(body, chat)))
+    assert found[0].number == 1
+    return executed
+
+
+def test_matching_one_capture_is_linear_in_the_turns(tmp_path: Path) -> None:
+    """The capture of turn 1 (every later turn is tried first) against chats of 500 and 2,000 turns."""
+    from zhin_cli.tools.stcapture import turn_of
+
+    body = {"messages": [{"role": "system", "content": "rules"}, {"role": "user", "content": "question 1 about the tides"}]}
+    chats = {turns: read_chat(_chat(tmp_path, turns)) for turns in (500, 2000)}
+    now = {turns: _matching_lines(turn_of, body, chat) for turns, chat in chats.items()}
+    assert now[2000] / now[500] < 4.5, now  # 4× the turns: 4× the work (quadratic: 16×)
+    # the negative control: the same count on the matching as it was grows about 16-fold
+    before = {turns: _matching_lines(_old_turn_of, body, chat) for turns, chat in chats.items()}
+    assert before[2000] / before[500] > 12, before
