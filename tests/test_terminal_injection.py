@@ -101,7 +101,7 @@ def test_the_detector_flags_the_raw_text_and_each_of_its_parts() -> None:
     ("\x1b[2J", "\\u001b[2J"), ("a\rb\nc\td", "a\\u000db\\u000ac\\u0009d"), ("\x9b\x7f\x00", "\\u009b\\u007f\\u0000"),
     ("\u2028\u2029", "\\u2028\\u2029"), ("\u202e\u2066\u2069\u200f\u200e\u061c", "\\u202e\\u2066\\u2069\\u200f\\u200e\\u061c"),
     ("::error::x", ":\\u003aerror:\\u003ax"), ("a:::b", "a:\\u003a\\u003ab"), ("##[error]x", "\\u0023#[error]x"),
-    ("###[x", "#\\u0023#[x"),
+    ("###[x", "#\\u0023#[x"), ("a\u200bb\u2060c\ufeffd\u206ae", "a\\u200bb\\u2060c\\ufeffd\\u206ae"),
 ])
 def test_terminal_safe_escapes_each_kind(raw: str, shown: str) -> None:
     assert terminal_safe(raw) == shown
@@ -112,6 +112,13 @@ def test_terminal_safe_leaves_ordinary_text_alone() -> None:
     text = "qq:group:1 file.json:3: 中文 😀 👨‍👩‍👧 é # [x] ## #[ \\n [state change]"  # negative control
     assert terminal_safe(text) == text
     assert markup_safe("[bold]x") == "\\[bold]x" and markup_safe("\x1b") == "\\u001b"
+
+
+def test_request_diff_excerpts_escape_workflow_commands_too() -> None:
+    from zhin_cli.tools.requestdiff import readable
+
+    assert readable("a\n##[error]x ::error::y") == "a\\n\\u0023#[error]x :\\u003aerror:\\u003ay"
+    assert readable("qq:group:1 \\") == "qq:group:1 \\\\"  # negative control: one colon kept, a backslash doubled
 
 
 def test_terminal_safe_lines_keeps_line_breaks_and_json_values() -> None:

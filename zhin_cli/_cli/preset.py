@@ -57,9 +57,9 @@ def lint_command(
     else:
         console = stdout_console()
         preset = result.preset
-        console.print(f"[bold]{markup_safe(result.file)}[/] · {len(preset.prompts)} prompts · order {preset.order_source} "
+        console.print(f"[bold]{markup_safe(result.file)}[/] · {len(preset.prompts)} prompts · order {markup_safe(preset.order_source)} "
                       f"({sum(e.enabled for e in preset.order)}/{len(preset.order)} enabled) · "
-                      f"squash {'on' if preset.squash else 'off'} · post-processing {preset.post_processing or 'none'} · "
+                      f"squash {'on' if preset.squash else 'off'} · post-processing {markup_safe(preset.post_processing or 'none')} · "
                       f"{len(preset.regex_scripts)} regex script(s)", soft_wrap=True)
         for finding in result.findings():
             # one physical line per finding, whatever the terminal width: tools parse it

@@ -53,7 +53,8 @@ def request_diff_command(
             print_difference(console, difference)
         if result.same:
             detail = "byte-identical" if result.byte_identical else "same JSON, serialised differently"
-            console.print(f"same request ({detail}{'; ignoring ' + ', '.join(result.ignored) if result.ignored else ''})")
+            ignoring = f"; ignoring {markup_safe(', '.join(result.ignored))}" if result.ignored else ""
+            console.print(f"same request ({detail}{ignoring})")
         else:
             console.print(f"{len(result.differences)} difference(s) between {markup_safe(result.a)} and {markup_safe(result.b)}",
                           soft_wrap=True)

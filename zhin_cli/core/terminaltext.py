@@ -12,7 +12,10 @@ for a reader, not a round trip):
   neither clear the screen, move the cursor, set the window title nor start a new line;
 - line and paragraph separators (U+2028, U+2029), which some terminals and log viewers break lines at;
 - the bidi controls — embeddings, overrides, isolates and the marks LRM, RLM, ALM — which reorder what a reviewer
-  reads.
+  reads;
+- invisible characters that hide or split text: the zero-width space, the word joiner and invisible operators
+  (U+2060–2064), the deprecated format controls U+206A–206F and U+FEFF. The zero-width joiners (U+200C, U+200D) stay:
+  emoji sequences and several scripts need them.
 
 GitHub Actions workflow commands. The runner executes a line of stdout *or* stderr as a command when, after leading
 white space, it starts with ``::name …::`` (``::error::``, ``::stop-commands::…``, ``::add-mask::``); and, in its
@@ -34,16 +37,16 @@ import re
 
 MARK = "⟦"  # printed just before the first character where two excerpts differ
 
-# Cc (C0, DEL, C1), Zl, Zp and the bidi controls; then ``::`` (its second and later colons) and the ``#`` of ``##[``:
+# Cc (C0, DEL, C1), Zl, Zp, the bidi controls and the invisibles; then ``::`` (its second and later colons) and the ``#`` of ``##[``:
 # the two ways a CI log line starts a workflow command. One pattern: one pass over the text, none where nothing matches.
-_UNSAFE_CHARACTERS = r"\x00-\x1f\x7f-\x9f\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_UNSAFE_CHARACTERS = r"\x00-\x1f\x7f-\x9f\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u200b\u2060-\u2064\u206a-\u206f\ufeff"
 _UNSAFE_CHARACTER = re.compile(f"[{_UNSAFE_CHARACTERS}]")
 _UNSAFE = re.compile(rf"[{_UNSAFE_CHARACTERS}]|(?<=:):|#(?=#\[)")
 
 
 def unsafe_character(character: str) -> bool:
-    """A character a terminal would act on or hide: controls (C0, DEL, C1), line and paragraph separators, and the
-    bidi embeddings, overrides, isolates and marks (they reorder what follows them)."""
+    """A character a terminal would act on or hide: controls (C0, DEL, C1), line and paragraph separators, the bidi
+    embeddings, overrides, isolates and marks (they reorder what follows them) and the invisibles listed above."""
     return _UNSAFE_CHARACTER.fullmatch(character) is not None
 
 

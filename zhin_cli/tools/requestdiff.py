@@ -33,7 +33,7 @@ from deepdiff import DeepDiff
 
 from zhin_cli.core.errors import InputError, UsageError, ZhinError
 from zhin_cli.core.readers import read_json_file
-from zhin_cli.core.terminaltext import MARK, terminal_safe, unsafe_character
+from zhin_cli.core.terminaltext import MARK, terminal_safe
 
 if TYPE_CHECKING:
     from zhin_cli.core.ghactions import Annotation
@@ -165,8 +165,9 @@ _SHORT_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\
 
 def readable(text: str) -> str:
     """``text`` on one line, as prefix-diff shows its excerpts: a newline as ``\\n`` (a tab ``\\t``, …, and the
-    backslash itself doubled, as JSON writes them), any other unsafe character as ``\\uXXXX``; the rest as is."""
-    return "".join(_SHORT_ESCAPES.get(c) or (f"\\u{ord(c):04x}" if unsafe_character(c) else c) for c in text)
+    backslash itself doubled, as JSON writes them), then ``terminal_safe``: any other unsafe character and each
+    workflow-command opener as ``\\uXXXX``; the rest as is."""
+    return terminal_safe("".join(_SHORT_ESCAPES.get(c) or c for c in text))
 
 
 def marked(excerpt: str, index: int) -> str:

@@ -54,6 +54,7 @@ from zhin_cli.cache import CacheOutcome, PrefixCache, plan
 from zhin_cli.core.errors import UsageError, ZhinError
 from zhin_cli.core.loopback import loopback_authority, loopback_host
 from zhin_cli.core.registry import Registry
+from zhin_cli.core.terminaltext import terminal_safe
 from zhin_cli.core.tokens import counter as shared_counter
 from zhin_cli.core.tokens import encoding_for_model
 from zhin_cli.pipeline.providers import PROFILES, resolve_profile
@@ -316,15 +317,6 @@ READ_PIECE = 1 << 20
 DRAIN_BYTES = 2 * MAX_BODY  # after an early answer, read (and drop) at most this much so the client sees it, not a reset
 DRAIN_SECONDS = 2.0
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff]")
-
-
-def printable(text: str) -> str:
-    """``text`` with control and invisible format characters escaped (``\\x1b``, ``\\u202e``): a request path
-    cannot rewrite the terminal or forge a log line."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text)
-
-
 class ClientError(Exception):
     """A request this server refuses before it reaches ``answer()``: (status, message)."""
 
@@ -585,7 +577,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _log(self, line: str) -> None:
         if self.server.log:
-            self.server.log(printable(line))
+            self.server.log(terminal_safe(line))  # a request path cannot rewrite the terminal or forge a log line
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 — we log one line per answer instead
         pass
@@ -722,7 +714,7 @@ class ConformanceServer(HTTPServer):
                 self.finish_request(request, client_address)
             except Exception as error:  # never a traceback on stderr: one log line
                 if self.log:
-                    self.log(printable(f"connection from {client_address[0]} ended: {type(error).__name__}: {error}"))
+                    self.log(terminal_safe(f"connection from {client_address[0]} ended: {type(error).__name__}: {error}"))
             finally:
                 self.shutdown_request(request)
 
