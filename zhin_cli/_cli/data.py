@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 def import_command(
     files: Annotated[list[Path] | None, typer.Argument(help="Session .jsonl files (with --from sillytavern: SillyTavern chat files).")] = None,
     db: Annotated[str | None, typer.Option("--db", envvar="ZHIN_DB", help="Database to write (tables created in upstream zhin's schema): an SQLite file, or a postgresql:// or mysql:// URL. Default: the .zhin/data.sqlite a read finds from here upward, else a new ./.zhin/data.sqlite.")] = None,
-    replace: Annotated[bool, typer.Option("--replace", help="Replace a session that is already there.")] = False,
+    replace: Annotated[bool, typer.Option("--replace", help="Replace a session (epoch) that is already there: everything of it, its member rows included.")] = False,
     events: Annotated[bool, typer.Option("--events", help="Also turn conversation_events member_increase / member_decrease rows into event messages (once each).")] = False,
     source_format: Annotated[str, typer.Option("--from", metavar="zhin|sillytavern", help="What the files are: zhin session JSONL (zhin), or SillyTavern chat files (sillytavern: one private chat each; hidden messages left out, as ST leaves them out of the prompt).")] = "zhin",
     card: Annotated[Path | None, typer.Option("--card", help="With --from sillytavern: the character card (JSON or PNG) whose name the bot takes.")] = None,
