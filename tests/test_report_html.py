@@ -146,17 +146,26 @@ def test_a_broken_number_is_caught(browser: Any, demo: dict[str, Any], tmp_path:
     assert len(found) == 1 and found[0].startswith("bar 5:")
 
 
-@pytest.mark.parametrize(("injected", "expected"), [
-    ("<script>undefinedFunction()</script>", {"page error"}),
-    ('<img src="http://127.0.0.1:9/pixel.png" alt="">', {"console error", "request to"}),  # the CSP refuses it, and says so
-    ("<script>console.error('broken')</script>", {"console error"}),
+def without_csp(text: str) -> str:
+    """The page without its Content-Security-Policy meta (which would block an injected script before it errs)."""
+    found = re.search(r'<meta http-equiv="Content-Security-Policy" content="[^"]*">', text)
+    assert found is not None
+    return text[: found.start()] + text[found.end() :]
+
+
+@pytest.mark.parametrize(("injected", "expected", "keep_csp"), [
+    ("<script>undefinedFunction()</script>", {"page error"}, False),
+    ('<img src="http://127.0.0.1:9/pixel.png" alt="">', {"console error", "request to"}, True),  # the CSP refuses it, and says so
+    ("<script>console.error('broken')</script>", {"console error"}, False),
+    ("<script>undefinedFunction()</script>", {"console error"}, True),  # the CSP blocks an injected script, and says so
 ])
 def test_a_script_error_or_an_outside_request_is_caught(browser: Any, demo: dict[str, Any], tmp_path: Path,
-                                                         injected: str, expected: set[str]) -> None:
-    """Negative controls of the load check: the same page with one bad line added."""
+                                                         injected: str, expected: set[str], keep_csp: bool) -> None:
+    """Negative controls of the load check: the same page with one bad line added (the script ones with the page's
+    CSP removed, so that the script runs; tests/test_report_csp.py checks the CSP itself)."""
     text = demo["html"].read_text(encoding="utf-8")
     bad = tmp_path / "bad.html"
-    bad.write_text(text.replace("</main>", injected + "</main>", 1), encoding="utf-8")
+    bad.write_text((text if keep_csp else without_csp(text)).replace("</main>", injected + "</main>", 1), encoding="utf-8")
     with visit(browser, bad) as (_, seen):
         problems = seen.problems()
     assert {p.split(":")[0].rsplit(" ", 1)[0] if p.startswith("request") else p.split(":")[0] for p in problems} == expected, problems
@@ -515,13 +524,27 @@ def _get(url: str, host: str | None = None) -> tuple[int, bytes]:
         return error.code, error.read()
 
 
+def _served(url: str) -> tuple[bytes, str]:
+    """The page served at ``url`` with its nonce attributes taken out, and that nonce (the header's, which must be
+    the one on the page's inline style and script)."""
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        policy, body = answer.headers["Content-Security-Policy"], answer.read()
+    found = re.search(r"script-src 'nonce-([A-Za-z0-9_-]{22})';", policy)
+    assert found is not None, policy
+    attribute = f' nonce="{found.group(1)}"'.encode()
+    assert body.count(attribute) == 2 and b"<style" + attribute in body and b"<script" + attribute in body
+    return body.replace(attribute, b""), found.group(1)
+
+
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
 def test_view_serves_the_report_page_on_loopback_until_stopped(zhin: Callable[..., Any], tmp_path: Path, stop: int) -> None:
     page = zhin("report", "html", FIXTURES / "private-chat.jsonl", "--no-economy").stdout
     process, url = _start_view(tmp_path)
     try:
         assert url.startswith("http://127.0.0.1:")
-        assert _get(url) == (200, page.encode())  # the same page as report html writes
+        first, second = _served(url), _served(url)
+        assert first[0] == page.encode()  # the same page as report html writes, its script and style under a nonce
+        assert first[1] != second[1]  # a fresh nonce per response
         assert _get(url + "nothing")[0] == 404
         assert _get(url, host="attacker.example")[0] == 403  # a DNS-rebound name is refused
         assert _get(url, host="localhost")[0] == 200  # control: a loopback name is served

@@ -38,17 +38,17 @@ def view_command(
 ) -> None:
     """Serve the `zhin report html` page of SESSION… on 127.0.0.1 and print its URL; Ctrl-C stops it.
 
-    Loopback only: the page shows whole conversations. Exit status: 0 stopped with Ctrl-C or SIGTERM, 2 usage (a non-loopback --host), 3 cannot run (port in use, bad input).
+    Loopback only: the page shows whole conversations. A connection silent for 10 s is closed; at most 32 are served at once (more are answered 503). Exit status: 0 stopped with Ctrl-C or SIGTERM, 2 usage (a non-loopback --host), 3 cannot run (port in use, bad input).
     """
     from zhin_cli.core.loopback import loopback_host
-    from zhin_cli.tools.htmlreport import build_report, serve_page
+    from zhin_cli.tools.htmlreport import build_report, render_template, serve_page
 
     check_options(provider)
     loopback_host(host, "zhin view")  # a bad --host is refused before the sessions are replayed
     with replay_progress("replaying") as progress:
         report = build_report(sessions, cwd=Path.cwd(), db=db, config_path=config, provider=provider, preset=preset,
                               economy=economy, after_load=freeze_loaded, progress=progress, jobs=jobs)
-    page = report.html()
+    page = render_template(report)
     print_sources(report.config_path, report.db)
 
     def ready(url: str) -> None:

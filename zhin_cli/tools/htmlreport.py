@@ -17,6 +17,8 @@ previous turn, then these"). Sections off screen are not laid out (``content-vis
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 import json
 from collections.abc import Callable, Iterable, Sequence
@@ -36,7 +38,13 @@ from zhin_cli.pipeline.prices import PriceTable
 from zhin_cli.tools.prefixdiff import DEFAULT_FAIL_ON, PairDiff, Serialized, TurnDiffer, serialize
 
 HTML_REPORT_VERSION = 1
-CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:"
+# The page's policy: nothing fetched, no plugin, no <base>, no form target; its one inline script and one inline
+# stylesheet allowed by hash (the file: a meta tag has no per-response nonce) or by nonce (``zhin view``'s header).
+# Style *attributes* (bar positions, widths) cannot carry a nonce or a hash short of one per value, so only they
+# keep 'unsafe-inline' (style-src-attr): CSS in an attribute runs no script and, with default-src 'none', fetches
+# nothing. frame-ancestors is ignored in a meta tag (Chromium logs an error), so only the served header has it.
+CSP_BASE = "default-src 'none'; img-src data:; object-src 'none'; base-uri 'none'; form-action 'none'"
+CSP_SERVED_ONLY = "frame-ancestors 'none'"
 # Segment colours by kind (first seen first); a colour-blind-safe qualitative palette (Okabe–Ito, then Tableau).
 PALETTE = ("#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#f0e442", "#999999",
            "#8c564b", "#17becf", "#bcbd22", "#7f7f7f")
@@ -605,32 +613,85 @@ def _data_json(report: HtmlReport, kinds: dict[str, int]) -> str:
     return escape_surrogates(text).replace("<", "\\u003c")
 
 
+def source_hash(text: str) -> str:
+    """A CSP hash source for an inline element's text (its UTF-8 bytes, as the browser hashes them)."""
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode("ascii") + "'"
+
+
+def page_csp(*, script: str, style: str, extra: str = "") -> str:
+    """The policy allowing only ``script`` and ``style`` (hash or nonce sources) inline, and nothing fetched."""
+    return (f"{CSP_BASE}; script-src {script}; style-src {style}; style-src-elem {style}; "
+            f"style-src-attr 'unsafe-inline'{'; ' + extra if extra else ''}")
+
+
+@dataclass(frozen=True)
+class PageTemplate:
+    """The page cut where its inline ``<style>`` and ``<script>`` tags take a nonce attribute: ``fill(None)`` is
+    the file (its meta policy allows both by hash), ``fill(nonce)`` a served response (its header allows them by
+    that nonce). Cut by construction, never by searching the text: session text cannot place a nonce."""
+
+    parts: tuple[str, str, str]
+
+    def fill(self, nonce: str | None) -> str:
+        attribute = f' nonce="{nonce}"' if nonce else ""
+        return attribute.join(self.parts)
+
+
 def render(report: HtmlReport) -> str:
     """The report as one HTML document (CSS, script and data inlined)."""
+    return render_template(report).fill(None)
+
+
+def render_template(report: HtmlReport) -> PageTemplate:
+    """The report's document, cut for a nonce (``PageTemplate``)."""
     kinds = _kinds(report.sessions)
     title = ", ".join(page.session_id for page in report.sessions[:3]) + (" …" if len(report.sessions) > 3 else "")
     nav = "".join(f'<a href="#s{i}">{_e(p.session_id)}</a>' for i, p in enumerate(report.sessions)) if len(report.sessions) > 1 else ""
     body = "".join(_session(i, page, kinds) for i, page in enumerate(report.sessions))
-    return ("<!DOCTYPE html>\n"
+    style, script = _asset("report.css") + _kind_css(kinds), _asset("report.js")
+    csp = page_csp(script=source_hash(script), style=source_hash(style))
+    head = ("<!DOCTYPE html>\n"
             f'<html lang="en"><head><meta charset="utf-8">'
-            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+            f'<meta http-equiv="Content-Security-Policy" content="{csp}">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
             f'<meta name="generator" content="zhin report html v{HTML_REPORT_VERSION}">'
-            f'<title>zhin report · {_e(title)}</title><style>{_asset("report.css")}{_kind_css(kinds)}</style></head>'
-            f'<body><header><h1>zhin report</h1><p class="meta">What each request sent: prompt tokens per turn '
-            f'(cached / new, from the simulated prompt cache), the segments of every request, and the wire messages '
-            f'and diff of a turn when you open it.</p><nav>{nav}</nav></header><main>{_window(report.window, report.window_note)}{body}</main>'
-            f'<script type="application/json" id="zhin-data">{_data_json(report, kinds)}</script>'
-            f'<script>{_asset("report.js")}</script></body></html>\n')
+            f'<title>zhin report · {_e(title)}</title><style')
+    middle = (f'>{style}</style></head>'
+              f'<body><header><h1>zhin report</h1><p class="meta">What each request sent: prompt tokens per turn '
+              f'(cached / new, from the simulated prompt cache), the segments of every request, and the wire messages '
+              f'and diff of a turn when you open it.</p><nav>{nav}</nav></header><main>{_window(report.window, report.window_note)}{body}</main>'
+              f'<script type="application/json" id="zhin-data">{_data_json(report, kinds)}</script>'
+              f'<script')
+    return PageTemplate((head, middle, f'>{script}</script></body></html>\n'))
 
 
 # --- serving (``zhin view``) ---------------------------------------------------------------------------------
 
 
-def page_server(page: str, host: str = "127.0.0.1", port: int = 0) -> Any:
-    """A bound (not yet serving) HTTP server answering ``GET /`` with ``page``; a request whose ``Host`` is not a
-    loopback name is refused (DNS rebinding), every other path is 404."""
+IDLE_TIMEOUT = 10.0  # seconds a connection may stay silent (before or within its request) before it is closed
+MAX_CONNECTIONS = 32  # connections served at once; more are answered 503 and closed at once, never queued
+BUSY_TEXT = b"zhin view: too many connections\n"
+BUSY_ANSWER = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n"
+               b"Retry-After: 1\r\nContent-Length: %d\r\n\r\n%s" % (len(BUSY_TEXT), BUSY_TEXT))
+
+
+def new_nonce() -> str:
+    """A fresh CSP nonce (128 bits, base64url: a valid nonce-source)."""
+    import secrets
+
+    return secrets.token_urlsafe(16)
+
+
+def page_server(page: PageTemplate, host: str = "127.0.0.1", port: int = 0, *,
+                idle_timeout: float = IDLE_TIMEOUT, max_connections: int = MAX_CONNECTIONS) -> Any:
+    """A bound (not yet serving) HTTP server answering ``GET /`` with ``page`` under a fresh CSP nonce per response;
+    a request whose ``Host`` is not a loopback name is refused (DNS rebinding), every other path is 404.
+
+    Bounded: a connection silent for ``idle_timeout`` seconds is closed, and at most ``max_connections`` are
+    served at once (one thread each); one past the bound is answered 503 and closed, so idle sockets cannot pile
+    up threads."""
     import socket
+    import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from zhin_cli.core.errors import ZhinError
@@ -639,26 +700,31 @@ def page_server(page: str, host: str = "127.0.0.1", port: int = 0) -> Any:
     address = loopback_host(host, "zhin view")
     if not 0 <= port <= 65535:
         raise UsageError(f"--port {port} is out of range (0-65535; 0 picks a free port)")
-    body = page.encode("utf-8", errors="backslashreplace")
+    parts = [part.encode("utf-8", errors="backslashreplace") for part in page.parts]
+    slots = threading.BoundedSemaphore(max_connections)
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "zhin-view"
+        timeout = idle_timeout  # StreamRequestHandler: the socket's timeout; a silent read ends the connection
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
             pass  # quiet: the terminal shows the URL, not a log
 
         def _answer(self, send_body: bool) -> None:
+            nonce = new_nonce()
             hosts = self.headers.get_all("Host") or []
             if len(hosts) != 1 or not loopback_authority(hosts[0]):  # zhin serve's DNS-rebinding rule
                 status, content, kind = 403, b"zhin view answers loopback names only\n", "text/plain; charset=utf-8"
             elif self.path.split("?", 1)[0] in ("/", "/index.html"):
-                status, content, kind = 200, body, "text/html; charset=utf-8"
+                content = f' nonce="{nonce}"'.encode("ascii").join(parts)
+                status, kind = 200, "text/html; charset=utf-8"
             else:
                 status, content, kind = 404, b"not found\n", "text/plain; charset=utf-8"
             self.send_response(status)
             self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(content)))
-            self.send_header("Content-Security-Policy", CSP)
+            source = f"'nonce-{nonce}'"
+            self.send_header("Content-Security-Policy", page_csp(script=source, style=source, extra=CSP_SERVED_ONLY))
             self.send_header("X-Content-Type-Options", "nosniff")
             self.send_header("Cache-Control", "no-store")
             self.end_headers()
@@ -675,10 +741,36 @@ def page_server(page: str, host: str = "127.0.0.1", port: int = 0) -> Any:
         daemon_threads = True
         address_family = socket.AF_INET6 if ":" in address else socket.AF_INET
 
+        def process_request(self, request: Any, client_address: Any) -> None:
+            if not slots.acquire(blocking=False):
+                _refuse(request)
+                self.shutdown_request(request)
+                return
+            try:
+                super().process_request(request, client_address)
+            except BaseException:  # no thread started: its slot is free again
+                slots.release()
+                raise
+
+        def process_request_thread(self, request: Any, client_address: Any) -> None:
+            try:
+                super().process_request_thread(request, client_address)
+            finally:
+                slots.release()
+
     try:
         return Server((address, port), Handler)
     except OSError as error:
         raise ZhinError(f"cannot listen on {address}:{port}: {error.strerror or error}") from None
+
+
+def _refuse(connection: Any) -> None:
+    """Tell a connection past the bound why it is closed, without ever waiting on it (the accepting thread)."""
+    try:
+        connection.setblocking(False)
+        connection.send(BUSY_ANSWER)
+    except OSError:
+        pass  # the client is gone or not reading: it is closed all the same
 
 
 def server_url(server: Any) -> str:
@@ -686,9 +778,10 @@ def server_url(server: Any) -> str:
     return f"http://{f'[{host}]' if ':' in str(host) else host}:{port}/"
 
 
-def serve_page(page: str, *, host: str = "127.0.0.1", port: int = 0, on_ready: Callable[[str], None] | None = None) -> None:
+def serve_page(page: PageTemplate, *, host: str = "127.0.0.1", port: int = 0,
+               on_ready: Callable[[str], None] | None = None) -> None:
     """Serve ``page`` in the foreground until Ctrl-C or SIGTERM, the normal way to stop it (then return: exit 0,
-    as ``zhin serve``)."""
+    as ``zhin serve``); bounded as ``page_server`` says (``IDLE_TIMEOUT``, ``MAX_CONNECTIONS``)."""
     server = page_server(page, host, port)
     try:
         if on_ready is not None:
