@@ -377,6 +377,39 @@ def _old_turn_of(body: dict[str, Any], chat: Any) -> Any:
     return None
 
 
+def test_the_matcher_picks_the_turn_the_old_matching_picked() -> None:
+    """On generated chats (texts repeat, hold ": " and newlines) and bodies made of their texts in the shapes ST
+    sends (alone, "Name: text", several joined by newlines, under any role): the same turn as before, or None."""
+    from types import SimpleNamespace
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from zhin_cli.store.sillytavern import ChatTurn
+    from zhin_cli.tools.stcapture import TurnMatcher
+
+    text = st.sampled_from(["ok", "look", "a: b", "two\nlines", "ok 4beed990", "", "b"])
+    pairs = st.lists(st.tuples(text, st.one_of(st.none(), text)), min_size=1, max_size=8)
+    shape = st.sampled_from(["{}", "Sol: {}", "{}\n{}", "x: {}\nrest"])
+    message = st.tuples(st.sampled_from(["user", "assistant", "system"]), shape, st.lists(text, min_size=2, max_size=2))
+
+    matched = 0
+
+    @settings(max_examples=400, deadline=None, database=None)
+    @given(pairs, st.lists(message, max_size=8))
+    def agree(turn_texts: list[tuple[str, str | None]], messages: list[tuple[str, str, list[str]]]) -> None:
+        turns = [ChatTurn(n, 2 * n, 2 * n + 1, user, reply) for n, (user, reply) in enumerate(turn_texts, 1)]
+        chat: Any = SimpleNamespace(turns=turns)
+        body = {"messages": [{"role": role, "content": form.format(*fill)} for role, form, fill in messages]}
+        old, new = _old_turn_of(body, chat), TurnMatcher(chat).turn_of(body)
+        assert (old and old.number) == (new and new.number), body
+        nonlocal matched
+        matched += new is not None
+
+    agree()
+    assert matched > 50, matched  # the check is not vacuous: many bodies do match a turn
+
+
 def _matching_lines(match: Callable[[dict[str, Any], Any], Any], body: dict[str, Any], chat: Any) -> int:
     """Lines executed in ``match``'s file to match ``body``, which must be turn 1's."""
     found: list[Any] = []

@@ -93,12 +93,15 @@ def read_captures(folder: Path) -> tuple[list[CaptureFile], list[str]]:
     return sorted(captures, key=lambda c: c.number), notes
 
 
-def _texts(body: dict[str, Any], role: str | None = None) -> list[str]:
+def _texts_by_role(body: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The text contents of a body's messages: the user messages', and the others'."""
     messages = body.get("messages")
-    if not isinstance(messages, list):
-        return []
-    return [m["content"] for m in messages if isinstance(m, dict) and isinstance(m.get("content"), str)
-            and (role is None or m.get("role") == role)]
+    users: list[str] = []
+    others: list[str] = []
+    for message in messages if isinstance(messages, list) else ():
+        if isinstance(message, dict) and isinstance(message.get("content"), str):
+            (users if message.get("role") == "user" else others).append(message["content"])
+    return users, others
 
 
 # A part's key: its length to the end of its line and that line's last characters (at most this many) up to there
@@ -114,36 +117,43 @@ class _Parts:
     ``"Name: "`` prefix, and ending the text or a line (merge and squash join parts with newlines) — so a short
     text ("ok") inside a longer one ("look", "ok 4beed990") does not count.
 
-    Indexed once per body, so that looking a text up costs no scan of the body: a part's first line runs from one
-    of those starts to the end of its line, so every start is filed under the key of that stretch
-    (:func:`_part_key`), and only the starts filed under the key of a text's first line are compared with it.
-    Scanning every text of the body for every turn of the chat made matching quadratic (a 40,000-turn chat: 64 s)."""
+    Indexed once per body, so that looking a text up costs no scan of the body. A text of one line without ": "
+    (most messages) is a part only as a whole: those are counted by value (``whole``). In the others, a part's
+    first line runs from one of those starts to the end of its line, so every start is filed under the key of
+    that stretch (:func:`_part_key`), and only the starts filed under the key of a text's first line are compared
+    with it. Scanning every text of the body for every turn of the chat made matching quadratic (a 40,000-turn
+    chat: 64 s)."""
 
     def __init__(self, texts: list[str]) -> None:
         self.texts = texts
+        self.whole = Counter(text for text in texts if "\n" not in text and ": " not in text)
         self.starts: dict[tuple[int, str], list[tuple[int, int]]] = {}
         self.counted: dict[str, int] = {}
         for number, text in enumerate(texts):
-            line_start = 0
-            for line in text.split("\n"):
-                tail = line[-_KEY_TAIL:]
-                at = 0
-                while at >= 0:
-                    rest = len(line) - at
-                    key = (rest, tail if rest >= _KEY_TAIL else line[at:])
-                    self.starts.setdefault(key, []).append((number, line_start + at))
-                    at = line.find(": ", at)
-                    at = at + 2 if at >= 0 else -1
-                line_start += len(line) + 1
+            if "\n" in text or ": " in text:
+                self._file_starts(number, text)
+
+    def _file_starts(self, number: int, text: str) -> None:
+        line_start = 0
+        for line in text.split("\n"):
+            tail = line[-_KEY_TAIL:]
+            at = 0
+            while at >= 0:
+                rest = len(line) - at
+                key = (rest, tail if rest >= _KEY_TAIL else line[at:])
+                self.starts.setdefault(key, []).append((number, line_start + at))
+                at = line.find(": ", at)
+                at = at + 2 if at >= 0 else -1
+            line_start += len(line) + 1
 
     def bound(self, needle: str) -> int:
-        """At least :meth:`count` (a look-up: the starts filed under the key of the needle's first line)."""
-        return len(self.starts.get(_part_key(needle.partition("\n")[0]), ()))
+        """At least :meth:`count` (look-ups: the whole texts equal to it, the starts filed under its key)."""
+        return self.whole[needle] + len(self.starts.get(_part_key(needle.partition("\n")[0]), ()))
 
     def count(self, needle: str) -> int:
         """How often ``needle`` stands as a whole part: each start filed under its key, compared once."""
         if needle not in self.counted:
-            size, found = len(needle), 0
+            size, found = len(needle), self.whole[needle]
             for number, at in self.starts.get(_part_key(needle.partition("\n")[0]), ()):
                 text = self.texts[number]
                 end = at + size
@@ -151,6 +161,9 @@ class _Parts:
                     found += 1
             self.counted[needle] = found
         return self.counted[needle]
+
+    def has(self, needle: str) -> bool:
+        return self.bound(needle) > 0 and self.count(needle) > 0
 
 
 class TurnMatcher:
@@ -170,11 +183,12 @@ class TurnMatcher:
         often as turns 1…k typed it (a text typed twice needs both), and whose reply stands in none of its
         messages. Under ``single`` post-processing every part is one user message: the user texts are then
         looked for there. Linear: the body is indexed once (:class:`_Parts`), each turn is a look-up."""
-        users, everything = _Parts(_texts(body, "user")), _Parts(_texts(body))
+        user_texts, other_texts = _texts_by_role(body)
+        users, others = _Parts(user_texts), _Parts(other_texts)
         for turn, typed in zip(reversed(self.turns), reversed(self.typed), strict=True):
             if not turn.user_text or users.bound(turn.user_text) < typed or users.count(turn.user_text) < typed:
                 continue
-            if turn.reply_text and everything.bound(turn.reply_text) and everything.count(turn.reply_text):
+            if turn.reply_text and (users.has(turn.reply_text) or others.has(turn.reply_text)):
                 continue
             return turn
         return None
