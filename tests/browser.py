@@ -77,8 +77,9 @@ class Visit:
 
 @contextmanager
 def visit(browser: Any, path: Path, *, ready: str = "section[data-turn]", width: int = 1280,
-          height: int = 900) -> Iterator[tuple[Any, Visit]]:
-    """Open ``path`` from disk (file://) and wait for the load event; yields (page, Visit). ``load_seconds``:
+          height: int = 900, fragment: str = "") -> Iterator[tuple[Any, Visit]]:
+    """Open ``path`` from disk (file://, at ``fragment`` if given: "#...") and wait for the load event; yields
+    (page, Visit). ``load_seconds``:
     from navigation to the load event with the ``ready`` elements present (a timed figure for the tests that
     ask for one)."""
     context = browser.new_context(viewport={"width": width, "height": height}, java_script_enabled=True)
@@ -89,7 +90,7 @@ def visit(browser: Any, path: Path, *, ready: str = "section[data-turn]", width:
     page.on("request", lambda request: seen.requests.append(request.url))
     try:
         start = time.perf_counter()
-        page.goto(seen.url, wait_until="load", timeout=60_000)
+        page.goto(seen.url + fragment, wait_until="load", timeout=60_000)
         page.wait_for_function(f"document.querySelectorAll({ready!r}).length > 0", timeout=30_000)
         seen.load_seconds = time.perf_counter() - start
         yield page, seen
