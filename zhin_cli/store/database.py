@@ -803,18 +803,16 @@ class SessionDatabase:
         """One ``agent_messages`` row as a message (its own checks; tool pairing is the caller's)."""
         where = at_row("agent_messages", row.id, self.ref.label)
         payload = json_column(row.payload, "payload", where)
-        extra: dict[str, Any] = {}
         raw_extra = getattr(row, "extra", None)
-        if raw_extra:
-            parsed = json_column(raw_extra, "extra", where)
-            extra = parsed if isinstance(parsed, dict) else {}
+        parsed = json_column(raw_extra, "extra", where) if raw_extra else None
+        extra: dict[str, Any] = parsed if isinstance(parsed, dict) else {}
         try:
             message = message_from_payload(payload, row_id=row.id, where=where, extra=extra)
         except RecursionError:
             raise InputError("payload is nested too deeply", where=where) from None
         raw = {"type": "message", **payload, "id": row.id}
-        if raw_extra:  # an empty object too: the row said "extra": {}
-            raw["extra"] = extra
+        if raw_extra and (parsed is None or isinstance(parsed, dict)):  # "{}" and "null" too: the line said so
+            raw["extra"] = parsed
         message.raw = raw
         return message
 
@@ -1220,7 +1218,7 @@ def _write_messages(conn: Any, session: Session) -> dict[int, int]:
     new_ids: dict[int, int] = {}
     for message in session.messages:
         line = dict(message_line(message))
-        extra = line.pop("extra", None)
+        has_extra, extra = "extra" in line, line.pop("extra", None)
         line.pop("type", None)
         line.pop("id", None)
         result = conn.execute(
@@ -1229,8 +1227,8 @@ def _write_messages(conn: Any, session: Session) -> dict[int, int]:
                 role=message.role,
                 payload=json.dumps(line, ensure_ascii=False, separators=(",", ":")),
                 parent_id=parent,
-                # "" = no extra (upstream's default); an empty object is kept as "{}"
-                extra="" if extra is None else json.dumps(extra, ensure_ascii=False),
+                # "" = no extra (upstream's default); an empty object or null is kept as "{}" / "null"
+                extra=json.dumps(extra, ensure_ascii=False) if has_extra else "",
                 timestamp=message.timestamp,
             )
         )
