@@ -76,15 +76,14 @@ class Visit:
 
 
 @contextmanager
-def visit(browser: Any, path: Path, *, ready: str = "section[data-turn]", width: int = 1280,
+def visit(browser: Any, path: Path | str, *, ready: str = "section[data-turn]", width: int = 1280,
           height: int = 900, fragment: str = "") -> Iterator[tuple[Any, Visit]]:
-    """Open ``path`` from disk (file://, at ``fragment`` if given: "#...") and wait for the load event; yields
-    (page, Visit). ``load_seconds``:
-    from navigation to the load event with the ``ready`` elements present (a timed figure for the tests that
-    ask for one)."""
+    """Open ``path`` from disk (file://) or a URL given as text, at ``fragment`` if given ("#..."), and wait for the
+    load event; yields (page, Visit). ``load_seconds``: from navigation to the load event with the ``ready``
+    elements present (a timed figure for the tests that ask for one)."""
     context = browser.new_context(viewport={"width": width, "height": height}, java_script_enabled=True)
     page = context.new_page()
-    seen = Visit(path.resolve().as_uri())
+    seen = Visit(path if isinstance(path, str) else path.resolve().as_uri())
     page.on("console", lambda message: seen.console_errors.append(message.text) if message.type == "error" else None)
     page.on("pageerror", lambda error: seen.page_errors.append(str(error)))
     page.on("request", lambda request: seen.requests.append(request.url))
