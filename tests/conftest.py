@@ -31,6 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import leftovers
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,6 +47,33 @@ def fixtures_dir() -> Path:
 @pytest.fixture
 def corpus_dir() -> Path:
     return CORPUS
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not config.pluginmanager.has_plugin("leftovers"):  # unless given as -p leftovers
+        config.pluginmanager.register(leftovers, "leftovers")  # no test leaves a process behind
+
+
+def default_sigint() -> None:
+    """``preexec_fn`` of every child a test sends SIGINT: the child starts with SIGINT's default disposition.
+
+    A process started with SIGINT ignored (``make test &`` from a script: the shell ignores SIGINT in background
+    jobs) passes that on to its children, and a zhin started so keeps ignoring it, as it should (zhin_cli.signals):
+    a test of Ctrl-C must not depend on how the suite was started."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def stop_process(process: subprocess.Popen[Any], signum: int, timeout: float) -> tuple[Any, Any]:
+    """Send ``signum`` and collect the process's output; if it is still running after ``timeout``, kill it (it never
+    outlives the test) and raise ``subprocess.TimeoutExpired``."""
+    if process.poll() is None:
+        process.send_signal(signum)
+    try:
+        return process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise
 
 
 def clean_env() -> dict[str, str]:

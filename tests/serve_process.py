@@ -12,7 +12,7 @@ import threading
 import time
 from pathlib import Path
 
-from conftest import clean_env
+from conftest import clean_env, default_sigint
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -21,7 +21,7 @@ class ServeProcess:
     def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
         self.process = subprocess.Popen([sys.executable, "-m", "zhin_cli", "serve", "--port", "0", *args], cwd=ROOT,
                                         env=env or clean_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.PIPE)
+                                        stderr=subprocess.PIPE, preexec_fn=default_sigint)
         assert self.process.stderr is not None
         first = self.process.stderr.readline().decode("utf-8", "replace")
         match = re.search(r"listening on (http://127\.0\.0\.1:(\d+)/v1)", first)

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, clean_env, run_with_terminal_stderr, run_zhin
+from conftest import ROOT, clean_env, default_sigint, run_with_terminal_stderr, run_zhin
 
 GROUP_KEY = "icqq:8596238:group:1048877509"
 GROUP_ID = "icqq:8596238:group:1048877509#1761699600000-1"
@@ -228,13 +228,15 @@ def test_ctrl_c_while_the_bar_is_drawn_is_quiet_130_and_gives_the_cursor_back(tm
     reader = threading.Thread(target=drain)
     reader.start()
     proc = subprocess.Popen([sys.executable, "-m", "zhin_cli", "trace", "--all", "--json", str(session)], cwd=tmp_path,
-                            env=clean_env(), stdout=subprocess.DEVNULL, stderr=follower, stdin=subprocess.DEVNULL)
+                            env=clean_env(), stdout=subprocess.DEVNULL, stderr=follower, stdin=subprocess.DEVNULL,
+                            preexec_fn=default_sigint)
     try:
         assert drawn.wait(timeout=120), bytes(seen)[-500:]
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=60) == 130
     finally:
         proc.kill()
+        proc.wait()
         os.close(follower)
         reader.join(timeout=30)
         os.close(leader)

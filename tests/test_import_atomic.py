@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, clean_env, run_zhin
+from conftest import FIXTURES, clean_env, default_sigint, run_zhin
 
 PRIVATE = FIXTURES / "private-chat.jsonl"
 GROUP = FIXTURES / "group-busy.jsonl"
@@ -82,6 +82,17 @@ def interrupt_when(proc: subprocess.Popen[str], started: object, signum: int) ->
     proc.send_signal(signum)
 
 
+def interrupted(proc: subprocess.Popen[str], started: object, signum: int) -> str:
+    """Interrupt the import once ``started()``; its stderr. It never outlives the test."""
+    try:
+        interrupt_when(proc, started, signum)
+        return str(proc.communicate(timeout=120)[1])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_during_an_import_into_a_new_file_leaves_nothing(tmp_path: Path, signum: int) -> None:
     session = big_session(tmp_path / "big.jsonl", 30_000)
@@ -89,10 +100,10 @@ def test_a_signal_during_an_import_into_a_new_file_leaves_nothing(tmp_path: Path
     folder.mkdir()
     target = folder / "data.sqlite"
     proc = subprocess.Popen([sys.executable, "-m", "zhin_cli", "import", str(session), "--db", str(target)],
-                            cwd=tmp_path, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=tmp_path, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_sigint)
     # writing has begun once anything appears in the folder (the temporary database, or today's target itself)
-    interrupt_when(proc, lambda: any(folder.iterdir()) and time.sleep(0.3) is None, signum)
-    _out, err = proc.communicate(timeout=120)
+    err = interrupted(proc, lambda: any(folder.iterdir()) and time.sleep(0.3) is None, signum)
     assert proc.returncode != 0, err
     assert "Traceback" not in err
     assert list(folder.iterdir()) == [], "a schema-only or partial database, or a journal, was left behind"
@@ -107,9 +118,9 @@ def test_a_signal_during_an_import_into_an_existing_database_leaves_it_as_it_was
     journal = Path(f"{db}-journal")
     # the small group session first, then the big one: interrupted in the big one
     proc = subprocess.Popen([sys.executable, "-m", "zhin_cli", "import", str(GROUP), str(session), "--db", str(db)],
-                            cwd=tmp_path, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    interrupt_when(proc, lambda: journal.exists() and time.sleep(0.5) is None, signum)
-    _out, err = proc.communicate(timeout=120)
+                            cwd=tmp_path, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_sigint)
+    err = interrupted(proc, lambda: journal.exists() and time.sleep(0.5) is None, signum)
     assert proc.returncode != 0, err
     assert "Traceback" not in err
     assert not journal.exists(), "a hot journal was left behind"

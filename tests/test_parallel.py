@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import default_sigint, stop_process
 
 from zhin_cli.core.errors import EXIT_USAGE, ConfigError, InputError, UsageError, ZhinError
 from zhin_cli.core.parallel import (
@@ -189,13 +190,14 @@ def test_a_signal_stops_the_workers_and_the_command(tmp_path: Path, signum: int)
     (tmp_path / "nap.py").write_text(NAP, encoding="utf-8")  # a module: the workers find nap() by its name
     process = subprocess.Popen([sys.executable, "-c", INTERRUPTED], cwd=tmp_path, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                                   [str(tmp_path), str(Path(__file__).resolve().parent.parent)])})
-    assert process.stdout is not None
-    assert process.stdout.readline().strip() == "started"
-    time.sleep(1.0)  # the workers are sleeping in nap()
-    started = time.monotonic()
-    process.send_signal(signum)
-    out, err = process.communicate(timeout=30)
+                                   [str(tmp_path), str(Path(__file__).resolve().parent.parent)])}, preexec_fn=default_sigint)
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == "started"
+        time.sleep(1.0)  # the workers are sleeping in nap()
+        started = time.monotonic()
+    finally:
+        out, err = stop_process(process, signum, timeout=30)  # killed if the signal did not end it
     assert time.monotonic() - started < 20  # not the 60 s the workers would have slept
     assert process.returncode == 130 and "interrupted" in out
     assert "Traceback" not in err and "KeyboardInterrupt" not in err  # no worker printed one either

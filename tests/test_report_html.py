@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from browser import chromium, distinct_colours, visit
-from conftest import FIXTURES, ROOT, clean_env, run_with_terminal_stderr
+from conftest import FIXTURES, ROOT, clean_env, default_sigint, run_with_terminal_stderr, stop_process
 
 DEMO_KEY = "icqq:8596238:group:1048877509"  # fixtures/group-busy.jsonl, as `make demo` imports it
 REPORTS = ROOT / "reports"
@@ -502,7 +502,7 @@ def test_progress_on_a_terminal_and_none_when_asked(tmp_path: Path, args: list[s
 def _start_view(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], str]:
     process = subprocess.Popen([sys.executable, "-m", "zhin_cli", "view", str(FIXTURES / "private-chat.jsonl"),
                                 "--no-economy", *args], cwd=tmp_path, env=clean_env(), stdin=subprocess.DEVNULL,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     assert process.stderr is not None
     seen = []
     for line in process.stderr:  # the header line, then the URL once the server is up (or the command failed)
@@ -549,8 +549,7 @@ def test_view_serves_the_report_page_on_loopback_until_stopped(zhin: Callable[..
         assert _get(url, host="attacker.example")[0] == 403  # a DNS-rebound name is refused
         assert _get(url, host="localhost")[0] == 200  # control: a loopback name is served
     finally:
-        process.send_signal(stop)
-        _, err = process.communicate(timeout=30)
+        _, err = stop_process(process, stop, timeout=30)  # killed if the signal did not end it
     assert process.returncode == 0, err  # stopping a server is its normal end, as for `zhin serve`
     assert "Traceback" not in err
 

@@ -18,7 +18,7 @@ from typing import Any
 import httpx2
 import openai
 import pytest
-from conftest import clean_env
+from conftest import clean_env, default_sigint
 
 from zhin_cli.cache import PrefixCache, PrefixPlan
 from zhin_cli.core.errors import UsageError
@@ -501,7 +501,8 @@ def test_cli_refuses_a_public_host(zhin: Callable[..., subprocess.CompletedProce
 
 def test_cli_serves_until_ctrl_c() -> None:
     process = subprocess.Popen([sys.executable, "-m", "zhin_cli", "serve", "--port", "0"], env=clean_env(),
-                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=default_sigint)
     try:
         assert process.stderr is not None
         line = process.stderr.readline()

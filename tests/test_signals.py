@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import clean_env
+from conftest import clean_env, default_sigint
 
 from zhin_cli.store.jsonl import write_session
 from zhin_cli.tools.synth import SynthOptions, synthesize
@@ -20,7 +20,7 @@ from zhin_cli.tools.synth import SynthOptions, synthesize
 MESSAGES = "150000"  # ~45 MB of JSONL: a few seconds of writing, long enough to be interrupted half-way
 
 
-def _start(tmp_path: Path, *args: str, preexec_fn: Callable[[], object] | None = None) -> subprocess.Popen[str]:
+def _start(tmp_path: Path, *args: str, preexec_fn: Callable[[], object] = default_sigint) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "zhin_cli", *args], cwd=tmp_path, env=clean_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, preexec_fn=preexec_fn)
 
@@ -63,6 +63,7 @@ def test_a_signal_keeps_an_existing_output_intact(tmp_path: Path) -> None:
 
 
 def _ignore_sigterm() -> None:
+    default_sigint()
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
@@ -123,7 +124,7 @@ def test_a_signal_while_the_commands_load_exits_quietly(module: str, entry: str,
     code = _SIGNAL_WHILE_LOADING.replace("{signal}", name).replace("{entry}", entry).replace(
         'name == "zhin_cli._cli"', f"name == {module!r}")
     proc = subprocess.run([sys.executable, "-c", code], env=clean_env(), capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=120)
+                          stdin=subprocess.DEVNULL, timeout=120, preexec_fn=default_sigint)
     assert (proc.returncode, proc.stdout, proc.stderr) == (status, "", "")
 
 

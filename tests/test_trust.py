@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, ROOT, clean_env
+from conftest import FIXTURES, ROOT, clean_env, default_sigint
 from typer.testing import CliRunner
 
 from zhin_cli._cli import app
@@ -91,7 +91,8 @@ class Env:
 
     def subprocess(self, *args: object, cwd: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen([sys.executable, "-m", "zhin_cli", *map(str, args)], cwd=cwd, env=self.env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                preexec_fn=default_sigint)
 
     def ran(self) -> list[str]:
         """Which plugins ran since the last call (and forget them)."""
