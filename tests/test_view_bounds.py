@@ -1,0 +1,164 @@
+"""``zhin view`` holds a bounded number of connections, and none idle for long (issue 27 item 11: 365 idle
+connections held 366 threads, forever).
+
+Slow-loris style: idle sockets to 127.0.0.1 only, opened in bounded loops. The library's server, with a short idle
+timeout and a small bound so it runs fast: idle connections are closed after the timeout (and not before: the
+negative control), connections past the bound are answered 503 and closed at once, threads stay within the bound,
+and a slot freed serves a real request again. Then the ``zhin view`` command with its documented defaults: the
+connections past MAX_CONNECTIONS are refused and its process's threads stay bounded.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import FIXTURES, clean_env
+
+IDLE = 0.5  # seconds: the idle timeout the library tests use
+BOUND = 4  # connections: the bound the library tests use
+SLACK = 10.0  # seconds: how long a check waits for something that should happen at once (a bound, not a measure)
+
+
+def wait_for(check: Callable[[], bool], seconds: float = SLACK) -> bool:
+    """Poll ``check`` until it holds or ``seconds`` pass (bounded)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.02)
+    return check()
+
+
+def connect(url_port: int) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", url_port), timeout=SLACK)
+
+
+def read_to_end(connection: socket.socket, seconds: float = SLACK) -> bytes | None:
+    """Everything the server sends until it closes the connection; None if it is still open after ``seconds``."""
+    connection.settimeout(seconds)
+    data = b""
+    try:
+        while chunk := connection.recv(65536):
+            data += chunk
+    except TimeoutError:
+        return None
+    except ConnectionResetError:
+        pass
+    return data
+
+
+def still_open(connection: socket.socket) -> bool:
+    """Nothing received and not closed within a short wait."""
+    connection.settimeout(0.05)
+    try:
+        return connection.recv(1, socket.MSG_PEEK) != b""
+    except TimeoutError:
+        return True
+
+
+@pytest.fixture()
+def server() -> Iterator[Any]:
+    """The library's server, with IDLE and BOUND, serving in a thread on 127.0.0.1."""
+    from zhin_cli.tools.htmlreport import PageTemplate, page_server
+
+    running = page_server(PageTemplate(("<p", ">page</p><script", "></script>")), idle_timeout=IDLE,
+                          max_connections=BOUND)
+    thread = threading.Thread(target=running.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield running
+    finally:
+        running.shutdown()
+        running.server_close()
+        thread.join(timeout=SLACK)
+
+
+def test_idle_connections_are_bounded_and_closed_after_the_timeout(server: Any) -> None:
+    port = server.server_address[1]
+    baseline = threading.active_count()  # this test's thread, the server's, and whatever else runs here
+
+    def handler_threads() -> int:
+        return threading.active_count() - baseline
+
+    idle = [connect(port) for _ in range(BOUND)]
+    try:
+        assert wait_for(lambda: handler_threads() == BOUND), handler_threads()
+        extra = [connect(port) for _ in range(3 * BOUND)]  # past the bound: refused at once, not queued
+        for connection in extra:
+            answer = read_to_end(connection)
+            assert answer is not None and answer.startswith(b"HTTP/1.1 503 "), answer
+            connection.close()
+        assert handler_threads() <= BOUND
+        assert all(still_open(c) for c in idle)  # control: not closed before the idle timeout
+        for connection in idle:  # then closed by the server, with nothing sent
+            assert read_to_end(connection, IDLE + SLACK) == b""
+        assert wait_for(lambda: handler_threads() == 0), handler_threads()
+        with connect(port) as fresh:  # the slots are free again: a real request is served
+            fresh.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            answer = read_to_end(fresh)
+        assert answer is not None and answer.startswith(b"HTTP/1.0 200 ") and b">page</p>" in answer
+    finally:
+        for connection in idle:
+            connection.close()
+
+
+def test_a_connection_that_sends_part_of_a_request_then_stops_is_closed(server: Any) -> None:
+    """Slow loris: half a request line, then silence; control: the other half in time gets the page."""
+    port = server.server_address[1]
+    with connect(port) as stalled, connect(port) as prompt:
+        stalled.sendall(b"GET / HT")
+        prompt.sendall(b"GET / HT")
+        time.sleep(IDLE / 5)
+        prompt.sendall(b"TP/1.1\r\nHost: localhost\r\n\r\n")
+        answer = read_to_end(prompt)
+        assert answer is not None and answer.startswith(b"HTTP/1.0 200 ")
+        assert read_to_end(stalled, IDLE + SLACK) in (b"", None) and not still_open(stalled)
+
+
+def process_threads(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    found = re.search(r"^Threads:\s+(\d+)", status, re.M)
+    assert found is not None
+    return int(found.group(1))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts threads in /proc")
+def test_zhin_view_refuses_connections_past_its_bound(tmp_path: Path) -> None:
+    from zhin_cli.tools.htmlreport import MAX_CONNECTIONS
+
+    process = subprocess.Popen([sys.executable, "-m", "zhin_cli", "view", str(FIXTURES / "private-chat.jsonl"),
+                                "--no-economy"], cwd=tmp_path, env=clean_env(), stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    idle: list[socket.socket] = []
+    try:
+        assert process.stderr is not None
+        port = None
+        for line in process.stderr:  # the header line, then the URL
+            found = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
+            if found is not None:
+                port = int(found.group(1))
+                break
+        assert port is not None
+        before = process_threads(process.pid)
+        idle = [connect(port) for _ in range(MAX_CONNECTIONS)]
+        assert wait_for(lambda: process_threads(process.pid) == before + MAX_CONNECTIONS)
+        for _ in range(8):
+            with connect(port) as extra:
+                answer = read_to_end(extra)
+            assert answer is not None and answer.startswith(b"HTTP/1.1 503 "), answer
+        assert process_threads(process.pid) == before + MAX_CONNECTIONS
+    finally:
+        for connection in idle:
+            connection.close()
+        process.terminate()
+        process.communicate(timeout=30)
+    assert process.returncode == 0
