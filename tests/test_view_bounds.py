@@ -162,3 +162,17 @@ def test_zhin_view_refuses_connections_past_its_bound(tmp_path: Path) -> None:
         process.terminate()
         process.communicate(timeout=30)
     assert process.returncode == 0
+
+
+def test_the_bounds_are_the_documented_ones(tmp_path: Path) -> None:
+    """--help and docs/report.md give the bounds the server uses; control: another number is not found."""
+    from conftest import ROOT, run_zhin
+
+    from zhin_cli.tools.htmlreport import IDLE_TIMEOUT, MAX_CONNECTIONS
+
+    shown = " ".join(run_zhin("view", "--help", cwd=tmp_path).stdout.split())
+    docs = (ROOT / "docs" / "report.md").read_text(encoding="utf-8")
+    for idle, bound in ((IDLE_TIMEOUT, MAX_CONNECTIONS), (IDLE_TIMEOUT + 1, MAX_CONNECTIONS + 1)):
+        documented = f"silent for {idle:g} s" in shown and f"at most {bound} are served" in shown
+        documented &= f"| {idle:g} s |" in docs and f"| {bound} |" in docs
+        assert documented is (idle == IDLE_TIMEOUT), (idle, bound, shown)
