@@ -26,6 +26,7 @@ import struct
 import subprocess
 import sys
 import termios
+import unicodedata
 from collections.abc import Callable
 from pathlib import Path
 
@@ -57,7 +58,7 @@ def injections(text: str, *, terminal: bool = False) -> list[str]:
     found: list[str] = []
     if terminal:
         text = OWN_SEQUENCES.sub("", text).replace("\r\n", "\n").replace("\r", "\n")
-    found += [f"raw {ord(c):#x}" for c in sorted(set(text)) if c != "\n" and unsafe_character(c)]
+    found += [f"raw {ord(c):#x}" for c in sorted(set(text)) if c != "\n" and acts_on_a_terminal(c)]
     for line in text.split("\n"):
         start = line.lstrip()  # the runner trims leading white space before it looks for "::"
         if start.startswith(MARK):
@@ -69,6 +70,13 @@ def injections(text: str, *, terminal: bool = False) -> list[str]:
     if f"{MARK}-markup" in text and f"[bold]{MARK}-markup" not in text:
         found.append("rich markup from input read as a style")
     return found
+
+
+def acts_on_a_terminal(character: str) -> bool:
+    """The detector's own rule, from Unicode's tables (not the code under test): a control, a line or paragraph
+    separator, or an explicit bidi formatting character."""
+    return (unicodedata.category(character) in ("Cc", "Zl", "Zp")
+            or unicodedata.bidirectional(character) in ("LRE", "RLE", "LRO", "RLO", "PDF", "LRI", "RLI", "FSI", "PDI"))
 
 
 def own_annotation(line: str) -> bool:
@@ -89,6 +97,7 @@ def test_the_detector_flags_the_raw_text_and_each_of_its_parts() -> None:
     assert injections("\x1b[2Jx", terminal=True) == ["raw 0x1b"]  # a terminal's own colours aside, not a clear
     # negative controls: escaped text, zhin's own annotation and rich's own drawing pass
     assert injections(f"session: {terminal_safe(HOSTILE)}") == []
+    assert all(unsafe_character(c) for c in map(chr, range(0x30000)) if acts_on_a_terminal(c))  # the code agrees
     assert injections("::error file=a.py,line=3,title=zhin eval%3A x::message " + terminal_safe(HOSTILE)) == []
     assert injections("::error file=a.py,line=3,title=zhin%3A x::message")  # not a gate's title
     assert injections("\x1b[1mbold\x1b[0m\r\n\x1b[?25l\x1b[2K\x1b[1A", terminal=True) == []
@@ -100,7 +109,7 @@ def test_the_detector_flags_the_raw_text_and_each_of_its_parts() -> None:
 @pytest.mark.parametrize(("raw", "shown"), [
     ("\x1b[2J", "\\u001b[2J"), ("a\rb\nc\td", "a\\u000db\\u000ac\\u0009d"), ("\x9b\x7f\x00", "\\u009b\\u007f\\u0000"),
     ("\u2028\u2029", "\\u2028\\u2029"), ("\u202e\u2066\u2069\u200f\u200e\u061c", "\\u202e\\u2066\\u2069\\u200f\\u200e\\u061c"),
-    ("::error::x", ":\\u003aerror:\\u003ax"), ("a:::b", "a:\\u003a\\u003ab"), ("##[error]x", "\\u0023#[error]x"),
+    ("::error::x", ":\\u003aerror:\\u003ax"), ("a:::b", "a:\\u003a:b"), ("##[error]x", "\\u0023#[error]x"),
     ("###[x", "#\\u0023#[x"), ("a\u200bb\u2060c\ufeffd\u206ae", "a\\u200bb\\u2060c\\ufeffd\\u206ae"),
 ])
 def test_terminal_safe_escapes_each_kind(raw: str, shown: str) -> None:

@@ -20,9 +20,9 @@ for a reader, not a round trip):
 GitHub Actions workflow commands. The runner executes a line of stdout *or* stderr as a command when, after leading
 white space, it starts with ``::name …::`` (``::error::``, ``::stop-commands::…``, ``::add-mask::``); and, in its
 older form, wherever ``##[name …]`` appears in a line. With line breaks escaped, input text can begin a line only
-where zhin puts it there (or a long line is wrapped), so the rule is: in input text every ``:`` that follows a ``:``
-is written ``\\u003a`` (``::error::x`` → ``:\\u003aerror:\\u003ax``) and the first ``#`` of ``##[`` is written
-``\\u0023`` (``##[error]`` → ``\\u0023#[error]``). No line zhin prints can then start a workflow command from input
+where zhin puts it there (or a long line is wrapped), so the rule is: in input text the second ``:`` of each ``::``
+is written ``\\u003a`` (``::error::x`` → ``:\\u003aerror:\\u003ax``, ``:::`` → ``:\\u003a:``) and the first ``#``
+of ``##[`` is written ``\\u0023`` (``##[error]`` → ``\\u0023#[error]``). No line zhin prints can then start a workflow command from input
 text, wherever the text sits and however the line is wrapped; single colons (``qq:group:1``, ``file.json:3``) stay
 as they are. zhin's own annotations (``zhin_cli.core.ghactions``) are written by zhin at the start of a line on
 purpose; the input text inside them goes through the same function before the runner's own %-escaping.
@@ -37,11 +37,12 @@ import re
 
 MARK = "⟦"  # printed just before the first character where two excerpts differ
 
-# Cc (C0, DEL, C1), Zl, Zp, the bidi controls and the invisibles; then ``::`` (its second and later colons) and the ``#`` of ``##[``:
-# the two ways a CI log line starts a workflow command. One pattern: one pass over the text, none where nothing matches.
-_UNSAFE_CHARACTERS = r"\x00-\x1f\x7f-\x9f\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u200b\u2060-\u2064\u206a-\u206f\ufeff"
-_UNSAFE_CHARACTER = re.compile(f"[{_UNSAFE_CHARACTERS}]")
-_UNSAFE = re.compile(rf"[{_UNSAFE_CHARACTERS}]|(?<=:):|#(?=#\[)")
+# Cc (C0, DEL, C1), Zl, Zp, the bidi controls and the invisibles. A plain character class: one fast scan (a JSON
+# document of 20 MB in 0.1 s when nothing matches); the two command openers are replaced as strings after it.
+_RANGES_BUT_NEWLINE = (r"\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+                       r"\u200b\u2060-\u2064\u206a-\u206f\ufeff")
+_UNSAFE_CHARACTER = re.compile(f"[\n{_RANGES_BUT_NEWLINE}]")
+_UNSAFE_BUT_NEWLINE = re.compile(f"[{_RANGES_BUT_NEWLINE}]")
 
 
 def unsafe_character(character: str) -> bool:
@@ -54,17 +55,22 @@ def _escaped(match: re.Match[str]) -> str:
     return f"\\u{ord(match.group()):04x}"
 
 
+def _without_commands(text: str) -> str:
+    # the second colon of each "::" (":::" → ":\u003a:", no "::" left) and the first "#" of "##["
+    return text.replace("::", ":\\u003a").replace("##[", "\\u0023#[")
+
+
 def terminal_safe(text: str) -> str:
     """``text`` with each unsafe character and each workflow-command opener written as its ``\\uXXXX`` escape, the
     rest as is (the module docstring says what and why)."""
-    return _UNSAFE.sub(_escaped, text)
+    return _without_commands(_UNSAFE_CHARACTER.sub(_escaped, text))
 
 
 def terminal_safe_lines(text: str) -> str:
-    """``text`` escaped line by line, its own line breaks (``\\n``) kept: a multi-line detail, or a JSON text zhin
-    prints (``--json``, ``--show-request``) — there what is escaped can stand only inside a string, where
+    """``text`` escaped as ``terminal_safe`` does, its own line breaks (``\\n``) kept: a multi-line detail, or a JSON
+    text zhin prints (``--json``, ``--show-request``) — there what is escaped can stand only inside a string, where
     ``\\uXXXX`` is the same character, so the document still parses to the same value."""
-    return "\n".join(terminal_safe(line) for line in text.split("\n"))
+    return _without_commands(_UNSAFE_BUT_NEWLINE.sub(_escaped, text))
 
 
 def markup_safe(text: str) -> str:
