@@ -373,11 +373,11 @@ def _png_chunks(raw: bytes, path: Path) -> Iterator[tuple[bytes, int, int]]:
     at = len(PNG_SIGNATURE)
     while at < len(raw):
         if at + _PNG_CHUNK_HEAD.size + 4 > len(raw):
-            raise InputError(f"not a PNG SillyTavern reads: cut short at byte {at} (a chunk header)", where=str(path))
+            raise InputError(f"cannot read the PNG: cut short at byte {at} (a chunk header)", where=str(path))
         length, kind = _PNG_CHUNK_HEAD.unpack_from(raw, at)
         start = at + _PNG_CHUNK_HEAD.size
         if length > _PNG_MAX_CHUNK or start + length + 4 > len(raw):
-            raise InputError(f"not a PNG SillyTavern reads: chunk {short(kind)} at byte {at} claims {length:,} bytes, "
+            raise InputError(f"cannot read the PNG: chunk {short(kind)} at byte {at} claims {length:,} bytes, "
                              "past the end of the file", where=str(path))
         yield kind, start, start + length
         if kind == b"IEND":
