@@ -8,11 +8,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import clean_env, default_sigint
+from conftest import clean_env, default_sigint, stop_process
 
 from zhin_cli.store.jsonl import write_session
 from zhin_cli.tools.synth import SynthOptions, synthesize
@@ -20,9 +20,26 @@ from zhin_cli.tools.synth import SynthOptions, synthesize
 MESSAGES = "150000"  # ~45 MB of JSONL: a few seconds of writing, long enough to be interrupted half-way
 
 
-def _start(tmp_path: Path, *args: str, preexec_fn: Callable[[], object] = default_sigint) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "zhin_cli", *args], cwd=tmp_path, env=clean_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, preexec_fn=preexec_fn)
+Start = Callable[..., subprocess.Popen[str]]
+
+
+@pytest.fixture
+def start() -> Iterator[Start]:
+    """``start(tmp_path, ARGS…, preexec_fn=…)``: ``zhin ARGS…`` as a process; killed at teardown if a failed test left
+    it running."""
+    started: list[subprocess.Popen[str]] = []
+
+    def run(tmp_path: Path, *args: str, preexec_fn: Callable[[], object] = default_sigint) -> subprocess.Popen[str]:
+        started.append(subprocess.Popen([sys.executable, "-m", "zhin_cli", *args], cwd=tmp_path, env=clean_env(),
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                        stdin=subprocess.DEVNULL, preexec_fn=preexec_fn))
+        return started[-1]
+
+    yield run
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
 
 
 def _wait_for_partial_output(tmp_path: Path, proc: subprocess.Popen[str], timeout: float = 90) -> Path:
@@ -41,22 +58,21 @@ def _wait_for_partial_output(tmp_path: Path, proc: subprocess.Popen[str], timeou
 
 
 @pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_a_signal_while_writing_leaves_nothing_and_exits_quietly(signum: int, status: int, tmp_path: Path) -> None:
-    proc = _start(tmp_path, "fixtures", "synth", "--messages", MESSAGES, "-o", "out.jsonl")
+def test_a_signal_while_writing_leaves_nothing_and_exits_quietly(signum: int, status: int, tmp_path: Path,
+                                                                 start: Start) -> None:
+    proc = start(tmp_path, "fixtures", "synth", "--messages", MESSAGES, "-o", "out.jsonl")
     _wait_for_partial_output(tmp_path, proc)
-    proc.send_signal(signum)
-    stdout, stderr = proc.communicate(timeout=60)
+    stdout, stderr = stop_process(proc, signum, timeout=60)
     assert proc.returncode == status, stderr
     assert (stdout, stderr) == ("", "")
     assert sorted(p.name for p in tmp_path.iterdir()) == [], "a half-written output or its temporary file was left"
 
 
-def test_a_signal_keeps_an_existing_output_intact(tmp_path: Path) -> None:
+def test_a_signal_keeps_an_existing_output_intact(tmp_path: Path, start: Start) -> None:
     (tmp_path / "out.jsonl").write_text("yesterday's export\n", encoding="utf-8")
-    proc = _start(tmp_path, "fixtures", "synth", "--messages", MESSAGES, "-o", "out.jsonl")
+    proc = start(tmp_path, "fixtures", "synth", "--messages", MESSAGES, "-o", "out.jsonl")
     _wait_for_partial_output(tmp_path, proc)
-    proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=60)
+    stop_process(proc, signal.SIGTERM, timeout=60)
     assert proc.returncode == 143
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl"]
     assert (tmp_path / "out.jsonl").read_text(encoding="utf-8") == "yesterday's export\n"
@@ -67,28 +83,26 @@ def _ignore_sigterm() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
-def test_an_ignored_sigterm_stays_ignored(tmp_path: Path) -> None:
+def test_an_ignored_sigterm_stays_ignored(tmp_path: Path, start: Start) -> None:
     """Negative control: the handler is installed only over the default disposition."""
-    proc = _start(tmp_path, "fixtures", "synth", "--messages", "60000", "-o", "out.jsonl", preexec_fn=_ignore_sigterm)
+    proc = start(tmp_path, "fixtures", "synth", "--messages", "60000", "-o", "out.jsonl", preexec_fn=_ignore_sigterm)
     _wait_for_partial_output(tmp_path, proc)
-    proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=120)
+    _, stderr = stop_process(proc, signal.SIGTERM, timeout=120)
     assert proc.returncode == 0, stderr
     assert (tmp_path / "out.jsonl").read_text(encoding="utf-8").count("\n") > 60000
 
 
-def test_sigterm_while_reading_exits_143_quietly(tmp_path: Path) -> None:
+def test_sigterm_while_reading_exits_143_quietly(tmp_path: Path, start: Start) -> None:
     """Any point of any command: here a replay of every turn (no output file involved)."""
     # A session long enough that its all-turn replay is still running when the signal comes, on any machine (a
     # replay costs milliseconds per turn; this one has hundreds of turns): the test never has to skip.
     session = tmp_path / "long.jsonl"
     with session.open("w", encoding="utf-8") as out:
         write_session(synthesize(SynthOptions(messages=20000, seed=3)), out)
-    proc = _start(tmp_path, "trace", str(session), "--all", "--json")
+    proc = start(tmp_path, "trace", str(session), "--all", "--json")
     time.sleep(2.0)
     assert proc.poll() is None, "the replay finished before the signal: make the session longer"
-    proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=60)
+    _, stderr = stop_process(proc, signal.SIGTERM, timeout=60)
     assert (proc.returncode, stderr) == (143, "")
 
 
