@@ -9,6 +9,9 @@ working directory, streams and signal handlers, all put back afterwards — beca
 (about a second to import everything) was most of the suite's time. ``zhin_process`` starts the real
 ``python -m zhin_cli`` for what only a process shows: the entry points, signals, closed or unwritable file
 descriptors, a hard timeout.
+
+A child a test sends SIGINT starts with ``preexec_fn=default_sigint`` (the suite may have inherited SIGINT ignored),
+and no test leaves a process behind: tests/leftovers.py, registered below, fails the run on one.
 """
 
 from __future__ import annotations
