@@ -740,6 +740,9 @@ def page_server(page: PageTemplate, host: str = "127.0.0.1", port: int = 0, *,
     class Server(ThreadingHTTPServer):
         daemon_threads = True
         address_family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        # the kernel's accept queue (socketserver's default 5 drops a burst's SYNs: a 1 s retry each); the loop
+        # below drains it at once, serving or refusing each connection
+        request_queue_size = max_connections
 
         def process_request(self, request: Any, client_address: Any) -> None:
             if not slots.acquire(blocking=False):
