@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -67,15 +68,16 @@ def still_open(connection: socket.socket) -> bool:
 
 
 @pytest.fixture()
-def serve() -> Iterator[Callable[[float], int]]:
-    """Start the library's server with BOUND and a given idle timeout, serving in a thread on 127.0.0.1; its port."""
+def serve() -> Iterator[Callable[..., int]]:
+    """Start the library's server with BOUND and a given idle timeout (and page), serving in a thread on
+    127.0.0.1; its port."""
     from zhin_cli.tools.htmlreport import PageTemplate, page_server
 
     running: list[tuple[Any, threading.Thread]] = []
 
-    def start(idle_timeout: float) -> int:
-        server = page_server(PageTemplate(("<p", ">page</p><script", "></script>")), idle_timeout=idle_timeout,
-                             max_connections=BOUND)
+    def start(idle_timeout: float, page: PageTemplate | None = None) -> int:
+        page = page or PageTemplate(("<p", ">page</p><script", "></script>"))
+        server = page_server(page, idle_timeout=idle_timeout, max_connections=BOUND)
         thread = threading.Thread(target=server.serve_forever, daemon=True)
         thread.start()
         running.append((server, thread))
@@ -96,7 +98,7 @@ def handler_count() -> Callable[[], int]:
     return lambda: threading.active_count() - baseline
 
 
-def test_connections_past_the_bound_are_refused_at_once(serve: Callable[[float], int]) -> None:
+def test_connections_past_the_bound_are_refused_at_once(serve: Callable[..., int]) -> None:
     port = serve(3 * SLACK)  # no connection times out during this test
     handlers = handler_count()
     idle = [connect(port) for _ in range(BOUND)]
@@ -119,7 +121,7 @@ def test_connections_past_the_bound_are_refused_at_once(serve: Callable[[float],
             connection.close()
 
 
-def test_idle_connections_are_closed_after_the_timeout(serve: Callable[[float], int]) -> None:
+def test_idle_connections_are_closed_after_the_timeout(serve: Callable[..., int]) -> None:
     port = serve(IDLE)
     handlers = handler_count()
     idle = [connect(port) for _ in range(BOUND)]
@@ -134,7 +136,7 @@ def test_idle_connections_are_closed_after_the_timeout(serve: Callable[[float], 
             connection.close()
 
 
-def test_a_connection_that_sends_part_of_a_request_then_stops_is_closed(serve: Callable[[float], int]) -> None:
+def test_a_connection_that_sends_part_of_a_request_then_stops_is_closed(serve: Callable[..., int]) -> None:
     """Slow loris: half a request line, then silence; control: the other half in time gets the page."""
     port = serve(IDLE)
     with connect(port) as stalled, connect(port) as prompt:
@@ -198,3 +200,30 @@ def test_the_bounds_are_the_documented_ones(tmp_path: Path) -> None:
         documented = f"silent for {idle:g} s" in shown and f"at most {bound} are served" in shown
         documented &= f"| {idle:g} s |" in docs and f"| {bound} |" in docs
         assert documented is (idle == IDLE_TIMEOUT), (idle, bound, shown)
+
+
+def test_a_client_that_stops_reading_or_leaves_is_dropped_without_a_traceback(
+        serve: Callable[..., int], capfd: pytest.CaptureFixture[str]) -> None:
+    """A client that asks for a large page and never reads it: the write times out and the connection ends; one
+    that resets the connection mid-answer: it ends too — with nothing on stderr (socketserver printed a traceback
+    for the reset); control: a client that reads gets the whole page."""
+    from zhin_cli.tools.htmlreport import PageTemplate
+
+    big = "x" * 16_000_000  # far past what the socket buffers hold
+    port = serve(IDLE, PageTemplate(("<p", f">{big}</p><script", "></script>")))
+    handlers = handler_count()
+    with connect(port) as reader:
+        reader.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        answer = read_to_end(reader)
+        assert answer is not None and answer.endswith(b"</script>") and len(answer) > len(big)
+    for leaves in (False, True):
+        with socket.socket() as stuck:
+            stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting: a small window
+            stuck.connect(("127.0.0.1", port))
+            stuck.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            assert wait_for(lambda: handlers() == 1), handlers()  # its handler is writing
+            if leaves:  # a reset, not a polite close
+                stuck.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                stuck.close()
+            assert wait_for(lambda: handlers() == 0, IDLE + SLACK), handlers()  # the handler gives up
+    assert "Traceback" not in capfd.readouterr().err

@@ -755,6 +755,9 @@ def page_server(page: PageTemplate, host: str = "127.0.0.1", port: int = 0, *,
                 slots.release()
                 raise
 
+        def handle_error(self, request: Any, client_address: Any) -> None:
+            pass  # a client gone or silent mid-answer (reset, broken pipe, timeout) ends its connection, no traceback
+
         def process_request_thread(self, request: Any, client_address: Any) -> None:
             try:
                 super().process_request_thread(request, client_address)
