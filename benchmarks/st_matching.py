@@ -94,7 +94,7 @@ def main() -> None:
         card = bomb_card(root / "bomb.png")  # first: a child forked from a large process reports that one's peak
         peak, stderr = card_peak_mb(card)
         print(f"{card.stat().st_size / 1000:.0f} KB card of 12,000 × 12,000 RGBA: peak {peak:.0f} MB"
-              + (f"; stderr: {stderr.splitlines()[-1][:120]}" if stderr else "; nothing on stderr"), flush=True)
+              + (f"; stderr: {stderr.splitlines()[0][:160]}" if stderr else "; nothing on stderr"), flush=True)
         for turns in (5_000, 20_000, 40_000):
             chat = read_chat(chat_file(root, turns))
             print(f"{turns:,}-turn chat, one capture (turn 1): matching {match_seconds(chat, [body(1)]):.2f} s", flush=True)
