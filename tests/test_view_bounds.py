@@ -75,9 +75,9 @@ def serve() -> Iterator[Callable[..., int]]:
 
     running: list[tuple[Any, threading.Thread]] = []
 
-    def start(idle_timeout: float, page: PageTemplate | None = None) -> int:
+    def start(idle_timeout: float, page: PageTemplate | None = None, **bounds: float) -> int:
         page = page or PageTemplate(("<p", ">page</p><script", "></script>"))
-        server = page_server(page, idle_timeout=idle_timeout, max_connections=BOUND)
+        server = page_server(page, idle_timeout=idle_timeout, max_connections=BOUND, **bounds)
         thread = threading.Thread(target=server.serve_forever, daemon=True)
         thread.start()
         running.append((server, thread))
@@ -192,14 +192,16 @@ def test_the_bounds_are_the_documented_ones(tmp_path: Path) -> None:
     """--help and docs/report.md give the bounds the server uses; control: another number is not found."""
     from conftest import ROOT, run_zhin
 
-    from zhin_cli.tools.htmlreport import IDLE_TIMEOUT, MAX_CONNECTIONS
+    from zhin_cli.tools.htmlreport import IDLE_TIMEOUT, MAX_CONNECTIONS, REQUEST_DEADLINE
 
     shown = " ".join(run_zhin("view", "--help", cwd=tmp_path).stdout.split())
     docs = (ROOT / "docs" / "report.md").read_text(encoding="utf-8")
-    for idle, bound in ((IDLE_TIMEOUT, MAX_CONNECTIONS), (IDLE_TIMEOUT + 1, MAX_CONNECTIONS + 1)):
+    for shift in (0, 1):
+        idle, deadline, bound = IDLE_TIMEOUT + shift, REQUEST_DEADLINE + shift, MAX_CONNECTIONS + shift
         documented = f"silent for {idle:g} s" in shown and f"at most {bound} are served" in shown
-        documented &= f"| {idle:g} s |" in docs and f"| {bound} |" in docs
-        assert documented is (idle == IDLE_TIMEOUT), (idle, bound, shown)
+        documented &= f"not whole {deadline:g} s after it connected" in shown
+        documented &= f"| {idle:g} s |" in docs and f"| {bound} |" in docs and f"| {deadline:g} s |" in docs
+        assert documented is (shift == 0), (shift, shown)
 
 
 def test_a_client_that_stops_reading_or_leaves_is_dropped_without_a_traceback(
@@ -227,3 +229,37 @@ def test_a_client_that_stops_reading_or_leaves_is_dropped_without_a_traceback(
                 stuck.close()
             assert wait_for(lambda: handlers() == 0, IDLE + SLACK), handlers()  # the handler gives up
     assert "Traceback" not in capfd.readouterr().err
+
+
+def trickle(connection: socket.socket, data: bytes, pause: float) -> bool:
+    """Send ``data`` a byte at a time, ``pause`` seconds apart; False as soon as the server has closed."""
+    for byte in data:
+        try:
+            connection.sendall(bytes([byte]))
+        except (BrokenPipeError, ConnectionResetError):
+            return False
+        time.sleep(pause)
+        connection.setblocking(False)
+        try:
+            if connection.recv(1, socket.MSG_PEEK) == b"":  # closed by the server (an answer would be data)
+                return False
+        except BlockingIOError:
+            pass  # nothing yet: still open
+        except ConnectionResetError:
+            return False
+        finally:
+            connection.setblocking(True)
+    return True
+
+
+def test_a_request_trickled_past_the_deadline_is_closed(serve: Callable[..., int]) -> None:
+    """Slow loris that is never idle: a byte every 0.3 s (well within the 1 s idle timeout) for a 38-byte request
+    (11 s) is cut at the 2 s deadline; control: the same bytes 0.02 s apart (0.8 s) are served."""
+    port = serve(IDLE, request_deadline=2.0)
+    request = b"GET / HTTP/1.1\r\nHost: localhost:8\r\n\r\n"
+    with connect(port) as slow:
+        assert not trickle(slow, request, 0.3)  # closed before the request was whole
+    with connect(port) as quick:
+        assert trickle(quick, request, 0.02)
+        answer = read_to_end(quick)
+    assert answer is not None and answer.startswith(b"HTTP/1.0 200 ")

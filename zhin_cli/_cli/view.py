@@ -38,7 +38,7 @@ def view_command(
 ) -> None:
     """Serve the `zhin report html` page of SESSION… on 127.0.0.1 and print its URL; Ctrl-C stops it.
 
-    Loopback only: the page shows whole conversations. A connection silent for 10 s is closed; at most 32 are served at once (more are answered 503). Exit status: 0 stopped with Ctrl-C or SIGTERM, 2 usage (a non-loopback --host), 3 cannot run (port in use, bad input).
+    Loopback only: the page shows whole conversations. A connection silent for 10 s, or whose request is not whole 30 s after it connected, is closed; at most 32 are served at once (more are answered 503). Exit status: 0 stopped with Ctrl-C or SIGTERM, 2 usage (a non-loopback --host), 3 cannot run (port in use, bad input).
     """
     from zhin_cli.core.loopback import loopback_host
     from zhin_cli.tools.htmlreport import build_report, render_template, serve_page

@@ -20,7 +20,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
+import io
 import json
+import socket
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -670,6 +673,7 @@ def render_template(report: HtmlReport) -> PageTemplate:
 
 IDLE_TIMEOUT = 10.0  # seconds a connection may stay silent (before or within its request) before it is closed
 MAX_CONNECTIONS = 32  # connections served at once; more are answered 503 and closed at once, never queued
+REQUEST_DEADLINE = 30.0  # seconds from connecting to the end of the request's headers (a trickle gets no more)
 BUSY_TEXT = b"zhin view: too many connections\n"
 BUSY_ANSWER = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n"
                b"Retry-After: 1\r\nContent-Length: %d\r\n\r\n%s" % (len(BUSY_TEXT), BUSY_TEXT))
@@ -682,15 +686,34 @@ def new_nonce() -> str:
     return secrets.token_urlsafe(16)
 
 
+class _RequestReader(io.RawIOBase):
+    """A connection's bytes, each read waiting at most ``idle`` seconds and none past ``deadline`` (a monotonic
+    time): a client trickling a byte at a time cannot hold its connection longer than the deadline."""
+
+    def __init__(self, connection: socket.socket, idle: float, deadline: float) -> None:
+        super().__init__()
+        self.connection, self.idle, self.deadline = connection, idle, deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("the request did not arrive in time")  # http.server ends the connection
+        self.connection.settimeout(min(self.idle, remaining))
+        return self.connection.recv_into(buffer)
+
+
 def page_server(page: PageTemplate, host: str = "127.0.0.1", port: int = 0, *,
-                idle_timeout: float = IDLE_TIMEOUT, max_connections: int = MAX_CONNECTIONS) -> Any:
+                idle_timeout: float = IDLE_TIMEOUT, max_connections: int = MAX_CONNECTIONS,
+                request_deadline: float = REQUEST_DEADLINE) -> Any:
     """A bound (not yet serving) HTTP server answering ``GET /`` with ``page`` under a fresh CSP nonce per response;
     a request whose ``Host`` is not a loopback name is refused (DNS rebinding), every other path is 404.
 
-    Bounded: a connection silent for ``idle_timeout`` seconds is closed, and at most ``max_connections`` are
-    served at once (one thread each); one past the bound is answered 503 and closed, so idle sockets cannot pile
-    up threads."""
-    import socket
+    Bounded: a connection silent for ``idle_timeout`` seconds, or whose request is not whole ``request_deadline``
+    seconds after it connected, is closed; at most ``max_connections`` are served at once (one thread each); one
+    past the bound is answered 503 and closed, so idle or trickling sockets cannot pile up threads."""
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -705,7 +728,12 @@ def page_server(page: PageTemplate, host: str = "127.0.0.1", port: int = 0, *,
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "zhin-view"
-        timeout = idle_timeout  # StreamRequestHandler: the socket's timeout; a silent read ends the connection
+        timeout = idle_timeout  # StreamRequestHandler: the socket's timeout; a silent read or write ends the connection
+
+        def setup(self) -> None:
+            super().setup()
+            self.rfile.close()  # the socket's own reader (open, it would hold the socket open after close)
+            self.rfile = io.BufferedReader(_RequestReader(self.connection, idle_timeout, time.monotonic() + request_deadline))
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
             pass  # quiet: the terminal shows the URL, not a log
@@ -720,6 +748,7 @@ def page_server(page: PageTemplate, host: str = "127.0.0.1", port: int = 0, *,
                 status, kind = 200, "text/html; charset=utf-8"
             else:
                 status, content, kind = 404, b"not found\n", "text/plain; charset=utf-8"
+            self.connection.settimeout(idle_timeout)  # the answer's writes: the idle timeout, not what the deadline left
             self.send_response(status)
             self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(content)))
