@@ -10,6 +10,7 @@ import typer
 
 from zhin_cli._cli import ConfigOption, app, handles_errors, print_json, replay_progress, stderr_console, stdout_console
 from zhin_cli.core.errors import EXIT_CANNOT_RUN, EXIT_FOUND, UsageError
+from zhin_cli.core.parallel import MAX_JOBS
 from zhin_cli.core.terminaltext import terminal_safe
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ def schema_config() -> None:
 def eval_command(
     paths: Annotated[list[Path] | None, typer.Argument(help="Case files or folders (default: eval_cases/).")] = None,
     provider: Annotated[list[str] | None, typer.Option("--provider", "-p", help="Run only under these provider profiles (repeatable).")] = None,
-    jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="Cases run at once: worker processes offline, threads for live cases (default: the number of cores; 1: one at a time, in this process).")] = None,
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", help=f"Cases run at once: worker processes offline, threads for live cases (default: the number of cores; 1: one at a time, in this process; at most {MAX_JOBS}).")] = None,
     repeat: Annotated[int | None, typer.Option("--repeat", help="Live cases: ask the model N times (overrides the case's repeat).")] = None,
     junit: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML here.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One versioned JSON document on stdout.")] = False,
