@@ -145,7 +145,7 @@ def test_tools_from_config_are_sent_and_tool_calls_are_openai_shaped() -> None:
     assert request.request["tools"] == [tool]
     assistant = request.request["messages"][2]
     assert assistant == {"role": "assistant", "content": None,
-                         "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": '{"q": "call_1"}'}}]}
+                         "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": '{"q":"call_1"}'}}]}
     assert request.request["messages"][3] == {"role": "tool", "tool_call_id": "call_1", "content": "晴"}
 
 

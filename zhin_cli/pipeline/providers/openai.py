@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import string
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -78,8 +79,25 @@ class _Wire:
         self.parts.extend(RenderedPart(segment, text, index) for segment, text in pieces if segment)
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def client_arguments(arguments: Any) -> str:
+    """A tool call's ``arguments`` as OpenAI-compatible clients send them: a stored string as it is, byte for byte
+    (the model wrote it; clients pass it back untouched); a stored object the way the AI SDK writes it
+    (``JSON.stringify(part.input)``: no spaces, non-ASCII kept, a lone surrogate escaped as ``\\udxxx``). The
+    captures of upstream zhin's requests show exactly this (``{"query":"weather"}``); ``json.dumps``'s default
+    ``", "``/``": "`` would make zhin count and compare bytes nobody sent."""
+    if isinstance(arguments, str):
+        return arguments
+    text = json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
+    # json.dumps leaves a lone surrogate raw (it cannot be encoded as UTF-8); JSON.stringify escapes it. Outside
+    # strings JSON has no such character, so every match is inside a string, where the escape means the same.
+    return _LONE_SURROGATE.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+
+
 def _tool_call(call: Any, wire: _Wire) -> dict[str, Any]:
-    arguments = call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments, ensure_ascii=False)
+    arguments = client_arguments(call.arguments)
     return {"id": wire.call_id(call.id), "type": "function", "function": {"name": call.name, "arguments": arguments}}
 
 
