@@ -40,7 +40,7 @@ def import_command(
     files: Annotated[list[Path] | None, typer.Argument(help="Session .jsonl files (with --from sillytavern: SillyTavern chat files).")] = None,
     db: Annotated[str | None, typer.Option("--db", envvar="ZHIN_DB", help="Database to write (tables created in upstream zhin's schema): an SQLite file, or a postgresql:// or mysql:// URL. Default: the .zhin/data.sqlite a read finds from here upward, else a new ./.zhin/data.sqlite.")] = None,
     replace: Annotated[bool, typer.Option("--replace", help="Replace a session (epoch) that is already there: everything of it, its member rows included.")] = False,
-    events: Annotated[bool, typer.Option("--events", help="Also turn conversation_events member_increase / member_decrease rows into event messages (once each).")] = False,
+    events: Annotated[bool, typer.Option("--events", help="Also turn conversation_events member events (upstream's member.joined / member.left / member.muted / member.unmuted / member.role_changed; member_increase / member_decrease) into event messages, a whole-group mute into a scene change (once each).")] = False,
     source_format: Annotated[str, typer.Option("--from", metavar="zhin|sillytavern", help="What the files are: zhin session JSONL (zhin), or SillyTavern chat files (sillytavern: one private chat each; hidden messages left out, as ST leaves them out of the prompt).")] = "zhin",
     card: Annotated[Path | None, typer.Option("--card", help="With --from sillytavern: the character card (JSON or PNG) whose name the bot takes.")] = None,
 ) -> None:
@@ -79,8 +79,11 @@ def import_command(
         typer.echo(terminal_safe(f"imported {session.session_id} ({result.rows[session.session_id]} messages) into {label}"), err=True)
     if result.events is not None:
         added = result.events
-        typer.echo(terminal_safe(f"imported {len(added.added)} member events into {label} ({added.already} already there, "
-                                 f"{len(added.no_session)} for sessions not in the database)"), err=True)
+        for warning in added.warnings:  # a row zhin cannot read is named, never misread
+            typer.echo(f"zhin: warning: {terminal_safe(warning)}", err=True)
+        mutes = f"; {len(added.scenes)} whole-group mutes as scene changes" if added.scenes else ""
+        typer.echo(terminal_safe(f"imported {added.imported} member events into {label} ({added.already} already there, "
+                                 f"{len(added.no_session)} for sessions not in the database{mutes})"), err=True)
 
 
 @app.command("export")

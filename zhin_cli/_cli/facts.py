@@ -33,7 +33,7 @@ def show_command(
     db: DbOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout.")] = False,
 ) -> None:
-    """Show the stored scene facts, bot role and member rows of a session (read only)."""
+    """Show the stored scene facts, bot role and member rows of a session (read only); a database without stored facts (upstream's own) shows the roster its messages and member events tell."""
     source = database_or_discovered(db)
     data = show_facts(source, session)
     if as_json:
@@ -42,8 +42,16 @@ def show_command(
         print_json(with_iso_times(data))
         return
     print_sources(None, source)
+    for warning in data.get("warnings") or []:  # a row zhin cannot read is named, never misread
+        typer.echo(f"zhin: warning: {terminal_safe(warning)}", err=True)
     console = stdout_console()
     console.print(terminal_safe(f"session key: {data['session_key']}"), markup=False)
+    if data["nothing"]:
+        console.print(terminal_safe(data["nothing"]), markup=False)
+        return
+    if "rebuilt" in data:
+        print_rebuilt(console, data["rebuilt"])
+        return
     scene = data["scene"] or {}
     for name in ("title", "owner_id", "admins", "member_count", "muted_all", "facts_updated_at"):
         if scene.get(name) is not None:
@@ -51,6 +59,22 @@ def show_command(
     console.print(terminal_safe(f"bot_role: {data['bot_role'] or '-'}"), markup=False)
     columns = ("user_id", "platform_role", "card", "title", "muted_until", "updated_at")
     print_records(console, list(columns), [[human_value(k, member[k]) for k in columns] for member in data["members"]])
+
+
+ROSTER_COLUMNS = ("user_id", "name", "platform_role", "roles", "joined_at", "joined_by", "left_at", "left_by",
+                  "muted_until", "muted_by", "last_seen")
+
+
+def print_rebuilt(console: Any, rebuilt: dict[str, Any]) -> None:
+    """The roster a database without stored facts tells (upstream's own), saying where it comes from."""
+    console.print(f"no stored facts: rebuilt from {rebuilt['from']} (names and roles as the messages carry them; "
+                  "joins, leaves, role changes and mutes from the member events; times UTC)", markup=False)
+    for change in rebuilt["global_mute"]:
+        state = "on" if change["on"] else "off"
+        console.print(terminal_safe(f"whole-group mute {state} at {human_value('at', change['at'])} by {change['by'] or '?'}"),
+                      markup=False)
+    print_records(console, list(ROSTER_COLUMNS),
+                  [[human_value(k, member[k]) for k in ROSTER_COLUMNS] for member in rebuilt["members"]])
 
 
 def human_value(name: str, value: Any) -> str:
@@ -61,7 +85,9 @@ def human_value(name: str, value: Any) -> str:
         return "yes" if value else "no"
     if isinstance(value, (list, tuple)):
         return ", ".join(str(item) for item in value) or "-"
-    if isinstance(value, int) and name.endswith(("_at", "_until")):
+    if value == 0 and name == "muted_until":
+        return "not muted"
+    if isinstance(value, int) and name.endswith(("_at", "_until", "_seen")) or name == "at":
         from zhin_cli.core.timezones import human_ms
 
         return human_ms(value)

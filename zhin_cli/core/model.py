@@ -236,6 +236,7 @@ class Session:
     summaries: list[Summary] = field(default_factory=list)
     members: list[MemberSnapshot] = field(default_factory=list)
     source: str = ""  # where it was read from, for messages
+    notes: list[str] = field(default_factory=list)  # what the reader could not read (rows named): warnings
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property

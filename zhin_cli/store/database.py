@@ -457,6 +457,11 @@ class _SessionRows:
     members: _Raw
     lines: _Raw  # an imported epoch's own lines (zhin_lines)
     imported_members: _Raw  # the member lines every import of the key wrote (which ai_scene_members rows are copies)
+    # upstream's member events (conversation_events rows that are not messages), the ones `import --events`
+    # already wrote into agent_messages, and the key's epochs (which events belong to this one)
+    events: _Raw = _NONE
+    imported_events: _Raw = _NONE
+    epochs: _Raw = _NONE
 
 
 class SessionDatabase:
@@ -618,6 +623,9 @@ class SessionDatabase:
             if "ai_scene_members" in tables and session_key else _NONE,
             lines=_query(conn, _SQL_LINES, {"sid": session_id}) if "zhin_lines" in tables else _NONE,
             imported_members=_query(conn, _SQL_KEY_MEMBER_LINES, {"key": session_key}) if "zhin_lines" in tables else _NONE,
+            events=_query(conn, _SQL_MEMBER_EVENTS) if "conversation_events" in tables else _NONE,
+            imported_events=_query(conn, _SQL_IMPORTED_EVENTS) if "zhin_imported_events" in tables else _NONE,
+            epochs=_query(conn, _SQL_EPOCHS, {"key": session_key}),
         )
 
     def _fetch_messages(self, conn: Any, session_id: str) -> _Raw:
@@ -785,7 +793,21 @@ class SessionDatabase:
             outline = lazy.outline.outline()
             session.messages = LazyMessages(outline, _RowLoader(self.ref, lazy.session_id, outline.row_ids,
                                                                  session.bot.user_id))
+        self._upstream_events(rows, session)
         return settle_bot_headers(session)  # the bot is known now (profile)
+
+    def _upstream_events(self, rows: _SessionRows, session: Session) -> None:
+        """Upstream's member events of this epoch into its history (``store.upstream_events``); rows that cannot
+        be read become the session's notes."""
+        if not rows.events[1]:
+            return
+        from zhin_cli.store.events import read_events
+        from zhin_cli.store.upstream_events import add_upstream_events, epoch_span
+
+        reading = read_events(_rows(rows.events), self.ref.label)
+        imported = {str(row[0]) for row in rows.imported_events[1]}
+        span = epoch_span(session.session_id, [(str(r[0]), r[1]) for r in rows.epochs[1]])
+        session.notes.extend(add_upstream_events(session, reading, imported, span))
 
     def _messages(self, rows: list[Any], leaf: int | None, has_parent: bool) -> list[Message]:
         if leaf is not None and has_parent:  # the same walk (and errors) as a lazy load's
@@ -950,6 +972,13 @@ _SQL_LINES = "SELECT * FROM zhin_lines WHERE zhin_lines.session_id = :sid ORDER 
 _SQL_KEY_MEMBER_LINES = ("SELECT zhin_lines.line FROM zhin_lines JOIN agent_sessions"
                          " ON agent_sessions.session_id = zhin_lines.session_id"
                          " WHERE agent_sessions.session_key = :key AND zhin_lines.kind = 'member'")
+_SQL_MEMBER_EVENTS = ("SELECT conversation_events.id, conversation_events.event_id, conversation_events.conversation_key,"
+                      " conversation_events.event_json, conversation_events.time FROM conversation_events"
+                      " WHERE conversation_events.message_key = '' OR conversation_events.message_key IS NULL"
+                      " ORDER BY conversation_events.id")
+_SQL_IMPORTED_EVENTS = "SELECT zhin_imported_events.event_id FROM zhin_imported_events"
+_SQL_EPOCHS = ("SELECT agent_sessions.session_id, agent_sessions.created_at FROM agent_sessions"
+               " WHERE agent_sessions.session_key = :key")
 _SQL_SCENE_CHANGES = ("SELECT * FROM zhin_scene_changes WHERE zhin_scene_changes.session_id = :sid"
                       " ORDER BY zhin_scene_changes.timestamp, zhin_scene_changes.id")
 _SQL_MEMBERS = ("SELECT * FROM ai_scene_members WHERE ai_scene_members.scene_key = :key"

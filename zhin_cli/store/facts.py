@@ -311,6 +311,129 @@ def _table_names(engine: Engine) -> list[str]:
     return inspect(engine).get_table_names()
 
 
+# --- rebuilt: what a database without facts tables knows -----------------------------------------------------
+
+
+@dataclass
+class RosterEntry:
+    """One member as the rows of a database without facts tables tell it: names and roles from the messages
+    (``conversation_events`` actors, ``agent_messages`` actors), joins, leaves, role changes and mutes from the
+    member events. ``None``: not known."""
+
+    user_id: str
+    name: str | None = None
+    platform_role: str | None = None
+    roles: tuple[str, ...] = ()  # product roles upstream gives the sender (master …)
+    joined_at: int | None = None
+    joined_by: str | None = None
+    left_at: int | None = None
+    left_by: str | None = None  # "self" for a member who left, the operator for a kick
+    muted_until: int | None = None  # 0: not muted
+    muted_by: str | None = None
+    last_seen: int | None = None
+    _role_at: int = field(default=-1, repr=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        data = {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+        data["roles"] = list(self.roles)
+        return data
+
+    def set_role(self, role: str | None, roles: tuple[str, ...] | None, at: int) -> None:
+        if at >= self._role_at:  # the newest word wins, a message's roles or a role event
+            self._role_at = at
+            self.platform_role = role if role is not None else self.platform_role
+            self.roles = roles if roles is not None else self.roles
+
+
+@dataclass
+class RebuiltFacts:
+    members: dict[str, RosterEntry] = field(default_factory=dict)
+    global_mute: list[tuple[int, bool, str | None]] = field(default_factory=list)  # (time, on, operator)
+    warnings: list[str] = field(default_factory=list)
+
+    def entry(self, user_id: str) -> RosterEntry:
+        return self.members.setdefault(user_id, RosterEntry(user_id))
+
+
+def rebuild_facts(conn: Connection, session_key: str, tables: set[str], label: str | None = None) -> RebuiltFacts:
+    """The roster of ``session_key`` from upstream's own rows (ADR §6's facts, as far as the rows tell them)."""
+    from zhin_cli.store.events import read_events, session_key_of
+
+    rebuilt = RebuiltFacts()
+    if "agent_messages" in tables:
+        _senders_of_turns(conn, session_key, rebuilt, label)
+    if "conversation_events" in tables:
+        t = schema.conversation_events
+        rows = [r for r in conn.execute(select(t.c.id, t.c.event_id, t.c.conversation_key, t.c.message_key, t.c.event_json,
+                                               t.c.time).order_by(t.c.id)).all()
+                if session_key_of(r.conversation_key or "") == session_key]
+        _message_authors(rows, rebuilt, label)
+        reading = read_events([r for r in rows if not r.message_key], label)
+        rebuilt.warnings = reading.warnings
+        for event in reading.members:
+            _apply_member_event(rebuilt.entry(event.user_id), event)
+        rebuilt.global_mute = [(e.time, e.global_mute, e.operator_id) for e in reading.scenes]
+    return rebuilt
+
+
+def _senders_of_turns(conn: Connection, session_key: str, rebuilt: RebuiltFacts, label: str | None) -> None:
+    """Each triggering sender's name and roles as upstream stored them with the turn (``actor``)."""
+    from zhin_cli.core.errors import at_row
+    from zhin_cli.store.legacy import split_roles
+    from zhin_cli.store.payload import json_column
+
+    m, s = schema.agent_messages, schema.agent_sessions
+    rows = conn.execute(select(m.c.id, m.c.payload, m.c.timestamp).join(s, s.c.session_id == m.c.session_id)
+                        .where((s.c.session_key == session_key) & (m.c.role == "user")).order_by(m.c.id)).all()
+    for row in rows:
+        payload = json_column(row.payload, "payload", at_row("agent_messages", row.id, label))
+        actor = payload.get("actor") if isinstance(payload, dict) else None
+        if not isinstance(actor, dict) or not isinstance(actor.get("subjectId"), (str, int)):
+            continue
+        entry = rebuilt.entry(str(actor["subjectId"]))
+        raw_roles = actor.get("roles")
+        if isinstance(raw_roles, list) and actor.get("scope") != "private":
+            product, platform = split_roles([str(r) for r in raw_roles])
+            entry.set_role(platform, product, row.timestamp)
+        _seen(entry, actor.get("displayName"), row.timestamp)
+
+
+def _message_authors(rows: list[Any], rebuilt: RebuiltFacts, label: str | None) -> None:
+    """Every member message's author (``message.created``: ``actor.id``, ``displayName``, time); the bot's replies
+    have no actor."""
+    from zhin_cli.core.errors import at_row
+    from zhin_cli.store.payload import json_column
+
+    for row in rows:
+        if not row.message_key:
+            continue
+        data = json_column(row.event_json, "event_json", at_row("conversation_events", row.id, label))
+        message = data.get("message") if isinstance(data, dict) else None
+        actor = message.get("actor") if isinstance(message, dict) else None
+        if isinstance(actor, dict) and isinstance(actor.get("id"), (str, int)) and isinstance(row.time, int):
+            _seen(rebuilt.entry(str(actor["id"])), actor.get("displayName"), row.time)
+
+
+def _seen(entry: RosterEntry, name: Any, at: int) -> None:
+    if entry.last_seen is None or at >= entry.last_seen:
+        entry.last_seen = at
+        if isinstance(name, str) and name:
+            entry.name = name
+
+
+def _apply_member_event(entry: RosterEntry, event: Any) -> None:
+    by = event.operator_id
+    if event.kind == "member_joined":
+        entry.joined_at, entry.joined_by, entry.left_at, entry.left_by = event.time, by or "self", None, None
+    elif event.kind == "member_left":
+        entry.left_at, entry.left_by = event.time, "self" if by == event.user_id else by
+    elif event.field == "role":
+        entry.set_role(event.value, None, event.time)
+    elif event.field == "mute_time":
+        seconds = int(event.value or 0)
+        entry.muted_until, entry.muted_by = (event.time + seconds * SECOND if seconds else 0), by
+
+
 # --- replay: facts as stored ----------------------------------------------------------------------------------
 
 
@@ -335,5 +458,6 @@ class StoredFacts:
 
 
 __all__ = [
-    "FactsStore", "MemberFacts", "PlatformError", "PlatformSource", "PruneReport", "SceneFactsRow", "StoredFacts", "prune",
+    "FactsStore", "MemberFacts", "PlatformError", "PlatformSource", "PruneReport", "RebuiltFacts", "RosterEntry",
+    "SceneFactsRow", "StoredFacts", "prune", "rebuild_facts",
 ]

@@ -14,12 +14,16 @@ from sqlalchemy.exc import SQLAlchemyError
 from zhin_cli.core.errors import SessionNotFound, ZhinError
 from zhin_cli.store import schema
 from zhin_cli.store.database import SessionDatabase, db_error, parse_db, writable_engine
-from zhin_cli.store.facts import FactsStore, PruneReport, prune, system_clock
+from zhin_cli.store.facts import FactsStore, PruneReport, prune, rebuild_facts, system_clock
+
+FACTS_TABLES = ("ai_session_profiles", "ai_scene_members")
 
 
 def show_facts(db: str, session: str) -> dict[str, Any]:
     """``zhin facts show``: the stored scene facts, bot role and member rows of a session (epoch id or key),
-    read in one read-only snapshot (a bot committing meanwhile is seen wholly or not at all)."""
+    read in one read-only snapshot (a bot committing meanwhile is seen wholly or not at all). A database without
+    stored member facts (upstream's own: it has no facts tables) gets its roster rebuilt from the rows that tell
+    it (``rebuilt``); ``nothing`` says why there is nothing to show."""
     with SessionDatabase(parse_db(db)) as database, database.snapshot() as conn:
         s = schema.agent_sessions
         key = conn.execute(select(s.c.session_key).where(s.c.session_id == session)).scalar()
@@ -31,13 +35,34 @@ def show_facts(db: str, session: str) -> dict[str, Any]:
         scene = store.scene(key, conn, label=database.ref.label) if "ai_session_profiles" in database.tables else None
         bot_role = store.bot_role(key, conn) if "ai_session_profiles" in database.tables else None
         members = store.members(key, conn) if "ai_scene_members" in database.tables else {}
-    return {
+        rebuilt = None if members else rebuild_facts(conn, key, set(database.tables), database.ref.label)
+    data: dict[str, Any] = {
         "version": 1,
         "session_key": key,
         "scene": None if scene is None else {**scene.__dict__, "admins": None if scene.admins is None else list(scene.admins)},
         "bot_role": bot_role,
         "members": [{"user_id": user_id, **facts.__dict__} for user_id, facts in members.items()],
     }
+    if rebuilt is not None:
+        data["rebuilt"] = {
+            "from": "conversation_events and agent_messages",
+            "members": [entry.as_dict() for _, entry in sorted(rebuilt.members.items())],
+            "global_mute": [{"at": at, "on": on, "by": by} for at, on, by in rebuilt.global_mute],
+        }
+        data["warnings"] = rebuilt.warnings
+    data["nothing"] = nothing_reason(data, database.tables)
+    return data
+
+
+def nothing_reason(data: dict[str, Any], tables: set[str] | list[str]) -> str | None:
+    """Why ``facts show`` has nothing to show, in one line; ``None`` when it has something."""
+    rebuilt = data.get("rebuilt") or {}
+    if data["members"] or data["scene"] or data["bot_role"] or rebuilt.get("members") or rebuilt.get("global_mute"):
+        return None
+    missing = [t for t in FACTS_TABLES if t not in tables]
+    stored = (f"this database has no {' / '.join(missing)} table{'s' if len(missing) > 1 else ''}" if missing
+              else "no member or scene facts are stored for it")
+    return f"no facts for {data['session_key']}: {stored}, and no message or member event of it names a member"
 
 
 def prune_database(db: str, *, dry_run: bool, now: int | None = None) -> PruneReport:

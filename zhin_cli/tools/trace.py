@@ -139,6 +139,7 @@ def open_trace(
             if not 1 <= wanted <= total:
                 raise UsageError(f"--turn {turn} is out of range: the session has {total} turns (1..{total})")
         notes = [greeting_note(greeting)] if greeting is not None and wanted in (None, greeting) else []
+        notes.extend(f"warning: {note}" for note in session.notes)  # rows the reader could not read, named
         if plan.card_greeting:
             notes.append(CARD_GREETING_NOTE)
         result = TraceResult(session.session_id, session.source, total, [], greeting, notes,

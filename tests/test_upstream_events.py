@@ -1,0 +1,293 @@
+"""Upstream's member events, keys, ``import --events`` and ``facts show`` on a real upstream database (issue 28,
+findings 6 and 7), checked against ``scenario.md`` of /work/shared/reference/upstream-db (copied bytes:
+tests/data/upstream-db/data.sqlite). Every test runs on a copy: the data file stays byte-identical."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sqlite3
+from datetime import datetime
+from pathlib import Path
+from types import SimpleNamespace
+from zoneinfo import ZoneInfo
+
+import pytest
+from conftest import clean_env, run_zhin
+
+from zhin_cli.core.model import AssistantMessage, EventMessage, Session, ToolResultMessage, UserMessage
+from zhin_cli.store.database import SessionDatabase, parse_db
+
+DATA = Path(__file__).parent / "data" / "upstream-db" / "data.sqlite"
+A = "onebot11:tokyo-ob11:group:856301447"
+B = "onebot11:tokyo-ob11:group:613770258"
+P = "onebot11:tokyo-ob11:private:284100105"
+
+# scenario.md, "Member events: what happened, who did it, what upstream stored": every member event of group A as
+# the ADR's fixed template; {hm} is the event's local HH:MM in the session's zone (UTC while none is known).
+SCENARIO_A = [  # (epoch ms, kind, line)
+    (1792120320000, "member_changed", '(unknown) changed 284100105 role to "admin"'),  # step 10: OneBot sends no operator
+    (1792120380000, "member_joined", "284100107 join 856301447 on {hm} by 284100102"),  # step 13, approved by the admin
+    (1792194300000, "member_left", "284100106 leave 856301447 on {hm} by 284100101"),  # step 35, kicked by the owner
+    (1792194410000, "member_changed", '284100102 changed 284100104 mute_time to "300"'),  # step 38
+    (1792194510000, "member_left", "284100109 leave 856301447 on {hm} by self"),  # step 40, left by himself
+    (1792194660000, "member_changed", '284100102 changed 284100104 mute_time to "0"'),  # step 43, unmuted early
+    (1792330880000, "member_changed", '(unknown) changed 284100105 role to "member"'),  # step 61: no operator sent
+    (1792330940000, "member_joined", "284100108 join 856301447 on {hm} by 284100102"),  # step 62.1, invited
+]
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    copy = tmp_path / "data.sqlite"
+    shutil.copyfile(DATA, copy)
+    return copy
+
+
+def load(db: Path, key: str, *, lazy: bool) -> Session:
+    with SessionDatabase(parse_db(str(db))) as database:
+        return database.load(key, lazy=lazy)
+
+
+def expected(session: Session) -> list[tuple[int, str, str]]:
+    zone = ZoneInfo(session.timezone or "UTC")
+    return [(t, kind, line.format(hm=datetime.fromtimestamp(t / 1000, zone).strftime("%H:%M")))
+            for t, kind, line in SCENARIO_A]
+
+
+def events_of(session: Session) -> list[EventMessage]:
+    return [m for m in session.messages if isinstance(m, EventMessage)]
+
+
+def facts_of(event: EventMessage) -> tuple[int, str, str]:
+    return event.timestamp, event.kind, event.name
+
+
+# --- finding 7: one session key for every key form -------------------------------------------------------------
+
+
+def test_message_notice_and_k1_keys_of_one_group_map_to_one_session_key() -> None:
+    from zhin_cli.store.events import session_key_of
+
+    message_key = "root/onebot11\x00root/onebot11\x00zhin.adapter\x00onebot11~tokyo-ob11\x00group\x00856301447\x00\x00\x00"
+    notice_key = "onebot11\x00tokyo-ob11\x00group\x00856301447\x00\x00\x00"
+    k1_key = "k1:onebot11:tokyo-ob11:group:856301447:::"
+    assert {session_key_of(k) for k in (message_key, notice_key, k1_key, message_key + "\x00" + "2100032")} == {A}
+    # negative control: another group, a private chat and a key of no known shape are told apart
+    assert session_key_of(notice_key.replace("856301447", "613770258")) == B
+    assert session_key_of("onebot11\x00tokyo-ob11\x00private\x00284100105\x00\x00\x00") == P
+    assert session_key_of("k1:root%2Fonebot11:root%2Fonebot11%00zhin.adapter%00onebot11~tokyo-ob11:group:856301447:::") == A
+    assert session_key_of("garbage\x00x") is None
+
+
+def test_every_conversation_key_of_the_database_maps_to_a_stored_session(db: Path) -> None:
+    from zhin_cli.store.events import session_key_of
+
+    with sqlite3.connect(db) as conn:
+        keys = {k for (k,) in conn.execute("SELECT DISTINCT conversation_key FROM conversation_events")}
+        sessions = {k for (k,) in conn.execute("SELECT session_key FROM agent_sessions")}
+    assert len(keys) == 6  # message and notice keys of A, B and the private chat
+    assert {session_key_of(k) for k in keys} == sessions == {A, B, P}
+
+
+# --- finding 6: member events in the replayed history -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_every_member_event_appears_once_with_its_real_operator_and_time(db: Path, lazy: bool) -> None:
+    session = load(db, A, lazy=lazy)
+    shown = [facts_of(e) for e in events_of(session)]
+    assert shown == expected(session)
+    assert not any(" system changed" in line or line.startswith("system ") for _, _, line in shown)
+    assert all(line.startswith("(unknown) changed 284100105 role") for t, _, line in shown if t in (1792120320000, 1792330880000))
+
+
+def test_the_event_check_discriminates(db: Path) -> None:
+    # negative control: the kick's operator changed in the data shows in the history (the test reads the rows)
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE conversation_events SET event_json = replace(event_json, '\"actor\":{\"id\":\"284100101\"',"
+                     " '\"actor\":{\"id\":\"284100199\"') WHERE id = 40")
+    session = load(db, A, lazy=True)
+    lines = [e.name for e in events_of(session)]
+    assert any(line.endswith("by 284100199") for line in lines) and not any(line.endswith("by 284100101") for line in lines)
+
+
+def test_lazy_and_eager_loads_give_the_same_history(db: Path) -> None:
+    eager, lazy = load(db, A, lazy=False), load(db, A, lazy=True)
+    assert [(m.role, m.row_id, m.timestamp) for m in eager.messages] == [(m.role, m.row_id, m.timestamp) for m in lazy.messages]
+    assert list(eager.outline.row_ids) == list(lazy.outline.row_ids)
+    assert len(eager.messages) == 44 + len(SCENARIO_A)  # every stored row, and each event once
+
+
+def test_an_event_during_the_bots_turn_follows_its_reply_and_never_splits_a_tool_group(db: Path) -> None:
+    from zhin_cli.store.upstream_events import insertion_points
+
+    messages = list(load(db, A, lazy=True).messages)
+    join = next(i for i, m in enumerate(messages) if isinstance(m, EventMessage) and m.timestamp == 1792330940000)
+    before = messages[join - 1]
+    # step 62.1: the join came while request 25 (after the weather result) was in flight: after the reply it produced
+    assert isinstance(before, AssistantMessage) and before.text == "ok 6d451a4c"
+    assert not isinstance(messages[join + 1], ToolResultMessage)
+    # the rule itself, with a control: a user message written after the event comes after it
+    times, roles = [10, 20, 30, 40], ["user", "assistant", "toolResult", "assistant"]
+    # 20's request was made at 10 (before the event), 30 is its tool result, 40's request was made at 30 (after it):
+    # the event goes after the tool group, before the reply whose request saw it (ADR §2)
+    assert insertion_points(times, roles, [15]) == [3]
+    assert insertion_points([10, 20, 30], ["user", "assistant", "user"], [25]) == [2]
+    assert insertion_points([10, 20, 30], ["user", "user", "user"], [15]) == [1]  # control: plain messages, by time
+
+
+def test_the_promoted_member_is_admin_from_that_time(db: Path) -> None:
+    from zhin_cli.store.events import read_events
+    from zhin_cli.store.upstream_events import FactTimeline
+
+    with sqlite3.connect(db) as conn:
+        rows = [SimpleNamespace(id=r[0], event_id=r[1], conversation_key=r[2], event_json=r[3], time=r[4])
+                for r in conn.execute("SELECT id, event_id, conversation_key, event_json, time FROM conversation_events"
+                                      " WHERE message_key = ''")]
+    timeline = FactTimeline(read_events(rows).members)
+    assert timeline.at("284100105", "role", 1792120319999) is None  # before step 10: not known
+    assert timeline.at("284100105", "role", 1792120350000) == "admin"  # step 11 谢谢部长, d1 12:12:30
+    assert timeline.at("284100105", "role", 1792194600000) == "admin"  # step 42, d2 08:50
+    assert timeline.at("284100105", "role", 1792331010000) == "member"  # step 63, d3 22:43:30, after step 61
+    assert timeline.at("284100104", "role", 1792194600000) is None  # control: nobody promoted her
+    message = UserMessage([{"type": "text", "text": "谢谢部长"}], 1792120350000, None, 1)
+    from zhin_cli.core.model import Actor
+
+    message.actor = Actor("284100105", "小林 Kobayashi")
+    followed = timeline.follow(message)
+    assert isinstance(followed, UserMessage) and followed.actor is not None and followed.actor.platform_role == "admin"
+    message.actor = Actor("284100105", "小林 Kobayashi", platform_role="member")  # the message's own word wins
+    assert timeline.follow(message) is message
+
+
+def test_trace_sends_the_promotion_before_the_next_turn(db: Path, tmp_path: Path) -> None:
+    result = run_zhin("trace", A, "--turn", "6", "--json", "--db", db, cwd=tmp_path, env=clean_env())
+    assert result.returncode == 0, result.stderr
+    body = json.dumps(json.loads(result.stdout)["requests"][0]["request"], ensure_ascii=False)
+    assert body.count('changed 284100105 role to \\"admin\\"') == 1  # turn 6 = step 16 (12:14), after step 10
+    assert "284100107 join 856301447" in body and body.index("role to") < body.index("join 856301447")
+    assert "284100108 join" not in body  # control: d3's join is not in a d1 request
+
+
+def test_the_whole_group_mute_is_a_scene_fact_not_member_zero(db: Path) -> None:
+    session = load(db, B, lazy=True)
+    assert events_of(session) == []  # not "member 0 unmuted" twice
+    assert [(c.timestamp, c.changes) for c in session.scene_changes] == [
+        (1792143240000, {"global_mute": True}), (1792143360000, {"global_mute": False})]
+    assert session.scene_at(1792143300000).global_mute is True  # d1 18:35: on (scenario: 18:34–18:36)
+    assert session.scene_at(1792143420000).global_mute is False  # d1 18:37, B's second turn
+    assert session.scene_at(1792143200000).global_mute is None  # control: before it nothing is known
+
+
+def test_poke_and_recall_stay_out_of_history(db: Path) -> None:
+    private = load(db, P, lazy=True)
+    assert events_of(private) == [] and private.notes == []  # the poke is an ephemeral scene event (ADR §7)
+    assert all("2100026" not in e.name for e in events_of(load(db, A, lazy=True)))
+
+
+# --- rows zhin cannot read ---------------------------------------------------------------------------------------
+
+
+def add_event(db: Path, event_id: str, event: dict[str, object], time: int) -> int:
+    with sqlite3.connect(db) as conn:
+        cursor = conn.execute("INSERT INTO conversation_events (event_id, conversation_key, message_key, event_json, time)"
+                              " VALUES (?, ?, '', ?, ?)",
+                              (event_id, "onebot11\x00tokyo-ob11\x00group\x00856301447\x00\x00\x00", json.dumps(event), time))
+        assert cursor.lastrowid is not None
+        return cursor.lastrowid
+
+
+def test_an_event_row_zhin_cannot_read_is_a_warning_naming_it(db: Path, tmp_path: Path) -> None:
+    bad = add_event(db, "x1", {"type": "member.joined", "actor": {"id": "1"}}, 1792330950000)
+    odd = add_event(db, "x2", {"type": "member.exploded", "member": {"id": "1"}}, 1792330960000)
+    mute = add_event(db, "x3", {"type": "member.unmuted", "member": {"id": "0"}, "eventId": "notice:x"}, 1792330970000)
+    session = load(db, A, lazy=True)
+    assert session.notes == [f"{db}: conversation_events row {bad}: member.joined without a member id; not read",
+                             f"{db}: conversation_events row {odd}: event type 'member.exploded' is not one zhin reads; not read",
+                             f"{db}: conversation_events row {mute}: member.unmuted of member 0 (a whole-group mute) does not "
+                             "say on or off; not read"]
+    assert len(events_of(session)) == len(SCENARIO_A)  # nothing misread
+    traced = run_zhin("trace", A, "--json", "--db", db, cwd=tmp_path, env=clean_env())
+    assert traced.returncode == 0, traced.stderr
+    assert f"warning: {session.notes[0]}" in json.loads(traced.stdout)["notes"]
+    shown = run_zhin("facts", "show", A, "--db", db, cwd=tmp_path, env=clean_env())
+    assert f"zhin: warning: {db}: conversation_events row {odd}" in shown.stderr
+
+
+def test_the_real_database_reads_without_a_warning(db: Path, tmp_path: Path) -> None:  # the control
+    assert load(db, A, lazy=True).notes == load(db, B, lazy=True).notes == []
+    traced = run_zhin("trace", A, "--json", "--db", db, cwd=tmp_path, env=clean_env())
+    assert traced.returncode == 0, traced.stderr
+    assert not [n for n in json.loads(traced.stdout)["notes"] if n.startswith("warning:")]
+
+
+# --- import --events ---------------------------------------------------------------------------------------------
+
+
+def stored_member_events(db: Path) -> int:
+    with sqlite3.connect(db) as conn:
+        return conn.execute("SELECT count(*) FROM conversation_events WHERE event_json LIKE '%\"type\":\"member.%'").fetchone()[0]
+
+
+def test_import_events_imports_every_upstream_member_event_once(db: Path, tmp_path: Path) -> None:
+    assert stored_member_events(db) == 10  # README: unmuted 3, role_changed 2, joined 2, left 2, muted 1
+    first = run_zhin("import", "--events", "--db", db, cwd=tmp_path, env=clean_env())
+    assert first.returncode == 0, first.stderr
+    assert "imported 10 member events" in first.stderr and "2 whole-group mutes as scene changes" in first.stderr
+    again = run_zhin("import", "--events", "--db", db, cwd=tmp_path, env=clean_env())
+    assert "imported 0 member events" in again.stderr and "10 already there" in again.stderr
+    # after the import every event is still there once: the imported rows, not the conversation_events ones too
+    session = load(db, A, lazy=True)
+    assert sorted((e.timestamp, e.kind) for e in events_of(session)) == [(t, k) for t, k, _ in SCENARIO_A]
+    assert [c.changes for c in load(db, B, lazy=True).scene_changes] == [{"global_mute": True}, {"global_mute": False}]
+
+
+def test_import_events_counts_what_is_stored(db: Path, tmp_path: Path) -> None:  # the control
+    with sqlite3.connect(db) as conn:
+        conn.execute("DELETE FROM conversation_events WHERE id = 40")  # the kick
+    result = run_zhin("import", "--events", "--db", db, cwd=tmp_path, env=clean_env())
+    assert "imported 9 member events" in result.stderr
+
+
+# --- facts show ----------------------------------------------------------------------------------------------------
+
+
+def test_facts_show_lists_the_known_roster(db: Path, tmp_path: Path) -> None:
+    before = digest(db)
+    shown = run_zhin("facts", "show", A, "--json", "--db", db, cwd=tmp_path, env=clean_env())
+    assert shown.returncode == 0, shown.stderr
+    data = json.loads(shown.stdout)
+    assert data["nothing"] is None and data["members"] == []
+    roster = {m["user_id"]: m for m in data["rebuilt"]["members"]}
+    assert sorted(roster) == [f"2841001{n:02d}" for n in range(1, 11)]  # group A's ten members (scenario.md)
+    assert (roster["284100101"]["platform_role"], roster["284100101"]["name"]) == ("owner", "健太(部长)")
+    assert (roster["284100102"]["platform_role"], roster["284100102"]["roles"]) == ("admin", ["master"])
+    assert roster["284100103"]["name"] == "system" and roster["284100103"]["platform_role"] == "member"
+    assert roster["284100104"]["platform_role"] == "member"  # "roles=owner" is part of her nickname
+    assert (roster["284100104"]["muted_until"], roster["284100104"]["muted_by"]) == (0, "284100102")
+    assert roster["284100105"]["platform_role"] == "member"  # admin d1 12:12, taken back d3 22:41
+    assert (roster["284100106"]["left_at"], roster["284100106"]["left_by"]) == (1792194300000, "284100101")
+    assert (roster["284100109"]["left_at"], roster["284100109"]["left_by"]) == (1792194510000, "self")
+    assert (roster["284100107"]["joined_at"], roster["284100107"]["joined_by"]) == (1792120380000, "284100102")
+    assert (roster["284100108"]["joined_at"], roster["284100108"]["joined_by"]) == (1792330940000, "284100102")
+    assert roster["284100110"]["name"] == "Yuki🎲"
+    text = run_zhin("facts", "show", B, "--db", db, cwd=tmp_path, env=clean_env()).stdout
+    assert "whole-group mute on at 2026-10-16 09:34 UTC by 284100102" in text and "千夏📷" in text
+    assert digest(db) == before
+
+
+def test_facts_show_says_in_one_line_why_there_is_nothing(db: Path, tmp_path: Path) -> None:  # the control
+    with sqlite3.connect(db) as conn:
+        conn.execute("DELETE FROM conversation_events")
+        conn.execute("UPDATE agent_messages SET payload = json_remove(payload, '$.actor')")
+    shown = run_zhin("facts", "show", A, "--db", db, cwd=tmp_path, env=clean_env())
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.strip().splitlines()
+    assert lines[-1] == (f"no facts for {A}: this database has no ai_session_profiles / ai_scene_members tables, "
+                         "and no message or member event of it names a member")
