@@ -8,14 +8,13 @@ import hashlib
 import json
 import shutil
 import sqlite3
-from datetime import datetime
 from pathlib import Path
 from types import SimpleNamespace
-from zoneinfo import ZoneInfo
 
 import pytest
 from conftest import clean_env, run_zhin
 
+from zhin_cli.core.errors import InputError
 from zhin_cli.core.model import AssistantMessage, EventMessage, Session, ToolResultMessage, UserMessage
 from zhin_cli.store.database import SessionDatabase, parse_db
 
@@ -25,16 +24,16 @@ B = "onebot11:tokyo-ob11:group:613770258"
 P = "onebot11:tokyo-ob11:private:284100105"
 
 # scenario.md, "Member events: what happened, who did it, what upstream stored": every member event of group A as
-# the ADR's fixed template; {hm} is the event's local HH:MM in the session's zone (UTC while none is known).
+# the ADR's fixed template, at the local (JST) times scenario.md gives: the zone the data names ([Turn context]).
 SCENARIO_A = [  # (epoch ms, kind, line)
     (1792120320000, "member_changed", '(unknown) changed 284100105 role to "admin"'),  # step 10: OneBot sends no operator
-    (1792120380000, "member_joined", "284100107 join 856301447 on {hm} by 284100102"),  # step 13, approved by the admin
-    (1792194300000, "member_left", "284100106 leave 856301447 on {hm} by 284100101"),  # step 35, kicked by the owner
+    (1792120380000, "member_joined", "284100107 join 856301447 on 12:13 by 284100102"),  # step 13, approved by the admin
+    (1792194300000, "member_left", "284100106 leave 856301447 on 08:45 by 284100101"),  # step 35, kicked by the owner
     (1792194410000, "member_changed", '284100102 changed 284100104 mute_time to "300"'),  # step 38
-    (1792194510000, "member_left", "284100109 leave 856301447 on {hm} by self"),  # step 40, left by himself
+    (1792194510000, "member_left", "284100109 leave 856301447 on 08:48 by self"),  # step 40, left by himself
     (1792194660000, "member_changed", '284100102 changed 284100104 mute_time to "0"'),  # step 43, unmuted early
     (1792330880000, "member_changed", '(unknown) changed 284100105 role to "member"'),  # step 61: no operator sent
-    (1792330940000, "member_joined", "284100108 join 856301447 on {hm} by 284100102"),  # step 62.1, invited
+    (1792330940000, "member_joined", "284100108 join 856301447 on 22:42 by 284100102"),  # step 62.1, invited
 ]
 
 
@@ -52,12 +51,6 @@ def db(tmp_path: Path) -> Path:
 def load(db: Path, key: str, *, lazy: bool) -> Session:
     with SessionDatabase(parse_db(str(db))) as database:
         return database.load(key, lazy=lazy)
-
-
-def expected(session: Session) -> list[tuple[int, str, str]]:
-    zone = ZoneInfo(session.timezone or "UTC")
-    return [(t, kind, line.format(hm=datetime.fromtimestamp(t / 1000, zone).strftime("%H:%M")))
-            for t, kind, line in SCENARIO_A]
 
 
 def events_of(session: Session) -> list[EventMessage]:
@@ -102,7 +95,7 @@ def test_every_conversation_key_of_the_database_maps_to_a_stored_session(db: Pat
 def test_every_member_event_appears_once_with_its_real_operator_and_time(db: Path, lazy: bool) -> None:
     session = load(db, A, lazy=lazy)
     shown = [facts_of(e) for e in events_of(session)]
-    assert shown == expected(session)
+    assert shown == SCENARIO_A
     assert not any(" system changed" in line or line.startswith("system ") for _, _, line in shown)
     assert all(line.startswith("(unknown) changed 284100105 role") for t, _, line in shown if t in (1792120320000, 1792330880000))
 
@@ -191,6 +184,30 @@ def test_poke_and_recall_stay_out_of_history(db: Path) -> None:
     assert all("2100026" not in e.name for e in events_of(load(db, A, lazy=True)))
 
 
+def test_the_data_names_its_zone_only_in_a_turn_rows_context() -> None:
+    from zhin_cli.store.events import turn_context_zone
+
+    row = {"role": "user", "content": [{"type": "text", "text": "[Turn context]\nTime: 2026/10/17 08:42:00 (Asia/Tokyo)\n"
+                                                                "Model: openai/gpt-4.1-mini\n[/Turn context]\n\nhi"}]}
+    assert turn_context_zone(json.dumps(row)) == "Asia/Tokyo"
+    # controls: a member who types such a line (not the row's opening context) and a zone that is not one name nothing
+    typed = {"role": "user", "content": [{"type": "text", "text": "Time: 2026/10/17 08:42:00 (Asia/Tokyo)\n"}]}
+    bogus = {"role": "user", "content": [{"type": "text", "text": "[Turn context]\nTime: 2026/10/17 08:42:00 (Mars/Olympus)\n"}]}
+    assert turn_context_zone(json.dumps(typed)) is None and turn_context_zone(json.dumps(bogus)) is None
+
+
+def test_a_time_stored_as_bigint_text_is_read_as_its_number() -> None:
+    from zhin_cli.store.events import read_events
+
+    def row(time: object) -> SimpleNamespace:
+        return SimpleNamespace(id=1, event_id="e", conversation_key="k1:onebot11:tokyo-ob11:group:856301447:::",
+                               event_json=json.dumps({"type": "member.joined", "member": {"id": "7"}}), time=time)
+
+    assert [e.time for e in read_events([row("1792330940000")]).members] == [1792330940000]
+    with pytest.raises(InputError, match="time must be an integer"):  # control: text that is not a number
+        read_events([row("soon")])
+
+
 # --- rows zhin cannot read ---------------------------------------------------------------------------------------
 
 
@@ -246,6 +263,9 @@ def test_import_events_imports_every_upstream_member_event_once(db: Path, tmp_pa
     session = load(db, A, lazy=True)
     assert sorted((e.timestamp, e.kind) for e in events_of(session)) == [(t, k) for t, k, _ in SCENARIO_A]
     assert [c.changes for c in load(db, B, lazy=True).scene_changes] == [{"global_mute": True}, {"global_mute": False}]
+    with sqlite3.connect(db) as conn:  # the stored lines are the same fixed templates, at the data's local time
+        stored = [json.loads(p)["name"] for (p,) in conn.execute("SELECT payload FROM agent_messages WHERE role = 'event'")]
+    assert stored == [line for _, _, line in SCENARIO_A]
 
 
 def test_import_events_counts_what_is_stored(db: Path, tmp_path: Path) -> None:  # the control

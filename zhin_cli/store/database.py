@@ -462,6 +462,7 @@ class _SessionRows:
     events: _Raw = _NONE
     imported_events: _Raw = _NONE
     epochs: _Raw = _NONE
+    turn_context: _Raw = _NONE  # one turn row naming the data's zone (upstream's `[Turn context]`)
 
 
 class SessionDatabase:
@@ -626,6 +627,7 @@ class SessionDatabase:
             events=_query(conn, _SQL_MEMBER_EVENTS) if "conversation_events" in tables else _NONE,
             imported_events=_query(conn, _SQL_IMPORTED_EVENTS) if "zhin_imported_events" in tables else _NONE,
             epochs=_query(conn, _SQL_EPOCHS, {"key": session_key}),
+            turn_context=_query(conn, SQL_TURN_CONTEXT, {"sid": session_id}) if "conversation_events" in tables else _NONE,
         )
 
     def _fetch_messages(self, conn: Any, session_id: str) -> _Raw:
@@ -801,13 +803,14 @@ class SessionDatabase:
         be read become the session's notes."""
         if not rows.events[1]:
             return
-        from zhin_cli.store.events import read_events
+        from zhin_cli.store.events import read_events, turn_context_zone
         from zhin_cli.store.upstream_events import add_upstream_events, epoch_span
 
         reading = read_events(_rows(rows.events), self.ref.label)
         imported = {str(row[0]) for row in rows.imported_events[1]}
         span = epoch_span(session.session_id, [(str(r[0]), r[1]) for r in rows.epochs[1]])
-        session.notes.extend(add_upstream_events(session, reading, imported, span))
+        zone = turn_context_zone(rows.turn_context[1][0][0]) if rows.turn_context[1] else None
+        session.notes.extend(add_upstream_events(session, reading, imported, span, zone))
 
     def _messages(self, rows: list[Any], leaf: int | None, has_parent: bool) -> list[Message]:
         if leaf is not None and has_parent:  # the same walk (and errors) as a lazy load's
@@ -976,6 +979,8 @@ _SQL_MEMBER_EVENTS = ("SELECT conversation_events.id, conversation_events.event_
                       " conversation_events.event_json, conversation_events.time FROM conversation_events"
                       " WHERE conversation_events.message_key = '' OR conversation_events.message_key IS NULL"
                       " ORDER BY conversation_events.id")
+from zhin_cli.store.events import SQL_TURN_CONTEXT  # noqa: E402  (the one statement, shared with import --events)
+
 _SQL_IMPORTED_EVENTS = "SELECT zhin_imported_events.event_id FROM zhin_imported_events"
 _SQL_EPOCHS = ("SELECT agent_sessions.session_id, agent_sessions.created_at FROM agent_sessions"
                " WHERE agent_sessions.session_key = :key")

@@ -29,6 +29,7 @@ the member's ``ai_scene_members`` row.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -36,7 +37,7 @@ from typing import Any
 from urllib.parse import unquote
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from sqlalchemy import and_, inspect, select
+from sqlalchemy import and_, inspect, select, text
 
 from zhin_cli.core.errors import InputError, ZhinError, at_row
 from zhin_cli.store import schema
@@ -53,6 +54,12 @@ WHOLE_GROUP = "0"  # OneBot's group_ban user_id for a whole-group mute
 # The operator slot of a state-change line when upstream stored none (member.role_changed never has one): said
 # as such, never ``system`` — that reads like the member who is literally named "system".
 NO_OPERATOR = "(unknown)"
+# The zone upstream names in a turn row's runtime context: ``[Turn context]\nTime: 2026/10/17 08:42:00 (Asia/Tokyo)``.
+_TURN_CONTEXT_ZONE = re.compile(r"\A\[Turn context\]\n(?:.*\n)*?Time: [0-9/]+ [0-9:]+ \(([^()\s]+)\)\n")
+# A turn row of the epoch (newest first) whose text opens with that context: one row tells the zone.
+SQL_TURN_CONTEXT = ("SELECT agent_messages.payload FROM agent_messages WHERE agent_messages.session_id = :sid"
+                    " AND agent_messages.role = 'user' AND agent_messages.payload LIKE '%[Turn context]%'"
+                    " ORDER BY agent_messages.id DESC LIMIT 1")
 
 
 @dataclass(frozen=True)
@@ -110,6 +117,23 @@ class EventReading:
     def for_session(self, session_key: str) -> EventReading:
         return EventReading([e for e in self.members if e.session_key == session_key],
                             [e for e in self.scenes if e.session_key == session_key], list(self.warnings))
+
+
+def turn_context_zone(payload: Any) -> str | None:
+    """The IANA zone a stored turn row's ``[Turn context]`` names (upstream writes local time only there), else None.
+    The zone of the data, for the times of event lines when the session names none."""
+    try:
+        data = json.loads(payload) if isinstance(payload, str) else None
+    except (ValueError, RecursionError):
+        return None
+    content = data.get("content") if isinstance(data, dict) else None
+    text = content[0].get("text") if isinstance(content, list) and content and isinstance(content[0], dict) else None
+    match = _TURN_CONTEXT_ZONE.match(text) if isinstance(text, str) else None
+    if match is None:
+        return None
+    from zhin_cli.core.timezones import valid_timezone
+
+    return match.group(1) if valid_timezone(match.group(1)) else None
 
 
 def _zone(timezone: str | None) -> ZoneInfo:
@@ -345,6 +369,8 @@ def _append_event(conn: Any, session: Any, event: MemberEvent) -> int:
     s, m, p = schema.agent_sessions, schema.agent_messages, schema.ai_session_profiles
     timezone = (conn.execute(select(p.c.timezone).where(p.c.session_key == event.session_key)).scalar()
                 if "ai_session_profiles" in set(inspect(conn).get_table_names()) else None)
+    if not timezone:  # upstream's own database: the zone its turn rows name
+        timezone = turn_context_zone(conn.execute(text(SQL_TURN_CONTEXT), {"sid": session.session_id}).scalar())
     payload = {"role": "event", "kind": event.kind, "name": event.line(timezone), "timestamp": event.time}
     inserted = conn.execute(m.insert().values(
         session_id=session.session_id, role="event",

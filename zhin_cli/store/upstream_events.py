@@ -57,9 +57,11 @@ def epoch_span(session_id: str, epochs: Sequence[tuple[str, int | None]]) -> Epo
     return EpochSpan(start, end)
 
 
-def add_upstream_events(session: Session, reading: EventReading, imported: set[str], span: EpochSpan) -> list[str]:
+def add_upstream_events(session: Session, reading: EventReading, imported: set[str], span: EpochSpan,
+                        data_zone: str | None = None) -> list[str]:
     """Put the session's member events into its history and its whole-group mutes into its scene changes (those
-    ``zhin import --events`` wrote already are there); actors get the roles and mutes the events gave. The
+    ``zhin import --events`` wrote already are there); actors get the roles and mutes the events gave. The times
+    in the lines are in the session's zone, else ``data_zone`` (the one upstream's turn rows name), else UTC. The
     warnings of rows that could not be read are returned."""
     key = session.session_key or ""
     mine = reading.for_session(key)
@@ -72,13 +74,13 @@ def add_upstream_events(session: Session, reading: EventReading, imported: set[s
                                                           "global_mute": scene.global_mute}))
     timeline = FactTimeline(members)
     if new_members:
-        _insert_events(session, new_members)
+        _insert_events(session, new_members, session.timezone or data_zone)
     if timeline:
         _follow_facts(session, timeline)
     return mine.warnings
 
 
-def _event_messages(session: Session, events: list[MemberEvent]) -> list[EventMessage]:
+def _event_messages(session: Session, events: list[MemberEvent], zone: str | None) -> list[EventMessage]:
     taken = set(session.outline.row_ids)
     lowest = min([0, *taken])
     messages = []
@@ -88,7 +90,7 @@ def _event_messages(session: Session, events: list[MemberEvent]) -> list[EventMe
             lowest -= 1
             row_id = lowest
         taken.add(row_id)
-        line = event.line(session.timezone)
+        line = event.line(zone)
         raw = {"type": "message", "role": "event", "kind": event.kind, "name": line, "timestamp": event.time}
         messages.append(EventMessage(event.kind, line, event.time, row_id, raw=raw))
     return messages
@@ -114,9 +116,9 @@ def _request_after(timestamps: Sequence[int], roles: Sequence[str], position: in
     return made > time
 
 
-def _insert_events(session: Session, events: list[MemberEvent]) -> None:
+def _insert_events(session: Session, events: list[MemberEvent], zone: str | None) -> None:
     events = sorted(events, key=lambda e: (e.time, e.row_id))
-    new = _event_messages(session, events)
+    new = _event_messages(session, events, zone)
     outline = session.outline
     points = insertion_points(outline.timestamps, outline.roles, [e.time for e in events])
     order: list[int | EventMessage] = []  # old positions and the events, in the new order
