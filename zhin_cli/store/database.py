@@ -624,7 +624,7 @@ class SessionDatabase:
             if "ai_scene_members" in tables and session_key else _NONE,
             lines=_query(conn, _SQL_LINES, {"sid": session_id}) if "zhin_lines" in tables else _NONE,
             imported_members=_query(conn, _SQL_KEY_MEMBER_LINES, {"key": session_key}) if "zhin_lines" in tables else _NONE,
-            events=_query(conn, _SQL_MEMBER_EVENTS) if "conversation_events" in tables else _NONE,
+            events=_member_event_rows(conn, session_key) if "conversation_events" in tables else _NONE,
             imported_events=_query(conn, _SQL_IMPORTED_EVENTS) if "zhin_imported_events" in tables else _NONE,
             epochs=_query(conn, _SQL_EPOCHS, {"key": session_key}),
             turn_context=_query(conn, SQL_TURN_CONTEXT, {"sid": session_id}) if "conversation_events" in tables else _NONE,
@@ -806,7 +806,7 @@ class SessionDatabase:
         from zhin_cli.store.events import read_events, turn_context_zone
         from zhin_cli.store.upstream_events import add_upstream_events, epoch_span
 
-        reading = read_events(_rows(rows.events), self.ref.label)
+        reading = read_events(_rows(rows.events), self.ref.label, session_key=session.session_key)
         imported = {str(row[0]) for row in rows.imported_events[1]}
         span = epoch_span(session.session_id, [(str(r[0]), r[1]) for r in rows.epochs[1]])
         zone = turn_context_zone(rows.turn_context[1][0][0]) if rows.turn_context[1] else None
@@ -975,10 +975,25 @@ _SQL_LINES = "SELECT * FROM zhin_lines WHERE zhin_lines.session_id = :sid ORDER 
 _SQL_KEY_MEMBER_LINES = ("SELECT zhin_lines.line FROM zhin_lines JOIN agent_sessions"
                          " ON agent_sessions.session_id = zhin_lines.session_id"
                          " WHERE agent_sessions.session_key = :key AND zhin_lines.kind = 'member'")
+# Upstream's member events of one conversation: its keys first (few, whatever their form), then its rows only —
+# a database of many groups holds many notices, and each would cost a JSON parse (store.events.read_events).
+_SQL_EVENT_KEYS = ("SELECT DISTINCT conversation_events.conversation_key FROM conversation_events"
+                   " WHERE conversation_events.message_key = '' OR conversation_events.message_key IS NULL")
 _SQL_MEMBER_EVENTS = ("SELECT conversation_events.id, conversation_events.event_id, conversation_events.conversation_key,"
                       " conversation_events.event_json, conversation_events.time FROM conversation_events"
-                      " WHERE conversation_events.message_key = '' OR conversation_events.message_key IS NULL"
-                      " ORDER BY conversation_events.id")
+                      " WHERE (conversation_events.message_key = '' OR conversation_events.message_key IS NULL)"
+                      " AND conversation_events.conversation_key IN ({keys}) ORDER BY conversation_events.id")
+
+
+def _member_event_rows(conn: Any, session_key: str) -> _Raw:
+    """The non-message ``conversation_events`` rows whose key (any of upstream's forms) names ``session_key``."""
+    from zhin_cli.store.events import session_key_of
+
+    keys = [key for (key,) in _query(conn, _SQL_EVENT_KEYS)[1] if session_key_of(key or "") == session_key]
+    if not keys:
+        return _NONE
+    params = {f"k{i}": key for i, key in enumerate(keys)}
+    return _query(conn, _SQL_MEMBER_EVENTS.format(keys=", ".join(f":k{i}" for i in range(len(keys)))), params)
 from zhin_cli.store.events import SQL_TURN_CONTEXT  # noqa: E402  (the one statement, shared with import --events)
 
 _SQL_IMPORTED_EVENTS = "SELECT zhin_imported_events.event_id FROM zhin_imported_events"

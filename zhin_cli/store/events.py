@@ -195,11 +195,19 @@ def _party(data: dict[str, Any], key: str) -> str | None:
     return _id(party.get("id")) if isinstance(party, dict) else None
 
 
-def read_events(rows: Iterable[Any], label: str | None = None) -> EventReading:
+def read_events(rows: Iterable[Any], label: str | None = None, *, session_key: str | None = None) -> EventReading:
     """Every member and scene event of ``conversation_events`` rows (``id, event_id, conversation_key,
-    event_json, time``), in the order given (sequence order)."""
+    event_json, time``), in the order given (sequence order). With ``session_key``, only that conversation's: the
+    other rows are passed over by their key, their JSON never parsed (a load reads one session of many)."""
     reading = EventReading()
+    keys: dict[str, str | None] = {}  # conversation key → session key: a conversation's rows share one
     for row in rows:
+        if session_key is not None:
+            key = row.conversation_key or ""
+            if key not in keys:
+                keys[key] = session_key_of(key)
+            if keys[key] not in (session_key, None):
+                continue
         where = at_row("conversation_events", row.id, label)
         data = json_column(row.event_json, "event_json", where)
         if isinstance(data, dict):
