@@ -18,7 +18,8 @@ from conftest import FIXTURES, clean_env
 BUSY = FIXTURES / "group-busy.jsonl"
 PRIVATE = FIXTURES / "private-chat.jsonl"
 ST_PRESET = FIXTURES / "presets" / "st-default.json"
-ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\d+)(?:\s+(?:\$\S+|—))?\s+([█░]+)\s+(\S+)\s+([✓✗])(?:\s+(.*))?$")
+# turn, prompt, cached, [bot sent, bot cached: the stored usage,] [cost,] bar, state, verdict, segments
+ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\d+)(?:\s+(?:\d+|-)\s+(?:\d+|-))?(?:\s+(?:\$\S+|—))?\s+([█░]+)\s+(\S+)\s+([✓✗])(?:\s+(.*))?$")
 
 
 def ok(proc: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:

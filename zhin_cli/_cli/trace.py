@@ -2,7 +2,9 @@
 
 ``--all`` shows one compact row per turn (a picture of the whole session: prompt tokens, the cached/new bar,
 the largest segments, the state rendering mode, the verdict); ``--detail`` (and any single turn) the full tables.
-``--jsonl`` streams one request per line as the replay makes it. Identifiers (session and segment ids) are never
+``--jsonl`` streams one request per line as the replay makes it. Every view names the layout that assembled the
+requests (``adr-0041`` or the preset's) and, where the database stored the bot's usage for a request, shows it
+beside zhin's figures ("the bot sent …; ADR 0041 would send …"). Identifiers (session and segment ids) are never
 cut to fit a terminal: the other columns wrap instead.
 """
 
@@ -11,7 +13,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, TextIO
+from typing import TYPE_CHECKING, Annotated, Any, TextIO
 
 import typer
 from rich.box import HEAVY_HEAD
@@ -38,8 +40,17 @@ from zhin_cli.cache.prices import Cost, CostTotals, format_usd
 from zhin_cli.core.errors import EXIT_FOUND, UsageError
 from zhin_cli.core.terminaltext import markup_safe, terminal_safe, terminal_safe_lines
 from zhin_cli.pipeline.assemble import AssembledRequest
-from zhin_cli.tools.prefixdiff import cost_dict, turn_ranges
-from zhin_cli.tools.trace import TraceResult, TurnRow, open_trace, turn_row
+from zhin_cli.tools.prefixdiff import turn_ranges
+from zhin_cli.tools.trace import (
+    ADR_LAYOUT,
+    StoredUsage,
+    TraceResult,
+    TurnRow,
+    layout_phrase,
+    open_trace,
+    request_record,
+    turn_row,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -47,6 +58,7 @@ if TYPE_CHECKING:
 CACHED, NEW = "█", "░"  # the bar's characters: they carry the meaning without colour (NO_COLOR, a log file)
 ACCEPTED, REJECTED = "✓", "✗"  # the validator's verdict
 WIDE_BAR, NARROW_BAR = 24, 8  # bar width at full scale (the largest prompt shown), by terminal width
+BOT_SENT, BOT_CACHED, NOT_STORED = "bot sent", "bot cached", "-"  # the stored-usage columns, and an empty cell
 
 
 @app.command("trace")
@@ -59,7 +71,7 @@ def trace_command(
     provider: Annotated[str | None, typer.Option("--provider", "-p", envvar="ZHIN_PROVIDER", help="Provider profile (openai, openai-reasoning, deepseek, …).")] = None,
     model: Annotated[str | None, typer.Option("--model", "-m", envvar="ZHIN_MODEL", help="Model id (default: the model stored with each turn, else gpt-4o).")] = None,
     timezone: Annotated[str | None, typer.Option("--timezone", envvar="ZHIN_TIMEZONE", help="Instance time zone for header times (default: the session's).")] = None,
-    show_request: Annotated[bool, typer.Option("--show-request", help="Print the exact wire body (with the full tables).")] = False,
+    show_request: Annotated[bool, typer.Option("--show-request", help="Print the request body zhin assembles from the stored rows under the layout named in the output (not the body the bot sent; with the full tables).")] = False,
     validate: Annotated[bool, typer.Option("--validate", help="Exit 1 if the offline validator rejects any shown request (its verdict is always shown).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One versioned JSON document on stdout.")] = False,
     as_jsonl: Annotated[bool, typer.Option("--jsonl", help="One JSON object per request on stdout, each written as the replay makes it (an element of --json's requests).")] = False,
@@ -91,16 +103,18 @@ def trace_command(
             rejected = False
             for request, _, cost in run.costed():
                 rejected |= not request.verdict.ok
-                write_line(out, request, cost)
+                write_line(out, request_record(request, result.layout, run.stored_usage(request.turn), cost))
             for note in run.pricing.notes:  # a price note is known once the request that needs it is made
                 print(f"zhin: note: {terminal_safe(note)}", file=sys.stderr)
         else:
             for request, outcome, cost in run.costed():
+                stored = run.stored_usage(request.turn)
                 if compact:  # a small row per turn is kept, not the requests
-                    rows.append(turn_row(request, outcome.read, cost))
+                    rows.append(turn_row(request, outcome.read, cost, stored))
                 else:
                     result.requests.append(request)
                     result.costs.append(cost)
+                    result.stored.append(stored)
             rejected = any(not row.accepted for row in rows) or any(not r.verdict.ok for r in result.requests)
     if not (as_json or as_jsonl):  # once the replay succeeded: an error stays one line on stderr
         for note in run.pricing.notes:  # never a silent price: a model billed at its provider's default row
@@ -114,20 +128,28 @@ def trace_command(
     elif not as_jsonl:
         console = stdout_console()
         print_heading(console, result)
-        for request, cost in zip(result.requests, result.costs, strict=True):
-            print_request(console, request, show_request, cost)
+        for request, cost, stored in zip(result.requests, result.costs, result.stored, strict=True):
+            print_request(console, request, show_request, cost, layout=result.layout, stored=stored)
     if validate and rejected:
         raise typer.Exit(EXIT_FOUND)
 
 
-def write_line(out: TextIO, request: AssembledRequest, cost: Cost | None = None) -> None:
-    """One request as one JSON line, flushed: a reader (``| head -1``, a log shipper) has it at once."""
-    write_json_line_safely({**request.as_dict(), **({"cost": cost_dict(cost)} if cost is not None else {})}, out)
+def write_line(out: TextIO, record: dict[str, Any]) -> None:
+    """One request (``request_record``) as one JSON line, flushed: a reader (``| head -1``, a log shipper) has it
+    at once."""
+    write_json_line_safely(record, out)
+
+
+def layout_note(layout: str) -> str:
+    """What the requests shown are: zhin's assembly, named, never the bot's own body."""
+    what = "zhin's ADR 0041 assembly" if layout == ADR_LAYOUT else f"zhin's assembly with preset {layout!r}"
+    return f"layout {layout}: {what} of the stored rows, not the body the bot sent"
 
 
 def print_heading(console: Console, result: TraceResult) -> None:
     # soft_wrap: the session id is never broken or cropped to fit the terminal
     console.print(f"[bold]{markup_safe(result.session_id)}[/] · {markup_safe(result.source)} · {result.turns} turns", soft_wrap=True)
+    console.print(markup_safe(layout_note(result.layout)))
     for note in result.notes:
         console.print(f"note: {markup_safe(note)}")
 
@@ -156,8 +178,9 @@ def wrap_entries(entries: list[str], room: int) -> list[str]:
 
 
 def print_rows(console: Console, result: TraceResult, rows: list[TurnRow]) -> None:
-    """The compact view of ``--all``: one row per turn — turn, prompt tokens, cached tokens, the cached/new bar,
-    state rendering, verdict, then the largest segments — and a legend.
+    """The compact view of ``--all``: one row per turn — turn, prompt tokens, cached tokens (zhin's), what the bot
+    sent and had cached (its stored usage, when the database has it), the cached/new bar, state rendering, verdict,
+    then the largest segments — and a legend.
 
     Laid out here rather than by a rich Table: the fixed columns come first and keep their width, and the segments,
     last, wrap between entries onto lines aligned under their column (or, on a terminal too narrow for that, onto
@@ -175,6 +198,12 @@ def print_rows(console: Console, result: TraceResult, rows: list[TurnRow]) -> No
     costs = [format_usd(row.cost.usd if row.cost else None) for row in rows] if priced else []
     cost_width = max(len("cost"), *(len(c) for c in costs)) + 1 if priced else 0  # with its gap
     fixed = turn_width + 2 * numbers + cost_width + state_width + verdict_width + 6  # six one-space gaps, the bar's included
+    bot = [stored_cells(row.stored) for row in rows] if any(row.stored for row in rows) else []  # no usage: no columns
+    bot_width = max(len(BOT_CACHED), *(len(cell) for cells in bot for cell in cells)) if bot else 0
+    hidden = bool(bot) and fixed + 2 * (bot_width + 1) + NARROW_BAR > console.width  # the row would not fit: left out
+    if hidden:
+        bot = []
+    fixed += 2 * (bot_width + 1) if bot else 0  # the two columns with their gaps
     widest_line = max((cell_len(", ".join(names)) for names in entries), default=0)
     bar_width = max(NARROW_BAR, min(WIDE_BAR, console.width - fixed - widest_line))
     left = fixed + bar_width
@@ -184,7 +213,8 @@ def print_rows(console: Console, result: TraceResult, rows: list[TurnRow]) -> No
     indent = left if aligned else turn_width + 1
     room = room if aligned else max(1, console.width - indent)
     cost_head = f"{'cost':>{cost_width - 1}} " if priced else ""
-    header = (f"{'turn':>{turn_width}} {'prompt':>{numbers}} {'cached':>{numbers}} {cost_head}{'cache':<{bar_width}} "
+    bot_head = f"{BOT_SENT:>{bot_width}} {BOT_CACHED:>{bot_width}} " if bot else ""
+    header = (f"{'turn':>{turn_width}} {'prompt':>{numbers}} {'cached':>{numbers}} {bot_head}{cost_head}{'cache':<{bar_width}} "
               f"{'state':<{state_width}} {'ok':<{verdict_width}}")
     title = "largest segments (tokens)"
     # each line as (text, style) parts: plain text where nothing is drawn in colour, styled Text on a terminal
@@ -194,7 +224,8 @@ def print_rows(console: Console, result: TraceResult, rows: list[TurnRow]) -> No
         cached_cells, new_cells = bar_cells(row, scale, bar_width)
         wrapped = wrap_entries(names, room)
         cost = f"{costs[number]:>{cost_width - 1}} " if priced else ""
-        line = [(f"{row.turn:>{turn_width}} {row.prompt_tokens:>{numbers}} {row.cached_tokens:>{numbers}} {cost}", ""),
+        sent = "".join(f"{cell:>{bot_width}} " for cell in bot[number]) if bot else ""
+        line = [(f"{row.turn:>{turn_width}} {row.prompt_tokens:>{numbers}} {row.cached_tokens:>{numbers}} {sent}{cost}", ""),
                 (CACHED * cached_cells, "green"), (NEW * new_cells, "yellow"),
                 (f"{' ' * (bar_width - cached_cells - new_cells)} {row.state_rendering:<{state_width}} ", ""),
                 (ACCEPTED, "") if row.accepted else (REJECTED, "red")]
@@ -214,13 +245,38 @@ def print_rows(console: Console, result: TraceResult, rows: list[TurnRow]) -> No
     prompt, cached = sum(row.prompt_tokens for row in rows), sum(row.cached_tokens for row in rows)
     share = cached_share((row.prompt_tokens, row.cached_tokens) for row in rows[1:])
     print_warnings(console, rows)
-    console.print(f"{CACHED} cached (the provider's prompt cache would read it; prefix-diff's count, the first turn "
+    console.print(f"prompt, cached: the request zhin assembles from the stored rows ({layout_phrase(result.layout)}) · "
+                  f"{CACHED} cached (the provider's prompt cache would read it; prefix-diff's count, the first turn "
                   f"all new)  {NEW} new · bar length ∝ prompt tokens, full width {scale} · "
                   f"{ACCEPTED} accepted / {REJECTED} rejected by the offline validator")
+    if bot:
+        console.print(f"{BOT_SENT}, {BOT_CACHED}: the prompt and cached tokens the bot's provider reported for that "
+                      f"request (the usage stored with its reply, as stats cache reads it; {NOT_STORED} none stored)")
+    elif hidden:
+        console.print(f"the bot's stored usage of each turn: --detail, or a terminal of at least "
+                      f"{fixed + 2 * (bot_width + 1) + NARROW_BAR} columns")
     billed = CostTotals.of(row.cost for row in rows if row.cost is not None)
     total = f" · input cost {format_usd(billed.usd)} ({format_usd(billed.per_request)} per request)" if billed.requests else ""
     console.print(f"{len(rows)} requests: {cached} of {prompt} prompt tokens cached · cached share after the first "
-                  f"{share:.0%} (as prefix-diff){total} · --detail for every turn's segment table")
+                  f"{share:.0%} (as prefix-diff){total}{stored_total(rows)} · --detail for every turn's segment table")
+
+
+def stored_cells(stored: StoredUsage | None) -> tuple[str, str]:
+    """A row's bot columns: the prompt and cached tokens its stored usage reports (``NOT_STORED``: none)."""
+    if stored is None:
+        return NOT_STORED, NOT_STORED
+    return tuple(NOT_STORED if value is None else str(value)  # type: ignore[return-value]
+                 for value in (stored.prompt_tokens, stored.cached_tokens))
+
+
+def stored_total(rows: list[TurnRow]) -> str:
+    """The summary's part for the bot's stored usage, over the rows that report both figures ("" when none)."""
+    reported = [row.stored for row in rows if row.stored and None not in (row.stored.prompt_tokens, row.stored.cached_tokens)]
+    if not reported:
+        return ""
+    sent = sum(stored.prompt_tokens or 0 for stored in reported)
+    cached = sum(stored.cached_tokens or 0 for stored in reported)
+    return f" · the bot's stored usage: {cached} of {sent} prompt tokens cached ({len(reported)} requests)"
 
 
 def print_warnings(console: Console, rows: list[TurnRow]) -> None:
@@ -234,7 +290,8 @@ def print_warnings(console: Console, rows: list[TurnRow]) -> None:
         console.print(f"[yellow]warning:[/] ({label} {turn_ranges(where)}) {markup_safe(warning)}")
 
 
-def print_request(console: Console, request: AssembledRequest, show_request: bool, cost: Cost | None = None) -> None:
+def print_request(console: Console, request: AssembledRequest, show_request: bool, cost: Cost | None = None, *,
+                  layout: str = ADR_LAYOUT, stored: StoredUsage | None = None) -> None:
     cells = [[segment.id, segment.kind, f"{segment.weight:g}", "" if segment.messages is None else str(segment.messages),
               str(segment.chars), str(segment.tokens), str(segment.trimmed) if segment.trimmed else ""]
              for segment in request.segments]
@@ -262,6 +319,8 @@ def print_request(console: Console, request: AssembledRequest, show_request: boo
     if cost is not None:
         console.print(f"input cost: {format_usd(cost.usd)} ({cost.uncached_tokens} uncached, {cost.cached_tokens} cached, "
                       f"{cost.cache_write_tokens} written to the cache)")
+    if stored is not None:
+        console.print(markup_safe(stored.sentence(layout, request.prompt_tokens)))
     verdict = request.verdict
     if verdict.ok:
         console.print("validator: [green]accepted[/]")
@@ -270,6 +329,7 @@ def print_request(console: Console, request: AssembledRequest, show_request: boo
     for warning in request.warnings:
         console.print(f"[yellow]warning:[/] {markup_safe(warning)}")
     if show_request:
+        console.print(f"request body ({markup_safe(layout_note(layout))}):")
         body = terminal_safe_lines(json.dumps(request.request, ensure_ascii=False, indent=2))
         if console.is_terminal:
             from rich.syntax import Syntax  # pygments: only for a highlighted body on a terminal

@@ -17,6 +17,13 @@ plus the reply framing is ``prompt_tokens`` — the same figure ``zhin_cli.wire.
   nothing after the last breakpoint is cached (``uncached``);
 * ``none``: never a hit.
 
+**``prompt_cache_key``.** OpenAI routes a request to a cache machine by a hash of its first ~256 tokens *and* its
+``prompt_cache_key`` (providers.md §6); a machine's cache is its own. So for a provider whose rules route by the
+key (``CacheRules.routes_by_key``: OpenAI's profiles) a request reads only the prefixes of earlier requests with
+the same key — another key, or a key where the earlier request sent none, shares nothing. The key is the wire's
+``cache_route`` (``Plan.route``). Not simulated: the overflow of one prefix + key beyond ~15 requests a minute
+to further machines, whose caches are cold. DeepSeek, Anthropic and the rest ignore the field.
+
 ``zhin serve`` keeps one ``PrefixCache`` per server; prefix-diff and ``zhin report economy`` keep one per
 replayed session (economy starts a fresh one at each cache group). Same class, same arithmetic: for the same
 requests in the same order they report the same cached and prompt tokens.
@@ -94,6 +101,7 @@ class Plan:
     breakpoints: list[tuple[int, str]]  # (block index, ttl) of cache markers, in order
     reply_framing: int = 0
     blocks: list[Block] = field(default_factory=list, repr=False)
+    route: str | None = None  # the body's cache routing key (``WireFormat.cache_route``), if any
 
     @property
     def prompt_tokens(self) -> int:
@@ -141,7 +149,7 @@ def _kept(request: Plan) -> Plan:
     return Plan(request.tokens[: end * 4], request.ends[:blocks], request.digests[:blocks], [], request.reply_framing)
 
 
-def plan_blocks(blocks: Iterable[Block], encoding: str, reply_framing: int = 0) -> Plan:
+def plan_blocks(blocks: Iterable[Block], encoding: str, reply_framing: int = 0, route: str | None = None) -> Plan:
     kept = list(blocks)
     pieces: list[bytes] = []
     ends: list[int] = []
@@ -159,14 +167,14 @@ def plan_blocks(blocks: Iterable[Block], encoding: str, reply_framing: int = 0) 
         digests.append(running.digest())
         if block.ttl is not None:
             breakpoints.append((index, block.ttl))
-    return Plan(b"".join(pieces), ends, digests, breakpoints, reply_framing, kept)
+    return Plan(b"".join(pieces), ends, digests, breakpoints, reply_framing, kept, route)
 
 
 def plan(body: dict[str, Any], wire: str | WireFormat | None, counter: TokenCounter | str) -> Plan:
     """The cache's view of a request body in a wire format (``counter``: a TokenCounter or an encoding name)."""
     model = wire if isinstance(wire, WireFormat) else wire_for(wire)
     encoding = counter if isinstance(counter, str) else counter.encoding
-    return plan_blocks(model.blocks(body), encoding, model.reply_framing)
+    return plan_blocks(model.blocks(body), encoding, model.reply_framing, model.cache_route(body))
 
 
 @dataclass(frozen=True)
@@ -213,6 +221,8 @@ class PrefixCache:
             raise TypeError("account() needs the profile's cache rules")
         if isinstance(request, PrefixPlan):
             request = request.plan(counter.encoding if counter is not None else "o200k_base")
+        if getattr(rules, "routes_by_key", False):  # optional in ``Rules``: CacheRules has it, a test's rules may not
+            key = (key, request.route)  # a machine per key (None, no key, is one too): only its requests share
         step = max(rules.step_tokens, 1)
         if rules.mechanism == "automatic":
             return self._automatic(key, request, rules.min_tokens, step)

@@ -759,7 +759,8 @@ class Assembler:
             sent: Sequence[ItemKey] = sent_prefix.carried_into(WindowStart.of(window))
         else:
             sent = sent_prefix or ()
-        runtime = RuntimeView(model=model, provider=self.provider, timezone=timezone, tools=tuple(self.config.tools))
+        runtime = RuntimeView(model=model, provider=self.provider, timezone=timezone, tools=tuple(self.config.tools),
+                              session_id=session.session_id, session_key=session.session_key)
         view = SessionView(
             session_id=session.session_id,
             scene=session.scene_at(request_time),

@@ -145,12 +145,17 @@ class CacheStats:
 
 def usage_records(session: Session) -> Iterator[UsageRecord]:
     for message in session.messages:
-        if not isinstance(message, AssistantMessage):
-            continue
-        kind = usage_kind_of(message.usage) if isinstance(message.usage, dict) else None
-        usage = normalize_usage(kind, message.usage) if kind is not None and message.usage is not None else None
-        yield UsageRecord(session.session_id, message.row_id, message.timestamp, message.provider or UNKNOWN,
-                          message.model or UNKNOWN, kind, usage)
+        if isinstance(message, AssistantMessage):
+            yield usage_record(session.session_id, message)
+
+
+def usage_record(session_id: str, message: AssistantMessage) -> UsageRecord:
+    """What one stored assistant message says its request used: the one reading of stored usage (``trace`` shows
+    the same record beside its own figures)."""
+    kind = usage_kind_of(message.usage) if isinstance(message.usage, dict) else None
+    usage = normalize_usage(kind, message.usage) if kind is not None and message.usage is not None else None
+    return UsageRecord(session_id, message.row_id, message.timestamp, message.provider or UNKNOWN,
+                       message.model or UNKNOWN, kind, usage)
 
 
 def cache_rules(provider: str, model: str) -> CacheRules:

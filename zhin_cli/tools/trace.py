@@ -8,6 +8,13 @@ provider's prompt cache would read — counted by prefix-diff's own cache model 
 over the same requests in the same order), so both commands give one number — the three largest segments, the
 state rendering mode and the validator's verdict.
 
+Every figure says what it is. The requests are zhin's assembly of the stored rows under a named *layout*
+(``adr-0041``, or the preset's name when a preset skeleton is used; ``layout_name``), never the body the bot sent: a
+bot's own system prompt and tool schemas are not in its database. What the bot's provider reported for the
+request that produced a turn's reply — the usage stored on that assistant row — is shown beside zhin's figures
+(``StoredUsage``: ``stats cache``'s own reading, ``tools.stats.usage_record``), under its own key, never mixed
+into zhin's ``prompt_tokens``; a row without usage shows none, not a zero.
+
 Each request's input cost, when its provider has prices (``prefixdiff.Pricing``: ``Cost.of`` over the same cache
 outcomes, so ``trace`` and ``prefix-diff`` bill a request alike): the requests shown are fed to one cache
 simulator in order, so with ``--all`` a turn is billed after the ones before it, and a single turn as a cold
@@ -25,15 +32,77 @@ from typing import Any
 from zhin_cli.cache import CacheOutcome, PrefixCache
 from zhin_cli.cache.prices import Cost
 from zhin_cli.core.errors import UsageError
-from zhin_cli.pipeline.assemble import AssembledRequest
+from zhin_cli.core.model import AssistantMessage
+from zhin_cli.pipeline.assemble import AssembledRequest, TurnPlan
 from zhin_cli.pipeline.config import load_config
 from zhin_cli.pipeline.facade import Pipeline
 from zhin_cli.pipeline.preset.model import Preset
 from zhin_cli.store import database_read, load_session
 from zhin_cli.tools.prefixdiff import Pricing, cache_outcome, cost_dict, serialize
+from zhin_cli.tools.stats import usage_record
+from zhin_cli.tools.usage import NormalizedUsage
 
 TRACE_VERSION = 1
 TOP_SEGMENTS = 3  # segments a compact row names
+ADR_LAYOUT = "adr-0041"  # zhin's own assembly (ADR 0041), the layout without a preset
+
+
+def layout_name(preset: Preset | None) -> str:
+    """The layout that produced a pipeline's requests: ``adr-0041`` (the built-in one), else the preset's name."""
+    if preset is None or preset.builtin:
+        return ADR_LAYOUT
+    return preset.name or (preset.path.stem if preset.path is not None else "preset")
+
+
+def layout_phrase(layout: str) -> str:
+    """The layout in a sentence: "ADR 0041", or "preset 'NAME'"."""
+    return "ADR 0041" if layout == ADR_LAYOUT else f"preset {layout!r}"
+
+
+@dataclass(frozen=True)
+class StoredUsage:
+    """The usage the bot stored with a turn's reply: what its provider reported for the request that produced it,
+    as ``stats cache`` reads it (a field not reported is None, never 0)."""
+
+    row_id: int  # the stored assistant row
+    kind: str  # the usage shape (``usage.USAGE_SHAPES``)
+    provider: str
+    model: str
+    usage: NormalizedUsage
+
+    @property
+    def prompt_tokens(self) -> int | None:
+        return self.usage.total_prompt
+
+    @property
+    def cached_tokens(self) -> int | None:
+        return self.usage.cache_read
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"row_id": self.row_id, "kind": self.kind, "provider": self.provider, "model": self.model,
+                **self.usage.as_dict()}
+
+    def sentence(self, layout: str, zhin_prompt_tokens: int) -> str:
+        """"the bot sent 2,583 prompt tokens, 2,432 cached (stored usage, row 12); ADR 0041 would send 685 of this
+        history"."""
+        sent = "an unreported number of" if self.prompt_tokens is None else f"{self.prompt_tokens:,}"
+        cached = "cached tokens not reported" if self.cached_tokens is None else f"{self.cached_tokens:,} cached"
+        written = f", {self.usage.cache_write:,} written to the cache" if self.usage.cache_write else ""
+        return (f"the bot sent {sent} prompt tokens, {cached}{written} (its stored usage, row {self.row_id}); "
+                f"{layout_phrase(layout)} would send {zhin_prompt_tokens:,} of this history")
+
+
+def stored_usage(plan: TurnPlan, turn: int) -> StoredUsage | None:
+    """The usage stored with turn ``turn``'s reply (None: none stored, or none that says anything)."""
+    point = plan.points[plan.point_index(turn)]
+    message = plan.session.messages[point.position]
+    if point.greeting or not isinstance(message, AssistantMessage):
+        return None
+    record = usage_record(plan.session.session_id, message)
+    usage = record.usage
+    if record.kind is None or usage is None or all(value is None for value in usage.as_dict().values()):
+        return None
+    return StoredUsage(record.row_id, record.kind, record.provider, record.model, usage)
 
 
 @dataclass
@@ -49,11 +118,14 @@ class TraceResult:
     config_path: Path | None = None  # the zhin.yaml the pipeline loaded (None: built-in defaults)
     db: str | None = None  # the database the session came from (None: a file)
     costs: list[Cost | None] = field(default_factory=list)  # per request (``request_costs``); None: no price
+    layout: str = ADR_LAYOUT  # what assembled the requests (``layout_name``)
+    stored: list[StoredUsage | None] = field(default_factory=list)  # per request: the bot's stored usage
 
     def request_dict(self, index: int) -> dict[str, Any]:
-        """One request as ``--json`` lists it: with its ``cost`` when its provider has prices."""
+        """One request as ``--json`` lists it (``request_record``)."""
         cost = self.costs[index] if index < len(self.costs) else None
-        return {**self.requests[index].as_dict(), **({"cost": cost_dict(cost)} if cost is not None else {})}
+        stored = self.stored[index] if index < len(self.stored) else None
+        return request_record(self.requests[index], self.layout, stored, cost)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -62,9 +134,18 @@ class TraceResult:
             "source": self.source,
             "turns": self.turns,
             "greeting_turn": self.greeting_turn,
+            "layout": self.layout,
             "notes": self.notes,
             "requests": [self.request_dict(i) for i in range(len(self.requests))],
         }
+
+
+def request_record(request: AssembledRequest, layout: str, stored: StoredUsage | None,
+                   cost: Cost | None = None) -> dict[str, Any]:
+    """One request as ``--json`` lists it and ``--jsonl`` writes it: the layout that assembled it, the usage the
+    bot stored for it (``stored_usage``; null when none is stored), and its ``cost`` when its provider has prices."""
+    return {**request.as_dict(), "layout": layout, "stored_usage": stored.as_dict() if stored is not None else None,
+            **({"cost": cost_dict(cost)} if cost is not None else {})}
 
 
 CARD_GREETING_NOTE = ("the session stored no greeting: the preset's card greeting (option greeting) opens the history "
@@ -83,6 +164,7 @@ class TraceRun:
     result: TraceResult
     requests: Callable[[], Iterator[AssembledRequest]]
     pricing: Pricing = field(default_factory=lambda: Pricing(None))
+    stored_usage: Callable[[int], StoredUsage | None] = lambda turn: None  # turn → the bot's stored usage
 
     def costed(self) -> Iterator[tuple[AssembledRequest, CacheOutcome, Cost | None]]:
         """The requests with their cache outcome and cost (the price notes gather in ``pricing.notes``)."""
@@ -143,7 +225,8 @@ def open_trace(
         if plan.card_greeting:
             notes.append(CARD_GREETING_NOTE)
         result = TraceResult(session.session_id, session.source, total, [], greeting, notes,
-                             config_path=config.path, db=database_read([ref], db=db, cwd=cwd))
+                             config_path=config.path, db=database_read([ref], db=db, cwd=cwd),
+                             layout=layout_name(pipeline.preset))
 
         def requests() -> Iterator[AssembledRequest]:
             if wanted is None:
@@ -156,7 +239,7 @@ def open_trace(
                 if progress is not None:
                     progress(wanted, wanted)
 
-        yield TraceRun(result, requests, pricing)
+        yield TraceRun(result, requests, pricing, lambda number: stored_usage(plan, number))
 
 
 def trace(
@@ -188,6 +271,7 @@ def trace(
         for request, _, cost in run.costed():
             run.result.requests.append(request)
             run.result.costs.append(cost)
+            run.result.stored.append(run.stored_usage(request.turn))
         run.result.notes.extend(run.pricing.notes)
     return run.result
 
@@ -208,21 +292,23 @@ class TurnRow:
     verdict: str  # "accepted", or the status and the validator's message
     warnings: tuple[str, ...] = ()  # the request's warnings (what the provider's template loses, …)
     cost: Cost | None = None  # the request's input cost (None: no price for its provider)
+    stored: StoredUsage | None = None  # what the bot's provider reported for this request (None: nothing stored)
 
     @property
     def new_tokens(self) -> int:
         return self.prompt_tokens - self.cached_tokens
 
 
-def turn_row(request: AssembledRequest, cached: int, cost: Cost | None = None) -> TurnRow:
-    """``request`` as a compact row, given the tokens the cache would read of it (and its cost)."""
+def turn_row(request: AssembledRequest, cached: int, cost: Cost | None = None,
+             stored: StoredUsage | None = None) -> TurnRow:
+    """``request`` as a compact row, given the tokens the cache would read of it (its cost, the bot's stored usage)."""
     # ties keep the request's segment order, so the same request always names the same three
     top = sorted(request.segments, key=lambda s: -s.tokens)[:TOP_SEGMENTS]
     verdict = request.verdict
     return TurnRow(request.turn, request.prompt_tokens, cached, tuple((s.id, s.tokens) for s in top if s.tokens),
                    request.state_rendering, verdict.ok,
                    "accepted" if verdict.ok else f"rejected {verdict.status}: {verdict.message}".rstrip(": "),
-                   tuple(request.warnings), cost)
+                   tuple(request.warnings), cost, stored)
 
 
 def turn_rows(requests: Iterable[AssembledRequest], pricing: Pricing | None = None) -> Iterator[TurnRow]:

@@ -9,6 +9,7 @@ A *wire format* (``WireFormat``) answers, for its API, the questions the tools u
 * ``blocks(body)`` — the request as the provider's tokenizer and cache see it: one ``Block`` per tool
   definition, system block and message content block, in cache order, with the text the model reads, an
   estimate of the framing tokens the API adds around it, and its cache marker (``cache_control``);
+  ``cache_route(body)`` the field that routes the request to a cache machine (OpenAI's ``prompt_cache_key``);
 * tool-call / tool-result recognition, roles, how a standalone user text is written, a message without a text
   piece, the flat one-user-message layout (``zhin report economy``);
 * ``usage(…)`` — the API's usage object for a given cache outcome (``zhin serve``), and ``usage_kind`` (the
@@ -143,6 +144,11 @@ class WireFormat:
 
     def blocks(self, body: dict[str, Any]) -> Iterator[Block]:
         raise NotImplementedError
+
+    def cache_route(self, body: dict[str, Any]) -> str | None:
+        """The body's field that picks the cache machine beside the prefix (OpenAI's ``prompt_cache_key``), if the
+        format has one and the body sets it: a provider that routes by it shares no prefix across its values."""
+        return None
 
     # --- flat layout and usage --------------------------------------------------------------------------
 

@@ -94,6 +94,10 @@ class OpenAIChat(ContentBlocksFormat):
                 yield Block("messages", index, f"call {call_head}", f"{function.get('name', '')}{function.get('arguments', '')}",
                             self.block_framing)
 
+    def cache_route(self, body: dict[str, Any]) -> str | None:
+        key = body.get("prompt_cache_key")  # OpenAI: routed with the prefix hash; providers that ignore it say so
+        return key if isinstance(key, str) else None
+
     def flat(self, source: dict[str, Any], system: str, user: str) -> FlatRequest:
         body: dict[str, Any] = {"model": source.get("model")}
         if "tools" in source:

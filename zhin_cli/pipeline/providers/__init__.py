@@ -31,6 +31,9 @@ class CacheRules:
     # this form one "cache group" (`zhin stats cache`, `zhin report economy`). providers.md §6 table:
     # OpenAI in-memory 5–10 min idle, Anthropic 5 min refreshed on hit, DeepSeek best-effort hours.
     lifetime_seconds: int = 300
+    # The provider routes a request to a cache machine by its ``prompt_cache_key`` as well as its prefix (OpenAI):
+    # requests under different keys share no cached prefix (``zhin_cli.cache``). Others ignore the field.
+    routes_by_key: bool = False
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,9 @@ class Capabilities:
     # (model regex, overrides): first match wins, e.g. o-series take `developer`.
     model_rules: tuple[tuple[str, dict[str, Any]], ...] = ()
     description: str = ""
+    # OpenAI's ``prompt_cache_key`` as a template (``{provider}``, ``{model}``, ``{session_id}``, ``{session_key}``;
+    # openai.py renders it): None sends none. Only from zhin.yaml, on Chat Completions profiles.
+    prompt_cache_key: str | None = None
 
     @property
     def wire_model(self) -> WireFormat:
@@ -114,7 +120,8 @@ def register_renderer(wire: str, *, replace: bool = False) -> Callable[[Renderer
 # Yes/no overrides: a gateway that rejects ``name`` (example_names: false), a model served with R1-era rules
 # (system_only_at_start: true, prefill: false; issue 15 A6).
 BOOLEAN_OVERRIDES = frozenset({"example_names", "prefill", "system_only_at_start"})
-OVERRIDABLE = {"mid_conversation_system", "system_prompt_role", "alternation", "validator", "null_content", *BOOLEAN_OVERRIDES}
+OVERRIDABLE = {"mid_conversation_system", "system_prompt_role", "alternation", "validator", "null_content",
+               "prompt_cache_key", *BOOLEAN_OVERRIDES}
 OVERRIDE_VALUES: dict[str, tuple[str, ...]] = {
     "mid_conversation_system": ("system", "developer", "none"),
     "system_prompt_role": ("system", "developer", "user"),
@@ -154,6 +161,10 @@ def resolve_profile(name: str, model: str, overrides: dict[str, Any] | None = No
         for key in BOOLEAN_OVERRIDES & overrides.keys():
             if not isinstance(overrides[key], bool):
                 raise ConfigError(f"{key} must be true or false, got {overrides[key]!r}")
+        if "prompt_cache_key" in overrides:
+            from zhin_cli.pipeline.providers.openai import check_prompt_cache_key
+
+            check_prompt_cache_key(overrides["prompt_cache_key"], profile)
         profile = replace(profile, **overrides)
     if profile.system_only_at_start and profile.mid_conversation_system != "none":
         # the template would reject (or silently move) a system message after index 0

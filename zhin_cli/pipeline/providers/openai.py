@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from zhin_cli.core.errors import ConfigError
 from zhin_cli.pipeline.format import STATE_CHANGE_PREFIX, host_header
 from zhin_cli.pipeline.headers import Projected
 from zhin_cli.pipeline.preset import TAIL_SEPARATOR, Layout, PresetMessage
@@ -26,6 +27,37 @@ from zhin_cli.pipeline.segments import RuntimeView
 
 WIRE = "openai-chat"
 _ALNUM = string.ascii_letters + string.digits
+# The fields a ``prompt_cache_key`` template may name. Upstream zhin sends ``zhin:<label>:<provider>:<model>``
+# (``zhin:orchestrator:{provider}:{model}``: one key for every session of the agent); ``{session_key}`` gives each
+# conversation its own key (the session id when the session has no key), ``{session_id}`` each stored session.
+PROMPT_CACHE_KEY_FIELDS = ("provider", "model", "session_id", "session_key")
+
+
+def check_prompt_cache_key(template: Any, profile: Capabilities) -> None:
+    """A ``prompt_cache_key`` override is a text whose ``{…}`` fields are ``PROMPT_CACHE_KEY_FIELDS``, on a profile
+    that sends Chat Completions (null: send none). Anything else is a ConfigError, before any request is made."""
+    if template is None:
+        return
+    if profile.wire != WIRE:
+        raise ConfigError(f"prompt_cache_key is an OpenAI Chat Completions field; provider {profile.name!r} sends "
+                          f"{profile.wire}")
+    if not isinstance(template, str) or not template:
+        raise ConfigError(f"prompt_cache_key must be a non-empty text, got {template!r}")
+    try:
+        fields = [(name, spec, conversion) for _, name, spec, conversion in string.Formatter().parse(template)
+                  if name is not None]
+    except ValueError as exc:  # a lone "{" or "}"
+        raise ConfigError(f"prompt_cache_key {template!r}: {exc} (write {{{{ and }}}} for braces)") from None
+    for name, spec, conversion in fields:
+        if name not in PROMPT_CACHE_KEY_FIELDS or spec or conversion:
+            raise ConfigError(f"prompt_cache_key {template!r}: unknown field {{{name}}} (known: "
+                              f"{', '.join('{' + field + '}' for field in PROMPT_CACHE_KEY_FIELDS)})")
+
+
+def prompt_cache_key(template: str, runtime: RuntimeView) -> str:
+    """The ``prompt_cache_key`` of one request: ``template`` with the request's provider, model and session."""
+    return template.format(provider=runtime.provider, model=runtime.model, session_id=runtime.session_id,
+                           session_key=runtime.session_key or runtime.session_id)
 
 
 def state_lines(message: Projected, mode: str) -> str:
@@ -147,7 +179,10 @@ def render_openai(layout: Layout, profile: Capabilities, runtime: RuntimeView) -
             wire.add({"role": "user", "content": text}, pieces)
     if layout.tail and layout.tail_index is None:
         wire.add({"role": "user", "content": layout.tail}, [("tail", layout.tail)])
-    body: dict[str, Any] = {"model": runtime.model, "messages": wire.messages}
+    body: dict[str, Any] = {"model": runtime.model}
+    if profile.prompt_cache_key is not None:  # before the messages, where OpenAI's SDKs put their settings
+        body["prompt_cache_key"] = prompt_cache_key(profile.prompt_cache_key, runtime)
+    body["messages"] = wire.messages
     if runtime.tools:
         body["tools"] = list(runtime.tools)
     tail_message = next((p.message_index for p in wire.parts if p.segment_id == "tail"), len(wire.messages))
@@ -161,7 +196,8 @@ def render_openai(layout: Layout, profile: Capabilities, runtime: RuntimeView) -
     )
 
 
-OPENAI_CACHE = CacheRules(mechanism="automatic", min_tokens=1024, step_tokens=128, lifetime_seconds=600)
+OPENAI_CACHE = CacheRules(mechanism="automatic", min_tokens=1024, step_tokens=128, lifetime_seconds=600,
+                          routes_by_key=True)
 
 register_profile(
     Capabilities(

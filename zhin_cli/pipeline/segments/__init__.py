@@ -32,6 +32,8 @@ class RuntimeView:
     timezone: str
     tools: tuple[dict[str, Any], ...] = ()
     config: dict[str, Any] = field(default_factory=dict)
+    session_id: str = ""  # the session the request is for (a renderer's per-session fields: prompt_cache_key)
+    session_key: str | None = None
 
 
 class FactsReader(Protocol):
