@@ -208,6 +208,22 @@ def test_a_time_stored_as_bigint_text_is_read_as_its_number() -> None:
         read_events([row("soon")])
 
 
+def test_an_operator_upstream_did_not_store_is_said_unknown_never_system() -> None:
+    from zhin_cli.store.events import read_events
+
+    def row(event: dict[str, object]) -> SimpleNamespace:
+        return SimpleNamespace(id=1, event_id="e", conversation_key="onebot11\x00tokyo-ob11\x00group\x00856301447\x00\x00\x00",
+                               event_json=json.dumps(event), time=1792330940000)
+
+    left = read_events([row({"type": "member.left", "member": {"id": "7"}, "reason": "removed"})]).members[0]
+    assert left.line("Asia/Tokyo") == "7 leave 856301447 on 22:42 by (unknown)"
+    role = read_events([row({"type": "member.role_changed", "member": {"id": "7"}, "role": "admin", "enabled": True})])
+    assert role.members[0].line(None) == '(unknown) changed 7 role to "admin"'
+    # control: our fixtures' shape said nothing of an operator for a member's own join: "by self", as before
+    legacy = read_events([row({"type": "member_increase", "user_id": "7"})]).members[0]
+    assert legacy.line("Asia/Tokyo") == "7 join 856301447 on 22:42 by self"
+
+
 # --- rows zhin cannot read ---------------------------------------------------------------------------------------
 
 

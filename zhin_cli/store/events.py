@@ -88,7 +88,7 @@ class MemberEvent:
         clock = datetime.fromtimestamp(self.time / 1000, _zone(timezone)).strftime("%H:%M")
         verb = "join" if self.kind == "member_joined" else "leave"
         if self.operator_id is None:
-            by = "self" if self.kind == "member_joined" else NO_OPERATOR
+            by = NO_OPERATOR
         else:
             by = "self" if self.operator_id == self.user_id else self.operator_id
         return f"{self.user_id} {verb} {self.scene_id} on {clock} by {by}"
@@ -236,7 +236,8 @@ def _read_row(row: Any, data: dict[str, Any], where: str, reading: EventReading)
         user_id = data.get("user_id", data.get("userId"))
         if _id(user_id) is None:
             raise InputError(f"{kind} event without a user_id", where=where)
-        operator = _id(data.get("operator_id", data.get("operatorId")))
+        # this shape's events had no operator for a member's own join or leave: "self", as its template said
+        operator = _id(data.get("operator_id", data.get("operatorId"))) or str(user_id)
         reading.members.append(MemberEvent(event_id, session_key, str(user_id), operator, legacy, time, row.id))
         return
     event = _upstream_event(data, kind, event_id, session_key, time, row.id, where, reading.warnings)

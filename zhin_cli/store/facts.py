@@ -421,12 +421,17 @@ def _seen(entry: RosterEntry, name: Any, at: int) -> None:
             entry.name = name
 
 
+def _by(operator: str | None, user_id: str) -> str | None:
+    """Who did it: ``self`` for the member, the operator's id, or None (not stored)."""
+    return "self" if operator == user_id else operator
+
+
 def _apply_member_event(entry: RosterEntry, event: Any) -> None:
     by = event.operator_id
     if event.kind == "member_joined":
-        entry.joined_at, entry.joined_by, entry.left_at, entry.left_by = event.time, by or "self", None, None
+        entry.joined_at, entry.joined_by, entry.left_at, entry.left_by = event.time, _by(by, event.user_id), None, None
     elif event.kind == "member_left":
-        entry.left_at, entry.left_by = event.time, "self" if by == event.user_id else by
+        entry.left_at, entry.left_by = event.time, _by(by, event.user_id)
     elif event.field == "role":
         entry.set_role(event.value, None, event.time)
     elif event.field == "mute_time":
