@@ -178,6 +178,17 @@ def test_the_whole_group_mute_is_a_scene_fact_not_member_zero(db: Path) -> None:
     assert session.scene_at(1792143200000).global_mute is None  # control: before it nothing is known
 
 
+def test_the_scene_line_says_the_whole_group_mute_as_it_was_at_each_request(db: Path, tmp_path: Path) -> None:
+    def scene_line(turn: int) -> str:
+        result = run_zhin("trace", B, "--turn", str(turn), "--json", "--db", db, cwd=tmp_path, env=clean_env())
+        assert result.returncode == 0, result.stderr
+        body = json.dumps(json.loads(result.stdout)["requests"][0]["request"], ensure_ascii=False)
+        return body[body.index("[scene_id:613770258") :].split("]", 1)[0]
+
+    assert "global_mute" not in scene_line(1)  # control: step 24 (18:32), before the mute: nothing known
+    assert "global_mute:false" in scene_line(2)  # step 29 (18:37): switched on at 18:34, off at 18:36
+
+
 def test_poke_and_recall_stay_out_of_history(db: Path) -> None:
     private = load(db, P, lazy=True)
     assert events_of(private) == [] and private.notes == []  # the poke is an ephemeral scene event (ADR §7)
