@@ -218,8 +218,11 @@ def test_a_session_without_stored_usage_shows_no_bot_figure_not_a_zero(zhin: Run
 def test_jsonl_lines_carry_the_layout_and_stored_usage_as_json_does(zhin: Run, upstream_copy: Path) -> None:
     cwd = upstream_copy.parent.parent
     document = trace_json(zhin, cwd, GROUP_A, "--all", "--json", "--db", upstream_copy)
-    lines = zhin("trace", GROUP_A, "--all", "--jsonl", "--db", upstream_copy, cwd=cwd).stdout.splitlines()
-    assert [json.loads(line) for line in lines] == document["requests"]
+    lines = [json.loads(line) for line in
+             zhin("trace", GROUP_A, "--all", "--jsonl", "--db", upstream_copy, cwd=cwd).stdout.splitlines()]
+    assert lines == document["requests"]
+    assert [(line["layout"], line["stored_usage"]["total_prompt"]) for line in lines] == \
+           [("adr-0041", truth["prompt_tokens"]) for truth in served_usage(GROUP_A)]
 
 
 def test_a_preset_skeleton_is_named_as_the_layout(zhin: Run, tmp_path: Path) -> None:
