@@ -71,6 +71,8 @@ from zhin_cli.store.payload import (
     settle_bot_headers,
     short,
 )
+from zhin_cli.store.sqlite_snapshot import COPIES as SNAPSHOT_COPIES
+from zhin_cli.store.sqlite_snapshot import is_wal
 
 if TYPE_CHECKING:
     from zhin_cli.store.events import EventImport
@@ -256,6 +258,20 @@ def _sqlite_engine(uri: str, *, read_only: bool) -> Engine:
     return engine
 
 
+def _private_copy_engine(path: Path) -> Engine:
+    """A rollback-journal file is read through a private copy (zhin_cli/store/sqlite_snapshot.py): any SHARED
+    lock of zhin's would make a busy-timeout-0 bot's COMMIT fail. Each connection opens the copy current at that
+    moment, made without a lock and proven to be one committed state; ``immutable=1`` is right for a private file."""
+    engine = _sqlite_engine(f"sqlite:///file:{quote(str(path))}?mode=ro&immutable=1&uri=true", read_only=True)
+
+    @event.listens_for(engine, "do_connect")
+    def _open_the_copy(_dialect: Any, _record: Any, cargs: list[Any], _cparams: dict[str, Any]) -> None:
+        copy = SNAPSHOT_COPIES.snapshot(path, lambda: hot_journal_error(path))
+        cargs[0] = f"file:{quote(str(copy))}?mode=ro&immutable=1"
+
+    return engine
+
+
 def require_driver(server: ServerDialect) -> None:
     """The server's driver is importable, or one line naming the extra that installs it (exit 3) — not
     SQLAlchemy's "No module named 'psycopg'" on the first connection."""
@@ -277,9 +293,11 @@ def _read_only_engine(ref: DatabaseRef) -> Engine:
             header = handle.read(20)
             if header[:16] != b"SQLite format 3\x00":
                 raise InputError("not an SQLite database", where=str(path))
-        # Never `immutable=1`: that promises SQLite no one else writes the file, so it takes no locks and
-        # notices no commit — a bot that connects, commits and closes while zhin is between two SELECTs
-        # rewrites pages under it ("database disk image is malformed", rows of another snapshot).
+        if not is_wal(header):
+            return _private_copy_engine(path.resolve())
+        # WAL: readers never block a writer, so the file is read in place — never with `immutable=1`, which
+        # promises SQLite no one else writes the file: it takes no locks and notices no commit, and a bot
+        # committing while zhin is between two SELECTs rewrites pages under it ("database disk image is malformed").
         return _sqlite_engine(f"sqlite:///file:{quote(str(path.resolve()))}?mode=ro&uri=true", read_only=True)
     assert ref.server is not None
     require_driver(ref.server)
