@@ -809,6 +809,10 @@ class SessionDatabase:
             session.members += live
         session.summaries = self._summaries(_rows(rows.summaries), session_id, lines.get("summary", {}))
         session.scene_changes = self._scene_changes(_rows(rows.scene_changes))
+        if session.timezone is None and rows.turn_context[1]:  # upstream names its zone only in [Turn context]
+            from zhin_cli.store.events import turn_context_zone
+
+            session.timezone = turn_context_zone(rows.turn_context[1][0][0])
         if lazy is not None:  # the bot is known now (profile): the loader settles each message as it parses it
             outline = lazy.outline.outline()
             session.messages = LazyMessages(outline, _RowLoader(self.ref, lazy.session_id, outline.row_ids,

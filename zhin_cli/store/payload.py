@@ -28,7 +28,7 @@ from zhin_cli.core.model import (
     ToolResultMessage,
     UserMessage,
 )
-from zhin_cli.store import legacy
+from zhin_cli.store import legacy, upstream
 
 ROLES = ("user", "assistant", "toolResult", "event")
 
@@ -189,7 +189,9 @@ def _user_message(
     prefix_actor: Actor | None = None
     for index, block in enumerate(content):
         if index == 0 and block.get("type") == "text" and isinstance(block.get("text"), str):
-            text, prefix_actor = legacy.strip_text_prefix(block["text"])
+            # upstream's host context comes first, then its own sender prefix: both the host's, both facts
+            _context, text = upstream.split_turn_context(block["text"])
+            text, prefix_actor = legacy.strip_text_prefix(text)
             block = {**block, "text": text}
         cleaned.append(block)
     header_actor = _header_actor(payload, timestamp)
