@@ -1,4 +1,4 @@
-"""Refused bot writes beside zhin reads (issue 14 §1; the figures in docs/storage.md).
+"""Refused bot writes beside zhin reads (issues 14 §1 and 28 item 3; the figures in docs/storage.md).
 
 A bot process writes a message every ``--interval-ms`` through one connection that stays open, with
 ``busy_timeout`` 0 — node's ``node:sqlite`` default: a write that meets a lock fails at once ("database is
@@ -8,15 +8,20 @@ Readers:
 
 * ``cli``: ``zhin trace SESSION --json --db DB`` run again and again (what a person or a CI job does);
 * ``load``: ``SessionDatabase.load`` in a tight loop in one process (the worst case: nothing but reading);
+* ``shared``: a plain ``sqlite3`` reader, ``BEGIN``/``SELECT``/``COMMIT`` in a loop: the SHARED lock zhin's reads
+  took before issue 28 (the negative control: it makes the writer fail);
 * ``none``: no reader (the control: the writer alone is never refused).
 
 Journal modes: ``delete`` (rollback journal: a reader's SHARED lock makes a committing writer fail) and ``wal``
 (readers never block the writer).
 
-    .venv/bin/python benchmarks/live_writer.py [--seconds 10] [--interval-ms 10] [--mode delete,wal] [--reader cli,load,none]
+    .venv/bin/python benchmarks/live_writer.py [--seconds 10] [--interval-ms 10] [--mode delete,wal] [--reader cli,load,shared,none] [--tiles N]
+
+``--tiles N`` reads a database of the busy group fixture tiled N times (70 ≈ 10k messages) instead of the fixtures.
 
 Run with ``PYTHONPATH=<an older checkout>`` to measure that code. It reports writes attempted, refused, the
-share, and zhin reads done; for ``load`` also the time per read spent inside the read transaction.
+share, and zhin reads done; for ``load`` also the time per read spent inside the read transaction, the whole
+load's time, and how many private copies were made (rollback-journal files are read through one, issue 28).
 """
 
 from __future__ import annotations
@@ -62,14 +67,31 @@ print(json.dumps({"attempted": attempted, "refused": refused}), flush=True)
 """
 
 
-def make_db(folder: Path, mode: str) -> Path:
+def make_db(folder: Path, mode: str, tiles: int) -> Path:
     db = folder / f"{mode}.sqlite"
-    fixtures = sorted(str(p) for p in (ROOT / "fixtures").glob("*.jsonl"))
-    subprocess.run([sys.executable, "-m", "zhin_cli", "import", *fixtures, "--db", str(db)], check=True, capture_output=True)
+    if tiles:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        from replay import tiled
+
+        from zhin_cli.store.database import import_session
+        from zhin_cli.store.jsonl import read_session
+
+        import_session(tiled(read_session(ROOT / "fixtures" / "group-busy.jsonl"), tiles), db)
+    else:
+        fixtures = sorted(str(p) for p in (ROOT / "fixtures").glob("*.jsonl"))
+        subprocess.run([sys.executable, "-m", "zhin_cli", "import", *fixtures, "--db", str(db)], check=True, capture_output=True)
     conn = sqlite3.connect(db)
     conn.execute(f"PRAGMA journal_mode={mode}")
     conn.close()
     return db
+
+
+def _copies_made() -> int:
+    try:
+        from zhin_cli.store.sqlite_snapshot import COPIES
+    except ImportError:  # a checkout from before issue 28
+        return 0
+    return COPIES.copies_made
 
 
 def run(db: Path, reader: str, seconds: float, interval_ms: float) -> dict[str, object]:
@@ -81,6 +103,8 @@ def run(db: Path, reader: str, seconds: float, interval_ms: float) -> dict[str, 
     writer.stdin.flush()
     reads = 0
     inside = 0.0
+    loading = 0.0
+    made = _copies_made()
     env = {k: v for k, v in os.environ.items() if not k.startswith("ZHIN_")}
     if reader == "load":
         from sqlalchemy import Engine, event
@@ -105,8 +129,16 @@ def run(db: Path, reader: str, seconds: float, interval_ms: float) -> dict[str, 
             subprocess.run([sys.executable, "-m", "zhin_cli", "trace", SESSION, "--json", "--db", str(db)],
                            capture_output=True, env=env, check=False)
         elif reader == "load":
+            started = time.perf_counter()
             with SessionDatabase(parse_db(str(db))) as database:
                 database.load(SESSION)
+            loading += time.perf_counter() - started
+        elif reader == "shared":
+            shared = sqlite3.connect(f"file:{db}?mode=ro", uri=True, isolation_level=None)
+            shared.execute("BEGIN")
+            shared.execute("SELECT payload FROM agent_messages WHERE session_id LIKE ?", (SESSION + "%",)).fetchall()
+            shared.execute("COMMIT")
+            shared.close()
         else:
             time.sleep(0.05)
         reads += 1
@@ -115,6 +147,8 @@ def run(db: Path, reader: str, seconds: float, interval_ms: float) -> dict[str, 
                                  "refused_pct": round(100 * counts["refused"] / max(counts["attempted"], 1), 2)}
     if reader == "load":
         result["ms_in_read_transaction_per_read"] = round(1000 * inside / max(reads, 1), 2)
+        result["ms_per_load"] = round(1000 * loading / max(reads, 1), 2)
+        result["private_copies_made"] = _copies_made() - made
     return result
 
 
@@ -124,6 +158,7 @@ def main() -> int:
     parser.add_argument("--interval-ms", type=float, default=10.0)
     parser.add_argument("--mode", default="delete,wal")
     parser.add_argument("--reader", default="none,cli,load")
+    parser.add_argument("--tiles", type=int, default=0)
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="zhin-live-writer-"))
     try:
@@ -133,7 +168,7 @@ def main() -> int:
               f"{args.seconds:g} s per run, a write every {args.interval_ms:g} ms")
         for mode in args.mode.split(","):
             for reader in args.reader.split(","):
-                db = make_db(folder, mode)
+                db = make_db(folder, mode, args.tiles)
                 result = run(db, reader, args.seconds, args.interval_ms)
                 print(json.dumps({"mode": mode, "reader": reader, **result}))
                 db.unlink()

@@ -196,7 +196,7 @@ def test_negative_control_the_hook_lets_a_writer_commit_between_two_transactions
         writer.finish()
         with database.snapshot() as conn:
             second = conn.execute(count).scalar()
-        assert second == first + 1
+        assert first is not None and second == first + 1
         with database.snapshot() as conn:
             inside = [conn.execute(count).scalar()]
             writer = Writer(db, "2", "2")

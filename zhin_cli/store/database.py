@@ -3,7 +3,8 @@
 Reading never writes: SQLite files are opened with ``mode=ro`` and ``PRAGMA query_only``, PostgreSQL connections
 with ``default_transaction_read_only``, MySQL/MariaDB sessions with ``SET SESSION TRANSACTION READ ONLY``, so a
 trace leaves a production database unchanged. Reading is correct beside a bot that writes: each load is one read
-transaction (one snapshot), never an ``immutable`` open. Writing (``zhin import``, ``zhin facts prune``) is a
+transaction (one snapshot); a rollback-journal file is read through a private copy taken without any lock
+(store/sqlite_snapshot.py), so a bot with busy timeout 0 never has a write refused. Writing (``zhin import``, ``zhin facts prune``) is a
 separate, explicit path through ``writable_engine``; ``zhin import`` is all or nothing.
 """
 
