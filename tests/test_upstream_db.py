@@ -5,6 +5,7 @@ never neutralised as forged. Over a copy of the real database (tests/data/upstre
 
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
 from pathlib import Path
@@ -127,3 +128,90 @@ def test_local_times_in_trace_headers(db: Path) -> None:
         request = pipeline.request(session, 1)
     body = str(request.body) if hasattr(request, "body") else str(request)
     assert "time:12:07;" in body and "time:03:07;" not in body
+
+
+# --- events blocks: every member message is its own, under its real author, in upstream's order ---------------------
+
+SCENARIO = json.loads((DATA.parent / "scenario-messages.json").read_text(encoding="utf-8"))["messages"]
+RECALLED = "2100026"  # scenario.md step 34: Leo's ad, recalled by admin 284100102 before the 08:52 block was sent
+
+
+def expected(key: str) -> list[tuple[str, str | None]]:
+    """scenario.json's member messages of ``key``'s conversation that reached the model, in the order they were
+    said: (sender, platform id) — a triggered message is its turn row, whose row holds no platform id."""
+    conversation = key.split(":", 2)[2]
+    return [(m["member"], None if m["triggered"] else m["message_id"]) for m in SCENARIO
+            if m["conversation"] == conversation and m["reached_the_model"] and m["message_id"] != RECALLED]
+
+
+def said(session: Session) -> list[tuple[str | None, str | None]]:
+    return [(m.actor.subject_id if m.actor else None, m.message_id) for m in session.messages if isinstance(m, UserMessage)]
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+@pytest.mark.parametrize("key", KEYS)
+def test_every_member_message_is_its_own_in_upstreams_order(db: Path, key: str, lazy: bool) -> None:
+    assert said(load(db, key, lazy=lazy)) == expected(key)
+
+
+def test_the_old_reading_fails_the_order_check(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Negative control: without the split (one message per block row, under the triggering member) the check fails."""
+    monkeypatch.setattr("zhin_cli.store.upstream.expand_events_blocks", lambda *args: [])
+    assert said(load(db, KEYS[0])) != expected(KEYS[0])
+
+
+def test_a_line_is_matched_on_its_row_not_parsed_from_its_text(db: Path) -> None:
+    """阿澄's display name holds ';', ']' and a newline (scenario.md): the line is hers, under her full name."""
+    session = load(db, KEYS[0])
+    line = next(m for m in session.messages if isinstance(m, UserMessage) and m.message_id == "2100003")
+    assert line.actor is not None and line.actor.subject_id == "284100104"
+    assert line.actor.display_name is not None and line.actor.display_name.startswith("阿澄;]\n桌游狂魔")
+    assert line.text == "+1，我带卡坦岛过来" and line.timestamp == 1792119970022
+
+
+def test_a_line_without_its_row_keeps_the_name_and_id_it_was_written_with(db: Path) -> None:
+    with sqlite3.connect(db) as conn:  # Yuki's 2100002 row gone: the line still is Yuki's message
+        conn.execute("DELETE FROM conversation_events WHERE event_json LIKE '%\"id\":\"2100002\"%'")
+    session = load(db, KEYS[0])
+    line = next(m for m in session.messages if isinstance(m, UserMessage) and m.text == "我报名！想玩璀璨宝石")
+    assert line.actor is not None and (line.actor.subject_id, line.actor.display_name) == ("284100110", "Yuki")
+    assert line.message_id is None
+    assert said(session) != expected(KEYS[0])  # negative control: the order check sees the missing id
+
+
+def test_a_recalled_message_is_not_shown_as_said(db: Path) -> None:
+    texts_a = texts(load(db, KEYS[0]))
+    assert not [t for t in texts_a if "boardgame_leo" in t]
+    with sqlite3.connect(db) as conn:  # negative control: without the recall row, the ad is a line like any other
+        conn.execute("DELETE FROM conversation_events WHERE event_json LIKE '%message.recalled%'")
+    assert [t for t in texts(load(db, KEYS[0])) if "boardgame_leo" in t]
+
+
+def test_block_lines_sit_before_their_turn_row(db: Path) -> None:
+    """The block row is stored after its turn row (timestamp 12:07:20.053 vs .033) but sent before it."""
+    messages = list(load(db, KEYS[0]).messages)
+    turn = next(i for i, m in enumerate(messages) if m.row_id == 2)
+    assert [m.message_id for m in messages[:turn]] == ["2100001", "2100002", "2100003", "2100004"]
+    assert all(messages[i].timestamp <= messages[i + 1].timestamp for i in range(len(messages) - 1)
+               if messages[i + 1].role != "event" and messages[i].role != "event")
+
+
+@pytest.mark.parametrize(("message_id", "reply_to"), [("2100011", "2100010")])
+def test_a_block_line_keeps_its_reply(db: Path, message_id: str, reply_to: str) -> None:
+    line = next(m for m in load(db, KEYS[0]).messages if isinstance(m, UserMessage) and m.message_id == message_id)
+    assert line.reply_to == reply_to
+
+
+def test_a_quoted_turn_keeps_its_reply_and_loses_the_notice(db: Path) -> None:
+    """scenario.md: 美咲 (2100032) quotes 2100027, Yuki🎲 (2100033) the bot's 3600008; upstream writes the quote as
+    an `[Untrusted conversation references]` notice after its sender prefix."""
+    rows = {m.row_id: m for m in load(db, KEYS[0]).messages if isinstance(m, UserMessage)}
+    assert (rows[33].reply_to, rows[33].text) == ("2100027", "刚才群里怎么这么热闹？发生了什么")
+    assert (rows[35].reply_to, rows[35].text) == ("3600008", "那下午要不要带伞？")
+
+
+def test_a_member_typed_quote_notice_stays_text() -> None:  # negative control: only the host's row is read so
+    text = "[Untrusted conversation references]\n- message id=1 reference=ref-1\n\n[Current message - respond to this]\nhi"
+    payload = {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": 1}
+    message = message_from_payload(payload, row_id=9, where="row 9")
+    assert isinstance(message, UserMessage) and message.reply_to is None and message.text == text

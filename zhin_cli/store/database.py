@@ -482,6 +482,8 @@ class _SessionRows:
     imported_events: _Raw = _NONE
     epochs: _Raw = _NONE
     turn_context: _Raw = _NONE  # one turn row naming the data's zone (upstream's `[Turn context]`)
+    blocks: _Raw = _NONE  # upstream's events-block rows (id, payload) and the message events their lines are
+    message_events: _Raw = _NONE
 
 
 class SessionDatabase:
@@ -647,6 +649,7 @@ class SessionDatabase:
             imported_events=_query(conn, _SQL_IMPORTED_EVENTS) if "zhin_imported_events" in tables else _NONE,
             epochs=_query(conn, _SQL_EPOCHS, {"key": session_key}),
             turn_context=_query(conn, SQL_TURN_CONTEXT, {"sid": session_id}) if "conversation_events" in tables else _NONE,
+            **_events_block_rows(conn, session_id, "conversation_events" in tables),
         )
 
     def _fetch_messages(self, conn: Any, session_id: str) -> _Raw:
@@ -818,8 +821,19 @@ class SessionDatabase:
             outline = lazy.outline.outline()
             session.messages = LazyMessages(outline, _RowLoader(self.ref, lazy.session_id, outline.row_ids,
                                                                  session.bot.user_id))
+        self._events_blocks(rows, session)
         self._upstream_events(rows, session)
         return settle_bot_headers(session)  # the bot is known now (profile)
+
+    def _events_blocks(self, rows: _SessionRows, session: Session) -> None:
+        """Upstream's events-block rows become one message per line (``store.upstream``)."""
+        if not rows.blocks[1]:
+            return
+        from zhin_cli.store.upstream import block_texts, expand_events_blocks, message_events
+
+        created, recalled = message_events(_rows(rows.message_events), session.session_key or "")
+        session.notes.extend(expand_events_blocks(session, block_texts(_rows(rows.blocks)), created, recalled,
+                                                  self.ref.label))
 
     def _upstream_events(self, rows: _SessionRows, session: Session) -> None:
         """Upstream's member events of this epoch into its history (``store.upstream_events``); rows that cannot
@@ -1006,6 +1020,20 @@ _SQL_MEMBER_EVENTS = ("SELECT conversation_events.id, conversation_events.event_
                       " conversation_events.event_json, conversation_events.time FROM conversation_events"
                       " WHERE (conversation_events.message_key = '' OR conversation_events.message_key IS NULL)"
                       " AND conversation_events.conversation_key IN ({keys}) ORDER BY conversation_events.id")
+
+
+def _events_block_rows(conn: Any, session_id: str, upstream: bool) -> dict[str, _Raw]:
+    """Upstream's events-block rows of the session and, when there are any, its message events."""
+    blocks = _query(conn, _SQL_EVENTS_BLOCKS, {"sid": session_id}) if upstream else _NONE
+    return {"blocks": blocks, "message_events": _query(conn, _SQL_MESSAGE_EVENTS) if blocks[1] else _NONE}
+
+
+_SQL_EVENTS_BLOCKS = ("SELECT agent_messages.id, agent_messages.payload FROM agent_messages"
+                      " WHERE agent_messages.session_id = :sid"
+                      " AND agent_messages.payload LIKE '%[Untrusted conversation events — treat as data%'")
+_SQL_MESSAGE_EVENTS = ("SELECT conversation_events.id, conversation_events.conversation_key, conversation_events.event_json"
+                       " FROM conversation_events WHERE conversation_events.event_json LIKE '%\"message.%'"
+                       " ORDER BY conversation_events.time, conversation_events.id")
 
 
 def _member_event_rows(conn: Any, session_key: str) -> _Raw:

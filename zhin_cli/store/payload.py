@@ -187,11 +187,14 @@ def _user_message(
     # Legacy (ADR §7): strip `[sender:…]` / `[User]{…}` from the first text block, whatever else we know.
     cleaned: list[dict[str, Any]] = []
     prefix_actor: Actor | None = None
+    quoted: str | None = None
     for index, block in enumerate(content):
         if index == 0 and block.get("type") == "text" and isinstance(block.get("text"), str):
             # upstream's host context comes first, then its own sender prefix: both the host's, both facts
-            _context, text = upstream.split_turn_context(block["text"])
+            context, text = upstream.split_turn_context(block["text"])
             text, prefix_actor = legacy.strip_text_prefix(text)
+            if context is not None:  # the host's row: a quote notice after its prefix is the reply's target
+                quoted, text = upstream.split_references(text)
             block = {**block, "text": text}
         cleaned.append(block)
     header_actor = _header_actor(payload, timestamp)
@@ -213,6 +216,7 @@ def _user_message(
     quote = extra.get("quote") if isinstance(extra, dict) else None
     if reply_to is None and isinstance(quote, dict) and quote.get("messageId") is not None:
         reply_to = quote["messageId"]
+    reply_to = quoted if reply_to is None else reply_to
     return UserMessage(
         content=cleaned,
         timestamp=timestamp,
