@@ -155,6 +155,7 @@ def test_writer_state_asks_the_locks_without_taking_them(template: Path, tmp_pat
         bot.stdin.flush()
         bot.wait(timeout=30)
     assert writer_state(fd, db) is State.QUIET
+    os.close(fd)
 
 
 def test_a_crashed_writer_s_journal_is_hot_and_the_cli_says_so_in_one_line(template: Path, tmp_path: Path) -> None:  # noqa: F811
@@ -162,6 +163,7 @@ def test_a_crashed_writer_s_journal_is_hot_and_the_cli_says_so_in_one_line(templ
     crash_mid_transaction(db)
     fd = os.open(db, os.O_RDONLY)
     assert writer_state(fd, db) is State.HOT_JOURNAL
+    os.close(fd)
     result = run_zhin("trace", sqlite_writer.SESSION_KEY, "--db", db, cwd=tmp_path)
     assert result.returncode == 3 and result.stderr.count("\n") == 1 and "hot journal" in result.stderr
 
@@ -186,3 +188,34 @@ def test_file_state_sees_a_commit(template: Path, tmp_path: Path) -> None:  # no
     assert file_state(fd) == before  # negative control: no write, no difference
     assert sqlite_writer.write(db, 1)
     assert file_state(fd).header[24:28] != before.header[24:28]  # the change counter
+    os.close(fd)
+
+
+def test_descriptors_and_copies_are_let_go_beyond_the_kept_files(template: Path, tmp_path: Path) -> None:  # noqa: F811
+    copies = SnapshotCopies()
+    made = [copies.snapshot(start_db(template, tmp_path / str(n), "delete"), lambda: AssertionError())
+            for n in range(sqlite_snapshot.KEPT_FILES + 3)]
+    assert [p.exists() for p in made] == [False] * 3 + [True] * sqlite_snapshot.KEPT_FILES  # the oldest let go
+    assert len(os.listdir("/proc/self/fd")) < 200
+    copies.forget()
+    assert not any(p.exists() for p in made)
+
+
+def test_threads_reading_beside_the_writer_never_open_a_removed_copy(template: Path, tmp_path: Path) -> None:  # noqa: F811
+    """`zhin view` reads in threads: one thread replacing the copy must not remove the one another is opening."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    db = start_db(template, tmp_path, "delete")
+    writer = live_writer(db, SECONDS / 2)
+
+    def reads() -> list[str]:
+        results = []
+        while writer.proc.poll() is None:
+            results.append(read(db))
+        return results
+
+    with ThreadPoolExecutor(4) as pool:
+        results = [r for rs in pool.map(lambda _: reads(), range(4)) for r in rs]
+    assert refused(writer.finish()) == 0
+    assert len({writes_in(r) for r in results}) >= 3  # not vacuous: reads of several snapshots
+    assert not [r for r in results if r.startswith("error")], [r for r in results if r.startswith("error")][:2]

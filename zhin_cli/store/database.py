@@ -266,9 +266,11 @@ def _private_copy_engine(path: Path) -> Engine:
     engine = _sqlite_engine(f"sqlite:///file:{quote(str(path))}?mode=ro&immutable=1&uri=true", read_only=True)
 
     @event.listens_for(engine, "do_connect")
-    def _open_the_copy(_dialect: Any, _record: Any, cargs: list[Any], _cparams: dict[str, Any]) -> None:
-        copy = SNAPSHOT_COPIES.snapshot(path, lambda: hot_journal_error(path))
-        cargs[0] = f"file:{quote(str(copy))}?mode=ro&immutable=1"
+    def _open_the_copy(_dialect: Any, _record: Any, _cargs: list[Any], cparams: dict[str, Any]) -> sqlite3.Connection:
+        def connect(copy: Path) -> sqlite3.Connection:
+            return sqlite3.connect(f"file:{quote(str(copy))}?mode=ro&immutable=1", **cparams)
+
+        return SNAPSHOT_COPIES.open(path, lambda: hot_journal_error(path), connect)
 
     return engine
 

@@ -31,11 +31,14 @@ import random
 import shutil
 import struct
 import tempfile
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
+from typing import TypeVar
 
 from zhin_cli.core.errors import InputError
 
@@ -52,6 +55,10 @@ CHANGING_BUDGET_S = 10.0
 HOT_CONFIRMATIONS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
 _BACKOFF_CAP_S = 0.05
 _COPY_CHUNK = 1 << 20
+# Database files with a descriptor and a copy kept at once; the least recently read beyond this is let go (its
+# descriptor closed, its copy removed): a process reads one or two files, a test run or `zhin view` may see many.
+KEPT_FILES = 8
+_Opened = TypeVar("_Opened")
 
 
 def is_wal(header: bytes) -> bool:
@@ -136,16 +143,24 @@ class _Copy:
 
 class SnapshotCopies:
     """The process's private copies, one per database file (by device and inode), and the descriptors they are
-    read through: each stays open for the process's life, because closing any descriptor of a file drops every
-    POSIX lock the process holds on it (a bot in this process, or SQLite connections of zhin's own)."""
+    read through. A descriptor stays open while its file is among the ``KEPT_FILES`` most recently read, because
+    closing any descriptor of a file drops every POSIX lock the process holds on it (a bot in this process); zhin
+    itself holds no SQLite connection to a rollback-journal file it reads, so closing an evicted one is safe for it."""
 
     def __init__(self, sleep: Callable[[float], None] = time.sleep) -> None:
-        self._fds: dict[tuple[int, int], int] = {}
+        self._fds: OrderedDict[tuple[int, int], int] = OrderedDict()
         self._copies: dict[tuple[int, int], _Copy] = {}
         self._folder: Path | None = None
         self._sleep = sleep
         self.copies_made = 0  # for tests and benchmarks: how many times a file was copied
         self.retries = 0  # attempts that found a writer mid-commit or a changed file
+        self._lock = threading.Lock()  # `zhin view` reads in threads: a copy is replaced only once nobody is opening it
+
+    def open(self, path: Path, on_hot_journal: Callable[[], BaseException], opener: Callable[[Path], _Opened]) -> _Opened:
+        """``opener(copy)`` on the current copy, under the lock: another thread cannot remove that copy before it is
+        open (an open file stays readable after its name is removed)."""
+        with self._lock:
+            return opener(self.snapshot(path, on_hot_journal))
 
     def _fd(self, path: Path) -> tuple[int, tuple[int, int]]:
         st = os.stat(path)
@@ -159,7 +174,17 @@ class SnapshotCopies:
                     os.close(fd)  # a second descriptor of the same file: never close the first (see above)
                     return self._fds[key], key
             self._fds[key] = fd
+            self._let_go_beyond(KEPT_FILES)
+        self._fds.move_to_end(key)
         return self._fds[key], key
+
+    def _let_go_beyond(self, kept: int) -> None:
+        while len(self._fds) > kept:
+            key, fd = self._fds.popitem(last=False)
+            os.close(fd)
+            copy = self._copies.pop(key, None)
+            if copy is not None:
+                copy.path.unlink(missing_ok=True)
 
     def _new_path(self) -> Path:
         if self._folder is None or not self._folder.is_dir():
@@ -219,10 +244,8 @@ class SnapshotCopies:
         return copied
 
     def forget(self) -> None:
-        """Remove every copy (tests); the descriptors stay open (see the class)."""
-        for kept in self._copies.values():
-            kept.path.unlink(missing_ok=True)
-        self._copies.clear()
+        """Remove every copy and close every descriptor (tests)."""
+        self._let_go_beyond(0)
 
 
 COPIES = SnapshotCopies()
