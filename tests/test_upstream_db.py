@@ -215,3 +215,46 @@ def test_a_member_typed_quote_notice_stays_text() -> None:  # negative control: 
     payload = {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": 1}
     message = message_from_payload(payload, row_id=9, where="row 9")
     assert isinstance(message, UserMessage) and message.reply_to is None and message.text == text
+
+
+# --- the time zone: --timezone, zhin.yaml, the session's, the data's, TZ, UTC; trace says which -----------------
+
+@pytest.mark.parametrize(("args", "expected_zone"), [
+    (("Asia/Shanghai", "Asia/Kolkata", "Asia/Seoul", "session", "Europe/Paris"), ("Asia/Shanghai", "--timezone")),
+    ((None, "Asia/Kolkata", "Asia/Seoul", "data", "Europe/Paris"), ("Asia/Kolkata", "zhin.yaml")),
+    ((None, None, "Asia/Seoul", "data", "Europe/Paris"), ("Asia/Seoul", "data")),
+    ((None, None, "Asia/Seoul", None, "Europe/Paris"), ("Asia/Seoul", "session")),
+    ((None, None, None, None, "Europe/Paris"), ("Europe/Paris", "TZ")),
+    ((None, None, None, None, "JST-9"), ("UTC", "default")),  # a POSIX TZ is not a zone name: passed over
+    ((None, None, None, None, None), ("UTC", "default")),
+])
+def test_the_zone_is_chosen_in_order(args: tuple[str | None, ...], expected_zone: tuple[str, str]) -> None:
+    from zhin_cli.core.timezones import choose_timezone
+
+    assert choose_timezone(*args) == expected_zone
+
+
+def trace_json(db: Path, tmp_path: Path, *extra: str, tz: str | None = None) -> dict[str, object]:
+    from conftest import clean_env, run_zhin
+
+    env = clean_env()
+    env.pop("TZ", None)
+    if tz is not None:
+        env["TZ"] = tz
+    result = run_zhin("trace", KEYS[1], "--db", db, "--json", *extra, cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    document: dict[str, object] = json.loads(result.stdout)
+    return document
+
+
+def test_trace_says_which_zone_it_used(db: Path, tmp_path: Path) -> None:
+    shown = trace_json(db, tmp_path, tz="Europe/Paris")
+    assert (shown["timezone"], shown["timezone_source"]) == ("Asia/Tokyo", "data")  # the data before TZ
+    shown = trace_json(db, tmp_path, "--timezone", "Asia/Shanghai", tz="Europe/Paris")
+    assert (shown["timezone"], shown["timezone_source"]) == ("Asia/Shanghai", "--timezone")
+    with sqlite3.connect(db) as conn:  # negative control: without the data's zone, TZ, then UTC
+        conn.execute("UPDATE agent_messages SET payload = replace(payload, '[Turn context]', '[Turn kontext]')")
+    shown = trace_json(db, tmp_path, tz="Europe/Paris")
+    assert (shown["timezone"], shown["timezone_source"]) == ("Europe/Paris", "TZ")
+    shown = trace_json(db, tmp_path)
+    assert (shown["timezone"], shown["timezone_source"]) == ("UTC", "default")

@@ -49,6 +49,7 @@ from zhin_cli.tools.trace import (
     layout_phrase,
     open_trace,
     request_record,
+    timezone_note,
     turn_row,
 )
 
@@ -70,7 +71,7 @@ def trace_command(
     detail: Annotated[bool, typer.Option("--detail", help="With --all: the full per-segment tables of every turn instead of one row each (a single turn is always shown in full).")] = False,
     provider: Annotated[str | None, typer.Option("--provider", "-p", envvar="ZHIN_PROVIDER", help="Provider profile (openai, openai-reasoning, deepseek, …).")] = None,
     model: Annotated[str | None, typer.Option("--model", "-m", envvar="ZHIN_MODEL", help="Model id (default: the model stored with each turn, else gpt-4o).")] = None,
-    timezone: Annotated[str | None, typer.Option("--timezone", envvar="ZHIN_TIMEZONE", help="Instance time zone for header times (default: the session's).")] = None,
+    timezone: Annotated[str | None, typer.Option("--timezone", envvar="ZHIN_TIMEZONE", help="Instance time zone for header times (default: zhin.yaml's, the session's, the one its data names, TZ, UTC; the output says which).")] = None,
     show_request: Annotated[bool, typer.Option("--show-request", help="Print the request body zhin assembles from the stored rows under the layout named in the output (not the body the bot sent; with the full tables).")] = False,
     validate: Annotated[bool, typer.Option("--validate", help="Exit 1 if the offline validator rejects any shown request (its verdict is always shown).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One versioned JSON document on stdout.")] = False,
@@ -150,6 +151,7 @@ def print_heading(console: Console, result: TraceResult) -> None:
     # soft_wrap: the session id is never broken or cropped to fit the terminal
     console.print(f"[bold]{markup_safe(result.session_id)}[/] · {markup_safe(result.source)} · {result.turns} turns", soft_wrap=True)
     console.print(markup_safe(layout_note(result.layout)))
+    console.print(markup_safe(timezone_note(result.timezone, result.timezone_source)))
     for note in result.notes:
         console.print(f"note: {markup_safe(note)}")
 

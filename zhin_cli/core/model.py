@@ -238,6 +238,7 @@ class Session:
     source: str = ""  # where it was read from, for messages
     notes: list[str] = field(default_factory=list)  # what the reader could not read (rows named): warnings
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
+    timezone_source: str | None = None  # "data": ``timezone`` was read from the rows (upstream's [Turn context])
 
     @property
     def outline(self) -> SessionOutline:

@@ -22,6 +22,28 @@ def valid_timezone(name: str) -> bool:
     return True
 
 
+# Where a session's zone came from, in the order one is chosen (issue 28): the user's option, zhin.yaml, the
+# session's stored zone, the zone the data names (upstream's ``[Turn context]``), the environment's TZ, UTC.
+ZONE_SOURCES = ("--timezone", "zhin.yaml", "session", "data", "TZ", "default")
+
+
+def choose_timezone(option: str | None, configured: str | None, session_zone: str | None,
+                    session_source: str | None, environ_tz: str | None) -> tuple[str, str]:
+    """The zone requests are rendered in and where it came from (one of ``ZONE_SOURCES``). ``session_source``
+    says whether the session's zone was stored (``session``) or read from its data (``data``); a ``TZ`` that is
+    not an IANA name (``JST-9``, ``:/etc/localtime``) is passed over."""
+    if option:
+        return option, "--timezone"
+    if configured:
+        return configured, "zhin.yaml"
+    if session_zone:
+        return session_zone, "data" if session_source == "data" else "session"
+    zone = (environ_tz or "").strip()
+    if zone and valid_timezone(zone):
+        return zone, "TZ"
+    return "UTC", "default"
+
+
 def iso_ms(value: int | None) -> str | None:
     """A ms epoch as ISO 8601 in UTC (``2025-10-30T14:02:00.000Z``), written beside the number in ``--json``."""
     if value is None:

@@ -13,6 +13,7 @@ carries the sent prefix from turn to turn (``Conversation``). The carry stops wh
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, NamedTuple, overload
@@ -29,6 +30,7 @@ from zhin_cli.core.model import (
     messages_at,
     sequence_position,
 )
+from zhin_cli.core.timezones import choose_timezone
 from zhin_cli.core.tokens import TokenCounter, encoding_for_model
 from zhin_cli.core.tokens import counter as shared_counter
 from zhin_cli.pipeline.config import Config
@@ -350,15 +352,21 @@ def greeting_turn(messages: Sequence[Message]) -> int | None:
     return 1 if greeting_position(messages) is not None else None
 
 
-def resolve_timezone(name: str | None, session: Session) -> str:
-    """The time zone a request of ``session`` is rendered in: ``name`` (--timezone, zhin.yaml), else the
-    session's, else UTC; an unknown name is a ``ConfigError``."""
-    chosen = name or session.timezone or "UTC"
+def resolve_timezone(name: str | None, session: Session, configured: str | None = None) -> str:
+    """The time zone a request of ``session`` is rendered in (``timezone_choice``); an unknown name is a
+    ``ConfigError``."""
+    chosen = timezone_choice(name, session, configured)[0]
     try:
         ZoneInfo(chosen)
     except (ZoneInfoNotFoundError, ValueError):
         raise ConfigError(f"unknown time zone {chosen!r}") from None
     return chosen
+
+
+def timezone_choice(option: str | None, session: Session, configured: str | None = None) -> tuple[str, str]:
+    """The zone and its source: ``option`` (--timezone), ``configured`` (zhin.yaml), the session's stored zone, the
+    zone its data names, ``TZ``, UTC (``core.timezones.choose_timezone``)."""
+    return choose_timezone(option, configured, session.timezone, session.timezone_source, os.environ.get("TZ"))
 
 
 # --- the card greeting: one message in front of the stored ones, without copying them --------------------------
@@ -611,11 +619,16 @@ class Assembler:
         self.provider = provider or config.provider or DEFAULT_PROVIDER
         self.model = model or config.model
         self.timezone = timezone or config.timezone
+        self._timezone_option, self._timezone_configured = timezone, config.timezone  # which one said it
         resolve_profile(self.provider, self.model or DEFAULT_MODEL, config.provider_overrides.get(self.provider))
 
     def timezone_of(self, session: Session) -> str:
         """The time zone this assembler renders ``session``'s requests in (``resolve_timezone``)."""
-        return resolve_timezone(self.timezone, session)
+        return resolve_timezone(self._timezone_option, session, self._timezone_configured)
+
+    def timezone_source(self, session: Session) -> str:
+        """Where ``timezone_of``'s zone came from (``core.timezones.ZONE_SOURCES``)."""
+        return timezone_choice(self._timezone_option, session, self._timezone_configured)[1]
 
     # --- turns -----------------------------------------------------------------------------------------------
 

@@ -101,6 +101,10 @@ class Pipeline:
         """The time zone requests of ``session`` are rendered in (``--timezone``, zhin.yaml, the session's, UTC)."""
         return self.assembler.timezone_of(session)
 
+    def timezone_source(self, session: Session) -> str:
+        """Where ``timezone``'s zone came from: ``--timezone``, ``zhin.yaml``, ``session``, ``data``, ``TZ``, ``default``."""
+        return self.assembler.timezone_source(session)
+
     # --- requests ---------------------------------------------------------------------------------------------
 
     def turns(self, session: Session) -> TurnPlan:

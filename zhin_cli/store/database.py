@@ -819,6 +819,7 @@ class SessionDatabase:
             from zhin_cli.store.events import turn_context_zone
 
             session.timezone = turn_context_zone(rows.turn_context[1][0][0])
+            session.timezone_source = "data" if session.timezone else None
         if lazy is not None:  # the bot is known now (profile): the loader settles each message as it parses it
             outline = lazy.outline.outline()
             session.messages = LazyMessages(outline, _RowLoader(self.ref, lazy.session_id, outline.row_ids,

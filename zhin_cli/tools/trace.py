@@ -120,6 +120,8 @@ class TraceResult:
     costs: list[Cost | None] = field(default_factory=list)  # per request (``request_costs``); None: no price
     layout: str = ADR_LAYOUT  # what assembled the requests (``layout_name``)
     stored: list[StoredUsage | None] = field(default_factory=list)  # per request: the bot's stored usage
+    timezone: str = "UTC"  # the zone of the headers' times, and where it came from (``Pipeline.timezone_source``)
+    timezone_source: str = "default"
 
     def request_dict(self, index: int) -> dict[str, Any]:
         """One request as ``--json`` lists it (``request_record``)."""
@@ -135,6 +137,8 @@ class TraceResult:
             "turns": self.turns,
             "greeting_turn": self.greeting_turn,
             "layout": self.layout,
+            "timezone": self.timezone,
+            "timezone_source": self.timezone_source,
             "notes": self.notes,
             "requests": [self.request_dict(i) for i in range(len(self.requests))],
         }
@@ -150,6 +154,16 @@ def request_record(request: AssembledRequest, layout: str, stored: StoredUsage |
 
 CARD_GREETING_NOTE = ("the session stored no greeting: the preset's card greeting (option greeting) opens the history "
                       "of every request, as SillyTavern's chat has it; it is not a stored message and has no turn")
+
+
+ZONE_SOURCE_WORDS = {"--timezone": "--timezone", "zhin.yaml": "zhin.yaml", "session": "the session's stored zone",
+                     "data": "the data: upstream's [Turn context]", "TZ": "the TZ environment variable",
+                     "default": "no zone known: UTC"}
+
+
+def timezone_note(zone: str, source: str) -> str:
+    """The heading's line on the headers' times: the zone and which source named it."""
+    return f"times in {zone} (from {ZONE_SOURCE_WORDS.get(source, source)})"
 
 
 def greeting_note(turn: int) -> str:
@@ -226,7 +240,8 @@ def open_trace(
             notes.append(CARD_GREETING_NOTE)
         result = TraceResult(session.session_id, session.source, total, [], greeting, notes,
                              config_path=config.path, db=database_read([ref], db=db, cwd=cwd),
-                             layout=layout_name(pipeline.preset))
+                             layout=layout_name(pipeline.preset), timezone=pipeline.timezone(session),
+                             timezone_source=pipeline.timezone_source(session))
 
         def requests() -> Iterator[AssembledRequest]:
             if wanted is None:
