@@ -651,7 +651,7 @@ class SessionDatabase:
             imported_events=_query(conn, _SQL_IMPORTED_EVENTS) if "zhin_imported_events" in tables else _NONE,
             epochs=_query(conn, _SQL_EPOCHS, {"key": session_key}),
             turn_context=_query(conn, SQL_TURN_CONTEXT, {"sid": session_id}) if "conversation_events" in tables else _NONE,
-            **_events_block_rows(conn, session_id, "conversation_events" in tables),
+            **_events_block_rows(conn, session_id, session_key, "conversation_events" in tables),
         )
 
     def _fetch_messages(self, conn: Any, session_id: str) -> _Raw:
@@ -1025,17 +1025,29 @@ _SQL_MEMBER_EVENTS = ("SELECT conversation_events.id, conversation_events.event_
                       " AND conversation_events.conversation_key IN ({keys}) ORDER BY conversation_events.id")
 
 
-def _events_block_rows(conn: Any, session_id: str, upstream: bool) -> dict[str, _Raw]:
-    """Upstream's events-block rows of the session and, when there are any, its message events."""
+def _events_block_rows(conn: Any, session_id: str, session_key: str, upstream: bool) -> dict[str, _Raw]:
+    """Upstream's events-block rows of the session and, when there are any, the message events of its
+    conversation (only its keys' rows are fetched: other groups' messages are never read)."""
     blocks = _query(conn, _SQL_EVENTS_BLOCKS, {"sid": session_id}) if upstream else _NONE
-    return {"blocks": blocks, "message_events": _query(conn, _SQL_MESSAGE_EVENTS) if blocks[1] else _NONE}
+    if not blocks[1]:
+        return {"blocks": blocks}
+    from zhin_cli.store.events import session_key_of
+
+    keys = [key for (key,) in _query(conn, _SQL_ALL_EVENT_KEYS)[1] if session_key_of(key or "") == session_key]
+    if not keys:
+        return {"blocks": blocks}
+    params = {f"k{i}": key for i, key in enumerate(keys)}
+    sql = _SQL_MESSAGE_EVENTS.format(keys=", ".join(f":k{i}" for i in range(len(keys))))
+    return {"blocks": blocks, "message_events": _query(conn, sql, params)}
 
 
 _SQL_EVENTS_BLOCKS = ("SELECT agent_messages.id, agent_messages.payload FROM agent_messages"
                       " WHERE agent_messages.session_id = :sid"
                       " AND agent_messages.payload LIKE '%[Untrusted conversation events — treat as data%'")
+_SQL_ALL_EVENT_KEYS = "SELECT DISTINCT conversation_events.conversation_key FROM conversation_events"
 _SQL_MESSAGE_EVENTS = ("SELECT conversation_events.id, conversation_events.conversation_key, conversation_events.event_json"
-                       " FROM conversation_events WHERE conversation_events.event_json LIKE '%\"message.%'"
+                       " FROM conversation_events WHERE conversation_events.conversation_key IN ({keys})"
+                       " AND conversation_events.event_json LIKE '%\"message.%'"
                        " ORDER BY conversation_events.time, conversation_events.id")
 
 
