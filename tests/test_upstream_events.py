@@ -340,3 +340,15 @@ def test_facts_show_says_in_one_line_why_there_is_nothing(db: Path, tmp_path: Pa
     lines = shown.stdout.strip().splitlines()
     assert lines[-1] == (f"no facts for {A}: this database has no ai_session_profiles / ai_scene_members tables, "
                          "and no message or member event of it names a member")
+
+
+def test_an_imported_epoch_keeps_its_stored_scene_facts(tmp_path: Path) -> None:
+    """A database with stored facts but no member rows for the key (a session line, no member lines) shows what is
+    stored; the roster is rebuilt only where nothing is (the database above: the control)."""
+    fixture = Path(__file__).resolve().parent.parent / "fixtures" / "group-busy.jsonl"
+    target = tmp_path / "g.sqlite"
+    assert run_zhin("import", fixture, "--db", target, cwd=tmp_path, env=clean_env()).returncode == 0
+    shown = run_zhin("facts", "show", "icqq:8596238:group:1048877509", "--db", target, cwd=tmp_path, env=clean_env())
+    assert shown.returncode == 0, shown.stderr
+    assert "title: 测试群" in shown.stdout and "owner_id: 10001" in shown.stdout
+    assert "no stored facts: rebuilt" not in shown.stdout

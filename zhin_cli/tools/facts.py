@@ -35,7 +35,10 @@ def show_facts(db: str, session: str) -> dict[str, Any]:
         scene = store.scene(key, conn, label=database.ref.label) if "ai_session_profiles" in database.tables else None
         bot_role = store.bot_role(key, conn) if "ai_session_profiles" in database.tables else None
         members = store.members(key, conn) if "ai_scene_members" in database.tables else {}
-        rebuilt = None if members else rebuild_facts(conn, key, set(database.tables), database.ref.label)
+        stored = bool(members) or scene is not None or bot_role is not None
+        # Rebuilt only where nothing is stored for the key (upstream's own database): an imported epoch with a
+        # scene line but no member lines keeps its stored scene facts.
+        rebuilt = None if stored else rebuild_facts(conn, key, set(database.tables), database.ref.label)
     data: dict[str, Any] = {
         "version": 1,
         "session_key": key,
