@@ -67,10 +67,11 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/window.py
 	$(BIN)/python benchmarks/anthropic_breakpoints.py
 	$(BIN)/python benchmarks/parallel.py
-	$(BIN)/python benchmarks/live_writer.py --seconds 20 --interval-ms 50 --mode delete,wal --reader cli,none
+	$(BIN)/python benchmarks/live_writer.py --seconds 20 --interval-ms 50 --mode delete,wal --reader cli,load,shared
 	$(BIN)/python benchmarks/serve_load.py --clients 32 --requests 100
 	$(BIN)/python benchmarks/view_connections.py --connections 365
 	$(BIN)/python benchmarks/st_matching.py
+	$(BIN)/python benchmarks/upstream_events.py
 
 # The live tier (docs/live.md): a real llama.cpp server with SmolLM2-135M-Instruct on 127.0.0.1, in a venv of its
 # own. The first run on a machine compiles llama.cpp (about 6 min on 2 cores); the wheel is cached in

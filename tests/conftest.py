@@ -84,6 +84,7 @@ def clean_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ZHIN_")}
     env["NO_COLOR"] = "1"
     env.pop("COLUMNS", None)
+    env.pop("TZ", None)  # trace reads TZ last (after --timezone, zhin.yaml, the data): the suite never depends on the shell's
     return env
 
 

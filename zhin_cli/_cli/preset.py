@@ -78,7 +78,7 @@ def probe_command(
     session: Annotated[str | None, typer.Option("--session", "-s", help="A session .jsonl file, or a session id / key in the database (default: a built-in sample conversation).")] = None,
     provider: Annotated[str | None, typer.Option("--provider", "-p", envvar="ZHIN_PROVIDER", help="Provider profile (openai, anthropic, gemini, …).")] = None,
     model: Annotated[str | None, typer.Option("--model", "-m", envvar="ZHIN_MODEL", help="Model id (default: the stored one, else gpt-4o).")] = None,
-    show_request: Annotated[bool, typer.Option("--show-request", help="Also print the exact wire body.")] = False,
+    show_request: Annotated[bool, typer.Option("--show-request", help="Also print the wire body zhin assembles from the preset.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One versioned JSON document on stdout.")] = False,
     db: DbOption = None,
     config: ConfigOption = None,
