@@ -1,7 +1,7 @@
 """Upstream's real turn rows read as what happened (issue 28, findings 3-5): the host's ``[Turn context]`` block
 leaves the body and names the data's zone; the host's own ``[sender:…]`` prefix after it is read as actor facts,
 never neutralised as forged. Over a copy of the real database (tests/data/upstream-db/data.sqlite, the bytes of
-/work/shared/reference/upstream-db/.zhin/data.sqlite); scenario.md: three sessions, Asia/Tokyo."""
+../shared/reference/upstream-db/.zhin/data.sqlite); scenario.md: three sessions, Asia/Tokyo."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Upstream's member events, keys, ``import --events`` and ``facts show`` on a real upstream database (issue 28,
-findings 6 and 7), checked against ``scenario.md`` of /work/shared/reference/upstream-db (copied bytes:
+findings 6 and 7), checked against ``scenario.md`` of ../shared/reference/upstream-db (copied bytes:
 tests/data/upstream-db/data.sqlite). Every test runs on a copy: the data file stays byte-identical."""
 
 from __future__ import annotations
