@@ -299,6 +299,14 @@ def _replace_positions(session: Session, replaced: dict[int, list[Message]]) -> 
     order: list[int | Message] = []
     for position in range(len(session.outline)):
         order.extend(replaced.get(position, [position]))
+    splice_messages(session, order)
+
+
+def splice_messages(session: Session, order: Sequence[int | Message]) -> None:
+    """``session``'s messages in a new ``order``: an int is the stored message at that position, a Message one
+    built from the data (an events-block line, a member event). A lazy session stays lazy: its outline is rebuilt
+    and only the stored positions are loaded from its source."""
+    order = list(order)
     messages = session.messages
     if isinstance(messages, LazyMessages):
         session.messages = LazyMessages(_outline_of(session.outline, order), _ReplacedLoader(messages, order))

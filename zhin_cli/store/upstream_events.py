@@ -24,13 +24,12 @@ from zhin_cli.core.model import (
     EventMessage,
     LazyMessages,
     Message,
-    OutlineBuilder,
     SceneChange,
     Session,
-    SessionOutline,
     UserMessage,
 )
 from zhin_cli.store.events import EventReading, MemberEvent
+from zhin_cli.store.upstream import splice_messages
 
 
 @dataclass(frozen=True)
@@ -121,44 +120,14 @@ def _insert_events(session: Session, events: list[MemberEvent], zone: str | None
     new = _event_messages(session, events, zone)
     outline = session.outline
     points = insertion_points(outline.timestamps, outline.roles, [e.time for e in events])
-    order: list[int | EventMessage] = []  # old positions and the events, in the new order
+    order: list[int | Message] = []  # old positions and the events, in the new order
     cursor = 0
     for point, event in zip(points, new, strict=True):
         order.extend(range(cursor, point))
         order.append(event)
         cursor = point
     order.extend(range(cursor, len(outline)))
-    messages = session.messages
-    if isinstance(messages, LazyMessages):
-        session.messages = LazyMessages(_merged_outline(outline, order), _MergedLoader(messages, order))
-    else:
-        session.messages = [messages[item] if isinstance(item, int) else item for item in order]
-
-
-def _merged_outline(outline: SessionOutline, order: list[int | EventMessage]) -> SessionOutline:
-    builder = OutlineBuilder()
-    for item in order:
-        if isinstance(item, EventMessage):
-            builder.add(item)
-        else:
-            builder.add_facts(row_id=outline.row_ids[item], timestamp=outline.timestamps[item], role=outline.roles[item],
-                              has_tool_calls=outline.has_tool_calls[item], has_text=outline.has_text[item],
-                              model=outline.models[item], message_id=outline.message_ids[item],
-                              event_kind=outline.event_kinds[item])
-    return builder.outline()
-
-
-@dataclass
-class _MergedLoader:
-    """A lazy session's loader after events were put in: stored rows from the source's loader, events as built."""
-
-    source: LazyMessages
-    order: list[int | EventMessage]
-
-    def __call__(self, positions: Sequence[int]) -> list[Message]:
-        stored = [self.order[p] for p in positions if isinstance(self.order[p], int)]
-        loaded = iter(self.source.take(stored))  # type: ignore[arg-type]  # ints only
-        return [item if isinstance(item, EventMessage) else next(loaded) for item in (self.order[p] for p in positions)]
+    splice_messages(session, order)
 
 
 class FactTimeline:
