@@ -35,6 +35,9 @@ class Actor:
     title: str | None = None  # group title
     muted_until: int | None = None  # ms epoch; 0 = not muted
     origin: str | None = None  # "peer_bot" for another bot
+    # False when the source does not say the member's product roles (upstream's events-block line names only the
+    # sender): an empty ``roles`` then means "not known", not "no roles".
+    roles_known: bool = True
 
     @staticmethod
     def from_payload(data: dict[str, Any]) -> Actor:

@@ -272,7 +272,7 @@ def _line_messages(lines: list[BlockLine], window: tuple[int | None, int], ids: 
         if row is not None:
             raw["messageId"] = row.message_id
         messages.append(UserMessage(content=content, timestamp=time,
-                                    actor=Actor(subject_id=line.sender_id, display_name=line.name),
+                                    actor=Actor(subject_id=line.sender_id, display_name=line.name, roles_known=False),
                                     row_id=ids.take(row.event_row if row is not None else None),
                                     message_id=row.message_id if row is not None else None,
                                     reply_to=row.reply_to if row is not None else None, raw=raw))
