@@ -5,7 +5,9 @@ Walking the merged history in order, we remember per user_id the facts last show
 * first appearance in the window → full header;
 * same facts → short header ``[id:mN;user_id:X;]``;
 * facts changed and no event in the window said so → a synthesized ``[state change]`` (operator
-  ``system``) right before the message, and the message itself short.
+  ``system``) right before the message, and the message itself short;
+* a fact not shown before becomes known (data that names a member's role on some rows only) → a full header
+  again: learning a fact is not a change, and no operator made it.
 
 The decision depends only on what precedes a message, so the projected prefix never changes when history
 grows. Stored event lines are re-checked against the fixed templates and re-rendered; a line that does
@@ -131,7 +133,7 @@ class Known:
         """Newer facts win; a field the newer facts do not know keeps its last shown value."""
         return Known(
             name=actor.display_name if actor.display_name is not None else self.name,
-            product_roles=actor.roles,
+            product_roles=actor.roles if actor.roles_known else self.product_roles,
             platform_role=actor.platform_role if actor.platform_role is not None else self.platform_role,
             card=actor.card if actor.card is not None else self.card,
             title=actor.title if actor.title is not None else self.title,
@@ -147,29 +149,42 @@ def mute_seconds(muted_until: int | None, timestamp: int) -> str | None:
     return str(-(-remaining // 1000))
 
 
-def _shown_differs(new: str, old: str | None) -> bool:
+def _shown_differs(new: str, old: str) -> bool:
     """A member-controlled value changed *as the model was shown it*: a stored event carries the value already
     cleaned and cut at 64 characters, so the full value on the member's next message is not a second change."""
-    return old is None or quote_value(new) != quote_value(old)
+    return quote_value(new) != quote_value(old)
+
+
+def _effective_mute(muted_until: int | None, timestamp: int) -> int:
+    """A mute that simply ran out is no mute."""
+    return muted_until if muted_until is not None and muted_until > timestamp else 0
 
 
 def _changes(prev: Known, new: Known, timestamp: int) -> list[tuple[str, str]]:
+    """Facts the model was shown that now differ. A fact the model was never shown is not among them: data that
+    names a member's role only on some rows (upstream's events-block lines carry none) makes it *learned*, which
+    ``_learned`` turns into a full header, never into a change nobody made."""
     changes: list[tuple[str, str]] = []
-    if new.name is not None and _shown_differs(new.name, prev.name):
+    if new.name is not None and prev.name is not None and _shown_differs(new.name, prev.name):
         changes.append(("name", new.name))
-    if new.role is not None and new.role != prev.role:
+    if new.role is not None and prev.role is not None and new.role != prev.role:
         changes.append(("role", new.role))
-    if new.card is not None and _shown_differs(new.card, prev.card):
+    if new.card is not None and prev.card is not None and _shown_differs(new.card, prev.card):
         changes.append(("group_nickname", new.card))
-    if new.title is not None and _shown_differs(new.title, prev.title):
+    if new.title is not None and prev.title is not None and _shown_differs(new.title, prev.title):
         changes.append(("group_title", new.title))
-    if new.muted_until is not None:
-        # Compare effective mutes: a mute that simply ran out is not a change.
-        now_new = new.muted_until if new.muted_until > timestamp else 0
-        now_prev = prev.muted_until if prev.muted_until is not None and prev.muted_until > timestamp else 0
-        if now_new != now_prev and (prev.muted_until is not None or now_new):
+    if new.muted_until is not None and prev.muted_until is not None:
+        now_new = _effective_mute(new.muted_until, timestamp)
+        if now_new != _effective_mute(prev.muted_until, timestamp):
             changes.append(("mute_time", mute_seconds(new.muted_until, timestamp) or "0"))
     return changes
+
+
+def _learned(prev: Known, new: Known, timestamp: int) -> bool:
+    """A fact the model has not been shown for this member becomes known (a mute only while it lasts)."""
+    return ((new.name is not None and prev.name is None) or (new.role is not None and prev.role is None)
+            or (new.card is not None and prev.card is None) or (new.title is not None and prev.title is None)
+            or (prev.muted_until is None and _effective_mute(new.muted_until, timestamp) > 0))
 
 
 def _apply_event(known: dict[str, Known], change: StateChange, timestamp: int) -> None:
@@ -472,7 +487,7 @@ def _member_message(
         fields["user_id"] = render_user_id(actor.subject_id)
         prev = known.get(actor.subject_id)
         current = (prev or Known()).merged(actor)
-        if prev is None or always_full:
+        if prev is None or always_full or _learned(prev, current, item.timestamp):
             kind = "full"
             fields.update(
                 name=current.name,
