@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import gc
 import importlib
 import io
@@ -287,6 +288,14 @@ def handles_errors(function: F, *, trouble: int | None = None) -> F:
             raise typer.Exit(0) from None
         except MemoryError:
             fail("out of memory", trouble if trouble is not None else EXIT_CANNOT_RUN)
+        except OSError as error:
+            if error.errno != errno.ENAMETOOLONG:
+                raise
+            # An argument is a file name only when it can be one: a session id or path past the file system's
+            # limit is the user's input, named short (it may be kilobytes long).
+            name = str(error.filename or "")
+            shown = name if len(name) <= 80 else f"{name[:40]}…{name[-20:]} ({len(name)} characters)"
+            fail(f"{shown}: file name too long", trouble if trouble is not None else EXIT_CANNOT_RUN)
         return None
 
     return wrapper  # type: ignore[return-value]

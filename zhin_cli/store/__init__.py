@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -90,6 +91,25 @@ def asking_order() -> list[SessionSource]:
     return [s for n, s in SOURCES.items() if n not in FALLBACKS] + [s for n, s in SOURCES.items() if n in FALLBACKS]
 
 
+def short(value: str) -> str:
+    """An argument as an error message quotes it: never kilobytes long (``store.payload.short``, imported when
+    needed: this module is on every command's start-up path)."""
+    from zhin_cli.store.payload import short as short_repr
+
+    return short_repr(value)
+
+
+def _is_file(ref: str) -> bool:
+    """``Path.is_file`` that answers no for a name the file system cannot hold: a session id of 256+ characters
+    is then looked up in the database, not refused as a file name."""
+    try:
+        return Path(ref).is_file()
+    except OSError as error:
+        if error.errno == errno.ENAMETOOLONG:
+            return False
+        raise
+
+
 @dataclass
 class JsonlSource:
     """A ``.jsonl`` / ``.ndjson`` file (``any_file``: any other existing file that is not a database file)."""
@@ -99,7 +119,7 @@ class JsonlSource:
 
     def claims(self, ref: str) -> bool:
         if self.any_file:
-            return Path(ref).is_file() and not ref.endswith((".sqlite", ".db"))
+            return _is_file(ref) and not ref.endswith((".sqlite", ".db"))
         return ref.endswith((".jsonl", ".ndjson"))
 
     def load(self, ref: str, *, db: str | None, cwd: Path) -> Session:
@@ -128,7 +148,7 @@ class SillyTavernSource:
     def claims(self, ref: str) -> bool:
         if ref.startswith(ST_PREFIX):
             return True
-        return ref.endswith(".jsonl") and Path(ref).is_file() and _starts_as_sillytavern_chat(Path(ref))
+        return ref.endswith(".jsonl") and _is_file(ref) and _starts_as_sillytavern_chat(Path(ref))
 
     def load(self, ref: str, *, db: str | None, cwd: Path) -> Session:
         from zhin_cli.store.sillytavern import read_chat
@@ -153,7 +173,7 @@ class DatabaseSource:
             try:
                 db = find_database(None, cwd)
             except DatabaseNotFound as missing:
-                raise DatabaseNotFound(f"{ref!r} is not a .jsonl file, and {missing}") from None
+                raise DatabaseNotFound(f"{short(ref)} is not a .jsonl file, and {missing}") from None
         with SessionDatabase(parse_db(db)) as database:
             return database.load(ref, lazy=True)  # rows parsed when read: a request parses its window
 
@@ -184,4 +204,4 @@ def load_session(ref: str, *, db: str | None = None, cwd: Path | None = None) ->
     for source in asking_order():
         if source.claims(ref):
             return source.load(ref, db=db, cwd=cwd)
-    raise SessionNotFound(f"nothing can read {ref!r}")
+    raise SessionNotFound(f"nothing can read {short(ref)}")

@@ -628,7 +628,7 @@ class SessionDatabase:
         if not found:
             names, found = _query(conn, _SQL_SESSION_BY_KEY, {"ref": ref})
         if not found:
-            raise SessionNotFound(f"no session {ref!r} in {self.ref.label} (try `zhin sessions`)")
+            raise SessionNotFound(f"no session {short(ref)} in {self.ref.label} (try `zhin sessions`)")
         info = dict(zip(names, found[0], strict=True))
         session_id = info["session_id"]
         session_key = info.get("session_key") or session_id.split("#")[0]

@@ -15,6 +15,7 @@ from zhin_cli.core.errors import SessionNotFound, ZhinError
 from zhin_cli.store import schema
 from zhin_cli.store.database import SessionDatabase, db_error, parse_db, writable_engine
 from zhin_cli.store.facts import FactsStore, PruneReport, prune, rebuild_facts, system_clock
+from zhin_cli.store.payload import short
 
 FACTS_TABLES = ("ai_session_profiles", "ai_scene_members")
 
@@ -30,7 +31,7 @@ def show_facts(db: str, session: str) -> dict[str, Any]:
         if key is None and conn.execute(select(s.c.session_key).where(s.c.session_key == session)).first() is not None:
             key = session
         if key is None:
-            raise SessionNotFound(f"no session {session!r} in {database.ref.label} (try `zhin sessions`)")
+            raise SessionNotFound(f"no session {short(session)} in {database.ref.label} (try `zhin sessions`)")
         store = FactsStore(database.engine, create=False)
         scene = store.scene(key, conn, label=database.ref.label) if "ai_session_profiles" in database.tables else None
         bot_role = store.bot_role(key, conn) if "ai_session_profiles" in database.tables else None
