@@ -18,17 +18,26 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
-# The demo ends with a picture of one session: one row per request in the terminal, every request in report.html.
+# The demo is a real bot's database: the one upstream zhin itself wrote (tests/data/upstream-db/, byte for byte; its
+# story: docs/storage.md "Upstream's real tables"). It ends with a picture of its busiest session: one row per
+# request in the terminal, every request in report.html.
+DEMO_KEY = onebot11:tokyo-ob11:group:856301447
 demo: $(STAMP)
 	rm -rf demo && mkdir -p demo/.zhin
-	$(BIN)/zhin import fixtures/group-busy.jsonl fixtures/private-chat.jsonl fixtures/legacy-upstream.jsonl --db $(DEMO_DB)
+	cp tests/data/upstream-db/data.sqlite $(DEMO_DB)
 	cd demo && ../$(BIN)/zhin sessions
-	cd demo && ../$(BIN)/zhin trace 'icqq:8596238:group:1048877509' --all
-	cd demo && ../$(BIN)/zhin report html 'icqq:8596238:group:1048877509' -o report.html
+	cd demo && ../$(BIN)/zhin trace '$(DEMO_KEY)' --all
+	cd demo && ../$(BIN)/zhin report html '$(DEMO_KEY)' -o report.html
 	@echo
-	@echo "What you are looking at: every model request the bot made in the busy demo group, rebuilt from the"
-	@echo "database. Each row is one request: its prompt tokens, how many the provider's prompt cache would serve"
-	@echo "(cached) or bill in full (new), the three biggest segments, and the offline validator's verdict."
+	@echo "What you are looking at: a real bot's database. Upstream zhin (its own OneBot 11 adapter, turn engine and"
+	@echo "SQLite layer) wrote demo/.zhin/data.sqlite over three days in two groups and a private chat; zhin only"
+	@echo "reads it. Each row above is one request the bot made to its model in group 856301447."
+	@echo "Upstream stores only the triggered turns: what members said in between is read from the events block"
+	@echo "each turn carries, one message per member under its real author, time and message id; joins, kicks,"
+	@echo "leaves, mutes and role changes come from its member events, with their operators. Times are Asia/Tokyo,"
+	@echo "the zone the bot's own [Turn context] names (no --timezone given)."
+	@echo "prompt and cached are zhin's ADR 0041 assembly of those rows; bot sent and bot cached are the usage the"
+	@echo "bot's provider reported for the same request (its system prompt and tools are not in the database)."
 	@echo "demo/report.html draws the same requests: open it in a browser and click a turn for its segments,"
 	@echo "wire messages and the diff against the turn before."
 	@echo

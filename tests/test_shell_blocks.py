@@ -50,7 +50,11 @@ class Line:
 
 def shell_lines(path: Path) -> list[Line]:
     """The lines of the ```sh blocks of one markdown file (comments and blank lines left out)."""
-    text = path.read_text(encoding="utf-8")
+    return shell_lines_in(path.read_text(encoding="utf-8"), path.name)
+
+
+def shell_lines_in(text: str, name: str) -> list[Line]:
+    """The lines of the ```sh blocks of markdown ``text`` (of the file ``name``; line numbers within ``text``)."""
     lines = []
     for match in FENCE.finditer(text):
         if match.group(1) != "sh":
@@ -60,7 +64,7 @@ def shell_lines(path: Path) -> list[Line]:
             stripped = line.strip()
             if not stripped or stripped.startswith("#"):
                 continue
-            lines.append(Line(path.name, first + offset, stripped))
+            lines.append(Line(name, first + offset, stripped))
     return lines
 
 
@@ -84,6 +88,16 @@ def fresh_clone(target: Path) -> Path:
     return target
 
 
+def bare_environment(home: Path) -> dict[str, str]:
+    """A newcomer's shell: no venv on PATH (``home`` when there is no HOME)."""
+    environment = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", str(home)), "LANG": "C.UTF-8",
+                   "TERM": "dumb", "ZHIN_NO_PROGRESS": "1"}
+    for key in ("TMPDIR", "XDG_CACHE_HOME"):
+        if key in os.environ:
+            environment[key] = os.environ[key]
+    return environment
+
+
 def run_lines(clone: Path, lines: list[Line], prologue: str = "", timeout: float = 600) -> list[tuple[Line, int]]:
     """Run ``lines`` in one bash, as pasted; each line's exit status."""
     status_file = clone / ".zhin-test-status"
@@ -93,11 +107,7 @@ def run_lines(clone: Path, lines: list[Line], prologue: str = "", timeout: float
             script.append(f"echo '{index} skip' >&3")
             continue
         script += [command_of(line), f"echo \"{index} $?\" >&3"]
-    environment = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", str(clone)), "LANG": "C.UTF-8",
-                   "TERM": "dumb", "ZHIN_NO_PROGRESS": "1"}
-    for key in ("TMPDIR", "XDG_CACHE_HOME"):
-        if key in os.environ:
-            environment[key] = os.environ[key]
+    environment = bare_environment(clone)
     # its own process group, killed whole at the end: a line left running in the background (`zhin serve … &`
     # without its `kill`) or a hang cannot outlive the test or hold its pipes open
     with open(clone / ".zhin-test-output", "wb") as output:
@@ -134,8 +144,12 @@ def test_readme_runs_as_pasted(tmp_path: Path) -> None:
     lines = shell_lines(ROOT / "README.md")
     assert any(line.text.startswith("make demo") for line in lines), "README's set-up block is not a ```sh block"
     assert any(line.text.startswith(". .venv/bin/activate") for line in lines), "README never activates the venv"
-    results = run_lines(fresh_clone(tmp_path / "clone"), lines)
+    clone = fresh_clone(tmp_path / "clone")
+    results = run_lines(clone, lines)
     assert not failures(results), "\n".join(failures(results))
+    # the demo is the real bot's database (make demo copies it), and not one README line wrote to it
+    real = ROOT / "tests" / "data" / "upstream-db" / "data.sqlite"
+    assert (clone / "demo" / ".zhin" / "data.sqlite").read_bytes() == real.read_bytes()
 
 
 DOCS = sorted(path.name for path in (ROOT / "docs").glob("*.md") if shell_lines(path))
