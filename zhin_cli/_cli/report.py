@@ -25,12 +25,26 @@ from zhin_cli._cli import (
     replay_progress,
     stdout_console,
 )
-from zhin_cli.cache.prices import format_usd
+from zhin_cli.cache import CacheOutcome
+from zhin_cli.cache.prices import Cost, format_usd
 from zhin_cli.core.errors import UsageError
 from zhin_cli.core.parallel import JOBS_HELP
 from zhin_cli.core.terminaltext import markup_safe, terminal_safe
 from zhin_cli.core.tokens import DEFAULT_ENCODING
-from zhin_cli.tools.economy import CASES, COST_LAYOUTS, STYLES, EconomyReport, SessionEconomy, run_economy
+from zhin_cli.tools.economy import (
+    ADR_LABEL,
+    BILL_CAVEAT,
+    CASES,
+    COST_LAYOUTS,
+    PAID_LABEL,
+    STYLES,
+    BillRow,
+    EconomyReport,
+    SessionBill,
+    SessionEconomy,
+    SideTotals,
+    run_economy,
+)
 
 report_app = typer.Typer(help="Reports over stored sessions.", no_args_is_help=True)
 app.add_typer(report_app, name="report")
@@ -39,7 +53,7 @@ app.add_typer(report_app, name="report")
 @report_app.command("economy")
 @handles_errors
 def economy_command(
-    sessions: Annotated[list[str], typer.Argument(help="Sessions: .jsonl files, folders of them, or session ids / keys in the database.")],
+    sessions: Annotated[list[str] | None, typer.Argument(help="Sessions: .jsonl files, folders of them, or session ids / keys in the database (none: every session of --db).")] = None,
     provider: Annotated[list[str] | None, typer.Option("--provider", "-p", help=f"Simulate only these providers (repeatable; default: {', '.join(CASES)}).")] = None,
     encoding: Annotated[str, typer.Option("--encoding", help="Tokenizer for every count (o200k_base or cl100k_base).")] = DEFAULT_ENCODING,
     as_json: Annotated[bool, typer.Option("--json", help="One versioned JSON document on stdout.")] = False,
@@ -49,16 +63,18 @@ def economy_command(
     jobs: Annotated[int | None, typer.Option("--jobs", "-j", help=JOBS_HELP)] = None,
     prices: PricesOption = None,
 ) -> None:
-    """Header tokens, simulated prompt-cache hits and input cost: upstream's sender prefix vs the ADR headers; ADR vs flat layout vs upstream's sliding window.
+    """Header tokens, simulated prompt-cache hits and input cost: upstream's sender prefix vs the ADR headers; ADR vs flat layout vs upstream's sliding window; the bot's real bill beside ADR 0041's.
 
     Header tokens per member message for three styles (upstream's sender prefix on every group message, the ADR's full header on every message, the ADR projection).
 
-    Per provider (OpenAI, Anthropic, DeepSeek): prompt tokens and simulated cache hits per request for the ADR layout and a flat layout, first of group vs later, next to the physical limit; the input cost per request (USD) of the ADR layout, the flat layout and the ADR layout under upstream's sliding window. Definitions: docs/economy.md.
+    Per provider (OpenAI, Anthropic, DeepSeek): prompt tokens and simulated cache hits per request for the ADR layout and a flat layout, first of group vs later, next to the physical limit; the input cost per request (USD) of the ADR layout, the flat layout and the ADR layout under upstream's sliding window.
+
+    Where the session stores the usage its provider reported: per request and in total, what the bot paid (its prompt, cached and cache-written tokens) beside what ADR 0041's simulated request for the same turn would cost, both at the price row of the bot's model (the bot's side includes its own system prompt and tools, which the database does not keep). Definitions: docs/economy.md.
     """
     chosen = [p.strip() for value in provider or [] for p in value.split(",") if p.strip()] or None
     # a bar over the sessions on a terminal's stderr (a spinner until the list of sessions is known)
     with replay_progress("sessions simulated", loading="reading the sessions") as progress:
-        report = run_economy(sessions, cwd=Path.cwd(), db=db, config_path=config, providers=chosen, encoding=encoding,
+        report = run_economy(sessions or [], cwd=Path.cwd(), db=db, config_path=config, providers=chosen, encoding=encoding,
                              after_load=freeze_loaded, jobs=jobs, progress=progress, prices_file=prices)
     if as_json:
         print_json(report.as_dict(per_request))
@@ -141,7 +157,52 @@ def _print_session(console: Console, session: SessionEconomy) -> None:
     cache.columns[-1].min_width = max((len(part) for row in cache.columns[-1].cells for part in str(row).split(" · ")),
                                       default=0)
     console.print(cache)
+    _print_bill(console, session.bill)
     console.print()
+
+
+def _side_cell(outcome: CacheOutcome | None, cost: Cost | None, missing: str | None) -> str:
+    """``2,583 prompt, 2,432 cached → $0.0004``; the reason instead when there is no figure (never a 0)."""
+    if outcome is None:
+        return markup_safe(missing or "—")
+    written = f", {outcome.written:,} written" if outcome.written else ""
+    usd = f" → {format_usd(cost.usd)}" if cost is not None else ""
+    return f"{outcome.prompt_tokens:,} prompt, {outcome.read:,} cached{written}{usd}"
+
+
+def _total_cell(side: SideTotals) -> str:
+    written = f", {side.written:,} written" if side.written else ""
+    usd = f" → {format_usd(side.cost.usd)}" if side.cost.requests else ""
+    return f"{side.prompt:,} prompt, {side.cached:,} cached{written}{usd}"
+
+
+def _price_words(rows: list[BillRow]) -> str:
+    """Which price rows the bill uses, once each: ``openai/gpt-4.1-mini ($0.4 input, $0.1 cached per 1M)``."""
+    seen = {(row.price.price.provider, row.price.price.model): row.price.price for row in rows if row.price is not None}
+    return "; ".join(f"{p.provider}/{p.model} (${p.input:g} input, ${p.cached_input:g} cached per million tokens)"
+                     for p in seen.values()) or "no price row (no cost)"
+
+
+def _print_bill(console: Console, bill: SessionBill) -> None:
+    """The bot's stored usage beside ADR 0041's simulation, per request and in total (docs/economy.md)."""
+    if bill.reason:
+        console.print(markup_safe(f"{PAID_LABEL}: nothing to show — {bill.reason}; the figures above are zhin's "
+                                  "simulation only"))
+        return
+    table = Table("turn", "row", PAID_LABEL, ADR_LABEL, title=f"the bot's bill beside ADR 0041's, input only, at "
+                  f"{markup_safe(_price_words(bill.rows))}", title_justify="left")
+    for row in bill.rows:
+        table.add_row(str(row.turn), str(row.row_id), _side_cell(row.paid, row.cost(row.paid), row.paid_missing),
+                      _side_cell(row.adr, row.cost(row.adr), row.adr_missing))
+    paid, adr = bill.totals()
+    compared = sum(row.compared for row in bill.rows)
+    table.add_section()
+    table.add_row("total", f"{compared} req.", _total_cell(paid), _total_cell(adr))
+    console.print(table)
+    left_out = len(bill.rows) - compared
+    if left_out:
+        console.print(f"{left_out} request(s) without both figures are left out of both totals")
+    console.print(markup_safe(f"caveat: {BILL_CAVEAT}"))
 
 
 @report_app.command("html")

@@ -56,6 +56,8 @@ from zhin_cli.pipeline.providers import RenderedPart
 from zhin_cli.pipeline.window import SessionIndex, WindowConfig, sliding, visible_window
 from zhin_cli.tools.cachereplay import replay_cache
 from zhin_cli.tools.prefixdiff import Serialized, cache_outcome, diff_pair, serialize, wire_of
+from zhin_cli.tools.stats import usage_record
+from zhin_cli.tools.usage import NO_USAGE, billed_outcome
 
 ECONOMY_VERSION = 1
 STYLES = ("upstream", "full", "adr")
@@ -254,6 +256,7 @@ class RequestFigures:
     new_tokens: int  # ADR layout: tokens of pieces the previous request did not contain
     cause: str = ""  # ADR layout: prefix-diff's cause of the break against the previous request
     sliding: CacheOutcome | None = None  # upstream's sliding window, ADR layout (None: not replayed)
+    row_id: int | None = None  # the stored assistant row this request produced (the bot's bill is keyed by it)
 
     @property
     def adr_prompt(self) -> int:
@@ -416,7 +419,7 @@ def simulate(session: Session, config: Config, case: ProviderCase, encoding: str
             cause = diff_pair(previous[0], request, previous[1], replayed.wire, replayed.outcome.read).cause if previous else ""
             figures.requests.append(RequestFigures(
                 turn=request.turn, time=replayed.time, first=replayed.first, adr=replayed.outcome, flat=flat_outcome,
-                new_tokens=replayed.new_tokens, cause=cause,
+                new_tokens=replayed.new_tokens, cause=cause, row_id=message.row_id,
             ))
             previous = (request, replayed.wire)
     if figures is None:
@@ -429,6 +432,154 @@ def simulate(session: Session, config: Config, case: ProviderCase, encoding: str
     return figures
 
 
+# --- the bot's bill beside ADR 0041's ------------------------------------------------------------------
+
+
+PAID_LABEL = "the bot paid (stored usage)"
+ADR_LABEL = "ADR 0041 would send (zhin's assembly)"
+BILL_CAVEAT = ("the bot's prompts hold its own system prompt and tool schemas, which its database does not keep; "
+               "ADR 0041's figures are zhin's assembly of the same turns, with zhin's system prompt and without the "
+               "bot's tools: the two bills price the same turns, not the same text")
+
+
+@dataclass(frozen=True)
+class BillRow:
+    """One request of the bot: what its stored usage says it paid, beside what the ADR layout's simulated request
+    for the same turn costs; both billed at the row of the model the bot used."""
+
+    turn: int
+    row_id: int  # the stored assistant row (its usage is the bot's side)
+    provider: str  # as the stored reply names them
+    model: str
+    price: PriceChoice | None  # the row both sides are billed at (None: no prices for the provider)
+    paid: CacheOutcome | None  # the bot's stored usage (None: ``paid_missing`` says why)
+    paid_missing: str | None
+    adr: CacheOutcome | None  # report economy's ADR outcome of the same turn (None: ``adr_missing`` says why)
+    adr_missing: str | None
+    adr_case: str | None  # which simulated provider case gave it (its cache rules)
+
+    @property
+    def compared(self) -> bool:
+        return self.paid is not None and self.adr is not None
+
+    def cost(self, side: CacheOutcome | None) -> Cost | None:
+        return Cost.of(side, self.price.price) if side is not None and self.price is not None else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"turn": self.turn, "row_id": self.row_id, "provider": self.provider, "model": self.model,
+                "price": None if self.price is None else {"provider": self.price.price.provider,
+                                                          "model": self.price.price.model},
+                "paid": _side_dict(self.paid, self.cost(self.paid)), "paid_missing": self.paid_missing,
+                "adr": _side_dict(self.adr, self.cost(self.adr)), "adr_missing": self.adr_missing,
+                "adr_case": self.adr_case}
+
+
+def _side_dict(outcome: CacheOutcome | None, cost: Cost | None) -> dict[str, Any] | None:
+    if outcome is None:
+        return None
+    return {"prompt": outcome.prompt_tokens, "cached": outcome.read, "written": outcome.written,
+            "usd": None if cost is None else round(cost.usd, 8)}
+
+
+@dataclass
+class SideTotals:
+    """One side's sums over the compared requests: tokens always, cost over those with a price."""
+
+    prompt: int = 0
+    cached: int = 0
+    written: int = 0
+    cost: CostTotals = field(default_factory=CostTotals)
+
+    def add(self, outcome: CacheOutcome, cost: Cost | None) -> None:
+        self.prompt += outcome.prompt_tokens
+        self.cached += outcome.read
+        self.written += outcome.written
+        if cost is not None:
+            self.cost.add(cost)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"prompt": self.prompt, "cached": self.cached, "written": self.written,
+                "cost": self.cost.as_dict() if self.cost.requests else None}
+
+
+@dataclass
+class SessionBill:
+    """A session's requests, the bot's stored usage beside the ADR layout's simulation (``reason``: why the bot's
+    side is empty — then ``rows`` is empty too)."""
+
+    rows: list[BillRow] = field(default_factory=list)
+    reason: str | None = None
+    notes: list[str] = field(default_factory=list)  # price notes (a default row used, a provider without rows)
+
+    def totals(self) -> tuple[SideTotals, SideTotals]:
+        """Both sides summed over the same requests: those with both figures (``compared``)."""
+        paid, adr = SideTotals(), SideTotals()
+        for row in self.rows:
+            if row.paid is not None and row.adr is not None:
+                paid.add(row.paid, row.cost(row.paid))
+                adr.add(row.adr, row.cost(row.adr))
+        return paid, adr
+
+    @property
+    def without_usage(self) -> int:
+        return sum(row.paid is None for row in self.rows)
+
+    def as_dict(self) -> dict[str, Any]:
+        paid, adr = self.totals()
+        compared = sum(row.compared for row in self.rows)
+        return {"paid_label": PAID_LABEL, "adr_label": ADR_LABEL, "caveat": BILL_CAVEAT, "reason": self.reason,
+                "requests": [row.as_dict() for row in self.rows],
+                "totals": None if self.reason else {"requests_compared": compared,
+                                                    "requests_without_usage": self.without_usage,
+                                                    "paid": paid.as_dict(), "adr": adr.as_dict()}}
+
+
+def session_bill(session: Session, cache: dict[str, CacheFigures], prices: PriceTable) -> SessionBill:
+    """Per stored reply: its usage (``stats.usage_record``, the reading ``trace`` shows) and the ADR outcome of the
+    same turn from the simulated case of the bot's provider, both priced by ``Cost.of`` at the bot's model's row."""
+    replies = [m for m in session.messages if isinstance(m, AssistantMessage)]
+    bill = SessionBill()
+    choices: dict[tuple[str, str], PriceChoice | None] = {}
+    for number, message in enumerate(replies):
+        record = usage_record(session.session_id, message)
+        paid, missing = billed_outcome(record.usage)
+        key = (record.provider, record.model)
+        if key not in choices:
+            choices[key], note = price_for(ProviderCase(*key), prices)
+            if note and note not in bill.notes:
+                bill.notes.append(note)
+        figures = cache.get(record.provider)
+        request = figures.requests[number] if figures is not None and number < len(figures.requests) else None
+        turn = _turn_of(cache, number)
+        adr_missing = None if request is not None else (
+            f"provider {record.provider} is not simulated here (simulated: {', '.join(cache) or 'none'})")
+        bill.rows.append(BillRow(turn, message.row_id, record.provider, record.model, choices[key], paid, missing,
+                                 request.adr if request is not None else None, adr_missing,
+                                 record.provider if request is not None else None))
+    bill.reason = _no_bill_reason(bill.rows, len(replies))
+    if bill.reason:
+        bill.rows, bill.notes = [], []
+    return bill
+
+
+def _turn_of(cache: dict[str, CacheFigures], number: int) -> int:
+    """The turn of the ``number``-th reply (every case replays the same replies, so any case names it)."""
+    for figures in cache.values():
+        if number < len(figures.requests):
+            return figures.requests[number].turn
+    return number + 1
+
+
+def _no_bill_reason(rows: list[BillRow], replies: int) -> str | None:
+    if not replies:
+        return "the session has no bot replies, so no request to bill"
+    if any(row.paid is not None for row in rows):
+        return None
+    if all(row.paid_missing == NO_USAGE for row in rows):
+        return f"no usage stored on any of its {replies} requests"
+    return f"the stored usage of none of its {replies} requests reports both prompt and cached tokens"
+
+
 # --- sessions -------------------------------------------------------------------------------------
 
 
@@ -439,6 +590,7 @@ class SessionEconomy:
     requests: int
     headers: HeaderTokens
     cache: dict[str, CacheFigures]
+    bill: SessionBill = field(default_factory=SessionBill)  # the bot's stored usage beside the ADR simulation
 
     def as_dict(self, per_request: bool = False) -> dict[str, Any]:
         return {
@@ -448,6 +600,7 @@ class SessionEconomy:
             "header_tokens": self.headers.as_dict(),
             "headers": self.headers.detail(),
             "cache": {name: figures.as_dict(per_request) for name, figures in self.cache.items()},
+            "bill": self.bill.as_dict(),
         }
 
 
@@ -460,7 +613,8 @@ class EconomyReport:
     @property
     def notes(self) -> list[str]:
         """Each price note once (a default row used, a provider without rows), in the order first met."""
-        notes = (f.price_note for s in self.sessions for f in s.cache.values() if f.price_note)
+        notes = [f.price_note for s in self.sessions for f in s.cache.values() if f.price_note]
+        notes += [note for s in self.sessions for note in s.bill.notes]
         return list(dict.fromkeys(notes))
 
     def as_dict(self, per_request: bool = False) -> dict[str, Any]:
@@ -479,7 +633,8 @@ def session_economy(session: Session, config: Config, *, providers: Iterable[str
         # headers do not depend on the provider: count them during the first provider's replay
         cache[name] = simulate(session, config, CASES[name], encoding, header_counter if number == 0 else None, table)
     requests = sum(1 for m in session.messages if isinstance(m, AssistantMessage))
-    return SessionEconomy(session.session_id, len(session.messages), requests, header_counter.result, cache)
+    return SessionEconomy(session.session_id, len(session.messages), requests, header_counter.result, cache,
+                          session_bill(session, cache, table))
 
 
 def window_description(window: WindowConfig) -> dict[str, Any]:
@@ -519,8 +674,10 @@ def run_economy(
     workers = check_jobs(jobs)
     config = load_config(config_path, cwd=cwd)
     prices = config.price_table(prices_file)  # read once, before any session: a bad row is one error, at once
+    if not refs and db is None:
+        raise UsageError("name the sessions, or give the database whose every session to report (--db)")
     job_list = [EconomyJob(ref, db, cwd, config, tuple(chosen), encoding, after_load, prices)
-                for ref in session_refs(refs, all_sessions=False, db=db, cwd=cwd)]
+                for ref in session_refs(refs, all_sessions=not refs, db=db, cwd=cwd)]
     if progress is not None:
         progress(0, len(job_list))
     return EconomyReport(encoding, window_description(config.window),

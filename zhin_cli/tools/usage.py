@@ -32,8 +32,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from zhin_cli.cache import CacheOutcome
 from zhin_cli.core.errors import ConfigError
 from zhin_cli.core.registry import Registry
+
+NO_USAGE = "no usage stored"  # a request whose reply carries no usage object: never a zero
 
 
 @dataclass(frozen=True)
@@ -244,3 +247,25 @@ def _upstream(usage: Mapping[str, Any]) -> NormalizedUsage:
         return NormalizedUsage(uncached=prompt, cache_read=cache_read, cache_write=cache_write,
                                total_prompt=_add(prompt, cache_read, cache_write), output=output)
     return _inclusive(prompt, cache_read, cache_write, output)
+
+
+# --- what a reported usage bills ---------------------------------------------------------------------------
+
+# The TTL a reported cache write is billed at: usage objects do not say which TTL wrote (Anthropic's default
+# ``cache_control`` lifetime is 5 minutes; OpenAI's rows name no write price, so a write there is plain input).
+REPORTED_WRITE_TTL = "5m"
+
+
+def billed_outcome(usage: NormalizedUsage | None) -> tuple[CacheOutcome | None, str | None]:
+    """What a provider's reported usage bills, as the cache outcome ``Cost.of`` prices (the same arithmetic as
+    zhin's simulated requests), or None and why: a bill needs the prompt and the cached tokens (an unreported
+    write count is "no write metric", i.e. 0, as in ``_inclusive``)."""
+    if usage is None:
+        return None, NO_USAGE
+    if usage.total_prompt is None:
+        return None, "its stored usage does not report prompt tokens"
+    if usage.cache_read is None:
+        return None, "its stored usage does not report cached tokens"
+    written = usage.cache_write or 0
+    by_ttl = {REPORTED_WRITE_TTL: written} if written else {}
+    return CacheOutcome(usage.total_prompt, usage.cache_read, written, by_ttl), None
