@@ -243,10 +243,22 @@ def test_the_stored_model_name_is_escaped_in_the_text(db: Path) -> None:
 # --- the command --------------------------------------------------------------------------------------------
 
 
-def test_no_session_and_no_database_is_a_usage_error(tmp_path: Path) -> None:
+def test_no_session_and_no_database_is_one_line_naming_db(tmp_path: Path) -> None:
     result = run_zhin("report", "economy", cwd=tmp_path)
-    assert result.returncode == 2
-    assert result.stderr.startswith("zhin: error:") and "--db" in result.stderr and "Traceback" not in result.stderr
+    stats = run_zhin("stats", "cache", cwd=tmp_path)  # the rule every command shares (store.discovery.find_database)
+    assert result.returncode == stats.returncode == 3
+    assert result.stderr.startswith("zhin: error:") and "pass --db" in result.stderr
+    assert len(result.stderr.splitlines()) == 1 and result.stdout == ""
+
+
+def test_no_session_reads_every_session_of_the_database_found_upward(db: Path) -> None:
+    (db.parent / ".zhin").mkdir()
+    db.rename(db.parent / ".zhin" / "data.sqlite")
+    inner = db.parent / "bot" / "plugins"
+    inner.mkdir(parents=True)
+    result = run_zhin("report", "economy", "-p", "openai", "--json", cwd=inner)
+    assert result.returncode == 0, result.stderr
+    assert len(json.loads(result.stdout)["sessions"]) == 3
 
 
 def test_json_is_version_1_with_a_bill_per_session(db: Path) -> None:

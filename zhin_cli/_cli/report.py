@@ -18,6 +18,7 @@ from zhin_cli._cli import (
     PricesOption,
     app,
     check_options,
+    database_or_discovered,
     freeze_loaded,
     handles_errors,
     print_json,
@@ -53,7 +54,7 @@ app.add_typer(report_app, name="report")
 @report_app.command("economy")
 @handles_errors
 def economy_command(
-    sessions: Annotated[list[str] | None, typer.Argument(help="Sessions: .jsonl files, folders of them, or session ids / keys in the database (none: every session of --db).")] = None,
+    sessions: Annotated[list[str] | None, typer.Argument(help="Sessions: .jsonl files, folders of them, or session ids / keys in the database (none: every session of --db or of the .zhin/data.sqlite found upward).")] = None,
     provider: Annotated[list[str] | None, typer.Option("--provider", "-p", help=f"Simulate only these providers (repeatable; default: {', '.join(CASES)}).")] = None,
     encoding: Annotated[str, typer.Option("--encoding", help="Tokenizer for every count (o200k_base or cl100k_base).")] = DEFAULT_ENCODING,
     as_json: Annotated[bool, typer.Option("--json", help="One versioned JSON document on stdout.")] = False,
@@ -74,7 +75,8 @@ def economy_command(
     chosen = [p.strip() for value in provider or [] for p in value.split(",") if p.strip()] or None
     # a bar over the sessions on a terminal's stderr (a spinner until the list of sessions is known)
     with replay_progress("sessions simulated", loading="reading the sessions") as progress:
-        report = run_economy(sessions or [], cwd=Path.cwd(), db=db, config_path=config, providers=chosen, encoding=encoding,
+        refs = list(sessions or [])  # none: every session of --db or of the database found upward (as stats cache)
+        report = run_economy(refs, cwd=Path.cwd(), db=db if refs else database_or_discovered(db), config_path=config, providers=chosen, encoding=encoding,
                              after_load=freeze_loaded, jobs=jobs, progress=progress, prices_file=prices)
     if as_json:
         print_json(report.as_dict(per_request))
