@@ -125,9 +125,9 @@ def run_lines(clone: Path, lines: list[Line], prologue: str = "", timeout: float
             shell.wait()
     results = []
     for record in status_file.read_text(encoding="utf-8").splitlines():
-        index, status = record.split()
+        recorded, status = record.split()
         if status != "skip":
-            results.append((lines[int(index)], int(status)))
+            results.append((lines[int(recorded)], int(status)))
     ran = {id(line) for line, _ in results} | {id(line) for line in lines if command_of(line) in NOT_RUN}
     for line in lines:
         if id(line) not in ran:
