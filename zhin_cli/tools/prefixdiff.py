@@ -22,13 +22,14 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from zhin_cli.cache import CacheOutcome, Plan, PrefixCache, cached_share, common_prefix_length, plan, shared_tokens
 from zhin_cli.cache.prices import Cost, CostTotals, Price, PriceTable
 from zhin_cli.core.terminaltext import MARK
 from zhin_cli.pipeline.assemble import AssembledRequest
 from zhin_cli.pipeline.facade import Pipeline
+from zhin_cli.pipeline.providers import Capabilities
 from zhin_cli.wire import WireFormat, wire_for
 
 CAUSES = ("append", "tail", "window_shift", "system_changed", "tools_changed", "messages_changed", "model_changed")
@@ -94,8 +95,11 @@ def wire_of(request: AssembledRequest) -> WireFormat:
 
 
 def serialize(request: AssembledRequest) -> Serialized:
-    body = request.request
-    wire = wire_of(request)
+    return serialize_body(request.request, wire_of(request), request.model, request.encoding)
+
+
+def serialize_body(body: dict[str, Any], wire: WireFormat, model: str, encoding: str) -> Serialized:
+    """A wire body serialised once (``serialize`` for zhin's own requests; a captured body is only its body)."""
     chunks: list[Chunk] = []
     first = True
     for key in wire.regions:
@@ -114,7 +118,7 @@ def serialize(request: AssembledRequest) -> Serialized:
             chunks.append(Chunk("glue", glue.encode()))
             chunks.append(Chunk("tools" if key == "tools" else "system", _dumps(body[key])))
     chunks.append(Chunk("glue", b"}"))
-    return Serialized(model=request.model, chunks=chunks, plan=plan(body, wire, request.encoding))
+    return Serialized(model=model, chunks=chunks, plan=plan(body, wire, encoding))
 
 
 @dataclass
@@ -134,6 +138,26 @@ def _divergence(old: Serialized, new: Serialized) -> Divergence:
         return Divergence(offset + common_prefix_length(a.data, b.data), index, tokens)
     index = min(len(old.chunks), len(new.chunks))
     return Divergence(offset, index, tokens)
+
+
+@dataclass(frozen=True)
+class RealUsage:
+    """What the provider reported for a captured request (its usage object, or ``zhin serve``'s log line),
+    shown beside the simulator's figures; None where the source did not say."""
+
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    written_tokens: int | None
+    source: str  # "exchange" (serve --upstream's exchange file) | "zhin-serve.log"
+
+    def agrees(self, simulated_cached: int) -> bool | None:
+        """Whether the real cache read equals the simulator's (None: the real read is not known)."""
+        return None if self.cached_tokens is None else self.cached_tokens == simulated_cached
+
+    def as_dict(self, simulated_cached: int) -> dict[str, Any]:
+        return {"prompt_tokens": self.prompt_tokens, "cached_tokens": self.cached_tokens,
+                "cache_write_tokens": self.written_tokens, "source": self.source,
+                "agrees": self.agrees(simulated_cached)}
 
 
 @dataclass
@@ -157,6 +181,7 @@ class PairDiff:
     uncached_code: str = ""
     uncached_reason: str = ""
     cost: Cost | None = None  # the newer request's input cost (``Pricing``); None: no price for its provider
+    real: RealUsage | None = None  # a captured request: what its provider really reported (None: not recorded)
 
     @property
     def cached_share(self) -> float:
@@ -177,6 +202,7 @@ class PairDiff:
                       "cached_share": round(self.cached_share, 4),
                       "uncached_reason": {"code": self.uncached_code, "text": self.uncached_reason} if self.uncached_code else None},
             **({"cost": cost_dict(self.cost)} if self.cost is not None else {}),
+            **({"real": self.real.as_dict(self.cached_tokens)} if self.real is not None else {}),
         }
 
     @property
@@ -274,12 +300,26 @@ def _classify(old: AssembledRequest, new: AssembledRequest, a: Serialized, b: Se
     return "messages_changed", f"message {index} was rewritten"
 
 
-def cache_key(request: AssembledRequest) -> tuple[str, str]:
+class Routed(Protocol):
+    """What the cache and the price table need of a request: zhin's own (``AssembledRequest``) or a captured body
+    (``BodyRequest``)."""
+
+    @property
+    def profile(self) -> Capabilities: ...
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def provider(self) -> str: ...
+
+
+def cache_key(request: Routed) -> tuple[str, str]:
     """Whose cache entries a request may read: one profile and model (``zhin serve`` keys its cache the same)."""
     return (request.profile.name, request.model)
 
 
-def cache_outcome(cache: PrefixCache, request: AssembledRequest, serialized: Serialized) -> CacheOutcome:
+def cache_outcome(cache: PrefixCache, request: Routed, serialized: Serialized) -> CacheOutcome:
     """Replay ``request`` against ``cache`` (then remember it): what its provider would read, write and leave
     uncached (``Cost.of`` prices it)."""
     return cache.account(cache_key(request), serialized.plan, None, request.profile.cache)
@@ -303,7 +343,7 @@ class Pricing:
     notes: list[str] = field(default_factory=list)
     _rows: dict[tuple[str, str], Price | None] = field(default_factory=dict, repr=False)
 
-    def price(self, request: AssembledRequest) -> Price | None:
+    def price(self, request: Routed) -> Price | None:
         key = (request.provider, request.model)  # PriceTable.choose maps profiles to price lists
         if key not in self._rows:
             choice = self.table.choose(*key) if self.table is not None else None
@@ -312,7 +352,7 @@ class Pricing:
             self._rows[key] = choice.price if choice is not None else None
         return self._rows[key]
 
-    def cost(self, request: AssembledRequest, outcome: CacheOutcome) -> Cost | None:
+    def cost(self, request: Routed, outcome: CacheOutcome) -> Cost | None:
         """``Cost.of`` at the request's row (the one cost definition), None without one."""
         price = self.price(request)
         return Cost.of(outcome, price) if price is not None else None
@@ -343,7 +383,7 @@ def provider_name(profile: str) -> str:
     return PROVIDER_NAMES.get(profile, profile)
 
 
-def uncached_reason(old: AssembledRequest, new: AssembledRequest, a: Plan, b: Plan, common: int, cached: int) -> tuple[str, str]:
+def uncached_reason(old: Routed, new: Routed, a: Plan, b: Plan, common: int, cached: int) -> tuple[str, str]:
     """Why the cache reads nothing of ``new`` although it shares ``common`` tokens with ``old``: ``(code, sentence)``,
     from the provider's cache rules (``zhin_cli.cache``); ``("", "")`` when something is cached or nothing is shared.
 
@@ -420,6 +460,93 @@ def diff_pair(old: AssembledRequest, new: AssembledRequest, a: Serialized | None
         excerpt_mark=_excerpt_mark(data_b, div.offset),
         uncached_code=code,
         uncached_reason=reason,
+    )
+
+
+# --- captured bodies: requests known only by their wire body -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BodyRequest:
+    """A request known only by its wire body (a captured one): no segments, no window, no runtime tail. ``turn``
+    is its capture number (a JSONL's line number): what a pair's ``from_turn``/``to_turn`` name."""
+
+    turn: int
+    body: dict[str, Any]
+    wire: WireFormat
+    model: str
+    provider: str
+    profile: Capabilities
+    encoding: str
+
+    @property
+    def messages(self) -> list[Any]:
+        return self.wire.messages(self.body)
+
+    @property
+    def system_messages(self) -> int:
+        """Leading system/developer messages (OpenAI puts the system prompt in the message list)."""
+        messages = self.messages
+        count = 0
+        while count < len(messages) and self.wire.role(messages[count]) in ("system", "developer"):
+            count += 1
+        return count
+
+    def serialize(self) -> Serialized:
+        return serialize_body(self.body, self.wire, self.model, self.encoding)
+
+
+def _tools_detail(old: BodyRequest, new: BodyRequest) -> str:
+    names_old, names_new = old.wire.tool_names(old.body), new.wire.tool_names(new.body)
+    if sorted(names_old) == sorted(names_new):
+        return "same tools, different order" if names_old != names_new else "tool definitions differ"
+    added = [n for n in names_new if n not in names_old]
+    removed = [n for n in names_old if n not in names_new]
+    change = ", ".join([*(f"+{n}" for n in added), *(f"-{n}" for n in removed)])
+    return f"{len(names_old)} → {len(names_new)} tool schemas ({change})"
+
+
+def _classify_bodies(old: BodyRequest, new: BodyRequest, a: Serialized, b: Serialized, div: Divergence) -> tuple[str, str]:
+    """The cause of a break between two captured bodies: what zhin can tell from the bodies alone."""
+    if old.model != new.model:
+        return "model_changed", f"{old.model} → {new.model}"
+    if div.chunk >= len(b.chunks) or div.chunk >= len(a.chunks):
+        return "append", ""
+    chunk = b.chunks[div.chunk]
+    if chunk.label == "tools":
+        return "tools_changed", _tools_detail(old, new)
+    if chunk.label == "system" or (chunk.label == "message" and chunk.message_index < min(old.system_messages, new.system_messages)):
+        return "system_changed", ""
+    if chunk.label == "glue" and a.chunks[div.chunk].data == b"]":
+        return "append", ""
+    index = chunk.message_index if chunk.label == "message" else len(old.messages)
+    first = new.system_messages
+    if index == first and first < len(new.messages):
+        later = old.messages[first + 1 :]
+        if new.messages[first] in later:  # the history now starts at a later message of the previous request
+            return "window_shift", "the history starts at another message"
+    role = new.wire.role(new.messages[index]) if index < len(new.messages) else "?"
+    return "messages_changed", f"message {index} ({role}) was rewritten"
+
+
+def diff_body_pair(old: BodyRequest, new: BodyRequest, a: Serialized, b: Serialized, cached: int) -> PairDiff:
+    """Compare two captured bodies of one conversation (``cached``: what the capture run's one cache simulator
+    read for ``new``)."""
+    div = _divergence(a, b)
+    cause, detail = _classify_bodies(old, new, a, b, div)
+    chunk = b.chunks[div.chunk] if div.chunk < len(b.chunks) else None
+    segment = None
+    if chunk is not None and cause in ("tools_changed", "system_changed"):
+        segment = "tools" if cause == "tools_changed" else "system"
+    code, reason = uncached_reason(old, new, a.plan, b.plan, div.common_tokens, cached)
+    data_a, data_b = a.data, b.data
+    return PairDiff(
+        from_turn=old.turn, to_turn=new.turn, cause=cause, detail=detail, common_prefix_bytes=div.offset,
+        common_prefix_tokens=div.common_tokens, prompt_tokens=b.prompt_tokens,
+        message_index=chunk.message_index if chunk is not None and chunk.label == "message" else None,
+        segment=segment, before=_excerpt(data_a, div.offset), after=_excerpt(data_b, div.offset),
+        cached_tokens=cached, cache_hit=cached > 0, excerpt_mark=_excerpt_mark(data_b, div.offset),
+        uncached_code=code, uncached_reason=reason,
     )
 
 

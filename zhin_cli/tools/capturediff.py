@@ -1,0 +1,236 @@
+"""Captured request bodies as sessions: grouped into conversations, diffed pair by pair, cached tokens replayed
+through one prompt cache across conversations, and the provider's real usage beside the simulator's
+(docs/captures.md).
+
+**Conversations.** A body's routing fields — ``prompt_cache_key``, ``user``, ``metadata.user_id`` — and its wire
+format narrow the candidates: a conversation whose requests carried other values is never joined. They do not
+suffice (one bot may send one ``prompt_cache_key`` for every chat). Among the candidates, a request joins the
+conversation whose last request it *continues*: their non-system messages match from the start, a message
+matching when it is equal or one's text is the other's with text added before or after it (a bot that re-renders
+an old row with a prefix, as upstream zhin does with ``[sender:…]``); the most matching leading messages win, ties
+go to the conversation seen last. A history window that moved (the new request's first message is a later one of
+the last request) continues too. Otherwise the request starts a new conversation.
+
+**One cache.** A provider caches across conversations that share a prefix (the same system prompt and tools, the
+same routing key), so the bodies are replayed through one ``PrefixCache`` in capture order — as ``zhin serve``
+does — not one cold cache per conversation. zhin's own per-session replays keep their cold start (a session
+replayed alone has no neighbours to share with).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from zhin_cli.cache import PrefixCache
+from zhin_cli.cache.prices import CostTotals, PriceTable
+from zhin_cli.core.errors import ConfigError
+from zhin_cli.core.tokens import encoding_for_model
+from zhin_cli.pipeline.providers import PROFILES, resolve_profile
+from zhin_cli.store.captures import CapturedBody, CaptureSet, read_captures
+from zhin_cli.tools.prefixdiff import (
+    BodyRequest,
+    PairDiff,
+    Pricing,
+    RealUsage,
+    Serialized,
+    SessionDiff,
+    cache_outcome,
+    diff_body_pair,
+)
+from zhin_cli.tools.usage import normalize_usage
+from zhin_cli.wire import WireFormat, wire_for
+
+# The provider profile a wire format is simulated with when --provider does not name one.
+DEFAULT_PROFILES = {"openai-chat": "openai", "anthropic-messages": "anthropic", "gemini-generate": "gemini"}
+
+
+@dataclass
+class Conversation:
+    """The bodies of one conversation, in capture order."""
+
+    route: tuple[Any, ...]
+    bodies: list[CapturedBody] = field(default_factory=list)
+
+    @property
+    def numbers(self) -> list[int]:
+        return [b.number for b in self.bodies]
+
+
+def route_of(body: CapturedBody) -> tuple[Any, ...]:
+    """The fields that narrow a body's conversation: wire format, ``prompt_cache_key``, ``user``, ``metadata.user_id``."""
+    metadata = body.body.get("metadata")
+    user_id = metadata.get("user_id") if isinstance(metadata, dict) else None
+    return (body.wire, *(str(v) if v is not None else None
+                         for v in (body.body.get("prompt_cache_key"), body.body.get("user"), user_id)))
+
+
+def _history(body: CapturedBody, wire: WireFormat) -> list[Any]:
+    """The non-system messages of a body."""
+    messages = wire.messages(body.body)
+    start = 0
+    while start < len(messages) and wire.role(messages[start]) in ("system", "developer"):
+        start += 1
+    return messages[start:]
+
+
+def _text(wire: WireFormat, message: Any) -> str:
+    try:
+        return "\n".join(wire.message_texts(message))
+    except (AttributeError, TypeError, KeyError):
+        return ""
+
+
+def _continues(wire: WireFormat, old: Any, new: Any) -> bool:
+    """The same message, or the same role with text added before or after the old text (a re-rendered row)."""
+    if old == new:
+        return True
+    if wire.role(old) != wire.role(new):
+        return False
+    a, b = _text(wire, old), _text(wire, new)
+    if not a or not b:
+        return False
+    shorter, longer = (a, b) if len(a) <= len(b) else (b, a)
+    return longer.endswith(shorter) or longer.startswith(shorter)
+
+
+def continuation_score(wire: WireFormat, last: list[Any], new: list[Any]) -> int:
+    """How many leading messages of ``new`` continue ``last`` (from its start, or from a later message of it when
+    the history window moved); 0: not the same conversation."""
+    if not new:
+        return 0
+    best = 0
+    for start, message in enumerate(last):
+        if not _continues(wire, message, new[0]):
+            continue
+        score = 0
+        for old, fresh in zip(last[start:], new, strict=False):
+            if not _continues(wire, old, fresh):
+                break
+            score += 1
+        best = max(best, score)
+        if start == 0 and best:
+            break  # the history did not move: the alignment at the start is the one
+    return best
+
+
+def group_conversations(bodies: Iterable[CapturedBody]) -> list[Conversation]:
+    """Bodies grouped into conversations (the rule is the module's docstring), in order of their first body."""
+    conversations: list[Conversation] = []
+    lasts: dict[int, list[Any]] = {}  # conversation index → the non-system messages of its last body
+    for body in bodies:
+        wire = wire_for(body.wire)
+        route = route_of(body)
+        history = _history(body, wire)
+        best, chosen = 0, None
+        for index in range(len(conversations) - 1, -1, -1):  # the latest first: a tie goes to it
+            if conversations[index].route != route:
+                continue
+            score = continuation_score(wire, lasts[index], history)
+            if score > best:
+                best, chosen = score, index
+        if chosen is None:
+            conversations.append(Conversation(route))
+            chosen = len(conversations) - 1
+        conversations[chosen].bodies.append(body)
+        lasts[chosen] = history
+    return conversations
+
+
+def real_usage(body: CapturedBody) -> RealUsage | None:
+    """What the provider reported for a body: its exchange file's usage, else ``zhin serve``'s log line."""
+    if body.usage is not None:
+        usage = normalize_usage(wire_for(body.wire).usage_kind or body.wire, body.usage)
+        return RealUsage(usage.total_prompt, usage.cache_read, usage.cache_write, "exchange")
+    if body.logged is not None:
+        return RealUsage(body.logged.prompt_tokens, body.logged.read, body.logged.written, "zhin-serve.log")
+    return None
+
+
+def body_request(body: CapturedBody, provider: str | None) -> BodyRequest:
+    name = provider or DEFAULT_PROFILES[body.wire]
+    if name not in PROFILES:
+        raise ConfigError(f"unknown provider {name!r} (known: {', '.join(sorted(PROFILES))})")
+    profile = resolve_profile(name, body.model)
+    return BodyRequest(body.number, body.body, wire_for(body.wire), body.model, profile.name, profile,
+                       encoding_for_model(body.model))
+
+
+@dataclass
+class CaptureRequest:
+    """One captured request as the report shows it: the simulator's figures and, where recorded, the real ones."""
+
+    number: int
+    conversation: str
+    prompt_tokens: int
+    cached_tokens: int
+    real: RealUsage | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"capture": self.number, "session_id": self.conversation, "prompt_tokens": self.prompt_tokens,
+                "cached_tokens": self.cached_tokens,
+                "real": self.real.as_dict(self.cached_tokens) if self.real is not None else None}
+
+
+@dataclass
+class CaptureDiff:
+    """A capture set diffed: one ``SessionDiff`` per conversation, and every request's cache figures."""
+
+    source: str
+    sessions: list[SessionDiff]
+    requests: list[CaptureRequest]
+    notes: list[str]
+
+    @property
+    def disagreements(self) -> list[CaptureRequest]:
+        """Requests whose real cache read differs from the simulator's: each one a finding."""
+        return [r for r in self.requests if r.real is not None and r.real.agrees(r.cached_tokens) is False]
+
+
+def conversation_id(source: str, conversation: Conversation) -> str:
+    return f"{source}#{conversation.bodies[0].number}"
+
+
+def diff_captures(captures: CaptureSet, *, provider: str | None = None, prices: PriceTable | None = None,
+                  shared_cache: bool = True,
+                  on_pair: Callable[[SessionDiff, PairDiff], None] | None = None) -> CaptureDiff:
+    """Each conversation's consecutive pairs diffed; every body replayed in capture order through one prompt
+    cache (``shared_cache=False``: a cold cache per conversation, what zhin's own replays do)."""
+    conversations = group_conversations(captures.bodies)
+    name = Path(captures.source).name or captures.source
+    owner = {b.number: index for index, c in enumerate(conversations) for b in c.bodies}
+    pricing = Pricing(prices)
+    sessions = [SessionDiff(conversation_id(name, c), "", c.bodies[0].model, notes=pricing.notes) for c in conversations]
+    caches = [PrefixCache() for _ in conversations] if not shared_cache else []
+    cache = PrefixCache()
+    previous: dict[int, tuple[BodyRequest, Serialized]] = {}
+    requests: list[CaptureRequest] = []
+    for body in captures.bodies:
+        index = owner[body.number]
+        session = sessions[index]
+        request = body_request(body, provider)
+        serialized = request.serialize()
+        outcome = cache_outcome(cache if shared_cache else caches[index], request, serialized)
+        real = real_usage(body)
+        session.provider = session.provider or request.provider
+        session.turns += 1
+        cost = pricing.cost(request, outcome)
+        if cost is not None:
+            session.costs = session.costs or CostTotals()
+            session.costs.add(cost)
+        requests.append(CaptureRequest(body.number, session.session_id, outcome.prompt_tokens, outcome.read, real))
+        if index in previous:
+            old, old_serialized = previous[index]
+            pair = diff_body_pair(old, request, old_serialized, serialized, outcome.read)
+            pair.real, pair.cost = real, cost
+            session.pairs.append(pair)
+            if on_pair is not None:
+                on_pair(session, pair)
+        previous[index] = (request, serialized)
+    return CaptureDiff(captures.source, sessions, requests, list(captures.notes))
+
+
+def diff_capture_path(path: Path, **options: Any) -> CaptureDiff:
+    return diff_captures(read_captures(path), **options)
