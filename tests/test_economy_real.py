@@ -268,3 +268,113 @@ def test_json_is_version_1_with_a_bill_per_session(db: Path) -> None:
     assert document["version"] == 1
     assert [s["bill"]["paid_label"] for s in document["sessions"]] == [PAID_LABEL] * 3
     assert sorted(s["session_id"].split("#")[0] for s in document["sessions"]) == sorted((GROUP_A, GROUP_B, PRIVATE))
+
+
+# --- captured bodies: the bot's side alone -------------------------------------------------------------------
+
+SERVE_LOG = Path(__file__).parent / "data" / "upstream-db" / "zhin-serve.log"  # the real run's log, byte for byte
+# which capture belongs to which session (the reference's README): in each, the captures in the order of its replies
+CAPTURES = {GROUP_A: [*range(1, 8), *range(10, 16), *range(24, 28)], GROUP_B: [8, 9, 23], PRIVATE: list(range(16, 23))}
+
+
+def capture_folder(folder: Path, bodies: int, *, log: bool = True) -> Path:
+    """``bodies`` numbered request bodies (placeholders: the real ones hold upstream's system prompt, which stays out
+    of the repo) beside the real run's ``zhin-serve.log``, whose lines are their usage."""
+    folder.mkdir()
+    for number in range(1, bodies + 1):
+        body = {"model": "gpt-4.1-mini", "messages": [{"role": "user", "content": f"request {number}"}]}
+        (folder / f"{number:05d}-chat-completions.json").write_text(json.dumps(body), encoding="utf-8")
+    if log:
+        shutil.copyfile(SERVE_LOG, folder / "zhin-serve.log")
+    return folder
+
+
+def test_a_capture_folder_bills_the_usage_recorded_with_each_body(db: Path, prices: Path) -> None:
+    folder = capture_folder(db.parent / "captures", 27)
+    report = run_economy(["captures"], cwd=db.parent, prices_file=prices)
+    (capture,) = report.as_dict()["captures"]
+    rows = {row["capture"]: row for row in capture["bill"]["requests"]}
+    assert sorted(rows) == list(range(1, 28)) and capture["bill"]["no_adr"] and report.sessions == []
+    usage = stored_usage(db)
+    for key, numbers in CAPTURES.items():  # the recorded usage is what upstream stored, request for request
+        with sqlite3.connect(db) as connection:
+            replies = [row_id for (row_id,) in connection.execute(
+                "select id from agent_messages where role = 'assistant' and session_id like ? order by id", (key + "#%",))]
+        assert len(replies) == len(numbers)
+        for number, row_id in zip(numbers, replies, strict=True):
+            paid, stored = rows[number]["paid"], usage[row_id]
+            assert (paid["prompt"], paid["cached"]) == (stored["input"], stored["cacheRead"])
+            assert paid["usd"] == pytest.approx(hand_usd(stored["input"], stored["cacheRead"]), abs=1e-8)
+    assert rows[4]["paid"]["prompt"] == 2583 and rows[4]["where"] == str(folder / "00004-chat-completions.json")
+    totals = capture["bill"]["totals"]
+    assert totals["requests_compared"] == 27 and totals["adr"]["cost"] is None
+    assert totals["paid"]["prompt"] == sum(u["input"] for u in usage.values())  # the database's total, 99,834
+    text = run_zhin("report", "economy", "captures", "--prices", prices, cwd=db.parent)
+    assert text.returncode == 0, text.stderr
+    flat = " ".join(text.stdout.split())
+    assert "the bot paid (recorded usage)" in flat and "ADR 0041 would send (zhin's assembly): none — captured bodies" in flat
+    assert "99,834 prompt, 82,048 cached" in flat
+
+
+def test_a_capture_folder_without_usage_says_why(tmp_path: Path) -> None:
+    capture_folder(tmp_path / "captures", 3, log=False)
+    (capture,) = run_economy(["captures"], cwd=tmp_path).as_dict()["captures"]
+    assert capture["requests"] == 3 and capture["bill"]["requests"] == []
+    assert capture["bill"]["reason"].startswith("no usage recorded for any of its 3 requests")
+    # control: the same folder with a log of as many lines has figures
+    log = "\n".join(SERVE_LOG.read_text(encoding="utf-8").splitlines()[:4]) + "\n"
+    (tmp_path / "captures" / "zhin-serve.log").write_text(log, encoding="utf-8")
+    (capture,) = run_economy(["captures"], cwd=tmp_path).as_dict()["captures"]
+    assert capture["bill"]["reason"] is None and [r["paid"]["prompt"] for r in capture["bill"]["requests"]] == [2252, 2376, 2546]
+
+
+def test_exchange_files_bill_each_providers_usage(tmp_path: Path) -> None:
+    """``serve --upstream``'s exchange files: the provider's own usage object, read as its wire's kind; an Anthropic
+    cache write at the 5-minute write price."""
+    folder = tmp_path / "captures"
+    folder.mkdir()
+    bodies = {1: ({"model": "gpt-4.1-mini", "messages": [{"role": "user", "content": "hi"}]},
+                  {"prompt_tokens": 3000, "completion_tokens": 5, "prompt_tokens_details": {"cached_tokens": 2048}}),
+              2: ({"model": "claude-sonnet-5", "system": "s", "max_tokens": 9, "messages": [{"role": "user", "content": "hi"}]},
+                  {"input_tokens": 100, "cache_creation_input_tokens": 1200, "cache_read_input_tokens": 400, "output_tokens": 3})}
+    for number, (body, usage) in bodies.items():
+        (folder / f"{number:05d}-route.json").write_text(json.dumps(body), encoding="utf-8")
+        exchange = {"version": 1, "status": 200, "stream": False, "usage": usage, "response": {}}
+        (folder / f"{number:05d}-route.exchange.json").write_text(json.dumps(exchange), encoding="utf-8")
+    table = tmp_path / "prices.yaml"
+    table.write_text(PRICES + """  anthropic:
+    models:
+      claude-sonnet-5:
+        input: 2.0
+        cached_input: 0.2
+        cache_write: {5m: 2.5, 1h: 4.0}
+        source: tests/test_economy_real.py
+        read_on: 2026-12-03
+""", encoding="utf-8")
+    (capture,) = run_economy(["captures"], cwd=tmp_path, prices_file=table).as_dict()["captures"]
+    openai, anthropic = capture["bill"]["requests"]
+    assert (openai["provider"], openai["paid"]["prompt"], openai["paid"]["cached"]) == ("openai", 3000, 2048)
+    assert openai["paid"]["usd"] == pytest.approx(hand_usd(3000, 2048), abs=1e-8)
+    assert (anthropic["provider"], anthropic["paid"]["prompt"], anthropic["paid"]["cached"], anthropic["paid"]["written"]) == (
+        "anthropic", 1700, 400, 1200)
+    assert anthropic["paid"]["usd"] == pytest.approx((100 * 2.0 + 400 * 0.2 + 1200 * 2.5) / 1e6, abs=1e-8)
+
+
+def test_a_broken_capture_file_is_one_line_naming_it(tmp_path: Path) -> None:
+    folder = capture_folder(tmp_path / "captures", 2)
+    (folder / "00002-chat-completions.json").write_text('{"model": "x", "messages": [', encoding="utf-8")
+    result = run_zhin("report", "economy", "captures", cwd=tmp_path)
+    assert result.returncode == 3 and result.stdout == ""
+    assert result.stderr.startswith("zhin: error:") and "00002-chat-completions.json" in result.stderr
+    assert len(result.stderr.splitlines()) == 1
+
+
+def test_a_session_and_a_capture_folder_in_one_run(db: Path, prices: Path) -> None:
+    capture_folder(db.parent / "captures", 27)
+    report = run_economy([GROUP_B, "captures"], cwd=db.parent, db=str(db), providers=["openai"], prices_file=prices)
+    document = report.as_dict()
+    assert [s["session_id"].split("#")[0] for s in document["sessions"]] == [GROUP_B]
+    assert len(document["captures"]) == 1
+    paid_b = [row["paid"]["prompt"] for row in document["sessions"][0]["bill"]["requests"]]
+    captured = {row["capture"]: row["paid"]["prompt"] for row in document["captures"][0]["bill"]["requests"]}
+    assert paid_b == [captured[n] for n in CAPTURES[GROUP_B]]  # one request, one figure, whichever source

@@ -37,9 +37,9 @@ from zhin_cli.tools.economy import (
     BILL_CAVEAT,
     CASES,
     COST_LAYOUTS,
-    PAID_LABEL,
     STYLES,
     BillRow,
+    CaptureEconomy,
     EconomyReport,
     SessionBill,
     SessionEconomy,
@@ -54,7 +54,7 @@ app.add_typer(report_app, name="report")
 @report_app.command("economy")
 @handles_errors
 def economy_command(
-    sessions: Annotated[list[str] | None, typer.Argument(help="Sessions: .jsonl files, folders of them, or session ids / keys in the database (none: every session of --db or of the .zhin/data.sqlite found upward).")] = None,
+    sessions: Annotated[list[str] | None, typer.Argument(help="Sessions: .jsonl files, folders of them, or session ids / keys in the database (none: every session of --db or of the .zhin/data.sqlite found upward); a capture folder or a JSONL of request bodies: what the bot paid per captured request.")] = None,
     provider: Annotated[list[str] | None, typer.Option("--provider", "-p", help=f"Simulate only these providers (repeatable; default: {', '.join(CASES)}).")] = None,
     encoding: Annotated[str, typer.Option("--encoding", help="Tokenizer for every count (o200k_base or cl100k_base).")] = DEFAULT_ENCODING,
     as_json: Annotated[bool, typer.Option("--json", help="One versioned JSON document on stdout.")] = False,
@@ -121,9 +121,12 @@ def _costs(cost: dict[str, Any] | None) -> str:
 
 
 def _print(console: Console, report: EconomyReport) -> None:
-    console.print(f"tokens: {report.encoding} · window: {markup_safe(window_text(report.window))}")
+    if report.sessions:  # what zhin's side was computed with (captured bodies have only the bot's side)
+        console.print(f"tokens: {report.encoding} · window: {markup_safe(window_text(report.window))}")
     for session in report.sessions:
         _print_session(console, session)
+    for capture in report.captures:
+        _print_capture(console, capture)
 
 
 def _print_session(console: Console, session: SessionEconomy) -> None:
@@ -188,23 +191,40 @@ def _price_words(rows: list[BillRow]) -> str:
 def _print_bill(console: Console, bill: SessionBill) -> None:
     """The bot's stored usage beside ADR 0041's simulation, per request and in total (docs/economy.md)."""
     if bill.reason:
-        console.print(markup_safe(f"{PAID_LABEL}: nothing to show — {bill.reason}; the figures above are zhin's "
+        console.print(markup_safe(f"{bill.paid_label}: nothing to show — {bill.reason}; the figures above are zhin's "
                                   "simulation only"))
         return
-    table = Table("turn", "row", PAID_LABEL, ADR_LABEL, title=f"the bot's bill beside ADR 0041's, input only, at "
-                  f"{markup_safe(_price_words(bill.rows))}", title_justify="left")
-    for row in bill.rows:
-        table.add_row(str(row.turn), str(row.row_id), _side_cell(row.paid, row.cost(row.paid), row.paid_missing),
-                      _side_cell(row.adr, row.cost(row.adr), row.adr_missing))
+    prices = markup_safe(_price_words(bill.rows))
+    if bill.no_adr is not None:  # captured bodies: the bot's side alone
+        table = Table("capture", "file", bill.paid_label, title=f"the bot's bill, input only, at {prices}", title_justify="left")
+        for row in bill.rows:
+            table.add_row(str(row.capture), markup_safe(Path(row.where or "").name),
+                          _side_cell(row.paid, row.cost(row.paid), row.paid_missing))
+    else:
+        table = Table("turn", "row", bill.paid_label, ADR_LABEL, title=f"the bot's bill beside ADR 0041's, input only, at "
+                      f"{prices}", title_justify="left")
+        for row in bill.rows:
+            table.add_row(str(row.turn), str(row.row_id), _side_cell(row.paid, row.cost(row.paid), row.paid_missing),
+                          _side_cell(row.adr, row.cost(row.adr), row.adr_missing))
     paid, adr = bill.totals()
-    compared = sum(row.compared for row in bill.rows)
+    counted = sum(map(bill.counted, bill.rows))
     table.add_section()
-    table.add_row("total", f"{compared} req.", _total_cell(paid), _total_cell(adr))
+    table.add_row("total", f"{counted} req.", _total_cell(paid), *(() if bill.no_adr is not None else (_total_cell(adr),)))
     console.print(table)
-    left_out = len(bill.rows) - compared
+    left_out = len(bill.rows) - counted
     if left_out:
-        console.print(f"{left_out} request(s) without both figures are left out of both totals")
-    console.print(markup_safe(f"caveat: {BILL_CAVEAT}"))
+        console.print(f"{left_out} request(s) without {'usage' if bill.no_adr else 'both figures'} are left out of "
+                      f"{'the total' if bill.no_adr else 'both totals'}")
+    if bill.no_adr is not None:
+        console.print(markup_safe(f"{ADR_LABEL}: none — {bill.no_adr}"))
+    else:
+        console.print(markup_safe(f"caveat: {BILL_CAVEAT}"))
+
+
+def _print_capture(console: Console, capture: CaptureEconomy) -> None:
+    console.print(f"[bold]{markup_safe(capture.source)}[/] · captured request bodies · {capture.requests} requests")
+    _print_bill(console, capture.bill)
+    console.print()
 
 
 @report_app.command("html")

@@ -54,10 +54,11 @@ from zhin_cli.pipeline.merge import Placed
 from zhin_cli.pipeline.preset import TAIL_SEPARATOR
 from zhin_cli.pipeline.providers import RenderedPart
 from zhin_cli.pipeline.window import SessionIndex, WindowConfig, sliding, visible_window
+from zhin_cli.store.captures import SERVE_LOG, CaptureSet, is_body_jsonl, is_capture_folder, read_captures
 from zhin_cli.tools.cachereplay import replay_cache
 from zhin_cli.tools.prefixdiff import Serialized, cache_outcome, diff_pair, serialize, wire_of
 from zhin_cli.tools.stats import usage_record
-from zhin_cli.tools.usage import NO_USAGE, billed_outcome
+from zhin_cli.tools.usage import NO_USAGE, billed_outcome, captured_usage
 
 ECONOMY_VERSION = 1
 STYLES = ("upstream", "full", "adr")
@@ -436,6 +437,7 @@ def simulate(session: Session, config: Config, case: ProviderCase, encoding: str
 
 
 PAID_LABEL = "the bot paid (stored usage)"
+RECORDED_LABEL = "the bot paid (recorded usage)"  # a captured body's: an exchange file's or zhin serve's log line
 ADR_LABEL = "ADR 0041 would send (zhin's assembly)"
 BILL_CAVEAT = ("the bot's prompts hold its own system prompt and tool schemas, which its database does not keep; "
                "ADR 0041's figures are zhin's assembly of the same turns, with zhin's system prompt and without the "
@@ -447,9 +449,9 @@ class BillRow:
     """One request of the bot: what its stored usage says it paid, beside what the ADR layout's simulated request
     for the same turn costs; both billed at the row of the model the bot used."""
 
-    turn: int
-    row_id: int  # the stored assistant row (its usage is the bot's side)
-    provider: str  # as the stored reply names them
+    turn: int | None  # None: a captured body (``capture`` names it)
+    row_id: int | None  # the stored assistant row (its usage is the bot's side); None: a captured body
+    provider: str  # as the stored reply names them (a captured body: its wire's provider)
     model: str
     price: PriceChoice | None  # the row both sides are billed at (None: no prices for the provider)
     paid: CacheOutcome | None  # the bot's stored usage (None: ``paid_missing`` says why)
@@ -457,6 +459,8 @@ class BillRow:
     adr: CacheOutcome | None  # report economy's ADR outcome of the same turn (None: ``adr_missing`` says why)
     adr_missing: str | None
     adr_case: str | None  # which simulated provider case gave it (its cache rules)
+    capture: int | None = None  # a captured body's number (its usage: the exchange file or zhin serve's log)
+    where: str | None = None  # its file
 
     @property
     def compared(self) -> bool:
@@ -471,7 +475,7 @@ class BillRow:
                                                           "model": self.price.price.model},
                 "paid": _side_dict(self.paid, self.cost(self.paid)), "paid_missing": self.paid_missing,
                 "adr": _side_dict(self.adr, self.cost(self.adr)), "adr_missing": self.adr_missing,
-                "adr_case": self.adr_case}
+                "adr_case": self.adr_case, "capture": self.capture, "where": self.where}
 
 
 def _side_dict(outcome: CacheOutcome | None, cost: Cost | None) -> dict[str, Any] | None:
@@ -510,13 +514,20 @@ class SessionBill:
     rows: list[BillRow] = field(default_factory=list)
     reason: str | None = None
     notes: list[str] = field(default_factory=list)  # price notes (a default row used, a provider without rows)
+    no_adr: str | None = None  # why no request has an ADR side at all (a capture folder: no stored session)
+    paid_label: str = PAID_LABEL
+
+    def counted(self, row: BillRow) -> bool:
+        """Whether a row is in the totals: both figures, or the bot's alone where the bill has no ADR side."""
+        return row.paid is not None and (row.adr is not None or self.no_adr is not None)
 
     def totals(self) -> tuple[SideTotals, SideTotals]:
-        """Both sides summed over the same requests: those with both figures (``compared``)."""
+        """Both sides summed over the same requests (``counted``)."""
         paid, adr = SideTotals(), SideTotals()
-        for row in self.rows:
-            if row.paid is not None and row.adr is not None:
+        for row in filter(self.counted, self.rows):
+            if row.paid is not None:
                 paid.add(row.paid, row.cost(row.paid))
+            if row.adr is not None:
                 adr.add(row.adr, row.cost(row.adr))
         return paid, adr
 
@@ -526,9 +537,9 @@ class SessionBill:
 
     def as_dict(self) -> dict[str, Any]:
         paid, adr = self.totals()
-        compared = sum(row.compared for row in self.rows)
-        return {"paid_label": PAID_LABEL, "adr_label": ADR_LABEL, "caveat": BILL_CAVEAT, "reason": self.reason,
-                "requests": [row.as_dict() for row in self.rows],
+        compared = sum(map(self.counted, self.rows))
+        return {"paid_label": self.paid_label, "adr_label": ADR_LABEL, "caveat": BILL_CAVEAT, "reason": self.reason,
+                "no_adr": self.no_adr, "requests": [row.as_dict() for row in self.rows],
                 "totals": None if self.reason else {"requests_compared": compared,
                                                     "requests_without_usage": self.without_usage,
                                                     "paid": paid.as_dict(), "adr": adr.as_dict()}}
@@ -560,6 +571,54 @@ def session_bill(session: Session, cache: dict[str, CacheFigures], prices: Price
     if bill.reason:
         bill.rows, bill.notes = [], []
     return bill
+
+
+WIRE_PROVIDERS = {"openai-chat": "openai", "anthropic-messages": "anthropic", "gemini-generate": "gemini"}
+NO_SESSION = ("captured bodies hold no stored session for zhin to assemble: ADR 0041's side needs the bot's "
+              "database (report economy SESSION --db FILE)")
+
+
+@dataclass
+class CaptureEconomy:
+    """``report economy`` on a capture folder or a JSONL of bodies: what the bot paid per captured request."""
+
+    source: str
+    requests: int  # captured bodies
+    bill: SessionBill
+    notes: list[str] = field(default_factory=list)  # what the reader noticed (e.g. a log that does not match)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "requests": self.requests, "bill": self.bill.as_dict()}
+
+
+def _priced_provider(wire: str, model: str, prices: PriceTable) -> str:
+    """Whose price list bills a captured body: its wire's provider, unless only another provider has a row for its
+    model (a ``deepseek-chat`` body in OpenAI's wire is billed at DeepSeek's row)."""
+    own = WIRE_PROVIDERS.get(wire, wire)
+    owners = [name for name, rows in prices.providers.items()
+              if any(model == row or model.startswith(row + "-") for row in rows.models)]
+    return own if own in owners or len(owners) != 1 else owners[0]
+
+
+def capture_bill(captures: CaptureSet, prices: PriceTable) -> CaptureEconomy:
+    """Per captured body: the usage recorded with it (``usage.captured_usage``) priced at its model's row."""
+    bill = SessionBill(no_adr=NO_SESSION, paid_label=RECORDED_LABEL)
+    choices: dict[tuple[str, str], PriceChoice | None] = {}
+    for body in captures.bodies:
+        paid, missing = billed_outcome(captured_usage(body))
+        key = (_priced_provider(body.wire, body.model, prices), body.model)
+        if key not in choices:
+            choices[key], note = price_for(ProviderCase(*key), prices)
+            if note and note not in bill.notes:
+                bill.notes.append(note)
+        bill.rows.append(BillRow(None, None, key[0], key[1], choices[key], paid,
+                                 missing if missing != NO_USAGE else "no usage recorded", None, None, None,
+                                 capture=body.number, where=body.where))
+    if not any(row.paid is not None for row in bill.rows):
+        bill.reason = (f"no usage recorded for any of its {len(bill.rows)} requests (no exchange files, no "
+                       f"{SERVE_LOG} that matches them)")
+        bill.rows, bill.notes = [], []
+    return CaptureEconomy(captures.source, len(captures.bodies), bill, captures.notes)
 
 
 def _turn_of(cache: dict[str, CacheFigures], number: int) -> int:
@@ -609,17 +668,20 @@ class EconomyReport:
     encoding: str
     window: dict[str, Any]
     sessions: list[SessionEconomy]
+    captures: list[CaptureEconomy] = field(default_factory=list)  # capture folders / JSONLs of bodies given
 
     @property
     def notes(self) -> list[str]:
         """Each price note once (a default row used, a provider without rows), in the order first met."""
         notes = [f.price_note for s in self.sessions for f in s.cache.values() if f.price_note]
         notes += [note for s in self.sessions for note in s.bill.notes]
+        notes += [note for c in self.captures for note in (*c.notes, *c.bill.notes)]
         return list(dict.fromkeys(notes))
 
     def as_dict(self, per_request: bool = False) -> dict[str, Any]:
         return {"version": ECONOMY_VERSION, "encoding": self.encoding, "window": self.window, "notes": self.notes,
-                "sessions": [s.as_dict(per_request) for s in self.sessions]}
+                "sessions": [s.as_dict(per_request) for s in self.sessions],
+                "captures": [c.as_dict() for c in self.captures]}
 
 
 def session_economy(session: Session, config: Config, *, providers: Iterable[str] = tuple(CASES),
@@ -676,13 +738,22 @@ def run_economy(
     prices = config.price_table(prices_file)  # read once, before any session: a bad row is one error, at once
     if not refs and db is None:
         raise UsageError("name the sessions, or give the database whose every session to report (--db)")
+    capture_refs = [ref for ref in refs if is_captures(cwd / ref)]
+    session_list = [ref for ref in refs if ref not in capture_refs]
+    captures = [capture_bill(read_captures(cwd / ref), prices) for ref in capture_refs]
     job_list = [EconomyJob(ref, db, cwd, config, tuple(chosen), encoding, after_load, prices)
-                for ref in session_refs(refs, all_sessions=not refs, db=db, cwd=cwd)]
+                for ref in (session_refs(session_list, all_sessions=not refs, db=db, cwd=cwd)
+                            if session_list or not refs else [])]
     if progress is not None:
         progress(0, len(job_list))
     return EconomyReport(encoding, window_description(config.window),
                          list(ordered_map(economy_job, job_list, jobs=workers, done=progress,
-                                          prepare=functools.partial(shared_counter, encoding))))
+                                          prepare=functools.partial(shared_counter, encoding))), captures)
+
+
+def is_captures(path: Path) -> bool:
+    """A capture folder (numbered request bodies) or a JSONL whose lines are request bodies, not a session."""
+    return is_capture_folder(path) or is_body_jsonl(path)
 
 
 @dataclass(frozen=True)

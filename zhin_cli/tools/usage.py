@@ -35,6 +35,7 @@ from typing import Any
 from zhin_cli.cache import CacheOutcome
 from zhin_cli.core.errors import ConfigError
 from zhin_cli.core.registry import Registry
+from zhin_cli.store.captures import CapturedBody
 
 NO_USAGE = "no usage stored"  # a request whose reply carries no usage object: never a zero
 
@@ -269,3 +270,16 @@ def billed_outcome(usage: NormalizedUsage | None) -> tuple[CacheOutcome | None, 
     written = usage.cache_write or 0
     by_ttl = {REPORTED_WRITE_TTL: written} if written else {}
     return CacheOutcome(usage.total_prompt, usage.cache_read, written, by_ttl), None
+
+
+def captured_usage(body: CapturedBody) -> NormalizedUsage | None:
+    """The usage recorded with a captured body: the provider's usage object (an exchange file; read as its wire's
+    kind) or ``zhin serve``'s log line (prompt tokens including the read and written ones); None: none recorded."""
+    if body.usage is not None:
+        return normalize_usage(body.wire if body.wire in USAGE_KINDS else usage_kind_of(body.usage) or body.wire,
+                               body.usage)
+    if body.logged is not None:
+        logged = body.logged
+        return NormalizedUsage(uncached=logged.prompt_tokens - logged.read - logged.written, cache_read=logged.read,
+                               cache_write=logged.written, total_prompt=logged.prompt_tokens)
+    return None
