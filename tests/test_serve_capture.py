@@ -22,6 +22,11 @@ def body(tag: str) -> bytes:
     return json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": tag}]}).encode()
 
 
+def bodies(folder: Path) -> list[Path]:
+    """The captured request bodies (beside each, ``zhin serve`` writes its ``.exchange.json`` record)."""
+    return [p for p in folder.iterdir() if not p.name.endswith(".exchange.json")]
+
+
 def test_two_server_processes_capturing_into_one_folder_lose_nothing(tmp_path: Path) -> None:
     folder = tmp_path / "same"
     with ServeProcess("--capture", str(folder)) as first, ServeProcess("--capture", str(folder)) as second:
@@ -42,9 +47,12 @@ def test_two_server_processes_capturing_into_one_folder_lose_nothing(tmp_path: P
         for thread in threads:
             thread.join(60)
         assert not errors
-        names = sorted(p.name for p in folder.iterdir())
-        assert sorted(p.read_bytes() for p in folder.iterdir()) == sorted(sent)  # every body, each once, intact
+        names = sorted(p.name for p in bodies(folder))
+        assert sorted(p.read_bytes() for p in bodies(folder)) == sorted(sent)  # every body, each once, intact
         assert len(names) == 40 and all(n.endswith("-chat-completions.json") for n in names)
+        exchanges = sorted(p.name for p in folder.iterdir() if p.name.endswith(".exchange.json"))
+        assert exchanges == [n.removesuffix(".json") + ".exchange.json" for n in names]  # one record beside each body
+        assert all(json.loads((folder / n).read_text())["status"] == 200 for n in exchanges)
         assert first.stop() == 0 and second.stop() == 0
         no_traceback(first.stderr + second.stderr)
 
@@ -114,6 +122,8 @@ def test_stopping_during_an_upload_leaves_no_truncated_capture(tmp_path: Path, s
         time.sleep(0.5)
         code = server.stop(sig)
         pending.close()
-        assert [p.read_bytes() for p in folder.iterdir()] == [body("before")]  # only the complete request, no temp file
+        assert [p.read_bytes() for p in bodies(folder)] == [body("before")]  # only the complete request
+        assert sorted(p.name for p in folder.iterdir()) == ["00001-chat-completions.exchange.json",
+                                                            "00001-chat-completions.json"]  # and its record; no temp file
         assert code == 0
         no_traceback(server.stderr)

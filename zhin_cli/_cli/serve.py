@@ -9,6 +9,8 @@ from typing import Annotated
 import typer
 
 from zhin_cli._cli import app, handles_errors
+from zhin_cli.core.redact import mask_url
+from zhin_cli.core.terminaltext import terminal_safe
 from zhin_cli.tools.serve import ENDPOINTS, serve
 
 
@@ -23,19 +25,21 @@ def serve_command(
     host: Annotated[str, typer.Option("--host", help="Loopback address to listen on (127.0.0.1, ::1 or localhost only).")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="Port to listen on (0 = pick a free port).")] = 0,
     provider: Annotated[str, typer.Option("--provider", "-p", envvar="ZHIN_PROVIDER", help="Provider profile for POST /v1/chat/completions (openai, deepseek, …).")] = "openai",
-    capture: Annotated[Path | None, typer.Option("--capture", help="Write every request body, as received, to DIR/NNNNN-<route>.json (for `zhin request-diff`).")] = None,
+    capture: Annotated[Path | None, typer.Option("--capture", help="Write every request body, as received, to DIR/NNNNN-<route>.json (for `zhin request-diff`), and what it got (status, usage, answer) to DIR/NNNNN-<route>.exchange.json.")] = None,
+    upstream: Annotated[str | None, typer.Option("--upstream", metavar="URL", help="Record, do not answer: forward every request to URL + its path (e.g. https://api.openai.com, not …/v1), relay the answer (streams as they arrive), record it into --capture DIR (required). Credentials are forwarded, never written. Unreachable: 502.")] = None,
 ) -> None:
     """Run a local conformance server: point a bot or SDK at it to check its requests offline.
 
-    POST /v1/chat/completions (OpenAI-shaped, --provider profile) and POST /v1/messages (Anthropic-shaped, anthropic profile). A request the provider would reject gets the provider's status and error body; any other gets a deterministic reply whose usage reports prompt-cache hits from the server's own prefix cache. Prints the base URL on stderr, logs one line per request there, and runs until Ctrl-C or SIGTERM. Loopback only; Host/Origin/Content-Type guarded; bodies over 64 MiB get 413 and are not captured; captures are written atomically (README "Safety").
+    POST /v1/chat/completions (OpenAI-shaped, --provider profile), POST /v1/messages (Anthropic-shaped, anthropic profile) and POST /v1beta/models/<model>:generateContent (Gemini). A request the provider would reject gets the provider's status and error body; any other gets a deterministic reply whose usage reports prompt-cache hits from the server's own prefix cache. With --upstream URL it is a recorder in front of the real provider instead (docs/record.md). Prints the base URL on stderr, logs one line per request there (prompt=, read=, written= tokens of the usage), and runs until Ctrl-C or SIGTERM. Loopback only; Host/Origin/Content-Type guarded; bodies over 64 MiB get 413 and are not captured; captures are written atomically (README "Safety").
 
-    Exit status: 0 stopped with Ctrl-C or SIGTERM, 2 usage (non-loopback host, unknown provider), 3 cannot run (port in use).
+    Exit status: 0 stopped with Ctrl-C or SIGTERM, 2 usage (non-loopback host, unknown provider, --upstream without --capture or not an http(s) origin), 3 cannot run (port in use).
     """
 
     def ready(url: str) -> None:
         routes = ", ".join(f"POST {route}" for route in ENDPOINTS)
         captured = f"; capturing request bodies into {capture}" if capture is not None else ""
-        _stderr_line(f"zhin serve: listening on {url} (provider {provider}; {routes}){captured}; Ctrl-C to stop")
+        answering = f"forwarding to {mask_url(upstream)}" if upstream is not None else f"provider {provider}"
+        _stderr_line(terminal_safe(f"zhin serve: listening on {url} ({answering}; {routes}){captured}; Ctrl-C to stop"))
 
     serve(provider=provider, host=host, port=port, on_ready=ready, log=lambda line: _stderr_line(f"zhin serve: {line}"),
-          capture=capture)
+          capture=capture, upstream=upstream)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import http.client
 import io
 import json
 import os
@@ -53,12 +54,26 @@ from urllib.parse import urlsplit
 from zhin_cli.cache import CacheOutcome, PrefixCache, plan
 from zhin_cli.core.errors import UsageError, ZhinError
 from zhin_cli.core.loopback import loopback_authority, loopback_host
+from zhin_cli.core.redact import mask_url
 from zhin_cli.core.registry import Registry
 from zhin_cli.core.terminaltext import terminal_safe
 from zhin_cli.core.tokens import counter as shared_counter
 from zhin_cli.core.tokens import encoding_for_model
 from zhin_cli.pipeline.providers import PROFILES, resolve_profile
 from zhin_cli.pipeline.validate import VALIDATORS, validate
+from zhin_cli.tools.serve_upstream import (
+    CONNECT_TIMEOUT,
+    READ_TIMEOUT,
+    RELAY_PIECE,
+    Exchange,
+    Upstream,
+    UpstreamError,
+    forwarded_headers,
+    open_upstream,
+    parse_upstream,
+    relayed_headers,
+    usage_note,
+)
 from zhin_cli.wire import wire_for
 
 MAX_BODY = 64 * 1024 * 1024
@@ -445,14 +460,16 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(Reply(refusal.status, self._error_body(refusal.status, str(refusal)), note=str(refusal)))
             return
         try:
-            if self.server.capture is not None:
-                self.server.capture.write(self.path, raw, self._log)
-            self._respond("POST", raw)
+            captured = self.server.capture.write(self.path, raw, self._log) if self.server.capture is not None else None
+            if self.server.upstream is not None and endpoint_at(self.path.split("?", 1)[0])[0] is not None:
+                self._relay(raw, captured)
+            else:
+                self._respond("POST", raw, captured)
         finally:
             self.server.budget.give(held)
 
     def do_GET(self) -> None:  # noqa: N802
-        self._respond("GET", b"")
+        self._respond("GET", b"", None)
 
     def _error_body(self, status: int, message: str) -> dict[str, Any]:
         endpoint, _ = endpoint_at(self.path.split("?", 1)[0])
@@ -547,33 +564,134 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.budget.give(held)
             raise
 
-    def _respond(self, method: str, raw: bytes | bytearray) -> None:
+    def _respond(self, method: str, raw: bytes | bytearray, captured: Path | None) -> None:
+        exchange = Exchange(self._dialect(), None, MAX_BODY)
         try:
             reply = answer(self.path, raw, provider=self.server.provider, cache=self.server.cache, method=method)
         except Exception as error:  # a bug here must not be a traceback or a dropped connection
             reply = Reply(500, self._error_body(500, f"internal error: {type(error).__name__}: {error}"), note="internal error")
-        self._send(reply)
+        try:
+            self._send(reply, exchange)
+        finally:
+            self._record(captured, exchange)
 
-    def _send(self, reply: Reply) -> None:
+    def _send(self, reply: Reply, exchange: Exchange | None = None) -> None:
         self.connection.settimeout(self.server.idle_timeout)
         self.send_response(reply.status)
         self.send_header("Connection", "close")
         if reply.status == 503:
             self.send_header("Retry-After", "1")
+        if exchange is not None:
+            exchange.answered(reply.status, stream=reply.events is not None)
         if reply.events is not None:
             self.send_header("Content-Type", "text/event-stream; charset=utf-8")
             self.send_header("Cache-Control", "no-cache")
             self.end_headers()
             for chunk in reply.events:
+                if exchange is not None:
+                    exchange.streamed(chunk)
                 self.wfile.write(chunk)
                 self.wfile.flush()
         else:
+            if exchange is not None:
+                exchange.whole(reply.body)
             data = json.dumps(reply.body, ensure_ascii=False).encode("utf-8")
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
-        self._log(f"{self.command} {self.path} {reply.status} {reply.note}".rstrip())
+        self._log(f"{self.command} {mask_url(self.path)} {reply.status} {reply.note}".rstrip())
+
+    def _dialect(self) -> str:
+        endpoint, _ = endpoint_at(self.path.split("?", 1)[0])
+        return endpoint.dialect if endpoint is not None else "openai-chat"
+
+    def _record(self, captured: Path | None, exchange: Exchange) -> None:
+        """The ``.exchange.json`` beside the captured body (both modes write the same shape)."""
+        if captured is not None and self.server.capture is not None:
+            self.server.capture.write_exchange(captured, exchange.record(), self._log)
+
+    # --- --upstream: forward to the real provider and relay its answer (zhin_cli.tools.serve_upstream) ---
+
+    def _relay(self, raw: bytes | bytearray, captured: Path | None) -> None:
+        upstream = self.server.upstream
+        assert upstream is not None
+        dialect = self._dialect()
+        exchange = Exchange(dialect, upstream.shown, MAX_BODY)
+        try:
+            try:
+                connection, response = open_upstream(upstream, self.path, forwarded_headers(self.headers.items(), upstream), raw)
+            except UpstreamError as failure:
+                message = f"upstream {upstream.shown} gave no answer: {failure}"
+                self._send(Reply(failure.status, self._error_body(failure.status, message), note=message), exchange)
+                return
+            try:
+                note = self._relay_answer(response, exchange)
+            finally:
+                connection.close()
+            self._log(f"POST {mask_url(self.path)} {exchange.status} upstream {self._model(raw)} "
+                      f"{usage_note(dialect, exchange.usage)}{note}")
+        finally:
+            self._record(captured, exchange)
+
+    def _relay_answer(self, response: http.client.HTTPResponse, exchange: Exchange) -> str:
+        """Relay status, headers and body; an event stream piece by piece as it arrives. A note for the log line."""
+        stream = response.getheader("Content-Type", "").split(";", 1)[0].strip().lower() == "text/event-stream"
+        body = b""
+        if not stream:
+            try:
+                body = response.read(MAX_BODY + 1)
+            except (OSError, http.client.HTTPException) as error:
+                message = f"the upstream's answer broke off ({type(error).__name__})"
+                self._send(Reply(502, self._error_body(502, message), note=message), exchange)
+                return ""
+            if len(body) > MAX_BODY:
+                message = f"the upstream's answer is over the {MAX_BODY}-byte limit"
+                self._send(Reply(502, self._error_body(502, message), note=message), exchange)
+                return ""
+        self.connection.settimeout(self.server.idle_timeout)
+        exchange.answered(response.status, stream=stream)
+        self.send_response_only(response.status, response.reason)
+        self.send_header("Server", self.version_string())
+        self.send_header("Date", self.date_time_string())
+        for name, value in relayed_headers(response.getheaders()):
+            self.send_header(name, value)
+        self.send_header("Connection", "close")
+        if not stream:
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            exchange.whole(body)
+            self.wfile.write(body)
+            return ""
+        self.end_headers()
+        self.wfile.flush()
+        return self._relay_stream(response, exchange)
+
+    def _relay_stream(self, response: http.client.HTTPResponse, exchange: Exchange) -> str:
+        while True:
+            try:
+                piece = response.read1(RELAY_PIECE)
+            except (OSError, http.client.HTTPException) as error:
+                return f" (the upstream's stream broke off: {type(error).__name__})"
+            if not piece:
+                return ""
+            exchange.streamed(piece)
+            try:
+                self.wfile.write(piece)
+                self.wfile.flush()
+            except OSError as error:
+                return f" (the client went away: {type(error).__name__})"
+
+    def _model(self, raw: bytes | bytearray) -> str:
+        """The model asked for (the path's, for Gemini), for the log line."""
+        _, path_model = endpoint_at(self.path.split("?", 1)[0])
+        if path_model is not None:
+            return path_model
+        try:
+            model = json.loads(raw).get("model")
+        except (UnicodeDecodeError, ValueError, RecursionError, AttributeError):
+            return "-"
+        return model if isinstance(model, str) and model else "-"
 
     def _log(self, line: str) -> None:
         if self.server.log:
@@ -659,6 +777,30 @@ class Capture:
                     self.next = max(self.next, self._highest() + 1)
         raise OSError(f"no free capture number after {self.next}")
 
+    def write_exchange(self, request_file: Path, record: dict[str, Any], log: Log | None = None) -> Path | None:
+        """``NNNNN-<route>.exchange.json`` beside the request body: written to a temporary file, then moved into
+        place, so a reader sees the whole record or none (the number is already ours: the body holds it)."""
+        target = request_file.with_name(request_file.name.removesuffix(".json") + ".exchange.json")
+        temporary = ""
+        try:
+            handle, temporary = tempfile.mkstemp(dir=self.folder, prefix=".capture-", suffix=".tmp")
+            with self.lock:
+                self._pending.add(temporary)
+            with os.fdopen(handle, "wb") as stream:
+                stream.write(json.dumps(record, ensure_ascii=False, indent=1).encode("utf-8"))
+            os.replace(temporary, target)
+            return target
+        except OSError as error:
+            if log:
+                log(f"capture failed: {self.folder}: {error.strerror or error}")
+            return None
+        finally:
+            if temporary:
+                with self.lock:
+                    self._pending.discard(temporary)
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
+
     def close(self) -> None:
         """Remove temporary files of bodies that were still being written (a stopped server leaves none)."""
         with self.lock:
@@ -675,8 +817,9 @@ class ConformanceServer(HTTPServer):
 
     def __init__(self, address: tuple[str, int], provider: str, log: Log | None = None, capture: Path | None = None, *,
                  workers: int = WORKERS, idle_timeout: float = IDLE_TIMEOUT, request_deadline: float = REQUEST_DEADLINE,
-                 max_buffered: int = MAX_BUFFERED) -> None:
+                 max_buffered: int = MAX_BUFFERED, upstream: Upstream | None = None) -> None:
         self.provider = provider
+        self.upstream = upstream
         self.cache = PrefixCache()
         self.log = log
         self.capture = Capture(capture) if capture is not None else None
@@ -750,9 +893,16 @@ class _ConformanceServer6(ConformanceServer):
 
 
 def make_server(provider: str = "openai", host: str = "127.0.0.1", port: int = 0, log: Log | None = None,
-                capture: Path | None = None, **limits: Any) -> ConformanceServer:
-    """A bound (not yet serving) server; checks the host and that ``provider`` can serve the endpoints that use it."""
+                capture: Path | None = None, *, upstream: str | None = None, upstream_connect_timeout: float = CONNECT_TIMEOUT,
+                upstream_read_timeout: float = READ_TIMEOUT, **limits: Any) -> ConformanceServer:
+    """A bound (not yet serving) server; checks the host and that ``provider`` can serve the endpoints that use it.
+    With ``upstream`` it forwards to that URL instead of answering, and must record (``capture``)."""
     address = loopback_host(host, "zhin serve")
+    if upstream is not None:
+        if capture is None:
+            raise UsageError("--upstream records what the provider is sent and answers: name the folder with --capture DIR")
+        limits["upstream"] = parse_upstream(upstream, connect_timeout=upstream_connect_timeout,
+                                            read_timeout=upstream_read_timeout)
     if provider not in PROFILES:
         raise UsageError(f"unknown provider {provider!r} (known: {', '.join(sorted(PROFILES))})")
     for route, endpoint in ENDPOINTS.items():
@@ -772,7 +922,8 @@ def make_server(provider: str = "openai", host: str = "127.0.0.1", port: int = 0
 def running_server(provider: str = "openai", port: int = 0, host: str = "127.0.0.1",
                    log: Log | None = None, capture: Path | None = None, **limits: Any) -> Iterator[tuple[str, ConformanceServer]]:
     """Run a server in a background thread; yields ``(base_url, server)`` and shuts it down on exit.
-    ``limits``: ConformanceServer's keyword options (workers, idle_timeout, request_deadline, max_buffered)."""
+    ``limits``: ConformanceServer's keyword options (workers, idle_timeout, request_deadline, max_buffered) and
+    make_server's upstream options (upstream, upstream_connect_timeout, upstream_read_timeout)."""
     server = make_server(provider, host, port, log, capture, **limits)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="zhin-serve", daemon=True)
     thread.start()
@@ -785,11 +936,12 @@ def running_server(provider: str = "openai", port: int = 0, host: str = "127.0.0
 
 
 def serve(provider: str = "openai", host: str = "127.0.0.1", port: int = 0, *,
-          on_ready: Callable[[str], None] | None = None, log: Log | None = None, capture: Path | None = None) -> None:
+          on_ready: Callable[[str], None] | None = None, log: Log | None = None, capture: Path | None = None,
+          upstream: str | None = None) -> None:
     """Serve in the foreground until Ctrl-C or SIGTERM: both are the normal way to stop a server and return
     normally (exit 0) once in-flight captures are finished or removed; a second signal ends at once. An ignored
     signal (nohup, a background job) stays ignored."""
-    server = make_server(provider, host, port, log, capture)
+    server = make_server(provider, host, port, log, capture, upstream=upstream)
     previous: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGINT, signal.SIGTERM):

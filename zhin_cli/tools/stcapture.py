@@ -29,6 +29,7 @@ from zhin_cli.tools.requestdiff import marked, readable
 from zhin_cli.tools.stcheck import ByDesign, Departure, TurnCheck, check_turn, prepare
 
 _CAPTURE_FILE = re.compile(r"(\d{5,})-([A-Za-z0-9-]+)\.json")
+_EXCHANGE_FILE = re.compile(r"(\d{5,})-([A-Za-z0-9-]+)\.exchange\.json")  # zhin serve's record of the answer: not a body
 CHAT_ROUTE = "chat-completions"
 # ST's Prompt Post-Processing values (a connection setting; "none" is ST's "")
 POST_PROCESSING = {"none": "", "merge": "merge", "semi": "semi", "strict": "strict", "single": "single"}
@@ -86,7 +87,7 @@ def read_captures(folder: Path) -> tuple[list[CaptureFile], list[str]]:
         match = _CAPTURE_FILE.fullmatch(entry.name)
         if match and entry.is_file():
             captures.append(CaptureFile(entry, int(match.group(1)), match.group(2)))
-        elif not (entry.name.startswith(".capture-") and entry.name.endswith(".tmp")):
+        elif not (entry.name.startswith(".capture-") and entry.name.endswith(".tmp")) and not _EXCHANGE_FILE.fullmatch(entry.name):
             others.append(entry.name)
     notes = [f"{len(others)} other file(s) in {folder} ignored: {', '.join(others[:5])}"
              + (" …" if len(others) > 5 else "")] if others else []

@@ -1,0 +1,430 @@
+"""``zhin serve --upstream URL``: forward each request to the real provider, relay its answer, record what it said.
+
+* **Where to.** ``URL`` is the provider's origin (plus any path prefix of a gateway); the request's own path is
+  appended: ``--upstream https://api.openai.com`` sends ``POST /v1/chat/completions`` to
+  ``https://api.openai.com/v1/chat/completions``. A URL whose path already ends in ``/v1`` or ``/v1beta`` (an SDK's
+  base URL) would double that segment, so it is a usage error that says so.
+* **What is forwarded.** The body byte for byte; every request header except the hop-by-hop ones (RFC 9110 §7.6.1,
+  and any named in ``Connection``), ``Host`` and ``Content-Length`` (set for the upstream), ``Origin``/``Referer``
+  (they name this loopback server) and ``Accept-Encoding`` (``identity`` is asked, so the answer can be read for its
+  usage). ``Authorization``, ``x-api-key``, ``x-goog-api-key``, ``anthropic-version``, ``anthropic-beta``, the
+  request's query (Gemini's ``?key=``) all reach the provider. User information in ``URL`` is sent as Basic
+  authentication when the client sent no ``Authorization`` of its own.
+* **What is relayed.** The upstream's status, its headers except hop-by-hop ones, ``Content-Length``, ``Server``
+  and ``Date`` (this server sends its own), and its body: an event stream (``text/event-stream``) piece by piece as
+  it arrives, anything else read whole (at most ``MAX_BODY``) and sent with its length.
+* **What is recorded** (``Exchange``): status, whether it streamed, the provider's usage object as it sent it (a
+  stream's from its final chunk(s): OpenAI's ``usage`` chunk, Anthropic's ``message_start`` usage updated by
+  ``message_delta``'s, Gemini's last ``usageMetadata``), the JSON answer (a stream reassembled into the message it
+  delivered) and the time taken. Never a header, never the URL's credentials or secret query values.
+* **Failures.** An upstream that cannot be reached within the connect timeout, or resets, answers nothing: 502 in
+  the route's error envelope; one silent longer than the read timeout before its headers: 504. An upstream 4xx/5xx
+  is relayed as it is.
+
+Standard library only (``http.client``): one connection per request, closed after the answer.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import re
+import ssl
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from zhin_cli.core.errors import UsageError
+from zhin_cli.core.redact import mask_url, split_userinfo
+from zhin_cli.tools.usage import normalize_usage, usage_kind_of
+
+CONNECT_TIMEOUT = 5.0  # a stopped or unreachable upstream is a 502 within this
+READ_TIMEOUT = 300.0  # longest silence from the upstream (a slow model's first token, then between pieces)
+RELAY_PIECE = 65536
+
+HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection", "te",
+                        "trailer", "trailers", "transfer-encoding", "upgrade"})
+NOT_FORWARDED = HOP_BY_HOP | {"host", "content-length", "accept-encoding", "expect", "origin", "referer"}
+NOT_RELAYED = HOP_BY_HOP | {"content-length", "server", "date"}
+_SDK_BASE = re.compile(r"/v1(beta\d*)?/?$")
+
+
+class UpstreamError(Exception):
+    """The upstream gave no answer: (status this server answers instead, reason for the log and the error body)."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Upstream:
+    scheme: str
+    host: str
+    port: int
+    prefix: str  # path prefix, no trailing slash
+    query: str  # the URL's own query, put before the request's
+    shown: str  # the URL as it may be printed or stored (no credentials, no secret query values)
+    basic: str | None = field(default=None, repr=False)  # ``Authorization`` value from the URL's user information
+    connect_timeout: float = CONNECT_TIMEOUT
+    read_timeout: float = READ_TIMEOUT
+
+    def target(self, path: str) -> str:
+        route, question, query = path.partition("?")
+        queries = "&".join(q for q in (self.query, query) if q)
+        return self.prefix + route + (f"?{queries}" if queries else "")
+
+
+def parse_upstream(url: str, *, connect_timeout: float = CONNECT_TIMEOUT, read_timeout: float = READ_TIMEOUT) -> Upstream:
+    """``--upstream URL`` checked: http(s), a host, no fragment, not an SDK base URL ending in /v1."""
+    shown = mask_url(url)
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+        host = parts.hostname
+    except ValueError as error:
+        raise UsageError(f"--upstream {shown!r} is not a URL ({error})") from None
+    if parts.scheme not in ("http", "https") or not host:
+        raise UsageError(f"--upstream {shown!r} must be an http:// or https:// URL with a host")
+    if parts.fragment:
+        raise UsageError(f"--upstream {shown!r} has a #fragment; give the provider's origin, e.g. https://api.openai.com")
+    if _SDK_BASE.search(parts.path):
+        raise UsageError(f"--upstream {shown!r} ends in the API version: the request path (/v1/chat/completions …) is "
+                         f"appended to it, so give the origin without it ({shown[: shown.rfind('/v1')]})")
+    userinfo, _ = split_userinfo(url.split("://", 1)[1])
+    basic = None
+    if userinfo is not None:
+        user, _, password = userinfo.partition(":")
+        basic = "Basic " + base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode("ascii")
+    return Upstream(parts.scheme, host, port or (443 if parts.scheme == "https" else 80), parts.path.rstrip("/"),
+                    parts.query, shown, basic, connect_timeout, read_timeout)
+
+
+def forwarded_headers(headers: Iterable[tuple[str, str]], upstream: Upstream) -> list[tuple[str, str]]:
+    """The client's request headers that go on to the provider (see the module docstring)."""
+    pairs = list(headers)
+    named = {token.strip().lower() for name, value in pairs if name.lower() == "connection" for token in value.split(",")}
+    kept = [(name, value) for name, value in pairs if name.lower() not in NOT_FORWARDED and name.lower() not in named]
+    if upstream.basic and not any(name.lower() == "authorization" for name, _ in kept):
+        kept.append(("Authorization", upstream.basic))
+    return kept
+
+
+def relayed_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    pairs = list(headers)
+    named = {token.strip().lower() for name, value in pairs if name.lower() == "connection" for token in value.split(",")}
+    return [(name, value) for name, value in pairs if name.lower() not in NOT_RELAYED and name.lower() not in named]
+
+
+def open_upstream(upstream: Upstream, path: str, headers: list[tuple[str, str]], body: bytes | bytearray
+                  ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+    """Send the request; the response with its headers read. Raises UpstreamError when there is none."""
+    kind = http.client.HTTPSConnection if upstream.scheme == "https" else http.client.HTTPConnection
+    connection = kind(upstream.host, upstream.port, timeout=upstream.connect_timeout)
+    try:
+        try:
+            connection.connect()
+        except (OSError, ssl.SSLError) as error:
+            raise UpstreamError(502, f"cannot connect ({_reason(error)})") from None
+        assert connection.sock is not None
+        connection.sock.settimeout(upstream.read_timeout)
+        connection.putrequest("POST", upstream.target(path), skip_accept_encoding=True)
+        for name, value in headers:
+            connection.putheader(name, value)
+        connection.putheader("Accept-Encoding", "identity")
+        connection.putheader("Content-Length", str(len(body)))
+        connection.endheaders(bytes(body))
+        return connection, connection.getresponse()
+    except UpstreamError:
+        connection.close()
+        raise
+    except TimeoutError:
+        connection.close()
+        raise UpstreamError(504, f"no answer within {upstream.read_timeout:g} s") from None
+    except (OSError, http.client.HTTPException) as error:
+        connection.close()
+        raise UpstreamError(502, f"no answer ({_reason(error)})") from None
+
+
+def _reason(error: BaseException) -> str:
+    text = str(error) or type(error).__name__
+    return f"{type(error).__name__}: {text}" if text != type(error).__name__ else text
+
+
+# --- what the answer said: usage and the message, from a JSON body or an event stream ----------------------------
+
+
+def usage_in(dialect: str, body: Any) -> dict[str, Any] | None:
+    """The provider's usage object in a JSON answer (Gemini: ``usageMetadata``), or None."""
+    if not isinstance(body, dict):
+        return None
+    usage = body.get("usageMetadata" if dialect == "gemini-generate" else "usage")
+    return usage if isinstance(usage, dict) else None
+
+
+def usage_note(dialect: str, usage: dict[str, Any] | None) -> str:
+    """``prompt=… read=… written=…`` as the conformance server logs them (``-``: the provider did not say)."""
+    if usage is None:
+        return "no usage"
+    try:
+        normal = normalize_usage(usage_kind_of(usage) or dialect, usage)
+    except Exception:  # a usage object no API produces: say so, do not guess
+        return "usage unreadable"
+
+    def shown(value: int | None) -> str:
+        return "-" if value is None else str(value)
+
+    return f"prompt={shown(normal.total_prompt)} read={shown(normal.cache_read)} written={shown(normal.cache_write)}"
+
+
+class EventStream:
+    """Server-sent events fed in pieces as they arrive → (event name, JSON data) per complete event."""
+
+    _END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+
+    def __init__(self, limit: int) -> None:
+        self._buffer = bytearray()
+        self._left = limit
+        self.overflowed = False
+
+    def feed(self, piece: bytes) -> list[tuple[str | None, Any]]:
+        if self.overflowed:
+            return []
+        self._left -= len(piece)
+        if self._left < 0:  # the recorder stops reading (the client still gets every byte)
+            self.overflowed = True
+            self._buffer.clear()
+            return []
+        self._buffer += piece
+        events: list[tuple[str | None, Any]] = []
+        start = 0
+        while match := self._END.search(self._buffer, start):
+            event = self._parse(bytes(self._buffer[start : match.start()]))
+            if event is not None:
+                events.append(event)
+            start = match.end()
+        del self._buffer[:start]
+        return events
+
+    @staticmethod
+    def _parse(block: bytes) -> tuple[str | None, Any] | None:
+        name: str | None = None
+        data: list[str] = []
+        for line in re.split(r"\r\n|\n|\r", block.decode("utf-8", "replace")):
+            key, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if key == "event":
+                name = value
+            elif key == "data":
+                data.append(value)
+        text = "\n".join(data)
+        if not data or text.strip() == "[DONE]":
+            return None
+        try:
+            return name, json.loads(text)
+        except ValueError:
+            return None
+
+
+def _append(holder: dict[str, Any], key: str, piece: Any) -> None:
+    if isinstance(piece, str):
+        holder[key] = (holder.get(key) or "") + piece
+
+
+class OpenAIChatStream:
+    """``chat.completion.chunk`` events → the ``chat.completion`` they add up to; usage from the chunk that has it."""
+
+    _HEAD = ("id", "created", "model", "system_fingerprint", "service_tier")
+
+    def __init__(self) -> None:
+        self.head: dict[str, Any] = {}
+        self.choices: dict[int, dict[str, Any]] = {}
+        self.usage: dict[str, Any] | None = None
+
+    def event(self, name: str | None, data: Any) -> None:
+        if not isinstance(data, dict):
+            return
+        self.head.update((key, data[key]) for key in self._HEAD if key in data)
+        if isinstance(data.get("usage"), dict):
+            self.usage = data["usage"]
+        for choice in data.get("choices") or ():
+            if isinstance(choice, dict):
+                self._choice(choice)
+
+    def _choice(self, choice: dict[str, Any]) -> None:
+        index = choice.get("index", 0) if isinstance(choice.get("index", 0), int) else 0
+        slot = self.choices.setdefault(index, {"index": index, "message": {"role": "assistant", "content": None},
+                                               "finish_reason": None})
+        message, delta = slot["message"], choice.get("delta")
+        if isinstance(delta, dict):
+            if isinstance(delta.get("role"), str):
+                message["role"] = delta["role"]
+            for key in ("content", "refusal", "reasoning_content"):
+                _append(message, key, delta.get(key))
+            for call in delta.get("tool_calls") or ():
+                if isinstance(call, dict):
+                    self._tool_call(message, call)
+        if choice.get("finish_reason") is not None:
+            slot["finish_reason"] = choice["finish_reason"]
+
+    @staticmethod
+    def _tool_call(message: dict[str, Any], call: dict[str, Any]) -> None:
+        calls: list[dict[str, Any]] = message.setdefault("tool_calls", [])
+        index = call.get("index", len(calls)) if isinstance(call.get("index"), int) else len(calls)
+        while len(calls) <= index:
+            calls.append({"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+        slot = calls[index]
+        for key in ("id", "type"):
+            if isinstance(call.get(key), str):
+                slot[key] = call[key]
+        function = call.get("function")
+        if isinstance(function, dict):
+            _append(slot["function"], "name", function.get("name"))
+            _append(slot["function"], "arguments", function.get("arguments"))
+
+    def final(self) -> dict[str, Any] | None:
+        if not self.head and not self.choices:
+            return None
+        choices = [self.choices[i] for i in sorted(self.choices)]
+        return {**self.head, "object": "chat.completion", "choices": choices, "usage": self.usage}
+
+
+class AnthropicStream:
+    """Messages stream events → the ``message`` they add up to; usage: message_start's, updated by message_delta's."""
+
+    def __init__(self) -> None:
+        self.message: dict[str, Any] | None = None
+        self.blocks: dict[int, dict[str, Any]] = {}
+        self.partial: dict[int, str] = {}
+        self.usage: dict[str, Any] | None = None
+
+    def event(self, name: str | None, data: Any) -> None:
+        if not isinstance(data, dict):
+            return
+        kind, index = data.get("type"), data.get("index")
+        if kind == "message_start" and isinstance(data.get("message"), dict):
+            self.message = {k: v for k, v in data["message"].items() if k != "content"}
+            if isinstance(data["message"].get("usage"), dict):
+                self.usage = dict(data["message"]["usage"])
+        elif kind == "content_block_start" and isinstance(index, int) and isinstance(data.get("content_block"), dict):
+            self.blocks[index] = dict(data["content_block"])
+        elif kind == "content_block_delta" and isinstance(index, int) and isinstance(data.get("delta"), dict):
+            self._delta(index, data["delta"])
+        elif kind == "content_block_stop" and isinstance(index, int) and index in self.partial and index in self.blocks:
+            try:
+                self.blocks[index]["input"] = json.loads(self.partial.pop(index) or "{}")
+            except ValueError:
+                pass
+        elif kind == "message_delta":
+            if self.message is not None and isinstance(data.get("delta"), dict):
+                self.message.update(data["delta"])
+            if isinstance(data.get("usage"), dict):
+                self.usage = {**(self.usage or {}), **data["usage"]}
+
+    def _delta(self, index: int, delta: dict[str, Any]) -> None:
+        block = self.blocks.setdefault(index, {"type": "text", "text": ""})
+        kind = delta.get("type")
+        if kind == "text_delta":
+            _append(block, "text", delta.get("text"))
+        elif kind == "input_json_delta" and isinstance(delta.get("partial_json"), str):
+            self.partial[index] = self.partial.get(index, "") + delta["partial_json"]
+        elif kind == "thinking_delta":
+            _append(block, "thinking", delta.get("thinking"))
+        elif kind == "signature_delta" and isinstance(delta.get("signature"), str):
+            block["signature"] = delta["signature"]
+
+    def final(self) -> dict[str, Any] | None:
+        if self.message is None:
+            return None
+        content = [self.blocks[i] for i in sorted(self.blocks)]
+        return {**self.message, "content": content, "usage": self.usage}
+
+
+class GeminiStream:
+    """``GenerateContentResponse`` chunks → one response: the first candidate's text parts joined, the rest from the
+    last chunk; usage: the last ``usageMetadata``."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, Any] | None = None
+        self.parts: list[dict[str, Any]] = []
+        self.usage: dict[str, Any] | None = None
+
+    def event(self, name: str | None, data: Any) -> None:
+        if not isinstance(data, dict):
+            return
+        self.last = data
+        if isinstance(data.get("usageMetadata"), dict):
+            self.usage = data["usageMetadata"]
+        content = _first_candidate(data).get("content")
+        for part in (content.get("parts") if isinstance(content, dict) else None) or ():
+            if not isinstance(part, dict):
+                continue
+            if isinstance(part.get("text"), str) and self.parts and set(self.parts[-1]) == {"text"} and set(part) == {"text"}:
+                self.parts[-1] = {"text": self.parts[-1]["text"] + part["text"]}
+            else:
+                self.parts.append(dict(part))
+
+    def final(self) -> dict[str, Any] | None:
+        if self.last is None:
+            return None
+        first = dict(_first_candidate(self.last))
+        content = first.get("content")
+        first["content"] = {**(content if isinstance(content, dict) else {}), "parts": self.parts}
+        answer = {**self.last, "candidates": [first]}
+        if self.usage is not None:
+            answer["usageMetadata"] = self.usage
+        return answer
+
+
+def _first_candidate(data: dict[str, Any]) -> dict[str, Any]:
+    candidates = data.get("candidates")
+    first = candidates[0] if isinstance(candidates, list) and candidates else None
+    return first if isinstance(first, dict) else {}
+
+
+STREAMS: dict[str, Callable[[], OpenAIChatStream | AnthropicStream | GeminiStream]] = {
+    "openai-chat": OpenAIChatStream, "anthropic-messages": AnthropicStream, "gemini-generate": GeminiStream,
+}
+
+
+class Exchange:
+    """What one request got, recorded as it is delivered: ``record()`` is the ``.exchange.json`` object."""
+
+    def __init__(self, dialect: str, upstream: str | None, limit: int) -> None:
+        self.dialect, self.upstream, self.limit = dialect, upstream, limit
+        self.started = time.monotonic()
+        self.status = 0
+        self.stream = False
+        self._events = EventStream(limit)
+        self._reader = STREAMS.get(dialect, OpenAIChatStream)()
+        self.body: Any = None
+
+    def answered(self, status: int, *, stream: bool) -> None:
+        self.status, self.stream = status, stream
+
+    def streamed(self, piece: bytes) -> None:
+        for name, data in self._events.feed(piece):
+            self._reader.event(name, data)
+
+    def whole(self, data: bytes | bytearray | dict[str, Any] | None) -> None:
+        if isinstance(data, (bytes, bytearray)):
+            try:
+                data = json.loads(data)
+            except (UnicodeDecodeError, ValueError, RecursionError):
+                data = None
+        self.body = data
+
+    @property
+    def usage(self) -> dict[str, Any] | None:
+        if self.stream:
+            return None if self._events.overflowed else self._reader.usage
+        return usage_in(self.dialect, self.body)
+
+    def record(self) -> dict[str, Any]:
+        response = (None if self._events.overflowed else self._reader.final()) if self.stream else self.body
+        return {"version": 1, "upstream": self.upstream, "status": self.status, "stream": self.stream,
+                "usage": self.usage, "response": response,
+                "elapsed_ms": round((time.monotonic() - self.started) * 1000)}
