@@ -38,6 +38,7 @@ from zhin_cli.cache.prices import format_usd
 from zhin_cli.core.errors import EXIT_FOUND, UsageError
 from zhin_cli.core.parallel import JOBS_HELP
 from zhin_cli.core.terminaltext import markup_safe, terminal_safe
+from zhin_cli.tools.capturediff import CaptureDiff
 from zhin_cli.tools.prefixdiff import (
     CAUSE_MEANINGS,
     CAUSES,
@@ -134,6 +135,8 @@ def print_result(console: Console, result: PrefixDiffResult) -> None:
     if result.mode == "turns":
         for session in result.sessions:
             _print_session(console, session, result.fail_on)
+        for capture in result.captures:
+            _print_capture_usage(console, capture)
         causes = {p.cause for s in result.sessions for p in s.pairs}
     else:
         say(console, f"base [bold]{markup_safe(result.base_label or '')}[/] → head [bold]{markup_safe(result.head_label or '')}[/]")
@@ -183,16 +186,26 @@ def _bar(pair: PairDiff, scale: int, width: int) -> str:
     return cells + " " * (width - total)
 
 
-def _print_rows(console: Console, pairs: list[PairDiff], fail_on: list[str]) -> None:
+def _real_cell(pair: PairDiff) -> str:
+    """The provider's real cache read beside the simulator's (``≠``: they disagree), ``-`` where not recorded."""
+    if pair.real is None or pair.real.cached_tokens is None:
+        return "-"
+    return f"{'≠' if not pair.real.agrees(pair.cached_tokens) else ''}{pair.real.cached_tokens:,}"
+
+
+def _print_rows(console: Console, pairs: list[PairDiff], fail_on: list[str], *, captured: bool = False) -> None:
     if not pairs:
         console.print("  one request: nothing to compare")
         return
     width = console.width
     priced = any(p.cost is not None for p in pairs)  # a provider without prices: no cost column
+    real = any(p.real is not None for p in pairs)  # captured bodies with recorded usage: the real read beside
     cells = [(f"{p.from_turn}→{p.to_turn}", f"{p.common_prefix_tokens:,}", f"{p.cached_tokens:,}",
+              *([_real_cell(p)] if real else []),
               f"{p.prompt_tokens - p.cached_tokens:,}", *([format_usd(p.cost.usd if p.cost else None)] if priced else []))
              for p in pairs]
-    heads = ("turn", "common", "cached", "new", *(("cost",) if priced else ()))
+    heads = ("capture" if captured else "turn", "common", "cached", *(("real",) if real else ()), "new",
+             *(("cost",) if priced else ()))
     widths = [max(len(h), *(len(row[i]) for row in cells)) for i, h in enumerate(heads)]
     fixed = 2 + sum(widths) + len(widths)  # mark, columns and the space after each
     labels = [_cause_label(p) for p in pairs]
@@ -255,9 +268,11 @@ def _print_uncached(console: Console, pairs: list[PairDiff]) -> None:
 
 
 def _print_session(console: Console, session: SessionDiff, fail_on: list[str]) -> None:
+    count = f"{session.turns} requests (captures {turn_ranges([session.pairs[0].from_turn, *(p.to_turn for p in session.pairs)])})" \
+        if session.captured and session.pairs else f"{session.turns} {'requests' if session.captured else 'turns'}"
     say(console, f"[bold]{markup_safe(session.session_id)}[/] · {markup_safe(session.provider)} · {markup_safe(session.model)} · "
-                  f"{session.turns} turns")
-    _print_rows(console, session.pairs, fail_on)
+                  f"{markup_safe(count)}")
+    _print_rows(console, session.pairs, fail_on, captured=session.captured)
     _print_breaks(console, session.unexpected(fail_on))
     _print_uncached(console, session.pairs)
     for hint in session.hints.values():
@@ -276,6 +291,33 @@ def _print_session(console: Console, session: SessionDiff, fail_on: list[str]) -
                 f"({format_usd(session.costs.per_request)} per request)")
     say(console, f"{summary['pairs']} pairs: {causes or 'none'}; cache hits {summary['cache_hits']}/{summary['pairs']}, "
                   f"cached share {summary['cached_share']:.0%}{cost}")
+    console.print()
+
+
+def _print_capture_usage(console: Console, capture: CaptureDiff) -> None:
+    """A capture set's cache across conversations, and the real cache reads against the simulator's."""
+    for request in capture.first_requests:
+        real = request.real.cached_tokens if request.real is not None else None
+        if request.cached_tokens or real:
+            shown = f" (real {real:,})" if real is not None else ""
+            say(console, f"capture {request.number}, the first of {markup_safe(request.conversation)}: cached "
+                          f"{request.cached_tokens:,} of {request.prompt_tokens:,}{shown}: the prefix an earlier "
+                          "conversation left in the provider's cache (the same system prompt, tools and routing key)")
+    recorded = [r for r in capture.requests if r.real is not None and r.real.cached_tokens is not None]
+    name = markup_safe(terminal_safe(capture.source))
+    if not recorded:
+        say(console, f"{name}: no usage recorded (no exchange files, no zhin-serve.log): the cached tokens are the simulator's")
+        console.print()
+        return
+    sources = ", ".join(sorted({r.real.source for r in recorded if r.real is not None}))
+    wrong = capture.disagreements
+    verdict = "all agree with the simulator" if not wrong else f"[red]✗ {len(wrong)} disagree with the simulator[/]"
+    say(console, f"{name}: real cached tokens recorded for {len(recorded)} of {len(capture.requests)} requests "
+                  f"({markup_safe(sources)}): {verdict}")
+    for request in wrong:
+        read = request.real.cached_tokens if request.real is not None else None
+        say(console, f"[red]✗[/] capture {request.number}: the provider read {read or 0:,} cached tokens, the simulator "
+                      f"{request.cached_tokens:,} (of {request.prompt_tokens:,})")
     console.print()
 
 

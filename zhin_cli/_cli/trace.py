@@ -40,16 +40,20 @@ from zhin_cli.cache.prices import Cost, CostTotals, format_usd
 from zhin_cli.core.errors import EXIT_FOUND, UsageError
 from zhin_cli.core.terminaltext import markup_safe, terminal_safe, terminal_safe_lines
 from zhin_cli.pipeline.assemble import AssembledRequest
-from zhin_cli.tools.prefixdiff import turn_ranges
+from zhin_cli.tools.capturediff import CaptureDiff
+from zhin_cli.tools.prefixdiff import split_capture_refs, turn_ranges
 from zhin_cli.tools.trace import (
     ADR_LAYOUT,
     StoredUsage,
     TraceResult,
     TurnRow,
+    capture_rows,
+    capture_trace_dict,
     layout_phrase,
     open_trace,
     request_record,
     timezone_note,
+    trace_captures,
     turn_row,
 )
 
@@ -90,6 +94,15 @@ def trace_command(
     if as_json and as_jsonl:
         raise UsageError("use either --json or --jsonl")
     check_options(provider, timezone)
+    captured, _ = split_capture_refs([session], Path.cwd())
+    if captured:  # the bot's own bodies: every request, a row each
+        refused = [name for name, given in (("--turn", turn is not None), ("--detail", detail),
+                                            ("--show-request", show_request), ("--validate", validate),
+                                            ("--preset", preset is not None), ("--model", model is not None)) if given]
+        if refused:
+            raise UsageError(f"{', '.join(refused)}: not for captured bodies (trace shows each captured request as sent)")
+        trace_captured(captured[0], provider=provider, config=config, prices=prices, as_json=as_json, as_jsonl=as_jsonl)
+        return
     compact = all_turns and not (detail or show_request or as_json or as_jsonl)  # --all's picture: a row per turn
     out = sys.stdout  # bound before the progress bar starts: rich's live display redirects sys.stdout to stderr
     with replay_progress("replaying") as progress, open_trace(
@@ -135,6 +148,59 @@ def trace_command(
         raise typer.Exit(EXIT_FOUND)
 
 
+def trace_captured(path: Path, *, provider: str | None, config: Path | None, prices: Path | None, as_json: bool,
+                   as_jsonl: bool) -> None:
+    """``trace FOLDER`` / ``trace BODIES.jsonl``: each captured request in its conversation, as sent."""
+    out = sys.stdout
+    diff = trace_captures(path, config_path=config, provider=provider, prices_file=prices, cwd=Path.cwd())
+    notes = [*diff.notes, *(n for s in diff.sessions[:1] for n in s.notes)]
+    if as_json:
+        print_json(capture_trace_dict(diff))
+        return
+    for note in notes:
+        print(f"zhin: note: {terminal_safe(note)}", file=sys.stderr)
+    if as_jsonl:
+        for row in capture_rows(diff):
+            write_line(out, row.as_dict())
+        return
+    print_capture_rows(stdout_console(), diff)
+
+
+def print_capture_rows(console: Console, diff: CaptureDiff) -> None:
+    """One block per conversation: a row per request — capture number, prompt tokens, cached tokens (the
+    simulator's, one cache across conversations), the provider's real cache read where recorded (``≠``: they
+    disagree), the cached/new bar, and what broke against the conversation's previous request."""
+    rows = capture_rows(diff)
+    console.print(f"[bold]{markup_safe(diff.source)}[/] · {len(rows)} captured requests in {len(diff.sessions)} "
+                  "conversation(s): the bodies the bot sent", soft_wrap=True)
+    scale = max(row.request.prompt_tokens for row in rows)
+    width = max(len("capture"), *(len(str(row.request.number)) for row in rows))
+    real_shown = any(row.request.real is not None for row in rows)
+    for session in diff.sessions:
+        mine = [row for row in rows if row.request.conversation == session.session_id]
+        console.print(f"[bold]{markup_safe(session.session_id)}[/] · {markup_safe(session.provider)} · "
+                      f"{markup_safe(session.model)} · {len(mine)} requests", soft_wrap=True)
+        head = f"  {'capture'.ljust(width)} {'prompt':>7} {'cached':>7}" + (f" {'real':>7}" if real_shown else "")
+        console.print(f"[dim]{head} {'tokens'.ljust(WIDE_BAR)}  cause[/]", soft_wrap=True)
+        for row in mine:
+            request = row.request
+            real = ""
+            if real_shown:
+                value = request.real.cached_tokens if request.real is not None else None
+                agrees = request.real is None or request.real.agrees(request.cached_tokens) is not False
+                real = " " + (NOT_STORED if value is None else f"{'' if agrees else '≠'}{value:,}").rjust(7)
+            cached, new = token_cells(request.prompt_tokens, request.cached_tokens, scale, WIDE_BAR)
+            bar = CACHED * cached + NEW * new
+            cause = "first" if row.pair is None else row.pair.cause + (f" ({row.pair.detail})" if row.pair.detail else "")
+            console.print(f"  {str(request.number).ljust(width)} {request.prompt_tokens:>7,} {request.cached_tokens:>7,}"
+                          f"{real} {bar.ljust(WIDE_BAR)}  {markup_safe(cause)}", soft_wrap=True)
+    wrong = diff.disagreements
+    if real_shown:
+        verdict = "all agree" if not wrong else f"{len(wrong)} disagree (captures {turn_ranges(r.number for r in wrong)})"
+        console.print(f"real cached tokens beside the simulator's: {verdict}", soft_wrap=True)
+    console.print(f"[dim]tokens: {CACHED} cached  {NEW} new (the simulator, one cache across conversations)[/]", soft_wrap=True)
+
+
 def write_line(out: TextIO, record: dict[str, Any]) -> None:
     """One request (``request_record``) as one JSON line, flushed: a reader (``| head -1``, a log shipper) has it
     at once."""
@@ -159,10 +225,15 @@ def print_heading(console: Console, result: TraceResult) -> None:
 def bar_cells(row: TurnRow, scale: int, width: int) -> tuple[int, int]:
     """``row``'s prompt drawn ``width`` characters wide at full ``scale`` (tokens): (cached characters, new ones).
     Length is proportional to the prompt tokens; a prompt shows at least one character."""
-    if scale <= 0 or row.prompt_tokens <= 0:
+    return token_cells(row.prompt_tokens, row.cached_tokens, scale, width)
+
+
+def token_cells(prompt_tokens: int, cached_tokens: int, scale: int, width: int) -> tuple[int, int]:
+    """``bar_cells`` of a prompt of ``prompt_tokens`` with ``cached_tokens`` cached."""
+    if scale <= 0 or prompt_tokens <= 0:
         return 0, 0
-    total = max(1, round(row.prompt_tokens * width / scale))
-    cached = min(total, round(row.cached_tokens * width / scale))
+    total = max(1, round(prompt_tokens * width / scale))
+    cached = min(total, round(cached_tokens * width / scale))
     return cached, total - cached
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from zhin_cli.cache import PrefixCache
-from zhin_cli.cache.prices import CostTotals, PriceTable
+from zhin_cli.cache.prices import Cost, CostTotals, PriceTable
 from zhin_cli.core.errors import ConfigError
 from zhin_cli.core.tokens import encoding_for_model
 from zhin_cli.pipeline.providers import PROFILES, resolve_profile
@@ -38,6 +38,7 @@ from zhin_cli.tools.prefixdiff import (
     Serialized,
     SessionDiff,
     cache_outcome,
+    cost_dict,
     diff_body_pair,
 )
 from zhin_cli.tools.usage import normalize_usage
@@ -167,11 +168,13 @@ class CaptureRequest:
     prompt_tokens: int
     cached_tokens: int
     real: RealUsage | None
+    cost: Cost | None = None  # the request's input cost at the simulator's figures (None: no price)
 
     def as_dict(self) -> dict[str, Any]:
         return {"capture": self.number, "session_id": self.conversation, "prompt_tokens": self.prompt_tokens,
                 "cached_tokens": self.cached_tokens,
-                "real": self.real.as_dict(self.cached_tokens) if self.real is not None else None}
+                "real": self.real.as_dict(self.cached_tokens) if self.real is not None else None,
+                **({"cost": cost_dict(self.cost)} if self.cost is not None else {})}
 
 
 @dataclass
@@ -188,6 +191,23 @@ class CaptureDiff:
         """Requests whose real cache read differs from the simulator's: each one a finding."""
         return [r for r in self.requests if r.real is not None and r.real.agrees(r.cached_tokens) is False]
 
+    @property
+    def first_requests(self) -> list[CaptureRequest]:
+        """The first request of each conversation (what it read came from another conversation, if anything)."""
+        seen: set[str] = set()
+        out = []
+        for request in self.requests:
+            if request.conversation not in seen:
+                seen.add(request.conversation)
+                out.append(request)
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        recorded = [r for r in self.requests if r.real is not None and r.real.cached_tokens is not None]
+        return {"source": self.source, "conversations": [s.session_id for s in self.sessions],
+                "requests": [r.as_dict() for r in self.requests], "with_real_usage": len(recorded),
+                "disagreements": [r.number for r in self.disagreements], "notes": self.notes}
+
 
 def conversation_id(source: str, conversation: Conversation) -> str:
     return f"{source}#{conversation.bodies[0].number}"
@@ -202,7 +222,8 @@ def diff_captures(captures: CaptureSet, *, provider: str | None = None, prices: 
     name = Path(captures.source).name or captures.source
     owner = {b.number: index for index, c in enumerate(conversations) for b in c.bodies}
     pricing = Pricing(prices)
-    sessions = [SessionDiff(conversation_id(name, c), "", c.bodies[0].model, notes=pricing.notes) for c in conversations]
+    sessions = [SessionDiff(conversation_id(name, c), "", c.bodies[0].model, notes=pricing.notes, captured=True)
+                for c in conversations]
     caches = [PrefixCache() for _ in conversations] if not shared_cache else []
     cache = PrefixCache()
     previous: dict[int, tuple[BodyRequest, Serialized]] = {}
@@ -220,7 +241,7 @@ def diff_captures(captures: CaptureSet, *, provider: str | None = None, prices: 
         if cost is not None:
             session.costs = session.costs or CostTotals()
             session.costs.add(cost)
-        requests.append(CaptureRequest(body.number, session.session_id, outcome.prompt_tokens, outcome.read, real))
+        requests.append(CaptureRequest(body.number, session.session_id, outcome.prompt_tokens, outcome.read, real, cost))
         if index in previous:
             old, old_serialized = previous[index]
             pair = diff_body_pair(old, request, old_serialized, serialized, outcome.read)

@@ -363,15 +363,26 @@ def cached_tokens(cache: PrefixCache, request: AssembledRequest, serialized: Ser
     return cache_outcome(cache, request, serialized).read
 
 
-def _excerpt(data: bytes, offset: int) -> str:
+def _excerpt_start(data: bytes, offset: int) -> int:
+    """Where an excerpt around ``offset`` starts: ``EXCERPT`` bytes before it, moved to the start of a UTF-8
+    character (never half a character, shown as U+FFFD)."""
     start = max(0, offset - EXCERPT)
-    return data[start : offset + EXCERPT].decode(errors="replace")
+    while 0 < start < len(data) and data[start] & 0xC0 == 0x80:
+        start += 1
+    return min(start, offset) if offset >= 0 else 0
+
+
+def _excerpt(data: bytes, offset: int) -> str:
+    end = offset + EXCERPT
+    while end < len(data) and data[end] & 0xC0 == 0x80:  # the last character whole too
+        end += 1
+    return data[_excerpt_start(data, offset) : end].decode(errors="replace")
 
 
 def _excerpt_mark(data: bytes, offset: int) -> int:
     """Where, in ``_excerpt(data, offset)``, the character holding byte ``offset`` starts (a shared first byte of
     two different UTF-8 characters is part of the divergence, not of the common text)."""
-    start = max(0, offset - EXCERPT)
+    start = _excerpt_start(data, offset)
     boundary = offset
     while boundary > start and boundary < len(data) and data[boundary] & 0xC0 == 0x80:
         boundary -= 1
@@ -590,6 +601,7 @@ class SessionDiff:
     sources: dict[str, SegmentSource] = field(default_factory=dict)
     costs: CostTotals | None = None  # every request's cost, the first included (None: no price)
     notes: list[str] = field(default_factory=list)  # price notes (a default row used)
+    captured: bool = False  # a conversation of captured bodies: turns are capture numbers
 
     def unexpected(self, fail_on: Iterable[str]) -> list[PairDiff]:
         causes = set(fail_on)
@@ -610,7 +622,7 @@ class SessionDiff:
 
     def as_dict(self, fail_on: Iterable[str]) -> dict[str, Any]:
         return {"session_id": self.session_id, "provider": self.provider, "model": self.model, "turns": self.turns,
-                "summary": self.summary(), "unexpected": len(self.unexpected(fail_on)),
+                **({"captured": True} if self.captured else {}), "summary": self.summary(), "unexpected": len(self.unexpected(fail_on)),
                 "pairs": [self.pair_dict(p) for p in self.pairs], "hints": [h.as_dict() for h in self.hints.values()],
                 "sources": {k: v.as_dict() for k, v in self.sources.items()}}
 
@@ -953,6 +965,7 @@ class PrefixDiffResult:
     head_label: str | None = None
     config_path: Any = None  # the zhin.yaml read (turn to turn), None for the built-in defaults
     db: str | None = None  # the database sessions were read from, None if every session was a file
+    captures: list[Any] = field(default_factory=list)  # capturediff.CaptureDiff of each capture folder / body JSONL
 
     @property
     def unexpected(self) -> int:
@@ -964,14 +977,17 @@ class PrefixDiffResult:
 
     @property
     def notes(self) -> list[str]:
-        """Each price note once (a model billed at its provider's default row)."""
-        return list(dict.fromkeys(note for s in self.sessions for note in s.notes))
+        """Each price note once (a model billed at its provider's default row), then the captures' reading notes."""
+        return list(dict.fromkeys([*(note for s in self.sessions for note in s.notes),
+                                   *(note for c in self.captures for note in c.notes)]))
 
     def as_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"version": DIFF_VERSION, "mode": self.mode, "fail_on": self.fail_on, "unexpected": self.unexpected}
         if self.mode == "turns":
             data["notes"] = self.notes
             data["sessions"] = [s.as_dict(self.fail_on) for s in self.sessions]
+            if self.captures:
+                data["captures"] = [c.as_dict() for c in self.captures]
         else:
             data["base"], data["head"] = self.base_label, self.head_label
             data["sessions"] = [c.as_dict(self.fail_on) for c in self.comparisons]
@@ -1119,6 +1135,14 @@ def run_prefix_diff(
     if (base is None) != (head is None):
         raise UsageError("--base and --head go together")
     workers = check_jobs(jobs)
+    captured, refs = split_capture_refs(refs, cwd)
+    if captured and base is not None:
+        raise UsageError("--base/--head compare two zhin configurations; captured bodies were assembled by another bot")
+    if captured and not refs and not all_sessions:
+        config = load_config(config_path, cwd=cwd)
+        result = PrefixDiffResult("turns", fail, config_path=config.path)
+        _add_captures(result, captured, provider, config.price_table(prices_file), on_pair)
+        return result
     chosen = session_refs(refs, all_sessions=all_sessions, db=db, cwd=cwd)
     from zhin_cli.store import database_read
 
@@ -1140,6 +1164,7 @@ def run_prefix_diff(
         config = load_config(config_path, cwd=cwd)
         result = PrefixDiffResult("turns", fail, config_path=config.path, db=database)
         result.sessions.extend(run((config,), config.price_table(prices_file)))
+        _add_captures(result, captured, provider, config.price_table(prices_file), on_pair)
         return result
 
     from zhin_cli.tools.configsource import load_config_source
@@ -1155,6 +1180,32 @@ def run_prefix_diff(
                 on_comparison(comparison)
             result.comparisons.append(comparison)
     return result
+
+
+def split_capture_refs(refs: list[str], cwd: Any) -> tuple[list[Path], list[str]]:
+    """The refs that are captured bodies (a folder of ``NNNNN-<route>.json``, a JSONL of request bodies), and the rest."""
+    from zhin_cli.store.captures import is_body_jsonl, is_capture_folder
+
+    here = Path(cwd).resolve() == Path.cwd().resolve()  # name the files as the user did
+    captured: list[Path] = []
+    rest: list[str] = []
+    for ref in refs:
+        path = Path(cwd) / ref
+        if is_capture_folder(path) or is_body_jsonl(path):
+            captured.append(Path(ref) if here else path)
+        else:
+            rest.append(ref)
+    return captured, rest
+
+
+def _add_captures(result: PrefixDiffResult, paths: list[Path], provider: str | None, prices: PriceTable | None,
+                  on_pair: Callable[[SessionDiff, PairDiff], None] | None) -> None:
+    from zhin_cli.tools.capturediff import diff_capture_path
+
+    for path in paths:
+        diff = diff_capture_path(path, provider=provider, prices=prices, on_pair=on_pair)
+        result.captures.append(diff)
+        result.sessions.extend(diff.sessions)
 
 
 def _git_top(cwd: Any) -> str:

@@ -38,7 +38,8 @@ from zhin_cli.pipeline.config import load_config
 from zhin_cli.pipeline.facade import Pipeline
 from zhin_cli.pipeline.preset.model import Preset
 from zhin_cli.store import database_read, load_session
-from zhin_cli.tools.prefixdiff import Pricing, cache_outcome, cost_dict, serialize
+from zhin_cli.tools.capturediff import CaptureDiff, CaptureRequest, diff_capture_path
+from zhin_cli.tools.prefixdiff import PairDiff, Pricing, cache_outcome, cost_dict, serialize
 from zhin_cli.tools.stats import usage_record
 from zhin_cli.tools.usage import NormalizedUsage
 
@@ -332,3 +333,44 @@ def turn_rows(requests: Iterable[AssembledRequest], pricing: Pricing | None = No
     ``pricing`` (none without it)."""
     for request, outcome, cost in request_costs(requests, pricing or Pricing(None)):
         yield turn_row(request, outcome.read, cost)
+
+
+# --- captured bodies (a capture folder or a JSONL of bodies): the bot's own requests, not zhin's assembly -------
+
+
+@dataclass(frozen=True)
+class CaptureRow:
+    """One captured request as ``trace`` shows it: the simulator's figures, the provider's real ones where
+    recorded, and what broke against the conversation's previous request (None: its first)."""
+
+    request: CaptureRequest
+    pair: PairDiff | None
+
+    def as_dict(self) -> dict[str, Any]:
+        data = self.request.as_dict()
+        data["cause"] = self.pair.cause if self.pair is not None else None
+        data["detail"] = self.pair.detail if self.pair is not None else ""
+        return data
+
+
+def trace_captures(path: Path, *, config_path: Path | None = None, provider: str | None = None,
+                   prices_file: Path | None = None, cwd: Path | None = None) -> CaptureDiff:
+    """A capture folder or a JSONL of bodies, diffed as ``prefix-diff`` does (one cache across conversations)."""
+    config = load_config(config_path, cwd=cwd or Path.cwd())
+    return diff_capture_path(path, provider=provider, prices=config.price_table(prices_file))
+
+
+def capture_rows(diff: CaptureDiff) -> list[CaptureRow]:
+    """Every request in capture order, each with the pair that ends at it."""
+    pairs = {(s.session_id, p.to_turn): p for s in diff.sessions for p in s.pairs}
+    return [CaptureRow(r, pairs.get((r.conversation, r.number))) for r in diff.requests]
+
+
+def capture_trace_dict(diff: CaptureDiff) -> dict[str, Any]:
+    """``trace --json`` of captured bodies: the requests in capture order, each naming its conversation."""
+    return {"version": TRACE_VERSION, "source": diff.source, "captured": True,
+            "conversations": [{"session_id": s.session_id, "provider": s.provider, "model": s.model,
+                               "captures": [r.number for r in diff.requests if r.conversation == s.session_id]}
+                              for s in diff.sessions],
+            "notes": diff.notes, "disagreements": [r.number for r in diff.disagreements],
+            "requests": [row.as_dict() for row in capture_rows(diff)]}
