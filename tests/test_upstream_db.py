@@ -138,9 +138,10 @@ RECALLED = "2100026"  # scenario.md step 34: Leo's ad, recalled by admin 2841001
 
 def expected(key: str) -> list[tuple[str, str | None]]:
     """scenario.json's member messages of ``key``'s conversation that reached the model, in the order they were
-    said: (sender, platform id) — a triggered message is its turn row, whose row holds no platform id."""
+    said: (sender, platform id) — a triggered message is its turn row, whose id is its matching event's
+    (tests/test_upstream_ids.py)."""
     conversation = key.split(":", 2)[2]
-    return [(m["member"], None if m["triggered"] else m["message_id"]) for m in SCENARIO
+    return [(m["member"], m["message_id"]) for m in SCENARIO
             if m["conversation"] == conversation and m["reached_the_model"] and m["message_id"] != RECALLED]
 
 

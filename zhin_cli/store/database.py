@@ -635,6 +635,7 @@ class SessionDatabase:
         messages: _Raw | _LazyRows = (self._scan_outline(conn, session_id, info.get("active_leaf_message_id")) if lazy
                                       else self._fetch_messages(conn, session_id))
         sqlite = conn.dialect.name == "sqlite"
+        turn_context = _query(conn, SQL_TURN_CONTEXT, {"sid": session_id}) if "conversation_events" in tables else _NONE
         return _SessionRows(
             info=info,
             messages=messages,
@@ -650,8 +651,8 @@ class SessionDatabase:
             events=_member_event_rows(conn, session_key) if "conversation_events" in tables else _NONE,
             imported_events=_query(conn, _SQL_IMPORTED_EVENTS) if "zhin_imported_events" in tables else _NONE,
             epochs=_query(conn, _SQL_EPOCHS, {"key": session_key}),
-            turn_context=_query(conn, SQL_TURN_CONTEXT, {"sid": session_id}) if "conversation_events" in tables else _NONE,
-            **_events_block_rows(conn, session_id, session_key, "conversation_events" in tables),
+            turn_context=turn_context,
+            **_events_block_rows(conn, session_id, session_key, "conversation_events" in tables, bool(turn_context[1])),
         )
 
     def _fetch_messages(self, conn: Any, session_id: str) -> _Raw:
@@ -824,19 +825,21 @@ class SessionDatabase:
             outline = lazy.outline.outline()
             session.messages = LazyMessages(outline, _RowLoader(self.ref, lazy.session_id, outline.row_ids,
                                                                  session.bot.user_id))
-        self._events_blocks(rows, session)
+        self._events_blocks(rows, session, None if lazy is None else _RowLoader(
+            self.ref, lazy.session_id, session.outline.row_ids, session.bot.user_id))
         self._upstream_events(rows, session)
         return settle_bot_headers(session)  # the bot is known now (profile)
 
-    def _events_blocks(self, rows: _SessionRows, session: Session) -> None:
-        """Upstream's events-block rows become one message per line (``store.upstream``)."""
-        if not rows.blocks[1]:
+    def _events_blocks(self, rows: _SessionRows, session: Session, read: _RowLoader | None) -> None:
+        """Upstream's turn rows and replies get their platform ids, its events-block rows become one message per
+        line (``store.upstream``); ``read``: a lazy session's rows, read without keeping them."""
+        if not rows.blocks[1] and not rows.message_events[1]:
             return
-        from zhin_cli.store.upstream import block_texts, expand_events_blocks, message_events
+        from zhin_cli.store.upstream import block_texts, message_events, read_upstream_messages
 
         created, recalled = message_events(_rows(rows.message_events), session.session_key or "")
-        session.notes.extend(expand_events_blocks(session, block_texts(_rows(rows.blocks)), created, recalled,
-                                                  self.ref.label))
+        session.notes.extend(read_upstream_messages(session, block_texts(_rows(rows.blocks)), created, recalled,
+                                                    self.ref.label, read))
 
     def _upstream_events(self, rows: _SessionRows, session: Session) -> None:
         """Upstream's member events of this epoch into its history (``store.upstream_events``); rows that cannot
@@ -1025,11 +1028,12 @@ _SQL_MEMBER_EVENTS = ("SELECT conversation_events.id, conversation_events.event_
                       " AND conversation_events.conversation_key IN ({keys}) ORDER BY conversation_events.id")
 
 
-def _events_block_rows(conn: Any, session_id: str, session_key: str, upstream: bool) -> dict[str, _Raw]:
-    """Upstream's events-block rows of the session and, when there are any, the message events of its
-    conversation (only its keys' rows are fetched: other groups' messages are never read)."""
+def _events_block_rows(conn: Any, session_id: str, session_key: str, upstream: bool, turns: bool) -> dict[str, _Raw]:
+    """Upstream's events-block rows of the session and, when there are any or ``turns`` (upstream's turn rows,
+    whose platform ids are there), the message events of its conversation (only its keys' rows are fetched:
+    other groups' messages are never read)."""
     blocks = _query(conn, _SQL_EVENTS_BLOCKS, {"sid": session_id}) if upstream else _NONE
-    if not blocks[1]:
+    if not blocks[1] and not turns:
         return {"blocks": blocks}
     from zhin_cli.store.events import session_key_of
 

@@ -18,14 +18,25 @@ Pure functions over text: no database access.
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from zhin_cli.core.errors import at_row
-from zhin_cli.core.model import Actor, LazyMessages, Message, OutlineBuilder, Session, SessionOutline, UserMessage
+from zhin_cli.core.model import (
+    Actor,
+    AssistantMessage,
+    LazyMessages,
+    Message,
+    OutlineBuilder,
+    Session,
+    SessionOutline,
+    UserMessage,
+    messages_at,
+)
 from zhin_cli.core.timezones import valid_timezone
 
 _OPEN = "[Turn context]\n"
@@ -115,6 +126,7 @@ class CreatedMessage:
     reply_to: str | None = None
     event_row: int | None = None  # conversation_events.id
     text: str = ""  # its text segments, joined: how a line is told from another line of the same member
+    from_bot: bool = False  # the bot's own message (no actor; sender_id and name empty): a reply, never a line
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,22 +141,34 @@ class BlockLine:
 
 
 def created_message(event: dict[str, Any], event_row: int | None = None) -> CreatedMessage | None:
-    """A ``message.created`` event's facts, or None when it lacks one (a row zhin cannot read as a message)."""
+    """A ``message.created`` event's facts, or None when it lacks one (a row zhin cannot read as a message). One
+    without ``actor`` is the bot's own (upstream writes its replies so, with a ``markdown`` segment)."""
     message = event.get("message") if event.get("type") == "message.created" else None
     if not isinstance(message, dict):
         return None
     ref, actor, reply = message.get("ref"), message.get("actor"), message.get("replyTo")
     time = message.get("timestamp", event.get("timestamp"))
-    if not (isinstance(ref, dict) and isinstance(actor, dict) and actor.get("id") is not None
-            and ref.get("id") is not None and isinstance(time, int) and not isinstance(time, bool)):
+    if not (isinstance(ref, dict) and ref.get("id") is not None and isinstance(time, int) and not isinstance(time, bool)):
         return None
     reply_id = reply.get("id") if isinstance(reply, dict) else None
-    segments = message.get("segments")
-    segments = segments if isinstance(segments, list) else []
-    text = "".join(str(s["data"].get("text", "")) for s in segments
-                   if isinstance(s, dict) and s.get("type") == "text" and isinstance(s.get("data"), dict))
+    text = _segments_text(message.get("segments"))
+    if actor is None:
+        return CreatedMessage(str(ref["id"]), "", "", time, None if reply_id is None else str(reply_id), event_row,
+                              text, from_bot=True)
+    if not (isinstance(actor, dict) and actor.get("id") is not None):
+        return None
     return CreatedMessage(str(ref["id"]), str(actor["id"]), str(actor.get("displayName") or actor["id"]), time,
                           None if reply_id is None else str(reply_id), event_row, text)
+
+
+def _segments_text(segments: Any) -> str:
+    """The text a message's segments say: ``text`` segments' text, ``markdown`` segments' content."""
+    parts = []
+    for segment in segments if isinstance(segments, list) else []:
+        data = segment.get("data") if isinstance(segment, dict) else None
+        if isinstance(data, dict) and segment.get("type") in ("text", "markdown"):
+            parts.append(str(data.get("text" if segment["type"] == "text" else "content", "")))
+    return "".join(parts)
 
 
 def recalled_id(event: dict[str, Any]) -> str | None:
@@ -189,7 +213,7 @@ def _matching_row(body: str, head: int, kind: str, created: Sequence[CreatedMess
                   used: set[str]) -> tuple[CreatedMessage | None, int]:
     if kind != "message.created":
         return None, head
-    candidates = [row for row in created if row.message_id not in used
+    candidates = [row for row in created if row.message_id not in used and not row.from_bot
                   and body.startswith(f"{row.name} ({row.sender_id}): ", head)]
     if not candidates:
         return None, head
@@ -216,19 +240,167 @@ def _line_end(body: str, start: int) -> int:
     return following.start() if following is not None else len(body)
 
 
+# --- turn rows and the bot's replies: their platform message ids -----------------------------------------------
+#
+# A triggered member message and the bot's reply are ``message.created`` rows of ``conversation_events`` too (the
+# reply: no actor, one ``markdown`` segment), but the turn row and the reply row do not store the platform id.
+# Each row is matched to its event: same conversation, same sender (the bot's reply: an event without actor), text
+# equal after ``same_text``, and time close — a turn row is written just after its message arrived, a reply row
+# just before the reply is sent. The closest such event wins; none, no id (never a guess).
+
+MATCH_WINDOW_MS = 5 * 60_000  # how far a row may be from its event: a slow host, not another turn
+CLOCK_SKEW_MS = 1_000  # how far on the "wrong" side (before its message, after its reply was sent)
+_PREFIX_MAX = 16  # a trigger prefix is one token (upstream's defaults: `#`, `AI:`, `ai:`; configurable)
+_SPACES = re.compile(r"\s+")
+
+
+def same_text(said: str, body: str) -> bool:
+    """Whether a turn row's ``body`` is the text of the message that ``said`` it, as upstream's trigger match
+    cleans it (``matchAiTrigger``): trimmed (an @ leaves its space; whitespace runs compare as one space), and a
+    prefix trigger's prefix dropped — ``#…``, ``AI: …``: one token of at most 16 characters before the body."""
+    said, body = _SPACES.sub(" ", said).strip(), _SPACES.sub(" ", body).strip()
+    if said == body:
+        return True
+    if not body or not said.endswith(body):
+        return False
+    prefix = said[: len(said) - len(body)].rstrip()
+    return 0 < len(prefix) <= _PREFIX_MAX and not _SPACES.search(prefix)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRow:
+    """A stored user or assistant message as the matching sees it."""
+
+    position: int
+    sender_id: str | None  # None: the bot's reply
+    time: int
+    text: str
+
+
+def match_rows(rows: Sequence[StoredRow], created: Sequence[CreatedMessage],
+               used: set[str]) -> dict[int, CreatedMessage]:
+    """Position → the event each row is (module comment); an event in ``used`` or taken by an earlier row is
+    not taken again. ``used`` gains the ids given."""
+    found: dict[int, CreatedMessage] = {}
+    for row in rows:
+        if row.sender_id is None:  # a reply is sent after its row was written
+            low, high = row.time - CLOCK_SKEW_MS, row.time + MATCH_WINDOW_MS
+        else:  # a turn row is written after its message arrived
+            low, high = row.time - MATCH_WINDOW_MS, row.time + CLOCK_SKEW_MS
+        candidates = [event for event in created if event.message_id not in used and low <= event.time <= high
+                      and (event.from_bot if row.sender_id is None else event.sender_id == row.sender_id)
+                      and (same_text(event.text, row.text) if row.sender_id is not None
+                           else _SPACES.sub(" ", event.text).strip() == _SPACES.sub(" ", row.text).strip())]
+        if candidates:
+            event = min(candidates, key=lambda e: (abs(e.time - row.time), e.time))
+            found[row.position] = event
+            used.add(event.message_id)
+    return found
+
+
+RowReader = Callable[[Sequence[int]], list[Message]]
+
+
+def give_platform_ids(session: Session, created: Sequence[CreatedMessage], skip_rows: set[int],
+                      read: RowReader | None = None) -> set[str]:
+    """Give ``session``'s stored turn rows and replies that have none the platform id of their event (module
+    comment). Only the rows near an event of their kind are read (``read``: positions → messages without keeping
+    them, a lazy session's loader; else ``session.messages``); ``skip_rows``: row ids not to match (the events
+    blocks). Eager and lazy sessions get the same ids (a lazy outline is rebuilt with them). Returns the ids given."""
+    outline = session.outline
+    positions = _candidates(outline, created, skip_rows)
+    if not positions:
+        return set()
+    messages = read(positions) if read is not None else messages_at(session.messages, positions)
+    rows = [row for row in map(_stored_row, positions, messages) if row is not None]
+    used: set[str] = set()
+    found = match_rows(rows, created, used)
+    if found:
+        _set_ids(session, {position: event.message_id for position, event in found.items()})
+    return used
+
+
+def _candidates(outline: SessionOutline, created: Sequence[CreatedMessage], skip_rows: set[int]) -> list[int]:
+    """Positions of user rows and text replies without a platform id that have an event of their kind nearby."""
+    member_times = sorted(e.time for e in created if not e.from_bot)
+    bot_times = sorted(e.time for e in created if e.from_bot)
+    positions = []
+    for position, (row_id, time, role) in enumerate(zip(outline.row_ids, outline.timestamps, outline.roles,
+                                                        strict=True)):
+        if outline.message_ids[position] is not None or row_id in skip_rows:
+            continue
+        if role == "user" and _any_between(member_times, time - MATCH_WINDOW_MS, time + CLOCK_SKEW_MS):
+            positions.append(position)
+        elif (role == "assistant" and outline.has_text[position]
+              and _any_between(bot_times, time - CLOCK_SKEW_MS, time + MATCH_WINDOW_MS)):
+            positions.append(position)
+    return positions
+
+
+def _any_between(times: list[int], low: int, high: int) -> bool:
+    index = bisect.bisect_left(times, low)
+    return index < len(times) and times[index] <= high
+
+
+def _stored_row(position: int, message: Message) -> StoredRow | None:
+    if isinstance(message, AssistantMessage):
+        return StoredRow(position, None, message.timestamp, message.text)
+    if isinstance(message, UserMessage) and message.actor is not None:
+        return StoredRow(position, message.actor.subject_id, message.timestamp, message.text)
+    return None
+
+
+def _set_ids(session: Session, ids: dict[int, str]) -> None:
+    messages = session.messages
+    if isinstance(messages, LazyMessages):
+        outline = messages.outline
+        message_ids = [ids.get(p, known) for p, known in enumerate(outline.message_ids)]
+        session.messages = LazyMessages(replace(outline, message_ids=message_ids), _IdLoader(messages, ids))
+    else:
+        session.messages = [_with_id(m, ids[p]) if p in ids else m for p, m in enumerate(messages)]
+
+
+def _with_id(message: Message, message_id: str) -> Message:
+    """The message with its platform id, in its payload too (an exported file reads back with it)."""
+    if not isinstance(message, (UserMessage, AssistantMessage)):
+        return message
+    return replace(message, message_id=message_id, raw={**message.raw, "messageId": message_id})
+
+
+@dataclass
+class _IdLoader:
+    """A lazy session's loader once its rows got their platform ids: each row as read, with its id."""
+
+    source: LazyMessages
+    ids: dict[int, str]
+
+    def __call__(self, positions: Sequence[int]) -> list[Message]:
+        return [_with_id(m, self.ids[p]) if p in self.ids else m
+                for p, m in zip(positions, self.source.take(positions), strict=True)]
+
+
+def read_upstream_messages(session: Session, blocks: Sequence[tuple[int, str]], created: Sequence[CreatedMessage],
+                           recalled: set[str], label: str, read: RowReader | None = None) -> list[str]:
+    """What upstream writes into a session's messages, read: its turn rows and replies get their platform ids,
+    then its events-block rows become their lines' messages (``expand_events_blocks``). The warnings."""
+    used = give_platform_ids(session, created, {row_id for row_id, _ in blocks}, read)
+    return expand_events_blocks(session, blocks, created, recalled, label, used) if blocks else []
+
+
 # --- a loaded session's events-block rows become their lines' messages --------------------------------------------
 
 def expand_events_blocks(session: Session, blocks: Sequence[tuple[int, str]], created: Sequence[CreatedMessage],
-                         recalled: set[str], label: str) -> list[str]:
+                         recalled: set[str], label: str, used: set[str] | None = None) -> list[str]:
     """Each events-block row of ``session``'s history (``blocks``: row id and its first text) becomes one
     ``UserMessage`` per line: the member's own, with the row's sender, name, time, platform id and reply. A
     recalled message is left out (never shown as said). Times keep upstream's parent_id order: a line's time is
     its row's, held between the messages the block row stands between (the block row is written after its turn
-    row but sent before it). Returns the warnings (rows named)."""
+    row but sent before it). ``used``: platform ids already given (``give_platform_ids``), never a line's.
+    Returns the warnings (rows named)."""
     outline = session.outline
     position_of = {row_id: i for i, row_id in enumerate(outline.row_ids)}
     ids = _SyntheticIds(set(outline.row_ids))
-    used: set[str] = set()
+    used = set() if used is None else used
     replaced: dict[int, list[Message]] = {}
     notes: list[str] = []
     for row_id, text in sorted(blocks):
