@@ -193,7 +193,7 @@ def _changed(folder: Path, index: int, old: str, new: str, label: str = "plain")
 def test_categories_from_zhins_attribution(folder: Path) -> None:
     assert _changed(folder, 13, "writing", "wrting") == "example-dialogue"
     assert _changed(folder, 2, "precise", "precize") == "card-field"
-    assert _changed(folder, 7, "spare key", "spare kee") == "card-field"  # worldInfoAfter
+    assert _changed(folder, 7, "spare key", "spare kee") == "world-info"  # a lorebook entry (worldInfoAfter): its own category
     assert _changed(folder, 0, "Write Juniper", "Write Jupiter") == "macro"  # inside {{char}}'s output
     assert _changed(folder, 0, "slow, quiet", "slow, loud") is None  # the entry's literal text: no category
     assert _changed(folder, 35, "最后提醒", "最后提示") is None  # a plain entry without macros

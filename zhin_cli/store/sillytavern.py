@@ -79,6 +79,9 @@ class Card:
     spec: str  # "chara_card_v3", "chara_card_v2", "v1"
     # fields the card sets that zhin does not simulate (ST's character overrides, Character's Note), one line each
     notes: tuple[str, ...] = ()
+    world: str | None = None  # extensions.world: the name of the World Info book linked to the character
+    # the embedded lorebook (the card spec's character_book object), as found; None without one
+    character_book: dict[str, Any] | None = field(default=None, compare=False, hash=False)
 
     def card_options(self) -> dict[str, str]:
         """The card as zhin's preset card options (``pipeline.preset.model.CardOptions``)."""
@@ -91,6 +94,14 @@ class Lore:
     path: Path
     after: str  # constant, enabled entries at "after character definitions", joined as ST joins them
     notes: list[str] = field(default_factory=list)  # what is not simulated, one line each
+    # every entry as found (its key in ``entries`` and the object), its types checked: the World Info engine
+    # (pipeline/preset/worldinfo.py) reads them
+    entries: tuple[tuple[str, dict[str, Any]], ...] = ()
+
+    @property
+    def name(self) -> str:
+        """The book's name as ST knows it: its file name in ``worlds/`` without ``.json`` (an export keeps it)."""
+        return self.path.name.removesuffix(".json")
 
 
 # --- the chat file ---------------------------------------------------------------------------------------------
@@ -445,7 +456,14 @@ def _card_from(path: Path, obj: dict[str, Any], *, where: str) -> Card:
         values[key] = value
     if not values["name"]:
         raise InputError("the card has no 'name'", where=where)
-    return Card(path=path, spec=spec_name, notes=_unsimulated(fields, path), **values)
+    extensions = fields.get("extensions")
+    world = extensions.get("world") if isinstance(extensions, dict) else None
+    book = fields.get("character_book")
+    if book is not None and not (isinstance(book, dict) and isinstance(book.get("entries", []), list)):
+        raise InputError(f"card field 'character_book' must be an object with an 'entries' list, got {short(book)}",
+                         where=where)
+    return Card(path=path, spec=spec_name, notes=_unsimulated(fields, path),
+                world=world if isinstance(world, str) and world else None, character_book=book, **values)
 
 
 # Card fields ST uses that zhin's preset stage does not: ST's main / post-history overrides and Character's Note
@@ -487,10 +505,11 @@ def _key_where(raw: bytes, path: Path) -> Callable[[str], str]:
 
 
 def read_lore(path: Path) -> Lore:
-    """ST's World Info export (``{"entries": {"0": {...}}}``): the constant, enabled entries at position 1, as
-    ST's world-info.js joins them — it walks the activated entries by ``order`` descending and ``unshift``s each
-    content, so the text is in ascending ``order`` (ties: the later entry first), joined with "\\n", empty contents
-    skipped. Keyword-triggered entries and other positions are not simulated: one note line each."""
+    """ST's World Info export (``{"entries": {"0": {...}}}``): every entry, its types checked (``entries``, for the
+    World Info engine), and — for a caller without the engine — ``after``, the constant, enabled entries at
+    position 1 as ST's world-info.js joins them: it walks the activated entries by ``order`` descending and
+    ``unshift``s each content, so the text is in ascending ``order`` (ties: the later entry first), joined with
+    "\\n", empty contents skipped."""
     raw = _read_limited(path, "World Info file")
     book = _json_object(raw, path, "World Info file")
     where = _key_where(raw, path)
@@ -509,7 +528,8 @@ def read_lore(path: Path) -> Lore:
     # ST: sort by order descending (stable), then unshift each: the same as a stable ascending sort of the
     # reversed list
     ordered = sorted(reversed(chosen), key=lambda item: item[0])
-    return Lore(path=path, after="\n".join(content for _, content in ordered if content), notes=notes)
+    return Lore(path=path, after="\n".join(content for _, content in ordered if content), notes=notes,
+                entries=tuple((str(key), entry) for key, entry in entries.items()))
 
 
 def _lore_entry(key: str, entry: dict[str, Any], notes: list[str], where: Callable[[str], str]) -> tuple[int, str] | None:
@@ -527,15 +547,11 @@ def _lore_entry(key: str, entry: dict[str, Any], notes: list[str], where: Callab
     order = entry.get("order", 100)
     if not isinstance(order, int | float) or isinstance(order, bool):
         raise InputError(f"entry {short(key)}: 'order' must be a number, got {short(order)}", where=where(f"entries.{key}.order"))
-    label = f"entry {key}" + (f" ({entry['comment']})" if isinstance(entry.get("comment"), str) and entry["comment"] else "")
-    position = entry.get("position", 0)
-    if entry.get("constant") is not True:
-        notes.append(f"{label}: keyword-triggered, not simulated (only constant entries are)")
+    for name in ("key", "keysecondary"):
+        keys = entry.get(name, [])
+        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+            raise InputError(f"entry {short(key)}: '{name}' must be a list of strings, got {short(keys)}",
+                             where=where(f"entries.{key}.{name}"))
+    if entry.get("constant") is not True or entry.get("position", 0) != WI_POSITION_AFTER:
         return None
-    if position != WI_POSITION_AFTER:
-        place = WI_POSITIONS.get(position, f"position {short(position)}") if isinstance(position, int) else short(position)
-        notes.append(f"{label}: at {place}, not simulated (only 'after character definitions' is)")
-        return None
-    if entry.get("useProbability") is True and entry.get("probability", 100) != 100:
-        notes.append(f"{label}: probability {short(entry.get('probability'))}%, taken as always sent")
     return int(order), content

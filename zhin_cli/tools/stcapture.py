@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from zhin_cli.core.errors import InputError, ZhinError
 from zhin_cli.core.readers import read_json_file
+from zhin_cli.pipeline.preset import worldinfo
 from zhin_cli.store.sillytavern import ChatTurn, SillyTavernChat, read_card, read_chat, read_lore
 from zhin_cli.tools.requestdiff import marked, readable
 from zhin_cli.tools.stcheck import ByDesign, Departure, TurnCheck, check_turn, prepare
@@ -200,22 +202,38 @@ def turn_of(body: dict[str, Any], chat: SillyTavernChat) -> ChatTurn | None:
     return TurnMatcher(chat).turn_of(body)
 
 
-def check_capture(folder: Path, *, preset: Path, chat: Path, card: Path | None = None, lore: Path | None = None,
-                  persona: str | None = None, persona_description: str = "",
-                  post_processing: str | None = None) -> CheckResult:
-    """Check every chat-completions capture in ``folder`` against zhin's request for its turn of ``chat``."""
+def read_world_settings(path: Path) -> worldinfo.Settings:
+    """ST's World Info settings from its ``settings.json`` (the ``world_info_settings`` object; a file holding only
+    that object's keys is read too)."""
+    data, _text = read_json_file(path, InputError, "SillyTavern settings file")
+    if not isinstance(data, dict):
+        raise InputError("a SillyTavern settings file must be a JSON object", where=f"{path}:1")
+    inner = data.get("world_info_settings", data)
+    if not isinstance(inner, dict):
+        raise InputError("'world_info_settings' must be an object", where=str(path))
+    return worldinfo.settings_from_st(inner)
+
+
+def check_capture(folder: Path, *, preset: Path, chat: Path, card: Path | None = None,
+                  lore: Path | Sequence[Path] | None = None, persona: str | None = None, persona_description: str = "",
+                  post_processing: str | None = None, world_settings: worldinfo.Settings | None = None) -> CheckResult:
+    """Check every chat-completions capture in ``folder`` against zhin's request for its turn of ``chat``.
+    ``lore``: World Info books (ST's exports); ``world_settings``: ST's World Info settings (default: ST's)."""
     captures, notes = read_captures(folder)
     st_card = read_card(card) if card is not None else None
     st_chat = read_chat(chat, persona=persona, character=st_card.name if st_card else None)
-    st_lore = read_lore(lore) if lore is not None else None
-    notes = [*st_chat.notes, *(st_card.notes if st_card else ()), *(st_lore.notes if st_lore else []), *notes]
+    lore_paths = [] if lore is None else [lore] if isinstance(lore, Path) else list(lore)
+    st_lores = [read_lore(path) for path in lore_paths]
+    notes = [*st_chat.notes, *(st_card.notes if st_card else ()), *(n for book in st_lores for n in book.notes),
+             *notes]
     if st_card is None:
         notes.append("no --card: the preset's card fields are empty (as the preset file says)")
     if not captures:
         raise ZhinError("no captures here (NNNNN-chat-completions.json files, as zhin serve --capture writes)",
                         where=str(folder))
-    setup = prepare(preset, st_chat, card=st_card, lore=st_lore, persona_description=persona_description,
-                    post_processing=post_processing)
+    setup = prepare(preset, st_chat, card=st_card, lore=st_lores, persona_description=persona_description,
+                    post_processing=post_processing, world_settings=world_settings)
+    notes += setup.notes
     matcher = TurnMatcher(st_chat)
     results: list[CaptureResult] = []
     ignored: set[str] = set()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,11 @@ from typing import Any
 from zhin_cli.core.errors import AssemblyError, InputError
 from zhin_cli.pipeline.assemble import DEFAULT_MODEL, DEFAULT_PROVIDER, TAIL_SEGMENT, AssembledRequest, Assembler
 from zhin_cli.pipeline.config import parse_config
+from zhin_cli.pipeline.preset import worldinfo
 from zhin_cli.pipeline.preset.layout import SYSTEM_SEGMENT
+from zhin_cli.pipeline.preset.macros import MacroContext, MacroEngine
 from zhin_cli.pipeline.preset.model import Preset
+from zhin_cli.pipeline.preset.skeleton import AUTHORS_NOTE_SEGMENT, WORLD_INFO_SEGMENT
 from zhin_cli.store.sillytavern import Card, ChatTurn, Lore, SillyTavernChat
 from zhin_cli.tools.requestdiff import CONTEXT, first_difference
 
@@ -48,6 +52,10 @@ class CheckSetup:
     assembler: Assembler = field(repr=False)
     variables: tuple[str, ...] = ()  # the chat variables the preset and card use (the state probe pre-sets them)
     probe: Assembler | None = field(default=None, repr=False)  # the assembler with those variables pre-set
+    # texts of the World Info entries and the Author's Note (macros expanded with the chat's names): an extra
+    # message on ST's side that holds one of them gets its category (zhin rendered nothing there to ask)
+    known_texts: tuple[tuple[str, str], ...] = ()
+    notes: tuple[str, ...] = ()  # World Info and Author's Note features that are set but not simulated
 
     @property
     def character(self) -> str:
@@ -108,27 +116,83 @@ class TurnCheck:
 # --- setup ---------------------------------------------------------------------------------------------------
 
 
-def prepare(preset: Path, chat: SillyTavernChat, *, card: Card | None = None, lore: Lore | None = None,
-            persona_description: str = "", post_processing: str | None = None,
+def prepare(preset: Path, chat: SillyTavernChat, *, card: Card | None = None,
+            lore: Lore | Sequence[Lore] | None = None, persona_description: str = "",
+            post_processing: str | None = None, world_settings: worldinfo.Settings | None = None,
             provider: str = DEFAULT_PROVIDER, model: str = DEFAULT_MODEL) -> CheckSetup:
-    """Load the preset once with the card, persona and lorebook as card options, and build the assembler (and the
-    state probe) for ``provider``/``model`` — ST's Custom source speaks OpenAI's shape, hence the default profile;
-    a capture's own ``model`` is not known until it is read, and one that differs gets a note."""
+    """Load the preset once with the card, persona and lorebooks, and build the assembler (and the state probe)
+    for ``provider``/``model`` — ST's Custom source speaks OpenAI's shape, hence the default profile; a capture's
+    own ``model`` is not known until it is read, and one that differs gets a note. The lorebooks, the card's
+    embedded book and the chat's Author's Note go to the World Info engine (``world_info``), with
+    ``world_settings`` (ST's defaults when None)."""
     options: dict[str, Any] = {"user": chat.persona_name, "char": chat.character_name,  # the card's name, below
                                "persona": persona_description}
     if card is not None:
         # the greeting is the chat's own first message already (ST writes first_mes into the chat file)
         options.update({k: v for k, v in card.card_options().items() if k != "greeting"})
-    if lore is not None:
-        options["world_book_after"] = lore.after
+    lores = [] if lore is None else [lore] if isinstance(lore, Lore) else list(lore)
+    world, notes = world_info(chat, card, lores, world_settings or worldinfo.Settings())
     config = parse_config({"preset": {"file": str(preset), **options}})
     registry, _ = config.registry()
     assembler = Assembler(registry, config, provider=provider, model=model)
-    if assembler.preset is not None and post_processing is not None:
-        # a connection setting in ST, not part of an export: the caller says what ST used
-        assembler.preset.settings["custom_prompt_post_processing"] = post_processing
+    if assembler.preset is not None:
+        if post_processing is not None:
+            # a connection setting in ST, not part of an export: the caller says what ST used
+            assembler.preset.settings["custom_prompt_post_processing"] = post_processing
+        # ST's own files, not zhin.yaml options: set on the loaded preset, as the connection setting is
+        assembler.preset.card = replace(assembler.preset.card, world_info=world)
     variables = _used_variables(assembler.preset)
-    return CheckSetup(chat, card, assembler, variables, _probe(assembler, variables))
+    names = (options["user"] or "User", card.name if card is not None else chat.character_name)
+    return CheckSetup(chat, card, assembler, variables, _probe(assembler, variables), _known_texts(world, *names),
+                      tuple(notes))
+
+
+def _book_name(name: str) -> str:
+    return name.replace("_", " ").strip().casefold()
+
+
+def world_info(chat: SillyTavernChat, card: Card | None, lores: list[Lore],
+               settings: worldinfo.Settings) -> tuple[worldinfo.WorldInfo, list[str]]:
+    """The books ST scans for this chat, each with its role (ST orders them by it): a ``--lore`` book named as the
+    chat's book (``chat_metadata.world_info``) is the chat's, one named as the card's (``extensions.world``) the
+    character's, any other a global one; the card's embedded ``character_book`` is the character's book when no
+    file stands for it. Names compare as ST's file names, ``_`` and spaces alike, case-insensitively. And one
+    note for each book the chat or card names that is not given, and each feature that is not simulated."""
+    notes: list[str] = []
+    chat_book = chat.metadata.get("world_info")
+    chat_book = chat_book if isinstance(chat_book, str) and chat_book else None
+    card_book = card.world if card is not None else None
+    books: list[worldinfo.Book] = []
+    for lore in lores:
+        source = "chat" if chat_book is not None and _book_name(lore.name) == _book_name(chat_book) else \
+            "character" if card_book is not None and _book_name(lore.name) == _book_name(card_book) else "global"
+        books.append(worldinfo.Book(lore.name, source, tuple(worldinfo.entry_from_st(key, raw, lore.name)
+                                                             for key, raw in lore.entries)))
+    sources = {book.source for book in books}
+    if card is not None and card.character_book is not None and "character" not in sources:
+        name = card_book or card.name
+        books.append(worldinfo.Book(name, "character", worldinfo.entries_from_character_book(card.character_book, name)))
+        sources.add("character")
+    if card_book is not None and "character" not in sources and len(lores) != 1:
+        notes.append(f"the card links World Info book {card_book!r} (extensions.world): give it with --lore")
+    if chat_book is not None and "chat" not in sources and len(lores) != 1:
+        notes.append(f"the chat is bound to World Info book {chat_book!r} (chat_metadata.world_info): give it with --lore")
+    for book in books:
+        for entry in book.entries:
+            if entry.unsimulated and not entry.disabled:
+                notes.append(f"{entry.label}: {', '.join(entry.unsimulated)} not simulated")
+    if settings.min_activations > 0:
+        notes.append(f"World Info minimum activations ({settings.min_activations}) is not simulated")
+    return worldinfo.WorldInfo(tuple(books), settings, worldinfo.note_from_metadata(chat.metadata)), notes
+
+
+def _known_texts(world: worldinfo.WorldInfo, user: str, char: str) -> tuple[tuple[str, str], ...]:
+    """(category, text) for every entry's content and the note, macros expanded with the chat's names."""
+    engine = MacroEngine(MacroContext(user=user, char=char))
+    out = [("world-info", engine.expand(entry.content).strip()) for book in world.books for entry in book.entries]
+    if world.note is not None:
+        out.append(("authors-note", engine.expand(world.note.prompt).strip()))
+    return tuple((category, text) for category, text in out if text)
 
 
 def _used_variables(preset: Preset | None) -> tuple[str, ...]:
@@ -137,6 +201,9 @@ def _used_variables(preset: Preset | None) -> tuple[str, ...]:
     texts = [p.content for p in preset.prompts.values()]
     card = preset.card
     texts += [card.description, card.personality, card.scenario, card.persona, card.examples, card.world_book_after]
+    if card.world_info is not None:
+        texts += [e.content for book in card.world_info.books for e in book.entries]
+        texts += [card.world_info.note.prompt] if card.world_info.note is not None else []
     return tuple(sorted({m.group(1).strip() for text in texts for m in _VARIABLE_MACRO.finditer(text)}))
 
 
@@ -404,8 +471,22 @@ def _opening(text: str) -> str:
 class _Categorizer:
     """A departure's category, from zhin's attribution of the message (never from guessing at text)."""
 
-    def __init__(self, preset: Preset | None) -> None:
+    def __init__(self, preset: Preset | None, known: tuple[tuple[str, str], ...] = ()) -> None:
         self.preset = preset
+        self.known = known
+
+    def whole(self, sources: tuple[str, ...]) -> str | None:
+        """A whole message zhin rendered (missing or moved): the World Info or the note it holds, else an in-chat
+        preset entry (``injection``)."""
+        if any(s == AUTHORS_NOTE_SEGMENT for s in sources):
+            return "authors-note"
+        if any(s.startswith(WORLD_INFO_SEGMENT) for s in sources):
+            return "world-info"
+        return "injection" if self.in_chat(sources) else None
+
+    def extra(self, content: str) -> str | None:
+        """An ST message zhin has no partner for: the category of a World Info entry or note text it holds."""
+        return next((category for category, text in self.known if text in content), None)
 
     def in_chat(self, sources: tuple[str, ...]) -> bool:
         if self.preset is None:
@@ -434,6 +515,10 @@ class _Categorizer:
             return "example-dialogue"
         if segment in _CARD_FIELD_SEGMENTS:
             return "card-field"
+        if segment.startswith(WORLD_INFO_SEGMENT):
+            return "world-info"
+        if segment == AUTHORS_NOTE_SEGMENT:
+            return "authors-note"
         if segment.startswith(HISTORY_PREFIX):
             # a history text the preset stage rewrote, and only its regex scripts rewrite history texts
             return "regex" if mine.rewritten and self.preset is not None and self.preset.regex_scripts else None
@@ -463,8 +548,9 @@ class _Categorizer:
         return True
 
 
-def _compare(turn: int, st: list[_StMessage], zhin: list[ZhinMessage], preset: Preset | None) -> list[Departure]:
-    cat = _Categorizer(preset)
+def _compare(turn: int, st: list[_StMessage], zhin: list[ZhinMessage], preset: Preset | None,
+             known: tuple[tuple[str, str], ...] = ()) -> list[Departure]:
+    cat = _Categorizer(preset, known)
     left = [(m.role, m.compared, m.name) for m in st]
     right = [(m.role, m.content, m.name) for m in zhin]
     matcher = difflib.SequenceMatcher(None, left, right, autojunk=False)
@@ -491,14 +577,15 @@ def _compare(turn: int, st: list[_StMessage], zhin: list[ZhinMessage], preset: P
             continue
         deleted.remove(z)
         inserted.remove(partner)
-        category = "injection" if cat.in_chat(z.sources) else None
+        category = cat.whole(z.sources)
         out.append(Departure(turn, partner.index, z.index, partner.role, z.role, z.source, "moved", category, None,
                              _opening(partner.content), _opening(z.content)))
     for z in deleted:
         out.append(Departure(turn, None, z.index, z.role, z.role, z.source, "missing",
-                             "injection" if cat.in_chat(z.sources) else None, None, "", _opening(z.content)))
+                             cat.whole(z.sources), None, "", _opening(z.content)))
     for s in inserted:
-        out.append(Departure(turn, s.index, None, s.role, None, "", "extra", None, None, _opening(s.content), ""))
+        out.append(Departure(turn, s.index, None, s.role, None, "", "extra", cat.extra(s.content), None,
+                             _opening(s.content), ""))
     return sorted(out, key=lambda d: (d.st_index if d.st_index is not None else 10**9, d.zhin_index or 0))
 
 
@@ -546,7 +633,7 @@ def check_turn(setup: CheckSetup, turn: ChatTurn, body: dict[str, Any]) -> TurnC
     speakers = {"user": setup.chat.persona_name,
                 "assistant": setup.character}
     st, by_design = _st_messages(body, zhin, patterns, speakers, turn.number)
-    departures = _compare(turn.number, st, zhin, setup.assembler.preset)
+    departures = _compare(turn.number, st, zhin, setup.assembler.preset, setup.known_texts)
     ignored = sorted((set(body) | set(request.request)) - {"messages"})
     model = body.get("model")
     notes = [] if model in (None, setup.assembler.model) else [

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from zhin_cli.pipeline.preset.worldinfo import WorldInfo
+
 Role = Literal["system", "user", "assistant"]
 Severity = Literal["error", "warning", "info"]
 
@@ -146,6 +148,9 @@ class CardOptions:
     # the chat variables at the start of the request (ST's chat_metadata.variables); not a zhin.yaml option:
     # zhin's scope is one request, so this is empty except where a tool sets it (stcheck's state probe)
     variables: tuple[tuple[str, str], ...] = ()  # (name, value) pairs: hashable, as the options are
+    # ST's World Info books, settings and the chat's Author's Note (worldinfo.py); not a zhin.yaml option: set by a
+    # tool that reads ST's own files (check-capture). None: no World Info, as before
+    world_info: WorldInfo | None = None
 
     FIELDS = ("user", "char", "persona", "description", "personality", "scenario", "examples", "world_book_after", "seed",
               "greeting")

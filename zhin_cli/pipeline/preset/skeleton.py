@@ -27,12 +27,14 @@ from typing import Any
 from zhin_cli.pipeline.format import neutralize_body
 from zhin_cli.pipeline.headers import SUMMARY_PREFIX, Projected
 from zhin_cli.pipeline.preset import regex as regex_module
+from zhin_cli.pipeline.preset import worldinfo
 from zhin_cli.pipeline.preset.layout import SYSTEM_SEGMENT, TAIL_SEGMENT, TAIL_SEPARATOR, Item, Layout, PresetMessage
 from zhin_cli.pipeline.preset.macros import JS_WHITESPACE, MacroContext, MacroEngine, js_trim, prepare_card_fields
 from zhin_cli.pipeline.preset.model import (
     APPENDED_WHEN_MISSING,
     BUILTIN_PROMPTS,
     HOLE_ALIASES,
+    MAX_INJECTION_DEPTH,
     ST_MARKERS,
     ZHIN_HOLES,
     CardOptions,
@@ -54,6 +56,10 @@ ST_DEFAULTS: dict[str, Any] = {
     "send_if_empty": "",
 }
 INJECTION_ROLES = ("assistant", "user", "system")  # top to bottom inside one order group (ST code)
+WORLD_INFO_SEGMENT = "preset:world-info:"  # + "<book>:<uid>": one World Info entry's text
+AUTHORS_NOTE_SEGMENT = "preset:authors-note"  # the Author's Note's own text
+EXTENSION_ORDER = 100  # ST's default injection order: the Author's Note and @depth entries join that group
+DEFAULT_MAX_CONTEXT = 4095  # openai.js default openai_max_context (the World Info budget is a share of it)
 MARKER_IDS = frozenset(ST_MARKERS) | frozenset(ZHIN_HOLES)
 
 DEFAULT_PRESET = Preset(
@@ -150,6 +156,7 @@ class _Injection:
     segment: str
     text: str  # as expanded, not trimmed
     report: EntryReport
+    pieces: tuple[tuple[str, str], ...] = ()  # several attributed parts (an extension prompt); else (segment, text)
 
 
 def _trimmed(pieces: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -174,7 +181,7 @@ def _injected(role: str, members: list[_Injection]) -> PresetMessage | None:
     for member in members:
         if pieces:
             pieces.append(("", "\n"))
-        pieces.append((member.segment, member.text))
+        pieces.extend(member.pieces or [(member.segment, member.text)])
     pieces = _trimmed(pieces)
     if not pieces:
         for member in members:
@@ -284,6 +291,129 @@ class _Builder:
         self.world_info_after = self.engine.expand(card.world_book_after)  # an entry's macros expand on activation
         self.entries: list[EntryReport] = []
         self.warnings: list[str] = []
+        self.user_messages = 0  # in the chat, the current one included (the Author's Note's interval counts them)
+        self.activation = self._scan_world_info()
+        self._note: tuple[worldinfo.AuthorsNote, list[tuple[str, str]]] | None | bool = False  # False: not yet
+
+    def _scan_world_info(self) -> worldinfo.Activation:
+        """The World Info entries that fire for this request (ST scans after preparing the card fields and before
+        the preset's entries); nothing without World Info."""
+        world = self.preset.card.world_info
+        if world is None:
+            return worldinfo.Activation()
+        from zhin_cli.core.tokens import counter
+
+        chat = [m for m in self.history + ([self.current] if self.current is not None else [])
+                if m.role in ("user", "assistant")]
+        texts: list[str] = []
+        for message in reversed(chat):
+            row = message.rows[0] if message.rows else None
+            text = (self.facts.raw_text_of(row) if row is not None else None) or message.body
+            if world.settings.include_names:
+                name = (self.facts.speaker_of(row) if row is not None and message.role == "user" else None) or \
+                    (self.context.user if message.role == "user" else self.context.char)
+                text = f"{name}: {text}"
+            texts.append(text)
+        max_context = self.preset.setting("openai_max_context", DEFAULT_MAX_CONTEXT)
+        if not isinstance(max_context, int | float) or isinstance(max_context, bool):
+            max_context = DEFAULT_MAX_CONTEXT
+        activation = worldinfo.activate(world, texts, expand=self.engine.expand, count_tokens=counter().count,
+                                        max_context=int(max_context), seed=self.context.seed)
+        self.user_messages = sum(1 for m in chat if m.role == "user")
+        return activation
+
+    def _world_pieces(self, placed: list[worldinfo.Placed]) -> list[tuple[str, str]]:
+        """Fired entries as attributed pieces joined with ``"\n"``."""
+        pieces: list[tuple[str, str]] = []
+        for entry, content in placed:
+            if pieces:
+                pieces.append(("", "\n"))
+            pieces.append((f"{WORLD_INFO_SEGMENT}{entry.world}:{entry.uid}", content))
+        return pieces
+
+    def _wrapped_pieces(self, pieces: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """World Info pieces in ``wi_format`` (the format's own text attributed to ``preset:wi_format``)."""
+        template = self.setting("wi_format")
+        if not pieces or template == "{0}":
+            return pieces
+        parts = _format_wi(template)
+        if len(parts) == 1:  # no {0}: ST drops the text
+            return []
+        out: list[tuple[str, str]] = []
+        for index, part in enumerate(parts):
+            if index:
+                out.extend(pieces)
+            if part:
+                out.append(("preset:wi_format", self.engine.expand(part)))
+        return out
+
+    def world_book_pieces(self, identifier: str, segment: str) -> list[tuple[str, str]]:
+        """The ``worldBookBefore`` / ``worldBookAfter`` hole: zhin's own text (system prompt; the configured
+        ``world_book_after``) and the World Info entries that fired for that position, joined with ``"\n"``."""
+        if identifier == "worldBookBefore":
+            own, placed = self._wrap_wi(self.system, keep=True), self.activation.before
+        else:
+            own, placed = self._wrap_wi(self.world_info_after), self.activation.after
+        pieces = [(segment, own)] if own else []
+        fired = self._wrapped_pieces(self._world_pieces(placed))
+        if pieces and fired:
+            pieces.append(("", "\n"))
+        return pieces + fired
+
+    def note(self) -> tuple[worldinfo.AuthorsNote, list[tuple[str, str]]] | None:
+        """The Author's Note and its text as attributed pieces, when it goes into this request (ST: only then do
+        the World Info entries at its top and bottom go in), else None. Expanded once per request."""
+        if self._note is False:
+            self._note = self._make_note()
+        return None if isinstance(self._note, bool) else self._note
+
+    def _make_note(self) -> tuple[worldinfo.AuthorsNote, list[tuple[str, str]]] | None:
+        world = self.preset.card.world_info
+        if world is None:
+            return None
+        note = world.note or worldinfo.AuthorsNote()  # ST fills a chat's note settings with the defaults
+        if not worldinfo.note_fires(note, self.user_messages):
+            return None
+        text = self.engine.expand(note.prompt)
+        pieces: list[tuple[str, str]] = []
+        for owner, piece in worldinfo.note_pieces(text, self.activation):
+            if isinstance(owner, worldinfo.Entry):
+                pieces.append((f"{WORLD_INFO_SEGMENT}{owner.world}:{owner.uid}", piece))
+            else:
+                pieces.append((AUTHORS_NOTE_SEGMENT if owner == worldinfo.NOTE else "", piece))
+        pieces = _trimmed(pieces)  # ST trims each extension prompt
+        return (note, pieces) if pieces else None
+
+    def extension_injections(self, sequence: int) -> list[_Injection]:
+        """The Author's Note (in chat) and the @depth World Info groups as in-chat injections: ST's extension
+        prompts, each trimmed, joined into the group of their depth and role after the preset's own entries
+        (the note, ``2_floating_prompt``, sorts before the ``customDepthWI`` groups)."""
+        out: list[_Injection] = []
+        found = self.note()
+        if found is not None and found[0].position == 1:
+            note, pieces = found
+            report = EntryReport("authorsNote", "in-chat", f"depth {note.depth}, {note.role}")
+            self.entries.append(report)
+            out.append(_Injection(note.depth, EXTENSION_ORDER, sequence, note.role, AUTHORS_NOTE_SEGMENT,
+                                  "".join(t for _s, t in pieces), report, tuple(pieces)))
+        for depth, role, placed in self.activation.at_depth:
+            pieces = _trimmed(self._world_pieces(placed))
+            if not pieces or not 0 <= depth <= MAX_INJECTION_DEPTH:
+                continue
+            report = EntryReport(f"worldInfoDepth{depth}{role}", "in-chat", f"depth {depth}, {role}")
+            self.entries.append(report)
+            out.append(_Injection(depth, EXTENSION_ORDER, sequence + 1 + len(out), role, pieces[0][0],
+                                  "".join(t for _s, t in pieces), report, tuple(pieces)))
+        return out
+
+    def note_in_prompt(self, before: bool) -> list[PresetMessage]:
+        """The Author's Note at position 2 (before the main prompt) or 0 (after it), as its own message."""
+        found = self.note()
+        if found is None or found[0].position != (2 if before else 0):
+            return []
+        note, pieces = found
+        self.entries.append(EntryReport("authorsNote", "sent", "before main" if before else "after main"))
+        return [PresetMessage(note.role, pieces)]  # type: ignore[arg-type]
 
     def _raw(self, message: Projected | None) -> str:
         if message is None or not message.rows:
@@ -478,6 +608,14 @@ class _Builder:
                 slots.append(("messages", self.examples(segment, entry.role_set, role)))
                 self.entries.append(EntryReport(entry.identifier, "sent", "examples"))
                 continue
+            if identifier in ("worldBookBefore", "worldBookAfter") and not entry.in_chat:
+                pieces = self.world_book_pieces(identifier, segment)
+                if pieces:
+                    slots.append(("messages", [PresetMessage(role, pieces)]))
+                self.entries.append(EntryReport(entry.identifier, "sent" if pieces else "empty"))
+                continue
+            if identifier == "main":
+                slots.append(("messages", self.note_in_prompt(before=True)))
             text = self.marker_text(identifier)
             if text is None:
                 if entry.marker and entry.identifier not in BUILTIN_PROMPTS:
@@ -503,6 +641,9 @@ class _Builder:
                 continue
             slots.append(("messages", [PresetMessage(role, [(segment, text)])]))
             self.entries.append(EntryReport(entry.identifier, "sent"))
+            if identifier == "main":
+                slots.append(("messages", self.note_in_prompt(before=False)))
+        injections.extend(self.extension_injections(len(collection)))
         # Second pass: lay the slots out.
         items: list[Item] = []
         for kind, value in slots:
