@@ -26,6 +26,14 @@ logged usage).
    (``window.sliding``: cut to ``max_messages - 1``, so every turn past the limit moves it), replayed by the same
    ``cachereplay.replay_cache`` as the ADR layout, so the two differ by the window alone. Hit rate alone is the
    wrong target (a window without a cap hits more and costs more); the bill is what the operator pays.
+
+4. **The bot's real bill** (``session_bill``): per stored reply, what its provider reported for the request —
+   ``stats.usage_record``, the reading ``trace`` shows as "the bot sent N prompt tokens, M cached" — as a
+   ``CacheOutcome`` (``usage.billed_outcome``) priced by ``Cost.of``, beside the ADR layout's outcome of the same
+   turn (item 2, the simulated case of the bot's provider), both at the price row of the model the bot used. A
+   reply without usage has no figure, never 0; the totals cover the requests with both. The bot's prompts hold its
+   own system prompt and tool schemas, which no database keeps (``BILL_CAVEAT``). Captured bodies (a capture
+   folder, a JSONL of bodies: ``capture_bill``) have the bot's side only, from their recorded usage.
 """
 
 from __future__ import annotations
