@@ -38,11 +38,12 @@ from zhin_cli.tools.prefixdiff import (
     Serialized,
     SessionDiff,
     cache_outcome,
+    continues,
     cost_dict,
     diff_body_pair,
 )
 from zhin_cli.tools.usage import normalize_usage
-from zhin_cli.wire import WireFormat, wire_for
+from zhin_cli.wire import WireFormat, canonical, wire_for
 
 # The provider profile a wire format is simulated with when --provider does not name one.
 DEFAULT_PROFILES = {"openai-chat": "openai", "anthropic-messages": "anthropic", "gemini-generate": "gemini"}
@@ -77,26 +78,6 @@ def _history(body: CapturedBody, wire: WireFormat) -> list[Any]:
     return messages[start:]
 
 
-def _text(wire: WireFormat, message: Any) -> str:
-    try:
-        return "\n".join(wire.message_texts(message))
-    except (AttributeError, TypeError, KeyError):
-        return ""
-
-
-def _continues(wire: WireFormat, old: Any, new: Any) -> bool:
-    """The same message, or the same role with text added before or after the old text (a re-rendered row)."""
-    if old == new:
-        return True
-    if wire.role(old) != wire.role(new):
-        return False
-    a, b = _text(wire, old), _text(wire, new)
-    if not a or not b:
-        return False
-    shorter, longer = (a, b) if len(a) <= len(b) else (b, a)
-    return longer.endswith(shorter) or longer.startswith(shorter)
-
-
 def continuation_score(wire: WireFormat, last: list[Any], new: list[Any]) -> int:
     """How many leading messages of ``new`` continue ``last`` (from its start, or from a later message of it when
     the history window moved); 0: not the same conversation."""
@@ -104,17 +85,35 @@ def continuation_score(wire: WireFormat, last: list[Any], new: list[Any]) -> int
         return 0
     best = 0
     for start, message in enumerate(last):
-        if not _continues(wire, message, new[0]):
+        if not continues(wire, message, new[0]):
             continue
         score = 0
         for old, fresh in zip(last[start:], new, strict=False):
-            if not _continues(wire, old, fresh):
+            if not continues(wire, old, fresh):
                 break
             score += 1
         best = max(best, score)
         if start == 0 and best:
             break  # the history did not move: the alignment at the start is the one
     return best
+
+
+SHARED_MESSAGES = 2  # whole messages a request must share with a conversation's last one to join it without continuing it
+
+
+def shared_messages(last: list[Any], new: list[Any]) -> int:
+    """How many of ``new``'s messages occur, whole and unchanged, in ``last``."""
+    seen = {canonical(message) for message in last}
+    return sum(1 for message in new if canonical(message) in seen)
+
+
+def _best(candidates: list[int], scores: list[int], minimum: int) -> int | None:
+    """The candidate with the highest score of at least ``minimum`` (a tie: the first, i.e. the latest)."""
+    best, chosen = minimum - 1, None
+    for index, value in zip(candidates, scores, strict=True):
+        if value > best:
+            best, chosen = value, index
+    return chosen
 
 
 def group_conversations(bodies: Iterable[CapturedBody]) -> list[Conversation]:
@@ -125,13 +124,10 @@ def group_conversations(bodies: Iterable[CapturedBody]) -> list[Conversation]:
         wire = wire_for(body.wire)
         route = route_of(body)
         history = _history(body, wire)
-        best, chosen = 0, None
-        for index in range(len(conversations) - 1, -1, -1):  # the latest first: a tie goes to it
-            if conversations[index].route != route:
-                continue
-            score = continuation_score(wire, lasts[index], history)
-            if score > best:
-                best, chosen = score, index
+        candidates = [i for i in range(len(conversations) - 1, -1, -1) if conversations[i].route == route]  # latest first
+        chosen = _best(candidates, [continuation_score(wire, lasts[i], history) for i in candidates], 1)
+        if chosen is None:  # a window that moved and re-rendered its first message: whole messages still shared
+            chosen = _best(candidates, [shared_messages(lasts[i], history) for i in candidates], SHARED_MESSAGES)
         if chosen is None:
             conversations.append(Conversation(route))
             chosen = len(conversations) - 1

@@ -507,6 +507,27 @@ class BodyRequest:
         return serialize_body(self.body, self.wire, self.model, self.encoding)
 
 
+def message_text(wire: WireFormat, message: Any) -> str:
+    """A message's text blocks joined ("" for a message the wire model cannot read)."""
+    try:
+        return "\n".join(wire.message_texts(message))
+    except (AttributeError, TypeError, KeyError):
+        return ""
+
+
+def continues(wire: WireFormat, old: Any, new: Any) -> bool:
+    """The same message, or the same role with text added before or after the old text (a re-rendered row)."""
+    if old == new:
+        return True
+    if wire.role(old) != wire.role(new):
+        return False
+    a, b = message_text(wire, old), message_text(wire, new)
+    if not a or not b:
+        return False
+    shorter, longer = (a, b) if len(a) <= len(b) else (b, a)
+    return longer.endswith(shorter) or longer.startswith(shorter)
+
+
 def _tools_detail(old: BodyRequest, new: BodyRequest) -> str:
     names_old, names_new = old.wire.tool_names(old.body), new.wire.tool_names(new.body)
     if sorted(names_old) == sorted(names_new):
@@ -531,13 +552,33 @@ def _classify_bodies(old: BodyRequest, new: BodyRequest, a: Serialized, b: Seria
     if chunk.label == "glue" and a.chunks[div.chunk].data == b"]":
         return "append", ""
     index = chunk.message_index if chunk.label == "message" else len(old.messages)
-    first = new.system_messages
-    if index == first and first < len(new.messages):
-        later = old.messages[first + 1 :]
-        if new.messages[first] in later:  # the history now starts at a later message of the previous request
-            return "window_shift", "the history starts at another message"
+    if index <= max(old.system_messages, new.system_messages) and _history_dropped(old, new):
+        return "window_shift", "the history starts at another message: the first ones were dropped"
+    if old.messages[index + 1 :] == new.messages[index + 1 : len(old.messages)] and _dropped_tail(old, new, index):
+        return "tail", "the end of the previous request's last message was dropped (a runtime tail)"
     role = new.wire.role(new.messages[index]) if index < len(new.messages) else "?"
     return "messages_changed", f"message {index} ({role}) was rewritten"
+
+
+def _history_dropped(old: BodyRequest, new: BodyRequest) -> bool:
+    """The previous request's first history message is nowhere in the new one, not even re-rendered: the history
+    window moved (or was compacted) rather than a message being rewritten."""
+    if old.system_messages >= len(old.messages):
+        return False
+    first = old.messages[old.system_messages]
+    return not any(continues(old.wire, first, message) for message in new.messages[new.system_messages :])
+
+
+def _dropped_tail(old: BodyRequest, new: BodyRequest, index: int) -> bool:
+    """Message ``index`` comes back with only its end cut off (the text before it, and every later message of the
+    previous request, unchanged): a runtime tail (ADR 0045) — not a rewrite, which changes or adds text before it."""
+    if index >= len(new.messages):
+        return False
+    before, after = old.messages[index], new.messages[index]
+    if old.wire.role(before) != new.wire.role(after):
+        return False
+    text_before, text_after = message_text(old.wire, before), message_text(new.wire, after)
+    return bool(text_after) and len(text_after) < len(text_before) and text_before.startswith(text_after)
 
 
 def diff_body_pair(old: BodyRequest, new: BodyRequest, a: Serialized, b: Serialized, cached: int) -> PairDiff:
