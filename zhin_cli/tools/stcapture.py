@@ -295,6 +295,19 @@ def _by_design_lines(items: list[ByDesign]) -> list[str]:
             for kind, item in first.items()]
 
 
+def settings_hint(result: CheckResult) -> str | None:
+    """One line when most of the checked messages depart: then a setting differs rather than a text (ST's
+    post-processing is not in the capture, squash and names behaviour are preset settings, a group chat is not a
+    private one), and the departures one by one would only repeat it."""
+    checked = sum(check.messages for check in result.checks)
+    departing = sum(len({d.st_index for d in check.departures if d.st_index is not None}) for check in result.checks)
+    if not checked or departing * 2 <= checked:
+        return None
+    return (f"hint: {departing} of {checked} ST messages depart — a settings mismatch more likely than a text: "
+            "--post-processing, the preset's squash and names behaviour (save it in ST before exporting), "
+            "World Info settings (--st-settings, --scan-depth), or a group chat checked as a private one")
+
+
 def report_lines(result: CheckResult) -> list[str]:
     """The text report: departures, then what differs by design, ignored keys, notes and a summary line."""
     lines: list[str] = []
@@ -312,6 +325,9 @@ def report_lines(result: CheckResult) -> list[str]:
     notes = [*result.notes, *(f"{c.capture.path.name}: {c.note}" for c in result.captures if c.note),
              *(f"turn {check.turn}: {note}" for check in result.checks for note in check.notes)]
     lines += [f"note: {note}" for note in notes]
+    hint = settings_hint(result)
+    if hint:
+        lines.append(hint)
     turns = len({check.turn for check in result.checks})
     kinds = Counter(item.kind for item in by_design)
     design = (" · by design: " + ", ".join(f"{k} × {n}" for k, n in kinds.items())) if kinds else ""

@@ -106,11 +106,12 @@ class TurnCheck:
     removed: dict[str, int]  # {"headers": n, "system_parts": n, "tail": n}: zhin's own additions taken out
     ignored_keys: list[str]  # top-level keys of either body not compared (sampling/connection), sorted
     notes: list[str] = field(default_factory=list)  # e.g. the capture's model is not the profile zhin used
+    messages: int = 0  # messages in ST's body (what the departures are out of)
 
     def as_dict(self) -> dict[str, Any]:
         return {"turn": self.turn, "departures": [d.as_dict() for d in self.departures],
                 "by_design": [b.as_dict() for b in self.by_design], "removed": dict(self.removed),
-                "ignored_keys": list(self.ignored_keys), "notes": list(self.notes)}
+                "ignored_keys": list(self.ignored_keys), "notes": list(self.notes), "messages": self.messages}
 
 
 # --- setup ---------------------------------------------------------------------------------------------------
@@ -484,6 +485,16 @@ class _Categorizer:
             return "world-info"
         return "injection" if self.in_chat(sources) else None
 
+    def beside(self, zhin: list[ZhinMessage], moved: ZhinMessage) -> str | None:
+        """A history message that moved did so past something zhin inserts by depth: the World Info or note
+        message next to it on zhin's side names the cause (a depth or an interval that differs)."""
+        at = zhin.index(moved)
+        for neighbour in zhin[max(0, at - 1):at] + zhin[at + 1:at + 2]:
+            category = self.whole(neighbour.sources)
+            if category in ("world-info", "authors-note"):
+                return category
+        return None
+
     def extra(self, content: str) -> str | None:
         """An ST message zhin has no partner for: the category of a World Info entry or note text it holds."""
         return next((category for category, text in self.known if text in content), None)
@@ -577,7 +588,7 @@ def _compare(turn: int, st: list[_StMessage], zhin: list[ZhinMessage], preset: P
             continue
         deleted.remove(z)
         inserted.remove(partner)
-        category = cat.whole(z.sources)
+        category = cat.whole(z.sources) or cat.beside(zhin, z)
         out.append(Departure(turn, partner.index, z.index, partner.role, z.role, z.source, "moved", category, None,
                              _opening(partner.content), _opening(z.content)))
     for z in deleted:
@@ -608,7 +619,7 @@ def _located(theirs: str, mine: str) -> tuple[int, str, str, int]:
 def _pair(turn: int, s: _StMessage, z: ZhinMessage, cat: _Categorizer) -> list[Departure]:
     out: list[Departure] = []
     if s.role != z.role:
-        out.append(Departure(turn, s.index, z.index, s.role, z.role, z.source, "role", None, None,
+        out.append(Departure(turn, s.index, z.index, s.role, z.role, z.source, "role", cat.whole(z.sources), None,
                              _opening(s.content), _opening(z.content)))
     if s.compared != z.content or s.name != z.name:
         byte: int | None
@@ -639,4 +650,4 @@ def check_turn(setup: CheckSetup, turn: ChatTurn, body: dict[str, Any]) -> TurnC
     notes = [] if model in (None, setup.assembler.model) else [
         f"the capture's model is {model!r}; zhin's request was built with the {setup.assembler.provider} "
         f"{setup.assembler.model} profile"]
-    return TurnCheck(turn.number, departures, by_design, removed, ignored, notes)
+    return TurnCheck(turn.number, departures, by_design, removed, ignored, notes, len(st))
