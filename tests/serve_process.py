@@ -24,6 +24,7 @@ class ServeProcess:
                                         stderr=subprocess.PIPE, preexec_fn=default_sigint)
         assert self.process.stderr is not None
         first = self.process.stderr.readline().decode("utf-8", "replace")
+        self.ready_line = first
         match = re.search(r"listening on (http://127\.0\.0\.1:(\d+)/v1)", first)
         assert match, first
         self.base_url, self.port = match.group(1), int(match.group(2))

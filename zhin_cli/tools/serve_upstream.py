@@ -135,6 +135,7 @@ def open_upstream(upstream: Upstream, path: str, headers: list[tuple[str, str]],
         for name, value in headers:
             connection.putheader(name, value)
         connection.putheader("Accept-Encoding", "identity")
+        connection.putheader("Connection", "close")  # one request per connection (see the module docstring)
         connection.putheader("Content-Length", str(len(body)))
         connection.endheaders(bytes(body))
         return connection, connection.getresponse()
