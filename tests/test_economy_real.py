@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from conftest import run_zhin
 
-from zhin_cli.tools.economy import ADR_LABEL, BILL_CAVEAT, PAID_LABEL, EconomyReport, run_economy
+from zhin_cli.tools.economy import ADR_LABEL, BILL_CAVEAT, PAID_LABEL, EconomyReport, is_captures, run_economy
 
 DATA = Path(__file__).parent / "data" / "upstream-db" / "data.sqlite"
 GROUP_A = "onebot11:tokyo-ob11:group:856301447"
@@ -378,3 +378,23 @@ def test_a_session_and_a_capture_folder_in_one_run(db: Path, prices: Path) -> No
     paid_b = [row["paid"]["prompt"] for row in document["sessions"][0]["bill"]["requests"]]
     captured = {row["capture"]: row["paid"]["prompt"] for row in document["captures"][0]["bill"]["requests"]}
     assert paid_b == [captured[n] for n in CAPTURES[GROUP_B]]  # one request, one figure, whichever source
+
+
+def test_a_name_too_long_for_a_file_is_not_read_as_captures(db: Path) -> None:
+    long_id = "x" * 300  # no file system holds this name: it is a session id, not a capture folder
+    assert is_captures(db.parent / long_id) is False  # old: OSError (ENAMETOOLONG) from Path.is_dir
+    assert is_captures(capture_folder(db.parent / "captures", 1))  # control: a real capture folder is one
+    result = run_zhin("report", "economy", long_id, "--db", db, cwd=db.parent)
+    assert result.returncode == 3 and "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+def test_a_bot_provider_not_simulated_has_no_adr_side_and_says_which(db: Path, prices: Path) -> None:
+    report = run_economy([GROUP_B], cwd=db.parent, db=str(db), providers=["anthropic"], prices_file=prices)
+    bill = report.as_dict()["sessions"][0]["bill"]
+    for row in bill["requests"]:
+        assert row["paid"] is not None and row["adr"] is None and row["adr_case"] is None
+        assert row["adr_missing"] == "provider openai is not simulated here (simulated: anthropic)"
+    assert bill["totals"]["requests_compared"] == 0  # nothing to compare: neither total counts a one-sided row
+    # control: with the bot's provider simulated, every row has both sides
+    both = economy(db, prices, GROUP_B).as_dict()["sessions"][0]["bill"]
+    assert all(row["adr"] is not None for row in both["requests"]) and both["totals"]["requests_compared"] == 3

@@ -188,37 +188,41 @@ def _price_words(rows: list[BillRow]) -> str:
                      for p in seen.values()) or "no price row (no cost)"
 
 
+def _bill_table(bill: SessionBill) -> Table:
+    """One row per request: the bot's side, and ADR 0041's beside it unless the bill has none (captured bodies)."""
+    prices = markup_safe(_price_words(bill.rows))
+    if bill.no_adr is not None:
+        table = Table("capture", "file", bill.paid_label, title=f"the bot's bill, input only, at {prices}",
+                      title_justify="left")
+        for row in bill.rows:
+            table.add_row(str(row.capture), markup_safe(Path(row.where or "").name),
+                          _side_cell(row.paid, row.cost(row.paid), row.paid_missing))
+        return table
+    table = Table("turn", "row", bill.paid_label, ADR_LABEL, title_justify="left",
+                  title=f"the bot's bill beside ADR 0041's, input only, at {prices}")
+    for row in bill.rows:
+        table.add_row(str(row.turn), str(row.row_id), _side_cell(row.paid, row.cost(row.paid), row.paid_missing),
+                      _side_cell(row.adr, row.cost(row.adr), row.adr_missing))
+    return table
+
+
 def _print_bill(console: Console, bill: SessionBill) -> None:
     """The bot's stored usage beside ADR 0041's simulation, per request and in total (docs/economy.md)."""
     if bill.reason:
         console.print(markup_safe(f"{bill.paid_label}: nothing to show — {bill.reason}; the figures above are zhin's "
                                   "simulation only"))
         return
-    prices = markup_safe(_price_words(bill.rows))
-    if bill.no_adr is not None:  # captured bodies: the bot's side alone
-        table = Table("capture", "file", bill.paid_label, title=f"the bot's bill, input only, at {prices}", title_justify="left")
-        for row in bill.rows:
-            table.add_row(str(row.capture), markup_safe(Path(row.where or "").name),
-                          _side_cell(row.paid, row.cost(row.paid), row.paid_missing))
-    else:
-        table = Table("turn", "row", bill.paid_label, ADR_LABEL, title=f"the bot's bill beside ADR 0041's, input only, at "
-                      f"{prices}", title_justify="left")
-        for row in bill.rows:
-            table.add_row(str(row.turn), str(row.row_id), _side_cell(row.paid, row.cost(row.paid), row.paid_missing),
-                          _side_cell(row.adr, row.cost(row.adr), row.adr_missing))
+    table = _bill_table(bill)
     paid, adr = bill.totals()
     counted = sum(map(bill.counted, bill.rows))
+    alone = bill.no_adr is not None  # the bot's side alone: one total
     table.add_section()
-    table.add_row("total", f"{counted} req.", _total_cell(paid), *(() if bill.no_adr is not None else (_total_cell(adr),)))
+    table.add_row("total", f"{counted} req.", _total_cell(paid), *(() if alone else (_total_cell(adr),)))
     console.print(table)
-    left_out = len(bill.rows) - counted
-    if left_out:
-        console.print(f"{left_out} request(s) without {'usage' if bill.no_adr else 'both figures'} are left out of "
-                      f"{'the total' if bill.no_adr else 'both totals'}")
-    if bill.no_adr is not None:
-        console.print(markup_safe(f"{ADR_LABEL}: none — {bill.no_adr}"))
-    else:
-        console.print(markup_safe(f"caveat: {BILL_CAVEAT}"))
+    if left_out := len(bill.rows) - counted:
+        console.print(f"{left_out} request(s) without usage are left out of the total" if alone else
+                      f"{left_out} request(s) without both figures are left out of both totals")
+    console.print(markup_safe(f"{ADR_LABEL}: none — {bill.no_adr}" if alone else f"caveat: {BILL_CAVEAT}"))
 
 
 def _print_capture(console: Console, capture: CaptureEconomy) -> None:

@@ -39,6 +39,7 @@ logged usage).
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
 import json
 from collections import Counter
@@ -569,12 +570,12 @@ def session_bill(session: Session, cache: dict[str, CacheFigures], prices: Price
                 bill.notes.append(note)
         figures = cache.get(record.provider)
         request = figures.requests[number] if figures is not None and number < len(figures.requests) else None
-        turn = _turn_of(cache, number)
         adr_missing = None if request is not None else (
             f"provider {record.provider} is not simulated here (simulated: {', '.join(cache) or 'none'})")
-        bill.rows.append(BillRow(turn, message.row_id, record.provider, record.model, choices[key], paid, missing,
-                                 request.adr if request is not None else None, adr_missing,
-                                 record.provider if request is not None else None))
+        bill.rows.append(BillRow(turn=_turn_of(cache, number), row_id=message.row_id, provider=record.provider,
+                                 model=record.model, price=choices[key], paid=paid, paid_missing=missing,
+                                 adr=request.adr if request is not None else None, adr_missing=adr_missing,
+                                 adr_case=record.provider if request is not None else None))
     bill.reason = _no_bill_reason(bill.rows, len(replies))
     if bill.reason:
         bill.rows, bill.notes = [], []
@@ -619,9 +620,9 @@ def capture_bill(captures: CaptureSet, prices: PriceTable) -> CaptureEconomy:
             choices[key], note = price_for(ProviderCase(*key), prices)
             if note and note not in bill.notes:
                 bill.notes.append(note)
-        bill.rows.append(BillRow(None, None, key[0], key[1], choices[key], paid,
-                                 missing if missing != NO_USAGE else "no usage recorded", None, None, None,
-                                 capture=body.number, where=body.where))
+        bill.rows.append(BillRow(turn=None, row_id=None, provider=key[0], model=key[1], price=choices[key], paid=paid,
+                                 paid_missing="no usage recorded" if missing == NO_USAGE else missing,
+                                 adr=None, adr_missing=None, adr_case=None, capture=body.number, where=body.where))
     if not any(row.paid is not None for row in bill.rows):
         bill.reason = (f"no usage recorded for any of its {len(bill.rows)} requests (no exchange files, no "
                        f"{SERVE_LOG} that matches them)")
@@ -760,8 +761,15 @@ def run_economy(
 
 
 def is_captures(path: Path) -> bool:
-    """A capture folder (numbered request bodies) or a JSONL whose lines are request bodies, not a session."""
-    return is_capture_folder(path) or is_body_jsonl(path)
+    """A capture folder (numbered request bodies) or a JSONL whose lines are request bodies, not a session. A name
+    the file system cannot hold is neither (a 256+ character session id is looked up in the database, as
+    ``store._is_file`` has it)."""
+    try:
+        return is_capture_folder(path) or is_body_jsonl(path)
+    except OSError as error:
+        if error.errno == errno.ENAMETOOLONG:
+            return False
+        raise
 
 
 @dataclass(frozen=True)
