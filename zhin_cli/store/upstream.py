@@ -258,7 +258,15 @@ def same_text(said: str, body: str) -> bool:
     """Whether a turn row's ``body`` is the text of the message that ``said`` it, as upstream's trigger match
     cleans it (``matchAiTrigger``): trimmed (an @ leaves its space; whitespace runs compare as one space), and a
     prefix trigger's prefix dropped — ``#…``, ``AI: …``: one token of at most 16 characters before the body."""
-    said, body = _SPACES.sub(" ", said).strip(), _SPACES.sub(" ", body).strip()
+    return _said_as(_squash(said), _squash(body))
+
+
+def _squash(text: str) -> str:
+    return _SPACES.sub(" ", text).strip()
+
+
+def _said_as(said: str, body: str) -> bool:
+    """``same_text`` of two squashed texts."""
     if said == body:
         return True
     if not body or not said.endswith(body):
@@ -280,17 +288,22 @@ class StoredRow:
 def match_rows(rows: Sequence[StoredRow], created: Sequence[CreatedMessage],
                used: set[str]) -> dict[int, CreatedMessage]:
     """Position → the event each row is (module comment); an event in ``used`` or taken by an earlier row is
-    not taken again. ``used`` gains the ids given."""
+    not taken again. ``used`` gains the ids given. Each row looks only at its sender's events in its window, and
+    each text is squashed once."""
+    by_sender: dict[str | None, list[tuple[CreatedMessage, str]]] = {}
+    for event in sorted(created, key=lambda e: e.time):
+        by_sender.setdefault(None if event.from_bot else event.sender_id, []).append((event, _squash(event.text)))
+    times = {sender: [e.time for e, _ in events] for sender, events in by_sender.items()}
     found: dict[int, CreatedMessage] = {}
     for row in rows:
-        if row.sender_id is None:  # a reply is sent after its row was written
+        if row.sender_id is None:  # a reply is sent after its row was written, as written
             low, high = row.time - CLOCK_SKEW_MS, row.time + MATCH_WINDOW_MS
         else:  # a turn row is written after its message arrived
             low, high = row.time - MATCH_WINDOW_MS, row.time + CLOCK_SKEW_MS
-        candidates = [event for event in created if event.message_id not in used and low <= event.time <= high
-                      and (event.from_bot if row.sender_id is None else event.sender_id == row.sender_id)
-                      and (same_text(event.text, row.text) if row.sender_id is not None
-                           else _SPACES.sub(" ", event.text).strip() == _SPACES.sub(" ", row.text).strip())]
+        events, event_times, text = by_sender.get(row.sender_id, []), times.get(row.sender_id, []), _squash(row.text)
+        window = events[bisect.bisect_left(event_times, low) : bisect.bisect_right(event_times, high)]
+        candidates = [event for event, said in window if event.message_id not in used
+                      and (said == text if row.sender_id is None else _said_as(said, text))]
         if candidates:
             event = min(candidates, key=lambda e: (abs(e.time - row.time), e.time))
             found[row.position] = event
