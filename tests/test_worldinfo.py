@@ -20,7 +20,10 @@ def _entry(uid: str, content: str = "", **fields: Any) -> Entry:
     return Entry(uid=uid, world="Harbour", content=content or f"text {uid}", **fields)
 
 
-def _fire(chat: list[str], *entries: Entry, settings: Settings = Settings(), books: tuple[Book, ...] | None = None,
+DEFAULTS = Settings()  # ST's
+
+
+def _fire(chat: list[str], *entries: Entry, settings: Settings = DEFAULTS, books: tuple[Book, ...] | None = None,
           tokens: Any = len, max_context: int = 100_000, seed: str = "s") -> Activation:
     world = WorldInfo(books if books is not None else (Book("Harbour", "global", entries),), settings)
     return wi.activate(world, chat, expand=lambda text: text.replace("{{char}}", "Wren"), count_tokens=tokens,
