@@ -45,6 +45,7 @@ from zhin_cli.tools.economy import (
     SessionEconomy,
     SideTotals,
     run_economy,
+    written,
 )
 
 report_app = typer.Typer(help="Reports over stored sessions.", no_args_is_help=True)
@@ -170,9 +171,10 @@ def _side_cell(outcome: CacheOutcome | None, cost: Cost | None, missing: str | N
     """``2,583 prompt, 2,432 cached → $0.0004``; the reason instead when there is no figure (never a 0)."""
     if outcome is None:
         return markup_safe(missing or "—")
-    written = f", {outcome.written:,} written" if outcome.written else ""
+    tokens = written(outcome)
+    written_words = f", {tokens:,} written" if tokens else ""
     usd = f" → {format_usd(cost.usd)}" if cost is not None else ""
-    return f"{outcome.prompt_tokens:,} prompt, {outcome.read:,} cached{written}{usd}"
+    return f"{outcome.prompt_tokens:,} prompt, {outcome.read:,} cached{written_words}{usd}"
 
 
 def _total_cell(side: SideTotals) -> str:

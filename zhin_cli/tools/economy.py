@@ -490,8 +490,13 @@ class BillRow:
 def _side_dict(outcome: CacheOutcome | None, cost: Cost | None) -> dict[str, Any] | None:
     if outcome is None:
         return None
-    return {"prompt": outcome.prompt_tokens, "cached": outcome.read, "written": outcome.written,
+    return {"prompt": outcome.prompt_tokens, "cached": outcome.read, "written": written(outcome),
             "usd": None if cost is None else round(cost.usd, 8)}
+
+
+def written(outcome: CacheOutcome) -> int:
+    """The cache-write tokens a bill counts: those of a TTL (``Cost.of``'s ``cache_write_tokens``)."""
+    return sum(outcome.written_by_ttl.values())
 
 
 @dataclass
@@ -506,7 +511,7 @@ class SideTotals:
     def add(self, outcome: CacheOutcome, cost: Cost | None) -> None:
         self.prompt += outcome.prompt_tokens
         self.cached += outcome.read
-        self.written += outcome.written
+        self.written += written(outcome)
         if cost is not None:
             self.cost.add(cost)
 
