@@ -38,7 +38,7 @@ from zhin_cli.pipeline.assemble import AssembledRequest
 from zhin_cli.pipeline.config import Config
 from zhin_cli.pipeline.facade import Pipeline
 from zhin_cli.pipeline.prices import PriceTable
-from zhin_cli.tools.prefixdiff import DEFAULT_FAIL_ON, PairDiff, Serialized, TurnDiffer, serialize
+from zhin_cli.tools.prefixdiff import DEFAULT_FAIL_ON, BodyRequest, PairDiff, Serialized, TurnDiffer, serialize
 
 HTML_REPORT_VERSION = 1
 # The page's policy: nothing fetched, no plugin, no <base>, no form target; its one inline script and one inline
@@ -334,6 +334,68 @@ def session_page(job: ReportJob, progress: Callable[[int, int], None] | None = N
                        collector.store, collector.groups(), economy, note)
 
 
+# --- captured bodies: a capture folder or a JSONL of bodies drawn like sessions (one page per conversation) -------
+
+
+CAPTURED_STATE = "captured"  # what a captured request's "state" line says: the bot's own body, no zhin segments
+
+
+def _region_segments(request: BodyRequest, serialized: Serialized) -> list[dict[str, Any]]:
+    """A captured body's tokens by region (tools, system, messages): the only parts a foreign body names."""
+    tokens: dict[str, int] = {}
+    start = 0
+    system = request.system_messages  # OpenAI's system prompt is a message: counted as the system
+    for block, end in zip(serialized.plan.blocks, serialized.plan.ends, strict=True):
+        region = "system" if block.region == "messages" and 0 <= block.message_index < system else block.region
+        tokens[region] = tokens.get(region, 0) + end - start
+        start = end
+    return [{"id": region, "kind": region, "weight": 0, "chars": 0, "tokens": count, "trimmed": 0}
+            for region, count in tokens.items()]
+
+
+class _CaptureCollector(_Collector):
+    """``_Collector`` for captured bodies: the pair comes from the capture run (one cache across conversations)."""
+
+    def add_body(self, request: BodyRequest, serialized: Serialized, pair: PairDiff | None, cached: int) -> TurnView:
+        chunks = [self.store.add(c.label, c.data) for c in serialized.chunks if c.label != "glue"]
+        groups = [self._group([c.label if c.label != "message" else "messages"]) for c in serialized.chunks if c.label != "glue"]
+        view = TurnView(
+            turn=request.turn, prompt_tokens=serialized.prompt_tokens, cached_tokens=cached,
+            segments=_region_segments(request, serialized), state_rendering=CAPTURED_STATE, full_headers=0, short_headers=0,
+            breakpoints=[], verdict={"ok": True, "warnings": []}, warnings=[], window={}, chunks=chunks, groups=groups,
+            tail_position=None, tail_text=None)
+        if pair is not None:
+            view.cause, view.detail = pair.cause, pair.detail
+            view.unexpected = pair.cause in self.fail_on
+            view.common_prefix_bytes, view.common_prefix_tokens = pair.common_prefix_bytes, pair.common_prefix_tokens
+            view.divergence = divergence_of(serialized, pair.common_prefix_bytes)
+            view.before, view.after, view.diverging_segment = pair.before, pair.after, pair.segment
+            view.uncached_reason = pair.uncached_reason
+        self.turns.append(view)
+        return view
+
+
+def capture_pages(path: Path, *, provider: str | None = None, prices: PriceTable | None = None) -> list[SessionPage]:
+    """A capture folder or a JSONL of bodies as pages, one per conversation (``prefix-diff``'s grouping and figures)."""
+    from zhin_cli.store.captures import read_captures
+    from zhin_cli.tools.capturediff import body_request, diff_captures, group_conversations
+
+    captures = read_captures(path)
+    diff = diff_captures(captures, provider=provider, prices=prices)
+    pairs = {(s.session_id, p.to_turn): p for s in diff.sessions for p in s.pairs}
+    cached = {r.number: r.cached_tokens for r in diff.requests}
+    pages = []
+    for session, conversation in zip(diff.sessions, group_conversations(captures.bodies), strict=True):
+        collector = _CaptureCollector(session.session_id, DEFAULT_FAIL_ON)
+        for body in conversation.bodies:
+            request = body_request(body, provider)
+            collector.add_body(request, request.serialize(), pairs.get((session.session_id, body.number)), cached[body.number])
+        pages.append(SessionPage(session.session_id, captures.source, session.provider, session.model,
+                                 len(collector.turns), None, collector.turns, collector.store, collector.groups(),
+                                 None, "not computed for captured bodies (the bot's own requests: see report economy)"))
+    return pages
+
+
 def build_report(
     refs: list[str],
     *,
@@ -359,23 +421,31 @@ def build_report(
     from zhin_cli.core.tokens import counter
     from zhin_cli.pipeline.config import load_config
     from zhin_cli.store import database_read
-    from zhin_cli.tools.prefixdiff import session_refs
+    from zhin_cli.tools.prefixdiff import session_refs, split_capture_refs
 
     workers = check_jobs(jobs)
     config = load_config(config_path, cwd=cwd)
-    chosen = session_refs(refs, all_sessions=False, db=db, cwd=cwd)
+    captured, refs = split_capture_refs(refs, cwd)
+    if captured and window:
+        raise UsageError("--window replays zhin's own assembly; captured bodies were assembled by another bot")
+    chosen = session_refs(refs, all_sessions=False, db=db, cwd=cwd) if refs or not captured else []
     prices = config.price_table(prices_file)  # read once, before any session: a bad file stops nothing half-done
+    if captured:  # the bot's own bodies, one page per conversation
+        pages = [page for path in captured for page in capture_pages(path, provider=provider, prices=prices)]
+        if not chosen:
+            return HtmlReport(pages, config.path, None)
     job_list = [ReportJob(ref, db, cwd, config, provider, preset, economy, after_load, prices) for ref in chosen]
+    captured_pages = pages if captured else []
     if workers == 1 or len(job_list) == 1:
         pages = list(ordered_map(functools.partial(session_page, progress=progress), job_list, jobs=1))
     else:
         pages = list(ordered_map(session_page, job_list, jobs=workers, done=progress,
                                  prepare=functools.partial(counter, DEFAULT_ENCODING)))
+    pages = [*pages, *captured_pages]
     database = database_read(chosen, db=db, cwd=cwd)
     sweep: dict[str, Any] | None = None
     sweep_note = ""
     if window and pages:  # report window over the same sessions, for the provider the pages were rendered for
-        from zhin_cli.core.errors import UsageError
         from zhin_cli.tools.windowsweep import run_window
 
         try:

@@ -1,0 +1,43 @@
+"""``zhin report html FOLDER``: a capture folder drawn like sessions, one per conversation (issue 29, Build item 2) —
+the same grouping, causes and cached tokens as ``prefix-diff --json`` on the same folder; the page opens clean in a
+real browser and draws a turn's diff."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from browser import chromium, visit
+from test_captures import SHARED_CAPTURES
+
+SECTION = re.compile(r'<section class="turn[^"]*" id="s(\d+)-t(\d+)"[^>]*data-prompt-tokens="(\d+)" data-cached-tokens="(\d+)"')
+BAR = re.compile(r'<a class="bar" href="#s(\d+)-t(\d+)"([^>]*)>')
+CAUSE = re.compile(r'data-cause="([a-z_]+)"')
+
+
+def test_report_html_draws_each_conversation_with_prefix_diffs_figures(zhin: Any, tmp_path: Path) -> None:
+    assert SHARED_CAPTURES.is_dir(), f"the shared reference is missing: {SHARED_CAPTURES}"
+    shutil.copytree(SHARED_CAPTURES, tmp_path / "captures")
+    made = zhin("report", "html", "captures", "-o", "page.html")
+    assert made.returncode == 0, made.stderr
+    page = (tmp_path / "page.html").read_text(encoding="utf-8")
+    diff = json.loads(zhin("prefix-diff", "captures", "--json").stdout)
+    sessions = re.findall(r'<article class="session" id="s\d+" data-session="([^"]+)"', page)
+    assert sessions == [s["session_id"] for s in diff["sessions"]] == ["captures#1", "captures#8", "captures#16"]
+    cached = {(int(s), int(t)): int(c) for s, t, _, c in SECTION.findall(page)}
+    expected = {r["capture"]: r["cached_tokens"] for r in diff["captures"][0]["requests"]}
+    numbers = {index: [r["capture"] for r in diff["captures"][0]["requests"] if r["session_id"] == sid]
+               for index, sid in enumerate(sessions)}
+    assert cached == {(i, n): expected[n] for i, ns in numbers.items() for n in ns}
+    causes = {(int(s), int(t)): found.group(1) for s, t, rest in BAR.findall(page) if (found := CAUSE.search(rest))}
+    assert causes == {(sessions.index(p["session_id"]), p["to_turn"]): p["cause"]
+                      for s in diff["sessions"] for p in s["pairs"]}
+    assert sum(1 for c in causes.values() if c == "messages_changed") == 12  # negative control: not every pair
+    with chromium() as browser, visit(browser, tmp_path / "page.html", fragment="#s0-t5") as (view, seen):
+        view.wait_for_selector("#s0-t5 details", timeout=30_000)
+        assert not seen.problems()
+        text = view.inner_text("#s0-t5")
+        assert "messages changed" in text and "sender:id=" in text
