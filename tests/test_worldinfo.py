@@ -239,3 +239,37 @@ def test_settings_and_note_from_st() -> None:
     assert wi.note_from_metadata({}) is None
     assert wi.note_from_metadata({"note_prompt": "p", "note_role": 1, "note_depth": 3}) == \
         AuthorsNote("p", interval=1, depth=3, position=1, role="user")
+
+
+def test_example_message_entries_wrap_the_card_examples(tmp_path: Any) -> None:
+    """Entries at the top / bottom of the example messages become example blocks before / after the card's (not
+    in the real-ST set: built from ST's parseMesExamples rules); with the position changed they are not there."""
+    import json
+    from pathlib import Path
+
+    from zhin_cli.store.sillytavern import read_card, read_chat, read_lore
+    from zhin_cli.tools.stcheck import prepare, zhin_request
+
+    golden = Path(__file__).resolve().parent / "st_golden2"
+    book = json.loads((golden / "content" / "lore-Greyreach_Almanac.json").read_text(encoding="utf-8"))
+    for uid, position, text in (("0", wi.EM_TOP, "{{user}}: Top question?\n{{char}}: Top answer."),
+                                ("1", wi.EM_BOTTOM, "<START>\n{{user}}: Bottom question?\n{{char}}: Bottom answer.")):
+        book["entries"][uid].update(position=position, content=text)
+    path = Path(tmp_path) / "lore.json"
+    path.write_text(json.dumps(book), encoding="utf-8")
+
+    def examples(lore: Path) -> list[str]:
+        chat = read_chat(golden / "runs" / "wi" / "chat.jsonl")
+        setup = prepare(golden / "content" / "st-default-preset.json", chat,
+                        card=read_card(golden / "content" / "card-Mirela_Stoyan.json"), lore=read_lore(lore))
+        messages = zhin_request(setup, chat.turns[0]).request["messages"]
+        return [m["content"] for m in messages if m.get("name") in ("example_user", "example_assistant")
+                or m["content"] == "[Example Chat]"]
+
+    assert examples(path) == ["[Example Chat]", "Top question?", "Top answer.",
+                              "[Example Chat]", "How deep is it here?",
+                              "Deep enough to drown in, shallow enough to run aground. Depends on the hour.",
+                              "[Example Chat]", "Do you ever take a day off?",
+                              "The river doesn't. *She pours two cups of tea.*",
+                              "[Example Chat]", "Bottom question?", "Bottom answer."]
+    assert examples(golden / "content" / "lore-Greyreach_Almanac.json")[:2] == ["[Example Chat]", "How deep is it here?"]

@@ -222,6 +222,23 @@ def _example_turns(block: str, user: str, char: str) -> list[tuple[str, str]]:
     return turns
 
 
+def _example_blocks(text: str) -> list[str]:
+    """ST ``parseMesExamples``: a text not starting with ``<START>`` (case-sensitive) gets one; the split is
+    case-insensitive and drops what comes before the first marker. Every block gets its separator, even one that
+    gives no example message (ST inserts newChat per block). ST checks the length, not the trimmed text: "\x1f"
+    gets a separator."""
+    if not text or text == "<START>":
+        return []
+    if not text.startswith("<START>"):
+        text = "<START>\n" + js_trim(text)
+    return re.split(r"<start>", text, flags=re.IGNORECASE)[1:]
+
+
+def _entry_segment(entry: worldinfo.Entry) -> str:
+    """The attribution of one World Info entry's text (stcheck's ``world-info`` category reads it)."""
+    return f"{WORLD_INFO_SEGMENT}{entry.world}:{entry.uid}"
+
+
 def downgrades_mid_system(preset: Preset | None) -> bool:
     """Whether ``preset``'s post-processing (semi, strict, single) leaves no system message after the first, so
     every mid-conversation system message is downgraded: ``post_process``'s own answer, asked before arranging."""
@@ -328,7 +345,7 @@ class _Builder:
         for entry, content in placed:
             if pieces:
                 pieces.append(("", "\n"))
-            pieces.append((f"{WORLD_INFO_SEGMENT}{entry.world}:{entry.uid}", content))
+            pieces.append((_entry_segment(entry), content))
         return pieces
 
     def _wrapped_pieces(self, pieces: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -378,7 +395,7 @@ class _Builder:
         pieces: list[tuple[str, str]] = []
         for owner, piece in worldinfo.note_pieces(text, self.activation):
             if isinstance(owner, worldinfo.Entry):
-                pieces.append((f"{WORLD_INFO_SEGMENT}{owner.world}:{owner.uid}", piece))
+                pieces.append((_entry_segment(owner), piece))
             else:
                 pieces.append((AUTHORS_NOTE_SEGMENT if owner == worldinfo.NOTE else "", piece))
         pieces = _trimmed(pieces)  # ST trims each extension prompt
@@ -525,24 +542,25 @@ class _Builder:
         return text.join(self.engine.expand(piece) for piece in pieces)
 
     def examples(self, segment: str, role_set: bool, role: str) -> list[PresetMessage]:
-        text = self.card_examples
-        if not text or text == "<START>":  # ST checks the length, not the trimmed text: "\x1f" gets a separator
+        blocks = [(segment, block) for block in _example_blocks(self.card_examples)]
+        # World Info at the top / bottom of the examples (ST: each entry's blocks put in front of the examples —
+        # so of the top entries the highest order comes first — or after them)
+        for entry, content in self.activation.example_top:
+            blocks[0:0] = [(_entry_segment(entry), block) for block in _example_blocks(content)]
+        for entry, content in self.activation.example_bottom:
+            blocks += [(_entry_segment(entry), block) for block in _example_blocks(content)]
+        if not blocks:
             return []
-        # ST parseMesExamples: a text not starting with <START> (case-sensitive) gets one; the split is
-        # case-insensitive and drops what comes before the first marker. Every block gets its separator, even
-        # one that gives no example message (ST inserts newChat per block).
-        if not text.startswith("<START>"):
-            text = "<START>\n" + js_trim(text)
         user, char = self.context.user, self.context.char
         out: list[PresetMessage] = []
         separator = self.engine.expand(self.setting("new_example_chat_prompt"))
-        for block in re.split(r"<start>", text, flags=re.IGNORECASE)[1:]:
+        for source, block in blocks:
             turns = _example_turns(js_trim(block), user, char)
             if separator:
                 out.append(PresetMessage("system", [("preset:newChat", separator)], exempt=True))
             for speaker_role, content in turns:
                 name = user if speaker_role == "user" else char
-                out.append(PresetMessage("system", [(segment, content)],
+                out.append(PresetMessage("system", [(source, content)],
                                          name="example_user" if speaker_role == "user" else "example_assistant", speaker=name))
         return out
 
