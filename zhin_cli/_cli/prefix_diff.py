@@ -63,7 +63,7 @@ CACHED, SHARED, NEW = "█", "▒", "░"
 @app.command("prefix-diff")
 @handles_errors_like_diff
 def prefix_diff_command(
-    sessions: Annotated[list[str] | None, typer.Argument(help="Sessions: .jsonl files, folders of them, or session ids / keys in the database.")] = None,
+    sessions: Annotated[list[str] | None, typer.Argument(help="Sessions: .jsonl files, folders of them, or session ids / keys in the database; or captured request bodies — a capture folder (NNNNN-<route>.json, `zhin serve --capture`) or a JSONL of bodies (docs/captures.md).")] = None,
     provider: Annotated[str | None, typer.Option("--provider", "-p", envvar="ZHIN_PROVIDER", help="Provider profile (see `zhin providers`).")] = None,
     model: Annotated[str | None, typer.Option("--model", "-m", envvar="ZHIN_MODEL", help="Model id (default: the model stored with each turn).")] = None,
     base: Annotated[str | None, typer.Option("--base", help="Compare two prompt configurations: a zhin.yaml file or a git ref (main, HEAD~1, a commit).")] = None,

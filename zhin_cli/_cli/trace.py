@@ -69,7 +69,7 @@ BOT_SENT, BOT_CACHED, NOT_STORED = "bot sent", "bot cached", "-"  # the stored-u
 @app.command("trace")
 @handles_errors
 def trace_command(
-    session: Annotated[str, typer.Argument(help="A session .jsonl file, or a session id / key in the database.")],
+    session: Annotated[str, typer.Argument(help="A session .jsonl file, or a session id / key in the database; or captured request bodies — a capture folder or a JSONL of bodies: a row per request, as the bot sent it (docs/captures.md).")],
     turn: Annotated[int | None, typer.Option("--turn", "-t", help="Turn to show (1-based; -1 = last). Default: last. The greeting's turn has no request: a note, exit 0.")] = None,
     all_turns: Annotated[bool, typer.Option("--all", help="Show every turn: one compact row each (--detail: the full tables).")] = False,
     detail: Annotated[bool, typer.Option("--detail", help="With --all: the full per-segment tables of every turn instead of one row each (a single turn is always shown in full).")] = False,
