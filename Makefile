@@ -79,6 +79,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/parallel.py
 	$(BIN)/python benchmarks/live_writer.py --seconds 20 --interval-ms 50 --mode delete,wal --reader cli,load,shared
 	$(BIN)/python benchmarks/serve_load.py --clients 32 --requests 100
+	$(BIN)/python benchmarks/serve_proxy.py --clients 32 --requests 50 --sequential 300
 	$(BIN)/python benchmarks/view_connections.py --connections 365
 	$(BIN)/python benchmarks/st_matching.py
 	$(BIN)/python benchmarks/upstream_events.py
