@@ -312,6 +312,7 @@ def match_rows(rows: Sequence[StoredRow], created: Sequence[CreatedMessage],
 
 
 RowReader = Callable[[Sequence[int]], list[Message]]
+_READ_BLOCK = 2000  # rows a lazy session's matching reads at once
 
 
 def give_platform_ids(session: Session, created: Sequence[CreatedMessage], skip_rows: set[int],
@@ -324,8 +325,11 @@ def give_platform_ids(session: Session, created: Sequence[CreatedMessage], skip_
     positions = _candidates(outline, created, skip_rows)
     if not positions:
         return set()
-    messages = read(positions) if read is not None else messages_at(session.messages, positions)
-    rows = [row for row in map(_stored_row, positions, messages) if row is not None]
+    rows: list[StoredRow] = []
+    for start in range(0, len(positions), _READ_BLOCK):  # a block of messages at a time: only their texts are kept
+        block = positions[start : start + _READ_BLOCK]
+        messages = read(block) if read is not None else messages_at(session.messages, block)
+        rows.extend(row for row in map(_stored_row, block, messages) if row is not None)
     used: set[str] = set()
     found = match_rows(rows, created, used)
     if found:
