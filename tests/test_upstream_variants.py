@@ -36,6 +36,7 @@ from upstream_variants import (
     retime,
     same_messages,
     scenario_messages,
+    split_epoch,
     text_times,
 )
 
@@ -62,6 +63,7 @@ BUILD: dict[str, Callable[[Variant], Variant]] = {
     "icqq-8596238": lambda v: rename_endpoint(v, "icqq", "8596238"),
     "odd-name-rowless-lines": _odd_name,
     "first-turn-without-block": lambda v: drop_first_block(drop_first_block(v, B), A),
+    "nameless-member": lambda v: rename_member(v, "284100106", "Leo", None),  # lines `284100106 (284100106): …`
     "everything-at-once": _everything,
 }
 
@@ -339,3 +341,50 @@ def test_the_variants_differ_from_the_real_database(variants: dict[str, Variant]
                "'root/icqq' || char(0) || 'root/icqq' || char(0) || 'zhin.adapter' || char(0) || 'icqq~8596238%'") > 0
     assert one("everything-at-once", "SELECT count(*) FROM agent_messages WHERE payload LIKE '%tokyo%'") == 0
     assert k1_key("a/b\x00c\x00d~e\x00group\x001\x00\x00\x00") == "k1:a%2Fb:c%00d~e:group:1:::"
+
+
+# --- a session reset: one conversation, two epochs -------------------------------------------------------------------
+
+SECOND_EPOCH_FIRST_LINE = "2100016"  # 大熊's d1 12:19 message: the first line of the d2 08:42 block (row 25)
+
+
+def reset(variants: dict[str, Variant], tmp_path: Path) -> tuple[Variant, str]:
+    """Group A reset before its d2 08:42 turn (its block row 25): the later rows are a second epoch."""
+    variant = own(variants["los-angeles-across-dst"], tmp_path)
+    return variant, split_epoch(variant, A, 25)
+
+
+def load_epoch(variant: Variant, session_id: str) -> Session:
+    with SessionDatabase(parse_db(str(variant.path))) as database:
+        session = database.load(session_id, lazy=True)
+        session.messages = list(session.messages)
+        return session
+
+
+def epoch_expectations(variant: Variant) -> tuple[list[tuple[str, str | None, bool]], list[tuple[str, str | None, bool]]]:
+    expected = variant.said(A)
+    cut = next(i for i, (_, message_id, _) in enumerate(expected) if message_id == SECOND_EPOCH_FIRST_LINE)
+    return expected[:cut], expected[cut:]
+
+
+def test_each_epoch_holds_its_own_member_messages_and_events(variants: dict[str, Variant], tmp_path: Path) -> None:
+    variant, second = reset(variants, tmp_path)
+    with sqlite3.connect(variant.path) as conn:
+        first = conn.execute("SELECT session_id FROM agent_sessions WHERE session_key = ? AND session_id != ?",
+                             (variant.key(A), second)).fetchone()[0]
+    one, two = load_epoch(variant, first), load_epoch(variant, second)
+    said_one, said_two = epoch_expectations(variant)
+    assert same_messages(said(one), said_one) and same_messages(said(two), said_two)
+    start = int(second.split("#")[1].split("-")[0])
+    lines = variant.event_lines_a()
+    assert events_of(one) == [e for e in lines if e[0] < start] and events_of(two) == [e for e in lines if e[0] >= start]
+    assert load(variant, A).session_id == second  # the key names the newest epoch
+    for args in (("trace", second, "--db", variant.path), ("trace", first, "--db", variant.path),
+                 ("prefix-diff", "--all", "--db", variant.path), ("export", first, "--db", variant.path)):
+        assert zhin(*args, cwd=tmp_path).returncode == 0, args
+
+
+def test_the_epoch_check_sees_the_messages_of_the_other_epoch(variants: dict[str, Variant], tmp_path: Path) -> None:
+    """Negative control: the whole conversation is not the second epoch's history."""
+    variant, second = reset(variants, tmp_path)
+    assert not same_messages(said(load_epoch(variant, second)), variant.said(A))
