@@ -329,3 +329,45 @@ def test_trace_all_on_captures_a_row_per_request(zhin: Any, captures: Path) -> N
     assert [c["captures"] for c in data["conversations"]] == [GROUP_A, GROUP_B, PRIVATE]
     refused = zhin("trace", "captures", "--turn", "3")
     assert refused.returncode == 2 and "--turn: not for captured bodies" in refused.stderr
+
+
+# --- causes a body alone can tell ----------------------------------------------------------------------------
+
+
+def causes_of(tmp_path: Path, bodies: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    diff = diff_captures(read_captures(write_folder(tmp_path / "caps", bodies)))
+    return [(p.cause, p.detail) for s in diff.sessions for p in s.pairs]
+
+
+def test_a_dropped_end_of_the_last_message_is_a_tail_and_a_prefix_added_is_a_rewrite(tmp_path: Path) -> None:
+    first = chat(1)[0]
+    with_tail = [*first["messages"][1:-1], {"role": "user", "content": first["messages"][-1]["content"] + "\n\n[scene:10:00]"}]
+    one = openai_body(with_tail)
+    two = openai_body([*first["messages"][1:], {"role": "assistant", "content": "reply 1"},
+                       {"role": "user", "content": "member message number 2, long enough\n\n[scene:10:05]"}])
+    assert causes_of(tmp_path / "tail", [one, two]) == [
+        ("tail", "the end of the previous request's last message was dropped (a runtime tail)")]
+    # negative control: the same message with text added before it (upstream's [sender:…]) is a rewrite
+    prefixed = openai_body([{"role": "user", "content": "[sender:id=1] " + with_tail[-1]["content"]},
+                            {"role": "assistant", "content": "reply 1"}, {"role": "user", "content": "next"}])
+    assert causes_of(tmp_path / "rewrite", [one, prefixed]) == [("messages_changed", "message 1 (user) was rewritten")]
+
+
+def test_dropped_first_messages_are_a_window_shift(tmp_path: Path) -> None:
+    history = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i} of the chat, with some words"}
+               for i in range(9)]
+    before, after = openai_body(history), openai_body([*history[4:], {"role": "assistant", "content": "ok"},
+                                                       {"role": "user", "content": "and now"}])
+    assert causes_of(tmp_path / "shift", [before, after]) == [
+        ("window_shift", "the history starts at another message: the first ones were dropped")]
+
+
+def test_excerpts_never_cut_a_character(tmp_path: Path) -> None:
+    base = "天气" * 30
+    opening = [{"role": "user", "content": "hello there, a first message"}, {"role": "assistant", "content": "ok"}]
+    bodies = [openai_body([*opening, {"role": "user", "content": base + "东京"}]),
+              openai_body([*opening, {"role": "user", "content": base + "大阪"}])]
+    pair = diff_captures(read_captures(write_folder(tmp_path / "caps", bodies))).sessions[0].pairs[0]
+    assert "\ufffd" not in pair.before + pair.after  # before: 40 bytes back landed inside a 3-byte character
+    assert pair.before[pair.excerpt_mark :].startswith("东") and pair.after[pair.excerpt_mark :].startswith("大")
+    assert pair.before[: pair.excerpt_mark] == pair.after[: pair.excerpt_mark] and pair.before[: pair.excerpt_mark].endswith("天气")
