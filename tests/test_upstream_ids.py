@@ -230,3 +230,13 @@ def test_an_event_is_taken_once() -> None:
     assert match_rows([StoredRow(0, "a", 1_020, "晚安")], events, {"1"}) == {}
     rows = [StoredRow(0, "a", 1_020, "晚安"), StoredRow(1, "a", 1_030, "晚安")]
     assert {p: e.message_id for p, e in match_rows(rows, events, set()).items()} == {0: "1"}
+
+
+def test_a_row_whose_event_is_gone_does_not_take_its_neighbours() -> None:
+    """Two replies `好的` ten seconds apart; the first one's event is gone. The second reply's event is closer to
+    the second reply: the first gets nothing (taking rows in order, it would have taken the second's)."""
+    rows = [StoredRow(0, None, 0, "好的"), StoredRow(1, None, 10_000, "好的")]
+    assert {p: e.message_id for p, e in match_rows(rows, [bot("9", 10_050, "好的")], set()).items()} == {1: "9"}
+    # negative control: with both events there, each reply has its own
+    both = [bot("8", 50, "好的"), bot("9", 10_050, "好的")]
+    assert {p: e.message_id for p, e in match_rows(rows, both, set()).items()} == {0: "8", 1: "9"}

@@ -287,26 +287,28 @@ class StoredRow:
 
 def match_rows(rows: Sequence[StoredRow], created: Sequence[CreatedMessage],
                used: set[str]) -> dict[int, CreatedMessage]:
-    """Position → the event each row is (module comment); an event in ``used`` or taken by an earlier row is
-    not taken again. ``used`` gains the ids given. Each row looks only at its sender's events in its window, and
-    each text is squashed once."""
+    """Position → the event each row is (module comment). Pairs are taken closest first, each row and each event
+    once (an event in ``used`` never): a row whose own event is gone does not take its neighbour's. ``used``
+    gains the ids given. Each row looks only at its sender's events in its window; each text is squashed once."""
     by_sender: dict[str | None, list[tuple[CreatedMessage, str]]] = {}
     for event in sorted(created, key=lambda e: e.time):
-        by_sender.setdefault(None if event.from_bot else event.sender_id, []).append((event, _squash(event.text)))
+        if event.message_id not in used:
+            by_sender.setdefault(None if event.from_bot else event.sender_id, []).append((event, _squash(event.text)))
     times = {sender: [e.time for e, _ in events] for sender, events in by_sender.items()}
-    found: dict[int, CreatedMessage] = {}
+    pairs: list[tuple[int, int, int, CreatedMessage]] = []  # (distance, event time, row position, event)
     for row in rows:
         if row.sender_id is None:  # a reply is sent after its row was written, as written
             low, high = row.time - CLOCK_SKEW_MS, row.time + MATCH_WINDOW_MS
         else:  # a turn row is written after its message arrived
             low, high = row.time - MATCH_WINDOW_MS, row.time + CLOCK_SKEW_MS
         events, event_times, text = by_sender.get(row.sender_id, []), times.get(row.sender_id, []), _squash(row.text)
-        window = events[bisect.bisect_left(event_times, low) : bisect.bisect_right(event_times, high)]
-        candidates = [event for event, said in window if event.message_id not in used
-                      and (said == text if row.sender_id is None else _said_as(said, text))]
-        if candidates:
-            event = min(candidates, key=lambda e: (abs(e.time - row.time), e.time))
-            found[row.position] = event
+        for event, said in events[bisect.bisect_left(event_times, low) : bisect.bisect_right(event_times, high)]:
+            if said == text if row.sender_id is None else _said_as(said, text):
+                pairs.append((abs(event.time - row.time), event.time, row.position, event))
+    found: dict[int, CreatedMessage] = {}
+    for _, _, position, event in sorted(pairs, key=lambda pair: pair[:3]):
+        if position not in found and event.message_id not in used:
+            found[position] = event
             used.add(event.message_id)
     return found
 
