@@ -565,6 +565,9 @@ def session_bill(session: Session, cache: dict[str, CacheFigures], prices: Price
     replies = [m for m in session.messages if isinstance(m, AssistantMessage)]
     bill = SessionBill()
     choices: dict[tuple[str, str], PriceChoice | None] = {}
+    # each case's requests by the stored row they produced (every case replays the same replies)
+    by_row = {name: {r.row_id: r for r in figures.requests} for name, figures in cache.items()}
+    turns = {row: r.turn for requests in by_row.values() for row, r in requests.items()}
     for number, message in enumerate(replies):
         record = usage_record(session.session_id, message)
         paid, missing = billed_outcome(record.usage)
@@ -573,11 +576,10 @@ def session_bill(session: Session, cache: dict[str, CacheFigures], prices: Price
             choices[key], note = price_for(ProviderCase(*key), prices)
             if note and note not in bill.notes:
                 bill.notes.append(note)
-        figures = cache.get(record.provider)
-        request = figures.requests[number] if figures is not None and number < len(figures.requests) else None
+        request = by_row.get(record.provider, {}).get(message.row_id)
         adr_missing = None if request is not None else (
             f"provider {record.provider} is not simulated here (simulated: {', '.join(cache) or 'none'})")
-        bill.rows.append(BillRow(turn=_turn_of(cache, number), row_id=message.row_id, provider=record.provider,
+        bill.rows.append(BillRow(turn=turns.get(message.row_id, number + 1), row_id=message.row_id, provider=record.provider,
                                  model=record.model, price=choices[key], paid=paid, paid_missing=missing,
                                  adr=request.adr if request is not None else None, adr_missing=adr_missing,
                                  adr_case=record.provider if request is not None else None))
@@ -633,14 +635,6 @@ def capture_bill(captures: CaptureSet, prices: PriceTable) -> CaptureEconomy:
                        f"{SERVE_LOG} that matches them)")
         bill.rows, bill.notes = [], []
     return CaptureEconomy(captures.source, len(captures.bodies), bill, captures.notes)
-
-
-def _turn_of(cache: dict[str, CacheFigures], number: int) -> int:
-    """The turn of the ``number``-th reply (every case replays the same replies, so any case names it)."""
-    for figures in cache.values():
-        if number < len(figures.requests):
-            return figures.requests[number].turn
-    return number + 1
 
 
 def _no_bill_reason(rows: list[BillRow], replies: int) -> str | None:
