@@ -300,10 +300,10 @@ def settings_hint(result: CheckResult) -> str | None:
     post-processing is not in the capture, squash and names behaviour are preset settings, a group chat is not a
     private one), and the departures one by one would only repeat it."""
     checked = sum(check.messages for check in result.checks)
-    departing = sum(len({d.st_index for d in check.departures if d.st_index is not None}) for check in result.checks)
+    departing = result.departures  # a message missing on one side counts as much as one that differs
     if not checked or departing * 2 <= checked:
         return None
-    return (f"hint: {departing} of {checked} ST messages depart — a settings mismatch more likely than a text: "
+    return (f"hint: {departing} departures in {checked} ST messages — a settings mismatch more likely than a text: "
             "--post-processing, the preset's squash and names behaviour (save it in ST before exporting), "
             "World Info settings (--st-settings, --scan-depth), or a group chat checked as a private one")
 
