@@ -66,6 +66,7 @@ _JOINER = "\n" + MATCHER
 _DECORATORS = ("@@activate", "@@dont_activate")
 _REGEX_KEY = re.compile(r"/([\s\S]+?)/([gimsuy]*)", re.DOTALL)
 _SOURCES = ("chat", "character", "global")
+_JOIN_SLACK = 4  # tokens a junction of two texts may change their count by (BPE merges across it), generously
 
 
 @dataclass(frozen=True)
@@ -469,7 +470,8 @@ class _Scan:
         """The candidates that pass their roll and fit the budget, in order; marks an overflow."""
         fired_text = "\n".join(self.contents[id(e)] for e in reversed(self.result.fired) if not e.prevent_recursion)
         used = self.count_tokens(fired_text) if fired_text else 0
-        new_text = ""
+        new_parts: list[str] = []
+        estimate = 0  # the parts' tokens counted one by one: the joined text's count is needed only near the budget
         taken: list[Entry] = []
         for entry in candidates:
             if entry.use_probability and entry.probability != 100:
@@ -479,8 +481,13 @@ class _Scan:
                     self.result.failed_probability.append(entry)
                     continue
             content = self.expand(decorators(entry.content)[1])
-            new_text += content + "\n"
-            if used + self.count_tokens(new_text) >= self.budget:
+            new_parts.append(content + "\n")
+            estimate += self.count_tokens(new_parts[-1])
+            # ST counts the whole new text after each entry (quadratic in the entries); a part's count differs from
+            # its share of the joined text only where two parts meet, by a few tokens: count the joined text only
+            # when the estimate is within that of the budget
+            if used + estimate >= self.budget - _JOIN_SLACK * len(new_parts) and \
+                    used + self.count_tokens("".join(new_parts)) >= self.budget:
                 self.result.budget_overflowed = True
                 break
             self.contents[id(entry)] = content
