@@ -31,6 +31,8 @@ from upstream_variants import (
     drop_message_rows,
     k1_key,
     k1_keys,
+    mention_segment,
+    reassign_message,
     rename_endpoint,
     rename_member,
     retime,
@@ -64,6 +66,11 @@ BUILD: dict[str, Callable[[Variant], Variant]] = {
     "odd-name-rowless-lines": _odd_name,
     "first-turn-without-block": lambda v: drop_first_block(drop_first_block(v, B), A),
     "nameless-member": lambda v: rename_member(v, "284100106", "Leo", None),  # lines `284100106 (284100106): …`
+    "k1-keys-bigint-columns": lambda v: text_times(k1_keys(v), ("conversation_events", "agent_messages", "agent_sessions",
+                                                                "unified_inbox_message"), "BIGINT"),
+    "kept-mention-segment": lambda v: mention_segment(v, "2100050", "284100101", "轮流当管理，下个月再还给你",
+                                                      "284100105", "小林 Kobayashi"),  # line `@小林 Kobayashi 轮流…`
+    "block-of-the-trigger-only": lambda v: reassign_message(v, "2100043", ("284100112", "Ren"), ("284100102", "苏晴")),
     "everything-at-once": _everything,
 }
 
@@ -86,7 +93,7 @@ def own(variant: Variant, tmp_path: Path) -> Variant:
     copy = tmp_path / variant.path.name
     copy.write_bytes(variant.path.read_bytes())
     return Variant(copy, variant.adapter, variant.endpoint, variant.zone, variant.moved, dict(variant.names),
-                   set(variant.rowless), set(variant.unsent), list(variant.notes))
+                   set(variant.rowless), set(variant.unsent), dict(variant.authors), list(variant.notes))
 
 
 def load(variant: Variant, conversation: str, *, lazy: bool = False) -> Session:

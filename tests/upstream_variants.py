@@ -70,6 +70,7 @@ class Variant:
     names: dict[str, str] = field(default_factory=dict)  # user id → display name the rewrite gave
     rowless: set[str] = field(default_factory=set)  # platform ids whose message.created row was removed
     unsent: set[str] = field(default_factory=set)  # platform ids that no longer reached the model
+    authors: dict[str, str] = field(default_factory=dict)  # platform id → the sender the rewrite gave it
     notes: list[str] = field(default_factory=list)  # what was rewritten, for a failure message
 
     def key(self, conversation: str) -> str:
@@ -89,7 +90,8 @@ class Variant:
             if m["message_id"] == RECALLED:
                 continue
             line = not m["triggered"]
-            out.append((str(m["member"]), None if m["message_id"] in self.rowless else str(m["message_id"]), line))
+            sender = self.authors.get(str(m["message_id"]), str(m["member"]))
+            out.append((sender, None if m["message_id"] in self.rowless else str(m["message_id"]), line))
         return out
 
     def local(self, old_ms: int) -> datetime:
@@ -208,23 +210,24 @@ def k1_keys(variant: Variant) -> Variant:
     return variant
 
 
-def text_times(variant: Variant, tables: tuple[str, ...] = ("conversation_events",)) -> Variant:
-    """The tables' time columns declared TEXT, holding decimal text (what a bigint may come back as)."""
+def text_times(variant: Variant, tables: tuple[str, ...] = ("conversation_events",), sql_type: str = "TEXT") -> Variant:
+    """The tables' time columns declared ``sql_type``: TEXT holding decimal text (what a bigint may come back as), or
+    BIGINT (a later upstream's declaration; SQLite keeps the integers)."""
     with sqlite3.connect(variant.path) as conn:
         for table in tables:
             sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", (table,)).fetchone()[0]
             for column in _TIME_COLUMNS[table]:
-                sql, count = re.subn(rf'"{column}" INTEGER', f'"{column}" TEXT', sql)
+                sql, count = re.subn(rf'"{column}" INTEGER', f'"{column}" {sql_type}', sql)
                 assert count == 1, (table, column)
             conn.execute(f'ALTER TABLE "{table}" RENAME TO "old_{table}"')
             conn.execute(sql)
             conn.execute(f'INSERT INTO "{table}" SELECT * FROM "old_{table}"')
             conn.execute(f'DROP TABLE "old_{table}"')
-            for column in _TIME_COLUMNS[table]:
+            for column in _TIME_COLUMNS[table] if sql_type == "TEXT" else ():
                 conn.execute(f'UPDATE "{table}" SET "{column}" = CAST("{column}" AS TEXT)')
                 kinds = {k for (k,) in conn.execute(f'SELECT DISTINCT typeof("{column}") FROM "{table}"')}
                 assert kinds <= {"text", "null"}, (table, column, kinds)
-    variant.notes.append(f"text times in {', '.join(tables)}")
+    variant.notes.append(f"{sql_type} times in {', '.join(tables)}")
     return variant
 
 
@@ -506,3 +509,48 @@ def _turn_triggers(conn: sqlite3.Connection, sid: str, mine: list[tuple[int, dic
                        == sender and e["timestamp"] >= data["timestamp"] - 1000)
         out.append((parent if parent in blocks else None, trigger))
     return out
+
+
+def mention_segment(variant: Variant, message_id: str, user_id: str, old: str, target: str, target_name: str) -> Variant:
+    """Message ``message_id`` (text ``old``) opens with an @ of ``target`` kept as a segment (an adapter that keeps
+    mentions): its row's segments are ``at`` + text, and its block line reads ``@name old`` as upstream's
+    ``segmentsToPlainText`` renders a mention."""
+    with sqlite3.connect(variant.path) as conn:
+        for rowid, event in _json_rows(conn, "conversation_events", "event_json"):
+            message = event.get("message") if isinstance(event, dict) else None
+            if isinstance(message, dict) and str(message.get("ref", {}).get("id")) == message_id:
+                message["segments"] = [{"type": "at", "data": {"qq": target, "name": target_name}},
+                                       {"type": "text", "data": {"text": " " + old}}]
+                conn.execute("UPDATE conversation_events SET event_json = ? WHERE rowid = ?", (_dump(event), rowid))
+    set_message_text(variant, message_id, user_id, old, f"@{target_name} {old}")
+    with sqlite3.connect(variant.path) as conn:  # the row keeps its segments: only the line and the inbox say "@"
+        for rowid, event in _json_rows(conn, "conversation_events", "event_json"):
+            message = event.get("message") if isinstance(event, dict) else None
+            if isinstance(message, dict) and str(message.get("ref", {}).get("id")) == message_id:
+                message["segments"][1]["data"]["text"] = " " + old
+                conn.execute("UPDATE conversation_events SET event_json = ? WHERE rowid = ?", (_dump(event), rowid))
+    variant.notes.append(f"{message_id} opens with @{target_name}")
+    return variant
+
+
+def reassign_message(variant: Variant, message_id: str, old: tuple[str, str], new: tuple[str, str]) -> Variant:
+    """Message ``message_id`` said by ``new`` (id, name) instead of ``old``: its row's actor, its block line, the inbox
+    (e.g. a block whose every line is the triggering member's own)."""
+    (old_id, old_name), (new_id, new_name) = old, new
+    with sqlite3.connect(variant.path) as conn:
+        for rowid, event in _json_rows(conn, "conversation_events", "event_json"):
+            message = event.get("message") if isinstance(event, dict) else None
+            if isinstance(message, dict) and str(message.get("ref", {}).get("id")) == message_id:
+                assert message["actor"] == {"id": old_id, "displayName": old_name}, message["actor"]
+                message["actor"] = {"id": new_id, "displayName": new_name}
+                conn.execute("UPDATE conversation_events SET event_json = ? WHERE rowid = ?", (_dump(event), rowid))
+                text = "".join(s["data"]["text"] for s in message["segments"] if s["type"] == "text").strip()
+        conn.execute("UPDATE unified_inbox_message SET sender_id = ?, sender_name = ? WHERE platform_message_id = ?",
+                     (new_id, new_name, message_id))
+        old_line, new_line = _dump(f") {old_name} ({old_id}): {text}")[1:-1], _dump(f") {new_name} ({new_id}): {text}")[1:-1]
+        changed = conn.execute("UPDATE agent_messages SET payload = replace(payload, ?, ?) WHERE instr(payload, ?) > 0",
+                               (old_line, new_line, old_line)).rowcount
+        assert changed == 1, (message_id, changed)
+    variant.authors[message_id] = new_id
+    variant.notes.append(f"{message_id} said by {new_id}")
+    return variant
