@@ -273,3 +273,21 @@ def test_example_message_entries_wrap_the_card_examples(tmp_path: Any) -> None:
                               "The river doesn't. *She pours two cups of tea.*",
                               "[Example Chat]", "Bottom question?", "Bottom answer."]
     assert examples(golden / "content" / "lore-Greyreach_Almanac.json")[:2] == ["[Example Chat]", "How deep is it here?"]
+
+
+def test_the_budget_is_counted_in_linear_time() -> None:
+    """ST recounts the whole new text after each entry (n² characters tokenized); zhin counts each part once and
+    the joined text only near the budget. Counted, not timed: the characters handed to the counter."""
+    counted: list[int] = []
+
+    def tokens(text: str) -> int:
+        counted.append(len(text))
+        return len(text)
+
+    entries = [_entry(str(n), "x" * 30, constant=True) for n in range(200)]
+    assert len(_fire(["Hal: hi"], *entries, tokens=tokens, max_context=10**9).fired) == 200
+    assert sum(counted) <= 2 * 200 * 31  # each part once (and the pass's fired text once): linear
+    counted.clear()
+    activation = _fire(["Hal: hi"], *entries, tokens=tokens, max_context=4 * 31 * 100)  # binds at 100 entries
+    assert len(activation.fired) == 99 and activation.budget_overflowed  # the 100th reaches the budget
+    assert sum(counted) < 200 * 31 * 10  # near the budget only a few joined counts, not one per entry

@@ -34,9 +34,9 @@ What ST does, in short:
   the note and the bottom entries joined with ``"\\n"`` (one leading and one trailing newline removed); the World
   Info entries at the note's top or bottom go in only when the note does.
 
-Not simulated (``unsimulated`` names them for a report): timed effects (sticky, cooldown, delay), inclusion groups
-and group scoring, character and tag filters, outlets, minimum activations, vector matching, extra scan sources
-(``matchCharacterDescription`` …), and World Info regex scripts.
+Not simulated (``Entry.unsimulated`` names them for a report): timed effects (sticky, cooldown, delay), inclusion
+groups and group scoring, character and tag filters, outlets, ``ignoreBudget``, minimum activations, vector
+matching, extra scan sources (``matchCharacterDescription`` …), and World Info regex scripts.
 """
 
 from __future__ import annotations
@@ -207,6 +207,8 @@ def _unsimulated(raw: Mapping[str, Any]) -> tuple[str, ...]:
     if any(raw.get(k) is True for k in ("matchCharacterDescription", "matchCharacterPersonality", "matchScenario",
                                         "matchPersonaDescription", "matchCreatorNotes", "matchCharacterDepthPrompt")):
         out.append("extra scan sources")
+    if raw.get("ignoreBudget") is True:
+        out.append("ignore budget")
     if raw.get("vectorized") is True:
         out.append("vector matching")
     if raw.get("position") == OUTLET:
