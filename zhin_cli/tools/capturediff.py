@@ -79,23 +79,24 @@ def _history(body: CapturedBody, wire: WireFormat) -> list[Any]:
 
 
 def continuation_score(wire: WireFormat, last: list[Any], new: list[Any]) -> int:
-    """How many leading messages of ``new`` continue ``last`` (from its start, or from a later message of it when
-    the history window moved); 0: not the same conversation."""
-    if not new:
+    """How many leading messages of ``new`` continue ``last`` (from its start, or from a later message of it, unchanged,
+    when the history window moved); 0: not the same conversation. Whole messages are compared first (in C): the
+    text test runs only where they differ."""
+    if not new or not last:
         return 0
-    best = 0
-    for start, message in enumerate(last):
-        if not continues(wire, message, new[0]):
-            continue
-        score = 0
-        for old, fresh in zip(last[start:], new, strict=False):
-            if not continues(wire, old, fresh):
-                break
-            score += 1
-        best = max(best, score)
-        if start == 0 and best:
-            break  # the history did not move: the alignment at the start is the one
-    return best
+    if continues(wire, last[0], new[0]):
+        start = 0
+    else:
+        try:
+            start = last.index(new[0], 1)
+        except ValueError:
+            return 0
+    score = 0
+    for old, fresh in zip(last[start:], new, strict=False):
+        if old != fresh and not continues(wire, old, fresh):
+            break
+        score += 1
+    return score
 
 
 SHARED_MESSAGES = 2  # whole messages a request must share with a conversation's last one to join it without continuing it
