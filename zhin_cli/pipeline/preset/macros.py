@@ -44,6 +44,7 @@ through ``prepare_card_fields`` (ST's ``getCharacterCardFields``) before anythin
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import math
@@ -69,7 +70,7 @@ MAX_OUTPUT = 10_000_000  # characters the macros of one assembly may produce: re
 MAX_DICE = 1000  # {{roll:NdS}}: at most this many dice …
 MAX_DIE = 10**15  # … sides and modifier below this
 MAX_NEWLINES = 10_000  # {{newline::N}}
-MAX_PAIRING_STEPS = 2_000_000  # block tags looked at while pairing openers with closers, in one expansion
+MAX_PAIRING_STEPS = 1_000_000  # block tags looked at while pairing openers with closers, in one expansion
 
 # ST's legacy non-brace markers → the macro each becomes (MacroEngine pre-processor "core:legacy-markers": a
 # case-insensitive /<USER>/gi …). re.ASCII: JS /i without the u flag never folds a non-ASCII letter onto an
@@ -445,6 +446,13 @@ def _pairs(text: str) -> dict[int, int]:
 class _Doc:
     text: str
     pairs: dict[int, int]
+    parsed: dict[int, _Call] = field(default_factory=dict)  # each macro read once, whatever level reads it
+
+    def call(self, start: int) -> _Call:
+        call = self.parsed.get(start)
+        if call is None:
+            call = self.parsed[start] = _parse(self, start, self.pairs[start])
+        return call
 
     def macro_at(self, found: int, hi: int) -> tuple[int, int, int]:
         """For a ``{{`` found at ``found``: (start, close, after) of the macro its brace run opens inside
@@ -677,12 +685,12 @@ class MacroEngine:
     # -- one level: the macros of a range, block tags paired, each evaluated in order -------------------------
 
     def _level(self, doc: _Doc, lo: int, hi: int, depth: int) -> str:
-        calls = [_parse(doc, start, close) for start, close in doc.macros(lo, hi)]
-        blocks, raw, skipped = self._pair_blocks(calls)
+        calls = [doc.call(start) for start, _close in doc.macros(lo, hi)]
+        blocks, raw = self._pair_blocks(calls)
         out: list[str] = []
         cursor = lo
         for index, call in enumerate(calls):
-            if index in skipped:
+            if call.start < cursor:  # inside a block: its content, expanded with it
                 continue
             out.append(doc.text[cursor:call.start])
             if index in raw or call.closing:  # kept as written (its nested macros unexpanded, as ST does)
@@ -701,19 +709,24 @@ class MacroEngine:
         out.append(doc.text[cursor:hi])
         return "".join(out)
 
-    def _pair_blocks(self, calls: list[_Call]) -> tuple[dict[int, int], set[int], set[int]]:
+    def _pair_blocks(self, calls: list[_Call]) -> tuple[dict[int, int], set[int]]:
         """ST's pairing of block tags on one level: each opener not inside an earlier block, in order, takes the
         first closer of its name (any case) at which the openers of that name that can take content are all
         closed. An opener that cannot take one more argument keeps both tags as written. Returns opener →
-        closer, the tags kept as written, and the calls inside a block (its content, expanded with it)."""
+        closer and the tags kept as written."""
         blocks: dict[int, int] = {}
         raw: set[int] = set()
         matched: set[int] = set()
         inside_until = -1
+        tags: dict[str, list[int]] = {}  # name → its tags on this level, in order (a closer is searched among them)
         for index, call in enumerate(calls):
-            if call.closing or not _pairable(call) or index in matched or index <= inside_until:
+            if _pairable(call):
+                tags.setdefault(call.name, []).append(index)
+        closers = {name for name, indices in tags.items() if any(calls[i].closing for i in indices)}
+        for index, call in enumerate(calls):
+            if call.closing or call.name not in closers or index in matched or index <= inside_until:
                 continue
-            closer = self._closer(calls, index, matched)
+            closer = self._closer(calls, tags[call.name], index, matched)
             if closer is None:
                 continue
             matched.update((index, closer))
@@ -722,19 +735,18 @@ class MacroEngine:
                 continue
             blocks[index] = closer
             inside_until = closer
-        skipped = {i for opener, closer in blocks.items() for i in range(opener + 1, closer + 1)}
-        return blocks, raw, skipped
+        return blocks, raw
 
-    def _closer(self, calls: list[_Call], opener: int, matched: set[int]) -> int | None:
-        name, depth = calls[opener].name, 1
-        for index in range(opener + 1, len(calls)):
+    def _closer(self, calls: list[_Call], tags: list[int], opener: int, matched: set[int]) -> int | None:
+        depth = 1
+        for index in tags[bisect.bisect_right(tags, opener):]:
             self._steps += 1
             if self._steps > MAX_PAIRING_STEPS:
                 if self._steps == MAX_PAIRING_STEPS + 1:
                     self.context.problem(PAIRING_PROBLEM)
                 return None
             call = calls[index]
-            if call.name != name or index in matched:
+            if index in matched:
                 continue
             if call.closing:
                 depth -= 1
@@ -867,8 +879,8 @@ class MacroEngine:
         """``content`` cut at its first ``{{else}}`` outside a nested block ``{{if}}`` (one with only a condition)."""
         doc = _Doc(content, _pairs(content))
         depth = 0
-        for start, close in doc.macros(0, len(content)):
-            call = _parse(doc, start, close)
+        for start, _close in doc.macros(0, len(content)):
+            call = doc.call(start)
             if call.name == "if" and not call.closing and len(call.args) == 1:
                 depth += 1
             elif call.name == "if" and call.closing:
@@ -908,7 +920,7 @@ def _preorder(doc: _Doc) -> list[str]:
     for start in sorted(doc.pairs):
         if start < hidden_until:
             continue
-        call = _parse(doc, start, doc.pairs[start])
+        call = doc.call(start)
         if call.name == "//" and not call.closing:
             names.append("//")
             hidden_until = call.close
@@ -943,7 +955,7 @@ def variable_names(text: str) -> list[str]:
     doc = _Doc(text, _pairs(text))
     found: list[str] = []
     for start in sorted(doc.pairs):
-        call = _parse(doc, start, doc.pairs[start])
+        call = doc.call(start)
         if call.variable is not None and call.variable[0] == ".":
             found.append(call.variable[1])
         elif call.name in _LOCAL_VARIABLE_MACROS and call.args:
