@@ -181,24 +181,38 @@ def test_a_reply_whose_text_differs_gets_no_id(db: Path) -> None:
 
 # --- the pure matching ------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("said", "body"), [
+SAME = [
     (" 周六下午横滨天气怎么样？", "周六下午横滨天气怎么样？"),  # an @'s leading space
     ("#帮我们排一下时间表", "帮我们排一下时间表"),  # prefix triggers: upstream drops the prefix, then trims
     ("AI: 璀璨宝石最多几个人玩？", "璀璨宝石最多几个人玩？"),
     ("问下  明天天气", "问下 明天天气"),  # an @ mid-text leaves two spaces
-])
-def test_same_text(said: str, body: str) -> None:
-    assert same_text(said, body)
-
-
-@pytest.mark.parametrize(("said", "body"), [
+    ("茶茶\n帮我查天气", "帮我查天气"),  # a configured prefix, a newline after it
+    ("a" * 16 + " 天气", "天气"),  # a prefix of 16 characters
+]
+NOT_SAME = [
     ("周日下午横滨", "周六下午横滨"),
     ("帮我们排一下时间表", "帮我们排一下"),  # the row's text is a prefix of the message, not its tail
     ("请问 AI: 天气", "天气"),  # what comes before is not one prefix token
     ("", "天气"),
-])
+    ("a" * 17 + " 天气", "天气"),  # 17 characters: not a prefix token
+]
+
+
+@pytest.mark.parametrize(("said", "body"), SAME)
+def test_same_text(said: str, body: str) -> None:
+    assert same_text(said, body)
+
+
+@pytest.mark.parametrize(("said", "body"), NOT_SAME)
 def test_not_same_text(said: str, body: str) -> None:  # negative control of the normalisation
     assert not same_text(said, body)
+
+
+@pytest.mark.parametrize(("said", "body"), SAME + NOT_SAME)
+def test_match_rows_reads_texts_as_same_text_does(said: str, body: str) -> None:
+    """The matching looks texts up in an index of the bodies each message can be: the same rule as same_text."""
+    matched = match_rows([StoredRow(0, "a", 1_020, body)], [member("1", "a", 1_000, said)], set())
+    assert bool(matched) == same_text(said, body)
 
 
 def member(message_id: str, sender: str, time: int, text: str) -> CreatedMessage:

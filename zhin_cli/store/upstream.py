@@ -285,26 +285,41 @@ class StoredRow:
     text: str
 
 
+def _bodies(said: str) -> set[str]:
+    """Every squashed body ``said`` (squashed) is ``same_text`` of: itself, and what follows a prefix token."""
+    bodies = {said}
+    for end in range(1, min(_PREFIX_MAX, len(said)) + 1):
+        if said[end - 1].isspace():
+            break
+        if rest := said[end:].lstrip():
+            bodies.add(rest)
+    return bodies
+
+
 def match_rows(rows: Sequence[StoredRow], created: Sequence[CreatedMessage],
                used: set[str]) -> dict[int, CreatedMessage]:
     """Position → the event each row is (module comment). Pairs are taken closest first, each row and each event
     once (an event in ``used`` never): a row whose own event is gone does not take its neighbour's. ``used``
-    gains the ids given. Each row looks only at its sender's events in its window; each text is squashed once."""
-    by_sender: dict[str | None, list[tuple[CreatedMessage, str]]] = {}
+    gains the ids given. Events are indexed by sender and the bodies they can be, so a row looks up its own text."""
+    index: dict[tuple[str | None, str], list[CreatedMessage]] = {}
     for event in sorted(created, key=lambda e: e.time):
-        if event.message_id not in used:
-            by_sender.setdefault(None if event.from_bot else event.sender_id, []).append((event, _squash(event.text)))
-    times = {sender: [e.time for e, _ in events] for sender, events in by_sender.items()}
+        if event.message_id in used:
+            continue
+        said = _squash(event.text)
+        sender = None if event.from_bot else event.sender_id
+        for body in {said} if event.from_bot else _bodies(said):  # a reply is sent as written
+            index.setdefault((sender, body), []).append(event)
+    times = {key: [e.time for e in events] for key, events in index.items()}
     pairs: list[tuple[int, int, int, CreatedMessage]] = []  # (distance, event time, row position, event)
     for row in rows:
-        if row.sender_id is None:  # a reply is sent after its row was written, as written
+        if row.sender_id is None:  # a reply is sent after its row was written
             low, high = row.time - CLOCK_SKEW_MS, row.time + MATCH_WINDOW_MS
         else:  # a turn row is written after its message arrived
             low, high = row.time - MATCH_WINDOW_MS, row.time + CLOCK_SKEW_MS
-        events, event_times, text = by_sender.get(row.sender_id, []), times.get(row.sender_id, []), _squash(row.text)
-        for event, said in events[bisect.bisect_left(event_times, low) : bisect.bisect_right(event_times, high)]:
-            if said == text if row.sender_id is None else _said_as(said, text):
-                pairs.append((abs(event.time - row.time), event.time, row.position, event))
+        key = (row.sender_id, _squash(row.text))
+        events, event_times = index.get(key, []), times.get(key, [])
+        for event in events[bisect.bisect_left(event_times, low) : bisect.bisect_right(event_times, high)]:
+            pairs.append((abs(event.time - row.time), event.time, row.position, event))
     found: dict[int, CreatedMessage] = {}
     for _, _, position, event in sorted(pairs, key=lambda pair: pair[:3]):
         if position not in found and event.message_id not in used:
