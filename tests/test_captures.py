@@ -256,6 +256,10 @@ def test_a_bot_whose_prefix_never_breaks_reports_none(zhin: Any, tmp_path: Path,
     data = json.loads(result.stdout)
     assert data["unexpected"] == 0 and len(data["sessions"]) == 1
     assert {p["cause"] for p in data["sessions"][0]["pairs"]} <= {"append", "tail"}
+    # zhin serve wrote each answer's usage beside its body (.exchange.json): read back, it is the simulator's
+    requests = data["captures"][0]["requests"]
+    assert len(requests) == len(data["sessions"][0]["pairs"]) + 1
+    assert all(r["real"]["source"] == "exchange" and r["real"]["agrees"] for r in requests)
     # the same folder with one earlier message rewritten: the check discriminates
     last = sorted(folder.glob("*.json"))[-1]
     body = json.loads(last.read_text(encoding="utf-8"))
