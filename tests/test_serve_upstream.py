@@ -30,7 +30,7 @@ from serve_process import ROOT, ServeProcess, no_traceback, post, status_of
 
 from zhin_cli.core.errors import UsageError
 from zhin_cli.tools.serve import make_server, running_server
-from zhin_cli.tools.serve_upstream import EventStream, parse_upstream
+from zhin_cli.tools.serve_upstream import EventStream, Exchange, parse_upstream
 
 TIMEOUT = 20.0
 CANARY = "sk-canary-7f3a9e1d5b"  # a key that must reach the upstream and nowhere else
@@ -474,3 +474,73 @@ def test_events_split_anywhere_and_in_any_line_ending_are_read_whole() -> None:
                                                    for e in ANTHROPIC_EVENTS]
     over = EventStream(100)
     assert over.feed(stream) == [] and over.overflowed  # past its limit it stops reading (the client still gets it all)
+
+
+def test_openai_tool_call_deltas_are_reassembled_into_the_message() -> None:
+    head = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-4.1-mini"}
+    chunks = [
+        {**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": None,
+                                                    "tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                                                                    "function": {"name": "weather", "arguments": ""}}]}}]},
+        {**head, "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{\"city\":"}}]}}]},
+        {**head, "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "\"横滨\"}"}}]}}]},
+        {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+        {**head, "choices": [], "usage": {"prompt_tokens": 2781, "completion_tokens": 9,
+                                          "prompt_tokens_details": {"cached_tokens": 1920}}},
+    ]
+    record = Exchange("openai-chat", "https://api.openai.com", 1 << 20)
+    record.answered(200, stream=True)
+    for chunk in chunks:
+        record.streamed(f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n".encode())
+    record.streamed(b"data: [DONE]\n\n")
+    result = record.record()
+    assert result["usage"] == chunks[-1]["usage"]
+    [choice] = result["response"]["choices"]
+    assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None
+    assert choice["message"]["tool_calls"] == [{"id": "call_1", "type": "function",
+                                                "function": {"name": "weather", "arguments": "{\"city\":\"横滨\"}"}}]
+    assert result["response"]["model"] == "gpt-4.1-mini" and result["response"]["object"] == "chat.completion"
+
+
+def test_a_gemini_stream_from_the_conformance_upstream_is_recorded_with_its_usage_metadata(tmp_path: Path) -> None:
+    body = json.dumps({"contents": [{"role": "user", "parts": [{"text": "hi"}]}], "stream": True}).encode()
+    with conformance(tmp_path) as (upstream_url, _), recorder(tmp_path, origin(upstream_url)) as (url, folder, lines), \
+            http() as h:
+        answer = h.post(origin(url) + "/v1beta/models/gemini-2.5-flash:generateContent", content=body,
+                        headers={"Content-Type": "application/json"})
+    assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/event-stream")
+    [event] = [json.loads(line.removeprefix("data: ")) for line in answer.text.splitlines() if line.startswith("data: ")]
+    record = exchange(bodies(folder)[0])
+    assert record["stream"] is True and record["usage"] == event["usageMetadata"]
+    assert record["response"]["candidates"][0]["content"]["parts"] == event["candidates"][0]["content"]["parts"]
+    assert lines[0].endswith(f"prompt={event['usageMetadata']['promptTokenCount']} read=- written=-")  # Gemini omits a 0 read
+
+
+def test_a_client_that_leaves_mid_stream_ends_the_relay_and_its_exchange_is_still_written(tmp_path: Path) -> None:
+    upstream_gone = threading.Event()
+
+    def endless(handler: BaseHTTPRequestHandler, body: bytes) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.end_headers()
+        try:
+            for _ in range(600):  # 30 s at most
+                handler.wfile.write(ANTHROPIC_EVENTS[2])
+                handler.wfile.flush()
+                time.sleep(0.05)
+        except OSError:
+            upstream_gone.set()  # the recorder closed its upstream connection once the client had left
+
+    with Scripted(endless) as upstream, recorder(tmp_path, upstream.url) as (url, folder, lines):
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as sock:
+            sock.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n%s" % (len(ANTHROPIC_BODY), ANTHROPIC_BODY))
+            assert b"text_delta" in sock.recv(65536) or b"text_delta" in sock.recv(65536)
+        assert upstream_gone.wait(20)
+        deadline = time.monotonic() + 10
+        while not lines and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert "the client went away" in lines[0]
+    record = exchange(bodies(folder)[0])
+    assert record["status"] == 200 and record["stream"] is True
