@@ -233,3 +233,71 @@ def test_settings_replace_keeps_the_rest() -> None:
     """--scan-depth replaces only the depth of the settings read from ST's file."""
     settings = read_world_settings(GOLDEN / "runs" / "wi-global-scan" / "st-settings.json")
     assert settings.depth == 4 and replace(settings, depth=2) == worldinfo.Settings()
+
+
+def _character_book(lore: dict[str, Any], *, selective: bool = True) -> dict[str, Any]:
+    """The book in the card spec's ``character_book`` form, as ST exports a card with its book embedded."""
+    entries = []
+    for uid, e in lore["entries"].items():
+        entry = {"id": int(uid), "keys": e["key"], "secondary_keys": e["keysecondary"], "comment": e["comment"],
+                 "content": e["content"], "constant": e["constant"], "insertion_order": e["order"],
+                 "enabled": not e["disable"], "position": "before_char" if e["position"] == 0 else "after_char",
+                 "extensions": {"position": e["position"], "depth": e["depth"], "role": e["role"],
+                                "selectiveLogic": e["selectiveLogic"], "case_sensitive": e["caseSensitive"],
+                                "match_whole_words": e["matchWholeWords"], "probability": e["probability"],
+                                "useProbability": e["useProbability"]}}
+        if selective:
+            entry["selective"] = e["selective"]
+        entries.append(entry)
+    return {"name": "Greyreach Almanac", "entries": entries}
+
+
+@pytest.mark.parametrize("selective", [True, False])
+def test_the_cards_embedded_book(selective: bool, tmp_path: Path) -> None:
+    """Run wi with the book embedded in the card (``character_book``) and no --lore: every request as ST sent it.
+    The control: without ``selective`` (ST then ignores the secondary keys) entries 4 and 5 fire wrongly."""
+    card = _json(GOLDEN / RUNS["wi"]["cards"][0])
+    card["data"]["character_book"] = _character_book(_json(GOLDEN / RUNS["wi"]["lorebooks"][0]["file"]),
+                                                     selective=selective)
+    path = tmp_path / "card.json"
+    path.write_text(json.dumps(card, ensure_ascii=False), encoding="utf-8")
+    name, description = _persona("wi")
+    setup = prepare(GOLDEN / RUNS["wi"]["preset"], read_chat(GOLDEN / "runs" / "wi" / "chat.jsonl", persona=name),
+                    card=read_card(path), persona_description=description)
+    world = setup.assembler.preset.card.world_info  # type: ignore[union-attr]
+    assert world is not None and [(b.name, b.source) for b in world.books] == [("Greyreach Almanac", "character")]
+    departing = {turn for turn in range(1, 9) if _check(setup, "wi", turn).departures}
+    assert departing == (set() if selective else {1, 4})
+
+
+def test_books_take_their_role_from_their_names(tmp_path: Path) -> None:
+    """A --lore file named as the chat's book is the chat's, as the card's book the character's, any other global
+    (the names as ST's file names: "_" and spaces alike, any case)."""
+    from zhin_cli.tools.stcheck import world_info
+
+    chat = read_chat(GOLDEN / "runs" / "an" / "chat.jsonl")  # bound to "Kessel Workshop Notes"
+    card = read_card(GOLDEN / RUNS["wi"]["cards"][0])  # linked to "Greyreach Almanac"
+    paths = {}
+    for name, source in (("kessel_workshop_notes", "an"), ("Greyreach Almanac", "wi"), ("Other", "wi")):
+        paths[name] = tmp_path / f"{name}.json"
+        shutil.copy(GOLDEN / RUNS[source]["lorebooks"][0]["file"], paths[name])
+    world, notes = world_info(chat, card, [read_lore(p) for p in paths.values()], worldinfo.Settings())
+    assert [(b.name, b.source) for b in world.books] == [("kessel_workshop_notes", "chat"),
+                                                        ("Greyreach Almanac", "character"), ("Other", "global")]
+    assert notes == [] and world.note is not None and world.note.depth == 1
+    world, notes = world_info(chat, card, [read_lore(paths["Other"]), read_lore(paths["Other"])], worldinfo.Settings())
+    assert {b.source for b in world.books} == {"global"} and len(notes) == 2  # neither named book given: two notes
+
+
+def test_a_bad_character_book_is_one_line(tmp_path: Path) -> None:
+    from zhin_cli.core.errors import InputError
+
+    card = _json(GOLDEN / RUNS["wi"]["cards"][0])
+    card["data"]["character_book"] = {"entries": {"0": {}}}
+    path = tmp_path / "card.json"
+    path.write_text(json.dumps(card), encoding="utf-8")
+    with pytest.raises(InputError, match="'character_book' must be an object with an 'entries' list"):
+        read_card(path)
+    card["data"]["character_book"] = {"entries": []}
+    path.write_text(json.dumps(card), encoding="utf-8")
+    assert read_card(path).character_book == {"entries": []}  # the control

@@ -227,10 +227,15 @@ def test_reading_st_entries_and_character_books() -> None:
                                                       "assistant", None, False, 5, 1, 30, ("sticky",))
     card_book = {"entries": [{"keys": ["eel"], "content": "eels", "insertion_order": 5, "enabled": False,
                               "position": "before_char"},
-                             {"keys": ["oar"], "content": "oars", "extensions": {"position": 4, "depth": 2}}]}
-    first, second = wi.entries_from_character_book(card_book, "Card")
+                             {"keys": ["oar"], "content": "oars", "enabled": True, "selective": True,
+                              "secondary_keys": ["pole"], "extensions": {"position": 4, "depth": 2, "scan_depth": 6,
+                                                                         "match_whole_words": False}},
+                             {"keys": ["pole"], "content": "no enabled, no selective", "secondary_keys": ["x"]}]}
+    first, second, third = wi.entries_from_character_book(card_book, "Card")
     assert (first.keys, first.order, first.disabled, first.position) == (("eel",), 5, True, wi.BEFORE)
-    assert (second.position, second.depth, second.disabled) == (wi.AT_DEPTH, 2, False)
+    assert (second.position, second.depth, second.disabled, second.selective, second.scan_depth,
+            second.whole_words) == (wi.AT_DEPTH, 2, False, True, 6, False)
+    assert (third.disabled, third.selective, third.position) == (True, False, wi.AFTER)  # ST's defaults
 
 
 def test_settings_and_note_from_st() -> None:

@@ -242,30 +242,33 @@ def entry_from_st(key: str, raw: Mapping[str, Any], world: str) -> Entry:
 
 def entries_from_character_book(book: Mapping[str, Any], world: str) -> tuple[Entry, ...]:
     """A card's embedded ``character_book`` (the V2 card spec's form), read as ST converts it into a World Info
-    book when the card is imported: ``keys``/``secondary_keys``, ``insertion_order``, ``enabled``, and ST's own
-    fields under each entry's ``extensions``."""
+    book (``convertCharacterBook``): ``keys``/``secondary_keys``, ``insertion_order``, ``enabled`` (missing:
+    disabled), ``selective`` (missing: off — the secondary keys are then ignored), ``position`` before_char /
+    after_char unless ``extensions.position`` says otherwise, and ST's other fields under each entry's
+    ``extensions`` in snake case (``scan_depth``, ``case_sensitive``, ``match_whole_words``, …)."""
     raw_entries = book.get("entries")
     out: list[Entry] = []
     for index, raw in enumerate(raw_entries if isinstance(raw_entries, list) else ()):
         if not isinstance(raw, dict):
             continue
-        ext = raw.get("extensions") if isinstance(raw.get("extensions"), dict) else {}
-        assert isinstance(ext, dict)
+        ext = raw.get("extensions")
+        ext = ext if isinstance(ext, dict) else {}
         position = ext.get("position")
-        if not isinstance(position, int) or isinstance(position, bool):
+        if position is None:
             position = BEFORE if raw.get("position") == "before_char" else AFTER
         converted = {
-            "uid": raw.get("id", index), "content": raw.get("content"), "comment": raw.get("comment") or raw.get("name"),
-            "key": raw.get("keys"), "keysecondary": raw.get("secondary_keys"), "selective": raw.get("selective"),
-            "constant": raw.get("constant"), "disable": raw.get("enabled") is False, "order": raw.get("insertion_order"),
-            "position": position, "caseSensitive": raw.get("case_sensitive"),
-            **{k: ext.get(k) for k in ("depth", "role", "scanDepth", "excludeRecursion", "preventRecursion",
-                                       "delayUntilRecursion", "probability", "useProbability", "sticky", "cooldown",
-                                       "delay", "group", "vectorized")},
-            "selectiveLogic": ext.get("selectiveLogic"), "matchWholeWords": ext.get("match_whole_words"),
+            "uid": raw.get("id", index), "content": raw.get("content"), "comment": raw.get("comment") or "",
+            "key": raw.get("keys"), "keysecondary": raw.get("secondary_keys") or [],
+            "constant": raw.get("constant") is True, "selective": raw.get("selective") is True,
+            "order": raw.get("insertion_order"), "position": position, "disable": raw.get("enabled") is not True,
+            "excludeRecursion": ext.get("exclude_recursion"), "preventRecursion": ext.get("prevent_recursion"),
+            "delayUntilRecursion": ext.get("delay_until_recursion"), "probability": ext.get("probability", 100),
+            "useProbability": ext.get("useProbability", True), "depth": ext.get("depth"),
+            "selectiveLogic": ext.get("selectiveLogic"), "group": ext.get("group"), "scanDepth": ext.get("scan_depth"),
+            "caseSensitive": ext.get("case_sensitive"), "matchWholeWords": ext.get("match_whole_words"),
+            "role": ext.get("role"), "vectorized": ext.get("vectorized"), "sticky": ext.get("sticky"),
+            "cooldown": ext.get("cooldown"), "delay": ext.get("delay"),
         }
-        if converted["probability"] is None:
-            converted["probability"] = 100
         out.append(entry_from_st(str(index), {k: v for k, v in converted.items() if v is not None}, world))
     return tuple(out)
 
