@@ -307,11 +307,12 @@ def test_facts_show_says_why_there_is_nothing(variants: dict[str, Variant], tmp_
     assert result.returncode == 0 and result.stdout.strip().splitlines()[-1].startswith(f"no facts for {variant.key(A)}")
 
 
-# --- trace / prefix-diff / export / sessions: exit 0, no traceback ---------------------------------------------------
+# --- trace / prefix-diff / export / sessions / stats cache: exit 0, no traceback ---------------------------------------------------
 
 def test_every_command_reads_the_variant(variant: Variant, tmp_path: Path) -> None:
     keys = [variant.key(c) for c in (A, B, P)]
     runs = [("sessions", "--db", variant.path), ("prefix-diff", "--all", "--db", variant.path),
+            ("stats", "cache", "--db", variant.path),
             *[("trace", key, "--db", variant.path) for key in keys],
             *[("export", key, "--db", variant.path) for key in keys]]
     for args in runs:

@@ -554,3 +554,22 @@ def reassign_message(variant: Variant, message_id: str, old: tuple[str, str], ne
     variant.authors[message_id] = new_id
     variant.notes.append(f"{message_id} said by {new_id}")
     return variant
+
+
+def interrupt_turn(variant: Variant, call_row: int) -> Variant:
+    """The turn of assistant row ``call_row`` (a tool call) interrupted there (superseded, or the bot restarted): its
+    tool results and later rounds were never written, and the session's next user row follows the call. Upstream
+    reads such a history itself (repair-agent-messages.ts: a placeholder result "[zhin] tool result unavailable
+    (interrupted turn or incomplete history)")."""
+    with sqlite3.connect(variant.path) as conn:
+        sid, = conn.execute("SELECT session_id FROM agent_messages WHERE id = ?", (call_row,)).fetchone()
+        later = conn.execute("SELECT id, role FROM agent_messages WHERE session_id = ? AND id > ? ORDER BY id",
+                             (sid, call_row)).fetchall()
+        gone = [row_id for row_id, _ in next((later[:i] for i, (_, role) in enumerate(later) if role == "user"), later)]
+        conn.execute(f"DELETE FROM agent_messages WHERE id IN ({','.join('?' * len(gone))})", gone)
+        conn.execute(f"UPDATE agent_messages SET parent_id = ? WHERE parent_id IN ({','.join('?' * len(gone))})",
+                     (call_row, *gone))
+        conn.execute(f"UPDATE agent_sessions SET active_leaf_message_id = ? WHERE active_leaf_message_id IN"
+                     f" ({','.join('?' * len(gone))})", (call_row, *gone))
+    variant.notes.append(f"turn interrupted after row {call_row} (rows {gone} never written)")
+    return variant
