@@ -51,6 +51,27 @@ def kind_of(mode: int) -> str:
     return "not a regular file"
 
 
+def names_a_file(path: Path | str) -> bool:
+    """``Path.is_file`` that answers no for a name the file system cannot hold (``ENAMETOOLONG``): an argument of
+    256+ characters may still be a session id, looked up elsewhere, not refused as a file name."""
+    try:
+        return Path(path).is_file()
+    except OSError as error:
+        if error.errno == errno.ENAMETOOLONG:
+            return False
+        raise
+
+
+def names_a_folder(path: Path | str) -> bool:
+    """``Path.is_dir`` with the same rule as ``names_a_file``."""
+    try:
+        return Path(path).is_dir()
+    except OSError as error:
+        if error.errno == errno.ENAMETOOLONG:
+            return False
+        raise
+
+
 def open_regular(path: Path, error: type[ZhinError] = InputError, what: str = "file") -> IO[bytes]:
     """``path`` opened for reading in binary mode, if it is a regular file; else one ``error`` line (before a byte
     is read, and without blocking on a FIFO that has no writer). ``FileNotFoundError`` is left to the caller."""

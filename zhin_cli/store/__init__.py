@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -10,7 +9,7 @@ from pathlib import Path
 from typing import Protocol
 
 from zhin_cli.core.errors import InputError, SessionNotFound
-from zhin_cli.core.inputfiles import open_regular
+from zhin_cli.core.inputfiles import names_a_file, open_regular
 from zhin_cli.core.model import Session
 from zhin_cli.core.registry import Registry
 
@@ -99,17 +98,6 @@ def short(value: str) -> str:
     return short_repr(value)
 
 
-def _is_file(ref: str) -> bool:
-    """``Path.is_file`` that answers no for a name the file system cannot hold: a session id of 256+ characters
-    is then looked up in the database, not refused as a file name."""
-    try:
-        return Path(ref).is_file()
-    except OSError as error:
-        if error.errno == errno.ENAMETOOLONG:
-            return False
-        raise
-
-
 @dataclass
 class JsonlSource:
     """A ``.jsonl`` / ``.ndjson`` file (``any_file``: any other existing file that is not a database file)."""
@@ -119,7 +107,7 @@ class JsonlSource:
 
     def claims(self, ref: str) -> bool:
         if self.any_file:
-            return _is_file(ref) and not ref.endswith((".sqlite", ".db"))
+            return names_a_file(ref) and not ref.endswith((".sqlite", ".db"))
         return ref.endswith((".jsonl", ".ndjson"))
 
     def load(self, ref: str, *, db: str | None, cwd: Path) -> Session:
@@ -148,7 +136,7 @@ class SillyTavernSource:
     def claims(self, ref: str) -> bool:
         if ref.startswith(ST_PREFIX):
             return True
-        return ref.endswith(".jsonl") and _is_file(ref) and _starts_as_sillytavern_chat(Path(ref))
+        return ref.endswith(".jsonl") and names_a_file(ref) and _starts_as_sillytavern_chat(Path(ref))
 
     def load(self, ref: str, *, db: str | None, cwd: Path) -> Session:
         from zhin_cli.store.sillytavern import read_chat

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from zhin_cli.core.errors import InputError
+from zhin_cli.core.inputfiles import names_a_file, names_a_folder
 from zhin_cli.core.readers import read_json_file, read_text_file
 
 _BODY_NAME = re.compile(r"(\d{5,})-(.+)\.json")
@@ -103,7 +104,7 @@ def looks_like_body(value: Any) -> bool:
 
 def is_body_jsonl(path: Path) -> bool:
     """A ``.jsonl`` whose first non-blank line is a request body (not a zhin session file)."""
-    if path.suffix != ".jsonl" or not path.is_file():
+    if path.suffix != ".jsonl" or not names_a_file(path):
         return False
     try:
         with path.open("rb") as handle:
@@ -126,7 +127,7 @@ def body_files(folder: Path) -> list[tuple[int, Path]]:
 
 
 def is_capture_folder(path: Path) -> bool:
-    return path.is_dir() and bool(body_files(path))
+    return names_a_folder(path) and bool(body_files(path))
 
 
 def _exchange_usage(path: Path) -> dict[str, Any] | None:

@@ -1112,11 +1112,12 @@ def session_refs(refs: list[str], *, all_sessions: bool, db: str | None, cwd: An
     from pathlib import Path
 
     from zhin_cli.core.errors import UsageError
+    from zhin_cli.core.inputfiles import names_a_folder
 
     out: list[str] = []
     for ref in refs:
         path = Path(ref)
-        if path.is_dir():
+        if names_a_folder(path):
             files = sorted(str(p) for p in path.glob("*.jsonl"))
             if not files:
                 raise UsageError(f"{ref}: no .jsonl files in this folder")
