@@ -81,8 +81,8 @@ def test_all_21_turns_and_21_replies(db: Path) -> None:
     turns = [i for s in sessions for i in turn_ids(s)]
     replies = [i for s in sessions for i in reply_ids(s)]
     assert len(turns) == len(replies) == len(REPLIES) == 21
-    assert sorted(turns) == sorted(r["turn_message_id"] for r in REPLIES)
-    assert sorted(replies) == sorted(r["reply_message_id"] for r in REPLIES)
+    assert sorted(map(str, turns)) == sorted(r["turn_message_id"] for r in REPLIES)  # None would read "None"
+    assert sorted(map(str, replies)) == sorted(r["reply_message_id"] for r in REPLIES)
 
 
 def test_without_the_matching_no_row_has_an_id(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
