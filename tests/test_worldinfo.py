@@ -296,3 +296,16 @@ def test_the_budget_is_counted_in_linear_time() -> None:
     activation = _fire(["Hal: hi"], *entries, tokens=tokens, max_context=4 * 31 * 100)  # binds at 100 entries
     assert len(activation.fired) == 99 and activation.budget_overflowed  # the 100th reaches the budget
     assert sum(counted) < 200 * 31 * 10  # near the budget only a few joined counts, not one per entry
+
+
+def test_a_backtracking_regex_key_is_bounded() -> None:
+    """A key is input: ``/(a|aa)+$/`` on a long run of "a"s backtracks for ages; it is stopped at the request's
+    matching budget, taken as not found, and named in a warning. The control: a plain regex key still matches."""
+    import time
+
+    chat = ["Hal: " + "a" * 40 + "!"]
+    started = time.perf_counter()
+    activation = _fire(chat, _entry("1", keys=("/(a|aa)+$/",)), _entry("2", keys=("/a{3}!/",)))
+    assert time.perf_counter() - started < 5  # a bound, not a measurement: unbounded this takes hours
+    assert _uids(activation) == ["2"]
+    assert len(activation.warnings) == 1 and "ran past its matching bound" in activation.warnings[0]

@@ -547,9 +547,9 @@ def _lore_entry(key: str, entry: dict[str, Any], notes: list[str], where: Callab
     order = entry.get("order", 100)
     if not isinstance(order, int | float) or isinstance(order, bool):
         raise InputError(f"entry {short(key)}: 'order' must be a number, got {short(order)}", where=where(f"entries.{key}.order"))
-    for name in ("key", "keysecondary"):
-        keys = entry.get(name, [])
-        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+    for name in ("key", "keysecondary"):  # anything but a list is no keys, as ST reads it
+        keys = entry.get(name)
+        if isinstance(keys, list) and not all(isinstance(k, str) for k in keys):
             raise InputError(f"entry {short(key)}: '{name}' must be a list of strings, got {short(keys)}",
                              where=where(f"entries.{key}.{name}"))
     if entry.get("constant") is not True or entry.get("position", 0) != WI_POSITION_AFTER:

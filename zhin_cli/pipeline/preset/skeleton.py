@@ -337,6 +337,7 @@ class _Builder:
         activation = worldinfo.activate(world, texts, expand=self.engine.expand, count_tokens=counter().count,
                                         max_context=int(max_context), seed=self.context.seed)
         self.user_messages = sum(1 for m in chat if m.role == "user")
+        self.warnings.extend(activation.warnings)
         return activation
 
     def _world_pieces(self, placed: list[worldinfo.Placed]) -> list[tuple[str, str]]:

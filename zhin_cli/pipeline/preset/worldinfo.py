@@ -41,12 +41,16 @@ matching, extra scan sources (``matchCharacterDescription`` …), and World Info
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import random
 import re
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import regex
 
 # world_info_position
 BEFORE, AFTER, AN_TOP, AN_BOTTOM, AT_DEPTH, EM_TOP, EM_BOTTOM, OUTLET = range(8)
@@ -66,6 +70,10 @@ _JOINER = "\n" + MATCHER
 _DECORATORS = ("@@activate", "@@dont_activate")
 _REGEX_KEY = re.compile(r"/([\s\S]+?)/([gimsuy]*)", re.DOTALL)
 _SOURCES = ("chat", "character", "global")
+# Keys are input: a regular-expression key may spend this long on one search, and all of them this long on one
+# request; a key that runs out is taken as not found for the rest of the request (and named in a warning)
+REGEX_KEY_SECONDS = 0.1
+REGEX_BUDGET_SECONDS = 1.0
 _JOIN_SLACK = 4  # tokens a junction of two texts may change their count by (BPE merges across it), generously
 
 
@@ -163,6 +171,7 @@ class Activation:
     at_depth: list[tuple[int, str, list[Placed]]] = field(default_factory=list)  # (depth, role, entries)
     budget_overflowed: bool = False
     failed_probability: list[Entry] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # keys that could not be matched within their bounds
 
 
 # --- reading ST's entries -------------------------------------------------------------------------------------
@@ -357,26 +366,45 @@ def decorators(content: str) -> tuple[tuple[str, ...], str]:
     return tuple(found), content
 
 
-def key_regex(key: str) -> re.Pattern[str] | None:
-    """A ``/pattern/flags`` key as a regular expression (None: a plain key, or one Python cannot compile)."""
+class KeyTimeout(Exception):
+    """A regular-expression key ran past the request's matching budget."""
+
+
+def key_regex(key: str) -> Any | None:
+    """A ``/pattern/flags`` key as a compiled pattern (the ``regex`` package, which can be interrupted); None: a
+    plain key, or a pattern that does not compile or would unroll too far to compile (ST: not a regex either)."""
     found = _REGEX_KEY.fullmatch(key)
     if found is None:
         return None
+    return _compiled_key(found.group(1), found.group(2))
+
+
+@functools.lru_cache(maxsize=512)
+def _compiled_key(pattern: str, letters: str) -> Any | None:
+    from zhin_cli.pipeline.preset.regex import MAX_UNROLL, shape  # imported here: regex.py imports the model
+
+    if shape(pattern).unroll > MAX_UNROLL:
+        return None
     flags = 0
-    for letter, flag in (("i", re.IGNORECASE), ("m", re.MULTILINE), ("s", re.DOTALL)):
-        if letter in found.group(2):
+    for letter, flag in (("i", regex.IGNORECASE), ("m", regex.MULTILINE), ("s", regex.DOTALL)):
+        if letter in letters:
             flags |= flag
     try:
-        return re.compile(found.group(1), flags)
-    except (re.error, RecursionError, OverflowError):
+        return regex.compile(pattern, flags)
+    except (regex.error, RecursionError, OverflowError, ValueError, MemoryError):
         return None
 
 
-def matches(haystack: str, key: str, entry: Entry, settings: Settings) -> bool:
-    """Whether ``key`` (already expanded and trimmed) is in ``haystack`` for ``entry`` (ST ``matchKeys``)."""
-    regex = key_regex(key)
-    if regex is not None:
-        return regex.search(haystack) is not None
+def matches(haystack: str, key: str, entry: Entry, settings: Settings, *, deadline: float | None = None) -> bool:
+    """Whether ``key`` (already expanded and trimmed) is in ``haystack`` for ``entry`` (ST ``matchKeys``). A
+    regular-expression key past ``deadline`` (a ``time.perf_counter()`` value) raises ``KeyTimeout``."""
+    pattern = key_regex(key)
+    if pattern is not None:
+        timeout = None if deadline is None else max(deadline - time.perf_counter(), 0.0)
+        try:
+            return pattern.search(haystack, timeout=timeout) is not None
+        except TimeoutError:
+            raise KeyTimeout(key) from None
     case_sensitive = settings.case_sensitive if entry.case_sensitive is None else entry.case_sensitive
     if not case_sensitive:
         haystack, key = haystack.lower(), key.lower()
@@ -430,10 +458,32 @@ def _secondary_ok(entry: Entry, found: Callable[[str], bool]) -> bool:
     return (entry.logic == NOT_ANY and not any_match) or (entry.logic == AND_ALL and all_match)
 
 
-def _fires(entry: Entry, text: str, settings: Settings, expand: Callable[[str], str]) -> bool:
+@dataclass
+class _KeyBounds:
+    """The time regular-expression keys have left in one request, and the keys that ran out."""
+
+    deadline: float = field(default_factory=lambda: time.perf_counter() + REGEX_BUDGET_SECONDS)
+    spent: set[str] = field(default_factory=set)
+    warnings: list[str] = field(default_factory=list)
+
+    def search(self, text: str, key: str, entry: Entry, settings: Settings) -> bool:
+        if key in self.spent:
+            return False
+        try:
+            return matches(text, key, entry, settings,
+                           deadline=min(self.deadline, time.perf_counter() + REGEX_KEY_SECONDS))
+        except KeyTimeout:
+            self.spent.add(key)
+            self.warnings.append(f"World Info {entry.label}: key {key[:60]!r} ran past its matching bound "
+                                 f"({REGEX_KEY_SECONDS * 1000:.0f} ms a search, {REGEX_BUDGET_SECONDS:.0f} s a "
+                                 "request); taken as not found")
+            return False
+
+
+def _fires(entry: Entry, text: str, settings: Settings, expand: Callable[[str], str], bounds: _KeyBounds) -> bool:
     def found(key: str) -> bool:
         expanded = expand(key)
-        return bool(expanded) and matches(text, expanded.strip(), entry, settings)
+        return bool(expanded) and bounds.search(text, expanded.strip(), entry, settings)
 
     if not entry.keys or not any(found(key) for key in entry.keys):
         return False
@@ -452,6 +502,7 @@ class _Scan:
     probability: Probability
     contents: dict[int, str] = field(default_factory=dict)  # id(entry) → content as expanded on firing
     result: Activation = field(default_factory=Activation)
+    bounds: _KeyBounds = field(default_factory=lambda: _KeyBounds())
 
     def candidates(self, buffer: _Buffer, recursion: bool, level: int, done: set[int]) -> list[Entry]:
         out: list[Entry] = []
@@ -467,7 +518,7 @@ class _Scan:
                 out.append(entry)
             elif "@@dont_activate" in marks:
                 continue
-            elif entry.constant or _fires(entry, buffer.text(entry), self.settings, self.expand):
+            elif entry.constant or _fires(entry, buffer.text(entry), self.settings, self.expand, self.bounds):
                 out.append(entry)
         return out
 
@@ -536,6 +587,7 @@ def activate(world: WorldInfo, chat: list[str], *, expand: Callable[[str], str],
         recursion = True
         buffer.recurse.append("\n".join(scan.contents[id(e)] for e in for_recursion))
     _place(scan)
+    scan.result.warnings = scan.bounds.warnings
     return scan.result
 
 
