@@ -192,7 +192,7 @@ def test_block_lines_sit_before_their_turn_row(db: Path) -> None:
     """The block row is stored after its turn row (timestamp 12:07:20.053 vs .033) but sent before it."""
     messages = list(load(db, KEYS[0]).messages)
     turn = next(i for i, m in enumerate(messages) if m.row_id == 2)
-    assert [m.message_id for m in messages[:turn]] == ["2100001", "2100002", "2100003", "2100004"]
+    assert [getattr(m, "message_id", None) for m in messages[:turn]] == ["2100001", "2100002", "2100003", "2100004"]
     assert all(messages[i].timestamp <= messages[i + 1].timestamp for i in range(len(messages) - 1)
                if messages[i + 1].role != "event" and messages[i].role != "event")
 
