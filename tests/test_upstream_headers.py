@@ -95,3 +95,15 @@ def test_product_roles_of_an_actor_that_names_them_replace_the_old_ones() -> Non
     assert unknown.role == "master,admin"
     stated = master.merged(Actor(subject_id="1", roles=(), platform_role="admin"))
     assert stated.role == "admin"
+
+
+def test_prefix_diff_of_a_database_says_it_diffs_zhins_assembly(db: Path, tmp_path: Path) -> None:
+    # finding 10: "0 unexpected break(s)" on the database is about zhin's re-assembly, and the output must say so
+    text = run_zhin("prefix-diff", "--db", db, A, cwd=tmp_path)
+    assert "layout adr-0041: zhin's ADR 0041 assembly of the stored rows, not the body the bot sent" in text.stdout
+    data = json.loads(run_zhin("prefix-diff", "--db", db, A, "--json", cwd=tmp_path).stdout)
+    assert data["sessions"][0]["layout"] == "adr-0041"
+    # negative control: the bot's own captured bodies are not an assembly of zhin's
+    captures = Path(__file__).parent.parent.parent / "shared" / "reference" / "upstream-db" / "captures"
+    real = run_zhin("prefix-diff", captures, "--json", cwd=tmp_path)
+    assert all("layout" not in s for s in json.loads(real.stdout)["sessions"])

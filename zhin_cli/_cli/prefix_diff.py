@@ -272,6 +272,10 @@ def _print_session(console: Console, session: SessionDiff, fail_on: list[str]) -
         if session.captured and session.pairs else f"{session.turns} {'requests' if session.captured else 'turns'}"
     say(console, f"[bold]{markup_safe(session.session_id)}[/] · {markup_safe(session.provider)} · {markup_safe(session.model)} · "
                   f"{markup_safe(count)}")
+    if session.layout is not None:  # the bot's real bodies are diffed from a capture folder (docs/captures.md)
+        from zhin_cli.tools.trace import layout_note
+
+        say(console, markup_safe(layout_note(session.layout)))
     _print_rows(console, session.pairs, fail_on, captured=session.captured)
     _print_breaks(console, session.unexpected(fail_on))
     _print_uncached(console, session.pairs)

@@ -49,6 +49,7 @@ from zhin_cli.tools.trace import (
     TurnRow,
     capture_rows,
     capture_trace_dict,
+    layout_note,
     layout_phrase,
     open_trace,
     request_record,
@@ -205,12 +206,6 @@ def write_line(out: TextIO, record: dict[str, Any]) -> None:
     """One request (``request_record``) as one JSON line, flushed: a reader (``| head -1``, a log shipper) has it
     at once."""
     write_json_line_safely(record, out)
-
-
-def layout_note(layout: str) -> str:
-    """What the requests shown are: zhin's assembly, named, never the bot's own body."""
-    what = "zhin's ADR 0041 assembly" if layout == ADR_LAYOUT else f"zhin's assembly with preset {layout!r}"
-    return f"layout {layout}: {what} of the stored rows, not the body the bot sent"
 
 
 def print_heading(console: Console, result: TraceResult) -> None:

@@ -643,6 +643,7 @@ class SessionDiff:
     costs: CostTotals | None = None  # every request's cost, the first included (None: no price)
     notes: list[str] = field(default_factory=list)  # price notes (a default row used)
     captured: bool = False  # a conversation of captured bodies: turns are capture numbers
+    layout: str | None = None  # what assembled the requests (``trace.layout_name``); None for captured bodies
 
     def unexpected(self, fail_on: Iterable[str]) -> list[PairDiff]:
         causes = set(fail_on)
@@ -663,7 +664,8 @@ class SessionDiff:
 
     def as_dict(self, fail_on: Iterable[str]) -> dict[str, Any]:
         return {"session_id": self.session_id, "provider": self.provider, "model": self.model, "turns": self.turns,
-                **({"captured": True} if self.captured else {}), "summary": self.summary(), "unexpected": len(self.unexpected(fail_on)),
+                **({"captured": True} if self.captured else {}), **({"layout": self.layout} if self.layout else {}),
+                "summary": self.summary(), "unexpected": len(self.unexpected(fail_on)),
                 "pairs": [self.pair_dict(p) for p in self.pairs], "hints": [h.as_dict() for h in self.hints.values()],
                 "sources": {k: v.as_dict() for k, v in self.sources.items()}}
 
@@ -1313,8 +1315,11 @@ def run_session_job(job: SessionJob, progress: Callable[[int, int], None] | None
         pipelines = [stack.enter_context(Pipeline.open(config, provider=job.provider, model=job.model, preset=job.preset))
                      for config in job.configs]
         if len(pipelines) == 1:
+            from zhin_cli.tools.trace import layout_name  # trace imports this module
+
             diff = diff_session(pipelines[0], session, progress, on_pair, job.prices)
             diff.sources = segment_sources(pipelines[0], _pair_keys(diff), job.preset)
+            diff.layout = layout_name(pipelines[0].preset)
             return diff
         comparison = compare_session(pipelines[0], pipelines[1], session)
         if comparison.head_stability is not None:

@@ -55,6 +55,12 @@ def layout_name(preset: Preset | None) -> str:
     return preset.name or (preset.path.stem if preset.path is not None else "preset")
 
 
+def layout_note(layout: str) -> str:
+    """What the requests shown are: zhin's assembly, named, never the bot's own body."""
+    what = "zhin's ADR 0041 assembly" if layout == ADR_LAYOUT else f"zhin's assembly with preset {layout!r}"
+    return f"layout {layout}: {what} of the stored rows, not the body the bot sent"
+
+
 def layout_phrase(layout: str) -> str:
     """The layout in a sentence: "ADR 0041", or "preset 'NAME'"."""
     return "ADR 0041" if layout == ADR_LAYOUT else f"preset {layout!r}"
