@@ -54,8 +54,9 @@ WHOLE_GROUP = "0"  # OneBot's group_ban user_id for a whole-group mute
 # The operator slot of a state-change line when upstream stored none (member.role_changed never has one): said
 # as such, never ``system`` — that reads like the member who is literally named "system".
 NO_OPERATOR = "(unknown)"
-# The zone upstream names in a turn row's runtime context: ``[Turn context]\nTime: 2026/10/17 08:42:00 (Asia/Tokyo)``.
-_TURN_CONTEXT_ZONE = re.compile(r"\A\[Turn context\]\n(?:.*\n)*?Time: [0-9/]+ [0-9:]+ \(([^()\s]+)\)\n")
+# The zone upstream names in a turn row's runtime context: ``[Turn context]\nTime: 2026/10/17 08:42:00 (Asia/Tokyo)``
+# — the time as Node's locale writes it (``10/16/2026, 12:07:20 PM`` without zh-CN data), so only the zone is read.
+_TURN_CONTEXT_ZONE = re.compile(r"\A\[Turn context\]\n(?:.*\n)*?Time: [^\n]*? \(([^()\s]+)\)\n")
 # A turn row of the epoch (newest first) whose text opens with that context: one row tells the zone.
 SQL_TURN_CONTEXT = ("SELECT agent_messages.payload FROM agent_messages WHERE agent_messages.session_id = :sid"
                     " AND agent_messages.role = 'user' AND agent_messages.payload LIKE '%[Turn context]%'"
@@ -173,7 +174,7 @@ def _key_from_parts(parts: list[str]) -> str | None:
     return None
 
 
-def _ms(value: Any) -> int | None:
+def epoch_ms(value: Any) -> int | None:
     """An epoch-ms time: an integer, or the decimal text a bigint column may come back as."""
     if isinstance(value, bool):
         return None
@@ -228,7 +229,7 @@ def _read_row(row: Any, data: dict[str, Any], where: str, reading: EventReading)
     session_key = session_key_of(row.conversation_key or "")
     if session_key is None:
         raise InputError("conversation_key is neither adapter\\0endpoint\\0kind\\0id\\0… nor a session key", where=where)
-    time = _ms(row.time) if row.time is not None else _ms(data.get("timestamp"))
+    time = epoch_ms(row.time) if row.time is not None else epoch_ms(data.get("timestamp"))
     if time is None:
         raise InputError("time must be an integer (ms epoch)", where=where)
     event_id = str(row.event_id if row.event_id is not None else row.id)
@@ -388,7 +389,7 @@ def _append_event(conn: Any, session: Any, event: MemberEvent) -> int:
     ))
     row_id = int(inserted.inserted_primary_key[0])
     conn.execute(s.update().where(s.c.session_id == session.session_id).values(
-        active_leaf_message_id=row_id, updated_at=max(session.updated_at or 0, event.time)))
+        active_leaf_message_id=row_id, updated_at=max(epoch_ms(session.updated_at) or 0, event.time)))
     if event.kind == "member_left":  # write through to L2: a leave / kick deletes the member row
         t = schema.ai_scene_members
         if "ai_scene_members" in set(inspect(conn).get_table_names()):

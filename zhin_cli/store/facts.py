@@ -379,6 +379,7 @@ def rebuild_facts(conn: Connection, session_key: str, tables: set[str], label: s
 def _senders_of_turns(conn: Connection, session_key: str, rebuilt: RebuiltFacts, label: str | None) -> None:
     """Each triggering sender's name and roles as upstream stored them with the turn (``actor``)."""
     from zhin_cli.core.errors import at_row
+    from zhin_cli.store.events import epoch_ms
     from zhin_cli.store.legacy import split_roles
     from zhin_cli.store.payload import json_column
 
@@ -391,11 +392,12 @@ def _senders_of_turns(conn: Connection, session_key: str, rebuilt: RebuiltFacts,
         if not isinstance(actor, dict) or not isinstance(actor.get("subjectId"), (str, int)):
             continue
         entry = rebuilt.entry(str(actor["subjectId"]))
+        at = epoch_ms(row.timestamp) or 0  # a bigint column may come back as decimal text
         raw_roles = actor.get("roles")
         if isinstance(raw_roles, list) and actor.get("scope") != "private":
             product, platform = split_roles([str(r) for r in raw_roles])
-            entry.set_role(platform, product, row.timestamp)
-        _seen(entry, actor.get("displayName"), row.timestamp)
+            entry.set_role(platform, product, at)
+        _seen(entry, actor.get("displayName"), at)
 
 
 def _message_authors(rows: list[Any], rebuilt: RebuiltFacts, label: str | None) -> None:
