@@ -79,11 +79,18 @@ def conformance(tmp_path: Path) -> Iterator[tuple[str, Path]]:
 
 
 class Scripted:
-    """An HTTP server on 127.0.0.1 whose POST answer is ``script(handler, body)``; it keeps what it received."""
+    """An HTTP server on 127.0.0.1 whose POST answer is ``script(handler, body)``; it keeps what it received and
+    counts the connections it accepted."""
 
     def __init__(self, script: Callable[[BaseHTTPRequestHandler, bytes], None]) -> None:
         self.received: list[tuple[str, list[tuple[str, str]], bytes]] = []
+        self.connections = 0
         outer = self
+
+        class Server(ThreadingHTTPServer):
+            def process_request(self, request: Any, client_address: Any) -> None:
+                outer.connections += 1
+                super().process_request(request, client_address)
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -96,7 +103,7 @@ class Scripted:
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
@@ -285,7 +292,7 @@ def test_credentials_are_forwarded_and_written_to_no_file_and_no_log_line(tmp_pa
     assert names["authorization"] == f"Bearer {CANARY}" and names["x-api-key"] == names["x-goog-api-key"] == CANARY
     assert names["anthropic-version"] == "2023-06-01" and names["x-custom"] == "kept"
     assert gemini_path == f"/v1beta/models/gemini-2.5-flash:generateContent?key={CANARY}&alt=json"
-    assert not {"x-hop", "proxy-authorization", "keep-alive"} & set(names) and names["connection"] == "close"
+    assert not {"x-hop", "proxy-authorization", "keep-alive"} & set(names) and "connection" not in names
     assert names["host"] == upstream.url.removeprefix("http://") and names["accept-encoding"] == "identity"
     written = b"".join(p.read_bytes() for p in folder.iterdir())
     assert CANARY.encode() not in written and CANARY not in "\n".join(lines)
@@ -544,3 +551,26 @@ def test_a_client_that_leaves_mid_stream_ends_the_relay_and_its_exchange_is_stil
     assert "the client went away" in lines[0]
     record = exchange(bodies(folder)[0])
     assert record["status"] == 200 and record["stream"] is True
+
+
+def test_connections_to_the_upstream_are_kept_alive_and_a_stale_one_is_replaced(tmp_path: Path) -> None:
+    silently_close = threading.Event()
+
+    def answer(handler: BaseHTTPRequestHandler, body: bytes) -> None:
+        send_json(handler, 200, {"usage": {"prompt_tokens": 1}})
+        if silently_close.is_set():  # an upstream that drops idle connections without saying so
+            handler.close_connection = True
+
+    body = b'{"model":"m"}'
+    with Scripted(answer) as upstream, recorder(tmp_path, upstream.url) as (url, folder, _), http() as h:
+        for _ in range(5):
+            assert h.post(url + "/chat/completions", content=body, headers={"Content-Type": "application/json"}).status_code == 200
+        kept = upstream.connections
+        silently_close.set()
+        answers = [h.post(url + "/chat/completions", content=body, headers={"Content-Type": "application/json"}).status_code
+                   for _ in range(3)]
+    assert kept == 1  # five requests, one connection
+    # the first of the three still uses the kept connection, which the upstream then drops; the next two each find
+    # their kept connection gone, and are sent once more on a new one (control: each costs a connection)
+    assert answers == [200, 200, 200] and upstream.connections == 3
+    assert len(upstream.received) == 8 and len(bodies(folder)) == 8  # nothing sent twice to the upstream

@@ -68,8 +68,8 @@ from zhin_cli.tools.serve_upstream import (
     Exchange,
     Upstream,
     UpstreamError,
+    UpstreamPool,
     forwarded_headers,
-    open_upstream,
     parse_upstream,
     relayed_headers,
     usage_note,
@@ -461,7 +461,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         try:
             captured = self.server.capture.write(self.path, raw, self._log) if self.server.capture is not None else None
-            if self.server.upstream is not None and endpoint_at(self.path.split("?", 1)[0])[0] is not None:
+            if self.server.upstream_pool is not None and endpoint_at(self.path.split("?", 1)[0])[0] is not None:
                 self._relay(raw, captured)
             else:
                 self._respond("POST", raw, captured)
@@ -614,13 +614,14 @@ class _Handler(BaseHTTPRequestHandler):
     # --- --upstream: forward to the real provider and relay its answer (zhin_cli.tools.serve_upstream) ---
 
     def _relay(self, raw: bytes | bytearray, captured: Path | None) -> None:
-        upstream = self.server.upstream
-        assert upstream is not None
+        pool = self.server.upstream_pool
+        assert pool is not None
+        upstream = pool.upstream
         dialect = self._dialect()
         exchange = Exchange(dialect, upstream.shown, MAX_BODY)
         try:
             try:
-                connection, response = open_upstream(upstream, self.path, forwarded_headers(self.headers.items(), upstream), raw)
+                connection, response = pool.open(self.path, forwarded_headers(self.headers.items(), upstream), raw)
             except UpstreamError as failure:
                 message = f"upstream {upstream.shown} gave no answer: {failure}"
                 self._send(Reply(failure.status, self._error_body(failure.status, message), note=message), exchange)
@@ -628,7 +629,7 @@ class _Handler(BaseHTTPRequestHandler):
             try:
                 note = self._relay_answer(response, exchange)
             finally:
-                connection.close()
+                pool.done(connection, response)
             self._log(f"POST {mask_url(self.path)} {exchange.status} upstream {self._model(raw)} "
                       f"{usage_note(dialect, exchange.usage)}{note}")
         finally:
@@ -820,6 +821,7 @@ class ConformanceServer(HTTPServer):
                  max_buffered: int = MAX_BUFFERED, upstream: Upstream | None = None) -> None:
         self.provider = provider
         self.upstream = upstream
+        self.upstream_pool = UpstreamPool(upstream, workers) if upstream is not None else None
         self.cache = PrefixCache()
         self.log = log
         self.capture = Capture(capture) if capture is not None else None
@@ -886,6 +888,8 @@ class ConformanceServer(HTTPServer):
             worker.join(max(0.0, deadline - time.monotonic()))
         if self.capture is not None:
             self.capture.close()
+        if self.upstream_pool is not None:
+            self.upstream_pool.close()
 
 
 class _ConformanceServer6(ConformanceServer):

@@ -21,7 +21,7 @@
   the route's error envelope; one silent longer than the read timeout before its headers: 504. An upstream 4xx/5xx
   is relayed as it is.
 
-Standard library only (``http.client``): one connection per request, closed after the answer.
+Standard library only (``http.client``). Connections to the upstream are kept alive and reused (``UpstreamPool``).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import http.client
 import json
 import re
 import ssl
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -119,35 +120,80 @@ def relayed_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]
     return [(name, value) for name, value in pairs if name.lower() not in NOT_RELAYED and name.lower() not in named]
 
 
-def open_upstream(upstream: Upstream, path: str, headers: list[tuple[str, str]], body: bytes | bytearray
-                  ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
-    """Send the request; the response with its headers read. Raises UpstreamError when there is none."""
-    kind = http.client.HTTPSConnection if upstream.scheme == "https" else http.client.HTTPConnection
-    connection = kind(upstream.host, upstream.port, timeout=upstream.connect_timeout)
-    try:
-        try:
-            connection.connect()
-        except (OSError, ssl.SSLError) as error:
-            raise UpstreamError(502, f"cannot connect ({_reason(error)})") from None
-        assert connection.sock is not None
-        connection.sock.settimeout(upstream.read_timeout)
-        connection.putrequest("POST", upstream.target(path), skip_accept_encoding=True)
+class UpstreamPool:
+    """Kept-alive connections to the upstream that are idle between requests (at most ``limit``), so a request
+    does not pay a new TCP and TLS handshake with the provider. A connection goes back only after its answer was
+    read to the end and the upstream did not say it closes."""
+
+    def __init__(self, upstream: Upstream, limit: int) -> None:
+        self.upstream, self.limit = upstream, limit
+        self._idle: list[http.client.HTTPConnection] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        self.opened = 0  # connections made (for tests and the benchmark)
+
+    def _take(self) -> tuple[http.client.HTTPConnection, bool]:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop(), True
+            self.opened += 1
+        kind = http.client.HTTPSConnection if self.upstream.scheme == "https" else http.client.HTTPConnection
+        return kind(self.upstream.host, self.upstream.port, timeout=self.upstream.connect_timeout), False
+
+    def done(self, connection: http.client.HTTPConnection, response: http.client.HTTPResponse) -> None:
+        """The exchange is over: keep the connection if it can carry another request, else close it."""
+        with self._lock:
+            if response.isclosed() and not response.will_close and connection.sock is not None and not self._closed \
+                    and len(self._idle) < self.limit:
+                self._idle.append(connection)
+                return
+        connection.close()
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle, self._closed = self._idle, [], True
+        for connection in idle:
+            connection.close()
+
+    def open(self, path: str, headers: list[tuple[str, str]], body: bytes | bytearray
+             ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        """Send the request; the response with its headers read. Raises UpstreamError when there is none. A kept
+        connection the upstream has meanwhile closed (it fails before any answer) is replaced once by a new one."""
+        while True:
+            connection, reused = self._take()
+            try:
+                return connection, self._send(connection, path, headers, body)
+            except (ConnectionError, http.client.BadStatusLine) as error:  # RemoteDisconnected is both
+                connection.close()
+                if reused:
+                    continue
+                raise UpstreamError(502, f"no answer ({_reason(error)})") from None
+            except UpstreamError:
+                connection.close()
+                raise
+            except TimeoutError:
+                connection.close()
+                raise UpstreamError(504, f"no answer within {self.upstream.read_timeout:g} s") from None
+            except (OSError, http.client.HTTPException) as error:
+                connection.close()
+                raise UpstreamError(502, f"no answer ({_reason(error)})") from None
+
+    def _send(self, connection: http.client.HTTPConnection, path: str, headers: list[tuple[str, str]],
+              body: bytes | bytearray) -> http.client.HTTPResponse:
+        if connection.sock is None:
+            try:
+                connection.connect()
+            except (OSError, ssl.SSLError) as error:
+                raise UpstreamError(502, f"cannot connect ({_reason(error)})") from None
+            assert connection.sock is not None
+            connection.sock.settimeout(self.upstream.read_timeout)
+        connection.putrequest("POST", self.upstream.target(path), skip_accept_encoding=True)
         for name, value in headers:
             connection.putheader(name, value)
         connection.putheader("Accept-Encoding", "identity")
-        connection.putheader("Connection", "close")  # one request per connection (see the module docstring)
         connection.putheader("Content-Length", str(len(body)))
         connection.endheaders(bytes(body))
-        return connection, connection.getresponse()
-    except UpstreamError:
-        connection.close()
-        raise
-    except TimeoutError:
-        connection.close()
-        raise UpstreamError(504, f"no answer within {upstream.read_timeout:g} s") from None
-    except (OSError, http.client.HTTPException) as error:
-        connection.close()
-        raise UpstreamError(502, f"no answer ({_reason(error)})") from None
+        return connection.getresponse()
 
 
 def _reason(error: BaseException) -> str:
