@@ -23,6 +23,7 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from operator import itemgetter
 from typing import Any
 
 from zhin_cli.core.errors import at_row
@@ -301,7 +302,10 @@ def match_rows(rows: Sequence[StoredRow], created: Sequence[CreatedMessage],
                used: set[str]) -> dict[int, CreatedMessage]:
     """Position → the event each row is (module comment). Pairs are taken closest first, each row and each event
     once (an event in ``used`` never): a row whose own event is gone does not take its neighbour's. ``used``
-    gains the ids given. Events are indexed by sender and the bodies they can be, so a row looks up its own text."""
+    gains the ids given. Events are indexed by sender and the bodies they can be that some row has, so a row
+    looks up its own text."""
+    texts = [((row.sender_id, _squash(row.text)), row) for row in rows]
+    wanted = {key for key, _ in texts}
     index: dict[tuple[str | None, str], list[CreatedMessage]] = {}
     for event in sorted(created, key=lambda e: e.time):
         if event.message_id in used:
@@ -309,20 +313,20 @@ def match_rows(rows: Sequence[StoredRow], created: Sequence[CreatedMessage],
         said = _squash(event.text)
         sender = None if event.from_bot else event.sender_id
         for body in {said} if event.from_bot else _bodies(said):  # a reply is sent as written
-            index.setdefault((sender, body), []).append(event)
+            if (sender, body) in wanted:
+                index.setdefault((sender, body), []).append(event)
     times = {key: [e.time for e in events] for key, events in index.items()}
     pairs: list[tuple[int, int, int, CreatedMessage]] = []  # (distance, event time, row position, event)
-    for row in rows:
+    for key, row in texts:
         if row.sender_id is None:  # a reply is sent after its row was written
             low, high = row.time - CLOCK_SKEW_MS, row.time + MATCH_WINDOW_MS
         else:  # a turn row is written after its message arrived
             low, high = row.time - MATCH_WINDOW_MS, row.time + CLOCK_SKEW_MS
-        key = (row.sender_id, _squash(row.text))
         events, event_times = index.get(key, []), times.get(key, [])
         for event in events[bisect.bisect_left(event_times, low) : bisect.bisect_right(event_times, high)]:
             pairs.append((abs(event.time - row.time), event.time, row.position, event))
     found: dict[int, CreatedMessage] = {}
-    for _, _, position, event in sorted(pairs, key=lambda pair: pair[:3]):
+    for _, _, position, event in sorted(pairs, key=itemgetter(0, 1, 2)):
         if position not in found and event.message_id not in used:
             found[position] = event
             used.add(event.message_id)
