@@ -309,3 +309,15 @@ def test_a_backtracking_regex_key_is_bounded() -> None:
     assert time.perf_counter() - started < 5  # a bound, not a measurement: unbounded this takes hours
     assert _uids(activation) == ["2"]
     assert len(activation.warnings) == 1 and "ran past its matching bound" in activation.warnings[0]
+
+
+def test_recursion_is_bounded() -> None:
+    """A book that chains entries by recursion (each names the next one's key) stops at MAX_PASSES, with a
+    warning; a chain within the bound is followed to its end (the control)."""
+    def chain(n: int) -> list[Entry]:
+        return [_entry(str(i), f"see link{i + 1}", keys=(f"link{i}",)) for i in range(n)]
+
+    short = _fire(["Hal: link0"], *chain(wi.MAX_PASSES - 1))  # the last pass finds nothing new: the end
+    assert len(short.fired) == wi.MAX_PASSES - 1 and short.warnings == []
+    long = _fire(["Hal: link0"], *chain(wi.MAX_PASSES + 50))
+    assert len(long.fired) == wi.MAX_PASSES and "recursion stopped" in long.warnings[0]

@@ -74,6 +74,10 @@ _SOURCES = ("chat", "character", "global")
 # request; a key that runs out is taken as not found for the rest of the request (and named in a warning)
 REGEX_KEY_SECONDS = 0.1
 REGEX_BUDGET_SECONDS = 1.0
+# Recursion passes one scan may make (ST: unlimited unless max recursion steps is set). Each pass reads every entry
+# against a text that grows with every pass, so a book that chains thousands of entries costs the cube; a real book
+# recurses a few levels. Past it the scan stops, with a warning.
+MAX_PASSES = 200
 _JOIN_SLACK = 4  # tokens a junction of two texts may change their count by (BPE merges across it), generously
 
 
@@ -395,9 +399,11 @@ def _compiled_key(pattern: str, letters: str) -> Any | None:
         return None
 
 
-def matches(haystack: str, key: str, entry: Entry, settings: Settings, *, deadline: float | None = None) -> bool:
+def matches(haystack: str, key: str, entry: Entry, settings: Settings, *, deadline: float | None = None,
+            lowered: str | None = None) -> bool:
     """Whether ``key`` (already expanded and trimmed) is in ``haystack`` for ``entry`` (ST ``matchKeys``). A
-    regular-expression key past ``deadline`` (a ``time.perf_counter()`` value) raises ``KeyTimeout``."""
+    regular-expression key past ``deadline`` (a ``time.perf_counter()`` value) raises ``KeyTimeout``;
+    ``lowered``: ``haystack.lower()`` when the caller has it already."""
     pattern = key_regex(key)
     if pattern is not None:
         timeout = None if deadline is None else max(deadline - time.perf_counter(), 0.0)
@@ -407,10 +413,12 @@ def matches(haystack: str, key: str, entry: Entry, settings: Settings, *, deadli
             raise KeyTimeout(key) from None
     case_sensitive = settings.case_sensitive if entry.case_sensitive is None else entry.case_sensitive
     if not case_sensitive:
-        haystack, key = haystack.lower(), key.lower()
+        haystack, key = haystack.lower() if lowered is None else lowered, key.lower()
     whole = settings.whole_words if entry.whole_words is None else entry.whole_words
+    if key not in haystack:
+        return False
     if not whole or len(re.split(r"\s+", key)) > 1:
-        return key in haystack
+        return True
     # JavaScript's \W without the u flag: anything but ASCII letters, digits and "_"; ^/$ the text's ends
     return re.search(r"(?:\A|\W)" + re.escape(key) + r"(?:\Z|\W)", haystack, re.ASCII) is not None
 
@@ -423,15 +431,25 @@ class _Buffer:
         self.chat = [message.strip() for message in chat[:MAX_SCAN_DEPTH]]
         self.settings = settings
         self.recurse: list[str] = []
+        self._texts: dict[tuple[int, bool], str] = {}  # (depth, lowered) → text, for the current pass
 
-    def text(self, entry: Entry) -> str:
+    def add_recurse(self, text: str) -> None:
+        self.recurse.append(text)
+        self._texts.clear()
+
+    def text(self, entry: Entry, *, lowered: bool = False) -> str:
+        """The text ``entry`` is matched against (``lowered``: in lower case), built once per depth and pass."""
         depth = self.settings.depth if entry.scan_depth is None else entry.scan_depth
         if depth <= 0:
             return ""
-        text = MATCHER + _JOINER.join(self.chat[:min(depth, MAX_SCAN_DEPTH)])
-        if self.recurse:
-            text += _JOINER + _JOINER.join(self.recurse)
-        return text
+        depth = min(depth, MAX_SCAN_DEPTH)
+        found = self._texts.get((depth, lowered))
+        if found is None:
+            found = MATCHER + _JOINER.join(self.chat[:depth])
+            if self.recurse:
+                found += _JOINER + _JOINER.join(self.recurse)
+            found = self._texts[(depth, lowered)] = found.lower() if lowered else found
+        return found
 
 
 class Probability:
@@ -466,11 +484,11 @@ class _KeyBounds:
     spent: set[str] = field(default_factory=set)
     warnings: list[str] = field(default_factory=list)
 
-    def search(self, text: str, key: str, entry: Entry, settings: Settings) -> bool:
+    def search(self, buffer: _Buffer, key: str, entry: Entry, settings: Settings) -> bool:
         if key in self.spent:
             return False
         try:
-            return matches(text, key, entry, settings,
+            return matches(buffer.text(entry), key, entry, settings, lowered=buffer.text(entry, lowered=True),
                            deadline=min(self.deadline, time.perf_counter() + REGEX_KEY_SECONDS))
         except KeyTimeout:
             self.spent.add(key)
@@ -480,10 +498,10 @@ class _KeyBounds:
             return False
 
 
-def _fires(entry: Entry, text: str, settings: Settings, expand: Callable[[str], str], bounds: _KeyBounds) -> bool:
+def _fires(entry: Entry, buffer: _Buffer, settings: Settings, expand: Callable[[str], str], bounds: _KeyBounds) -> bool:
     def found(key: str) -> bool:
         expanded = expand(key)
-        return bool(expanded) and bounds.search(text, expanded.strip(), entry, settings)
+        return bool(expanded) and bounds.search(buffer, expanded.strip(), entry, settings)
 
     if not entry.keys or not any(found(key) for key in entry.keys):
         return False
@@ -518,7 +536,7 @@ class _Scan:
                 out.append(entry)
             elif "@@dont_activate" in marks:
                 continue
-            elif entry.constant or _fires(entry, buffer.text(entry), self.settings, self.expand, self.bounds):
+            elif entry.constant or _fires(entry, buffer, self.settings, self.expand, self.bounds):
                 out.append(entry)
         return out
 
@@ -576,6 +594,10 @@ def activate(world: WorldInfo, chat: list[str], *, expand: Callable[[str], str],
     while True:
         if settings.max_recursion_steps and passes >= settings.max_recursion_steps:
             break
+        if passes >= MAX_PASSES:
+            scan.bounds.warnings.append(f"World Info recursion stopped after {MAX_PASSES} passes (zhin's bound; "
+                                        "ST goes on): entries deeper in the chain are not sent")
+            break
         passes += 1
         taken = scan.take(scan.candidates(buffer, recursion, level, done), done)
         for_recursion = [e for e in taken if not e.prevent_recursion]
@@ -585,7 +607,7 @@ def activate(world: WorldInfo, chat: list[str], *, expand: Callable[[str], str],
         if not go_on:
             break
         recursion = True
-        buffer.recurse.append("\n".join(scan.contents[id(e)] for e in for_recursion))
+        buffer.add_recurse("\n".join(scan.contents[id(e)] for e in for_recursion))
     _place(scan)
     scan.result.warnings = scan.bounds.warnings
     return scan.result
