@@ -26,7 +26,7 @@ import httpx2
 import openai
 import pytest
 from conftest import clean_env
-from serve_process import ROOT, ServeProcess, no_traceback, post, status_of
+from serve_process import ROOT, ServeProcess, no_traceback, post, status_of, wait_for
 
 from zhin_cli.core.errors import UsageError
 from zhin_cli.tools.serve import make_server, running_server
@@ -55,7 +55,11 @@ def bodies(folder: Path) -> list[Path]:
 
 
 def exchange(body_file: Path) -> dict[str, Any]:
-    record: dict[str, Any] = json.loads(body_file.with_name(body_file.name.removesuffix(".json") + ".exchange.json").read_text())
+    """A body's exchange record. A relayed stream's is written once the stream has ended, which may be just after
+    the client read its last event: wait for it a while (a JSON answer's is there before the answer is sent)."""
+    path = body_file.with_name(body_file.name.removesuffix(".json") + ".exchange.json")
+    assert wait_for(path.exists, 10), f"no exchange record {path.name}"
+    record: dict[str, Any] = json.loads(path.read_text())
     return record
 
 
@@ -164,6 +168,9 @@ def test_a_body_reaches_the_upstream_byte_for_byte_and_its_usage_is_recorded(tmp
     with conformance(tmp_path) as (upstream_url, received), recorder(tmp_path, origin(upstream_url)) as (url, folder, lines):
         direct = http().post(upstream_url + "/chat/completions", content=sent, headers={"Content-Type": "application/json"})
         relayed = http().post(url + "/chat/completions", content=sent, headers={"Content-Type": "application/json"})
+        # a JSON answer's record and log line are written before the answer is sent: there as soon as the client has it
+        on_arrival = ((folder / "00001-chat-completions.exchange.json").exists(), len(lines))
+    assert on_arrival == (True, 1)
     assert relayed.status_code == direct.status_code == 200
     upstream_bodies = [p.read_bytes() for p in bodies(received)]
     assert upstream_bodies == [sent, sent]  # the direct one and the forwarded one: identical bytes
@@ -202,8 +209,10 @@ def test_the_real_openai_client_through_the_recorder_streaming_and_not(tmp_path:
     assert no_usage["stream"] is True and no_usage["usage"] is None
     assert "".join(c.choices[0].delta.content or "" for c in bare if c.choices) == text
     assert no_usage["response"]["choices"][0]["message"]["content"] == text
-    assert lines[1] == f"POST /v1/chat/completions 200 upstream gpt-4o prompt={streamed_usage.prompt_tokens} read={read} written=-"
-    assert lines[2].endswith("no usage")
+    assert lines[0] == f"POST /v1/chat/completions 200 upstream gpt-4o prompt={first.usage.prompt_tokens} read=0 written=-"
+    # the two streams' lines (each written when its stream has ended)
+    assert f"POST /v1/chat/completions 200 upstream gpt-4o prompt={streamed_usage.prompt_tokens} read={read} written=-" in lines
+    assert len(lines) == 3 and sum(line.endswith(" no usage") for line in lines) == 1
     assert [p.read_bytes() for p in bodies(received)] == [p.read_bytes() for p in bodies(folder)]
 
 
@@ -406,6 +415,9 @@ def test_the_conformance_mode_writes_the_same_exchange_record_with_its_simulated
         plain = api.chat.completions.create(model="gpt-4o", messages=messages)
         chunks = list(api.chat.completions.create(model="gpt-4o", messages=messages, stream=True,
                                                   stream_options={"include_usage": True}))
+        # written before the answer (a stream: before its last event) leaves: there as soon as the client has it
+        assert sorted(p.name for p in folder.iterdir() if p.name.endswith(".exchange.json")) == [
+            "00001-chat-completions.exchange.json", "00002-chat-completions.exchange.json"]
         with pytest.raises(openai.BadRequestError):
             api.chat.completions.create(model="gpt-4o", messages=[{"role": "tool", "content": "x", "tool_call_id": "c"}])
     first, second, third = (exchange(p) for p in bodies(folder))

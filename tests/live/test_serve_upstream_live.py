@@ -14,6 +14,7 @@ so a streamed request through the recorder is recorded with ``"usage": null`` (n
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,13 @@ MESSAGES: list[Any] = [
 
 
 def exchange(body_file: Path) -> dict[str, Any]:
-    record: dict[str, Any] = json.loads(body_file.with_name(body_file.name.removesuffix(".json") + ".exchange.json").read_text())
+    """A body's exchange record: a relayed stream's is written once the stream has ended, which may be just after
+    the client read its last event, so it is waited for (at most 10 s)."""
+    path = body_file.with_name(body_file.name.removesuffix(".json") + ".exchange.json")
+    deadline = time.monotonic() + 10
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    record: dict[str, Any] = json.loads(path.read_text())
     return record
 
 
@@ -65,6 +72,9 @@ def test_the_recorder_forwards_to_llama_cpp_byte_for_byte_and_records_its_usage(
     assert usage["prompt_tokens"] > 0 and record["usage"] == usage and record["response"] == answer.json()
     assert record["status"] == 200 and record["stream"] is False
     assert set(usage) == {"prompt_tokens", "completion_tokens", "total_tokens"}  # llama.cpp's shape, not the simulator's
+    deadline = time.monotonic() + 10  # the log line follows the answer
+    while not lines and time.monotonic() < deadline:
+        time.sleep(0.02)
     assert lines == [f"POST /v1/chat/completions 200 upstream {model_name} prompt={usage['prompt_tokens']} read=- written=-"]
     assert CANARY.encode() not in b"".join(p.read_bytes() for p in folder.iterdir()) and CANARY not in "".join(lines)
 

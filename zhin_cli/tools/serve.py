@@ -565,7 +565,7 @@ class _Handler(BaseHTTPRequestHandler):
             raise
 
     def _respond(self, method: str, raw: bytes | bytearray, captured: Path | None) -> None:
-        exchange = Exchange(self._dialect(), None, MAX_BODY)
+        exchange = Exchange(self._dialect(), None, MAX_BODY, self._recorder(captured))
         try:
             reply = answer(self.path, raw, provider=self.server.provider, cache=self.server.cache, method=method)
         except Exception as error:  # a bug here must not be a traceback or a dropped connection
@@ -573,7 +573,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             self._send(reply, exchange)
         finally:
-            self._record(captured, exchange)
+            exchange.finish()
 
     def _send(self, reply: Reply, exchange: Exchange | None = None) -> None:
         self.connection.settimeout(self.server.idle_timeout)
@@ -587,14 +587,21 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Type", "text/event-stream; charset=utf-8")
             self.send_header("Cache-Control", "no-cache")
             self.end_headers()
-            for chunk in reply.events:
+            chunks = iter(reply.events)
+            chunk = next(chunks, None)
+            while chunk is not None:
+                following = next(chunks, None)
                 if exchange is not None:
                     exchange.streamed(chunk)
+                    if following is None:  # the record is there before the stream's last event reaches the client
+                        exchange.finish()
                 self.wfile.write(chunk)
                 self.wfile.flush()
+                chunk = following
         else:
             if exchange is not None:
                 exchange.whole(reply.body)
+                exchange.finish()
             data = json.dumps(reply.body, ensure_ascii=False).encode("utf-8")
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
@@ -606,10 +613,16 @@ class _Handler(BaseHTTPRequestHandler):
         endpoint, _ = endpoint_at(self.path.split("?", 1)[0])
         return endpoint.dialect if endpoint is not None else "openai-chat"
 
-    def _record(self, captured: Path | None, exchange: Exchange) -> None:
-        """The ``.exchange.json`` beside the captured body (both modes write the same shape)."""
-        if captured is not None and self.server.capture is not None:
-            self.server.capture.write_exchange(captured, exchange.record(), self._log)
+    def _recorder(self, captured: Path | None) -> Callable[[dict[str, Any]], None] | None:
+        """What writes the ``.exchange.json`` beside the captured body (both modes write the same shape)."""
+        capture = self.server.capture
+        if captured is None or capture is None:
+            return None
+
+        def write(record: dict[str, Any]) -> None:
+            capture.write_exchange(captured, record, self._log)
+
+        return write
 
     # --- --upstream: forward to the real provider and relay its answer (zhin_cli.tools.serve_upstream) ---
 
@@ -618,7 +631,7 @@ class _Handler(BaseHTTPRequestHandler):
         assert pool is not None
         upstream = pool.upstream
         dialect = self._dialect()
-        exchange = Exchange(dialect, upstream.shown, MAX_BODY)
+        exchange = Exchange(dialect, upstream.shown, MAX_BODY, self._recorder(captured))
         try:
             try:
                 connection, response = pool.open(self.path, forwarded_headers(self.headers.items(), upstream), raw)
@@ -626,17 +639,21 @@ class _Handler(BaseHTTPRequestHandler):
                 message = f"upstream {upstream.shown} gave no answer: {failure}"
                 self._send(Reply(failure.status, self._error_body(failure.status, message), note=message), exchange)
                 return
+            model = self._model(raw)
+
+            def log(note: str) -> None:
+                self._log(f"POST {mask_url(self.path)} {exchange.status} upstream {model} {usage_note(dialect, exchange.usage)}{note}")
+
             try:
-                note = self._relay_answer(response, exchange)
+                self._relay_answer(response, exchange, log)
             finally:
                 pool.done(connection, response)
-            self._log(f"POST {mask_url(self.path)} {exchange.status} upstream {self._model(raw)} "
-                      f"{usage_note(dialect, exchange.usage)}{note}")
         finally:
-            self._record(captured, exchange)
+            exchange.finish()
 
-    def _relay_answer(self, response: http.client.HTTPResponse, exchange: Exchange) -> str:
-        """Relay status, headers and body; an event stream piece by piece as it arrives. A note for the log line."""
+    def _relay_answer(self, response: http.client.HTTPResponse, exchange: Exchange, log: Callable[[str], None]) -> None:
+        """Relay status, headers and body; an event stream piece by piece as it arrives. A JSON answer's record and
+        log line are written before it is sent (a client holding the answer finds both); a stream's after its end."""
         stream = response.getheader("Content-Type", "").split(";", 1)[0].strip().lower() == "text/event-stream"
         body = b""
         if not stream:
@@ -645,11 +662,11 @@ class _Handler(BaseHTTPRequestHandler):
             except (OSError, http.client.HTTPException) as error:
                 message = f"the upstream's answer broke off ({type(error).__name__})"
                 self._send(Reply(502, self._error_body(502, message), note=message), exchange)
-                return ""
+                return
             if len(body) > MAX_BODY:
                 message = f"the upstream's answer is over the {MAX_BODY}-byte limit"
                 self._send(Reply(502, self._error_body(502, message), note=message), exchange)
-                return ""
+                return
         self.connection.settimeout(self.server.idle_timeout)
         exchange.answered(response.status, stream=stream)
         self.send_response_only(response.status, response.reason)
@@ -662,11 +679,15 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             exchange.whole(body)
+            exchange.finish()
+            log("")
             self.wfile.write(body)
-            return ""
+            return
         self.end_headers()
         self.wfile.flush()
-        return self._relay_stream(response, exchange)
+        note = self._relay_stream(response, exchange)
+        exchange.finish()
+        log(note)
 
     def _relay_stream(self, response: http.client.HTTPResponse, exchange: Exchange) -> str:
         while True:

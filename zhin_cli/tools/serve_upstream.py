@@ -438,10 +438,14 @@ STREAMS: dict[str, Callable[[], OpenAIChatStream | AnthropicStream | GeminiStrea
 
 
 class Exchange:
-    """What one request got, recorded as it is delivered: ``record()`` is the ``.exchange.json`` object."""
+    """What one request got, recorded as it is delivered: ``record()`` is the ``.exchange.json`` object, handed
+    to ``on_end`` once by ``finish()`` — for a JSON answer before it is sent, so that a client holding the answer
+    finds its record; for a stream when it has ended."""
 
-    def __init__(self, dialect: str, upstream: str | None, limit: int) -> None:
+    def __init__(self, dialect: str, upstream: str | None, limit: int,
+                 on_end: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.dialect, self.upstream, self.limit = dialect, upstream, limit
+        self._on_end = on_end
         self.started = time.monotonic()
         self.status = 0
         self.stream = False
@@ -469,6 +473,11 @@ class Exchange:
         if self.stream:
             return None if self._events.overflowed else self._reader.usage
         return usage_in(self.dialect, self.body)
+
+    def finish(self) -> None:
+        on_end, self._on_end = self._on_end, None
+        if on_end is not None:
+            on_end(self.record())
 
     def record(self) -> dict[str, Any]:
         response = (None if self._events.overflowed else self._reader.final()) if self.stream else self.body
