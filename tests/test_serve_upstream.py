@@ -586,3 +586,28 @@ def test_connections_to_the_upstream_are_kept_alive_and_a_stale_one_is_replaced(
     # their kept connection gone, and are sent once more on a new one (control: each costs a connection)
     assert answers == [200, 200, 200] and upstream.connections == 3
     assert len(upstream.received) == 8 and len(bodies(folder)) == 8  # nothing sent twice to the upstream
+
+
+def test_a_header_the_upstream_cannot_be_sent_is_a_502_not_a_dropped_connection(tmp_path: Path,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import http.client
+
+    original = http.client.HTTPConnection.putheader
+
+    def strict(self: http.client.HTTPConnection, header: str, *values: Any) -> None:
+        if header.lower() == "x-bad":  # what http.client says of a value it will not send
+            raise ValueError(f"Invalid header value {values[0]!r}")
+        original(self, header, *values)
+
+    monkeypatch.setattr(http.client.HTTPConnection, "putheader", strict)
+
+    def ok(handler: BaseHTTPRequestHandler, body: bytes) -> None:
+        send_json(handler, 200, {"usage": None})
+
+    with Scripted(ok) as upstream, recorder(tmp_path, upstream.url) as (url, folder, _):
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        refused = post(port, b'{"model":"m"}', headers={"X-Bad": "x"})
+        control = post(port, b'{"model":"m"}', headers={"X-Good": "x"})
+    assert status_of(control) == 200 and len(upstream.received) == 1
+    assert status_of(refused) == 502 and b"no answer (ValueError: Invalid header value" in refused
+    assert exchange(bodies(folder)[0])["status"] == 502

@@ -174,7 +174,7 @@ class UpstreamPool:
             except TimeoutError:
                 connection.close()
                 raise UpstreamError(504, f"no answer within {self.upstream.read_timeout:g} s") from None
-            except (OSError, http.client.HTTPException) as error:
+            except (OSError, http.client.HTTPException, ValueError) as error:  # ValueError: a header it cannot send
                 connection.close()
                 raise UpstreamError(502, f"no answer ({_reason(error)})") from None
 
