@@ -611,3 +611,30 @@ def test_a_header_the_upstream_cannot_be_sent_is_a_502_not_a_dropped_connection(
     assert status_of(control) == 200 and len(upstream.received) == 1
     assert status_of(refused) == 502 and b"no answer (ValueError: Invalid header value" in refused
     assert exchange(bodies(folder)[0])["status"] == 502
+
+
+def test_an_https_upstream_is_verified_against_the_trust_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import ssl
+
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True, timeout=60)
+
+    def ok(handler: BaseHTTPRequestHandler, body: bytes) -> None:
+        send_json(handler, 200, {"usage": {"prompt_tokens": 5, "completion_tokens": 1}})
+
+    body = b'{"model":"gpt-4o"}'
+    with Scripted(ok) as upstream:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        upstream.server.socket = context.wrap_socket(upstream.server.socket, server_side=True)
+        secure = upstream.url.replace("http://", "https://")
+        with recorder(tmp_path / "untrusted", secure) as (url, _, _), http() as h:
+            untrusted = h.post(url + "/chat/completions", content=body, headers={"Content-Type": "application/json"})
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # OpenSSL's default trust store, read per connection
+        with recorder(tmp_path / "trusted", secure) as (url, folder, _), http() as h:
+            trusted = h.post(url + "/chat/completions", content=body, headers={"Content-Type": "application/json"})
+    assert untrusted.status_code == 502 and "CERTIFICATE_VERIFY_FAILED" in untrusted.json()["error"]["message"]
+    assert trusted.status_code == 200 and [b for _, _, b in upstream.received] == [body]  # control: trusted, it goes through
+    assert exchange(bodies(folder)[0])["usage"] == {"prompt_tokens": 5, "completion_tokens": 1}
