@@ -375,3 +375,16 @@ def test_excerpts_never_cut_a_character(tmp_path: Path) -> None:
     assert "\ufffd" not in pair.before + pair.after  # before: 40 bytes back landed inside a 3-byte character
     assert pair.before[pair.excerpt_mark :].startswith("东") and pair.after[pair.excerpt_mark :].startswith("大")
     assert pair.before[: pair.excerpt_mark] == pair.after[: pair.excerpt_mark] and pair.before[: pair.excerpt_mark].endswith("天气")
+
+
+def test_the_recorders_log_lines_are_read_too(tmp_path: Path) -> None:
+    # `serve --upstream` logs `written=-` where the provider reports no writes (OpenAI) and `no usage` where it
+    # reported nothing: the first is a usage with 0 written, the second none — never a shifted pairing
+    from zhin_cli.store.captures import LoggedUsage, read_serve_log
+
+    log = tmp_path / "zhin-serve.log"
+    log.write_text("zhin serve: POST /v1/chat/completions 200 upstream gpt-4.1-mini prompt=2252 read=0 written=-\n"
+                   "zhin serve: POST /v1/chat/completions 200 upstream gpt-4.1-mini no usage\n"
+                   "zhin serve: POST /v1/chat/completions 200 openai gpt-4.1-mini prompt=2376 read=2176 written=0\n"
+                   "zhin serve: POST /v1/chat/completions 200 upstream m prompt=10 read=- written=-\n", encoding="utf-8")
+    assert read_serve_log(log) == [LoggedUsage(2252, 0, 0), None, LoggedUsage(2376, 2176, 0), None]

@@ -31,7 +31,8 @@ _BODY_NAME = re.compile(r"(\d{5,})-(.+)\.json")
 _EXCHANGE_SUFFIX = ".exchange.json"
 SERVE_LOG = "zhin-serve.log"
 _LOG_LINE = re.compile(r"\bPOST (\S+) (\d{3})\b(.*)$")
-_LOG_USAGE = re.compile(r"\bprompt=(\d+) read=(\d+) written=(\d+)\b")
+# ``written=-``: the provider reports no cache writes (OpenAI; ``serve --upstream`` says so rather than 0)
+_LOG_USAGE = re.compile(r"\bprompt=(\d+) read=(\d+) written=(\d+|-)(?!\S)")
 EXCHANGE_VERSION = 1
 WIRES = ("openai-chat", "anthropic-messages", "gemini-generate")
 _ANTHROPIC_BLOCKS = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking", "document"})
@@ -153,7 +154,11 @@ def read_serve_log(path: Path) -> list[LoggedUsage | None]:
         if match is None:
             continue
         usage = _LOG_USAGE.search(match.group(3))
-        out.append(LoggedUsage(*(int(usage.group(i)) for i in (1, 2, 3))) if usage and match.group(2) == "200" else None)
+        if usage is None or match.group(2) != "200":
+            out.append(None)
+            continue
+        written = usage.group(3)
+        out.append(LoggedUsage(int(usage.group(1)), int(usage.group(2)), 0 if written == "-" else int(written)))
     return out
 
 
