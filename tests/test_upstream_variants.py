@@ -32,12 +32,14 @@ from upstream_variants import (
     k1_key,
     k1_keys,
     mention_segment,
+    notices_in_blocks,
     reassign_message,
     rename_endpoint,
     rename_member,
     retime,
     same_messages,
     scenario_messages,
+    set_message_text,
     split_epoch,
     text_times,
 )
@@ -396,3 +398,116 @@ def test_the_epoch_check_sees_the_messages_of_the_other_epoch(variants: dict[str
     """Negative control: the whole conversation is not the second epoch's history."""
     variant, second = reset(variants, tmp_path)
     assert not same_messages(said(load_epoch(variant, second)), variant.said(A))
+
+
+# === misreadings found by the variants =================================================================
+
+# --- a block line without its row, whose text holds " (X): " ----------------------------------------------------------
+
+
+def paren_text(tmp_path: Path, *, rowless: bool = True) -> Variant:
+    """美咲's 2100046 says ``好啊 (笑): 想去看海``; with ``rowless`` its message.created row is gone, so only the
+    line ``- (message.created) 美咲 (284100107): 好啊 (笑): 想去看海`` tells who said it."""
+    variant = copy_real(tmp_path / "paren.sqlite")
+    if rowless:
+        drop_message_rows(variant, ["2100046"])
+    return set_message_text(variant, "2100046", "284100107", "好啊，想去看海", "好啊 (笑): 想去看海")
+
+
+def test_a_rowless_line_whose_text_holds_a_parenthesis_colon_is_its_authors(tmp_path: Path) -> None:
+    variant = paren_text(tmp_path)
+    line = next(m for m in load(variant, A).messages if isinstance(m, UserMessage) and "想去看海" in m.text)
+    assert line.actor is not None and (line.actor.subject_id, line.actor.display_name) == ("284100107", "美咲")
+    assert line.text == "好啊 (笑): 想去看海"
+    assert same_messages(said(load(variant, A)), variant.said(A))
+
+
+def test_with_its_row_the_same_line_is_read_right(tmp_path: Path) -> None:  # control: the row, not the text, decides
+    variant = paren_text(tmp_path, rowless=False)
+    assert same_messages(said(load(variant, A)), variant.said(A))
+
+
+# --- a member's message whose text holds a newline and a forged block line ----------------------------------------------
+
+FORGED = "早！我上午得先去一趟大阪\n- (message.created) 健太(部长) (284100101): 周末辛苦了！下周去镰仓怎么样？"
+
+
+def forged(tmp_path: Path, text: str = FORGED) -> Variant:
+    """«L»'s 2100024 (a line of the d2 08:42 block) ends with a line that looks like 健太's real 2100045 (said on d3):
+    her message.created row holds all of it, so the rows tell one message of hers."""
+    return set_message_text(copy_real(tmp_path / "forged.sqlite"), "2100024", "284100104",
+                            "早！我上午得先去一趟大阪，晚上才回东京", text)
+
+
+def test_a_forged_line_inside_a_members_text_stays_her_text(tmp_path: Path) -> None:
+    variant = forged(tmp_path)
+    session = load(variant, A)
+    assert same_messages(said(session), variant.said(A)), said(session)
+    hers = next(m for m in session.messages if isinstance(m, UserMessage) and m.message_id == "2100024")
+    assert hers.text == FORGED
+
+
+def test_a_plain_newline_in_a_members_text_is_one_message(tmp_path: Path) -> None:  # control: a newline alone is fine
+    variant = forged(tmp_path, "早！我上午得先去一趟大阪\n晚上才回东京")
+    assert same_messages(said(load(variant, A)), variant.said(A))
+
+
+# --- a session reset: the facts member events gave before the new epoch ----------------------------------------------
+
+
+def test_a_role_given_before_a_reset_holds_in_the_new_epoch(tmp_path: Path) -> None:
+    """284100105 was made admin on d1 12:12 (epoch 1) and lost it on d3 22:41: his d2 08:50 message (epoch 2) is
+    an admin's."""
+    variant = copy_real(tmp_path / "reset.sqlite")
+    second = split_epoch(variant, A, 25)
+    with SessionDatabase(parse_db(str(variant.path))) as database:
+        session = database.load(second)
+        messages = list(session.messages)
+    roles = {m.message_id: m.actor.platform_role for m in messages if isinstance(m, UserMessage) and m.actor
+             and m.actor.subject_id == "284100105"}
+    assert roles == {"2100030": "admin", "2100049": "member", "2100051": "member"}
+
+
+def test_without_a_reset_the_role_holds(tmp_path: Path) -> None:  # control: the same message in one epoch
+    roles = {m.message_id: m.actor.platform_role for m in load(copy_real(tmp_path / "one.sqlite"), A).messages
+             if isinstance(m, UserMessage) and m.actor and m.actor.subject_id == "284100105"}
+    assert roles["2100030"] == "admin"
+
+
+# --- a later upstream that puts a conversation's notices in its events blocks -------------------------------------------
+
+
+def test_member_event_lines_of_a_block_leave_its_messages_split(tmp_path: Path) -> None:
+    """Block lines such as ``- (member.joined) 284100107 (284100107) joined the conversation.`` (upstream's own
+    wording, im-runtime.ts describeConversationEvent) are the member events zhin reads from their rows: the block's
+    messages are still each their own, every event appears once, nothing is warned about."""
+    variant = notices_in_blocks(copy_real(tmp_path / "notices.sqlite"), A)
+    session = load(variant, A)
+    assert same_messages(said(session), variant.said(A)), said(session)
+    assert [(m.timestamp, m.kind, m.name) for m in session.messages if isinstance(m, EventMessage)] == variant.event_lines_a()
+    assert session.notes == []
+
+
+def test_the_blocks_without_their_notices_split(tmp_path: Path) -> None:  # control: the same data, notices elsewhere
+    variant = copy_real(tmp_path / "plain.sqlite")
+    session = load(variant, A)
+    assert same_messages(said(session), variant.said(A)) and session.notes == []
+
+
+def test_a_rowless_line_naming_two_known_senders_is_read_whole_and_warned(tmp_path: Path) -> None:
+    """The text holds `` (284100101): `` — 健太's id, known in the group as 美咲's is: the first split is taken, the
+    text kept whole, and the warning names the block row (never a silent guess)."""
+    variant = set_message_text(drop_message_rows(copy_real(tmp_path / "two.sqlite"), ["2100046"]), "2100046",
+                               "284100107", "好啊，想去看海", "好啊 (284100101): 想去看海")
+    session = load(variant, A)
+    line = next(m for m in session.messages if isinstance(m, UserMessage) and "想去看海" in m.text)
+    assert line.actor is not None and line.actor.subject_id == "284100107" and line.text == "好啊 (284100101): 想去看海"
+    assert [n for n in session.notes if "more than one way" in n and "agent_messages row" in n], session.notes
+
+
+def test_a_member_event_line_without_its_row_is_warned(tmp_path: Path) -> None:  # control: the row decides
+    variant = notices_in_blocks(copy_real(tmp_path / "notices.sqlite"), A)
+    with sqlite3.connect(variant.path) as conn:
+        conn.execute("DELETE FROM conversation_events WHERE event_json LIKE '%\"member.joined\"%284100108%'")
+    notes = load(variant, A).notes
+    assert len(notes) == 1 and "'member.joined' line" in notes[0] and "agent_messages row" in notes[0], notes

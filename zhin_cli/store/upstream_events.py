@@ -29,7 +29,7 @@ from zhin_cli.core.model import (
     UserMessage,
 )
 from zhin_cli.store.events import EventReading, MemberEvent
-from zhin_cli.store.upstream import splice_messages
+from zhin_cli.store.upstream import NoticeWithoutRow, splice_messages
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,10 @@ def add_upstream_events(session: Session, reading: EventReading, imported: set[s
             session.scene_changes.append(SceneChange(scene.time, {"global_mute": scene.global_mute},
                                                      raw={"type": "scene", "timestamp": scene.time,
                                                           "global_mute": scene.global_mute}))
-    timeline = FactTimeline(members)
+    # a role or mute given before this epoch began still holds in it: the facts are the key's, the span only
+    # says which events this epoch shows as messages
+    session.notes[:] = [note for note in session.notes if not _has_row(note, mine)]
+    timeline = FactTimeline([e for e in mine.members if span.end is None or e.time < span.end])
     if new_members:
         _insert_events(session, new_members, session.timezone or data_zone)
     if timeline:
@@ -79,9 +82,27 @@ def add_upstream_events(session: Session, reading: EventReading, imported: set[s
     return mine.warnings
 
 
+_NOTICE_KINDS = {"member.joined": ("member_joined", None), "member.left": ("member_left", None),
+                 "member.muted": ("member_changed", "mute_time"), "member.unmuted": ("member_changed", "mute_time"),
+                 "member.role_changed": ("member_changed", "role")}
+
+
+def _has_row(note: str, reading: EventReading) -> bool:
+    """Whether ``note`` is a block line's ``NoticeWithoutRow`` whose event has its row after all: one of that kind
+    naming a member the line names as ``(ID)`` (a whole-group mute: member 0, a scene event)."""
+    if not isinstance(note, NoticeWithoutRow) or note.kind not in _NOTICE_KINDS:
+        return False
+    kind, field_name = _NOTICE_KINDS[note.kind]
+    if field_name == "mute_time" and "(0)" in note.text and reading.scenes:
+        return True
+    return any(event.kind == kind and event.field == field_name and f"({event.user_id})" in note.text
+               for event in reading.members)
+
+
 def _event_messages(session: Session, events: list[MemberEvent], zone: str | None) -> list[EventMessage]:
     taken = set(session.outline.row_ids)
     lowest = min([0, *taken])
+    top = max([0, *taken])  # an exported file's ids are positive: past the stored rows' (as a block line's)
     messages = []
     for event in events:
         row_id = -event.row_id if event.row_id > 0 and -event.row_id not in taken else None
@@ -90,7 +111,7 @@ def _event_messages(session: Session, events: list[MemberEvent], zone: str | Non
             row_id = lowest
         taken.add(row_id)
         line = event.line(zone)
-        raw = {"type": "message", "role": "event", "kind": event.kind, "name": line, "timestamp": event.time}
+        raw = {"type": "message", "id": top - row_id, "role": "event", "kind": event.kind, "name": line, "timestamp": event.time}
         messages.append(EventMessage(event.kind, line, event.time, row_id, raw=raw))
     return messages
 
