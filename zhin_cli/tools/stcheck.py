@@ -650,4 +650,5 @@ def check_turn(setup: CheckSetup, turn: ChatTurn, body: dict[str, Any]) -> TurnC
     notes = [] if model in (None, setup.assembler.model) else [
         f"the capture's model is {model!r}; zhin's request was built with the {setup.assembler.provider} "
         f"{setup.assembler.model} profile"]
+    notes += [w for w in request.warnings if w.startswith("World Info")]  # a bound the scan hit (a key, recursion)
     return TurnCheck(turn.number, departures, by_design, removed, ignored, notes, len(st))
