@@ -321,3 +321,31 @@ def test_recursion_is_bounded() -> None:
     assert len(short.fired) == wi.MAX_PASSES - 1 and short.warnings == []
     long = _fire(["Hal: link0"], *chain(wi.MAX_PASSES + 50))
     assert len(long.fired) == wi.MAX_PASSES and "recursion stopped" in long.warnings[0]
+
+
+def test_wi_format_wraps_each_position(tmp_path: Any) -> None:
+    """``wi_format`` wraps the before and after texts (ST formatWorldInfo: the text at ``{0}``, the format's macros
+    expanded; without ``{0}`` the format alone); ``{0}`` alone, the text as it is (the control)."""
+    import json
+    from pathlib import Path
+
+    from zhin_cli.store.sillytavern import read_card, read_chat, read_lore
+    from zhin_cli.tools.stcheck import prepare, zhin_messages, zhin_request
+
+    golden = Path(__file__).resolve().parent / "st_golden2"
+    chat = read_chat(golden / "runs" / "wi" / "chat.jsonl")
+    lore = read_lore(golden / "content" / "lore-Greyreach_Almanac.json")
+    before = lore.entries[0][1]["content"]
+
+    def system_texts(wi_format: str) -> list[str]:
+        preset = json.loads((golden / "content" / "st-default-preset.json").read_text(encoding="utf-8"))
+        preset["wi_format"] = wi_format
+        path = Path(tmp_path) / "preset.json"
+        path.write_text(json.dumps(preset), encoding="utf-8")
+        setup = prepare(path, chat, card=read_card(golden / "content" / "card-Mirela_Stoyan.json"), lore=lore)
+        messages, _removed = zhin_messages(zhin_request(setup, chat.turns[0]))
+        return [m.content for m in messages[:2]]
+
+    assert system_texts("{0}")[1] == before
+    assert system_texts("[Lore of {{char}}: {0}]")[1] == f"[Lore of Mirela Stoyan: {before}]"
+    assert system_texts("[no lore here]")[1] == "[no lore here]"

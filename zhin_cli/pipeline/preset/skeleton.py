@@ -355,14 +355,13 @@ class _Builder:
         if not pieces or template == "{0}":
             return pieces
         parts = _format_wi(template)
-        if len(parts) == 1:  # no {0}: ST drops the text
-            return []
-        out: list[tuple[str, str]] = []
+        out: list[tuple[str, str]] = []  # no {0}: ST sends the format alone (the text is dropped)
         for index, part in enumerate(parts):
             if index:
                 out.extend(pieces)
-            if part:
-                out.append(("preset:wi_format", self.engine.expand(part)))
+            expanded = self.engine.expand(part) if part else ""
+            if expanded:
+                out.append(("preset:wi_format", expanded))
         return out
 
     def world_book_pieces(self, identifier: str, segment: str) -> list[tuple[str, str]]:
