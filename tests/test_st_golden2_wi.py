@@ -301,3 +301,21 @@ def test_a_bad_character_book_is_one_line(tmp_path: Path) -> None:
     card["data"]["character_book"] = {"entries": []}
     path.write_text(json.dumps(card), encoding="utf-8")
     assert read_card(path).character_book == {"entries": []}  # the control
+
+
+@pytest.mark.parametrize("option", ["--lore", "--st-settings"])
+def test_a_name_past_the_file_system_limit_is_one_line(option: str, tmp_path: Path) -> None:
+    """Issue 30 item 6 for check-capture's new options: a 300-character file name is one error line, exit 3."""
+    from zhin_cli._cli import app
+
+    folder = tmp_path / "captured"
+    folder.mkdir()
+    shutil.copy(GOLDEN / "runs" / "wi" / "request-01.json", folder / "00001-chat-completions.json")
+    args = ["preset", "check-capture", str(folder), "--preset", str(GOLDEN / RUNS["wi"]["preset"]),
+            "--chat", str(GOLDEN / "runs" / "wi" / "chat.jsonl")]
+    result = CliRunner().invoke(app, [*args, option, str(tmp_path / ("x" * 300 + ".json"))])
+    assert result.exit_code == 3
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("zhin: error: ") and "Traceback" not in result.output
+    assert CliRunner().invoke(app, args).exit_code == 1  # the control: without the option, it runs (a departure
+    # on turn 1: the card is not given, so its fields are missing)
