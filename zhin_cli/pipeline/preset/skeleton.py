@@ -327,7 +327,8 @@ class _Builder:
             row = message.rows[0] if message.rows else None
             text = (self.facts.raw_text_of(row) if row is not None else None) or message.body
             if world.settings.include_names:
-                name = (self.facts.speaker_of(row) if row is not None and message.role == "user" else None) or \
+                # ST scans "Name: text" with each message's own speaker (a group's other characters too)
+                name = (self.facts.speaker_of(row) if row is not None else None) or \
                     (self.context.user if message.role == "user" else self.context.char)
                 text = f"{name}: {text}"
             texts.append(text)
