@@ -42,6 +42,7 @@ from upstream_variants import (
     set_message_text,
     split_epoch,
     text_times,
+    unstamped_time_lines,
 )
 
 from zhin_cli.core.model import EventMessage, Session, UserMessage
@@ -511,3 +512,102 @@ def test_a_member_event_line_without_its_row_is_warned(tmp_path: Path) -> None: 
         conn.execute("DELETE FROM conversation_events WHERE event_json LIKE '%\"member.joined\"%284100108%'")
     notes = load(variant, A).notes
     assert len(notes) == 1 and "'member.joined' line" in notes[0] and "agent_messages row" in notes[0], notes
+
+
+# --- agent_messages.timestamp / agent_sessions times as decimal text ----------------------------------------------------
+
+
+def text_timestamps(tmp_path: Path) -> Variant:
+    return text_times(copy_real(tmp_path / "text-times.sqlite"),
+                      ("conversation_events", "agent_messages", "agent_sessions"))
+
+
+def test_import_events_reads_timestamps_stored_as_text(tmp_path: Path) -> None:
+    variant = text_timestamps(tmp_path)
+    result = zhin("import", "--events", "--db", variant.path, cwd=tmp_path)  # zhin() asserts: no traceback
+    assert result.returncode == 0 and "imported 10 member events" in result.stderr, result.stderr
+
+
+def test_facts_show_reads_timestamps_stored_as_text(tmp_path: Path) -> None:
+    variant = text_timestamps(tmp_path)
+    result = zhin("facts", "show", variant.key(A), "--json", "--db", variant.path, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert sorted(m["user_id"] for m in json.loads(result.stdout)["rebuilt"]["members"]) == ROSTER_A
+
+
+def test_only_event_times_as_text_are_read_today(tmp_path: Path) -> None:  # control: the documented case passes
+    variant = text_times(copy_real(tmp_path / "event-times.sqlite"))
+    result = zhin("import", "--events", "--db", variant.path, cwd=tmp_path)
+    assert result.returncode == 0 and "imported 10 member events" in result.stderr
+
+
+# --- a Time line in another locale's format -------------------------------------------------------------------------
+
+
+def test_the_zone_is_read_whatever_the_time_format(tmp_path: Path) -> None:
+    """Node without zh-CN locale data writes ``Time: 10/16/2026, 12:07:20 PM (Asia/Tokyo)``: the zone is the same."""
+    variant = unstamped_time_lines(copy_real(tmp_path / "en-us.sqlite"))
+    result = zhin("trace", variant.key(A), "--db", variant.path, "--json", cwd=tmp_path)
+    document = json.loads(result.stdout)
+    assert (document["timezone"], document["timezone_source"]) == ("Asia/Tokyo", "data")
+
+
+def test_a_line_that_is_no_time_line_names_no_zone(tmp_path: Path) -> None:  # control
+    variant = copy_real(tmp_path / "no-time.sqlite")
+    with sqlite3.connect(variant.path) as conn:
+        conn.execute("UPDATE agent_messages SET payload = replace(payload, '\\nTime: ', '\\nTimes: ')")
+    document = json.loads(zhin("trace", variant.key(A), "--db", variant.path, "--json", cwd=tmp_path).stdout)
+    assert document["timezone_source"] != "data"
+
+
+# --- export: the JSONL of an upstream session traces as the database does ------------------------------------------
+
+
+def wire(*args: object, cwd: Path) -> list[object]:
+    result = zhin("trace", *args, "--all", "--show-request", "--jsonl", cwd=cwd)
+    assert result.returncode == 0, result.stderr
+    return [json.loads(line)["request"] for line in result.stdout.splitlines() if line.strip()]
+
+
+def round_trip(variant: Variant, conversation: str, tmp_path: Path) -> tuple[list[object], list[object]]:
+    exported = tmp_path / f"{conversation.replace(':', '-')}.jsonl"
+    result = zhin("export", variant.key(conversation), "--db", variant.path, "-o", exported, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    return wire(exported, cwd=tmp_path), wire(variant.key(conversation), "--db", variant.path, cwd=tmp_path)
+
+
+def test_an_exported_group_traces_as_the_database_does(tmp_path: Path) -> None:
+    """Group A's export: its block lines are written without an ``id`` (numbered 1… on reading) beside the turn
+    rows' stored ids (row 2), and without their ``actor``: ``zhin trace`` of the file stops at ``duplicate message
+    id 2``, and the lines' authors are gone from the interchange file."""
+    variant = copy_real(tmp_path / "export.sqlite")
+    from_file, from_database = round_trip(variant, A, tmp_path)
+    assert from_file == from_database
+
+
+def test_an_exported_private_chat_traces_as_the_database_does(tmp_path: Path) -> None:  # control: no block lines
+    variant = copy_real(tmp_path / "export.sqlite")
+    from_file, from_database = round_trip(variant, P, tmp_path)
+    assert from_file == from_database and len(from_file) == 7
+
+
+def test_an_exported_block_line_carries_its_actor_and_an_id_of_its_own(tmp_path: Path) -> None:
+    variant = copy_real(tmp_path / "export.sqlite")
+    exported = tmp_path / "a.jsonl"
+    assert zhin("export", variant.key(A), "--db", variant.path, "-o", exported, cwd=tmp_path).returncode == 0
+    lines = [json.loads(line) for line in exported.read_text(encoding="utf-8").splitlines()[1:]]
+    ids = [line["id"] for line in lines]
+    assert len(ids) == len(set(ids)) and min(ids) > 0
+    miki = next(line for line in lines if line.get("messageId") == "2100010")
+    assert miki["actor"] == {"subjectId": "284100107", "displayName": "美咲"}  # no roles: the block does not say them
+
+
+def test_an_actor_that_lists_no_roles_states_none(tmp_path: Path) -> None:  # control: omitting is what says "unknown"
+    from zhin_cli.store.payload import message_from_payload
+
+    said = {"role": "user", "content": [{"type": "text", "text": "hi"}], "timestamp": 1}
+    listed = message_from_payload({**said, "actor": {"subjectId": "1", "roles": []}}, row_id=1, where="x")
+    omitted = message_from_payload({**said, "actor": {"subjectId": "1"}}, row_id=1, where="x")
+    assert isinstance(listed, UserMessage) and isinstance(omitted, UserMessage)
+    assert listed.actor is not None and omitted.actor is not None
+    assert (listed.actor.roles_known, omitted.actor.roles_known) == (True, False)

@@ -53,6 +53,7 @@ class Actor:
             title=_opt_str(data.get("title")),
             muted_until=int(muted) if muted is not None else None,
             origin=_opt_str(data.get("origin")),
+            roles_known=data.get("roles") is not None,  # an actor that does not list its roles does not state them
         )
 
 
