@@ -20,7 +20,7 @@ import secrets
 import sqlite3
 import struct
 import time
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +34,8 @@ from sqlalchemy.pool import NullPool
 
 from zhin_cli.core.errors import InputError, SessionNotFound, UsageError, ZhinError, at_row
 from zhin_cli.core.model import (
+    Actor,
+    AssistantMessage,
     BotFacts,
     LazyMessages,
     MemberSnapshot,
@@ -42,7 +44,9 @@ from zhin_cli.core.model import (
     SceneChange,
     SceneFacts,
     Session,
+    SessionOutline,
     Summary,
+    UserMessage,
 )
 from zhin_cli.core.redact import is_secret_parameter, mask_url, redact_text, remember_secret, split_userinfo
 from zhin_cli.core.timezones import valid_timezone
@@ -58,6 +62,7 @@ from zhin_cli.store.jsonl import (
 )
 from zhin_cli.store.payload import (
     OutlineFacts,
+    Said,
     ToolPairing,
     check_member_facts,
     check_pairing,
@@ -444,10 +449,34 @@ def _rows(raw: _Raw) -> list[_Row]:
 
 @dataclass
 class _LazyRows:
-    """A lazy load's messages, as fetched inside the snapshot: the active branch's outline."""
+    """A lazy load's messages, as fetched inside the snapshot: the active branch's outline, and (``said``: by row
+    id, when the conversation has message events to match) who said what in its user rows and replies."""
 
     outline: OutlineBuilder
     session_id: str
+    said: dict[int, Said] | None = None
+
+
+@dataclass
+class _SaidReader:
+    """``give_platform_ids``' reader of a lazy session (``store.upstream``): each row as matching sees it, from
+    what the outline scan kept of it (``_LazyRows.said``) — no row is read or parsed again for the matching."""
+
+    outline: SessionOutline
+    said: dict[int, Said]
+
+    def __call__(self, positions: Sequence[int]) -> list[Message]:
+        return [self._message(position) for position in positions]
+
+    def _message(self, position: int) -> Message:
+        row_id, time = self.outline.row_ids[position], self.outline.timestamps[position]
+        said = self.said.get(row_id)
+        if said is None:  # a user row naming no sender, or a row refused when read: nothing to match (no id)
+            return UserMessage(content=[], timestamp=time, actor=None, row_id=row_id)
+        content = [{"type": "text", "text": said.text}]
+        if said.sender_id is None:
+            return AssistantMessage(content=content, timestamp=time, row_id=row_id)
+        return UserMessage(content=content, timestamp=time, actor=Actor(subject_id=said.sender_id), row_id=row_id)
 
 
 @dataclass
@@ -632,10 +661,14 @@ class SessionDatabase:
         info = dict(zip(names, found[0], strict=True))
         session_id = info["session_id"]
         session_key = info.get("session_key") or session_id.split("#")[0]
-        messages: _Raw | _LazyRows = (self._scan_outline(conn, session_id, info.get("active_leaf_message_id")) if lazy
-                                      else self._fetch_messages(conn, session_id))
         sqlite = conn.dialect.name == "sqlite"
         turn_context = _query(conn, SQL_TURN_CONTEXT, {"sid": session_id}) if "conversation_events" in tables else _NONE
+        upstream = _events_block_rows(conn, session_id, session_key, "conversation_events" in tables,
+                                      bool(turn_context[1]))
+        # a lazy scan keeps who said what only when there are message events to match its rows to
+        messages: _Raw | _LazyRows = (
+            self._scan_outline(conn, session_id, info.get("active_leaf_message_id"), said="message_events" in upstream)
+            if lazy else self._fetch_messages(conn, session_id))
         return _SessionRows(
             info=info,
             messages=messages,
@@ -652,7 +685,7 @@ class SessionDatabase:
             imported_events=_query(conn, _SQL_IMPORTED_EVENTS) if "zhin_imported_events" in tables else _NONE,
             epochs=_query(conn, _SQL_EPOCHS, {"key": session_key}),
             turn_context=turn_context,
-            **_events_block_rows(conn, session_id, session_key, "conversation_events" in tables, bool(turn_context[1])),
+            **upstream,
         )
 
     def _fetch_messages(self, conn: Any, session_id: str) -> _Raw:
@@ -672,10 +705,12 @@ class SessionDatabase:
             where=f"{self.ref.label}: agent_messages",
         )
 
-    def _scan_outline(self, conn: Any, session_id: str, leaf: int | None) -> _LazyRows:
+    def _scan_outline(self, conn: Any, session_id: str, leaf: int | None, *, said: bool = False) -> _LazyRows:
         """Inside the snapshot: the active branch (ids and parent ids: a narrow query, the chain walked in Python
         over two int arrays) and the outline's facts of its rows (the payload column streamed in blocks, each
-        payload reduced to ``OutlineFacts`` and dropped — memory is the outline's, not the payloads')."""
+        payload reduced to ``OutlineFacts`` and dropped — memory is the outline's, not the payloads'). ``said``:
+        also keep who said what in each user row and reply without a platform id (``OutlineFacts.said``, for matching
+        them to their message events): their texts, not their payloads."""
         from zhin_cli.store import max_messages
 
         limit = max_messages()
@@ -688,6 +723,7 @@ class SessionDatabase:
         del links
         outline = OutlineBuilder()
         tools = ToolPairing()
+        kept: dict[int, Said] | None = {} if said else None
 
         def add(row_id: int, facts: OutlineFacts) -> None:  # in branch order, as the eager load checks pairing
             # pairing has nothing to check (nor a row to name) for a user row, an event, or an assistant row
@@ -707,14 +743,14 @@ class SessionDatabase:
                 position = 0
                 for row_id, payload, extra in payloads:
                     if position < len(branch) and row_id == branch[position]:
-                        add(row_id, self._facts(row_id, payload, extra))
+                        add(row_id, self._facts(row_id, payload, extra, kept))
                         position += 1
                 missing = branch[position] if position < len(branch) else None
             else:  # a branch whose parents are not older rows: facts by id, then in branch order
                 wanted: dict[int, OutlineFacts | None] = dict.fromkeys(branch, None)
                 for row_id, payload, extra in payloads:
                     if row_id in wanted:
-                        wanted[row_id] = self._facts(row_id, payload, extra)
+                        wanted[row_id] = self._facts(row_id, payload, extra, kept)
                 missing = None
                 for row_id in branch:
                     facts = wanted[row_id]
@@ -724,27 +760,33 @@ class SessionDatabase:
                     add(row_id, facts)
         if missing is not None:  # read by the first query, gone by the second: not this snapshot's branch
             raise InputError("active branch names a missing row", where=at_row("agent_messages", missing, self.ref.label))
-        return _LazyRows(outline, session_id)
+        return _LazyRows(outline, session_id, kept)
 
-    def _facts(self, row_id: int, payload: Any, extra: Any) -> OutlineFacts:
+    def _facts(self, row_id: int, payload: Any, extra: Any, said: dict[int, Said] | None = None) -> OutlineFacts:
         """A row's outline facts; its ``extra`` column is checked as JSON here too, so that a bad row is refused
         by the load (before any output), not when a command first reads its message. The row's name is made only
-        for a row that is refused: the checks run again with it (they are deterministic), and raise with it."""
+        for a row that is refused: the checks run again with it (they are deterministic), and raise with it.
+        ``said``: gains who said what in the row (``_scan_outline``)."""
         try:
-            return self._checked_facts(payload, extra, "")
+            return self._checked_facts(row_id, payload, extra, "", said)
         except InputError:
             pass
-        return self._checked_facts(payload, extra, at_row("agent_messages", row_id, self.ref.label))
+        return self._checked_facts(row_id, payload, extra, at_row("agent_messages", row_id, self.ref.label), said)
 
     @staticmethod
-    def _checked_facts(payload: Any, extra: Any, where: str) -> OutlineFacts:
+    def _checked_facts(row_id: int, payload: Any, extra: Any, where: str, said: dict[int, Said] | None) -> OutlineFacts:
         parsed = json_column(payload, "payload", where)
-        if extra:
-            json_column(extra, "extra", where)
+        parsed_extra = json_column(extra, "extra", where) if extra else None
         try:
-            return outline_facts(parsed, where)
+            facts = outline_facts(parsed, where, parsed_extra if isinstance(parsed_extra, dict) else {},
+                                  said=said is not None)
         except RecursionError:
             raise InputError("payload is nested too deeply", where=where) from None
+        # kept for the rows matching reads (``store.upstream._candidates``): no id yet; a reply only with text
+        if said is not None and facts.said is not None and facts.message_id is None and (
+                facts.role == "user" or facts.has_text):
+            said[row_id] = facts.said
+        return facts
 
     def _branch(self, links: list[tuple[Any, ...]], leaf: int) -> list[int]:
         """The active branch: ``parent_id`` links from ``leaf`` back to the root, in storage order."""
@@ -825,14 +867,15 @@ class SessionDatabase:
             outline = lazy.outline.outline()
             session.messages = LazyMessages(outline, _RowLoader(self.ref, lazy.session_id, outline.row_ids,
                                                                  session.bot.user_id))
-        self._events_blocks(rows, session, None if lazy is None else _RowLoader(
-            self.ref, lazy.session_id, session.outline.row_ids, session.bot.user_id))
+        self._events_blocks(rows, session, None if lazy is None or lazy.said is None
+                            else _SaidReader(session.outline, lazy.said))
         self._upstream_events(rows, session)
         return settle_bot_headers(session)  # the bot is known now (profile)
 
-    def _events_blocks(self, rows: _SessionRows, session: Session, read: _RowLoader | None) -> None:
+    def _events_blocks(self, rows: _SessionRows, session: Session,
+                       read: Callable[[Sequence[int]], list[Message]] | None) -> None:
         """Upstream's turn rows and replies get their platform ids, its events-block rows become one message per
-        line (``store.upstream``); ``read``: a lazy session's rows, read without keeping them."""
+        line (``store.upstream``); ``read``: a lazy session's rows as matching sees them (``_SaidReader``)."""
         if not rows.blocks[1] and not rows.message_events[1]:
             return
         from zhin_cli.store.upstream import block_texts, message_events, read_upstream_messages

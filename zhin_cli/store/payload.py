@@ -184,24 +184,9 @@ def _user_message(
 ) -> UserMessage:
     actor = _actor(payload.get("actor"), where, "actor")
     check_str(payload, ("name", "replyTo"), where)
-    # Legacy (ADR §7): strip `[sender:…]` / `[User]{…}` from the first text block, whatever else we know.
-    cleaned: list[dict[str, Any]] = []
-    prefix_actor: Actor | None = None
-    quoted: str | None = None
-    for index, block in enumerate(content):
-        if index == 0 and block.get("type") == "text" and isinstance(block.get("text"), str):
-            # upstream's host context comes first, then its own sender prefix: both the host's, both facts
-            context, text = upstream.split_turn_context(block["text"])
-            text, prefix_actor = legacy.strip_text_prefix(text)
-            if context is not None:  # the host's row: a quote notice after its prefix is the reply's target
-                quoted, text = upstream.split_references(text)
-            block = {**block, "text": text}
-        cleaned.append(block)
+    cleaned, prefix_actor, quoted = _cleaned_content(content)
     header_actor = _header_actor(payload, timestamp)
-    sender = extra.get("sender") if isinstance(extra, dict) else None
-    sender_actor = None
-    if isinstance(sender, dict) and sender.get("id") is not None:
-        sender_actor = legacy.actor_from_sender(sender)
+    sender_actor = _sender_actor(extra)
     if actor is None:
         # Rows without an ``actor`` take their facts from the legacy sources, the old header first.
         for fallback in (header_actor, sender_actor, prefix_actor):
@@ -226,6 +211,57 @@ def _user_message(
         reply_to=None if reply_to is None else str(reply_to),
         raw=payload,
     )
+
+
+def _cleaned_content(content: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], Actor | None, str | None]:
+    """A user row's content without the host's text before the member's words, the facts that text held (the
+    legacy prefix's actor) and the quoted message's id. Legacy (ADR §7): `[sender:…]` / `[User]{…}` leave the
+    first text block, whatever else we know; upstream's host context comes first, then its own sender prefix —
+    both the host's, both facts."""
+    if not content or content[0].get("type") != "text" or not isinstance(content[0].get("text"), str):
+        return list(content), None, None
+    first = content[0]
+    context, text = upstream.split_turn_context(first["text"])
+    text, prefix_actor = legacy.strip_text_prefix(text)
+    quoted = None
+    if context is not None:  # the host's row: a quote notice after its prefix is the reply's target
+        quoted, text = upstream.split_references(text)
+    return [{**first, "text": text}, *content[1:]], prefix_actor, quoted
+
+
+def _extra_sender(extra: Any) -> dict[str, Any] | None:
+    """A row's ``extra.sender`` (legacy rows), if it names a sender."""
+    sender = extra.get("sender") if isinstance(extra, dict) else None
+    return sender if isinstance(sender, dict) and sender.get("id") is not None else None
+
+
+def _sender_actor(extra: Any) -> Actor | None:
+    """The facts of a row's ``extra.sender``, if it names a sender."""
+    sender = _extra_sender(extra)
+    return None if sender is None else legacy.actor_from_sender(sender)
+
+
+class Said(NamedTuple):
+    """Who said what in a stored user row or reply, as its message says it (``sender_id`` None: the bot's reply):
+    what matching a row to its platform message needs (``store.upstream.give_platform_ids``)."""
+
+    sender_id: str | None
+    text: str
+
+
+def _user_sender(payload: dict[str, Any], extra: Any, prefix_actor: Actor | None) -> str | None:
+    """The sender id of the message ``_user_message`` builds: its own ``actor``'s (None when that is not an actor:
+    the row is refused when read), else the first legacy source naming one — the old header, extra, the prefix."""
+    actor = payload.get("actor")
+    if actor is not None:
+        subject = actor.get("subjectId") if isinstance(actor, dict) else None
+        return str(subject) if isinstance(subject, (str, int)) else None
+    header, sender = _header_actor(payload, payload["timestamp"]), _extra_sender(extra)
+    if header is not None:
+        return header.subject_id
+    if sender is not None:
+        return str(sender["id"])
+    return prefix_actor.subject_id if prefix_actor is not None else None
 
 
 def facts_from_key(session_key: str | None, bot: BotFacts, scene: SceneFacts) -> tuple[BotFacts, SceneFacts]:
@@ -355,14 +391,18 @@ class OutlineFacts(NamedTuple):
     event_kind: str | None
     call_ids: tuple[str, ...] = ()
     result_for: str | None = None
+    said: Said | None = None  # asked for (``outline_facts``): a user row's sender and text, a reply's text
 
 
-def outline_facts(payload: Any, where: str) -> OutlineFacts:
+def outline_facts(payload: Any, where: str, extra: Any = None, *, said: bool = False) -> OutlineFacts:
     """The outline's facts of a payload without building its message: the same values as
     ``SessionOutline.of_messages([message_from_payload(payload, …)])`` (tests compare them on every fixture), and
     the same errors for the fields they come from (role, timestamp, event kind, content blocks, tool call ids,
     message id, model). The rest of a payload (actors, legacy headers, usage) is checked when its message is
-    read — for a database, when a request's window holds the row (docs/storage.md)."""
+    read — for a database, when a request's window holds the row (docs/storage.md). ``said``: also who said what
+    (``Said``; ``extra``: the row's parsed ``extra``), as its message says it — of a user row that names its
+    sender and of an assistant row, so a lazy load matches rows to their platform messages without parsing them
+    again; a field only the message checks is not checked here (a row it makes bad is refused when read)."""
     role, timestamp = _role_and_timestamp(payload, where)
     if role == "event":
         kind = _event_kind(payload, where)
@@ -379,15 +419,19 @@ def outline_facts(payload: Any, where: str) -> OutlineFacts:
         for block in calls:
             if not isinstance(block.get("id"), str) or not block["id"] or not isinstance(block.get("name"), str):
                 raise InputError("toolCall block needs a string 'id' and 'name'", where=where)
-        return OutlineFacts("assistant", timestamp, bool(calls), bool("\n".join(texts)),
+        text = "\n".join(texts)
+        return OutlineFacts("assistant", timestamp, bool(calls), bool(text),
                             _opt_str(payload, "model", where), _opt_str(payload, "messageId", where), None,
-                            call_ids=tuple(str(b["id"]) for b in calls))
-    first = content[0] if content else None
-    if first is not None and first.get("type") == "text" and isinstance(first.get("text"), str) \
-            and first["text"].startswith("["):
-        texts[0] = legacy.strip_text_prefix(first["text"])[0]  # a legacy prefix is not text (``_user_message``)
-    return OutlineFacts("user", timestamp, False, bool("\n".join(texts)), None, _opt_str(payload, "messageId", where),
-                        None)
+                            call_ids=tuple(str(b["id"]) for b in calls), said=Said(None, text) if said else None)
+    prefix_actor = None
+    if content and content[0].get("type") == "text" and content[0]["text"].startswith("["):
+        # the host's text before the member's words is not text (``_user_message``)
+        cleaned, prefix_actor, _ = _cleaned_content(content)
+        texts[0] = cleaned[0]["text"]
+    text = "\n".join(texts)
+    sender = _user_sender(payload, extra, prefix_actor) if said else None
+    return OutlineFacts("user", timestamp, False, bool(text), None, _opt_str(payload, "messageId", where), None,
+                        said=None if sender is None else Said(sender, text))
 
 
 def _role_and_timestamp(payload: Any, where: str) -> tuple[str, int]:
