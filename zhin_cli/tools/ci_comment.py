@@ -1,0 +1,411 @@
+"""zhin in a pull request: run the gates, write one Markdown report, post or update one pull-request comment.
+
+What ``action.yml`` runs (through ``scripts/zhin_ci.py``). Three separable parts, so each is tested on its own:
+
+* :func:`run_gate` runs ``zhin eval`` / ``zhin prefix-diff`` with ``--json`` as a user would (a child process of this
+  interpreter), keeping their exit status, their document and their stderr (annotations, error lines);
+* :func:`comment_body` turns the two results into Markdown — pure, no network: the before/after table of eval and the
+  cache-break findings of prefix-diff, headed by the hidden :data:`MARKER` that finds the comment again;
+* :func:`upsert_comment` talks to the GitHub REST API at a base URL (``GITHUB_API_URL``; a loopback fake in the
+  tests): the first issue comment holding the marker is PATCHed, else one is POSTed. Only ``urllib`` — no client
+  library for four requests.
+
+Text from inputs (case ids, reasons, byte excerpts, session ids) reaches the comment through :func:`cell`: table pipes
+escaped, control characters shown, and ``<``/``>``/``&`` as entities, so a prompt excerpt can neither break the table,
+inject HTML nor forge the marker.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import shlex
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from zhin_cli.core.errors import EXIT_CANNOT_RUN, EXIT_FOUND, EXIT_OK, UsageError, ZhinError
+from zhin_cli.core.ghactions import summary_cell
+
+MARKER = "<!-- zhin -->"
+GITHUB_API = "https://api.github.com"
+# GitHub refuses comment bodies past 65,536 characters; rows past these counts are summarised in one line.
+MAX_ROWS = 50
+MAX_BODY = 60_000
+PAGE_SIZE = 100
+
+
+class GitHubApiError(ZhinError):
+    """A GitHub REST call that failed (HTTP status or connection): one line naming the call, exit 3."""
+
+    exit_code = EXIT_CANNOT_RUN
+
+
+@dataclass(frozen=True)
+class GateRun:
+    """One gate as it ran: its argv (after ``zhin``), exit status, ``--json`` document (None when it wrote none)
+    and stderr."""
+
+    name: str
+    args: tuple[str, ...]
+    exit_code: int
+    document: dict[str, Any] | None
+    stderr: str = ""
+
+    def error_line(self) -> str:
+        """The gate's own one-line error (its last ``zhin: error:`` line), else its last stderr line."""
+        lines = [line for line in self.stderr.splitlines() if line.strip()]
+        errors = [line for line in lines if line.startswith("zhin: error:")]
+        return (errors or lines or [f"exit status {self.exit_code}"])[-1]
+
+
+@dataclass(frozen=True)
+class CiOptions:
+    """What the action's inputs say. Empty ``eval_paths``/``sessions`` skip that gate."""
+
+    eval_paths: tuple[str, ...] = ("eval_cases",)
+    sessions: tuple[str, ...] = ()
+    base: str = ""
+    head: str = ""
+    fail_on: str = ""
+    config: str = ""
+    allow_ref_plugins: bool = False
+    comment: bool = True
+    repository: str = ""
+    pull_request: int | None = None
+    api_url: str = GITHUB_API
+    token: str = field(default="", repr=False)
+
+
+@dataclass(frozen=True)
+class CommentResult:
+    action: str  # "created" | "updated"
+    id: int
+    url: str
+
+
+# ---------------------------------------------------------------------------------------------------------- gates
+
+
+def eval_args(options: CiOptions) -> tuple[str, ...]:
+    args = ["eval", *options.eval_paths, "--json"]
+    if options.base and options.head:
+        args += ["--base", options.base, "--head", options.head]
+    return tuple(args)
+
+
+def prefix_diff_args(options: CiOptions) -> tuple[str, ...]:
+    args = ["prefix-diff", *options.sessions, "--json"]
+    if options.base and options.head:
+        args += ["--base", options.base, "--head", options.head]
+    if options.fail_on:
+        args += ["--fail-on", options.fail_on]
+    return tuple(args)
+
+
+def global_args(options: CiOptions) -> tuple[str, ...]:
+    return ("--allow-ref-plugins",) if options.allow_ref_plugins else ()
+
+
+def gate_environment(options: CiOptions, environ: Mapping[str, str]) -> dict[str, str]:
+    """The child's environment: the caller's, less the step-summary file (this run writes one combined summary, so a
+    gate must not append its own) and less the token (a gate never needs it)."""
+    env = {k: v for k, v in environ.items() if k not in ("GITHUB_STEP_SUMMARY", "GITHUB_TOKEN")}
+    if options.config:
+        env["ZHIN_CONFIG"] = options.config
+    return env
+
+
+def run_gate(name: str, args: Sequence[str], *, env: Mapping[str, str], cwd: str | None = None) -> GateRun:
+    """``python -m zhin_cli ARGS`` in a child process; stderr is echoed (the runner reads annotations from it)."""
+    proc = subprocess.run([sys.executable, "-m", "zhin_cli", *args], capture_output=True, text=True, env=dict(env),
+                          cwd=cwd, check=False)
+    sys.stderr.write(proc.stderr)
+    return GateRun(name, tuple(args), proc.returncode, parse_document(proc.stdout), proc.stderr)
+
+
+def parse_document(stdout: str) -> dict[str, Any] | None:
+    try:
+        document = json.loads(stdout)
+    except ValueError:
+        return None
+    return document if isinstance(document, dict) else None
+
+
+def ci_exit_code(runs: Sequence[GateRun]) -> int:
+    """The step's status: trouble (≥ 2) before findings (1) before success, so a gate that could not run is never
+    reported as a mere regression."""
+    codes = [run.exit_code for run in runs]
+    trouble = [code for code in codes if code not in (EXIT_OK, EXIT_FOUND)]
+    if trouble:
+        return max(trouble)
+    return EXIT_FOUND if EXIT_FOUND in codes else EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------------------- body
+
+
+def cell(text: object, limit: int = 300) -> str:
+    """Text from inputs as one Markdown table cell (see the module docstring)."""
+    return html.escape(summary_cell(str(text), limit), quote=False)
+
+
+def comment_body(eval_run: GateRun | None, prefix_run: GateRun | None) -> str:
+    """The pull-request comment (also the step summary): marker, heading, one section per gate that ran."""
+    parts = [MARKER, "## zhin: what this change sends to the model", ""]
+    if eval_run is not None:
+        parts += eval_section(eval_run)
+    if prefix_run is not None:
+        parts += prefix_section(prefix_run)
+    if eval_run is None and prefix_run is None:
+        parts.append("No gate ran (the action's `eval` and `sessions` inputs are both empty).")
+    return fit(parts)
+
+
+def fit(parts: list[str]) -> str:
+    body = "\n".join(parts).rstrip("\n") + "\n"
+    if len(body) <= MAX_BODY:
+        return body
+    return body[: MAX_BODY - 80].rsplit("\n", 1)[0] + "\n\n… (cut: the full report is in the job's step summary)\n"
+
+
+def verdict(run: GateRun) -> str:
+    return {EXIT_OK: "✅", EXIT_FOUND: "❌"}.get(run.exit_code, "💥")
+
+
+def trouble_section(run: GateRun) -> list[str]:
+    return [f"### {verdict(run)} zhin {run.name}: could not run (exit {run.exit_code})", "",
+            f"`{cell(run.error_line()).replace('`', chr(39))}`", ""]
+
+
+def rows_cut(count: int) -> list[str]:
+    return ["", f"… and {count - MAX_ROWS} more row(s)"] if count > MAX_ROWS else []
+
+
+def eval_section(run: GateRun) -> list[str]:
+    document = run.document
+    if document is None or not isinstance(document.get("cases"), list):
+        return trouble_section(run)
+    if "regressions" in document:
+        return eval_compare_section(run, document)
+    return eval_plain_section(run, document)
+
+
+def eval_compare_section(run: GateRun, document: dict[str, Any]) -> list[str]:
+    cases = document["cases"]
+    lines = [f"### {verdict(run)} zhin eval: {document['regressions']} regression(s)", "",
+             f"base {cell(document.get('base', ''))} → head {cell(document.get('head', ''))}", "",
+             "| case | base → head | change | Δ request tokens | Δ header tokens | notes |", "|---|---|---|---:|---:|---|"]
+    for case in cases[:MAX_ROWS]:
+        providers = case.get("providers") or []
+        lines.append(f"| {cell(case.get('case', ''))} | {cell(case.get('base'))} → {cell(case.get('head'))} | "
+                     f"{cell(case.get('change'))} | {deltas(providers, 'prompt_tokens_delta')} | "
+                     f"{deltas(providers, 'header_tokens_delta')} | {cell('; '.join(case.get('reasons') or []))} |")
+    return lines + rows_cut(len(cases)) + [""]
+
+
+def deltas(providers: list[dict[str, Any]], key: str) -> str:
+    return cell(", ".join(f"{p.get('provider')} {p[key]:+,}" for p in providers if p.get(key))) or "0"
+
+
+def eval_plain_section(run: GateRun, document: dict[str, Any]) -> list[str]:
+    counts = document.get("summary") or {}
+    shown = " · ".join(f"{counts.get(k, 0)} {k}" for k in ("passed", "failed", "error", "skipped"))
+    lines = [f"### {verdict(run)} zhin eval: {shown}", "", "| case | status | detail |", "|---|---|---|"]
+    cases = document["cases"]
+    for case in cases[:MAX_ROWS]:
+        lines.append(f"| {cell(case.get('id', ''))} | {cell(case.get('status'))} | {cell(case.get('reason') or '')} |")
+    return lines + rows_cut(len(cases)) + [""]
+
+
+def prefix_section(run: GateRun) -> list[str]:
+    document = run.document
+    if document is None or not isinstance(document.get("sessions"), list):
+        return trouble_section(run)
+    fail_on = ", ".join(document.get("fail_on") or []) or "nothing"
+    lines = [f"### {verdict(run)} zhin prefix-diff: {document.get('unexpected', 0)} unexpected cache break(s)", "",
+             f"fail on: {cell(fail_on)}", ""]
+    if document.get("mode") == "configs":
+        lines += prefix_configs_rows(document)
+    else:
+        lines += prefix_turns_rows(document)
+    return lines + [""]
+
+
+def prefix_configs_rows(document: dict[str, Any]) -> list[str]:
+    sessions = document["sessions"]
+    lines = [f"base {cell(document.get('base', ''))} → head {cell(document.get('head', ''))}", "",
+             "| session | turns that differ | changed segments | first divergence | head: unexpected breaks |",
+             "|---|---:|---|---|---|"]
+    for session in sessions[:MAX_ROWS]:
+        changed = ", ".join(f"{s.get('id')} ({s.get('status')}, {s.get('tokens', 0):+,} tokens)"
+                            for s in session.get("segments") or []) or "none"
+        lines.append(f"| {cell(session.get('session_id', ''))} | {len(session.get('differing_turns') or [])}/"
+                     f"{session.get('turns', 0)} | {cell(changed)} | {divergence(session.get('first_divergence'))} | "
+                     f"{cell(break_causes(session.get('head_stability'), document))} |")
+    return lines + rows_cut(len(sessions))
+
+
+def divergence(first: dict[str, Any] | None) -> str:
+    if not first:
+        return "none"
+    return cell(f"turn {first.get('turn')}, byte {first.get('offset')} ({first.get('segment')})")
+
+
+def break_causes(stability: dict[str, Any] | None, document: dict[str, Any]) -> str:
+    """Causes of the pairs that count as breaks (the document's fail_on), counted: ``system_changed 2``."""
+    if not stability:
+        return "none"
+    fail_on = set(document.get("fail_on") or [])
+    counts: dict[str, int] = {}
+    for pair in stability.get("pairs") or []:
+        if pair.get("cause") in fail_on:
+            counts[pair["cause"]] = counts.get(pair["cause"], 0) + 1
+    return ", ".join(f"{cause} {n}" for cause, n in counts.items()) or "none"
+
+
+def prefix_turns_rows(document: dict[str, Any]) -> list[str]:
+    sessions = document["sessions"]
+    lines = ["| session | pairs | unexpected breaks | cached share |", "|---|---:|---|---:|"]
+    for session in sessions[:MAX_ROWS]:
+        summary = session.get("summary") or {}
+        lines.append(f"| {cell(session.get('session_id', ''))} | {summary.get('pairs', 0)} | "
+                     f"{cell(break_causes(session, document))} | {summary.get('cached_share', 0):.0%} |")
+    return lines + rows_cut(len(sessions))
+
+
+# ---------------------------------------------------------------------------------------------------------- GitHub
+
+
+def api_call(api_url: str, token: str, method: str, path: str, payload: dict[str, Any] | None = None) -> Any:
+    """One REST call: JSON in, JSON out. Any failure is one :class:`GitHubApiError` line (no token in it)."""
+    url = api_url.rstrip("/") + path
+    data = json.dumps(payload).encode() if payload is not None else None
+    request = urllib.request.Request(url, data=data, method=method, headers={
+        "Accept": "application/vnd.github+json", "Authorization": f"Bearer {token}",
+        "X-GitHub-Api-Version": "2022-11-28", "Content-Type": "application/json", "User-Agent": "zhin-ci"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read() or b"null")
+    except urllib.error.HTTPError as error:
+        raise GitHubApiError(f"GitHub API {method} {path}: HTTP {error.code} {api_message(error)}") from None
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        raise GitHubApiError(f"GitHub API {method} {path}: {getattr(error, 'reason', error)}") from None
+
+
+def api_message(error: urllib.error.HTTPError) -> str:
+    try:
+        message = json.loads(error.read()).get("message", "")
+    except (ValueError, AttributeError, OSError):
+        message = ""
+    return summary_cell(str(message or error.reason), 200)
+
+
+def find_marked_comment(api_url: str, token: str, repository: str, number: int) -> int | None:
+    """The id of the first comment on the pull request whose body holds :data:`MARKER`, every page read."""
+    page = 1
+    while True:
+        comments = api_call(api_url, token, "GET",
+                            f"/repos/{repository}/issues/{number}/comments?per_page={PAGE_SIZE}&page={page}")
+        if not isinstance(comments, list):
+            raise GitHubApiError(f"GitHub API GET /repos/{repository}/issues/{number}/comments: not a list")
+        for comment in comments:
+            if isinstance(comment, dict) and MARKER in str(comment.get("body", "")):
+                return int(comment["id"])
+        if len(comments) < PAGE_SIZE:
+            return None
+        page += 1
+
+
+def upsert_comment(api_url: str, token: str, repository: str, number: int, body: str) -> CommentResult:
+    """PATCH the marked comment when there is one, else POST a new one."""
+    existing = find_marked_comment(api_url, token, repository, number)
+    if existing is not None:
+        reply = api_call(api_url, token, "PATCH", f"/repos/{repository}/issues/comments/{existing}", {"body": body})
+        action = "updated"
+    else:
+        reply = api_call(api_url, token, "POST", f"/repos/{repository}/issues/{number}/comments", {"body": body})
+        action = "created"
+    reply = reply if isinstance(reply, dict) else {}
+    return CommentResult(action, int(reply.get("id", existing or 0)), str(reply.get("html_url", "")))
+
+
+# ---------------------------------------------------------------------------------------------------------- run
+
+
+def options_from(values: Mapping[str, Any], environ: Mapping[str, str]) -> CiOptions:
+    """CiOptions from the script's arguments, filling what the runner knows (repository, API URL, token, the pull
+    request's number and refs from ``GITHUB_EVENT_PATH``) when an argument leaves it empty."""
+    event = pull_request_event(environ.get("GITHUB_EVENT_PATH", ""))
+    number = values.get("pull_request") or event.get("number")
+    return CiOptions(
+        eval_paths=split_words(values.get("eval", "eval_cases"), "--eval"),
+        sessions=split_words(values.get("sessions", ""), "--sessions"),
+        base=values.get("base") or str(event.get("base", {}).get("sha", "")),
+        head=values.get("head") or str(event.get("head", {}).get("sha", "")),
+        fail_on=values.get("fail_on", ""), config=values.get("config", ""),
+        allow_ref_plugins=bool(values.get("allow_ref_plugins")), comment=bool(values.get("comment", True)),
+        repository=values.get("repository") or environ.get("GITHUB_REPOSITORY", ""),
+        pull_request=int(number) if number else None,
+        api_url=values.get("api_url") or environ.get("GITHUB_API_URL", GITHUB_API),
+        token=environ.get("GITHUB_TOKEN", ""))
+
+
+def split_words(text: str, option: str) -> tuple[str, ...]:
+    try:
+        return tuple(shlex.split(text))
+    except ValueError as error:
+        raise UsageError(f"{option}: {error}") from None
+
+
+def pull_request_event(path: str) -> dict[str, Any]:
+    """The ``pull_request`` object of the workflow's event payload, or {} (a push, a manual run, no file)."""
+    if not path:
+        return {}
+    try:
+        with open(path, encoding="utf-8") as handle:
+            event = json.load(handle)
+    except (OSError, ValueError):
+        return {}
+    pull = event.get("pull_request") if isinstance(event, dict) else None
+    return pull if isinstance(pull, dict) else {}
+
+
+def run_ci(options: CiOptions, *, environ: Mapping[str, str] | None = None, cwd: str | None = None) -> int:
+    """Run the gates, write the step summary, post/update the comment; the step's exit status."""
+    environ = os.environ if environ is None else environ
+    env = gate_environment(options, environ)
+    prefix = global_args(options)
+    eval_run = run_gate("eval", prefix + eval_args(options), env=env, cwd=cwd) if options.eval_paths else None
+    prefix_run = run_gate("prefix-diff", prefix + prefix_diff_args(options), env=env, cwd=cwd) if options.sessions else None
+    body = comment_body(eval_run, prefix_run)
+    write_step_summary(body, environ.get("GITHUB_STEP_SUMMARY", ""))
+    code = ci_exit_code([run for run in (eval_run, prefix_run) if run is not None])
+    if options.comment:
+        post_comment(options, body)
+    return code
+
+
+def write_step_summary(body: str, path: str) -> None:
+    if not path:
+        return
+    try:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(body.replace(MARKER + "\n", "", 1))
+    except OSError:
+        pass  # decoration: the gates' status is what the step reports
+
+
+def post_comment(options: CiOptions, body: str) -> None:
+    if options.pull_request is None:
+        print("zhin: note: not a pull request: no comment posted", file=sys.stderr)
+        return
+    if not options.repository or not options.token:
+        raise UsageError("a pull-request comment needs GITHUB_REPOSITORY and GITHUB_TOKEN (or --no-comment)")
+    result = upsert_comment(options.api_url, options.token, options.repository, options.pull_request, body)
+    print(f"zhin: comment {result.action}: {result.url or result.id}", file=sys.stderr)
