@@ -611,3 +611,24 @@ def test_an_actor_that_lists_no_roles_states_none(tmp_path: Path) -> None:  # co
     assert isinstance(listed, UserMessage) and isinstance(omitted, UserMessage)
     assert listed.actor is not None and omitted.actor is not None
     assert (listed.actor.roles_known, omitted.actor.roles_known) == (True, False)
+
+
+def _chinatsu_rowless(tmp_path: Path, text: str) -> Session:
+    """千夏 (284100111)'s two rows of group B gone: her line 2100018 is known as hers only by her turn row (2100022,
+    whose row is gone too) and the roster."""
+    variant = drop_message_rows(copy_real(tmp_path / "chinatsu.sqlite"), ["2100018", "2100022"])
+    return load(set_message_text(variant, "2100018", "284100111", "好呀，我带富士的胶片机", text), B)
+
+
+def test_a_rowless_lines_sender_is_known_by_her_turn_row(tmp_path: Path) -> None:
+    session = _chinatsu_rowless(tmp_path, "好呀 (12345): 我带富士的胶片机")
+    line = next(m for m in session.messages if isinstance(m, UserMessage) and "胶片机" in m.text)
+    assert line.actor is not None and line.actor.subject_id == "284100111" and line.text == "好呀 (12345): 我带富士的胶片机"
+    assert not [n for n in session.notes if "more than one way" in n], session.notes
+
+
+def test_a_second_known_sender_in_the_text_is_warned(tmp_path: Path) -> None:  # control: the warning discriminates
+    session = _chinatsu_rowless(tmp_path, "好呀 (284100102): 我带富士的胶片机")
+    line = next(m for m in session.messages if isinstance(m, UserMessage) and "胶片机" in m.text)
+    assert line.actor is not None and line.actor.subject_id == "284100111"
+    assert [n for n in session.notes if "more than one way" in n], session.notes

@@ -182,17 +182,19 @@ def recalled_id(event: dict[str, Any]) -> str | None:
     return None
 
 
-def split_events_block(text: str, created: Sequence[CreatedMessage], used: set[str] | None = None) -> list[BlockLine] | None:
+def split_events_block(text: str, created: Sequence[CreatedMessage], used: set[str] | None = None,
+                       senders: set[str] | None = None) -> list[BlockLine] | None:
     """The lines of an events block (None: ``text`` is not one), each matched to a row of ``created`` (the
     conversation's, in time order) not in ``used`` (platform ids; the caller shares it across the session's blocks)
     whose ``- (message.created) NAME (ID): `` opens the line: the one whose text is the line's, else the earliest.
-    A line no row matches keeps the name and id it was written with (``_fallback``). A line of another event kind
+    A line no row matches keeps the name and id it was written with (``_fallback``; ``senders``: the ids known to
+    have spoken, the rows' senders among them — it gains the lines' — else the rows' senders). A line of another kind
     (a later upstream writes its notices into the block) is kept as that kind, its text not split."""
     if not text.startswith(EVENTS_BLOCK):
         return None
     body = text[len(EVENTS_BLOCK) - 1 :]  # from the newline that opens the first line
     used = set() if used is None else used
-    known = {row.sender_id for row in created if not row.from_bot}
+    known = {row.sender_id for row in created if not row.from_bot} if senders is None else senders
     lines: list[BlockLine] = []
     position = 0
     while position < len(body):
@@ -376,11 +378,12 @@ _READ_BLOCK = 2000  # rows a lazy session's matching reads at once
 
 
 def give_platform_ids(session: Session, created: Sequence[CreatedMessage], skip_rows: set[int],
-                      read: RowReader | None = None) -> set[str]:
+                      read: RowReader | None = None, senders: set[str] | None = None) -> set[str]:
     """Give ``session``'s stored turn rows and replies that have none the platform id of their event (module
     comment). Only the rows near an event of their kind are read (``read``: positions → messages without keeping
     them, a lazy session's loader; else ``session.messages``); ``skip_rows``: row ids not to match (the events
-    blocks). Eager and lazy sessions get the same ids (a lazy outline is rebuilt with them). Returns the ids given."""
+    blocks). Eager and lazy sessions get the same ids (a lazy outline is rebuilt with them). Returns the ids given;
+    ``senders`` gains the sender of every turn row read."""
     outline = session.outline
     positions = _candidates(outline, created, skip_rows)
     if not positions:
@@ -390,6 +393,8 @@ def give_platform_ids(session: Session, created: Sequence[CreatedMessage], skip_
         block = positions[start : start + _READ_BLOCK]
         messages = read(block) if read is not None else messages_at(session.messages, block)
         rows.extend(row for row in map(_stored_row, block, messages) if row is not None)
+    if senders is not None:
+        senders.update(row.sender_id for row in rows if row.sender_id is not None)
     used: set[str] = set()
     found = match_rows(rows, created, used)
     if found:
@@ -460,31 +465,35 @@ def read_upstream_messages(session: Session, blocks: Sequence[tuple[int, str]], 
                            recalled: set[str], label: str, read: RowReader | None = None) -> list[str]:
     """What upstream writes into a session's messages, read: its turn rows and replies get their platform ids,
     then its events-block rows become their lines' messages (``expand_events_blocks``). The warnings."""
-    used = give_platform_ids(session, created, {row_id for row_id, _ in blocks}, read)
-    return expand_events_blocks(session, blocks, created, recalled, label, used) if blocks else []
+    senders = {member.user_id for member in session.members}  # who a row-less line may be (``_fallback``)
+    used = give_platform_ids(session, created, {row_id for row_id, _ in blocks}, read, senders=senders)
+    return expand_events_blocks(session, blocks, created, recalled, label, used, senders) if blocks else []
 
 
 # --- a loaded session's events-block rows become their lines' messages --------------------------------------------
 
 def expand_events_blocks(session: Session, blocks: Sequence[tuple[int, str]], created: Sequence[CreatedMessage],
-                         recalled: set[str], label: str, used: set[str] | None = None) -> list[str]:
+                         recalled: set[str], label: str, used: set[str] | None = None,
+                         senders: set[str] | None = None) -> list[str]:
     """Each events-block row of ``session``'s history (``blocks``: row id and its first text) becomes one
     ``UserMessage`` per line: the member's own, with the row's sender, name, time, platform id and reply. A
     recalled message is left out (never shown as said). Times keep upstream's parent_id order: a line's time is
     its row's, held between the messages the block row stands between (the block row is written after its turn
-    row but sent before it). ``used``: platform ids already given (``give_platform_ids``), never a line's.
+    row but sent before it). ``used``: platform ids already given (``give_platform_ids``), never a line's;
+    ``senders``: ids known to have spoken in the conversation besides the rows' (turn rows, the roster).
     Returns the warnings (rows named)."""
     outline = session.outline
     position_of = {row_id: i for i, row_id in enumerate(outline.row_ids)}
     ids = _SyntheticIds(set(outline.row_ids))
     used = set() if used is None else used
+    known = {*(senders or ()), *(row.sender_id for row in created if not row.from_bot)}
     replaced: dict[int, list[Message]] = {}
     notes: list[str] = []
     for row_id, text in sorted(blocks):
         position = position_of.get(row_id)
         if position is None:  # not on the active branch
             continue
-        lines = split_events_block(text, created, used)
+        lines = split_events_block(text, created, used, known)
         where = at_row("agent_messages", row_id, label)
         if lines is None:
             notes.append(f"{where}: an events block zhin cannot split into lines; kept as one message")
