@@ -83,6 +83,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/view_connections.py --connections 365
 	$(BIN)/python benchmarks/st_matching.py
 	$(BIN)/python benchmarks/upstream_events.py
+	$(BIN)/python benchmarks/upstream_ids.py
 
 # The live tier (docs/live.md): a real llama.cpp server with SmolLM2-135M-Instruct on 127.0.0.1, in a venv of its
 # own. The first run on a machine compiles llama.cpp (about 6 min on 2 cores); the wheel is cached in

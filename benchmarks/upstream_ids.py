@@ -3,8 +3,9 @@
 The private chat of the real database (tests/data/upstream-db) grown to N turns: each a turn row (``[Turn
 context]``, the member's text) and the bot's reply row, both with their ``message.created`` rows in
 ``conversation_events``, as upstream writes them. A load matches every turn row and reply to its event
-(``store.upstream.give_platform_ids``); a lazy load reads those rows once for it, without keeping them. Prints the
-best of five loads, eager and lazy (the lazy one reads no message after the load), and the ids given.
+(``store.upstream.give_platform_ids``); a lazy load matches them from what its outline scan keeps of each row (its
+sender and text: ``OutlineFacts.said``), reading and parsing no row again. Prints the best of five loads, eager
+and lazy (the lazy one reads no message after the load), and the ids given.
 
     .venv/bin/python benchmarks/upstream_ids.py
 
