@@ -261,8 +261,9 @@ def _fallback(line: str, known: set[str]) -> BlockLine | None:
     splits = list(_SPLIT.finditer(line))
     chosen = [m for m in splits if m.group("id") in known]
     if len(chosen) != 1:
+        pool = chosen or splits
         shapes = {_id_shape(sender) for sender in known}
-        chosen = [m for m in chosen or splits if not shapes or _id_shape(m.group("id")) in shapes] or chosen or splits
+        chosen = [m for m in pool if _id_shape(m.group("id")) in shapes] or pool
     if not chosen:
         return None
     split = chosen[0]

@@ -11,7 +11,11 @@ that came while the bot's turn was in flight therefore follows that turn's reply
 and one that came during a tool call follows the whole tool group (ADR §2: nothing between a call and its results).
 
 Roles follow events: a member message that does not carry its sender's platform role gets the one the member's
-latest role event gave (``role:admin`` from the promotion on), and the same for a mute.
+latest role event gave (``role:admin`` from the promotion on), and the same for a mute — the key's events up to the
+epoch's end, so a role given before a session reset still holds after it.
+
+A later upstream also writes member events as lines of its events blocks; those lines are read from these rows
+(``store.upstream``), and the warning for a line without a row is withdrawn here when its row is found.
 """
 
 from __future__ import annotations
@@ -71,9 +75,9 @@ def add_upstream_events(session: Session, reading: EventReading, imported: set[s
             session.scene_changes.append(SceneChange(scene.time, {"global_mute": scene.global_mute},
                                                      raw={"type": "scene", "timestamp": scene.time,
                                                           "global_mute": scene.global_mute}))
+    session.notes[:] = [note for note in session.notes if not _has_row(note, mine)]
     # a role or mute given before this epoch began still holds in it: the facts are the key's, the span only
     # says which events this epoch shows as messages
-    session.notes[:] = [note for note in session.notes if not _has_row(note, mine)]
     timeline = FactTimeline([e for e in mine.members if span.end is None or e.time < span.end])
     if new_members:
         _insert_events(session, new_members, session.timezone or data_zone)
