@@ -632,3 +632,11 @@ def test_a_second_known_sender_in_the_text_is_warned(tmp_path: Path) -> None:  #
     line = next(m for m in session.messages if isinstance(m, UserMessage) and "胶片机" in m.text)
     assert line.actor is not None and line.actor.subject_id == "284100111"
     assert [n for n in session.notes if "more than one way" in n], session.notes
+
+
+def test_a_recall_line_without_its_row_is_warned(tmp_path: Path) -> None:  # control: the recall row decides
+    variant = notices_in_blocks(copy_real(tmp_path / "notices.sqlite"), A)
+    with sqlite3.connect(variant.path) as conn:
+        conn.execute("DELETE FROM conversation_events WHERE event_json LIKE '%\"message.recalled\"%'")
+    notes = load(variant, A).notes
+    assert len(notes) == 1 and "'message.recalled' line" in notes[0] and "agent_messages row" in notes[0], notes
