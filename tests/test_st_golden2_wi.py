@@ -284,9 +284,10 @@ def test_books_take_their_role_from_their_names(tmp_path: Path) -> None:
     world, notes = world_info(chat, card, [read_lore(p) for p in paths.values()], worldinfo.Settings())
     assert [(b.name, b.source) for b in world.books] == [("kessel_workshop_notes", "chat"),
                                                         ("Greyreach Almanac", "character"), ("Other", "global")]
-    assert notes == [] and world.note is not None and world.note.depth == 1
+    assert notes == ["the chat has an Author's Note (chat_metadata), simulated: in chat at depth 1, every request, "
+                     "role system"] and world.note is not None and world.note.depth == 1
     world, notes = world_info(chat, card, [read_lore(paths["Other"]), read_lore(paths["Other"])], worldinfo.Settings())
-    assert {b.source for b in world.books} == {"global"} and len(notes) == 2  # neither named book given: two notes
+    assert {b.source for b in world.books} == {"global"} and len(notes) == 3  # neither named book given: two notes
 
 
 def test_a_bad_character_book_is_one_line(tmp_path: Path) -> None:

@@ -184,7 +184,13 @@ def world_info(chat: SillyTavernChat, card: Card | None, lores: list[Lore],
                 notes.append(f"{entry.label}: {', '.join(entry.unsimulated)} not simulated")
     if settings.min_activations > 0:
         notes.append(f"World Info minimum activations ({settings.min_activations}) is not simulated")
-    return worldinfo.WorldInfo(tuple(books), settings, worldinfo.note_from_metadata(chat.metadata)), notes
+    note = worldinfo.note_from_metadata(chat.metadata)
+    if note is not None and note.prompt.strip():
+        place = {0: "after the main prompt", 2: "before the main prompt"}.get(note.position, f"in chat at depth {note.depth}")
+        every = "every request" if note.interval == 1 else "never" if note.interval <= 0 else \
+            f"every {note.interval} user messages"
+        notes.append(f"the chat has an Author's Note (chat_metadata), simulated: {place}, {every}, role {note.role}")
+    return worldinfo.WorldInfo(tuple(books), settings, note), notes
 
 
 def _known_texts(world: worldinfo.WorldInfo, user: str, char: str) -> tuple[tuple[str, str], ...]:
