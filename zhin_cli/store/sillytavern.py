@@ -484,9 +484,6 @@ def _unsimulated(fields: dict[str, Any], path: Path) -> tuple[str, ...]:
 # --- the World Info book -----------------------------------------------------------------------------------------
 
 WI_POSITION_AFTER = 1  # world_info_position.after: "after character definitions"
-WI_POSITIONS = {0: "before character definitions", 1: "after character definitions", 2: "top of Author's Note",
-                3: "bottom of Author's Note", 4: "in chat at depth", 5: "top of example messages",
-                6: "bottom of example messages", 7: "an outlet"}
 
 
 def _key_where(raw: bytes, path: Path) -> Callable[[str], str]:

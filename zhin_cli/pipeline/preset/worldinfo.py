@@ -54,12 +54,8 @@ import regex
 
 # world_info_position
 BEFORE, AFTER, AN_TOP, AN_BOTTOM, AT_DEPTH, EM_TOP, EM_BOTTOM, OUTLET = range(8)
-POSITION_NAMES = {BEFORE: "before character definitions", AFTER: "after character definitions",
-                  AN_TOP: "top of Author's Note", AN_BOTTOM: "bottom of Author's Note", AT_DEPTH: "in chat at depth",
-                  EM_TOP: "top of example messages", EM_BOTTOM: "bottom of example messages", OUTLET: "an outlet"}
 # world_info_logic
 AND_ANY, NOT_ALL, NOT_ANY, AND_ALL = range(4)
-LOGIC_NAMES = {AND_ANY: "AND ANY", NOT_ALL: "NOT ALL", NOT_ANY: "NOT ANY", AND_ALL: "AND ALL"}
 # world_info_insertion_strategy
 EVENLY, CHARACTER_FIRST, GLOBAL_FIRST = range(3)
 ROLES = ("system", "user", "assistant")  # extension_prompt_roles 0, 1, 2
