@@ -2,10 +2,13 @@
 
 The runtime only fills holes; it never appends outside the skeleton:
 
-* ``worldBookBefore`` (ST ``worldInfoBefore``): zhin's system segments, one system message;
+* ``worldBookBefore`` (ST ``worldInfoBefore``): zhin's system segments, one system message, then the World Info
+  entries that fired before the character definitions (``worldinfo.py``, when the card options carry World Info);
 * ``chatHistory``: the projected history as real turns (headers, state changes, tool groups), with the
-  in-chat injections placed by depth and ``[Start a new Chat]`` on top;
-* ``worldBookAfter`` (ST ``worldInfoAfter``): the ``world_book_after`` option, empty unless configured;
+  in-chat injections placed by depth (the preset's, the Author's Note's and World Info's @depth entries) and
+  ``[Start a new Chat]`` on top;
+* ``worldBookAfter`` (ST ``worldInfoAfter``): the ``world_book_after`` option, then the entries that fired after the
+  character definitions; empty unless configured;
 * ``currentTurn``: the newest member message the request answers (and, in a tool loop, the calls and
   results after it). Not in the order → the last message of the chatHistory block, as in ST;
 * ``postTurn``: the runtime tail (scene line). Not in the order → appended to the current turn after
