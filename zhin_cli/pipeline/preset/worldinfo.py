@@ -50,8 +50,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import regex
-
 # world_info_position
 BEFORE, AFTER, AN_TOP, AN_BOTTOM, AT_DEPTH, EM_TOP, EM_BOTTOM, OUTLET = range(8)
 # world_info_logic
@@ -381,6 +379,8 @@ def key_regex(key: str) -> Any | None:
 
 @functools.lru_cache(maxsize=512)
 def _compiled_key(pattern: str, letters: str) -> Any | None:
+    import regex  # the package that can be interrupted; loaded only for a book with a regex key
+
     from zhin_cli.pipeline.preset.regex import MAX_UNROLL, shape  # imported here: regex.py imports the model
 
     if shape(pattern).unroll > MAX_UNROLL:
