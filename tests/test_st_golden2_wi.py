@@ -320,3 +320,36 @@ def test_a_name_past_the_file_system_limit_is_one_line(option: str, tmp_path: Pa
     assert len(lines) == 1 and lines[0].startswith("zhin: error: ") and "Traceback" not in result.output
     assert CliRunner().invoke(app, args).exit_code == 1  # the control: without the option, it runs (a departure
     # on turn 1: the card is not given, so its fields are missing)
+
+
+@pytest.mark.parametrize(("label", "uid", "field", "value", "turns"), [
+    ("wi", "9", "caseSensitive", False, {3}),  # "patience" on turn 3 then fires the ferry entry
+    # "oar" inside "oars" of the constant entry 1 (recursion), so on every turn (turn 7 typed "oar" anyway)
+    ("wi", "10", "matchWholeWords", False, {1, 2, 3, 4, 5, 6, 8}),
+    ("wi", "4", "selectiveLogic", 3, {4}),  # AND ALL: turn 4 has "keeper" but not "lamp"
+    ("wi", "5", "selectiveLogic", 0, {3, 4}),  # AND ANY: turn 3 lacks "paid", turn 4 has it
+    ("wi", "2", "order", 49, {2}),  # no more a tie with entry 3: the after block's order changes
+    ("wi", "3", "excludeRecursion", True, {2}),  # reached only by recursion
+    ("wi", "2", "preventRecursion", True, {2}),  # its text no longer reaches entry 3
+    ("wi", "2", "scanDepth", 4, {3}),  # turn 2's "sandbar" still in its scan on turn 3
+    ("wi", "6", "role", 1, {5, 8}),  # the fog entry as a user message
+    ("wi", "7", "depth", 2, {7, 8}),  # the eel entry one message lower
+    ("wi", "8", "position", 0, {6}),  # the egret entry before the character definitions
+    ("wi", "1", "disable", True, set(range(1, 9))),  # a constant entry switched off
+    ("wi-global-scan", "11", "probability", 0, {4, 5}),  # the quay entry's roll now always fails
+    ("wi-global-scan", "12", "disable", False, {7, 8}),  # the hull entry switched on: "hull" on turn 7, in scan on 8
+    ("an", "2", "position", 3, {3}),  # the chime entry at the bottom of the note, not the top
+])
+def test_each_rule_has_its_negative_control(label: str, uid: str, field: str, value: Any, turns: set[int],
+                                            tmp_path: Path) -> None:
+    """One field of one entry changed: exactly the turns whose activation it decides depart, as world-info."""
+    source = RUNS[label]["lorebooks"][0]["file"]
+    book = _json(GOLDEN / source)
+    assert book["entries"][uid][field] != value
+    book["entries"][uid][field] = value
+    path = tmp_path / Path(source).name
+    path.write_text(json.dumps(book, ensure_ascii=False), encoding="utf-8")
+    setup = _setup_from(label, lores=[path])
+    checks = {turn: _check(setup, label, turn) for turn in range(1, RUNS[label]["requests"] + 1)}
+    assert {turn for turn, check in checks.items() if check.departures} == turns
+    assert {category for check in checks.values() for category in _categories(check)} == {"world-info"}
