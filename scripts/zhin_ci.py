@@ -27,6 +27,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--head", default="", help="head ref (default: the pull request's head commit)")
     p.add_argument("--fail-on", dest="fail_on", default="", help="prefix-diff --fail-on causes")
     p.add_argument("--config", default="", help="zhin.yaml for cases and sessions without one")
+    p.add_argument("--allow-plugins", dest="allow_plugins", action="store_true",
+                   help="run the plugins of the checkout's zhin.yaml and eval cases")
     p.add_argument("--allow-ref-plugins", dest="allow_ref_plugins", action="store_true",
                    help="run the plugin code of the base/head refs")
     p.add_argument("--comment", action=argparse.BooleanOptionalAction, default=True,

@@ -45,6 +45,14 @@ cases:
       - type: regex
         pattern: "群规：不要刷屏"
 """
+CLOCK = """\
+class Clock:
+    id, kind, weight, retention = "plugin.clock", "environment", 1, "required"
+    def inject(self, input):
+        return "turn of " + str(len(input.history))
+def register(generation):
+    generation.register(Clock())
+"""
 RULES = 'segments:\n  add:\n    - {{id: house.rules, kind: system, weight: 50, retention: required, text: "{}"}}\n'
 
 
@@ -87,8 +95,8 @@ def handler_for(api: FakeGitHub) -> type[BaseHTTPRequestHandler]:
         def handle_call(self, method: str) -> None:
             url = urlsplit(self.path)
             length = int(self.headers.get("Content-Length") or 0)
-            payload = json.loads(self.rfile.read(length)) if length else None
-            api.calls.append((method, url.path, payload))
+            payload: dict[str, Any] = json.loads(self.rfile.read(length)) if length else {}
+            api.calls.append((method, url.path, payload or None))
             api.authorizations.append(self.headers.get("Authorization", ""))
             if method != "GET" and api.refuse_writes:
                 return self.reply(403, {"message": "Resource not accessible by integration"})
@@ -138,8 +146,9 @@ def git(root: Path, *args: str) -> str:
                           cwd=root, check=True, capture_output=True, text=True).stdout.strip()
 
 
-def pull_request(root: Path, head_rules: str) -> tuple[str, str]:
-    """A repository whose base commit sends 群规：不要刷屏 and whose head commit sends ``head_rules``."""
+def pull_request(root: Path, head_rules: str, head_extra: str = "") -> tuple[str, str]:
+    """A repository whose base commit sends 群规：不要刷屏 and whose head commit sends ``head_rules`` (its zhin.yaml
+    ending in ``head_extra``)."""
     (root / "cases").mkdir()
     (root / "cases" / "house.yaml").write_text(CASES, encoding="utf-8")
     (root / "sessions").mkdir()
@@ -149,7 +158,7 @@ def pull_request(root: Path, head_rules: str) -> tuple[str, str]:
     git(root, "add", ".")
     git(root, "commit", "-qm", "base")
     base = git(root, "rev-parse", "HEAD")
-    (root / "zhin.yaml").write_text(RULES.format(head_rules), encoding="utf-8")
+    (root / "zhin.yaml").write_text(RULES.format(head_rules) + head_extra, encoding="utf-8")
     git(root, "commit", "-qam", "head", "--allow-empty")
     return base, git(root, "rev-parse", "HEAD")
 
@@ -242,6 +251,23 @@ def test_negative_control_an_unchanged_prompt_passes_and_says_so(
     [comment] = api.marked()
     assert "✅ zhin eval: 0 regression(s)" in comment["body"] and "| same |" in comment["body"]
     assert "changed, +" not in comment["body"] and "| 0/" in comment["body"]
+
+
+def test_head_plugin_code_runs_only_when_the_workflow_opts_in(tmp_path: Path, github: tuple[FakeGitHub, str]) -> None:
+    api, url = github
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "clock.py").write_text(CLOCK, encoding="utf-8")  # in both commits; only the head's zhin.yaml loads it
+    base, head = pull_request(root, "群规：不要刷屏", "plugins: [clock.py:register]\n")
+    env = runner_env(tmp_path, url, base, head)
+    refused = run_action_step(root, tmp_path, env, eval="cases", sessions="sessions/")
+    assert refused.returncode == 3, refused.stderr  # trouble: the ref's plugin was not run
+    assert "not running the plugins of git ref" in api.marked()[0]["body"]
+    allowed = run_action_step(root, tmp_path, env, eval="cases", sessions="sessions/", **{"allow-ref-plugins": "true"})
+    assert allowed.returncode == 1, allowed.stderr
+    [comment] = api.marked()
+    assert re.search(r"zhin prefix-diff: [1-9]\d* unexpected cache break", comment["body"])
+    assert "system_changed" in comment["body"] and "could not run" not in comment["body"]
 
 
 def test_posting_twice_updates_the_one_marked_comment(tmp_path: Path, github: tuple[FakeGitHub, str]) -> None:

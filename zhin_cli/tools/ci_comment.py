@@ -74,6 +74,7 @@ class CiOptions:
     head: str = ""
     fail_on: str = ""
     config: str = ""
+    allow_plugins: bool = False
     allow_ref_plugins: bool = False
     comment: bool = True
     repository: str = ""
@@ -109,7 +110,9 @@ def prefix_diff_args(options: CiOptions) -> tuple[str, ...]:
 
 
 def global_args(options: CiOptions) -> tuple[str, ...]:
-    return ("--allow-ref-plugins",) if options.allow_ref_plugins else ()
+    """zhin's own trust opt-ins, given before the command (README "Plugins and trust")."""
+    return (("--allow-plugins",) if options.allow_plugins else ()) + (
+        ("--allow-ref-plugins",) if options.allow_ref_plugins else ())
 
 
 def gate_environment(options: CiOptions, environ: Mapping[str, str]) -> dict[str, str]:
@@ -349,7 +352,8 @@ def options_from(values: Mapping[str, Any], environ: Mapping[str, str]) -> CiOpt
         base=values.get("base") or str(event.get("base", {}).get("sha", "")),
         head=values.get("head") or str(event.get("head", {}).get("sha", "")),
         fail_on=values.get("fail_on", ""), config=values.get("config", ""),
-        allow_ref_plugins=bool(values.get("allow_ref_plugins")), comment=bool(values.get("comment", True)),
+        allow_plugins=bool(values.get("allow_plugins")), allow_ref_plugins=bool(values.get("allow_ref_plugins")),
+        comment=bool(values.get("comment", True)),
         repository=values.get("repository") or environ.get("GITHUB_REPOSITORY", ""),
         pull_request=int(number) if number else None,
         api_url=values.get("api_url") or environ.get("GITHUB_API_URL", GITHUB_API),
@@ -384,6 +388,8 @@ def run_ci(options: CiOptions, *, environ: Mapping[str, str] | None = None, cwd:
     eval_run = run_gate("eval", prefix + eval_args(options), env=env, cwd=cwd) if options.eval_paths else None
     prefix_run = run_gate("prefix-diff", prefix + prefix_diff_args(options), env=env, cwd=cwd) if options.sessions else None
     body = comment_body(eval_run, prefix_run)
+    sys.stdout.write(body)  # the job's log (and a local run) shows the report too
+    sys.stdout.flush()
     write_step_summary(body, environ.get("GITHUB_STEP_SUMMARY", ""))
     code = ci_exit_code([run for run in (eval_run, prefix_run) if run is not None])
     if options.comment:
