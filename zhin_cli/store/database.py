@@ -464,6 +464,7 @@ class _SaidReader:
 
     outline: SessionOutline
     said: dict[int, Said]
+    actors: dict[str, Actor] = field(default_factory=dict)  # one per sender: a frozen Actor costs to make
 
     def __call__(self, positions: Sequence[int]) -> list[Message]:
         return [self._message(position) for position in positions]
@@ -476,7 +477,10 @@ class _SaidReader:
         content = [{"type": "text", "text": said.text}]
         if said.sender_id is None:
             return AssistantMessage(content=content, timestamp=time, row_id=row_id)
-        return UserMessage(content=content, timestamp=time, actor=Actor(subject_id=said.sender_id), row_id=row_id)
+        actor = self.actors.get(said.sender_id)
+        if actor is None:
+            actor = self.actors[said.sender_id] = Actor(subject_id=said.sender_id)
+        return UserMessage(content=content, timestamp=time, actor=actor, row_id=row_id)
 
 
 @dataclass
@@ -1414,8 +1418,11 @@ def _newest_epoch(conn: Any, session_id: str, key: str, created_at: int) -> bool
 
 
 def _write_profile(conn: Any, session: Session, key: str, created_at: int) -> None:
-    """The epoch's facts as its key's ``ai_session_profiles`` row (upstream's one row per key)."""
-    scene = session.scene
+    """The epoch's facts as its key's ``ai_session_profiles`` row (upstream's one row per key): the key's current
+    facts, so the scene as the epoch's scene changes leave it (a member promoted mid-session is an admin now, as the
+    trace of its last turn says) and dated by the last of them."""
+    scene = session.scene_at(max((c.timestamp for c in session.scene_changes), default=created_at))
+    updated_at = max([created_at, *(c.timestamp for c in session.scene_changes)])
     conn.execute(schema.ai_session_profiles.delete().where(schema.ai_session_profiles.c.session_key == key))
     conn.execute(
         schema.ai_session_profiles.insert().values(
@@ -1429,7 +1436,7 @@ def _write_profile(conn: Any, session: Session, key: str, created_at: int) -> No
             bot_role=session.bot.platform_role,
             owner_id=scene.owner_id,
             member_count=scene.member_count,
-            facts_updated_at=created_at,
+            facts_updated_at=updated_at,
             bot_user_id=session.bot.user_id,
             bot_name=session.bot.name,
             bot_nickname=session.bot.group_nickname,
