@@ -354,7 +354,17 @@ def test_long_reports_are_cut_to_rows_and_to_githubs_size(monkeypatch: pytest.Mo
 @pytest.mark.parametrize("codes, expected", [
     ((0, 0), 0), ((1, 0), 1), ((0, 1), 1), ((1, 3), 3), ((4, 1), 4), ((2, 0), 2)])
 def test_the_step_status_puts_trouble_before_findings(codes: tuple[int, int], expected: int) -> None:
-    assert ci_comment.ci_exit_code([gate("eval", codes[0], None), gate("prefix-diff", codes[1], None)]) == expected
+    ran: dict[str, Any] = {"cases": []}
+    assert ci_comment.ci_exit_code([gate("eval", codes[0], ran), gate("prefix-diff", codes[1], ran)]) == expected
+
+
+def test_a_gate_that_crashed_is_trouble_even_with_exit_1() -> None:
+    crashed = gate("eval", 1, None, "Traceback (most recent call last):\nModuleNotFoundError: No module named 'x'\n")
+    assert ci_comment.ci_exit_code([crashed]) == 3
+    assert "💥 zhin eval: could not run (exit 1)" in comment_body(crashed, None)
+    assert "ModuleNotFoundError: No module named 'x'" in comment_body(crashed, None)
+    found = gate("eval", 1, {"summary": {"failed": 1}, "cases": []})  # control: exit 1 with its document is a finding
+    assert ci_comment.ci_exit_code([found]) == 1 and "❌ zhin eval" in comment_body(found, None)
 
 
 def test_the_action_never_pastes_an_input_into_shell_text() -> None:

@@ -142,8 +142,9 @@ def parse_document(stdout: str) -> dict[str, Any] | None:
 
 def ci_exit_code(runs: Sequence[GateRun]) -> int:
     """The step's status: trouble (≥ 2) before findings (1) before success, so a gate that could not run is never
-    reported as a mere regression."""
-    codes = [run.exit_code for run in runs]
+    reported as a mere regression. A gate that wrote no document did not run to its end, whatever its status (a
+    crash exits 1, as a finding would): that is trouble too."""
+    codes = [run.exit_code if run.document is not None or run.exit_code > EXIT_FOUND else EXIT_CANNOT_RUN for run in runs]
     trouble = [code for code in codes if code not in (EXIT_OK, EXIT_FOUND)]
     if trouble:
         return max(trouble)
@@ -178,6 +179,8 @@ def fit(parts: list[str]) -> str:
 
 
 def verdict(run: GateRun) -> str:
+    if run.document is None:
+        return "💥"
     return {EXIT_OK: "✅", EXIT_FOUND: "❌"}.get(run.exit_code, "💥")
 
 
