@@ -66,6 +66,23 @@ class SillyTavernChat:
     metadata: dict[str, Any] = field(default_factory=dict)  # line 1's ``chat_metadata`` as found
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def variables(self) -> dict[str, str]:
+        """The chat variables ST saved with the chat (``chat_metadata.variables``): the state after the last
+        generation, not per turn. Text values as they are, numbers as ST prints them; any other value is skipped."""
+        saved = self.metadata.get("variables")
+        if not isinstance(saved, dict):
+            return {}
+        return {str(name): text for name, value in saved.items() if (text := _variable_text(value)) is not None}
+
+
+def _variable_text(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        return None
+    return str(int(value)) if float(value).is_integer() and abs(value) < 2**53 else repr(float(value))
+
 
 @dataclass(frozen=True)
 class Card:

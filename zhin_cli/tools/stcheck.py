@@ -26,7 +26,7 @@ from zhin_cli.pipeline.assemble import DEFAULT_MODEL, DEFAULT_PROVIDER, TAIL_SEG
 from zhin_cli.pipeline.config import parse_config
 from zhin_cli.pipeline.preset import worldinfo
 from zhin_cli.pipeline.preset.layout import SYSTEM_SEGMENT
-from zhin_cli.pipeline.preset.macros import MacroContext, MacroEngine
+from zhin_cli.pipeline.preset.macros import MacroContext, MacroEngine, variable_names
 from zhin_cli.pipeline.preset.model import Preset
 from zhin_cli.pipeline.preset.skeleton import AUTHORS_NOTE_SEGMENT, WORLD_INFO_SEGMENT
 from zhin_cli.store.sillytavern import Card, ChatTurn, Lore, SillyTavernChat
@@ -34,8 +34,6 @@ from zhin_cli.tools.requestdiff import CONTEXT, first_difference
 
 JOINERS = ("\n", "\n\n")  # what squash / merge / post-processing put between the parts of one message
 HISTORY_PREFIX = "history."
-# ST's chat-variable macros; the name is the first argument
-_VARIABLE_MACRO = re.compile(r"\{\{\s*(?:get|set|add|inc|dec)var::([^:}]+)")
 _SENTINEL = "\ue000{}\ue001"  # a non-numeric value that names its variable (private-use characters)
 _SENTINEL_AT = re.compile("\ue000(\\d+)\ue001")
 _CARD_FIELD_SEGMENTS = frozenset({"preset:charDescription", "preset:charPersonality", "preset:scenario",
@@ -143,6 +141,10 @@ def prepare(preset: Path, chat: SillyTavernChat, *, card: Card | None = None,
         # ST's own files, not zhin.yaml options: set on the loaded preset, as the connection setting is
         assembler.preset.card = replace(assembler.preset.card, world_info=world)
     variables = _used_variables(assembler.preset)
+    saved = [name for name in variables if name in chat.variables]
+    if 2 ** len(saved) > MAX_SAVED_STATES:
+        notes.append(f"the chat saved {len(saved)} of the chat variables the preset uses: their states per turn "
+                     f"are not tried (at most {MAX_SAVED_STATES.bit_length() - 1})")
     names = (options["user"] or "User", card.name if card is not None else chat.character_name)
     return CheckSetup(chat, card, assembler, variables, _probe(assembler, variables), _known_texts(world, *names),
                       tuple(notes))
@@ -211,7 +213,7 @@ def _used_variables(preset: Preset | None) -> tuple[str, ...]:
     if card.world_info is not None:
         texts += [e.content for book in card.world_info.books for e in book.entries]
         texts += [card.world_info.note.prompt] if card.world_info.note is not None else []
-    return tuple(sorted({m.group(1).strip() for text in texts for m in _VARIABLE_MACRO.finditer(text)}))
+    return tuple(sorted({name.strip() for text in texts for name in variable_names(text) if name.strip()}))
 
 
 # --- zhin's side ---------------------------------------------------------------------------------------------
@@ -360,6 +362,56 @@ def _probe(base: Assembler, names: tuple[str, ...]) -> Assembler | None:
     preset = replace(base.preset, card=replace(base.preset.card, variables=variables))
     return Assembler(base.registry, base.config, provider=base.provider, model=base.model, timezone=base.timezone,
                      preset=preset, facts=base.facts)
+
+
+MAX_SAVED_STATES = 64  # 2^6: past six saved variables the states are not tried (a note says so)
+
+
+def variable_states(used: tuple[str, ...], saved: dict[str, str]) -> list[tuple[tuple[str, str], ...]]:
+    """Each state ST may have held at a turn, from the chat's saved end state: every used variable that was saved
+    either unset or at its saved value, fewest set first (the plain request, all unset, is not among them).
+    Empty past ``MAX_SAVED_STATES`` states."""
+    names = [name for name in used if name in saved]
+    if not names or 2 ** len(names) > MAX_SAVED_STATES:
+        return []
+    states = [tuple((name, saved[name]) for bit, name in enumerate(names) if mask >> bit & 1)
+              for mask in range(1, 2 ** len(names))]
+    return sorted(states, key=len)
+
+
+def _state_label(state: tuple[tuple[str, str], ...], names: list[str]) -> str:
+    values = dict(state)
+    shown = [f"{name}={values[name]}" if name in values else f"{name} unset" for name in names]
+    return "ST's text with the saved chat variables " + "; ".join(shown) + " (the chat file keeps only the end state)"
+
+
+def _saved_variable_states(setup: CheckSetup, turn: ChatTurn, st: list[_StMessage],
+                           departures: list[Departure]) -> tuple[list[Departure], list[ByDesign]]:
+    """ST keeps chat variables across generations, and its chat file keeps only their end state: a value typed in
+    the send box (``{{setvar}}``) is gone from the message, so on which turn it was set is not known. Each
+    departing ST message is compared with zhin's rendered in each state the saved variables allow (cheapest
+    first): one that matches in some state is that state, by design, not a departure."""
+    base = setup.assembler
+    saved = setup.chat.variables
+    states = variable_states(setup.variables, saved)
+    if base.preset is None or not states:
+        return departures, []
+    names = [name for name in setup.variables if name in saved]
+    open_indices = {d.st_index for d in departures if d.st_index is not None}
+    by_design: list[ByDesign] = []
+    for state in states:
+        if not open_indices:
+            break
+        preset = replace(base.preset, card=replace(base.preset.card, variables=state))
+        assembler = Assembler(base.registry, base.config, provider=base.provider, model=base.model,
+                              timezone=base.timezone, preset=preset, facts=base.facts)
+        zhin, _ = zhin_messages(_assemble(assembler, setup, turn))
+        still = {d.st_index for d in _compare(turn.number, st, zhin, preset, setup.known_texts)}
+        for index in sorted(open_indices - still):
+            by_design.append(ByDesign("chat-variable", turn.number, index, _state_label(state, names)))
+            open_indices.discard(index)
+    left = [d for d in departures if d.st_index is None or d.st_index in open_indices]
+    return left, by_design
 
 
 def _variable_near(text: str, start: int, end: int, names: tuple[str, ...]) -> str:
@@ -651,6 +703,9 @@ def check_turn(setup: CheckSetup, turn: ChatTurn, body: dict[str, Any]) -> TurnC
                 "assistant": setup.character}
     st, by_design = _st_messages(body, zhin, patterns, speakers, turn.number)
     departures = _compare(turn.number, st, zhin, setup.assembler.preset, setup.known_texts)
+    if departures:
+        departures, saved_state = _saved_variable_states(setup, turn, st, departures)
+        by_design += saved_state
     ignored = sorted((set(body) | set(request.request)) - {"messages"})
     model = body.get("model")
     notes = [] if model in (None, setup.assembler.model) else [
