@@ -143,7 +143,10 @@ PAIRS = [
     ("headers", "- {type: headers, user_id: '10002', expect: [full, short]}", "- {type: headers, user_id: '10002', expect: [full, full]}"),
     ("name_fields", "- {type: name_fields, count: 0}", "- {type: name_fields, count: 1}"),
     ("role_order", "- {type: role_order, legal: true}", "- {type: role_order, legal: false}"),
-    ("request_field", "- {type: request_field, path: '$.model', equals: gpt-4o}", "- {type: request_field, path: '$.model', equals: gpt-5}"),
+    # each provider's request names its own model (issue 31: anthropic's no longer says gpt-4o)
+    ("request_field", "- {type: request_field, path: '$.model', equals: gpt-4o, providers: [openai]}\n"
+                      "- {type: request_field, path: '$.model', equals: claude-sonnet-5, providers: [anthropic]}",
+     "- {type: request_field, path: '$.model', equals: gpt-4o}"),
     ("state_rendering", "- {type: state_rendering, equals: system, providers: [openai]}",
      "- {type: state_rendering, equals: user, providers: [openai]}"),
     ("segments", "- {type: segments, includes: [core.rules, core.scene]}", "- {type: segments, excludes: [core.rules]}"),

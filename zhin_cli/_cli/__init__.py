@@ -486,6 +486,9 @@ def root(
 
     set_allowed(plugins=allow_plugins, ref_plugins=allow_ref_plugins)  # for this command only (README "Plugins and trust")
     ctx.call_on_close(set_allowed)
+    from zhin_cli.core.notes import show_notes_on_stderr
+
+    show_notes_on_stderr()  # a choice the library made for the user (a substituted model): one `zhin: note:` line
 
 
 

@@ -44,6 +44,7 @@ from zhin_cli.pipeline.headers import (
     project,
 )
 from zhin_cli.pipeline.merge import ItemKey, Placed, item_key, merge
+from zhin_cli.pipeline.models import ModelChooser
 from zhin_cli.pipeline.preset import SYSTEM_SEGMENT, PresetMessage
 from zhin_cli.pipeline.preset.model import Preset
 from zhin_cli.pipeline.preset.skeleton import Arrangement, Facts, arrange, downgrades_mid_system, greeting_text
@@ -618,6 +619,7 @@ class Assembler:
         self.preset = preset if preset is not None else config.preset()
         self.provider = provider or config.provider or DEFAULT_PROVIDER
         self.model = model or config.model
+        self.models = ModelChooser(self.provider, self.model, named=bool(provider or config.provider))
         self.timezone = timezone or config.timezone
         self._timezone_option, self._timezone_configured = timezone, config.timezone  # which one said it
         resolve_profile(self.provider, self.model or DEFAULT_MODEL, config.provider_overrides.get(self.provider))
@@ -765,7 +767,7 @@ class Assembler:
     ) -> Placement:
         """Stages 2–4: the window, the message segments' output, and merge's order (append-only after what was
         sent). ``session`` is the replayed one (already greeted)."""
-        model = self.model or stored_model or DEFAULT_MODEL
+        model = self.models.for_stored(stored_model)  # a named provider never gets another's model (models.py)
         timezone = self.timezone_of(session)
         window = visible_window(session, upto, request_time, self.config.window, index)
         if isinstance(sent_prefix, SentPrefix):
