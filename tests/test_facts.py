@@ -414,7 +414,7 @@ def test_facts_show_lists_the_stored_rows(tmp_path: Path) -> None:
     before = digest(db)
     shown = json.loads(zhin("facts", "show", f"{KEY}#1761699600000-1", "--json", "--db", db, cwd=tmp_path).stdout)
     assert shown["session_key"] == KEY and shown["bot_role"] == "admin"
-    assert shown["scene"]["owner_id"] == "10001" and shown["scene"]["member_count"] == 42
+    assert shown["scene"]["owner_id"] == "10001" and shown["scene"]["member_count"] == 43  # the last scene line's (issue 31)
     assert shown["members"] == [{"user_id": "10002", "platform_role": "admin", "card": "明明", "title": "老玩家",
                                  "muted_until": 0, "updated_at": 1761700800054,
                                  "updated_at_iso": "2025-10-29T01:20:00.054Z"}]

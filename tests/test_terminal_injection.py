@@ -167,6 +167,8 @@ def hostile_group(folder: Path) -> Path:
     for line in lines:
         if line.get("role") == "assistant" and "model" in line:
             line["model"] = "model" + HOSTILE
+        if line.get("type") == "scene":  # the facts an import stores are those the last scene line leaves
+            line |= {"scene_name": "group" + HOSTILE, "admins": ["admin" + HOSTILE]}
     path = folder / "group.jsonl"
     path.write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines), encoding="utf-8")
     return path

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -257,10 +258,13 @@ def test_frontier_picture_labels_and_width(busy_report: WindowReport) -> None:
     picture = frontier_picture(busy_report)
     assert picture == frontier_picture(busy_report)
     assert all(len(line) <= 80 for line in picture)
-    assert f"R recommended: {busy_report.recommended.policy.name}" in picture
-    assert "D default: default" in picture and "S sliding: sliding 80→79" in picture
-    plot = "\n".join(picture[1:-5])
+    assert busy_report.recommended is busy_report.default  # one policy, one mark: R (no D is drawn)
+    assert "R recommended, default: default" in picture and "S sliding: sliding 80→79" in picture
+    legend = picture.index("● Pareto frontier  · dominated")
+    plot = "\n".join(picture[1:legend])
     assert "R" in plot and "●" in plot
+    # every mark the legend names is drawn (issue 31: a legend's "D default" with no D)
+    assert all(line[0] in plot for line in picture[legend + 1:])
 
 
 def test_no_bot_reply_is_a_usage_error() -> None:
@@ -279,7 +283,7 @@ def test_cli_text(zhin) -> None:
     result = zhin("report", "window", BUSY, "-j", "1")
     assert result.returncode == 0, result.stderr
     assert "messages 40→20" in result.stdout and "blocks 16→8" in result.stdout and "no cap" in result.stdout
-    assert "R recommended: " in result.stdout
+    assert re.search(r"^R recommended(, default)?: ", result.stdout, re.M)  # one line per mark drawn (issue 31)
     last = result.stdout.strip().splitlines()[-1]
     assert last.startswith("recommended: ") and "× sliding" in last and "× default), context mean" in last
     assert result.stderr == ""

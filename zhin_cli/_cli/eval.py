@@ -14,6 +14,8 @@ from zhin_cli.core.parallel import MAX_JOBS
 from zhin_cli.core.terminaltext import terminal_safe
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from zhin_cli.tools.eval.compare import Comparison
     from zhin_cli.tools.eval.runner import EvalOptions
 
@@ -138,32 +140,33 @@ def compare_saved(files: list[Path], as_json: bool) -> None:
 
 
 def show_comparison(comparison: Comparison, as_json: bool) -> None:
-    from rich.table import Table
-
-    from zhin_cli.core.terminaltext import markup_safe
-
     if as_json:
         print_json(comparison.as_dict())
         return
-    table = Table("case", "base → head", "change", "Δ request tokens", "Δ header tokens", "notes",
-                  title=f"eval before/after · {markup_safe(comparison.base_label)} → {markup_safe(comparison.head_label)}")
+    print_comparison(stdout_console(), comparison)
+
+
+def print_comparison(console: Console, comparison: Comparison) -> None:
+    """The title on its own line (wrapped between words, never inside one), a row per case that changed — no table
+    at all when none did — and the counts."""
+    from rich.table import Table
+
+    from zhin_cli.core.terminaltext import markup_safe
+    from zhin_cli.tools.eval.compare import comparison_rows
+
+    console.print(terminal_safe(f"eval before/after: {comparison.base_label} → {comparison.head_label}"), markup=False,
+                  overflow="fold")
     styles = {"regressed": "red", "fixed": "green", "added": "cyan", "removed": "yellow"}
-    for case in comparison.cases:
-        if case.change == "same":
-            continue
-        deltas = [(p.provider, p.prompt_tokens, p.header_tokens) for p in case.providers if p.prompt_tokens or p.header_tokens]
-        notes = list(case.reasons)
-        for p in case.providers:
-            notes += [f"{p.provider}: turn {b['turn']} prefix no longer breaks" for b in p.fixed_breaks]
-            notes += [f"{p.provider}: turn {r['turn']} no longer rejected" for r in p.fixed_rejections]
-        style = styles.get(case.change)
-        table.add_row(markup_safe(case.key), f"{case.base or '—'} → {case.head or '—'}",
-                      f"[{style}]{case.change}[/]" if style else case.change,
-                      ", ".join(f"{name} {tokens:+d}" for name, tokens, _ in deltas if tokens),
-                      ", ".join(f"{name} {tokens:+d}" for name, _, tokens in deltas if tokens),
-                      markup_safe("; ".join(notes)))
-    console = stdout_console()
-    console.print(table)
+    rows = comparison_rows(comparison)
+    if rows:
+        table = Table("case", "base → head", "change", "Δ request tokens", "Δ header tokens", "notes")
+        for row in rows:
+            style = styles.get(row.change)
+            table.add_row(markup_safe(row.case), row.verdicts, f"[{style}]{row.change}[/]" if style else row.change,
+                          row.request_tokens, row.header_tokens, markup_safe(row.notes))
+        console.print(table)
+    else:
+        console.print("no case changed: nothing to show case by case", markup=False)
     summary = comparison.as_dict()["summary"]
     console.print(", ".join(f"{count} {change}" for change, count in summary.items()) +
                   f" · {len(comparison.regressions)} regression(s)")

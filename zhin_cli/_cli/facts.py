@@ -17,7 +17,7 @@ from zhin_cli._cli import (
     stdout_console,
 )
 from zhin_cli.core.terminaltext import terminal_safe
-from zhin_cli.tools.facts import prune_database, show_facts
+from zhin_cli.tools.facts import prune_database, prune_summary, show_facts
 
 facts_app = typer.Typer(help="Stored member and scene facts (ADR 0041 §6): show them, prune them to their bounds.",
                         no_args_is_help=True)
@@ -108,11 +108,8 @@ def prune_command(
         print_json(report.as_dict())
         return
     print_sources(None, source)
-    verb = "would remove" if dry_run else "removed"
     console = stdout_console()
-    console.print(f"{verb} {report.removed} member rows: {len(report.left)} left, {len(report.expired)} not updated for 90 days, "
-                  f"{len(report.over_cap)} over 2000 per session; {'would clean' if dry_run else 'cleaned'} text in "
-                  f"{len(report.cleaned)}", markup=False)
+    console.print(prune_summary(report), markup=False)
     for label, rows in (("left", report.left), ("expired", report.expired), ("over cap", report.over_cap),
                         ("cleaned", report.cleaned)):
         for scene_key, user_id in rows:

@@ -112,11 +112,15 @@ def _write_line(data: dict[str, Any]) -> None:
 
 
 def _print_header(result: PrefixDiffResult) -> None:
-    """The one header line (stderr): the config and database read. With --base/--head, the two configurations."""
+    """The one header line (stderr): the config and database read. With --base/--head, stdout's first line names
+    the two configurations (``base … → head …``): stderr names only a database read, never that line again."""
     if result.mode == "turns":
         print_sources(result.config_path, result.db)
-        return
-    print_sources(None, result.db, config_label=f"base {result.base_label} → head {result.head_label}")
+    elif result.db is not None:
+        print_sources(None, result.db, config_label=COMPARED_CONFIGS)
+
+
+COMPARED_CONFIGS = "--base and --head (named on stdout)"
 
 
 def _publish(result: PrefixDiffResult) -> None:

@@ -189,9 +189,11 @@ class BudgetReport:
         return {"version": 1, "budget": self.path, "ok": not self.failed, "parts": [r.as_dict() for r in self.results]}
 
 
-def compare(profile: ProfileBudget, measured: dict[str, int], index: int = 0) -> list[PartResult]:
+def compare(profile: ProfileBudget, measured: dict[str, int], index: int = 0, *, model: str | None = None) -> list[PartResult]:
+    """Each part budgeted against its measure; ``model``: the one the measured requests named (else the profile's)."""
     names = list(profile.parts) + [name for name in measured if name not in profile.parts]
-    return [PartResult(profile.provider, profile.model, name, profile.parts.get(name), measured.get(name), index) for name in names]
+    return [PartResult(profile.provider, model or profile.model, name, profile.parts.get(name), measured.get(name), index)
+            for name in names]
 
 
 def session_ref(budget_dir: Path, ref: str) -> str:
@@ -200,25 +202,43 @@ def session_ref(budget_dir: Path, ref: str) -> str:
     return str(candidate) if candidate.exists() else ref
 
 
+@dataclass(frozen=True)
+class Measurement:
+    """One profile's fixed parts and the model its requests named (``budget check``'s ``model`` column)."""
+
+    parts: dict[str, int]
+    model: str
+
+
 def measure(
     sessions: list[str], provider: str, model: str | None, *, budget_dir: Path, db: str | None = None,
     config_path: Path | None = None, cwd: Path | None = None,
-) -> dict[str, int]:
+) -> Measurement:
     """The fixed parts of one profile: the largest of each part over the last request of every session (one
-    pipeline for the profile; each session costs its last window, ``Pipeline.request``)."""
+    pipeline for the profile; each session costs its last window, ``Pipeline.request``), and the model the last
+    request named (a profile without one: the provider's own, ``pipeline/models.py`` — said in the model column,
+    so no note)."""
+    import warnings
+
     from zhin_cli.core.errors import UsageError
+    from zhin_cli.core.notes import ZhinNote
     from zhin_cli.pipeline.config import load_config
     from zhin_cli.pipeline.facade import Pipeline
     from zhin_cli.store import load_session
 
     measurements = []
-    with Pipeline.open(load_config(config_path, cwd=cwd), provider=provider, model=model) as pipeline:
+    named = model or ""
+    with Pipeline.open(load_config(config_path, cwd=cwd), provider=provider, model=model) as pipeline, \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore", ZhinNote)
         for ref in sessions:
             session = load_session(session_ref(budget_dir, ref), db=db, cwd=cwd)
             if not pipeline.turns(session).total:
                 raise UsageError(f"session {session.session_id!r} has no assistant message, so no request to measure")
-            measurements.append(fixed_parts(pipeline.request(session, turn=-1)))
-    return largest(measurements)
+            request = pipeline.request(session, turn=-1)
+            named = named or request.model
+            measurements.append(fixed_parts(request))
+    return Measurement(largest(measurements), named)
 
 
 def check_budget(budget: Budget, *, db: str | None = None, config_path: Path | None = None, cwd: Path | None = None) -> BudgetReport:
@@ -226,7 +246,7 @@ def check_budget(budget: Budget, *, db: str | None = None, config_path: Path | N
     for index, profile in enumerate(budget.profiles):
         measured = measure(budget.sessions, profile.provider, profile.model, budget_dir=budget.path.parent, db=db,
                            config_path=config_path, cwd=cwd)
-        report.results += compare(profile, measured, index)
+        report.results += compare(profile, measured.parts, index, model=measured.model)
     return report
 
 
@@ -234,7 +254,7 @@ def update_budget(budget: Budget, *, db: str | None = None, config_path: Path | 
     """The budget with every profile's parts measured now, written to ``budget.path`` (:func:`write_budget`)."""
     for profile in budget.profiles:
         profile.parts = measure(budget.sessions, profile.provider, profile.model, budget_dir=budget.path.parent, db=db,
-                                config_path=config_path, cwd=cwd)
+                                config_path=config_path, cwd=cwd).parts
     write_budget(budget)
     return budget
 

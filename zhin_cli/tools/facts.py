@@ -83,3 +83,14 @@ def prune_database(db: str, *, dry_run: bool, now: int | None = None) -> PruneRe
         raise ZhinError(f"cannot write database: {db_error(exc)}", where=ref.label) from None
     finally:
         engine.dispose()
+
+
+def prune_summary(report: PruneReport) -> str:
+    """``facts prune``'s one line: what was (or would be) removed and cleaned, each count with its noun."""
+    removed, cleaned = ("would remove", "would clean") if report.dry_run else ("removed", "cleaned")
+    return (f"{removed} {rows(report.removed)}: {len(report.left)} left, {len(report.expired)} not updated for 90 days, "
+            f"{len(report.over_cap)} over 2000 per session; {cleaned} text in {rows(len(report.cleaned))}")
+
+
+def rows(count: int) -> str:
+    return f"{count:,} member row{'' if count == 1 else 's'}"

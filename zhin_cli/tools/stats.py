@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -140,7 +141,15 @@ class CacheStats:
         if self.newest is None:
             return f"{period} · no logged usage in the {'session' if self.sessions == 1 else 'sessions'} read"
         span = f"in the last {days} day{'s' if days != 1 else ''}" if days else "in this period"
-        return f"{period} · no usage {span}; newest {human_ms(self.newest)}, oldest {human_ms(self.oldest or self.newest)}"
+        return (f"{period} · no usage {span}; newest {human_ms(self.newest)}, oldest {human_ms(self.oldest or self.newest)}"
+                f" ({self.where_usage_is(days)})")
+
+    def where_usage_is(self, days: int | None) -> str:
+        """The options that show the newest usage: the period ending on its day (``--until`` takes a date's end)."""
+        assert self.newest is not None
+        day = datetime.fromtimestamp(self.newest / 1000, UTC).date().isoformat()
+        until = f"--until {day}" + (f" --days {days}" if days else "")
+        return f"to see it: {until}, or neither option for all of it"
 
 
 def usage_records(session: Session) -> Iterator[UsageRecord]:

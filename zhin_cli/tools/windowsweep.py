@@ -440,8 +440,28 @@ def frontier_picture(report: WindowReport) -> list[str]:
     left, right = f"{low_context:.1f}", f"{high_context:.1f}"
     lines.append(" " * (margin + 2) + left + " " * max(1, PLOT_WIDTH - len(left) - len(right)) + right)
     lines.append("● Pareto frontier  · dominated")
-    for role, mark in MARKS.items():
-        lines.append(f"{mark} {role}: {_role(report, role).policy.name}")
+    lines += role_legend(report, {mark: grid[row][column] for mark, (column, row) in
+                                  ((MARKS[r], cell(_role(report, r))) for r in MARKS)})
+    return lines
+
+
+def role_legend(report: WindowReport, drawn: dict[str, str]) -> list[str]:
+    """One legend line per mark the picture can show: roles held by one policy share its first mark's line
+    (``R recommended, default: …``: no D is drawn), and a mark whose point another mark covers says so.
+    ``drawn``: each role mark → the mark drawn in its cell."""
+    groups: list[tuple[PolicyFigures, list[str]]] = []
+    for role in MARKS:
+        figures = _role(report, role)
+        group = next((roles for held, roles in groups if held is figures), None)
+        if group is None:
+            groups.append((figures, [role]))
+        else:
+            group.append(role)
+    lines = []
+    for figures, roles in groups:
+        mark = MARKS[roles[0]]
+        under = f" (drawn under {drawn[mark]}: the same point)" if drawn[mark] != mark else ""
+        lines.append(f"{mark} {', '.join(roles)}: {figures.policy.name}{under}")
     return lines
 
 

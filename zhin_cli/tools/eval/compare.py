@@ -133,6 +133,36 @@ def compare_results(base: dict[str, Any], head: dict[str, Any], base_label: str 
     return Comparison(base_label, head_label, [compare_case(base_cases.get(k), head_cases.get(k)) for k in keys])
 
 
+@dataclass(frozen=True)
+class ComparisonRow:
+    """One case that changed, as the before/after table shows it (plain text; the CLI escapes and colours it)."""
+
+    case: str
+    verdicts: str  # "pass → fail"
+    change: str
+    request_tokens: str  # "openai +12, anthropic -3"
+    header_tokens: str
+    notes: str
+
+
+def comparison_rows(comparison: Comparison) -> list[ComparisonRow]:
+    """The table's rows: every case whose change is not ``same`` (none: the CLI draws no table)."""
+    rows = []
+    for case in comparison.cases:
+        if case.change == "same":
+            continue
+        deltas = [(p.provider, p.prompt_tokens, p.header_tokens) for p in case.providers if p.prompt_tokens or p.header_tokens]
+        notes = list(case.reasons)
+        for p in case.providers:
+            notes += [f"{p.provider}: turn {b['turn']} prefix no longer breaks" for b in p.fixed_breaks]
+            notes += [f"{p.provider}: turn {r['turn']} no longer rejected" for r in p.fixed_rejections]
+        rows.append(ComparisonRow(case.key, f"{case.base or '—'} → {case.head or '—'}", case.change,
+                                  ", ".join(f"{name} {tokens:+d}" for name, tokens, _ in deltas if tokens),
+                                  ", ".join(f"{name} {tokens:+d}" for name, _, tokens in deltas if tokens),
+                                  "; ".join(notes)))
+    return rows
+
+
 def load_result(path: Path) -> dict[str, Any]:
     """A saved ``zhin eval --json`` document."""
     from zhin_cli.core.readers import read_json_file
