@@ -289,7 +289,8 @@ def _line_end(body: str, start: int) -> int:
 # Each row is matched to its event: same conversation, same sender (the bot's reply: an event without actor), text
 # equal after ``same_text``, and time close — a turn row is written just after its message arrived, a reply row
 # just before the reply is sent. Pairs are taken closest first, each row and event once; no pair, no id (never a
-# guess). A lazy session's candidate rows are parsed once at load for this (a bad one is refused then).
+# guess). A lazy session's rows are read from what its outline scan kept of them (the database's ``read``): no row
+# is parsed twice, and a bad one is refused when a request reads it.
 
 MATCH_WINDOW_MS = 5 * 60_000  # how far a row may be from its event: a slow host, not another turn
 CLOCK_SKEW_MS = 1_000  # how far on the "wrong" side (before its message, after its reply was sent)
