@@ -98,3 +98,20 @@ def test_the_chooser() -> None:
         assert ModelChooser("deepseek", named=False).for_stored("gpt-4o") == "gpt-4o"  # the default provider: as before
         assert ModelChooser("deepseek", "deepseek-chat", named=True).for_stored("gpt-4o") == "deepseek-chat"
     assert len([w for w in caught if issubclass(w.category, ZhinNote)]) == 1
+
+
+def test_the_note_is_said_once_with_parallel_workers(zhin: Zhin, fixtures_dir: Path) -> None:
+    # three session files on two worker processes: each worker meets the stored gpt-4o, the command says it once
+    for jobs in ("2", "1"):  # the control: the same count without workers
+        result = zhin("prefix-diff", fixtures_dir, "--provider", "deepseek", "-j", jobs)
+        assert result.returncode == 0, result.stderr
+        assert len(notes(result)) == 1, (jobs, result.stderr)
+
+
+def test_report_windows_target_is_the_providers_model() -> None:
+    from zhin_cli.pipeline.config import Config
+    from zhin_cli.tools.windowsweep import target
+
+    assert target("gemini", None, Config()).model == "gemini-2.5-flash"  # was gpt-4o: a pair that cannot exist
+    assert target("gemini", "gemini-3-pro", Config()).model == "gemini-3-pro"  # control: the user's model
+    assert target("anthropic", None, Config()).model == "claude-sonnet-5"  # control: economy's case, as before

@@ -26,6 +26,7 @@ second-long start-up per worker), else spawned.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 from collections.abc import Callable, Iterator, Sequence
@@ -33,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from zhin_cli.core.errors import UsageError, ZhinError
+from zhin_cli.core.notes import note
 
 if TYPE_CHECKING:  # the pool machinery is imported when a pool is made, not by every command that offers -j
     from concurrent.futures import Future, ProcessPoolExecutor
@@ -92,11 +94,27 @@ class _Failure:
 class _Outcome(Generic[R]):
     value: R | None = None
     failure: _Failure | None = None
+    notes: tuple[str, ...] = ()  # ZhinNotes the work raised: said again in the parent, so once per command
 
 
 def _run(work: Callable[[T], R], item: T) -> _Outcome[R]:
     """In the worker: ``work(item)``, a ``ZhinError`` returned as data (exceptions of other kinds are bugs and
-    travel as themselves)."""
+    travel as themselves); its notes travel with the outcome (each worker would otherwise print its own copy)."""
+    import warnings
+
+    from zhin_cli.core.notes import ZhinNote
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ZhinNote)
+        outcome = _run_work(work, item)
+    for warning in caught:
+        if not issubclass(warning.category, ZhinNote):  # any other warning: shown here, as before
+            warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
+    notes = tuple(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, ZhinNote)))
+    return dataclasses.replace(outcome, notes=notes) if notes else outcome
+
+
+def _run_work(work: Callable[[T], R], item: T) -> _Outcome[R]:
     try:
         return _Outcome(value=work(item))
     except ZhinError as error:
@@ -157,6 +175,8 @@ def ordered_map(work: Callable[[T], R], items: Sequence[T], *, jobs: int,
         futures = [pool.submit(_run, work, item) for item in items]
         for index, future in enumerate(futures, start=1):
             outcome = _wait(future)
+            for said in outcome.notes:
+                note(said)  # the parent's registry says each distinct note once
             if outcome.failure is not None:
                 raise outcome.failure.error()
             if done is not None:

@@ -284,15 +284,16 @@ class Target:
 
 def target(provider: str, model: str | None, config: Config) -> Target:
     """``report economy``'s case for ``provider`` (its model; Anthropic's 1,024-token minimum for that model),
-    ``model`` overriding it; a provider without a case: ``model``, else the config's, else the default."""
-    from zhin_cli.pipeline.assemble import DEFAULT_MODEL
+    ``model`` overriding it; a provider without a case: ``model``, else the config's, else the provider's default
+    (``pipeline/models.py``: never another provider's model)."""
+    from zhin_cli.pipeline.models import default_model
     from zhin_cli.pipeline.providers import PROFILES
     from zhin_cli.tools.economy import CASES
 
     if provider not in PROFILES:
         raise UsageError(f"--provider: unknown provider {provider!r} (known: {', '.join(sorted(PROFILES))})")
     case = CASES[provider] if provider in CASES else None
-    chosen = model or (case.model if case else None) or config.model or DEFAULT_MODEL
+    chosen = model or (case.model if case else None) or config.model or default_model(provider)
     # the case's minimum belongs to its model; another model keeps its profile's rule
     return Target(provider, chosen, case.min_tokens if case is not None and case.model == chosen else None)
 
