@@ -41,8 +41,8 @@ def import_command(
     db: Annotated[str | None, typer.Option("--db", envvar="ZHIN_DB", help="Database to write (tables created in upstream zhin's schema): an SQLite file, or a postgresql:// or mysql:// URL. Default: the .zhin/data.sqlite a read finds from here upward, else a new ./.zhin/data.sqlite.")] = None,
     replace: Annotated[bool, typer.Option("--replace", help="Replace a session (epoch) that is already there: everything of it, its member rows included.")] = False,
     events: Annotated[bool, typer.Option("--events", help="Also turn conversation_events member events (upstream's member.joined / member.left / member.muted / member.unmuted / member.role_changed; member_increase / member_decrease) into event messages, a whole-group mute into a scene change (once each).")] = False,
-    source_format: Annotated[str, typer.Option("--from", metavar="zhin|sillytavern", help="What the files are: zhin session JSONL (zhin), or SillyTavern chat files (sillytavern: one private chat each; hidden messages left out, as ST leaves them out of the prompt).")] = "zhin",
-    card: Annotated[Path | None, typer.Option("--card", help="With --from sillytavern: the character card (JSON or PNG) whose name the bot takes.")] = None,
+    source_format: Annotated[str, typer.Option("--from", metavar="zhin|sillytavern", help="What the files are: zhin session JSONL (zhin), or SillyTavern chat files (sillytavern: one chat each; hidden messages left out, as ST leaves them out of the prompt; in a group chat each character is its own assistant actor).")] = "zhin",
+    card: Annotated[Path | None, typer.Option("--card", help="With --from sillytavern: the character card (JSON or PNG) whose name the bot takes (in a group chat: which member is the bot; default the first to speak).")] = None,
 ) -> None:
     """Load session JSONL files (or SillyTavern chats, --from sillytavern) into a zhin database; with --events, also its join/leave events.
 
@@ -61,7 +61,13 @@ def import_command(
         from zhin_cli.store.sillytavern import read_card, read_chat
 
         character = read_card(card).name if card is not None else None
-        sessions = [read_chat(f, character=character).session for f in files or []]  # all parsed first
+        chats = [read_chat(f, character=character) for f in files or []]  # all parsed first
+        sessions = [c.session for c in chats]
+        for st_chat in chats:
+            if len(st_chat.characters) > 1:  # a group chat: say who is who, rather than import it silently
+                typer.echo(terminal_safe(f"{st_chat.path}: a group chat of {', '.join(st_chat.characters)}: each "
+                                         f"character is its own assistant actor; the bot is {st_chat.character_name}"),
+                           err=True)
     else:
         from zhin_cli.core.errors import InputError
         from zhin_cli.store.sillytavern import is_sillytavern_chat

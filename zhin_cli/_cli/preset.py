@@ -120,7 +120,8 @@ def check_capture_command(
     folder: Annotated[Path, typer.Argument(help="The folder `zhin serve --capture` wrote while SillyTavern ran the chat.")],
     preset: Annotated[Path, typer.Option("--preset", help="The chat-completion preset ST used (.json, as ST exports it).")],
     chat: Annotated[Path, typer.Option("--chat", help="ST's chat file (.jsonl, as ST exports it).")],
-    card: Annotated[Path | None, typer.Option("--card", help="The character card: V1/V2/V3 JSON, or a PNG with the card in its ccv3/chara chunk.")] = None,
+    card: Annotated[list[Path] | None, typer.Option("--card", help="The character card: V1/V2/V3 JSON, or a PNG with the card in its ccv3/chara chunk. Repeatable for a group chat: every member's card.")] = None,
+    group: Annotated[Path | None, typer.Option("--group", help="ST's group file (groups/<id>.json) of a group chat: every member's requests are checked, in the group's card mode (swap or join).")] = None,
     lore: Annotated[list[Path] | None, typer.Option("--lore", help="A World Info book (.json, as ST exports it from worlds/); repeatable. A book named as the chat's (chat_metadata.world_info) or the card's (extensions.world) is that one, any other a global book. The card's embedded character_book is read too.")] = None,
     st_settings: Annotated[Path | None, typer.Option("--st-settings", help="ST's settings.json: its world_info_settings (scan depth, include names, recursion, case, whole words, budget, character strategy) are used. Default: ST's defaults.")] = None,
     scan_depth: Annotated[int | None, typer.Option("--scan-depth", min=0, max=1000, help="World Info scan depth (ST's default 2); overrides --st-settings.")] = None,
@@ -131,7 +132,7 @@ def check_capture_command(
 ) -> None:
     """Check SillyTavern's captured requests against zhin's, turn by turn, with what zhin adds by design removed.
 
-    For each capture: find the turn of the chat it was sent for, assemble zhin's request for that turn with the same preset, card, persona, World Info books and Author's Note (the chat's metadata), take out zhin's own additions (history headers, its system segments, the scene line) by zhin's attribution, and compare the messages byte for byte. Each remaining difference is a departure: turn, message indices, role, the preset entry it came from, the first differing byte, a category where zhin can tell. Chat variables and names behaviour differ by design and are listed apart; sampling keys are ignored (docs/sillytavern.md).
+    For each capture: find the turn of the chat it was sent for, assemble zhin's request for that turn with the same preset, card, persona, World Info books and Author's Note (the chat's metadata), take out zhin's own additions (history headers, its system segments, the scene line) by zhin's attribution, and compare the messages byte for byte. A group chat (--group, every member's --card) is checked member by member. Each remaining difference is a departure: turn, message indices, role, the preset entry it came from, the first differing byte, a category where zhin can tell. Chat variables and names behaviour differ by design and are listed apart; sampling keys are ignored (docs/sillytavern.md).
 
     Exit status: 0 no departure, 1 departures, 2 usage, 3 cannot run (unreadable file, no capture matching a turn).
     """
@@ -151,7 +152,7 @@ def check_capture_command(
     world_settings = read_world_settings(st_settings) if st_settings is not None else Settings()
     if scan_depth is not None:
         world_settings = replace(world_settings, depth=scan_depth)
-    result = check_capture(folder, preset=preset, chat=chat, card=card, lore=lore or [], persona=persona,
+    result = check_capture(folder, preset=preset, chat=chat, card=card or [], group=group, lore=lore or [], persona=persona,
                            persona_description=description, world_settings=world_settings,
                            post_processing=None if post_processing is None else POST_PROCESSING[post_processing.value])
     if as_json:

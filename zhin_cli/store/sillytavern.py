@@ -54,6 +54,10 @@ class ChatTurn:
     reply_position: int | None  # index of the bot reply right after it (None: none follows)
     user_text: str  # ``mes`` as ST stored it (the selected swipe)
     reply_text: str | None
+    # a group chat: the member whose reply this request made (None in a private chat), and the replies of the
+    # members before it in the same round (they are in its request; its own reply is not)
+    speaker: str | None = None
+    earlier: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,8 @@ class SillyTavernChat:
     turns: list[ChatTurn]
     metadata: dict[str, Any] = field(default_factory=dict)  # line 1's ``chat_metadata`` as found
     notes: list[str] = field(default_factory=list)
+    group: Group | None = None  # a group chat read with its group file: one turn per member reply
+    characters: tuple[str, ...] = ()  # the names on the characters' messages, in order of first message
 
     @property
     def variables(self) -> dict[str, str]:
@@ -119,6 +125,74 @@ class Lore:
     def name(self) -> str:
         """The book's name as ST knows it: its file name in ``worlds/`` without ``.json`` (an export keeps it)."""
         return self.path.name.removesuffix(".json")
+
+
+@dataclass(frozen=True)
+class Group:
+    """ST's group definition (``groups/<id>.json``): the members (their avatar files, in member order — the reply
+    order of strategy List), the card mode and the muted members."""
+
+    path: Path
+    name: str
+    members: tuple[str, ...]  # avatar file names ("Tobias Quill.png"), in member order
+    generation_mode: int  # 0 swap the speaker's card in, 1 join the cards (muted left out), 2 join (muted kept)
+    activation_strategy: int  # 0 natural, 1 list, 2 manual, 3 pooled
+    disabled: tuple[str, ...] = ()  # muted members' avatar files: they never reply
+    join_prefix: str = ""
+    join_suffix: str = ""
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The members' names as ST names their avatars (the card's name, file extension dropped)."""
+        return tuple(member_name(avatar) for avatar in self.members)
+
+    @property
+    def speaking(self) -> tuple[str, ...]:
+        """The names of the members who reply, in member order (the muted never do)."""
+        return tuple(member_name(avatar) for avatar in self.members if avatar not in self.disabled)
+
+
+GENERATION_MODES = {0: "swap", 1: "join", 2: "join (include muted)"}
+
+
+def member_name(avatar: str) -> str:
+    return re.sub(r"\.(png|webp|jpe?g|gif)$", "", avatar, flags=re.IGNORECASE)
+
+
+def read_group(path: Path) -> Group:
+    """ST's group file; bad input is an ``InputError`` naming ``file:line`` (or the key)."""
+    from zhin_cli.core.readers import read_json_file
+
+    data, text = read_json_file(path, InputError, "SillyTavern group file")
+    lines = json_key_lines(text, path, InputError)
+
+    def where(key: str) -> str:
+        return at_line(path, lines[key]) if key in lines else str(path)
+
+    if not isinstance(data, dict):
+        raise InputError("a SillyTavern group file must be a JSON object", where=at_line(path, 1))
+    members = data.get("members")
+    if not isinstance(members, list) or not members or not all(isinstance(m, str) and m for m in members):
+        raise InputError("'members' must be a non-empty list of avatar file names (not a SillyTavern group file?)",
+                         where=where("members"))
+    disabled = data.get("disabled_members", [])
+    if not isinstance(disabled, list) or not all(isinstance(m, str) for m in disabled):
+        raise InputError("'disabled_members' must be a list of avatar file names", where=where("disabled_members"))
+    numbers: dict[str, int] = {}
+    for key, default, allowed in (("generation_mode", 0, GENERATION_MODES), ("activation_strategy", 0, range(4))):
+        value = data.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value not in allowed:
+            raise InputError(f"{key!r} must be one of {', '.join(map(str, allowed))}, got {short(value)}",
+                             where=where(key))
+        numbers[key] = value
+    texts: dict[str, str] = {}
+    for key in ("name", "generation_mode_join_prefix", "generation_mode_join_suffix"):
+        value = data.get(key, "")
+        if not isinstance(value, str):
+            raise InputError(f"{key!r} must be a string, got {short(value)}", where=where(key))
+        texts[key] = value
+    return Group(path, texts["name"], tuple(members), numbers["generation_mode"], numbers["activation_strategy"],
+                 tuple(disabled), texts["generation_mode_join_prefix"], texts["generation_mode_join_suffix"])
 
 
 # --- the chat file ---------------------------------------------------------------------------------------------
@@ -260,14 +334,22 @@ def _session_id(path: Path, metadata: dict[str, Any]) -> str:
     return f"st-{path.name.removesuffix('.jsonl')}"
 
 
-def _message(line: _Line, persona_name: str, path: Path) -> Message:
+def character_id(name: str) -> str:
+    """A group member's subject id: each character its own assistant actor (``st-char:<name>``)."""
+    return f"{CHARACTER_ID}:{name}"
+
+
+def _message(line: _Line, persona_name: str, path: Path, *, group: bool = False) -> Message:
     """The message in zhin's stored form (the payload is what ``import`` and ``export`` write), built by the one
-    rule every store uses (``message_from_payload``)."""
+    rule every store uses (``message_from_payload``). In a group chat every character's message carries its own
+    assistant actor (the sender's name), so no member's message is labelled as another's."""
     payload: dict[str, Any] = {"role": "user" if line.is_user else "assistant",
                                "content": [{"type": "text", "text": line.text}], "timestamp": line.timestamp}
     if line.is_user:
         payload["actor"] = {"subjectId": PERSONA_ID, "displayName": persona_name}
     else:
+        if group and line.name:
+            payload["assistantActor"] = {"subjectId": character_id(line.name), "displayName": line.name}
         extra = line.obj.get("extra")
         model = extra.get("model") if isinstance(extra, dict) else None
         if isinstance(model, str) and model:
@@ -275,6 +357,29 @@ def _message(line: _Line, persona_name: str, path: Path) -> Message:
     message = message_from_payload(payload, row_id=line.number, where=at_line(path, line.number))
     message.raw = payload
     return message
+
+
+def _group_turns(messages: list[Message]) -> list[ChatTurn]:
+    """One turn per member reply: ST makes one request for each member that answers a user message, and each
+    holds the replies of the members before it in that round. A user message nobody answered is one turn."""
+    turns: list[ChatTurn] = []
+    number = 0
+    for position, message in enumerate(messages):
+        if not isinstance(message, UserMessage):
+            continue
+        number += 1
+        earlier: list[str] = []
+        at = position + 1
+        while at < len(messages) and isinstance(messages[at], AssistantMessage):
+            reply = messages[at]
+            assert isinstance(reply, AssistantMessage)
+            speaker = reply.assistant_actor.display_name if reply.assistant_actor is not None else None
+            turns.append(ChatTurn(number, position, at, message.text, reply.text, speaker, tuple(earlier)))
+            earlier.append(reply.text)
+            at += 1
+        if at == position + 1:
+            turns.append(ChatTurn(number, position, None, message.text, None))
+    return turns
 
 
 def _turns(messages: list[Message]) -> list[ChatTurn]:
@@ -299,9 +404,12 @@ def _is_narrator(obj: dict[str, Any]) -> bool:
     return isinstance(extra, dict) and extra.get("type") == "narrator"
 
 
-def read_chat(path: Path, *, persona: str | None = None, character: str | None = None) -> SillyTavernChat:
+def read_chat(path: Path, *, persona: str | None = None, character: str | None = None,
+              group: Group | None = None) -> SillyTavernChat:
     """ST's chat file as a private-chat session (the module docstring gives the rules); bad input is an
-    ``InputError`` naming ``file:line``."""
+    ``InputError`` naming ``file:line``. A chat with messages of more than one character (or read with its
+    ``group`` file) is a group chat: each character is its own assistant actor; with the group file, one turn
+    per member reply (``ChatTurn.speaker``)."""
     header, lines, notes = _read_lines(path)
     metadata = header.get("chat_metadata")
     metadata = metadata if isinstance(metadata, dict) else {}
@@ -321,14 +429,23 @@ def read_chat(path: Path, *, persona: str | None = None, character: str | None =
                     or _header_name(header, "user_name") or "User")
     character_name = (character or next((line.name for line in shown if not line.is_user and line.name), None)
                       or _header_name(header, "character_name") or "Character")
-    messages = [_message(line, persona_name, path) for line in shown]
+    characters = list(dict.fromkeys(line.name for line in shown if not line.is_user and line.name))
+    is_group = group is not None or len(characters) > 1
+    if is_group and group is None:
+        notes.append(f"messages of {len(characters)} characters ({', '.join(characters[:5])}): a group chat — "
+                     "give its group file (ST's groups/<id>.json) to check every member's requests")
+    if group is not None and not character:
+        character_name = group.speaking[0] if group.speaking else group.names[0]
+    messages = [_message(line, persona_name, path, group=is_group) for line in shown]
     session_id = _session_id(path, metadata)
     session = Session(session_id=session_id, session_key=session_id, timezone=None,
-                      bot=BotFacts(user_id=CHARACTER_ID, name=character_name),
+                      bot=BotFacts(user_id=character_id(character_name) if is_group else CHARACTER_ID,
+                                   name=character_name),
                       scene=SceneFacts(scene_id=PERSONA_ID, scene_type="private"),
                       messages=messages, source=str(path), raw=header)
+    turns = _group_turns(messages) if group is not None else _turns(messages)
     return SillyTavernChat(path=path, session=session, persona_name=persona_name, character_name=character_name,
-                           turns=_turns(messages), metadata=metadata, notes=notes)
+                           turns=turns, metadata=metadata, notes=notes, group=group, characters=tuple(characters))
 
 
 # --- the character card ----------------------------------------------------------------------------------------

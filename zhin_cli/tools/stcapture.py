@@ -26,7 +26,7 @@ from typing import Any
 from zhin_cli.core.errors import InputError, ZhinError
 from zhin_cli.core.readers import read_json_file
 from zhin_cli.pipeline.preset import worldinfo
-from zhin_cli.store.sillytavern import ChatTurn, SillyTavernChat, read_card, read_chat, read_lore
+from zhin_cli.store.sillytavern import ChatTurn, SillyTavernChat, read_card, read_chat, read_group, read_lore
 from zhin_cli.tools.requestdiff import marked, readable
 from zhin_cli.tools.stcheck import ByDesign, Departure, TurnCheck, check_turn, prepare
 
@@ -177,8 +177,11 @@ class TurnMatcher:
         self.turns = chat.turns
         seen: Counter[str] = Counter()
         self.typed: list[int] = []
+        counted: set[int] = set()
         for turn in chat.turns:
-            seen[turn.user_text] += 1
+            if turn.user_position not in counted:  # a group's round: one user message, one turn per member reply
+                counted.add(turn.user_position)
+                seen[turn.user_text] += 1
             self.typed.append(seen[turn.user_text])
 
     def turn_of(self, body: dict[str, Any]) -> ChatTurn | None:
@@ -192,6 +195,9 @@ class TurnMatcher:
             if not turn.user_text or users.bound(turn.user_text) < typed or users.count(turn.user_text) < typed:
                 continue
             if turn.reply_text and (users.has(turn.reply_text) or others.has(turn.reply_text)):
+                continue
+            # a group's member: the replies before its own in the same round are in its request
+            if not all(users.has(text) or others.has(text) for text in turn.earlier if text):
                 continue
             return turn
         return None
@@ -214,24 +220,34 @@ def read_world_settings(path: Path) -> worldinfo.Settings:
     return worldinfo.settings_from_st(inner)
 
 
-def check_capture(folder: Path, *, preset: Path, chat: Path, card: Path | None = None,
+def check_capture(folder: Path, *, preset: Path, chat: Path, card: Path | Sequence[Path] | None = None,
                   lore: Path | Sequence[Path] | None = None, persona: str | None = None, persona_description: str = "",
-                  post_processing: str | None = None, world_settings: worldinfo.Settings | None = None) -> CheckResult:
+                  post_processing: str | None = None, world_settings: worldinfo.Settings | None = None,
+                  group: Path | None = None) -> CheckResult:
     """Check every chat-completions capture in ``folder`` against zhin's request for its turn of ``chat``.
-    ``lore``: World Info books (ST's exports); ``world_settings``: ST's World Info settings (default: ST's)."""
+    ``lore``: World Info books (ST's exports); ``world_settings``: ST's World Info settings (default: ST's).
+    ``group``: ST's group file of a group chat (then ``card`` gives every member's card): each member's requests
+    are checked against zhin's request for that member."""
     captures, notes = read_captures(folder)
-    st_card = read_card(card) if card is not None else None
-    st_chat = read_chat(chat, persona=persona, character=st_card.name if st_card else None)
+    card_paths = [] if card is None else [card] if isinstance(card, Path) else list(card)
+    st_cards = [read_card(path) for path in card_paths]
+    st_card = st_cards[0] if st_cards else None
+    st_group = read_group(group) if group is not None else None
+    if st_group is None and len(st_cards) > 1:
+        raise InputError("more than one --card is for a group chat: give its group file with --group",
+                         where=str(card_paths[1]))
+    st_chat = read_chat(chat, persona=persona, character=st_card.name if st_card and st_group is None else None,
+                        group=st_group)
     lore_paths = [] if lore is None else [lore] if isinstance(lore, Path) else list(lore)
     st_lores = [read_lore(path) for path in lore_paths]
-    notes = [*st_chat.notes, *(st_card.notes if st_card else ()), *(n for book in st_lores for n in book.notes),
+    notes = [*st_chat.notes, *(n for c in st_cards for n in c.notes), *(n for book in st_lores for n in book.notes),
              *notes]
     if st_card is None:
         notes.append("no --card: the preset's card fields are empty (as the preset file says)")
     if not captures:
         raise ZhinError("no captures here (NNNNN-chat-completions.json files, as zhin serve --capture writes)",
                         where=str(folder))
-    setup = prepare(preset, st_chat, card=st_card, lore=st_lores, persona_description=persona_description,
+    setup = prepare(preset, st_chat, card=st_card, members=st_cards[1:], lore=st_lores, persona_description=persona_description,
                     post_processing=post_processing, world_settings=world_settings)
     notes += setup.notes
     matcher = TurnMatcher(st_chat)
@@ -267,11 +283,12 @@ def _index(value: int | None) -> str:
     return "–" if value is None else str(value)
 
 
-def departure_lines(departure: Departure) -> list[str]:
-    """One departure as a block: where and what on its first line; for a changed text the first differing byte
-    and both excerpts on one line each, escaped and marked as request-diff shows them."""
+def departure_lines(departure: Departure, speaker: str | None = None) -> list[str]:
+    """One departure as a block: where and what on its first line (a group's turn names the member whose
+    request it was); for a changed text the first differing byte and both excerpts on one line each, escaped and
+    marked as request-diff shows them."""
     role = departure.role if departure.zhin_role in (None, departure.role) else f"ST {departure.role}, zhin {departure.zhin_role}"
-    head = [f"turn {departure.turn}", f"ST message {_index(departure.st_index)} / zhin {_index(departure.zhin_index)}",
+    head = [f"turn {departure.turn}" + (f" ({speaker})" if speaker else ""), f"ST message {_index(departure.st_index)} / zhin {_index(departure.zhin_index)}",
             role, departure.source or "(nothing zhin rendered)", departure.kind]
     if departure.category:
         head.append(departure.category)
@@ -305,7 +322,7 @@ def settings_hint(result: CheckResult) -> str | None:
         return None
     return (f"hint: {departing} departures in {checked} ST messages — a settings mismatch more likely than a text: "
             "--post-processing, the preset's squash and names behaviour (save it in ST before exporting), "
-            "World Info settings (--st-settings, --scan-depth), or a group chat checked as a private one")
+            "World Info settings (--st-settings, --scan-depth), or a group chat checked as a private one (--group)")
 
 
 def report_lines(result: CheckResult) -> list[str]:
@@ -315,7 +332,7 @@ def report_lines(result: CheckResult) -> list[str]:
         if capture.check is None:
             continue
         for departure in capture.check.departures:
-            first, *rest = departure_lines(departure)
+            first, *rest = departure_lines(departure, capture.check.speaker)
             lines += [f"{capture.capture.path.name}: {first}", *rest]
     by_design = [b for check in result.checks for b in check.by_design]
     if by_design:
@@ -328,7 +345,7 @@ def report_lines(result: CheckResult) -> list[str]:
     hint = settings_hint(result)
     if hint:
         lines.append(hint)
-    turns = len({check.turn for check in result.checks})
+    turns = len({(check.turn, check.speaker) for check in result.checks})  # a group: each member's request
     kinds = Counter(item.kind for item in by_design)
     design = (" · by design: " + ", ".join(f"{k} × {n}" for k, n in kinds.items())) if kinds else ""
     lines.append(f"{len(result.captures)} captures · {turns} turns checked · {result.departures} departures{design}")

@@ -26,10 +26,16 @@ from zhin_cli.pipeline.assemble import DEFAULT_MODEL, DEFAULT_PROVIDER, TAIL_SEG
 from zhin_cli.pipeline.config import parse_config
 from zhin_cli.pipeline.preset import worldinfo
 from zhin_cli.pipeline.preset.layout import SYSTEM_SEGMENT
-from zhin_cli.pipeline.preset.macros import MacroContext, MacroEngine, variable_names
-from zhin_cli.pipeline.preset.model import Preset
-from zhin_cli.pipeline.preset.skeleton import AUTHORS_NOTE_SEGMENT, WORLD_INFO_SEGMENT
-from zhin_cli.store.sillytavern import Card, ChatTurn, Lore, SillyTavernChat
+from zhin_cli.pipeline.preset.macros import MacroContext, MacroEngine, js_trim, variable_names
+from zhin_cli.pipeline.preset.model import GroupOptions, Preset
+from zhin_cli.pipeline.preset.skeleton import (
+    AUTHORS_NOTE_SEGMENT,
+    GROUP_NAME_SEGMENT,
+    GROUP_NUDGE_SEGMENT,
+    NEW_GROUP_CHAT_SEGMENT,
+    WORLD_INFO_SEGMENT,
+)
+from zhin_cli.store.sillytavern import GENERATION_MODES, Card, ChatTurn, Group, Lore, SillyTavernChat
 from zhin_cli.tools.requestdiff import CONTEXT, first_difference
 
 JOINERS = ("\n", "\n\n")  # what squash / merge / post-processing put between the parts of one message
@@ -39,6 +45,10 @@ _SENTINEL_AT = re.compile("\ue000(\\d+)\ue001")
 _CARD_FIELD_SEGMENTS = frozenset({"preset:charDescription", "preset:charPersonality", "preset:scenario",
                                   "preset:personaDescription", "preset:worldInfoAfter"})
 _EXAMPLE_SEGMENTS = frozenset({"preset:dialogueExamples", "preset:newChat"})
+_GROUP_SEGMENTS = frozenset({GROUP_NUDGE_SEGMENT, NEW_GROUP_CHAT_SEGMENT, GROUP_NAME_SEGMENT})
+# the card fields ST joins from every member's card in a group's Join mode
+_JOINED_SEGMENTS = frozenset({"preset:charDescription", "preset:charPersonality", "preset:scenario",
+                              "preset:dialogueExamples"})
 
 
 @dataclass(frozen=True)
@@ -54,11 +64,38 @@ class CheckSetup:
     # message on ST's side that holds one of them gets its category (zhin rendered nothing there to ask)
     known_texts: tuple[tuple[str, str], ...] = ()
     notes: tuple[str, ...] = ()  # World Info and Author's Note features that are set but not simulated
+    # a group chat: (member, assembler, probe) for every member who replies, in member order; ``member`` is the
+    # one this setup speaks for (``for_turn``)
+    members: tuple[tuple[str, Assembler, Assembler | None], ...] = field(default=(), repr=False)
+    member: str | None = None
 
     @property
     def character(self) -> str:
-        """The bot's name: the card's, else the chat's."""
+        """The bot's name: the speaking member's, else the card's, else the chat's."""
+        if self.member is not None:
+            return self.member
         return self.card.name if self.card is not None else self.chat.character_name
+
+    @property
+    def joined_cards(self) -> bool:
+        group = self.chat.group
+        return group is not None and group.generation_mode != 0
+
+    @property
+    def characters(self) -> tuple[str, ...]:
+        """Every character whose messages the history holds (a group's members; else the bot)."""
+        group = self.chat.group
+        return group.names if group is not None else (self.character,)
+
+    def for_turn(self, turn: ChatTurn) -> CheckSetup:
+        """The setup of the member whose reply ``turn`` made (a group chat), else this one."""
+        if not self.members or turn.speaker is None:
+            return self
+        for name, assembler, probe in self.members:
+            if name == turn.speaker:
+                return replace(self, assembler=assembler, probe=probe, member=name)
+        raise InputError(f"turn {turn.number}: {turn.speaker!r} replied, but is not a member who replies in the "
+                         "group file (muted, or not a member)", where=str(self.chat.path))
 
 
 @dataclass(frozen=True)
@@ -105,9 +142,10 @@ class TurnCheck:
     ignored_keys: list[str]  # top-level keys of either body not compared (sampling/connection), sorted
     notes: list[str] = field(default_factory=list)  # e.g. the capture's model is not the profile zhin used
     messages: int = 0  # messages in ST's body (what the departures are out of)
+    speaker: str | None = None  # a group chat: the member whose request this was
 
     def as_dict(self) -> dict[str, Any]:
-        return {"turn": self.turn, "departures": [d.as_dict() for d in self.departures],
+        return {"turn": self.turn, "speaker": self.speaker, "departures": [d.as_dict() for d in self.departures],
                 "by_design": [b.as_dict() for b in self.by_design], "removed": dict(self.removed),
                 "ignored_keys": list(self.ignored_keys), "notes": list(self.notes), "messages": self.messages}
 
@@ -115,7 +153,7 @@ class TurnCheck:
 # --- setup ---------------------------------------------------------------------------------------------------
 
 
-def prepare(preset: Path, chat: SillyTavernChat, *, card: Card | None = None,
+def prepare(preset: Path, chat: SillyTavernChat, *, card: Card | None = None, members: Sequence[Card] = (),
             lore: Lore | Sequence[Lore] | None = None, persona_description: str = "",
             post_processing: str | None = None, world_settings: worldinfo.Settings | None = None,
             provider: str = DEFAULT_PROVIDER, model: str = DEFAULT_MODEL) -> CheckSetup:
@@ -123,7 +161,8 @@ def prepare(preset: Path, chat: SillyTavernChat, *, card: Card | None = None,
     for ``provider``/``model`` — ST's Custom source speaks OpenAI's shape, hence the default profile; a capture's
     own ``model`` is not known until it is read, and one that differs gets a note. The lorebooks, the card's
     embedded book and the chat's Author's Note go to the World Info engine (``world_info``), with
-    ``world_settings`` (ST's defaults when None)."""
+    ``world_settings`` (ST's defaults when None). A group chat (``chat.group``) gets one assembler per member who
+    replies, from the members' cards (``card`` and ``members``) in the group's card mode (``group_card``)."""
     options: dict[str, Any] = {"user": chat.persona_name, "char": chat.character_name,  # the card's name, below
                                "persona": persona_description}
     if card is not None:
@@ -131,6 +170,32 @@ def prepare(preset: Path, chat: SillyTavernChat, *, card: Card | None = None,
         options.update({k: v for k, v in card.card_options().items() if k != "greeting"})
     lores = [] if lore is None else [lore] if isinstance(lore, Lore) else list(lore)
     world, notes = world_info(chat, card, lores, world_settings or worldinfo.Settings())
+    assembler = _assembler(preset, options, world, post_processing, provider, model)
+    variables = _used_variables(assembler.preset)
+    saved = [name for name in variables if name in chat.variables]
+    if 2 ** len(saved) > MAX_SAVED_STATES:
+        notes.append(f"the chat saved {len(saved)} of the chat variables the preset uses: their states per turn "
+                     f"are not tried (at most {MAX_SAVED_STATES.bit_length() - 1})")
+    names = (options["user"] or "User", card.name if card is not None else chat.character_name)
+    speaking: list[tuple[str, Assembler, Assembler | None]] = []
+    if chat.group is not None:
+        cards = _member_cards(chat.group, [c for c in (card, *members) if c is not None])
+        group = GroupOptions(chat.group.names)
+        for name in chat.group.speaking:
+            fields = group_card(chat.group, cards, name, options["user"] or "User")
+            member = _assembler(preset, {**options, **fields}, world, post_processing, provider, model, group)
+            speaking.append((name, member, _probe(member, variables)))
+        notes.append(f"group chat {chat.group.name!r}: {GENERATION_MODES[chat.group.generation_mode]} cards, "
+                     f"replies checked for {', '.join(chat.group.speaking)}")
+        if chat.group.activation_strategy != 1:
+            notes.append("the group's reply order is not List: each reply is checked as its member's request, "
+                         "whoever ST chose")
+    return CheckSetup(chat, card, assembler, variables, _probe(assembler, variables), _known_texts(world, *names),
+                      tuple(notes), tuple(speaking))
+
+
+def _assembler(preset: Path, options: dict[str, Any], world: worldinfo.WorldInfo, post_processing: str | None,
+               provider: str, model: str, group: GroupOptions | None = None) -> Assembler:
     config = parse_config({"preset": {"file": str(preset), **options}})
     registry, _ = config.registry()
     assembler = Assembler(registry, config, provider=provider, model=model)
@@ -139,15 +204,55 @@ def prepare(preset: Path, chat: SillyTavernChat, *, card: Card | None = None,
             # a connection setting in ST, not part of an export: the caller says what ST used
             assembler.preset.settings["custom_prompt_post_processing"] = post_processing
         # ST's own files, not zhin.yaml options: set on the loaded preset, as the connection setting is
-        assembler.preset.card = replace(assembler.preset.card, world_info=world)
-    variables = _used_variables(assembler.preset)
-    saved = [name for name in variables if name in chat.variables]
-    if 2 ** len(saved) > MAX_SAVED_STATES:
-        notes.append(f"the chat saved {len(saved)} of the chat variables the preset uses: their states per turn "
-                     f"are not tried (at most {MAX_SAVED_STATES.bit_length() - 1})")
-    names = (options["user"] or "User", card.name if card is not None else chat.character_name)
-    return CheckSetup(chat, card, assembler, variables, _probe(assembler, variables), _known_texts(world, *names),
-                      tuple(notes))
+        assembler.preset.card = replace(assembler.preset.card, world_info=world, group=group)
+    return assembler
+
+
+def _member_cards(group: Group, cards: list[Card]) -> dict[str, Card]:
+    """Each member's card, by name (ST names a character's avatar file after the character). A member without
+    a card is an ``InputError``: its fields are in every joined request, and its own requests need them."""
+    by_name = {c.name: c for c in cards}
+    missing = [name for name in group.names if name not in by_name]
+    if missing:
+        raise InputError(f"no --card for group member(s) {', '.join(missing)}: give every member's card "
+                         f"(cards given: {', '.join(by_name) or 'none'})", where=str(group.path))
+    return {name: by_name[name] for name in group.names}
+
+
+_JOIN_FIELDS = (("description", "Description"), ("personality", "Personality"), ("scenario", "Scenario"),
+                ("examples", "Example Messages"))
+
+
+def group_card(group: Group, cards: dict[str, Card], speaker: str, user: str) -> dict[str, str]:
+    """The card options of ``speaker``'s request in ``group``: in Swap mode the speaker's own card; in Join mode
+    every member's description, personality, scenario and examples, each expanded with that member as
+    ``{{char}}``, wrapped in the join prefix and suffix (``<FIELDNAME>`` named), joined with ``"\n"`` — mode 1
+    leaves the muted members out (the speaker never), mode 2 keeps them (ST's getGroupCharacterCards)."""
+    own = {k: v for k, v in cards[speaker].card_options().items() if k != "greeting"}
+    if group.generation_mode == 0:
+        return own
+    joined: dict[str, list[str]] = {key: [] for key, _label in _JOIN_FIELDS}
+    for avatar, name in zip(group.members, group.names, strict=True):
+        if group.generation_mode == 1 and avatar in group.disabled and name != speaker:
+            continue
+        engine = MacroEngine(MacroContext(user=user, char=name))
+        values = cards[name].card_options()
+        for key, label in _JOIN_FIELDS:
+            joined[key].append(_joined_field(engine, values[key], label, group))
+    return {**own, **{key: "\n".join(v for v in values if v) for key, values in joined.items()}}
+
+
+def _joined_field(engine: MacroEngine, value: str, label: str, group: Group) -> str:
+    """One member's field as ST joins it: the prefix and suffix on their own lines around the trimmed value."""
+    value = js_trim(value)
+    if not value:
+        return ""
+
+    def expand(text: str) -> str:
+        return engine.expand(js_trim(re.sub("<FIELDNAME>", label, text, flags=re.IGNORECASE))) if text else ""
+
+    prefix, suffix = expand(group.join_prefix), expand(group.join_suffix)
+    return f"{prefix + chr(10) if prefix else ''}{expand(value)}{chr(10) + suffix if suffix else ''}"
 
 
 def _book_name(name: str) -> str:
@@ -406,7 +511,7 @@ def _saved_variable_states(setup: CheckSetup, turn: ChatTurn, st: list[_StMessag
         assembler = Assembler(base.registry, base.config, provider=base.provider, model=base.model,
                               timezone=base.timezone, preset=preset, facts=base.facts)
         zhin, _ = zhin_messages(_assemble(assembler, setup, turn))
-        still = {d.st_index for d in _compare(turn.number, st, zhin, preset, setup.known_texts)}
+        still = {d.st_index for d in _compare(turn.number, st, zhin, preset, setup.known_texts, setup.joined_cards)}
         for index in sorted(open_indices - still):
             by_design.append(ByDesign("chat-variable", turn.number, index, _state_label(state, names)))
             open_indices.discard(index)
@@ -482,7 +587,7 @@ class _StMessage:
 
 
 def _st_messages(body: dict[str, Any], zhin: list[ZhinMessage], patterns: dict[int, tuple[re.Pattern[str], list[str]]],
-                 speakers: dict[str, str], turn: int) -> tuple[list[_StMessage], list[ByDesign]]:
+                 speakers: dict[str, tuple[str, ...]], turn: int) -> tuple[list[_StMessage], list[ByDesign]]:
     history = {(m.role, m.content) for m in zhin if m.history}
     by_design: list[ByDesign] = []
     out: list[_StMessage] = []
@@ -497,11 +602,13 @@ def _st_messages(body: dict[str, Any], zhin: list[ZhinMessage], patterns: dict[i
         if name is not None and not isinstance(name, str):  # compared as its JSON, like non-text content
             name = json.dumps(name, ensure_ascii=False)
         compared = content
-        speaker = speakers.get(role)
-        if name is not None and (role, content) in history and speaker and name in (speaker, speaker.replace(" ", "_")):
+        names_of_role = speakers.get(role, ())
+        speaker = next((n for n in names_of_role if content.startswith(f"{n}: ")
+                        and (role, content[len(n) + 2:]) in history), None)
+        if name is not None and (role, content) in history and any(name in (n, n.replace(" ", "_")) for n in names_of_role):
             by_design.append(ByDesign("names", turn, index, f"ST sent name {name!r}; zhin names the sender in its header"))
             name = None
-        elif speaker and content.startswith(f"{speaker}: ") and (role, content[len(speaker) + 2:]) in history:
+        elif speaker is not None:
             compared = content[len(speaker) + 2:]
             by_design.append(ByDesign("names", turn, index, f"ST prefixed {speaker + ': '!r}; zhin names the sender in its header"))
         else:
@@ -530,13 +637,16 @@ def _opening(text: str) -> str:
 class _Categorizer:
     """A departure's category, from zhin's attribution of the message (never from guessing at text)."""
 
-    def __init__(self, preset: Preset | None, known: tuple[tuple[str, str], ...] = ()) -> None:
+    def __init__(self, preset: Preset | None, known: tuple[tuple[str, str], ...] = (), joined_cards: bool = False) -> None:
         self.preset = preset
         self.known = known
+        self.joined_cards = joined_cards  # a group in Join mode: the card fields are every member's, joined
 
     def whole(self, sources: tuple[str, ...]) -> str | None:
-        """A whole message zhin rendered (missing or moved): the World Info or the note it holds, else an in-chat
-        preset entry (``injection``)."""
+        """A whole message zhin rendered (missing or moved): the group's own messages, the World Info or the note
+        it holds, else an in-chat preset entry (``injection``)."""
+        if any(s in _GROUP_SEGMENTS for s in sources):
+            return "group"
         if any(s == AUTHORS_NOTE_SEGMENT for s in sources):
             return "authors-note"
         if any(s.startswith(WORLD_INFO_SEGMENT) for s in sources):
@@ -580,6 +690,8 @@ class _Categorizer:
         if part is None:
             return None
         segment = part[0]
+        if segment in _GROUP_SEGMENTS or (self.joined_cards and segment in _JOINED_SEGMENTS):
+            return "group"
         if segment in _EXAMPLE_SEGMENTS:
             return "example-dialogue"
         if segment in _CARD_FIELD_SEGMENTS:
@@ -618,8 +730,8 @@ class _Categorizer:
 
 
 def _compare(turn: int, st: list[_StMessage], zhin: list[ZhinMessage], preset: Preset | None,
-             known: tuple[tuple[str, str], ...] = ()) -> list[Departure]:
-    cat = _Categorizer(preset, known)
+             known: tuple[tuple[str, str], ...] = (), joined_cards: bool = False) -> list[Departure]:
+    cat = _Categorizer(preset, known, joined_cards)
     left = [(m.role, m.compared, m.name) for m in st]
     right = [(m.role, m.content, m.name) for m in zhin]
     matcher = difflib.SequenceMatcher(None, left, right, autojunk=False)
@@ -693,16 +805,16 @@ def _pair(turn: int, s: _StMessage, z: ZhinMessage, cat: _Categorizer) -> list[D
 def check_turn(setup: CheckSetup, turn: ChatTurn, body: dict[str, Any]) -> TurnCheck:
     """Compare ST's captured ``body`` with zhin's request for ``turn``. A body without a ``messages`` list of
     objects is an ``InputError`` (the caller names the file)."""
+    setup = setup.for_turn(turn)
     request = zhin_request(setup, turn)
     zhin, removed = zhin_messages(request)
     patterns: dict[int, tuple[re.Pattern[str], list[str]]] = {}
     if setup.probe is not None:
         probed, _ = zhin_messages(_assemble(setup.probe, setup, turn))
         patterns = _state_patterns(zhin, probed, setup.variables)
-    speakers = {"user": setup.chat.persona_name,
-                "assistant": setup.character}
+    speakers = {"user": (setup.chat.persona_name,), "assistant": setup.characters}
     st, by_design = _st_messages(body, zhin, patterns, speakers, turn.number)
-    departures = _compare(turn.number, st, zhin, setup.assembler.preset, setup.known_texts)
+    departures = _compare(turn.number, st, zhin, setup.assembler.preset, setup.known_texts, setup.joined_cards)
     if departures:
         departures, saved_state = _saved_variable_states(setup, turn, st, departures)
         by_design += saved_state
@@ -712,4 +824,4 @@ def check_turn(setup: CheckSetup, turn: ChatTurn, body: dict[str, Any]) -> TurnC
         f"the capture's model is {model!r}; zhin's request was built with the {setup.assembler.provider} "
         f"{setup.assembler.model} profile"]
     notes += [w for w in request.warnings if w.startswith("World Info")]  # a bound the scan hit (a key, recursion)
-    return TurnCheck(turn.number, departures, by_design, removed, ignored, notes, len(st))
+    return TurnCheck(turn.number, departures, by_design, removed, ignored, notes, len(st), setup.member)

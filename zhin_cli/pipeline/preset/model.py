@@ -130,6 +130,20 @@ class RegexScript:
 
 
 @dataclass(frozen=True)
+class GroupOptions:
+    """A SillyTavern group chat the request is made in (set by a tool that reads ST's group file, check-capture;
+    not a zhin.yaml option): ST then opens the history with ``new_group_chat_prompt`` (``{{group}}``: every
+    member), ends it with ``group_nudge_prompt``, and names the speaker of each example message in its text."""
+
+    members: tuple[str, ...]  # every member's name, in member order (muted members too)
+
+    @property
+    def names(self) -> str:
+        """``{{group}}``: the members' names joined as ST joins them."""
+        return ", ".join(self.members)
+
+
+@dataclass(frozen=True)
 class CardOptions:
     """Values ST takes from the character card and persona; zhin has no cards, so they come from the
     preset's ``extensions.zhin`` block or the ``preset:`` mapping in zhin.yaml (the latter wins)."""
@@ -151,6 +165,7 @@ class CardOptions:
     # ST's World Info books, settings and the chat's Author's Note (worldinfo.py); not a zhin.yaml option: set by a
     # tool that reads ST's own files (check-capture). None: no World Info, as before
     world_info: WorldInfo | None = None
+    group: GroupOptions | None = None  # a SillyTavern group chat (check-capture); None: not one, as before
 
     FIELDS = ("user", "char", "persona", "description", "personality", "scenario", "examples", "world_book_after", "seed",
               "greeting")

@@ -53,6 +53,8 @@ from zhin_cli.pipeline.preset.shaping import post_process, squash
 ST_DEFAULTS: dict[str, Any] = {
     "new_chat_prompt": "[Start a new Chat]",
     "new_example_chat_prompt": "[Example Chat]",
+    "new_group_chat_prompt": "[Start a new group chat. Group members: {{group}}]",
+    "group_nudge_prompt": "[Write the next reply only as {{char}}.]",
     "wi_format": "{0}",
     "scenario_format": "{{scenario}}",
     "personality_format": "{{personality}}",
@@ -61,6 +63,9 @@ ST_DEFAULTS: dict[str, Any] = {
 INJECTION_ROLES = ("assistant", "user", "system")  # top to bottom inside one order group (ST code)
 WORLD_INFO_SEGMENT = "preset:world-info:"  # + "<book>:<uid>": one World Info entry's text
 AUTHORS_NOTE_SEGMENT = "preset:authors-note"  # the Author's Note's own text
+GROUP_NUDGE_SEGMENT = "preset:groupNudge"  # a group chat's last message: who replies next (group_nudge_prompt)
+NEW_GROUP_CHAT_SEGMENT = "preset:newGroupChat"  # a group chat's history opener (new_group_chat_prompt)
+GROUP_NAME_SEGMENT = "preset:groupName"  # "Name: " that ST puts in front of a group's example messages
 EXTENSION_ORDER = 100  # ST's default injection order: the Author's Note and @depth entries join that group
 DEFAULT_MAX_CONTEXT = 4095  # openai.js default openai_max_context (the World Info budget is a share of it)
 MARKER_IDS = frozenset(ST_MARKERS) | frozenset(ZHIN_HOLES)
@@ -193,7 +198,7 @@ def _injected(role: str, members: list[_Injection]) -> PresetMessage | None:
     return PresetMessage(role, pieces, in_history=True)  # type: ignore[arg-type]
 
 
-def _example_turns(block: str, user: str, char: str) -> list[tuple[str, str]]:
+def _example_turns(block: str, user: str, char: str, members: tuple[str, ...] = ()) -> list[tuple[str, str, str]]:
     """One ``<START>`` block as (role, text) example messages, the way ST 1.18 reads it (golden set).
 
     A line starting ``{{user}}:`` or ``{{char}}:`` (the names as they are, spaces included) opens a message when
@@ -201,25 +206,28 @@ def _example_turns(block: str, user: str, char: str) -> list[tuple[str, str]]:
     read, and lines before the block's first speaker line join the first message. A message's text is its lines
     joined with ``"\n"``, the first ``Name:`` in it removed (the space after it stays where it was not at the
     start: ``"*The motor hums.*\n Is it cold?"``), then trimmed. A block without any speaker line gives no
-    message (its separator is still sent)."""
-    turns: list[tuple[str, str]] = []
-    speaker: str | None = None
+    message (its separator is still sent). In a group chat (``members``) a line of any member opens an assistant
+    message named for that member (ST 1.18, golden2 group runs: the joined cards' examples keep each speaker).
+    Returns (role, speaker's name, text)."""
+    turns: list[tuple[str, str, str]] = []
+    speaker: tuple[str, str] | None = None
     lines: list[str] = []
+    characters = tuple(dict.fromkeys((char, *members)))
 
     def flush() -> None:
         if speaker is not None:
-            name = user if speaker == "user" else char
-            content = js_trim("\n".join(lines).replace(f"{name}:", "", 1))
+            content = js_trim("\n".join(lines).replace(f"{speaker[1]}:", "", 1))
             if content:
-                turns.append((speaker, content))
+                turns.append((speaker[0], speaker[1], content))
         lines.clear()
 
     for line in block.split("\n"):
-        role = "user" if line.startswith(f"{user}:") else "assistant" if line.startswith(f"{char}:") else None
-        if role is not None and speaker is not None and role != speaker:
+        found = ("user", user) if line.startswith(f"{user}:") else next(
+            (("assistant", name) for name in characters if line.startswith(f"{name}:")), None)
+        if found is not None and speaker is not None and found != speaker:
             flush()
-        if role is not None:
-            speaker = role
+        if found is not None:
+            speaker = found
         lines.append(line)
     flush()
     return turns
@@ -299,7 +307,7 @@ class _Builder:
             summary=next((m.body.removeprefix(SUMMARY_PREFIX) for m in messages if m.role == "summary"), ""),
             model=facts.model, now_ms=facts.request_time, timezone=facts.timezone,
             seed=_seed(preset, facts), session_seed=f"{card.seed}\x00{facts.session_id}",
-            variables=dict(card.variables),
+            variables=dict(card.variables), group=card.group.names if card.group is not None else "",
         )
         self.engine = MacroEngine(self.context)
         # ST's order (sillytavern.md §4.6): card fields first, then the World Info entries, then the preset's
@@ -558,13 +566,17 @@ class _Builder:
         user, char = self.context.user, self.context.char
         out: list[PresetMessage] = []
         separator = self.engine.expand(self.setting("new_example_chat_prompt"))
+        group = self.preset.card.group
+        members = group.members if group is not None else ()
         for source, block in blocks:
-            turns = _example_turns(js_trim(block), user, char)
+            turns = _example_turns(js_trim(block), user, char, members)
             if separator:
                 out.append(PresetMessage("system", [("preset:newChat", separator)], exempt=True))
-            for speaker_role, content in turns:
-                name = user if speaker_role == "user" else char
-                out.append(PresetMessage("system", [(source, content)],
+            for speaker_role, name, content in turns:
+                pieces = [(source, content)]
+                if group is not None:  # ST names the speaker in the text of a group's example messages
+                    pieces.insert(0, (GROUP_NAME_SEGMENT, f"{name}: "))
+                out.append(PresetMessage("system", pieces,
                                          name="example_user" if speaker_role == "user" else "example_assistant", speaker=name))
         return out
 
@@ -592,9 +604,11 @@ class _Builder:
                     if injected is not None:
                         inserts.setdefault(position, []).append(injected)
         out: list[Item] = []
-        new_chat = self.engine.expand(self.setting("new_chat_prompt"))
+        group = self.preset.card.group is not None
+        new_chat = self.engine.expand(self.setting("new_group_chat_prompt" if group else "new_chat_prompt"))
         if new_chat:
-            out.append(PresetMessage("system", [("preset:newMainChat", new_chat)], exempt=True, in_history=True))
+            segment = NEW_GROUP_CHAT_SEGMENT if group else "preset:newMainChat"
+            out.append(PresetMessage("system", [(segment, new_chat)], exempt=True, in_history=True))
         for position, message in enumerate(chat):
             out.extend(inserts.get(position, []))
             out.append(message)
@@ -604,6 +618,9 @@ class _Builder:
             out.append(PresetMessage("user", [("preset:send_if_empty", self.engine.expand(send_if_empty))], in_history=True))
         if with_current:
             out.extend(self.loop)
+        nudge = self.engine.expand(self.setting("group_nudge_prompt")) if group else ""
+        if nudge:  # ST: the last message of the chatHistory block, after everything injected into it
+            out.append(PresetMessage("system", [(GROUP_NUDGE_SEGMENT, nudge)], in_history=True))
         return out
 
     def build(self) -> Arrangement:
