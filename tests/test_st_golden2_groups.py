@@ -201,3 +201,26 @@ def test_a_group_chat_checked_as_a_private_one_departs_and_says_so(tmp_path: Pat
     code, document = _cli(tmp_path, "group-swap", group=False)
     assert code == 1 and document["departures"] > 0
     assert any("a group chat" in note and "group file" in note for note in document["notes"])
+
+
+def _cli_error(tmp_path: Path, *options: str) -> Any:
+    run = "group-swap"
+    captured = tmp_path / "captured"
+    captured.mkdir(exist_ok=True)
+    shutil.copyfile(GOLDEN / "runs" / run / "request-01.json", captured / "00001-chat-completions.json")
+    return run_zhin("preset", "check-capture", str(captured), "--preset", str(GOLDEN / RUNS[run]["preset"]),
+                    "--chat", str(GOLDEN / "runs" / run / "chat.jsonl"), *options, cwd=tmp_path)
+
+
+def test_a_member_without_a_card_is_one_line(tmp_path: Path) -> None:
+    group = str(GOLDEN / RUNS["group-swap"]["group"])
+    result = _cli_error(tmp_path, "--group", group, "--card", str(GOLDEN / RUNS["group-swap"]["cards"][0]))
+    assert result.returncode == 3 and result.stdout == ""
+    assert result.stderr == (f"zhin: error: {group}: no --card for group member(s) Tobias Quill, Pell: give every "
+                             "member's card (cards given: Marguerite Osei)\n")
+
+
+def test_several_cards_without_the_group_file_is_one_line(tmp_path: Path) -> None:
+    cards = [a for path in RUNS["group-swap"]["cards"][:2] for a in ("--card", str(GOLDEN / path))]
+    result = _cli_error(tmp_path, *cards)
+    assert result.returncode == 3 and result.stderr.count("\n") == 1 and "--group" in result.stderr
