@@ -93,12 +93,12 @@ def synthesized_change() -> History:
 def test_a1_five_minutes_after_a_synthesized_change(provider: str, model: str, mode: str) -> None:
     request = request_for_next(synthesized_change(), TEN + 6 * MIN, provider=provider, model=model)
     lines = wire_texts(request)
-    change = next(line for line in lines if "system changed 10002 group_nickname" in line)
+    change = next(line for line in lines if "(unknown) changed 10002 group_nickname" in line)
     if mode == "user":  # negative control: the host header carries 10:05, so m2 itself needs no time
-        assert change == '[id:s2;user_id:system;time:10:05;] [state change] system changed 10002 group_nickname to "明明2"'
+        assert change == '[id:s2;user_id:system;time:10:05;] [state change] (unknown) changed 10002 group_nickname to "明明2"'
         assert header_of(request, "m2") == "[id:m2;user_id:10002;]"
     else:
-        assert change == '[state change] system changed 10002 group_nickname to "明明2"'
+        assert change == '[state change] (unknown) changed 10002 group_nickname to "明明2"'
         assert header_of(request, "m2") == "[id:m2;user_id:10002;time:10:05;]"
     assert header_of(request, "m3") == "[id:m3;user_id:10002;]"  # 30 s after 10:05 was shown, in every mode
 
@@ -117,7 +117,7 @@ def test_a1_anthropic_decides_per_position_and_the_clock_follows_the_wire() -> N
     messages = request.request["messages"]
     assert {"role": "system", "content": [{"type": "text", "text": '[state change] 10001 changed 10002 group_title to "老玩家"'}]} in messages
     lines = wire_texts(request)
-    assert '[id:s3;user_id:system;time:10:05;] [state change] system changed 10002 group_nickname to "明明2"' in lines
+    assert '[id:s3;user_id:system;time:10:05;] [state change] (unknown) changed 10002 group_nickname to "明明2"' in lines
     assert header_of(request, "m3") == "[id:m3;user_id:10002;]"  # downgraded: 10:05 is on the wire already
     # the system change at 10:05:20 showed no time: r2, 70 s after 10:05 was shown, shows its own
     assert header_of(request, "m4") == f"[id:m4;user_id:{BOT.user_id};time:10:06;]"
@@ -205,7 +205,7 @@ def test_a4a_the_current_bot_facts_after_a_legacy_header_are_a_change(tmp_path: 
     session = bot_row_with_header(tmp_path, OLD_BOT_HEADER, line(5, "user", "ok", TEN + 40 * SEC, actor=alice),
                                   line(6, "assistant", "fine", TEN + 50 * SEC))
     texts = "\n".join(contents(replay(session)[-1]))
-    assert f'[state change] system changed {BOT.user_id} name to "Zhin"' in texts
+    assert f'[state change] (unknown) changed {BOT.user_id} name to "Zhin"' in texts
 
 
 def test_a4b_each_fact_from_the_actor_else_from_the_name_header(tmp_path: Path) -> None:

@@ -56,7 +56,7 @@ def test_changed_facts_without_event_synthesize_a_state_change_and_stay_short() 
     h.user(T0 + SEC, "10004", "b", display_name="阿杰", card="阿杰-国服上分中")
     request = request_for_next(h, T0 + 2 * SEC)
     msgs = request.request["messages"]
-    assert msgs[2] == {"role": "system", "content": '[state change] system changed 10004 group_nickname to "阿杰-国服上分中"'}
+    assert msgs[2] == {"role": "system", "content": '[state change] (unknown) changed 10004 group_nickname to "阿杰-国服上分中"'}
     assert msgs[3]["content"].split("\n")[0] == "[id:m2;user_id:10004;] b"
 
 
@@ -143,7 +143,7 @@ def test_bot_assistant_headers_full_once_then_short_and_synthesized_role_change(
     assert assistant_contents[0] == "[id:m2;user_id:8596238;name:Zhin;role:admin;group_nickname:小知;time:09:00;] hello"
     assert assistant_contents[1] == "[id:m4;user_id:8596238;] yes"
     assert assistant_contents[2] == "[id:m6;user_id:8596238;] demoted"
-    assert '[state change] system changed 8596238 role to "member"' in contents(request)
+    assert '[state change] (unknown) changed 8596238 role to "member"' in contents(request)
 
 
 def test_mute_that_ran_out_is_not_a_change_but_an_early_unmute_is() -> None:
@@ -160,7 +160,7 @@ def test_mute_that_ran_out_is_not_a_change_but_an_early_unmute_is() -> None:
     h2.user(T0, "10005", "a", muted_until=T0 + 10 * MIN)
     h2.user(T0 + MIN, "10005", "unmuted early", muted_until=0)
     request2 = request_for_next(h2, T0 + 2 * MIN)
-    assert '[state change] system changed 10005 mute_time to "0"' in contents(request2)
+    assert '[state change] (unknown) changed 10005 mute_time to "0"' in contents(request2)
 
 
 def test_never_a_name_field_in_any_message() -> None:

@@ -55,7 +55,7 @@ def test_none_mode_synthesized_change_gets_its_own_host_header() -> None:
     h.user(T0, "10004", "a", card="阿杰")
     h.user(T0 + 2 * 60 * SEC, "10004", "b", card="新名片")
     request = request_for_next(h, T0 + 3 * 60 * SEC, provider="deepseek")
-    assert contents(request)[2] == '[id:s2;user_id:system;time:09:02;] [state change] system changed 10004 group_nickname to "新名片"'
+    assert contents(request)[2] == '[id:s2;user_id:system;time:09:02;] [state change] (unknown) changed 10004 group_nickname to "新名片"'
     assert contents(request)[3].startswith("[id:m2;user_id:10004;]")
 
 

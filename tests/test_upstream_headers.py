@@ -60,7 +60,7 @@ def headers_of(texts: list[str], user_id: str) -> list[str]:
 def test_only_the_real_rename_is_synthesized_and_every_stored_event_shows_once(db: Path, tmp_path: Path) -> None:
     lines = state_lines(wire_texts(db, tmp_path))
     synthesized = [line for line in lines if line not in STORED_A]
-    assert synthesized == ['system changed 284100110 name to "Yuki🎲"']
+    assert synthesized == ['(unknown) changed 284100110 name to "Yuki🎲"']
     assert [line for line in lines if line in STORED_A] == STORED_A
 
 

@@ -19,6 +19,12 @@ EventKind = Literal["member_changed", "member_joined", "member_left"]
 EVENT_KINDS: tuple[str, ...] = ("member_changed", "member_joined", "member_left")
 
 
+# The operator of a change nobody is known to have made: a synthesized change (ADR §4) and a stored event whose
+# platform named no operator. The ADR writes ``system`` there; zhin says what it knows, because ``system`` reads
+# like a member of that name (docs/design-notes.md, "A change nobody is known to have made").
+NO_OPERATOR = "(unknown)"
+
+
 @dataclass(frozen=True)
 class Actor:
     """Trusted facts about whoever sent a message (user ``actor`` or assistant ``assistantActor``).

@@ -16,6 +16,8 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
+from zhin_cli.core.model import NO_OPERATOR
+
 MAX_VALUE_CHARS = 64
 ELLIPSIS = "…"
 HEADER_KEYS = (
@@ -31,7 +33,9 @@ HEADER_KEYS = (
     "date",
     "time",
 )
-RESERVED_IDS = frozenset({"system", "assistant", "tool"})
+RESERVED_IDS = frozenset({"system", "assistant", "tool", NO_OPERATOR})
+# A member whose id is literally ``(unknown)`` (``NO_OPERATOR``) renders ``user:(unknown)``.
+HOST_OPERATORS = frozenset({"system", NO_OPERATOR})
 STATE_CHANGE_PREFIX = "[state change]"
 CHANGE_FIELDS = ("role", "name", "mute_time", "group_title", "group_nickname")
 
@@ -307,7 +311,7 @@ def _token(value: str, host_ok: bool = False) -> str:
     """An id inside a state-change line: one token (no whitespace, no quotes, nor their NFKC look-alikes), so the
     line parses back, also after normalisation. Only the exact word ``system`` is the host operator; any other
     spelling that reads as it (``system``+U+200B, ``ｓｙｓｔｅｍ``) is a member id and gets ``user:``."""
-    if host_ok and value == "system":
+    if host_ok and value in HOST_OPERATORS:
         return value
     return render_user_id("".join("_" if _splits_token(c) else c for c in escape_value(value)) or "_")
 

@@ -24,6 +24,7 @@ from typing import Literal
 from zoneinfo import ZoneInfo
 
 from zhin_cli.core.model import (
+    NO_OPERATOR,
     Actor,
     AssistantMessage,
     BotFacts,
@@ -503,7 +504,7 @@ def _member_message(
                 hhmm = clock.hhmm(item.timestamp)
                 synth = [
                     ProjectedEvent(f"s{alias[1:]}", item.timestamp, hhmm,
-                                   changed_line("system", actor.subject_id, f, v).render(), True, None)
+                                   changed_line(NO_OPERATOR, actor.subject_id, f, v).render(), True, None)
                     for f, v in changes
                 ]
                 add_events(synth, "history.state", item.timestamp)

@@ -40,6 +40,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from sqlalchemy import and_, inspect, select, text
 
 from zhin_cli.core.errors import InputError, ZhinError, at_row
+from zhin_cli.core.model import NO_OPERATOR  # upstream stored no operator (member.role_changed never has one)
 from zhin_cli.store import schema
 from zhin_cli.store.payload import json_column
 
@@ -51,9 +52,6 @@ UPSTREAM_MEMBER_TYPES = ("member.joined", "member.left", "member.muted", "member
 # Scene events the ADR keeps out of history (§7 "其余 scene event（戳一戳等）保留为 ephemeral"), and messages.
 NOT_MEMBER_EVENTS = ("message.created", "conversation.poked", "message.recalled")
 WHOLE_GROUP = "0"  # OneBot's group_ban user_id for a whole-group mute
-# The operator slot of a state-change line when upstream stored none (member.role_changed never has one): said
-# as such, never ``system`` — that reads like the member who is literally named "system".
-NO_OPERATOR = "(unknown)"
 # The zone upstream names in a turn row's runtime context: ``[Turn context]\nTime: 2026/10/17 08:42:00 (Asia/Tokyo)``
 # — the time as Node's locale writes it (``10/16/2026, 12:07:20 PM`` without zh-CN data), so only the zone is read.
 _TURN_CONTEXT_ZONE = re.compile(r"\A\[Turn context\]\n(?:.*\n)*?Time: [^\n]*? \(([^()\s]+)\)\n")
