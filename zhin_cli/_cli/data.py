@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
+from urllib.parse import quote
 
 import typer
 
@@ -28,7 +29,7 @@ from zhin_cli._cli import (
     stdout_console,
     write_jsonl_output,
 )
-from zhin_cli.core.errors import UsageError
+from zhin_cli.core.errors import UsageError, ZhinError
 from zhin_cli.core.terminaltext import terminal_safe  # a session id, a file name: input text (issue 27 item 5)
 
 if TYPE_CHECKING:
@@ -216,13 +217,32 @@ def complete_files(incomplete: str, suffixes: tuple[str, ...]) -> list[Completio
     return items
 
 
+def _open_for_reading(database: Path) -> sqlite3.Connection:
+    """A read-only connection to ``database`` that no bot's write waits for: a rollback-journal file is read
+    through the lock-free private copy every other reader uses (store/sqlite_snapshot.py), because a SHARED lock
+    of a TAB's would refuse a busy-timeout-0 bot's COMMIT (issue 28); a WAL file in place (its readers never
+    block a writer)."""
+    from zhin_cli.store.sqlite_snapshot import COPIES, is_wal  # standard library only: no SQLAlchemy for a TAB
+
+    path = database.resolve()
+    with path.open("rb") as handle:
+        header = handle.read(20)
+    if is_wal(header):
+        return sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, timeout=0.2)
+
+    def connect(copy: Path) -> sqlite3.Connection:
+        return sqlite3.connect(f"file:{quote(str(copy))}?mode=ro&immutable=1", uri=True)
+
+    return COPIES.open(path, lambda: ZhinError("a hot journal", where=str(path)), connect)
+
+
 def _stored_sessions(database: Path) -> Iterator[tuple[str, str | None]]:
     """``(session_id, session_key)`` of an SQLite database, read only with the standard library (a TAB must not
     wait for SQLAlchemy); nothing if the file is not one."""
     try:
-        with closing(sqlite3.connect(f"file:{database.resolve()}?mode=ro", uri=True, timeout=0.2)) as connection:
+        with closing(_open_for_reading(database)) as connection:
             yield from connection.execute("SELECT session_id, session_key FROM agent_sessions ORDER BY session_id")
-    except (sqlite3.Error, OSError):
+    except (sqlite3.Error, OSError, ZhinError):
         return
 
 
