@@ -82,19 +82,55 @@ def wire_shape(body: dict[str, Any]) -> str:
     tools = body.get("tools")
     if isinstance(tools, list) and any(isinstance(t, dict) and "input_schema" in t for t in tools):
         return "anthropic-messages"
-    for message in body.get("messages") or []:
+    messages = body.get("messages")
+    for message in messages if isinstance(messages, list) else []:
         content = message.get("content") if isinstance(message, dict) else None
-        if isinstance(content, list) and any(isinstance(p, dict) and p.get("type") in _ANTHROPIC_BLOCKS for p in content):
+        if isinstance(content, list) and any(_anthropic_block(p) for p in content):
             return "anthropic-messages"
     return "openai-chat"
 
 
-def _check_body(body: Any, where: str) -> dict[str, Any]:
+def _anthropic_block(part: Any) -> bool:
+    kind = part.get("type") if isinstance(part, dict) else None
+    return isinstance(kind, str) and kind in _ANTHROPIC_BLOCKS
+
+
+def _json_type(value: Any) -> str:
+    """A value's JSON type with its article, as a message names it: ``a number``, ``an object``."""
+    names = {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "a list", dict: "an object"}
+    return "null" if value is None else names.get(type(value), f"a {type(value).__name__}")
+
+
+def _objects_problem(value: Any, what: str) -> str | None:
+    """Why ``value`` is not a list of JSON objects (``what`` names it), or None."""
+    if not isinstance(value, list):
+        return f"{what} is {_json_type(value)}, not a list"
+    bad = next((i for i, item in enumerate(value) if not isinstance(item, dict)), None)
+    return None if bad is None else f"{what}[{bad}] is {_json_type(value[bad])}, not an object"
+
+
+def shape_problem(body: Any) -> str | None:
+    """Why a JSON value is not a request body the diff can read, or None: an object whose ``messages`` or
+    ``contents`` (whichever are there) is a list of objects, ``tools`` (if there) a list of objects, an OpenAI
+    tool's ``function`` an object. Deeper wrong types are read as they come (as text), never trusted."""
     if not isinstance(body, dict):
-        raise InputError(f"not a request body: a JSON {type(body).__name__}, not an object", where=where)
-    if not isinstance(body.get("messages"), list) and not isinstance(body.get("contents"), list):
-        raise InputError("not a request body: no \"messages\" or \"contents\" list", where=where)
-    return body
+        return f"a JSON {_json_type(body).split()[-1]}, not an object"
+    present = [key for key in ("messages", "contents") if key in body]
+    if not present:
+        return "no \"messages\" or \"contents\" list"
+    for key in (*present, *(("tools",) if "tools" in body else ())):
+        if problem := _objects_problem(body[key], f'"{key}"'):
+            return problem
+    for index, tool in enumerate(body.get("tools") or []):
+        if "function" in tool and not isinstance(tool["function"], dict):
+            return f'"tools"[{index}].function is {_json_type(tool["function"])}, not an object'
+    return None
+
+
+def _check_body(body: Any, where: str) -> dict[str, Any]:
+    if problem := shape_problem(body):
+        raise InputError(f"not a request body: {problem}", where=where)
+    return dict(body)
 
 
 def looks_like_body(value: Any) -> bool:
