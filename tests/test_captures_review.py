@@ -128,3 +128,28 @@ def test_shape_problem_names_the_level() -> None:
     assert shape_problem([1, 2]) == "a JSON list, not an object"
     assert shape_problem({"messages": [], "tools": [{"function": "f"}]}) == '"tools"[0].function is a string, not an object'
     assert shape_problem(openai_body(chat(1)[0]["messages"][1:])) is None  # negative control: a real body passes
+
+
+# --- 5. prefix-diff refuses zhin-assembly options on captures, as trace does ---------------------------------------
+
+
+@pytest.mark.parametrize("option", [("--model", "gpt-4o"), ("--preset", "default")])
+def test_prefix_diff_refuses_model_and_preset_on_captures_like_trace(zhin: Any, tmp_path: Path,
+                                                                    option: tuple[str, str]) -> None:
+    write_folder(tmp_path / "caps", chat(2))
+    for command in (("prefix-diff", "caps"), ("trace", "caps", "--all")):
+        result = zhin(*command, *option)
+        assert result.returncode == 2 and result.stdout == "", result.stderr
+        assert result.stderr.startswith(f"zhin: error: {option[0]}: not for captured bodies")
+        assert result.stderr.count("\n") == 1
+    assert zhin("prefix-diff", "caps").returncode == 0  # negative control: without the option the folder is diffed
+
+
+# --- 7. report html --help names capture folders -------------------------------------------------------------------
+
+
+def test_report_html_help_names_capture_folders(zhin: Any) -> None:
+    help_text = " ".join(zhin("report", "html", "--help", env={"COLUMNS": "200"}).stdout.split())
+    assert "capture folder" in help_text and "docs/captures.md" in help_text
+    economy = " ".join(zhin("report", "economy", "--help", env={"COLUMNS": "200"}).stdout.split())
+    assert "capture folder" in economy  # control: the wording the economy help already had, so the check can match

@@ -65,7 +65,7 @@ CACHED, SHARED, NEW = "█", "▒", "░"
 def prefix_diff_command(
     sessions: Annotated[list[str] | None, typer.Argument(help="Sessions: .jsonl files, folders of them, or session ids / keys in the database; or captured request bodies — a capture folder (NNNNN-<route>.json, `zhin serve --capture`) or a JSONL of bodies (docs/captures.md).")] = None,
     provider: Annotated[str | None, typer.Option("--provider", "-p", envvar="ZHIN_PROVIDER", help="Provider profile (see `zhin providers`).")] = None,
-    model: Annotated[str | None, typer.Option("--model", "-m", envvar="ZHIN_MODEL", help="Model id (default: the model stored with each turn).")] = None,
+    model: Annotated[str | None, typer.Option("--model", "-m", envvar="ZHIN_MODEL", help="Model id (default: the model stored with each turn). Not for captured bodies (each names its own).")] = None,
     base: Annotated[str | None, typer.Option("--base", help="Compare two prompt configurations: a zhin.yaml file or a git ref (main, HEAD~1, a commit).")] = None,
     head: Annotated[str | None, typer.Option("--head", help="The configuration to compare against --base (file or git ref).")] = None,
     all_sessions: Annotated[bool, typer.Option("--all", help="Every session in the database.")] = False,

@@ -236,7 +236,7 @@ def _print_capture(console: Console, capture: CaptureEconomy) -> None:
 @report_app.command("html")
 @handles_errors
 def html_command(
-    sessions: Annotated[list[str], typer.Argument(metavar="SESSION...", help="Sessions: .jsonl files, folders of them, or session ids / keys in the database.")],
+    sessions: Annotated[list[str], typer.Argument(metavar="SESSION...", help="Sessions: .jsonl files, folders of them, or session ids / keys in the database; or captured request bodies — a capture folder (NNNNN-<route>.json, `zhin serve --capture`) or a JSONL of bodies, one page per conversation (docs/captures.md).")],
     output: Annotated[Path | None, typer.Option("--output", "-o", metavar="FILE", help="Write the report here (atomically). Default: stdout, when it is not a terminal.")] = None,
     provider: Annotated[str | None, typer.Option("--provider", "-p", envvar="ZHIN_PROVIDER", help="Provider profile (see `zhin providers`).")] = None,
     preset: PresetOption = None,
@@ -250,6 +250,8 @@ def html_command(
     """One self-contained HTML file picturing each session: prompt tokens per turn (cached / new), breaks and their causes, every request's segments, wire messages and diff.
 
     No network, no external scripts, fonts or stylesheets: it opens from disk or a CI artifact. The numbers are those of `trace --json`, `prefix-diff --json` and `report economy --json`. What the page shows: docs/report.md.
+
+    A capture folder or a JSONL of request bodies (what a bot really sent) is drawn like sessions: one per conversation, a section per captured request, its diff against the conversation's previous request; no economy panel, no validation (docs/captures.md).
     """
     from zhin_cli.core.outputfiles import atomic_output
     from zhin_cli.tools.htmlreport import build_report

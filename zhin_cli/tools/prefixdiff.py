@@ -1182,6 +1182,11 @@ def run_prefix_diff(
     captured, refs = split_capture_refs(refs, cwd)
     if captured and base is not None:
         raise UsageError("--base/--head compare two zhin configurations; captured bodies were assembled by another bot")
+    # zhin-assembly options would silently do nothing to a captured body (it names its own model): refused, as trace does
+    refused = [name for name, given in (("--preset", preset is not None), ("--model", model is not None)) if given]
+    if captured and refused:
+        raise UsageError(f"{', '.join(refused)}: not for captured bodies (each is diffed as sent, with the model it "
+                         "names); diff zhin's sessions with them in a separate run")
     if captured and not refs and not all_sessions:
         config = load_config(config_path, cwd=cwd)
         result = PrefixDiffResult("turns", fail, config_path=config.path)
