@@ -897,7 +897,7 @@ class SessionDatabase:
         from zhin_cli.store.upstream_events import add_upstream_events, epoch_span
 
         reading = read_events(_rows(rows.events), self.ref.label, session_key=session.session_key)
-        imported = {str(row[0]) for row in rows.imported_events[1]}
+        imported = {str(row[0]): (int(row[1]) if row[1] is not None else None) for row in rows.imported_events[1]}
         span = epoch_span(session.session_id, [(str(r[0]), r[1]) for r in rows.epochs[1]])
         zone = turn_context_zone(rows.turn_context[1][0][0]) if rows.turn_context[1] else None
         session.notes.extend(add_upstream_events(session, reading, imported, span, zone))
@@ -1113,7 +1113,7 @@ def _member_event_rows(conn: Any, session_key: str) -> _Raw:
     return _query(conn, _SQL_MEMBER_EVENTS.format(keys=", ".join(f":k{i}" for i in range(len(keys)))), params)
 from zhin_cli.store.events import SQL_TURN_CONTEXT  # noqa: E402  (the one statement, shared with import --events)
 
-_SQL_IMPORTED_EVENTS = "SELECT zhin_imported_events.event_id FROM zhin_imported_events"
+_SQL_IMPORTED_EVENTS = "SELECT zhin_imported_events.event_id, zhin_imported_events.message_id FROM zhin_imported_events"
 _SQL_EPOCHS = ("SELECT agent_sessions.session_id, agent_sessions.created_at FROM agent_sessions"
                " WHERE agent_sessions.session_key = :key")
 _SQL_SCENE_CHANGES = ("SELECT * FROM zhin_scene_changes WHERE zhin_scene_changes.session_id = :sid"

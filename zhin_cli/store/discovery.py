@@ -48,7 +48,29 @@ def import_target(db: str | None, cwd: Path, *, events_only: bool = False) -> st
         return db
     found = discover_database(cwd)
     if found is not None:
+        _refuse_a_bots_own(found)
         return str(found)
     if events_only:
         return find_database(None, cwd)  # raises: events are added to sessions already stored
     return str(DEFAULT_DB)
+
+
+def _refuse_a_bots_own(found: Path) -> None:
+    """A database a bot writes (upstream's ``conversation_events`` is there) is written only when the user names
+    it: an import's transaction would lock the bot out of its own file (its writes fail at once: no busy wait),
+    and its rows would be the bot's history. Read lock-free (``SessionDatabase``), like every read of it."""
+    from sqlalchemy import text
+
+    from zhin_cli.core.errors import UsageError
+    from zhin_cli.store.database import SessionDatabase, parse_db
+
+    with SessionDatabase(parse_db(str(found))) as database:
+        # zhin creates the table empty and its own zhin_* tables; a bot fills the one and never makes the others
+        if "conversation_events" not in database.tables or any(t.startswith("zhin_") for t in database.tables):
+            return
+        with database.snapshot() as conn:
+            if conn.execute(text("SELECT 1 FROM conversation_events LIMIT 1")).first() is None:
+                return
+    raise UsageError(f"{found} is a bot's own database (it has conversation_events): zhin writes it only when named "
+                     f"with --db; to keep the bot's file as it is, import into a copy (cp {found} copy.sqlite; "
+                     "zhin import --events --db copy.sqlite)")

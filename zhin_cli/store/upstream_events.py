@@ -21,7 +21,7 @@ A later upstream also writes member events as lines of its events blocks; those 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from zhin_cli.core.model import (
@@ -60,16 +60,24 @@ def epoch_span(session_id: str, epochs: Sequence[tuple[str, int | None]]) -> Epo
     return EpochSpan(start, end)
 
 
-def add_upstream_events(session: Session, reading: EventReading, imported: set[str], span: EpochSpan,
-                        data_zone: str | None = None) -> list[str]:
+def add_upstream_events(session: Session, reading: EventReading, imported: Mapping[str, int | None] | set[str],
+                        span: EpochSpan, data_zone: str | None = None) -> list[str]:
     """Put the session's member events into its history and its whole-group mutes into its scene changes (those
     ``zhin import --events`` wrote already are there); actors get the roles and mutes the events gave. The times
     in the lines are in the session's zone, else ``data_zone`` (the one upstream's turn rows name), else UTC. The
-    warnings of rows that could not be read are returned."""
+    warnings of rows that could not be read are returned.
+
+    ``imported``: event id → the ``agent_messages`` row ``zhin import --events`` wrote for it. That row was
+    appended after the bot's last row (ADR §2: never inserted back), so where its event is still here to read, the
+    row gives way to the event placed at its time: a trace reads the same before and after the import."""
     key = session.session_key or ""
     mine = reading.for_session(key)
     members = [e for e in mine.members if span.holds(e.time)]
-    new_members = [e for e in members if e.event_id not in imported]
+    rows = imported if isinstance(imported, Mapping) else dict.fromkeys(imported)
+    superseded = {row for e in members if (row := rows.get(e.event_id)) is not None}
+    if superseded:
+        _drop_rows(session, superseded)
+    new_members = [e for e in members if e.event_id not in rows or rows[e.event_id] is not None]
     for scene in mine.scenes:
         if span.holds(scene.time) and scene.event_id not in imported:
             session.scene_changes.append(SceneChange(scene.time, {"global_mute": scene.global_mute},
@@ -138,6 +146,13 @@ def _request_after(timestamps: Sequence[int], roles: Sequence[str], position: in
         return False
     made = timestamps[position - 1] if roles[position] == "assistant" and position > 0 else timestamps[position]
     return made > time
+
+
+def _drop_rows(session: Session, row_ids: set[int]) -> None:
+    outline = session.outline
+    kept = [position for position, row_id in enumerate(outline.row_ids) if row_id not in row_ids]
+    if len(kept) < len(outline):
+        splice_messages(session, kept)
 
 
 def _insert_events(session: Session, events: list[MemberEvent], zone: str | None) -> None:
