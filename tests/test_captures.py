@@ -217,7 +217,7 @@ def test_a_real_read_the_simulator_does_not_make_is_a_finding(zhin: Any, capture
     assert data["captures"][0]["disagreements"] == [3]
     out = zhin("prefix-diff", "captures").stdout
     assert "✗ 1 disagree with the simulator" in out
-    assert "✗ capture 3: the provider read 2,048 cached tokens, the simulator 0 (of 2,546)" in out
+    assert "✗ capture 3: the provider read 2,048 cached tokens, the simulator 0 (of 2,546; difference +2,048)" in out
 
 
 def test_jsonl_streams_each_pair_naming_its_conversation(zhin: Any, captures: Path) -> None:

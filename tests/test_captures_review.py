@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_captures import chat, openai_body, write_folder
+from test_captures import captures, chat, openai_body, write_folder  # noqa: F401 (captures: a fixture)
 
 from zhin_cli.cache.prices import builtin_prices
 from zhin_cli.core.errors import InputError, ZhinError
@@ -21,6 +21,7 @@ from zhin_cli.store.captures import read_captures, shape_problem
 from zhin_cli.tools.capturediff import diff_captures
 from zhin_cli.tools.economy import capture_bill
 from zhin_cli.tools.htmlreport import capture_pages
+from zhin_cli.tools.prefixdiff import RealUsage
 from zhin_cli.tools.trace import capture_rows, capture_trace_dict
 
 FOREIGN = '{"messages":5,"contents":[{"parts":[{"text":"x"}]}]}'
@@ -153,3 +154,103 @@ def test_report_html_help_names_capture_folders(zhin: Any) -> None:
     assert "capture folder" in help_text and "docs/captures.md" in help_text
     economy = " ".join(zhin("report", "economy", "--help", env={"COLUMNS": "200"}).stdout.split())
     assert "capture folder" in economy  # control: the wording the economy help already had, so the check can match
+
+
+# --- 2. usage recorded without a cached-token count ------------------------------------------------------------------
+
+
+def with_exchanges(folder: Path, usages: list[dict[str, Any]]) -> Path:
+    for number, usage in enumerate(usages, start=1):
+        exchange = {"version": 1, "status": 200, "stream": False, "usage": usage, "response": {}}
+        (folder / f"{number:05d}-chat-completions.exchange.json").write_text(json.dumps(exchange), encoding="utf-8")
+    return folder
+
+
+LLAMA_USAGE = {"prompt_tokens": 31, "completion_tokens": 2, "total_tokens": 33}  # llama.cpp: no cached count
+
+
+def test_usage_without_a_cached_count_is_said_and_its_prompt_shown(zhin: Any, tmp_path: Path) -> None:
+    with_exchanges(write_folder(tmp_path / "caps", chat(3)), [LLAMA_USAGE] * 3)
+    trace = zhin("trace", "caps", "--all")
+    assert trace.returncode == 0, trace.stderr
+    assert "its recorded usage does not report cached tokens (3 of 3 requests)" in " ".join(trace.stdout.split())
+    assert "all agree" not in trace.stdout
+    rows = [line.split() for line in trace.stdout.splitlines() if line.startswith("  1 ")]
+    assert rows and rows[0][2] == "31"  # the real prompt beside the simulator's
+    diff = " ".join(zhin("prefix-diff", "caps").stdout.split())
+    assert "its recorded usage does not report cached tokens (3 of 3 requests, exchange): real prompt tokens 93" in diff
+    assert "no usage recorded" not in diff
+    capture = json.loads(zhin("prefix-diff", "caps", "--json").stdout)["captures"][0]
+    assert capture["without_real_cached"] == [1, 2, 3] and capture["with_real_usage"] == 0
+    assert [r["real"]["prompt_tokens"] for r in capture["requests"]] == [31, 31, 31]
+    economy = " ".join(zhin("report", "economy", "caps").stdout.split())
+    assert "its recorded usage does not report cached tokens" in economy and "93 prompt tokens recorded" in economy
+    assert "no usage recorded" not in economy
+
+
+def test_usage_with_a_cached_count_is_judged_not_said_missing(zhin: Any, tmp_path: Path) -> None:
+    """Negative control: the same folder whose usage reports the cache read is judged against the simulator."""
+    usage = {**LLAMA_USAGE, "prompt_tokens_details": {"cached_tokens": 0}}
+    with_exchanges(write_folder(tmp_path / "caps", chat(3)), [usage] * 3)
+    trace = zhin("trace", "caps", "--all")
+    assert "does not report cached tokens" not in trace.stdout and "real cached tokens beside the simulator's" in trace.stdout
+    assert "does not report cached tokens" not in zhin("prefix-diff", "caps").stdout
+    assert "does not report cached tokens" not in zhin("report", "economy", "caps").stdout
+    with_exchanges(tmp_path / "caps", [])
+    for exchange in (tmp_path / "caps").glob("*.exchange.json"):
+        exchange.unlink()
+    assert "no usage recorded" in zhin("prefix-diff", "caps").stdout  # and nothing recorded is still said so
+
+
+# --- 6. agreement: both hit or both miss, within one cache block ----------------------------------------------------
+
+
+def real(cached: int, block: int = 128) -> RealUsage:
+    return RealUsage(3000, cached, 0, "exchange", block)
+
+
+def test_agreement_is_hit_or_miss_within_one_cache_block() -> None:
+    assert real(2176 + 128).agrees(2176) is True and real(2176 + 128).difference(2176) == 128  # one OpenAI block
+    assert real(2176 - 128).agrees(2176) is True
+    assert real(2176 + 384).agrees(2176) is False  # negative control: three blocks apart (beyond 5 % too)
+    assert real(0).agrees(1792) is False and real(1792).agrees(0) is False  # a hit against a miss never agrees
+    assert real(0).agrees(0) is True and real(2048).agrees(2048) is True
+    assert real(20_000, block=1).agrees(19_400) is True  # token-granular caches: the tokenizers' 5 % slack
+    assert real(20_000, block=1).agrees(18_000) is False
+    assert RealUsage(31, None, None, "exchange").agrees(0) is None  # no cached count: not judged
+
+
+def test_a_one_block_difference_agrees_is_shown_and_keeps_the_exact_numbers(zhin: Any, captures: Path) -> None:
+    log = captures / "zhin-serve.log"
+    log.write_text(log.read_text(encoding="utf-8").replace("prompt=2376 read=2176", "prompt=2376 read=2304"),
+                   encoding="utf-8")
+    data = json.loads(zhin("prefix-diff", "captures", "--json").stdout)["captures"][0]
+    second = next(r for r in data["requests"] if r["capture"] == 2)
+    assert (second["cached_tokens"], second["real"]["cached_tokens"]) == (2176, 2304)
+    assert second["real"]["difference"] == 128 and second["real"]["agrees"] is True and data["disagreements"] == []
+    out = " ".join(zhin("prefix-diff", "captures").stdout.split())
+    assert "all agree with the simulator (1 within one cache block or the tokenizers' slack, not equal: the largest " \
+           "difference +128 at capture 2)" in out
+    assert "≈2,304" in zhin("trace", "captures", "--all").stdout
+    log.write_text(log.read_text(encoding="utf-8").replace("prompt=2376 read=2304", "prompt=2376 read=2560"),
+                   encoding="utf-8")  # negative control: three blocks apart disagrees
+    data = json.loads(zhin("prefix-diff", "captures", "--json").stdout)["captures"][0]
+    assert data["disagreements"] == [2]
+
+
+# --- 3. the capture bill's totals: the bot's side alone -------------------------------------------------------------
+
+
+def test_capture_bill_totals_have_no_adr_side_and_no_compared_count(zhin: Any, tmp_path: Path) -> None:
+    usage = {"prompt_tokens": 2000, "prompt_tokens_details": {"cached_tokens": 1024}}
+    with_exchanges(write_folder(tmp_path / "caps", chat(3)), [usage] * 3)
+    bill = json.loads(zhin("report", "economy", "caps", "--json").stdout)["captures"][0]["bill"]
+    totals = bill["totals"]
+    assert totals["adr"] is None and "requests_compared" not in totals
+    assert totals["requests_billed"] == 3 and totals["paid"]["prompt"] == 6000 and totals["paid"]["cached"] == 3072
+    # negative control: a bill that has an ADR side keeps both (SessionBill with no no_adr)
+    from zhin_cli.cache import CacheOutcome
+    from zhin_cli.tools.economy import BillRow, SessionBill
+    side = CacheOutcome(100, 50, 0, {})
+    both = SessionBill([BillRow(1, 1, "openai", "gpt-4.1-mini", None, side, None, side, None, "openai")]).as_dict()
+    assert both["totals"]["requests_compared"] == 1 and both["totals"]["adr"]["prompt"] == 100

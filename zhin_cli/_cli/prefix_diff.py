@@ -38,7 +38,7 @@ from zhin_cli.cache.prices import format_usd
 from zhin_cli.core.errors import EXIT_FOUND, UsageError
 from zhin_cli.core.parallel import JOBS_HELP
 from zhin_cli.core.terminaltext import markup_safe, terminal_safe
-from zhin_cli.tools.capturediff import CaptureDiff
+from zhin_cli.tools.capturediff import CaptureDiff, CaptureRequest
 from zhin_cli.tools.prefixdiff import (
     CAUSE_MEANINGS,
     CAUSES,
@@ -311,22 +311,51 @@ def _print_capture_usage(console: Console, capture: CaptureDiff) -> None:
             say(console, f"capture {request.number}, the first of {markup_safe(request.conversation)}: cached "
                           f"{request.cached_tokens:,} of {request.prompt_tokens:,}{shown}: the prefix an earlier "
                           "conversation left in the provider's cache (the same system prompt, tools and routing key)")
-    recorded = [r for r in capture.requests if r.real is not None and r.real.cached_tokens is not None]
+    recorded, uncounted = capture.recorded, capture.without_cached
     name = markup_safe(terminal_safe(capture.source))
+    if uncounted:
+        _print_without_cached(console, name, capture, uncounted)
     if not recorded:
-        say(console, f"{name}: no usage recorded (no exchange files, no zhin-serve.log): the cached tokens are the simulator's")
+        if not uncounted:
+            say(console, f"{name}: no usage recorded (no exchange files, no zhin-serve.log): the cached tokens are the "
+                         "simulator's")
         console.print()
         return
     sources = ", ".join(sorted({r.real.source for r in recorded if r.real is not None}))
     wrong = capture.disagreements
     verdict = "all agree with the simulator" if not wrong else f"[red]✗ {len(wrong)} disagree with the simulator[/]"
     say(console, f"{name}: real cached tokens recorded for {len(recorded)} of {len(capture.requests)} requests "
-                  f"({markup_safe(sources)}): {verdict}")
+                  f"({markup_safe(sources)}): {verdict}{_near_words(recorded)}")
     for request in wrong:
         read = request.real.cached_tokens if request.real is not None else None
         say(console, f"[red]✗[/] capture {request.number}: the provider read {read or 0:,} cached tokens, the simulator "
-                      f"{request.cached_tokens:,} (of {request.prompt_tokens:,})")
+                      f"{request.cached_tokens:,} (of {request.prompt_tokens:,}; difference {_signed(request)})")
     console.print()
+
+
+def _signed(request: CaptureRequest) -> str:
+    difference = request.real.difference(request.cached_tokens) if request.real is not None else None
+    return "unknown" if difference is None else f"{difference:+,}"
+
+
+def _near_words(recorded: list[CaptureRequest]) -> str:
+    """Agreeing reads that are not equal: how many, and the largest difference (agreement allows one cache block)."""
+    near = [r for r in recorded if r.real is not None and r.real.agrees(r.cached_tokens) and r.real.difference(r.cached_tokens)]
+    if not near:
+        return ""
+    largest = max(near, key=lambda r: abs(r.real.difference(r.cached_tokens) or 0) if r.real is not None else 0)
+    return (f" ({len(near)} within one cache block or the tokenizers' slack, not equal: the largest difference "
+            f"{_signed(largest)} at capture {largest.number})")
+
+
+def _print_without_cached(console: Console, name: str, capture: CaptureDiff, uncounted: list[CaptureRequest]) -> None:
+    """Usage recorded without a cache read (llama.cpp, many OpenAI-compatible servers): said, never read as 0."""
+    real = sum(r.real.prompt_tokens or 0 for r in uncounted if r.real is not None)
+    simulated = sum(r.prompt_tokens for r in uncounted)
+    sources = ", ".join(sorted({r.real.source for r in uncounted if r.real is not None}))
+    say(console, f"{name}: its recorded usage does not report cached tokens ({len(uncounted)} of "
+                 f"{len(capture.requests)} requests, {markup_safe(sources)}): real prompt tokens {real:,}, the "
+                 f"simulator's {simulated:,} (per request: trace {name} --all); the cached tokens are the simulator's")
 
 
 def _print_legend(console: Console, causes: set[str], fail_on: list[str], *, bars: bool) -> None:

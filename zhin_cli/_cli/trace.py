@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TextIO
 
@@ -40,7 +41,7 @@ from zhin_cli.cache.prices import Cost, CostTotals, format_usd
 from zhin_cli.core.errors import EXIT_FOUND, UsageError
 from zhin_cli.core.terminaltext import markup_safe, terminal_safe, terminal_safe_lines
 from zhin_cli.pipeline.assemble import AssembledRequest
-from zhin_cli.tools.capturediff import CaptureDiff
+from zhin_cli.tools.capturediff import CaptureDiff, CaptureRequest
 from zhin_cli.tools.prefixdiff import split_capture_refs, turn_ranges
 from zhin_cli.tools.trace import (
     ADR_LAYOUT,
@@ -168,38 +169,77 @@ def trace_captured(path: Path, *, provider: str | None, config: Path | None, pri
 
 
 def print_capture_rows(console: Console, diff: CaptureDiff) -> None:
-    """One block per conversation: a row per request — capture number, prompt tokens, cached tokens (the
-    simulator's, one cache across conversations), the provider's real cache read where recorded (``≠``: they
-    disagree), the cached/new bar, and what broke against the conversation's previous request."""
+    """One block per conversation: a row per request — capture number, prompt tokens (the simulator's, and the
+    provider's real count where recorded), cached tokens (the simulator's, one cache across conversations, and the
+    provider's real read where recorded; ``≠``: they disagree, ``≈``: they agree within one cache block), the
+    cached/new bar, and what broke against the conversation's previous request."""
     rows = capture_rows(diff)
     console.print(f"[bold]{markup_safe(diff.source)}[/] · {len(rows)} captured requests in {len(diff.sessions)} "
                   "conversation(s): the bodies the bot sent", soft_wrap=True)
     scale = max(row.request.prompt_tokens for row in rows)
     width = max(len("capture"), *(len(str(row.request.number)) for row in rows))
-    real_shown = any(row.request.real is not None for row in rows)
+    columns = _real_columns(diff)
     for session in diff.sessions:
         mine = [row for row in rows if row.request.conversation == session.session_id]
         console.print(f"[bold]{markup_safe(session.session_id)}[/] · {markup_safe(session.provider)} · "
                       f"{markup_safe(session.model)} · {len(mine)} requests", soft_wrap=True)
-        head = f"  {'capture'.ljust(width)} {'prompt':>7} {'cached':>7}" + (f" {'real':>7}" if real_shown else "")
+        head = (f"  {'capture'.ljust(width)} {'prompt':>7}" + (f" {'real':>7}" if columns.prompt else "")
+                + f" {'cached':>7}" + (f" {'real':>7}" if columns.cached else ""))
         console.print(f"[dim]{head} {'tokens'.ljust(WIDE_BAR)}  cause[/]", soft_wrap=True)
         for row in mine:
             request = row.request
-            real = ""
-            if real_shown:
-                value = request.real.cached_tokens if request.real is not None else None
-                agrees = request.real is None or request.real.agrees(request.cached_tokens) is not False
-                real = " " + (NOT_STORED if value is None else f"{'' if agrees else '≠'}{value:,}").rjust(7)
             cached, new = token_cells(request.prompt_tokens, request.cached_tokens, scale, WIDE_BAR)
             bar = CACHED * cached + NEW * new
             cause = "first" if row.pair is None else row.pair.cause + (f" ({row.pair.detail})" if row.pair.detail else "")
-            console.print(f"  {str(request.number).ljust(width)} {request.prompt_tokens:>7,} {request.cached_tokens:>7,}"
-                          f"{real} {bar.ljust(WIDE_BAR)}  {markup_safe(cause)}", soft_wrap=True)
-    wrong = diff.disagreements
-    if real_shown:
-        verdict = "all agree" if not wrong else f"{len(wrong)} disagree (captures {turn_ranges(r.number for r in wrong)})"
-        console.print(f"real cached tokens beside the simulator's: {verdict}", soft_wrap=True)
+            console.print(f"  {str(request.number).ljust(width)} {request.prompt_tokens:>7,}{columns.prompt_cell(request)}"
+                          f" {request.cached_tokens:>7,}{columns.cached_cell(request)} {bar.ljust(WIDE_BAR)}  "
+                          f"{markup_safe(cause)}", soft_wrap=True)
+    _print_real_verdict(console, diff)
     console.print(f"[dim]tokens: {CACHED} cached  {NEW} new (the simulator, one cache across conversations)[/]", soft_wrap=True)
+
+
+@dataclass(frozen=True)
+class _RealColumns:
+    """Which of the provider's real figures a capture set recorded: a column each, only when some request has it."""
+
+    prompt: bool
+    cached: bool
+
+    def prompt_cell(self, request: CaptureRequest) -> str:
+        if not self.prompt:
+            return ""
+        value = request.real.prompt_tokens if request.real is not None else None
+        return " " + (NOT_STORED if value is None else f"{value:,}").rjust(7)
+
+    def cached_cell(self, request: CaptureRequest) -> str:
+        if not self.cached:
+            return ""
+        value = request.real.cached_tokens if request.real is not None else None
+        if value is None or request.real is None:
+            return " " + NOT_STORED.rjust(7)
+        agrees = request.real.agrees(request.cached_tokens)
+        mark = "≠" if agrees is False else "" if value == request.cached_tokens else "≈"
+        return " " + f"{mark}{value:,}".rjust(7)
+
+
+def _real_columns(diff: CaptureDiff) -> _RealColumns:
+    reals = [r.real for r in diff.requests if r.real is not None]
+    return _RealColumns(any(r.prompt_tokens is not None for r in reals), any(r.cached_tokens is not None for r in reals))
+
+
+def _print_real_verdict(console: Console, diff: CaptureDiff) -> None:
+    """The real cache reads against the simulator's; a recorded usage without a cache read is said, never read as 0."""
+    if uncounted := diff.without_cached:
+        console.print(f"its recorded usage does not report cached tokens ({len(uncounted)} of {len(diff.requests)} "
+                      "requests): the real prompt tokens are shown beside the simulator's, the cached tokens are the "
+                      "simulator's", soft_wrap=True)
+    if not diff.recorded:
+        return
+    wrong = diff.disagreements
+    verdict = "all agree" if not wrong else f"{len(wrong)} disagree (captures {turn_ranges(r.number for r in wrong)})"
+    near = sum(1 for r in diff.recorded if r.real is not None and r.real.agrees(r.cached_tokens) and r.real.difference(r.cached_tokens))
+    close = f"; {near} within one cache block or the tokenizers' slack (≈)" if near else ""
+    console.print(f"real cached tokens beside the simulator's: {verdict}{close}", soft_wrap=True)
 
 
 def write_line(out: TextIO, record: dict[str, Any]) -> None:

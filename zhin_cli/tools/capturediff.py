@@ -137,13 +137,14 @@ def group_conversations(bodies: Iterable[CapturedBody]) -> list[Conversation]:
     return conversations
 
 
-def real_usage(body: CapturedBody) -> RealUsage | None:
-    """What the provider reported for a body: its exchange file's usage, else ``zhin serve``'s log line."""
+def real_usage(body: CapturedBody, block_tokens: int = 1) -> RealUsage | None:
+    """What the provider reported for a body: its exchange file's usage, else ``zhin serve``'s log line
+    (``block_tokens``: the simulated provider's cache granularity, what agreement allows for)."""
     if body.usage is not None:
         usage = normalize_usage(wire_for(body.wire).usage_kind or body.wire, body.usage)
-        return RealUsage(usage.total_prompt, usage.cache_read, usage.cache_write, "exchange")
+        return RealUsage(usage.total_prompt, usage.cache_read, usage.cache_write, "exchange", block_tokens)
     if body.logged is not None:
-        return RealUsage(body.logged.prompt_tokens, body.logged.read, body.logged.written, "zhin-serve.log")
+        return RealUsage(body.logged.prompt_tokens, body.logged.read, body.logged.written, "zhin-serve.log", block_tokens)
     return None
 
 
@@ -199,10 +200,21 @@ class CaptureDiff:
                 out.append(request)
         return out
 
+    @property
+    def recorded(self) -> list[CaptureRequest]:
+        """Requests whose recorded usage reports the cached tokens: what agreement is judged on."""
+        return [r for r in self.requests if r.real is not None and r.real.cached_tokens is not None]
+
+    @property
+    def without_cached(self) -> list[CaptureRequest]:
+        """Requests with recorded usage that does not report cached tokens (llama.cpp, many OpenAI-compatible
+        servers): their real prompt tokens are known, their cache read is not."""
+        return [r for r in self.requests if r.real is not None and r.real.cached_tokens is None]
+
     def as_dict(self) -> dict[str, Any]:
-        recorded = [r for r in self.requests if r.real is not None and r.real.cached_tokens is not None]
         return {"source": self.source, "conversations": [s.session_id for s in self.sessions],
-                "requests": [r.as_dict() for r in self.requests], "with_real_usage": len(recorded),
+                "requests": [r.as_dict() for r in self.requests], "with_real_usage": len(self.recorded),
+                "without_real_cached": [r.number for r in self.without_cached],
                 "disagreements": [r.number for r in self.disagreements], "notes": self.notes}
 
 
@@ -231,7 +243,7 @@ def diff_captures(captures: CaptureSet, *, provider: str | None = None, prices: 
         request = body_request(body, provider)
         serialized = request.serialize()
         outcome = cache_outcome(cache if shared_cache else caches[index], request, serialized)
-        real = real_usage(body)
+        real = real_usage(body, request.profile.cache.step_tokens)
         session.provider = session.provider or request.provider
         session.turns += 1
         cost = pricing.cost(request, outcome)

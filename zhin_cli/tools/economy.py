@@ -470,6 +470,7 @@ class BillRow:
     adr_case: str | None  # which simulated provider case gave it (its cache rules)
     capture: int | None = None  # a captured body's number (its usage: the exchange file or zhin serve's log)
     where: str | None = None  # its file
+    recorded_prompt: int | None = None  # a captured body's real prompt tokens, where recorded (even with no bill)
 
     @property
     def compared(self) -> bool:
@@ -484,7 +485,8 @@ class BillRow:
                                                           "model": self.price.price.model},
                 "paid": _side_dict(self.paid, self.cost(self.paid)), "paid_missing": self.paid_missing,
                 "adr": _side_dict(self.adr, self.cost(self.adr)), "adr_missing": self.adr_missing,
-                "adr_case": self.adr_case, "capture": self.capture, "where": self.where}
+                "adr_case": self.adr_case, "capture": self.capture, "where": self.where,
+                **({"recorded_prompt": self.recorded_prompt} if self.capture is not None else {})}
 
 
 def _side_dict(outcome: CacheOutcome | None, cost: Cost | None) -> dict[str, Any] | None:
@@ -550,13 +552,20 @@ class SessionBill:
         return sum(row.paid is None for row in self.rows)
 
     def as_dict(self) -> dict[str, Any]:
-        paid, adr = self.totals()
-        compared = sum(map(self.counted, self.rows))
         return {"paid_label": self.paid_label, "adr_label": ADR_LABEL, "caveat": BILL_CAVEAT, "reason": self.reason,
                 "no_adr": self.no_adr, "requests": [row.as_dict() for row in self.rows],
-                "totals": None if self.reason else {"requests_compared": compared,
-                                                    "requests_without_usage": self.without_usage,
-                                                    "paid": paid.as_dict(), "adr": adr.as_dict()}}
+                "totals": None if self.reason else self._totals_dict()}
+
+    def _totals_dict(self) -> dict[str, Any]:
+        """Both sides over the compared requests; a bill with no ADR side (captures) has the bot's alone: the
+        requests billed, no "compared" count and ``adr`` null (never a side of zeros)."""
+        paid, adr = self.totals()
+        counted = sum(map(self.counted, self.rows))
+        if self.no_adr is not None:
+            return {"requests_billed": counted, "requests_without_usage": self.without_usage,
+                    "paid": paid.as_dict(), "adr": None}
+        return {"requests_compared": counted, "requests_without_usage": self.without_usage,
+                "paid": paid.as_dict(), "adr": adr.as_dict()}
 
 
 def session_bill(session: Session, cache: dict[str, CacheFigures], prices: PriceTable) -> SessionBill:
@@ -621,20 +630,47 @@ def capture_bill(captures: CaptureSet, prices: PriceTable) -> CaptureEconomy:
     bill = SessionBill(no_adr=NO_SESSION, paid_label=RECORDED_LABEL)
     choices: dict[tuple[str, str], PriceChoice | None] = {}
     for body in captures.bodies:
-        paid, missing = billed_outcome(captured_usage(body))
+        usage = captured_usage(body)
+        paid, missing = billed_outcome(usage)
         key = (_priced_provider(body.wire, body.model, prices), body.model)
         if key not in choices:
             choices[key], note = price_for(ProviderCase(*key), prices)
             if note and note not in bill.notes:
                 bill.notes.append(note)
+        prompt = usage.total_prompt if usage is not None else None
         bill.rows.append(BillRow(turn=None, row_id=None, provider=key[0], model=key[1], price=choices[key], paid=paid,
-                                 paid_missing="no usage recorded" if missing == NO_USAGE else missing,
-                                 adr=None, adr_missing=None, adr_case=None, capture=body.number, where=body.where))
-    if not any(row.paid is not None for row in bill.rows):
-        bill.reason = (f"no usage recorded for any of its {len(bill.rows)} requests (no exchange files, no "
-                       f"{SERVE_LOG} that matches them)")
+                                 paid_missing=_recorded_missing(missing, prompt), adr=None, adr_missing=None,
+                                 adr_case=None, capture=body.number, where=body.where, recorded_prompt=prompt))
+    bill.reason = _no_capture_bill_reason(bill.rows)
+    if bill.reason and all(row.recorded_prompt is None for row in bill.rows):
         bill.rows, bill.notes = [], []
     return CaptureEconomy(captures.source, len(captures.bodies), bill, captures.notes)
+
+
+NO_CACHED_COUNT = "its recorded usage does not report cached tokens"  # llama.cpp, many OpenAI-compatible servers
+
+
+def _recorded_missing(missing: str | None, prompt: int | None) -> str | None:
+    """Why a captured body has no bill, in the capture's words: its real prompt tokens named where recorded."""
+    if missing is None:
+        return None
+    if missing == NO_USAGE:
+        return "no usage recorded"
+    if prompt is not None:
+        return f"{prompt:,} prompt tokens; {NO_CACHED_COUNT}"
+    return missing.replace("stored", "recorded")
+
+
+def _no_capture_bill_reason(rows: list[BillRow]) -> str | None:
+    """Why no captured body has a bill: nothing recorded, or usage recorded without a cache read (its prompt
+    tokens are kept per row and summed here: the real figure is shown where it exists)."""
+    if any(row.paid is not None for row in rows):
+        return None
+    prompts = [row.recorded_prompt for row in rows if row.recorded_prompt is not None]
+    if prompts:
+        return (f"{NO_CACHED_COUNT} ({len(prompts)} of {len(rows)} requests; {sum(prompts):,} prompt tokens recorded), "
+                "so no request can be billed")
+    return f"no usage recorded for any of its {len(rows)} requests (no exchange files, no {SERVE_LOG} that matches them)"
 
 
 def _no_bill_reason(rows: list[BillRow], replies: int) -> str | None:

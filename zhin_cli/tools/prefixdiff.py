@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import math
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -149,15 +150,36 @@ class RealUsage:
     cached_tokens: int | None
     written_tokens: int | None
     source: str  # "exchange" (serve --upstream's exchange file) | "zhin-serve.log"
+    block_tokens: int = 1  # the simulated provider's cache granularity (``CacheRules.step_tokens``)
+
+    def difference(self, simulated_cached: int) -> int | None:
+        """The real cache read minus the simulator's (None: the real read is not known)."""
+        return None if self.cached_tokens is None else self.cached_tokens - simulated_cached
+
+    def tolerance(self, simulated_cached: int) -> int:
+        """How far the two reads may differ and agree: one cache block, or the tokenizers' slack — the simulator
+        counts with tiktoken, not the provider's tokenizer — whichever is larger."""
+        larger = max(self.cached_tokens or 0, simulated_cached)
+        return max(self.block_tokens, math.ceil(larger * TOKENIZER_SLACK))
 
     def agrees(self, simulated_cached: int) -> bool | None:
-        """Whether the real cache read equals the simulator's (None: the real read is not known)."""
-        return None if self.cached_tokens is None else self.cached_tokens == simulated_cached
+        """Both hit or both miss, their reads within ``tolerance`` (None: the real read is not known). A hit where
+        the simulator sees none, or the reverse, never agrees: that is what to read (docs/captures.md)."""
+        difference = self.difference(simulated_cached)
+        if difference is None or self.cached_tokens is None:
+            return None
+        same_outcome = (self.cached_tokens > 0) == (simulated_cached > 0)
+        return same_outcome and abs(difference) <= self.tolerance(simulated_cached)
 
     def as_dict(self, simulated_cached: int) -> dict[str, Any]:
         return {"prompt_tokens": self.prompt_tokens, "cached_tokens": self.cached_tokens,
                 "cache_write_tokens": self.written_tokens, "source": self.source,
+                "difference": self.difference(simulated_cached),
+                "tolerance": None if self.cached_tokens is None else self.tolerance(simulated_cached),
                 "agrees": self.agrees(simulated_cached)}
+
+
+TOKENIZER_SLACK = 0.05  # a real cache read within 5 % of the simulator's agrees, whatever the cache's granularity
 
 
 @dataclass
