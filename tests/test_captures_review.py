@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_captures import captures, chat, openai_body, write_folder  # noqa: F401 (captures: a fixture)
+from test_captures import SHARED_CAPTURES, chat, openai_body, write_folder
 
 from zhin_cli.cache.prices import builtin_prices
 from zhin_cli.core.errors import InputError, ZhinError
@@ -220,7 +221,15 @@ def test_agreement_is_hit_or_miss_within_one_cache_block() -> None:
     assert RealUsage(31, None, None, "exchange").agrees(0) is None  # no cached count: not judged
 
 
-def test_a_one_block_difference_agrees_is_shown_and_keeps_the_exact_numbers(zhin: Any, captures: Path) -> None:
+@pytest.fixture
+def real_captures(tmp_path: Path) -> Path:
+    """A copy of the real bot's capture folder (never the shared one)."""
+    assert SHARED_CAPTURES.is_dir(), f"the shared reference is missing: {SHARED_CAPTURES}"
+    return Path(shutil.copytree(SHARED_CAPTURES, tmp_path / "captures"))
+
+
+def test_a_one_block_difference_agrees_is_shown_and_keeps_the_exact_numbers(zhin: Any, real_captures: Path) -> None:
+    captures = real_captures
     log = captures / "zhin-serve.log"
     log.write_text(log.read_text(encoding="utf-8").replace("prompt=2376 read=2176", "prompt=2376 read=2304"),
                    encoding="utf-8")
