@@ -29,6 +29,7 @@ from upstream_variants import (
     copy_real,
     drop_first_block,
     drop_message_rows,
+    interrupt_turn,
     k1_key,
     k1_keys,
     mention_segment,
@@ -640,3 +641,21 @@ def test_a_recall_line_without_its_row_is_warned(tmp_path: Path) -> None:  # con
         conn.execute("DELETE FROM conversation_events WHERE event_json LIKE '%\"message.recalled\"%'")
     notes = load(variant, A).notes
     assert len(notes) == 1 and "'message.recalled' line" in notes[0] and "agent_messages row" in notes[0], notes
+
+
+# --- an interrupted tool turn -------------------------------------------------------------------------------------------
+
+
+def test_an_interrupted_tool_turn_is_read_not_refused(tmp_path: Path) -> None:
+    """The d2 08:42 turn cut after its first tool call (row 27, weather(东京)): upstream itself sends such a history
+    with a placeholder result; zhin refused the whole session (exit 3: "tool call 'call_e2e_10' has no tool result"); it traces it
+    now, with a note naming the row, every member message still its own."""
+    variant = interrupt_turn(copy_real(tmp_path / "interrupted.sqlite"), 27)
+    result = zhin("trace", variant.key(A), "--db", variant.path, "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert same_messages(said(load(variant, A)), variant.said(A))
+
+
+def test_a_whole_turn_is_read(tmp_path: Path) -> None:  # control: the same session with its turn complete
+    variant = copy_real(tmp_path / "whole.sqlite")
+    assert zhin("trace", variant.key(A), "--db", variant.path, "--json", cwd=tmp_path).returncode == 0

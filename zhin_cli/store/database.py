@@ -24,7 +24,7 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qsl, quote, unquote
 
 from sqlalchemy import Connection, Engine, create_engine, event, inspect, select, text
@@ -46,6 +46,7 @@ from zhin_cli.core.model import (
     Session,
     SessionOutline,
     Summary,
+    ToolResultMessage,
     UserMessage,
 )
 from zhin_cli.core.redact import is_secret_parameter, mask_url, redact_text, remember_secret, split_userinfo
@@ -70,9 +71,11 @@ from zhin_cli.store.payload import (
     check_timestamp,
     check_tool_pairing,
     facts_from_key,
+    interrupted_note,
     json_column,
     message_from_payload,
     outline_facts,
+    placeholder_result,
     settle_bot_header,
     settle_bot_headers,
     short,
@@ -82,6 +85,8 @@ from zhin_cli.store.sqlite_snapshot import is_wal
 
 if TYPE_CHECKING:
     from zhin_cli.store.events import EventImport
+
+T = TypeVar("T")
 
 
 
@@ -455,6 +460,7 @@ class _LazyRows:
     outline: OutlineBuilder
     session_id: str
     said: dict[int, Said] | None = None
+    interrupted: list[tuple[int, str, str]] = field(default_factory=list)  # (call's position, call id, where)
 
 
 @dataclass
@@ -726,7 +732,8 @@ class SessionDatabase:
         branch = self._branch(links, leaf) if leaf is not None and has_parent else [link[0] for link in links]
         del links
         outline = OutlineBuilder()
-        tools = ToolPairing()
+        tools = ToolPairing(repair=True)
+        called_at: dict[str, int] = {}  # call id → outline position of the row that made it
         kept: dict[int, Said] | None = {} if said else None
 
         def add(row_id: int, facts: OutlineFacts) -> None:  # in branch order, as the eager load checks pairing
@@ -735,6 +742,7 @@ class SessionDatabase:
             if facts.result_for is not None or (facts.role == "assistant" and (facts.call_ids or tools.pending)):
                 check_pairing(facts.role, facts.call_ids, facts.result_for, tools,
                               at_row("agent_messages", row_id, self.ref.label))
+                called_at.update((call_id, len(outline)) for call_id in facts.call_ids)
             outline.add_facts(row_id=row_id, timestamp=facts.timestamp, role=facts.role,
                               has_tool_calls=facts.has_tool_calls, has_text=facts.has_text, model=facts.model,
                               message_id=facts.message_id, event_kind=facts.event_kind)
@@ -764,7 +772,7 @@ class SessionDatabase:
                     add(row_id, facts)
         if missing is not None:  # read by the first query, gone by the second: not this snapshot's branch
             raise InputError("active branch names a missing row", where=at_row("agent_messages", missing, self.ref.label))
-        return _LazyRows(outline, session_id, kept)
+        return _LazyRows(outline, session_id, kept, [(called_at[c], c, where) for c, where in tools.interrupted])
 
     def _facts(self, row_id: int, payload: Any, extra: Any, said: dict[int, Said] | None = None) -> OutlineFacts:
         """A row's outline facts; its ``extra`` column is checked as JSON here too, so that a bad row is refused
@@ -840,14 +848,17 @@ class SessionDatabase:
         session_key = info.get("session_key") or session_id.split("#")[0]
         lazy = rows.messages if isinstance(rows.messages, _LazyRows) else None
         eager = rows.messages if not isinstance(rows.messages, _LazyRows) else None
+        messages: list[Message] = []
+        interrupted = lazy.interrupted if lazy is not None else []
+        if eager is not None:
+            messages, interrupted = self._messages(_rows(eager), info.get("active_leaf_message_id"), "parent_id" in eager[0])
         session = Session(
             session_id=session_id,
             session_key=session_key,
             timezone=None,
             bot=BotFacts(),
             scene=SceneFacts(),
-            messages=[] if eager is None else self._messages(_rows(eager), info.get("active_leaf_message_id"),
-                                                             "parent_id" in eager[0]),
+            messages=messages,
             source=self.ref.label,
         )
         lines = self._lines(_rows(rows.lines))
@@ -871,6 +882,12 @@ class SessionDatabase:
             outline = lazy.outline.outline()
             session.messages = LazyMessages(outline, _RowLoader(self.ref, lazy.session_id, outline.row_ids,
                                                                  session.bot.user_id))
+            if lazy.interrupted:
+                from zhin_cli.store.upstream import splice_messages
+
+                positions: list[int | Message] = list(range(len(outline)))
+                splice_messages(session, with_placeholders(positions, lazy.interrupted, outline.timestamps))
+        session.notes.extend(interrupted_note(call_id, where) for _, call_id, where in interrupted)
         self._events_blocks(rows, session, None if lazy is None or lazy.said is None
                             else _SaidReader(session.outline, lazy.said))
         self._upstream_events(rows, session)
@@ -902,17 +919,24 @@ class SessionDatabase:
         zone = turn_context_zone(rows.turn_context[1][0][0]) if rows.turn_context[1] else None
         session.notes.extend(add_upstream_events(session, reading, imported, span, zone))
 
-    def _messages(self, rows: list[Any], leaf: int | None, has_parent: bool) -> list[Message]:
+    def _messages(self, rows: list[Any], leaf: int | None,
+                  has_parent: bool) -> tuple[list[Message], list[tuple[int, str, str]]]:
+        """The branch's messages, and the calls an interrupted turn left unanswered (each now followed by a
+        placeholder result: ``payload.placeholder_result``)."""
         if leaf is not None and has_parent:  # the same walk (and errors) as a lazy load's
             by_id = {row.id: row for row in rows}
             rows = [by_id[row_id] for row_id in self._branch([(row.id, row.parent_id) for row in rows], leaf)]
         messages: list[Message] = []
-        tools = ToolPairing()
+        tools = ToolPairing(repair=True)
+        called_at: dict[str, int] = {}  # call id → position of the message that made it
         for row in rows:
             message = self._message(row)
             check_tool_pairing(message, tools, at_row("agent_messages", row.id, self.ref.label))
+            if isinstance(message, AssistantMessage):
+                called_at.update((call.id, len(messages)) for call in message.tool_calls)
             messages.append(message)
-        return messages
+        repairs = [(called_at[call_id], call_id, where) for call_id, where in tools.interrupted]
+        return with_placeholders(messages, repairs, [m.timestamp for m in messages]), repairs
 
     def _message(self, row: Any) -> Message:
         """One ``agent_messages`` row as a message (its own checks; tool pairing is the caller's)."""
@@ -1466,3 +1490,22 @@ def _write_members(conn: Any, session: Session, key: str) -> None:
             muted_until=member.facts.get("muted_until"),
             updated_at=member.timestamp,
         ))
+
+
+def with_placeholders(items: list[T], repairs: list[tuple[int, str, str]],
+                      timestamps: Sequence[int]) -> list[T | ToolResultMessage]:
+    """``items`` (messages, or a lazy session's positions) with a placeholder result after each interrupted call's
+    message, in call order."""
+    if not repairs:
+        return list(items)
+    after: dict[int, list[str]] = {}
+    for position, call_id, _ in repairs:
+        after.setdefault(position, []).append(call_id)
+    out: list[T | ToolResultMessage] = []
+    number = 0
+    for position, item in enumerate(items):
+        out.append(item)
+        for call_id in after.get(position, ()):
+            out.append(placeholder_result(call_id, timestamps[position], number))
+            number += 1
+    return out

@@ -343,6 +343,11 @@ class ToolPairing:
     called: dict[str, str] = field(default_factory=dict)
     answered: set[str] = field(default_factory=set)
     pending: dict[str, str] = field(default_factory=dict)  # called, not yet answered
+    # ``repair``: a call still unanswered when the next assistant message comes (a turn the bot was stopped in) is
+    # not refused but listed in ``interrupted`` (call id, where it was made) for a placeholder result — a database
+    # the bot wrote is read as the bot itself sends it; a JSONL file is the interchange format and is refused
+    repair: bool = False
+    interrupted: list[tuple[str, str]] = field(default_factory=list)
 
 
 def check_tool_pairing(message: Message, state: ToolPairing, where: str) -> None:
@@ -358,6 +363,10 @@ def check_tool_pairing(message: Message, state: ToolPairing, where: str) -> None
 def check_pairing(role: str, call_ids: Sequence[str], result_for: str | None, state: ToolPairing, where: str) -> None:
     """``check_tool_pairing`` on the facts alone: an assistant row's call ids, a tool result's call id."""
     if role == "assistant":
+        if state.pending and state.repair:
+            state.interrupted.extend(state.pending.items())
+            state.answered.update(state.pending)
+            state.pending.clear()
         if state.pending:
             call_id, call_where = next(iter(state.pending.items()))
             raise InputError(
@@ -478,3 +487,23 @@ def _opt_str(payload: dict[str, Any], key: str, where: str) -> str | None:
     if not isinstance(value, (str, int)) or isinstance(value, bool):
         raise InputError(f"'{key}' must be a string", where=where)
     return str(value)
+
+
+INTERRUPTED_RESULT = "(no result: the turn was interrupted before this tool answered)"
+# Below every other synthetic row id (an events-block line or member event is minus its conversation_events id).
+_FIRST_PLACEHOLDER_ROW = -(1 << 40)
+
+
+def placeholder_result(call_id: str, timestamp: int, number: int) -> ToolResultMessage:
+    """The result a call of an interrupted turn never got, so that the history is one a provider accepts (upstream
+    repairs its own history the same way before it sends it); ``number`` makes the row id unique."""
+    content = [{"type": "text", "text": INTERRUPTED_RESULT}]
+    return ToolResultMessage(tool_call_id=call_id, tool_name=None, content=content, is_error=True, timestamp=timestamp,
+                             row_id=_FIRST_PLACEHOLDER_ROW - number,
+                             raw={"role": "toolResult", "toolCallId": call_id, "content": content, "isError": True,
+                                  "timestamp": timestamp, "placeholder": True})
+
+
+def interrupted_note(call_id: str, where: str) -> str:
+    return (f"{where}: tool call {short(call_id)} has no tool result (an interrupted turn): read with a placeholder "
+            "result, as the bot repairs its own history before sending it")
