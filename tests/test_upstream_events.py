@@ -327,7 +327,7 @@ def test_facts_show_lists_the_known_roster(db: Path, tmp_path: Path) -> None:
     assert (roster["284100108"]["joined_at"], roster["284100108"]["joined_by"]) == (1792330940000, "284100102")
     assert roster["284100110"]["name"] == "Yuki🎲"
     text = run_zhin("facts", "show", B, "--db", db, cwd=tmp_path, env=clean_env()).stdout
-    assert "whole-group mute on at 2026-10-16 09:34 UTC by 284100102" in text and "千夏📷" in text
+    assert "whole-group mute on at 2026-10-16 18:34 Asia/Tokyo by 284100102" in text and "千夏📷" in text  # local (issue 28 review 3)
     assert digest(db) == before
 
 

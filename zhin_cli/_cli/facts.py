@@ -7,8 +7,10 @@ from typing import Annotated, Any
 import typer
 
 from zhin_cli._cli import (
+    ConfigOption,
     DbOption,
     app,
+    check_options,
     database_or_discovered,
     handles_errors,
     print_json,
@@ -18,6 +20,7 @@ from zhin_cli._cli import (
 )
 from zhin_cli.core.terminaltext import terminal_safe
 from zhin_cli.tools.facts import prune_database, prune_summary, show_facts
+from zhin_cli.tools.trace import timezone_note
 
 facts_app = typer.Typer(help="Stored member and scene facts (ADR 0041 §6): show them, prune them to their bounds.",
                         no_args_is_help=True)
@@ -31,17 +34,23 @@ app.add_typer(facts_app, name="facts")
 def show_command(
     session: Annotated[str, typer.Argument(help="Session id or key.")],
     db: DbOption = None,
+    config: ConfigOption = None,
+    timezone: Annotated[str | None, typer.Option("--timezone", envvar="ZHIN_TIMEZONE", help="Time zone of the times shown (default: zhin.yaml's, the session's, the one its data names, TZ, UTC; the output says which).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout.")] = False,
 ) -> None:
-    """Show the stored scene facts, bot role and member rows of a session (read only); a database without stored facts (upstream's own) shows the roster its messages and member events tell."""
+    """Show the stored scene facts, bot role and member rows of a session (read only); a database without stored facts (upstream's own) shows the roster its messages and member events tell. Times are local, in the zone trace uses."""
+    from zhin_cli.pipeline.config import load_config
+
+    check_options(None, timezone)
     source = database_or_discovered(db)
-    data = show_facts(source, session)
+    loaded = load_config(config)  # zhin.yaml's timezone: only read, its plugins never run here
+    data = show_facts(source, session, timezone=timezone, configured=loaded.timezone)
     if as_json:
         from zhin_cli.core.timezones import with_iso_times
 
         print_json(with_iso_times(data))
         return
-    print_sources(None, source)
+    print_sources(loaded.path, source)
     for warning in data.get("warnings") or []:  # a row zhin cannot read is named, never misread
         typer.echo(f"zhin: warning: {terminal_safe(warning)}", err=True)
     console = stdout_console()
@@ -49,36 +58,40 @@ def show_command(
     if data["nothing"]:
         console.print(terminal_safe(data["nothing"]), markup=False)
         return
+    zone = data["timezone"]
+    console.print(terminal_safe(timezone_note(zone, data["timezone_source"])), markup=False)
     if "rebuilt" in data:
-        print_rebuilt(console, data["rebuilt"])
+        print_rebuilt(console, data["rebuilt"], zone)
         return
     scene = data["scene"] or {}
     for name in ("title", "owner_id", "admins", "member_count", "muted_all", "facts_updated_at"):
         if scene.get(name) is not None:
-            console.print(terminal_safe(f"{name}: {human_value(name, scene[name])}"), markup=False)
+            console.print(terminal_safe(f"{name}: {human_value(name, scene[name], zone)}"), markup=False)
     console.print(terminal_safe(f"bot_role: {data['bot_role'] or '-'}"), markup=False)
     columns = ("user_id", "platform_role", "card", "title", "muted_until", "updated_at")
-    print_records(console, list(columns), [[human_value(k, member[k]) for k in columns] for member in data["members"]])
+    print_records(console, list(columns),
+                  [[human_value(k, member[k], zone) for k in columns] for member in data["members"]])
 
 
 ROSTER_COLUMNS = ("user_id", "name", "platform_role", "roles", "joined_at", "joined_by", "left_at", "left_by",
                   "muted_until", "muted_by", "last_seen")
 
 
-def print_rebuilt(console: Any, rebuilt: dict[str, Any]) -> None:
+def print_rebuilt(console: Any, rebuilt: dict[str, Any], zone: str) -> None:
     """The roster a database without stored facts tells (upstream's own), saying where it comes from."""
     console.print(f"no stored facts: rebuilt from {rebuilt['from']} (names and roles as the messages carry them; "
-                  "joins, leaves, role changes and mutes from the member events; times UTC)", markup=False)
+                  "joins, leaves, role changes and mutes from the member events)", markup=False)
     for change in rebuilt["global_mute"]:
         state = "on" if change["on"] else "off"
-        console.print(terminal_safe(f"whole-group mute {state} at {human_value('at', change['at'])} by {change['by'] or '?'}"),
-                      markup=False)
+        at = human_value("at", change["at"], zone)
+        console.print(terminal_safe(f"whole-group mute {state} at {at} by {change['by'] or '?'}"), markup=False)
     print_records(console, list(ROSTER_COLUMNS),
-                  [[human_value(k, member[k]) for k in ROSTER_COLUMNS] for member in rebuilt["members"]])
+                  [[human_value(k, member[k], zone) for k in ROSTER_COLUMNS] for member in rebuilt["members"]])
 
 
-def human_value(name: str, value: Any) -> str:
-    """A stored fact as people read it: lists joined, yes/no, ms epochs (``*_at``, ``*_until``) as UTC times."""
+def human_value(name: str, value: Any, zone: str = "UTC") -> str:
+    """A stored fact as people read it: lists joined, yes/no, ms epochs (``*_at``, ``*_until``) as ``zone``'s
+    local times, the zone named."""
     if value is None:
         return ""
     if isinstance(value, bool):
@@ -90,7 +103,7 @@ def human_value(name: str, value: Any) -> str:
     if isinstance(value, int) and name.endswith(("_at", "_until", "_seen")) or name == "at":
         from zhin_cli.core.timezones import human_ms
 
-        return human_ms(value)
+        return human_ms(value, zone=zone)
     return str(value)
 
 

@@ -38,10 +38,18 @@ def choose_timezone(option: str | None, configured: str | None, session_zone: st
         return configured, "zhin.yaml"
     if session_zone:
         return session_zone, "data" if session_source == "data" else "session"
-    zone = (environ_tz or "").strip()
-    if zone and valid_timezone(zone):
+    zone = environ_zone(environ_tz)
+    if zone is not None:
         return zone, "TZ"
     return "UTC", "default"
+
+
+def environ_zone(environ_tz: str | None) -> str | None:
+    """The IANA zone a ``TZ`` value names, else None. POSIX lets ``TZ`` start with ``:`` ("implementation-defined":
+    glibc reads the rest as a zone file name), so ``:Asia/Shanghai`` is ``Asia/Shanghai``; a path
+    (``:/etc/localtime``) or a POSIX rule (``JST-9``) names no IANA zone."""
+    zone = (environ_tz or "").strip().removeprefix(":")
+    return zone if zone and valid_timezone(zone) else None
 
 
 def iso_ms(value: int | None) -> str | None:
@@ -54,14 +62,17 @@ def iso_ms(value: int | None) -> str | None:
         return None
 
 
-def human_ms(value: int, *, seconds: bool = False) -> str:
+def human_ms(value: int, *, seconds: bool = False, zone: str | None = None) -> str:
     """A ms epoch for people: ``2025-10-30 14:02 UTC`` (``seconds``: ``2025-10-30 14:02:10``, a table column's UTC);
-    a value no calendar holds is said in words, never an OverflowError."""
+    ``zone`` (an IANA name): that zone's local time, named (``2026-10-17 12:13 Asia/Tokyo``). A value no calendar
+    holds is said in words, never an OverflowError."""
     try:
-        moment = datetime.fromtimestamp(value / 1000, UTC)
+        moment = datetime.fromtimestamp(value / 1000, UTC if zone in (None, "UTC") else ZoneInfo(str(zone)))
     except (OverflowError, OSError, ValueError):
         return "the beginning of time" if value < 0 else "the end of time"
-    return moment.strftime("%Y-%m-%d %H:%M:%S") if seconds else moment.strftime("%Y-%m-%d %H:%M UTC")
+    if seconds:
+        return moment.strftime("%Y-%m-%d %H:%M:%S")
+    return moment.strftime(f"%Y-%m-%d %H:%M {zone or 'UTC'}")
 
 
 def _is_time_key(key: str) -> bool:

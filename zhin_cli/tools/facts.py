@@ -6,12 +6,14 @@ the L2 store of :mod:`zhin_cli.store.facts`.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Connection, select, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from zhin_cli.core.errors import SessionNotFound, ZhinError
+from zhin_cli.core.timezones import choose_timezone, valid_timezone
 from zhin_cli.store import schema
 from zhin_cli.store.database import SessionDatabase, db_error, parse_db, writable_engine
 from zhin_cli.store.facts import FactsStore, PruneReport, prune, rebuild_facts, system_clock
@@ -20,11 +22,13 @@ from zhin_cli.store.payload import short
 FACTS_TABLES = ("ai_session_profiles", "ai_scene_members")
 
 
-def show_facts(db: str, session: str) -> dict[str, Any]:
+def show_facts(db: str, session: str, *, timezone: str | None = None, configured: str | None = None) -> dict[str, Any]:
     """``zhin facts show``: the stored scene facts, bot role and member rows of a session (epoch id or key),
     read in one read-only snapshot (a bot committing meanwhile is seen wholly or not at all). A database without
     stored member facts (upstream's own: it has no facts tables) gets its roster rebuilt from the rows that tell
-    it (``rebuilt``); ``nothing`` says why there is nothing to show."""
+    it (``rebuilt``); ``nothing`` says why there is nothing to show. ``timezone`` (the zone its times are shown
+    in, and ``timezone_source``) is chosen as trace chooses it: ``timezone`` (--timezone), ``configured``
+    (zhin.yaml), the key's stored zone, the zone its data names (upstream's ``[Turn context]``), ``TZ``, UTC."""
     with SessionDatabase(parse_db(db)) as database, database.snapshot() as conn:
         s = schema.agent_sessions
         key = conn.execute(select(s.c.session_key).where(s.c.session_id == session)).scalar()
@@ -40,9 +44,13 @@ def show_facts(db: str, session: str) -> dict[str, Any]:
         # Rebuilt only where nothing is stored for the key (upstream's own database): an imported epoch with a
         # scene line but no member lines keeps its stored scene facts.
         rebuilt = None if stored else rebuild_facts(conn, key, set(database.tables), database.ref.label)
+        zone, source = choose_timezone(timezone, configured, *_session_zone(conn, key, session, set(database.tables)),
+                                       os.environ.get("TZ"))
     data: dict[str, Any] = {
         "version": 1,
         "session_key": key,
+        "timezone": zone,
+        "timezone_source": source,
         "scene": None if scene is None else {**scene.__dict__, "admins": None if scene.admins is None else list(scene.admins)},
         "bot_role": bot_role,
         "members": [{"user_id": user_id, **facts.__dict__} for user_id, facts in members.items()],
@@ -56,6 +64,30 @@ def show_facts(db: str, session: str) -> dict[str, Any]:
         data["warnings"] = rebuilt.warnings
     data["nothing"] = nothing_reason(data, database.tables)
     return data
+
+
+# The newest of a key's (or one session's) turn rows naming upstream's [Turn context] zone: the data's zone.
+_SQL_KEY_TURN_CONTEXT = ("SELECT m.payload FROM agent_messages m JOIN agent_sessions s ON s.session_id = m.session_id"
+                         " WHERE s.session_key = :key AND (:sid IS NULL OR m.session_id = :sid) AND m.role = 'user'"
+                         " AND m.payload LIKE '%[Turn context]%' ORDER BY m.id DESC LIMIT 1")
+
+
+def _session_zone(conn: Connection, key: str, session: str, tables: set[str]) -> tuple[str | None, str | None]:
+    """The zone stored for ``key`` (zhin's profile row: ``session``) or else the one its data names (``data``), as
+    a session load reads them (store/database.py); ``session`` given as an epoch id narrows the data to it."""
+    from zhin_cli.store.events import turn_context_zone
+
+    if "ai_session_profiles" in tables:
+        row = conn.execute(text("SELECT * FROM ai_session_profiles WHERE session_key = :key"), {"key": key}).first()
+        stored = row._mapping.get("timezone") if row is not None else None
+        if isinstance(stored, str) and valid_timezone(stored):  # a bad one is the load's error (trace names it)
+            return stored, "session"
+    if "conversation_events" not in tables:  # only upstream's own database names its zone in [Turn context]
+        return None, None
+    sid = None if session == key else session
+    payload = conn.execute(text(_SQL_KEY_TURN_CONTEXT), {"key": key, "sid": sid}).scalar()
+    zone = turn_context_zone(payload) if payload is not None else None
+    return zone, "data" if zone else None
 
 
 def nothing_reason(data: dict[str, Any], tables: set[str] | list[str]) -> str | None:
