@@ -192,7 +192,8 @@ def test_the_text_report_shows_the_real_column_the_excerpts_and_the_shared_prefi
     assert result.returncode == 1
     out = result.stdout
     assert "capture common cached  real" in out
-    assert "✗ tools_changed in tools (turn 3): turn 2→3" in out and "(+weather)" in out
+    assert "✗ tools_changed in tools (capture 3): capture 2→3" in out and "(+weather)" in out
+    assert "(turn" not in out and ": turn " not in out  # captures are called captures, as in the rows (finding 4)
     assert "✗ 10 × messages_changed" in out and "✗ 2 × messages_changed" in out
     assert "capture 8, the first of captures#8: cached 1,792 of 2,155 (real 1,792)" in out
     assert "capture 16, the first of captures#16: cached 1,792 of 2,064 (real 1,792)" in out

@@ -41,3 +41,33 @@ def test_report_html_draws_each_conversation_with_prefix_diffs_figures(zhin: Any
         assert not seen.problems()
         text = view.inner_text("#s0-t5")
         assert "messages changed" in text and "sender:id=" in text
+
+
+def test_captured_requests_are_not_validated_and_called_captures(zhin: Any, tmp_path: Path) -> None:
+    """Review finding 4 (issue 29): no validator ran on a captured body — the page says "not validated", never
+    "accepted" — and a captured request is "capture N" in its section title, its diff captions and its bar's tooltip."""
+    assert SHARED_CAPTURES.is_dir(), f"the shared reference is missing: {SHARED_CAPTURES}"
+    shutil.copytree(SHARED_CAPTURES, tmp_path / "captures")
+    assert zhin("report", "html", "captures", "-o", "page.html").returncode == 0
+    page = (tmp_path / "page.html").read_text(encoding="utf-8")
+    titles = re.findall(r'<h3><a href="#s\d+-t\d+">(\w+) \d+</a>', page)
+    assert len(titles) == 27 and set(titles) == {"capture"}
+    assert ">accepted<" not in page and page.count("not validated (the bot&#x27;s own request, as sent)") == 27
+    assert "headers: 0 full" not in page  # zhin's header counts mean nothing for a foreign body
+    with chromium() as browser, visit(browser, tmp_path / "page.html", fragment="#s0-t3") as (view, seen):
+        view.wait_for_selector("#s0-t3 details", timeout=30_000)
+        assert not seen.problems()
+        text = view.inner_text("#s0-t3")
+        assert "capture 2 · chunk" in text and "capture 3 · chunk" in text and "turn 2" not in text
+        view.hover("#s0 a.bar[data-turn='5']")
+        assert view.get_attribute("#s0 a.bar[data-turn='5']", "title").startswith("capture 5: ")
+
+
+def test_a_sessions_page_still_says_turn_and_accepted(zhin: Any, tmp_path: Path, fixtures_dir: Path) -> None:
+    """Negative control: zhin's own sessions keep "turn N" and the validator's "accepted"."""
+    session = fixtures_dir / "private-chat.jsonl"
+    made = zhin("report", "html", str(session), "-o", "page.html", "--no-economy")
+    assert made.returncode == 0, made.stderr
+    page = (tmp_path / "page.html").read_text(encoding="utf-8")
+    assert re.search(r'<h3><a href="#s0-t\d+">turn \d+</a>', page) and ">accepted<" in page
+    assert 'data-unit="turn"' in page and "not validated" not in page

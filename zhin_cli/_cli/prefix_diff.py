@@ -244,30 +244,31 @@ def _excerpts(console: Console, first: PairDiff | dict[str, Any], indent: str = 
                       soft_wrap=True)
 
 
-def _turns(group: PairGroup) -> str:
+def _turns(group: PairGroup, unit: str = "turn") -> str:
     turns = group.turns
-    return f"turn{'s' if len(turns) > 1 else ''} {turn_ranges(turns)}"
+    return f"{unit}{'s' if len(turns) > 1 else ''} {turn_ranges(turns)}"
 
 
-def _print_breaks(console: Console, pairs: list[PairDiff]) -> None:
-    """Each distinct unexpected break once: ``15 × system_changed in core.clock (turns 3–17; first shown)``."""
+def _print_breaks(console: Console, pairs: list[PairDiff], unit: str = "turn") -> None:
+    """Each distinct unexpected break once: ``15 × system_changed in core.clock (turns 3–17; first shown)``
+    (``unit``: ``capture`` for captured bodies, whose numbers are capture numbers)."""
     for group in group_breaks(pairs):
         first = group.first
         count = f"{len(group.pairs)} × " if len(group.pairs) > 1 else ""
         where = f" in {first.segment}" if first.segment else ""
         shown = "; first shown" if len(group.pairs) > 1 else ""
         detail = f" ({first.detail})" if first.detail else ""
-        say(console, f"[red]✗ {count}{first.cause}{markup_safe(where)}[/] ({_turns(group)}{shown}): turn "
+        say(console, f"[red]✗ {count}{first.cause}{markup_safe(where)}[/] ({_turns(group, unit)}{shown}): {unit} "
                       f"{first.from_turn}→{first.to_turn} differs at byte {first.common_prefix_bytes:,}{markup_safe(detail)}")
         _excerpts(console, first)
 
 
-def _print_uncached(console: Console, pairs: list[PairDiff]) -> None:
+def _print_uncached(console: Console, pairs: list[PairDiff], unit: str = "turn") -> None:
     """Why a shared prefix cached nothing, once per reason."""
     for group in group_uncached(pairs):
         count = f"{len(group.pairs)} × " if len(group.pairs) > 1 else ""
         shown = "; first shown" if len(group.pairs) > 1 else ""
-        say(console, f"[yellow]0 cached:[/] {count}a prefix is shared but nothing is cached ({_turns(group)}{shown}): "
+        say(console, f"[yellow]0 cached:[/] {count}a prefix is shared but nothing is cached ({_turns(group, unit)}{shown}): "
                       f"{markup_safe(group.first.uncached_reason)}")
 
 
@@ -281,8 +282,9 @@ def _print_session(console: Console, session: SessionDiff, fail_on: list[str]) -
 
         say(console, markup_safe(layout_note(session.layout)))
     _print_rows(console, session.pairs, fail_on, captured=session.captured)
-    _print_breaks(console, session.unexpected(fail_on))
-    _print_uncached(console, session.pairs)
+    unit = "capture" if session.captured else "turn"
+    _print_breaks(console, session.unexpected(fail_on), unit)
+    _print_uncached(console, session.pairs, unit)
     for hint in session.hints.values():
         if hint.kind == "tail_limit":
             say(console, f"[yellow]hint:[/] the window's tail limit moved the history on consecutive turns "

@@ -166,6 +166,7 @@ class SessionPage:
     groups: list[str]
     economy: dict[str, Any] | None = None
     economy_note: str = ""
+    unit: str = "turn"  # what a request is called: ``capture`` for captured bodies (their numbers are capture numbers)
 
     def causes(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -338,6 +339,8 @@ def session_page(job: ReportJob, progress: Callable[[int, int], None] | None = N
 
 
 CAPTURED_STATE = "captured"  # what a captured request's "state" line says: the bot's own body, no zhin segments
+# no validator ran on a captured body (the bot's own request, as sent): the page says so, never "accepted"
+NOT_VALIDATED: dict[str, Any] = {"ok": None, "warnings": []}
 
 
 def _region_segments(request: BodyRequest, serialized: Serialized) -> list[dict[str, Any]]:
@@ -362,7 +365,7 @@ class _CaptureCollector(_Collector):
         view = TurnView(
             turn=request.turn, prompt_tokens=serialized.prompt_tokens, cached_tokens=cached,
             segments=_region_segments(request, serialized), state_rendering=CAPTURED_STATE, full_headers=0, short_headers=0,
-            breakpoints=[], verdict={"ok": True, "warnings": []}, warnings=[], window={}, chunks=chunks, groups=groups,
+            breakpoints=[], verdict=NOT_VALIDATED, warnings=[], window={}, chunks=chunks, groups=groups,
             tail_position=None, tail_text=None)
         if pair is not None:
             view.cause, view.detail = pair.cause, pair.detail
@@ -392,7 +395,8 @@ def capture_pages(path: Path, *, provider: str | None = None, prices: PriceTable
             collector.add_body(request, request.serialize(), pairs.get((session.session_id, body.number)), cached[body.number])
         pages.append(SessionPage(session.session_id, captures.source, session.provider, session.model,
                                  len(collector.turns), None, collector.turns, collector.store, collector.groups(),
-                                 None, "not computed for captured bodies (the bot's own requests: see report economy)"))
+                                 None, "not computed for captured bodies (the bot's own requests: see report economy)",
+                                 unit="capture"))
     return pages
 
 
@@ -520,10 +524,19 @@ def _segments(turn: TurnView, kinds: dict[str, int]) -> str:
     return f'<div class="segbar">{"".join(spans)}</div>'
 
 
-def _section(index: int, turn: TurnView, kinds: dict[str, int]) -> str:
+def _verdict(turn: TurnView) -> tuple[str, str]:
+    """The validator's word on a request and its class: accepted, rejected, or not validated (a captured body)."""
+    ok = turn.verdict.get("ok")
+    if ok is None:
+        return "not validated (the bot's own request, as sent)", "meta"
+    return ("accepted", "ok") if ok else (f"rejected ({turn.verdict.get('status')})", "bad")
+
+
+def _section(index: int, turn: TurnView, kinds: dict[str, int], unit: str = "turn") -> str:
     """A turn's section: its figures and segment bar. Its wire messages and diff are drawn by the page's script
     when the turn is opened (its title or chart bar is clicked): 2,000 sections carry no hidden content."""
-    verdict = "accepted" if turn.verdict.get("ok") else f"rejected ({turn.verdict.get('status')})"
+    verdict, verdict_class = _verdict(turn)
+    headers = "" if unit == "capture" else f"headers: {turn.full_headers} full, {turn.short_headers} short · "
     uncached = f' <span class="why">({_e(turn.uncached_reason)})</span>' if turn.uncached_reason else ""
     notes = [*turn.warnings, *turn.verdict.get("warnings", [])]  # the assembler's and the validator's
     warnings = "".join(f'<p class="warn">warning: {_e(note)}</p>' for note in notes)
@@ -534,10 +547,10 @@ def _section(index: int, turn: TurnView, kinds: dict[str, int]) -> str:
                  f'{f": {_e(turn.detail)}" if turn.detail else ""}</span>')
     return (f'<section class="turn{" bad" if turn.unexpected else ""}" id="s{index}-t{turn.turn}" data-turn="{turn.turn}" '
             f'data-prompt-tokens="{turn.prompt_tokens}" data-cached-tokens="{turn.cached_tokens}">'
-            f'<h3><a href="#s{index}-t{turn.turn}">turn {turn.turn}</a> {_n(turn.prompt_tokens)} prompt tokens · '
+            f'<h3><a href="#s{index}-t{turn.turn}">{unit} {turn.turn}</a> {_n(turn.prompt_tokens)} prompt tokens · '
             f'{_n(turn.cached_tokens)} cached{uncached} · {_n(turn.new_tokens)} new{cause}</h3>'
-            f'<p>state: {_e(turn.state_rendering)} · headers: {turn.full_headers} full, {turn.short_headers} short · '
-            f'{len(turn.chunks)} wire chunks · <span class="{"ok" if turn.verdict.get("ok") else "bad"}">{verdict}</span></p>'
+            f'<p>state: {_e(turn.state_rendering)} · {headers}'
+            f'{len(turn.chunks)} wire chunks · <span class="{verdict_class}">{_e(verdict)}</span></p>'
             f'{warnings}{_segments(turn, kinds)}</section>')
 
 
@@ -665,9 +678,10 @@ def _session(index: int, page: SessionPage, kinds: dict[str, int]) -> str:
     unexpected = sum(1 for t in page.turns if t.unexpected)
     greeting = (f'<p class="meta">Turn {page.greeting_turn} is the greeting: no request was made for it, so it has '
                 f'no section.</p>') if page.greeting_turn is not None else ""
-    sections = "".join(_section(index, turn, kinds) for turn in page.turns)
+    sections = "".join(_section(index, turn, kinds, page.unit) for turn in page.turns)
     wide = " wide" if len(page.turns) > 150 else ""
-    return (f'<article class="session" id="s{index}" data-session="{_e(page.session_id)}" data-index="{index}">'
+    return (f'<article class="session" id="s{index}" data-session="{_e(page.session_id)}" data-index="{index}" '
+            f'data-unit="{_e(page.unit)}">'
             f'<h2>{_e(page.session_id)}</h2>'
             f'<p class="meta">{_e(redact_text(page.source))} · {_e(page.provider)} · {_e(page.model)} · {len(page.turns)} requests · '
             f'cached share {_pct(page.cached_share())} · {_e(causes) or "no pairs"} · '

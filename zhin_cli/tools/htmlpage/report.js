@@ -192,11 +192,18 @@
     return div;
   }
 
+  // what a request is called: "capture" on a captured bot's page (its numbers are capture numbers), else "turn"
+  function unitOf(s) {
+    var article = document.getElementById("s" + s);
+    return (article && article.dataset.unit) || "turn";
+  }
+
   function drawDiff(box, s, turnNumber) {
     var view = turnsOf(s);
     var entry = view.byTurn[turnNumber];
     var previousTurn = view.order[view.order.indexOf(turnNumber) - 1];
     var before = view.byTurn[previousTurn];
+    var unit = unitOf(s) + " ";
     var t = entry.turn;
     var chunks = view.session.chunks, groups = view.session.groups;
     var div = t.div || {pos: 0, char: 0, between: true};
@@ -208,10 +215,10 @@
       return side + " · chunk " + position + " · " + chunk[0] + " · " + (groups[gs[position]] || "");
     }
     if (div.pos < before.chunks.length) {
-      box.appendChild(chunkBlock("removed", caption("turn " + previousTurn, before.chunks, before.groups, div.pos), chunks[before.chunks[div.pos]][1], div.between ? 0 : div.char));
+      box.appendChild(chunkBlock("removed", caption(unit + previousTurn, before.chunks, before.groups, div.pos), chunks[before.chunks[div.pos]][1], div.between ? 0 : div.char));
     }
     if (div.pos < entry.chunks.length) {
-      box.appendChild(chunkBlock("added", caption("turn " + turnNumber, entry.chunks, entry.groups, div.pos), chunks[entry.chunks[div.pos]][1], div.between ? 0 : div.char));
+      box.appendChild(chunkBlock("added", caption(unit + turnNumber, entry.chunks, entry.groups, div.pos), chunks[entry.chunks[div.pos]][1], div.between ? 0 : div.char));
     }
     if (div.pos >= before.chunks.length && div.pos >= entry.chunks.length) {
       box.appendChild(el("p", "meta", "the two requests' chunks are equal; they differ after the last chunk"));
@@ -223,11 +230,11 @@
     entry.chunks.slice(div.pos + 1).forEach(function (id, i) {
       var position = div.pos + 1 + i;
       if (old[id] > 0) { old[id] -= 1; same += 1; return; }
-      box.appendChild(chunkBlock("added", "+ " + caption("turn " + turnNumber, entry.chunks, entry.groups, position), chunks[id][1]));
+      box.appendChild(chunkBlock("added", "+ " + caption(unit + turnNumber, entry.chunks, entry.groups, position), chunks[id][1]));
     });
     before.chunks.slice(div.pos + 1).forEach(function (id, i) {
       if (now[id] > 0) { now[id] -= 1; return; }
-      box.appendChild(chunkBlock("removed", "− " + caption("turn " + previousTurn, before.chunks, before.groups, div.pos + 1 + i), chunks[id][1]));
+      box.appendChild(chunkBlock("removed", "− " + caption(unit + previousTurn, before.chunks, before.groups, div.pos + 1 + i), chunks[id][1]));
     });
     if (same) box.appendChild(el("p", "meta", same + " later chunk(s) unchanged"));
   }
@@ -240,7 +247,7 @@
     var s = Number(section.closest("article[data-index]").dataset.index), turn = Number(section.dataset.turn);
     var view = turnsOf(s);
     var views = [["messages", "wire messages", drawMessages]];
-    if (view.order.indexOf(turn) > 0) views.push(["diff", "diff against turn " + view.order[view.order.indexOf(turn) - 1], drawDiff]);
+    if (view.order.indexOf(turn) > 0) views.push(["diff", "diff against " + unitOf(s) + " " + view.order[view.order.indexOf(turn) - 1], drawDiff]);
     views.forEach(function (v) {
       var details = el("details");
       details.dataset.view = v[0];
@@ -275,7 +282,7 @@
     var d = node.dataset;
     if (node.classList.contains("bar")) {
       var prompt = Number(d.promptTokens), cached = Number(d.cachedTokens);
-      node.title = "turn " + d.turn + ": " + number(prompt) + " prompt tokens, " + number(cached) + " cached, " +
+      node.title = unitOf(node.closest("article[data-index]").dataset.index) + " " + d.turn + ": " + number(prompt) + " prompt tokens, " + number(cached) + " cached, " +
         number(prompt - cached) + " new" + (d.cause ? " · " + d.cause.replace(/_/g, " ") : "") +
         (d.marker === "unexpected" ? " (unexpected break)" : d.marker === "compaction" ? " (compaction)" : "");
     } else {
