@@ -169,7 +169,9 @@ def prepare(preset: Path, chat: SillyTavernChat, *, card: Card | None = None, me
         # the greeting is the chat's own first message already (ST writes first_mes into the chat file)
         options.update({k: v for k, v in card.card_options().items() if k != "greeting"})
     lores = [] if lore is None else [lore] if isinstance(lore, Lore) else list(lore)
-    world, notes = world_info(chat, card, lores, world_settings or worldinfo.Settings())
+    # in a group, the other members' books are theirs: never the first card's (``card``) request's
+    world, notes = world_info(chat, card, lores, world_settings or worldinfo.Settings(),
+                              members if chat.group is not None else ())
     assembler = _assembler(preset, options, world, post_processing, provider, model)
     variables = _used_variables(assembler.preset)
     saved = [name for name in variables if name in chat.variables]
@@ -177,20 +179,26 @@ def prepare(preset: Path, chat: SillyTavernChat, *, card: Card | None = None, me
         notes.append(f"the chat saved {len(saved)} of the chat variables the preset uses: their states per turn "
                      f"are not tried (at most {MAX_SAVED_STATES.bit_length() - 1})")
     names = (options["user"] or "User", card.name if card is not None else chat.character_name)
+    known = list(_known_texts(world, *names))
     speaking: list[tuple[str, Assembler, Assembler | None]] = []
     if chat.group is not None:
         cards = _member_cards(chat.group, [c for c in (card, *members) if c is not None])
         group = GroupOptions(chat.group.names)
         for name in chat.group.speaking:
             fields = group_card(chat.group, cards, name, options["user"] or "User")
-            member = _assembler(preset, {**options, **fields}, world, post_processing, provider, model, group)
+            # ST scans the speaking member's book (its card's), not the first card's
+            own, member_notes = world_info(chat, cards[name], lores, world_settings or worldinfo.Settings(),
+                                           [c for other, c in cards.items() if other != name])
+            notes += [note for note in member_notes if note not in notes]
+            known += [text for text in _known_texts(own, names[0], name) if text not in known]
+            member = _assembler(preset, {**options, **fields}, own, post_processing, provider, model, group)
             speaking.append((name, member, _probe(member, variables)))
         notes.append(f"group chat {chat.group.name!r}: {GENERATION_MODES[chat.group.generation_mode]} cards, "
                      f"replies checked for {', '.join(chat.group.speaking)}")
         if chat.group.activation_strategy != 1:
             notes.append("the group's reply order is not List: each reply is checked as its member's request, "
                          "whoever ST chose")
-    return CheckSetup(chat, card, assembler, variables, _probe(assembler, variables), _known_texts(world, *names),
+    return CheckSetup(chat, card, assembler, variables, _probe(assembler, variables), tuple(known),
                       tuple(notes), tuple(speaking))
 
 
@@ -259,21 +267,39 @@ def _book_name(name: str) -> str:
     return name.replace("_", " ").strip().casefold()
 
 
-def world_info(chat: SillyTavernChat, card: Card | None, lores: list[Lore],
-               settings: worldinfo.Settings) -> tuple[worldinfo.WorldInfo, list[str]]:
+def _stands_for(lores: list[Lore], named: list[str | None]) -> list[str | None]:
+    """For each ``--lore`` book, the (compared) name of the book it stands for among ``named`` (the chat's book,
+    the cards' books), None for a global one. One file named as none of them stands for the one named book, when
+    exactly one is named (the documented rule: with one ``--lore`` file, that file is taken to be it)."""
+    wanted = {_book_name(name) for name in named if name}
+    out = [_book_name(lore.name) if _book_name(lore.name) in wanted else None for lore in lores]
+    if len(lores) == 1 and out[0] is None and len(wanted) == 1:
+        return [next(iter(wanted))]
+    return out
+
+
+def world_info(chat: SillyTavernChat, card: Card | None, lores: list[Lore], settings: worldinfo.Settings,
+               others: Sequence[Card] = ()) -> tuple[worldinfo.WorldInfo, list[str]]:
     """The books ST scans for this chat, each with its role (ST orders them by it): a ``--lore`` book named as the
     chat's book (``chat_metadata.world_info``) is the chat's, one named as the card's (``extensions.world``) the
     character's, any other a global one; the card's embedded ``character_book`` is the character's book when no
-    file stands for it. Names compare as ST's file names, ``_`` and spaces alike, case-insensitively. And one
-    note for each book the chat or card names that is not given, and each feature that is not simulated."""
+    file stands for it. Names compare as ST's file names, ``_`` and spaces alike, case-insensitively; a single
+    ``--lore`` file named as no book stands for the one book the chat or the cards name (if exactly one is named).
+    In a group chat ``card`` is the speaking member's and ``others`` the other members' cards: ST reads only the
+    speaker's book, so a book that stands for another member's is left out. And one note for each book the chat
+    or card names that is not given, and each feature that is not simulated."""
     notes: list[str] = []
     chat_book = chat.metadata.get("world_info")
     chat_book = chat_book if isinstance(chat_book, str) and chat_book else None
     card_book = card.world if card is not None else None
+    stands_for = _stands_for(lores, [chat_book, card_book, *(other.world for other in others)])
     books: list[worldinfo.Book] = []
-    for lore in lores:
-        source = "chat" if chat_book is not None and _book_name(lore.name) == _book_name(chat_book) else \
-            "character" if card_book is not None and _book_name(lore.name) == _book_name(card_book) else "global"
+    for lore, named in zip(lores, stands_for, strict=True):
+        source = "chat" if named is not None and named == _book_name(chat_book or "") else \
+            "character" if named is not None and named == _book_name(card_book or "") else \
+            "global" if named is None else None
+        if source is None:
+            continue  # another group member's book: ST scans it only for that member's requests
         books.append(worldinfo.Book(lore.name, source, tuple(worldinfo.entry_from_st(key, raw, lore.name)
                                                              for key, raw in lore.entries)))
     sources = {book.source for book in books}
@@ -281,9 +307,9 @@ def world_info(chat: SillyTavernChat, card: Card | None, lores: list[Lore],
         name = card_book or card.name
         books.append(worldinfo.Book(name, "character", worldinfo.entries_from_character_book(card.character_book, name)))
         sources.add("character")
-    if card_book is not None and "character" not in sources and len(lores) != 1:
+    if card_book is not None and "character" not in sources:
         notes.append(f"the card links World Info book {card_book!r} (extensions.world): give it with --lore")
-    if chat_book is not None and "chat" not in sources and len(lores) != 1:
+    if chat_book is not None and "chat" not in sources:
         notes.append(f"the chat is bound to World Info book {chat_book!r} (chat_metadata.world_info): give it with --lore")
     for book in books:
         for entry in book.entries:
