@@ -70,4 +70,4 @@ def test_a_sessions_page_still_says_turn_and_accepted(zhin: Any, tmp_path: Path,
     assert made.returncode == 0, made.stderr
     page = (tmp_path / "page.html").read_text(encoding="utf-8")
     assert re.search(r'<h3><a href="#s0-t\d+">turn \d+</a>', page) and ">accepted<" in page
-    assert 'data-unit="turn"' in page and "not validated" not in page
+    assert "not validated" not in page and "capture 1<" not in page
