@@ -263,3 +263,12 @@ def test_capture_bill_totals_have_no_adr_side_and_no_compared_count(zhin: Any, t
     side = CacheOutcome(100, 50, 0, {})
     both = SessionBill([BillRow(1, 1, "openai", "gpt-4.1-mini", None, side, None, side, None, "openai")]).as_dict()
     assert both["totals"]["requests_compared"] == 1 and both["totals"]["adr"]["prompt"] == 100
+
+
+def test_a_bill_mixing_full_and_prompt_only_usage_names_each(zhin: Any, tmp_path: Path) -> None:
+    full = {"prompt_tokens": 2000, "prompt_tokens_details": {"cached_tokens": 1024}}
+    with_exchanges(write_folder(tmp_path / "caps", chat(3)), [full, LLAMA_USAGE, full])
+    out = " ".join(zhin("report", "economy", "caps").stdout.split())
+    assert "31 prompt tokens; its recorded usage does not report cached tokens" in out
+    assert "1 request(s) without both prompt and cached tokens recorded are left out of the total" in out
+    assert "2 req." in out and "4,000 prompt, 2,048 cached" in out  # control: the two full ones are billed

@@ -222,7 +222,7 @@ def _print_bill(console: Console, bill: SessionBill) -> None:
     table.add_row("total", f"{counted} req.", _total_cell(paid), *(() if alone else (_total_cell(adr),)))
     console.print(table)
     if left_out := len(bill.rows) - counted:
-        console.print(f"{left_out} request(s) without usage are left out of the total" if alone else
+        console.print(f"{left_out} request(s) without both prompt and cached tokens recorded are left out of the total" if alone else
                       f"{left_out} request(s) without both figures are left out of both totals")
     console.print(markup_safe(f"{ADR_LABEL}: none — {bill.no_adr}" if alone else f"caveat: {BILL_CAVEAT}"))
 
