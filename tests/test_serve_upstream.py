@@ -181,7 +181,8 @@ def test_a_body_reaches_the_upstream_byte_for_byte_and_its_usage_is_recorded(tmp
     assert record["usage"] == answer["usage"] and record["response"] == answer  # the provider's own usage, as sent
     assert record["status"] == 200 and record["stream"] is False and record["upstream"] == origin(upstream_url)
     assert isinstance(record["elapsed_ms"], int) and record["elapsed_ms"] >= 0
-    assert set(record) == {"version", "upstream", "status", "stream", "usage", "response", "elapsed_ms"} and record["version"] == 1
+    assert set(record) == {"version", "upstream", "model", "path", "status", "stream", "usage", "response", "elapsed_ms"}
+    assert record["version"] == 1 and record["model"] == "gpt-4o" and record["path"] == "/v1/chat/completions"
     assert lines == [f"POST /v1/chat/completions 200 upstream gpt-4o prompt={answer['usage']['prompt_tokens']} read=0 written=-"]
 
 
@@ -354,11 +355,11 @@ def test_a_stopped_upstream_is_a_502_quickly_and_a_running_one_is_not(tmp_path: 
         assert h.post(url + "/chat/completions", content=body, headers={"Content-Type": "application/json"}).status_code == 200
 
 
-def test_a_silent_upstream_is_a_504_after_the_read_timeout(tmp_path: Path) -> None:
+def test_a_silent_upstream_is_a_504_at_the_deadline(tmp_path: Path) -> None:
     def silent(handler: BaseHTTPRequestHandler, body: bytes) -> None:
         time.sleep(5)
 
-    with Scripted(silent) as upstream, recorder(tmp_path, upstream.url, upstream_read_timeout=0.5) as (url, folder, _), \
+    with Scripted(silent) as upstream, recorder(tmp_path, upstream.url, upstream_deadline=0.5) as (url, folder, _), \
             http() as h:
         started = time.monotonic()
         answer = h.post(url + "/chat/completions", content=b'{"model":"m"}', headers={"Content-Type": "application/json"})
@@ -427,8 +428,9 @@ def test_the_conformance_mode_writes_the_same_exchange_record_with_its_simulated
     assert chunks[-1].usage is not None and second["usage"] == chunks[-1].usage.to_dict() and second["stream"] is True
     assert second["response"]["choices"][0]["message"]["content"] == plain.choices[0].message.content
     assert third["status"] == 400 and third["usage"] is None and "error" in third["response"]
-    assert set(first) == set(second) == set(third) == {"version", "upstream", "status", "stream", "usage", "response",
-                                                       "elapsed_ms"}
+    assert set(first) == set(second) == set(third) == {"version", "upstream", "model", "path", "status", "stream",
+                                                       "usage", "response", "elapsed_ms"}
+    assert first["model"] == "gpt-4o" and first["path"] == "/v1/chat/completions"
 
 
 # --- the command line -------------------------------------------------------------------------------------------------

@@ -11,7 +11,8 @@ import typer
 from zhin_cli._cli import app, handles_errors
 from zhin_cli.core.redact import mask_url
 from zhin_cli.core.terminaltext import terminal_safe
-from zhin_cli.tools.serve import ENDPOINTS, serve
+from zhin_cli.tools.serve import ENDPOINTS, REQUEST_DEADLINE, serve
+from zhin_cli.tools.serve_upstream import READ_TIMEOUT
 
 
 def _stderr_line(text: str) -> None:
@@ -27,12 +28,13 @@ def serve_command(
     provider: Annotated[str, typer.Option("--provider", "-p", envvar="ZHIN_PROVIDER", help="Provider profile for POST /v1/chat/completions (openai, deepseek, …).")] = "openai",
     capture: Annotated[Path | None, typer.Option("--capture", help="Write every request body, as received, to DIR/NNNNN-<route>.json (for `zhin request-diff`), and what it got (status, usage, answer) to DIR/NNNNN-<route>.exchange.json.")] = None,
     upstream: Annotated[str | None, typer.Option("--upstream", metavar="URL", help="Record, do not answer: forward every request to URL + its path (e.g. https://api.openai.com, not …/v1), relay the answer (streams as they arrive), record it into --capture DIR (required). Credentials are forwarded, never written. Unreachable: 502.")] = None,
+    upstream_deadline: Annotated[float, typer.Option("--upstream-deadline", metavar="SECONDS", help=f"With --upstream: the provider's answer must begin (a non-streamed one: be complete) within this, else 504; a stream may then run on while no gap between its pieces exceeds {READ_TIMEOUT:g} s. Raise it for slow non-streamed answers.")] = REQUEST_DEADLINE,
 ) -> None:
     """Run a local conformance server: point a bot or SDK at it to check its requests offline.
 
     POST /v1/chat/completions (OpenAI-shaped, --provider profile), POST /v1/messages (Anthropic-shaped, anthropic profile) and POST /v1beta/models/<model>:generateContent (Gemini). A request the provider would reject gets the provider's status and error body; any other gets a deterministic reply whose usage reports prompt-cache hits from the server's own prefix cache. With --upstream URL it is a recorder in front of the real provider instead (docs/record.md). Prints the base URL on stderr, logs one line per request there (prompt=, read=, written= tokens of the usage), and runs until Ctrl-C or SIGTERM. Loopback only; Host/Origin/Content-Type guarded; bodies over 64 MiB get 413 and are not captured; captures are written atomically (README "Safety").
 
-    Exit status: 0 stopped with Ctrl-C or SIGTERM, 2 usage (non-loopback host, unknown provider, --upstream without --capture or not an http(s) origin), 3 cannot run (port in use).
+    Exit status: 0 stopped with Ctrl-C or SIGTERM, 2 usage (non-loopback host, unknown provider, --upstream without --capture or not an http(s) origin, --upstream-deadline out of range), 3 cannot run (port in use).
     """
 
     def ready(url: str) -> None:
@@ -42,4 +44,4 @@ def serve_command(
         _stderr_line(terminal_safe(f"zhin serve: listening on {url} ({answering}; {routes}){captured}; Ctrl-C to stop"))
 
     serve(provider=provider, host=host, port=port, on_ready=ready, log=lambda line: _stderr_line(f"zhin serve: {line}"),
-          capture=capture, upstream=upstream)
+          capture=capture, upstream=upstream, upstream_deadline=upstream_deadline)

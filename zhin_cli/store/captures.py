@@ -4,8 +4,9 @@ Two sources:
 
 * a **capture folder** (``zhin serve --capture DIR`` or any folder of bodies): every ``NNNNN-<route>.json`` in
   number order (other files are ignored); the usage the bot got comes from the sibling
-  ``NNNNN-<route>.exchange.json`` (``{"version": 1, "status", "stream", "usage", "response"}``, written by
-  ``zhin serve --upstream``) or, when there is none, from ``zhin-serve.log``'s ``POST … prompt=P read=R
+  ``NNNNN-<route>.exchange.json`` (``{"version": 1, "model", "path", "status", "stream", "usage", "response"}``,
+  written by ``zhin serve --capture``/``--upstream``; its ``model`` names a body that names none itself, as
+  Gemini's, whose model is in its URL path) or, when there is none, from ``zhin-serve.log``'s ``POST … prompt=P read=R
   written=W`` lines, taken in order as the usage of the numbered bodies;
 * a **JSONL of bodies**: one request body per line.
 
@@ -57,11 +58,12 @@ class CapturedBody:
     body: dict[str, Any]
     usage: dict[str, Any] | None = None  # the provider's usage object (an exchange file), as it came
     logged: LoggedUsage | None = None  # zhin serve's log line for it, when no exchange file is there
+    exchange_model: str | None = None  # the model its exchange file names (a Gemini body's is in its URL path only)
 
     @property
     def model(self) -> str:
         model = self.body.get("model")
-        return model if isinstance(model, str) else ""
+        return model if isinstance(model, str) and model else self.exchange_model or ""
 
 
 @dataclass
@@ -167,10 +169,11 @@ def is_capture_folder(path: Path) -> bool:
     return names_a_folder(path) and bool(body_files(path))
 
 
-def _exchange_usage(path: Path) -> dict[str, Any] | None:
+def _exchange_record(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """The usage object and the model named by a body's exchange file ((None, None) without one)."""
     exchange = path.with_name(path.name[: -len(".json")] + _EXCHANGE_SUFFIX)
     if not exchange.exists():
-        return None
+        return None, None
     data, _ = read_json_file(exchange, InputError, "exchange file")
     if not isinstance(data, dict) or data.get("version") != EXCHANGE_VERSION:
         version = data.get("version") if isinstance(data, dict) else None
@@ -179,7 +182,10 @@ def _exchange_usage(path: Path) -> dict[str, Any] | None:
     usage = data.get("usage")
     if usage is not None and not isinstance(usage, dict):
         raise InputError("exchange file: \"usage\" is not an object", where=str(exchange))
-    return usage
+    model = data.get("model")
+    if model is not None and not isinstance(model, str):
+        raise InputError("exchange file: \"model\" is not a string", where=str(exchange))
+    return usage, model
 
 
 def read_serve_log(path: Path) -> list[LoggedUsage | None]:
@@ -215,9 +221,9 @@ def read_capture_folder(folder: Path) -> CaptureSet:
     for index, (number, path) in enumerate(files):
         data, _ = read_json_file(path, InputError, "capture file")
         body = _check_body(data, str(path))
-        usage = _exchange_usage(path)
+        usage, model = _exchange_record(path)
         bodies.append(CapturedBody(number, str(path), wire_shape(body), body, usage,
-                                   logged[index] if logged and usage is None else None))
+                                   logged[index] if logged and usage is None else None, model))
     return CaptureSet(str(folder), bodies, notes)
 
 

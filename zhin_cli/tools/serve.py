@@ -71,12 +71,15 @@ from zhin_cli.tools.serve_upstream import (
     CONNECT_TIMEOUT,
     READ_TIMEOUT,
     RELAY_PIECE,
+    ClientGone,
     Exchange,
+    Opened,
     Upstream,
     UpstreamError,
     UpstreamPool,
     forwarded_headers,
     parse_upstream,
+    read_whole,
     relayed_headers,
     usage_note,
 )
@@ -324,6 +327,8 @@ def answer(path: str, raw: bytes | bytearray, *, provider: str, cache: PrefixCac
 # REQUEST_DEADLINE and never stay silent longer than IDLE_TIMEOUT. Request bodies held in memory across all
 # requests at once are bounded by MAX_BUFFERED (a body waits up to BUFFER_WAIT for room, then gets a 503; a chunked
 # body that already holds room gets the 503 at once rather than wait on others that grow too).
+# With --upstream, at most WORKERS - 1 requests wait on the upstream at once (a request waits RELAY_WAIT for a slot,
+# then gets a 503), so one worker is always left for everything else: a silent provider cannot stop the server.
 
 
 WORKERS = 16
@@ -337,6 +342,9 @@ MAX_CHUNK_LINE = 1024
 READ_PIECE = 1 << 20
 DRAIN_BYTES = 2 * MAX_BODY  # after an early answer, read (and drop) at most this much so the client sees it, not a reset
 DRAIN_SECONDS = 2.0
+MAX_UPSTREAM_DEADLINE = 3600.0
+RELAY_WAIT = 0.5  # --upstream: how long a request waits for a relay slot before its 503
+CLIENT_LEFT = 499  # --upstream: the status recorded when the client closed before the upstream answered (nginx's)
 
 class ClientError(Exception):
     """A request this server refuses before it reaches ``answer()``: (status, message)."""
@@ -571,7 +579,8 @@ class _Handler(BaseHTTPRequestHandler):
             raise
 
     def _respond(self, method: str, raw: bytes | bytearray, captured: Path | None) -> None:
-        exchange = Exchange(self._dialect(), None, MAX_BODY, self._recorder(captured))
+        exchange = Exchange(self._dialect(), None, MAX_BODY, self._recorder(captured), model=self._model(raw),
+                            path=self._route())
         try:
             reply = answer(self.path, raw, provider=self.server.provider, cache=self.server.cache, method=method)
         except Exception as error:  # a bug here must not be a traceback or a dropped connection
@@ -635,36 +644,61 @@ class _Handler(BaseHTTPRequestHandler):
     def _relay(self, raw: bytes | bytearray, captured: Path | None) -> None:
         pool = self.server.upstream_pool
         assert pool is not None
-        upstream = pool.upstream
-        dialect = self._dialect()
-        exchange = Exchange(dialect, upstream.shown, MAX_BODY, self._recorder(captured))
-        try:
+        upstream, dialect, model = pool.upstream, self._dialect(), self._model(raw)
+        exchange = Exchange(dialect, upstream.shown, MAX_BODY, self._recorder(captured), model=model, path=self._route())
+        if not self.server.relay_slots.acquire(timeout=RELAY_WAIT):
+            message = (f"{self.server.relay_limit} requests are already waiting on upstream {upstream.shown}; "
+                       "retry shortly")
             try:
-                connection, response = pool.open(self.path, forwarded_headers(self.headers.items(), upstream), raw)
-            except UpstreamError as failure:
-                message = f"upstream {upstream.shown} gave no answer: {failure}"
-                self._send(Reply(failure.status, self._error_body(failure.status, message), note=message), exchange)
-                return
-            model = self._model(raw)
-
-            def log(note: str) -> None:
-                self._log(f"POST {mask_url(self.path)} {exchange.status} upstream {model} {usage_note(dialect, exchange.usage)}{note}")
-
-            try:
-                self._relay_answer(response, exchange, log)
+                self._send(Reply(503, self._error_body(503, message), note=message), exchange)
             finally:
-                pool.done(connection, response)
+                exchange.finish()
+            return
+        try:
+            self._forward(pool, raw, exchange, model)
         finally:
+            self.server.relay_slots.release()
             exchange.finish()
 
-    def _relay_answer(self, response: http.client.HTTPResponse, exchange: Exchange, log: Callable[[str], None]) -> None:
+    def _forward(self, pool: UpstreamPool, raw: bytes | bytearray, exchange: Exchange, model: str | None) -> None:
+        upstream = pool.upstream
+        until = time.monotonic() + upstream.deadline
+        try:
+            opened = pool.open(self.path, forwarded_headers(self.headers.items(), upstream), raw, until=until,
+                               client=self.connection)
+        except UpstreamError as failure:
+            message = f"upstream {upstream.shown} gave no answer: {failure}"
+            self._send(Reply(failure.status, self._error_body(failure.status, message), note=message), exchange)
+            return
+        except ClientGone:
+            exchange.answered(CLIENT_LEFT, stream=False)
+            self._log(f"POST {mask_url(self.path)} {CLIENT_LEFT} upstream {model or '-'}: the client went away before "
+                      "the upstream answered")
+            return
+
+        def log(note: str) -> None:
+            self._log(f"POST {mask_url(self.path)} {exchange.status} upstream {model or '-'} "
+                      f"{usage_note(exchange.dialect, exchange.usage)}{note}")
+
+        try:
+            self._relay_answer(opened, exchange, log, until)
+        finally:
+            pool.release(opened)
+
+    def _relay_answer(self, opened: Opened, exchange: Exchange, log: Callable[[str], None], until: float) -> None:
         """Relay status, headers and body; an event stream piece by piece as it arrives. A JSON answer's record and
-        log line are written before it is sent (a client holding the answer finds both); a stream's after its end."""
+        log line are written before it is sent (a client holding the answer finds both); a stream's after its end.
+        A JSON answer must be whole by ``until``; a stream's pieces each within the upstream's read timeout."""
+        response = opened.response
         stream = response.getheader("Content-Type", "").split(";", 1)[0].strip().lower() == "text/event-stream"
         body = b""
         if not stream:
             try:
-                body = response.read(MAX_BODY + 1)
+                body = read_whole(opened, MAX_BODY, until)
+            except TimeoutError:
+                message = f"the upstream's answer was not whole within {self.server.upstream_deadline:g} s"
+                self._send(Reply(504, self._error_body(504, message), note=message), exchange)
+                return
             except (OSError, http.client.HTTPException) as error:
                 message = f"the upstream's answer broke off ({type(error).__name__})"
                 self._send(Reply(502, self._error_body(502, message), note=message), exchange)
@@ -673,6 +707,9 @@ class _Handler(BaseHTTPRequestHandler):
                 message = f"the upstream's answer is over the {MAX_BODY}-byte limit"
                 self._send(Reply(502, self._error_body(502, message), note=message), exchange)
                 return
+            pool = self.server.upstream_pool
+            assert pool is not None
+            pool.release(opened)  # read to its end: the client's next request may use the connection
         self.connection.settimeout(self.server.idle_timeout)
         exchange.answered(response.status, stream=stream)
         self.send_response_only(response.status, response.reason)
@@ -691,6 +728,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self.end_headers()
         self.wfile.flush()
+        opened.sock.settimeout(self.server.upstream_idle)
         note = self._relay_stream(response, exchange)
         exchange.finish()
         log(note)
@@ -699,6 +737,8 @@ class _Handler(BaseHTTPRequestHandler):
         while True:
             try:
                 piece = response.read1(RELAY_PIECE)
+            except TimeoutError:
+                return f" (the upstream's stream was silent for {self.server.upstream_idle:g} s: ended there)"
             except (OSError, http.client.HTTPException) as error:
                 return f" (the upstream's stream broke off: {type(error).__name__})"
             if not piece:
@@ -710,16 +750,20 @@ class _Handler(BaseHTTPRequestHandler):
             except OSError as error:
                 return f" (the client went away: {type(error).__name__})"
 
-    def _model(self, raw: bytes | bytearray) -> str:
-        """The model asked for (the path's, for Gemini), for the log line."""
-        _, path_model = endpoint_at(self.path.split("?", 1)[0])
+    def _route(self) -> str:
+        """The request path without its query (which may carry a key)."""
+        return self.path.split("?", 1)[0]
+
+    def _model(self, raw: bytes | bytearray) -> str | None:
+        """The model asked for: the path's (Gemini), else the body's ``model`` if it is a non-empty string."""
+        _, path_model = endpoint_at(self._route())
         if path_model is not None:
             return path_model
         try:
             model = json.loads(raw).get("model")
         except (UnicodeDecodeError, ValueError, RecursionError, AttributeError):
-            return "-"
-        return model if isinstance(model, str) and model else "-"
+            return None
+        return model if isinstance(model, str) and model else None
 
     def _log(self, line: str) -> None:
         if self.server.log:
@@ -849,6 +893,10 @@ class ConformanceServer(HTTPServer):
         self.provider = provider
         self.upstream = upstream
         self.upstream_pool = UpstreamPool(upstream, workers) if upstream is not None else None
+        self.upstream_deadline = upstream.deadline if upstream is not None else 0.0
+        self.upstream_idle = upstream.read_timeout if upstream is not None else 0.0
+        self.relay_limit = max(1, workers - 1)  # one worker is left for requests that are not relayed
+        self.relay_slots = threading.BoundedSemaphore(self.relay_limit)
         self.cache = PrefixCache()
         self.log = log
         self.capture = Capture(capture) if capture is not None else None
@@ -925,15 +973,22 @@ class _ConformanceServer6(ConformanceServer):
 
 def make_server(provider: str = "openai", host: str = "127.0.0.1", port: int = 0, log: Log | None = None,
                 capture: Path | None = None, *, upstream: str | None = None, upstream_connect_timeout: float = CONNECT_TIMEOUT,
-                upstream_read_timeout: float = READ_TIMEOUT, **limits: Any) -> ConformanceServer:
+                upstream_read_timeout: float = READ_TIMEOUT, upstream_deadline: float | None = None,
+                **limits: Any) -> ConformanceServer:
     """A bound (not yet serving) server; checks the host and that ``provider`` can serve the endpoints that use it.
-    With ``upstream`` it forwards to that URL instead of answering, and must record (``capture``)."""
+    With ``upstream`` it forwards to that URL instead of answering, and must record (``capture``); the forwarded
+    request's deadline is ``upstream_deadline``, by default the server's ``request_deadline``."""
     address = loopback_host(host, "zhin serve")
     if upstream is not None:
         if capture is None:
             raise UsageError("--upstream records what the provider is sent and answers: name the folder with --capture DIR")
+        if upstream_deadline is None:
+            upstream_deadline = limits.get("request_deadline", REQUEST_DEADLINE)
+        if not 0 < upstream_deadline <= MAX_UPSTREAM_DEADLINE:  # also NaN
+            raise UsageError(f"--upstream-deadline {upstream_deadline:g} is out of range "
+                             f"(seconds, more than 0, at most {MAX_UPSTREAM_DEADLINE:g})")
         limits["upstream"] = parse_upstream(upstream, connect_timeout=upstream_connect_timeout,
-                                            read_timeout=upstream_read_timeout)
+                                            read_timeout=upstream_read_timeout, deadline=upstream_deadline)
     if provider not in PROFILES:
         raise UsageError(f"unknown provider {provider!r} (known: {', '.join(sorted(PROFILES))})")
     for route, endpoint in ENDPOINTS.items():
@@ -954,7 +1009,7 @@ def running_server(provider: str = "openai", port: int = 0, host: str = "127.0.0
                    log: Log | None = None, capture: Path | None = None, **limits: Any) -> Iterator[tuple[str, ConformanceServer]]:
     """Run a server in a background thread; yields ``(base_url, server)`` and shuts it down on exit.
     ``limits``: ConformanceServer's keyword options (workers, idle_timeout, request_deadline, max_buffered) and
-    make_server's upstream options (upstream, upstream_connect_timeout, upstream_read_timeout)."""
+    make_server's upstream options (upstream, upstream_connect_timeout, upstream_read_timeout, upstream_deadline)."""
     server = make_server(provider, host, port, log, capture, **limits)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="zhin-serve", daemon=True)
     thread.start()
@@ -968,11 +1023,11 @@ def running_server(provider: str = "openai", port: int = 0, host: str = "127.0.0
 
 def serve(provider: str = "openai", host: str = "127.0.0.1", port: int = 0, *,
           on_ready: Callable[[str], None] | None = None, log: Log | None = None, capture: Path | None = None,
-          upstream: str | None = None) -> None:
+          upstream: str | None = None, upstream_deadline: float | None = None) -> None:
     """Serve in the foreground until Ctrl-C or SIGTERM: both are the normal way to stop a server and return
     normally (exit 0) once in-flight captures are finished or removed; a second signal ends at once. An ignored
     signal (nohup, a background job) stays ignored."""
-    server = make_server(provider, host, port, log, capture, upstream=upstream)
+    server = make_server(provider, host, port, log, capture, upstream=upstream, upstream_deadline=upstream_deadline)
     previous: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGINT, signal.SIGTERM):

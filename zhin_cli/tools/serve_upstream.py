@@ -18,8 +18,13 @@
   ``message_delta``'s, Gemini's last ``usageMetadata``), the JSON answer (a stream reassembled into the message it
   delivered) and the time taken. Never a header, never the URL's credentials or secret query values.
 * **Failures.** An upstream that cannot be reached within the connect timeout, or resets, answers nothing: 502 in
-  the route's error envelope; one silent longer than the read timeout before its headers: 504. An upstream 4xx/5xx
-  is relayed as it is.
+  the route's error envelope. The forwarded request has a deadline (``Upstream.deadline``, the server's per-request
+  deadline unless set): an upstream whose headers — and, for a JSON answer, whole body — have not arrived by then:
+  504. A stream is bounded instead by ``read_timeout`` between two of its pieces (a long answer may take minutes; a
+  silent one ends there). A client that closes its connection while the upstream has not answered ends the wait at
+  once (``ClientGone``), so a worker is never held for a client that left. An upstream 4xx/5xx is relayed as it is.
+* **What is recorded besides**: the model asked for (the body's ``model``; for Gemini the path's) and the route
+  (the request path without its query, which may hold a key), so a reader can name a Gemini body's model.
 
 Standard library only (``http.client``). Connections to the upstream are kept alive and reused (``UpstreamPool``).
 """
@@ -30,6 +35,8 @@ import base64
 import http.client
 import json
 import re
+import selectors
+import socket
 import ssl
 import threading
 import time
@@ -43,7 +50,8 @@ from zhin_cli.core.redact import mask_url, split_userinfo
 from zhin_cli.tools.usage import normalize_usage, usage_kind_of
 
 CONNECT_TIMEOUT = 5.0  # a stopped or unreachable upstream is a 502 within this
-READ_TIMEOUT = 300.0  # longest silence from the upstream (a slow model's first token, then between pieces)
+READ_TIMEOUT = 60.0  # longest silence between two pieces of a streamed answer
+DEADLINE = 60.0  # an answer's headers (a JSON answer: all of it) by then, else 504 (zhin serve: its request deadline)
 RELAY_PIECE = 65536
 
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection", "te",
@@ -51,6 +59,10 @@ HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy
 NOT_FORWARDED = HOP_BY_HOP | {"host", "content-length", "accept-encoding", "expect", "origin", "referer"}
 NOT_RELAYED = HOP_BY_HOP | {"content-length", "server", "date"}
 _SDK_BASE = re.compile(r"/v1(beta\d*)?/?$")
+
+
+class ClientGone(Exception):
+    """The client closed its connection before the upstream answered: nobody is waiting for the answer."""
 
 
 class UpstreamError(Exception):
@@ -72,6 +84,7 @@ class Upstream:
     basic: str | None = field(default=None, repr=False)  # ``Authorization`` value from the URL's user information
     connect_timeout: float = CONNECT_TIMEOUT
     read_timeout: float = READ_TIMEOUT
+    deadline: float = DEADLINE
 
     def target(self, path: str) -> str:
         route, question, query = path.partition("?")
@@ -79,7 +92,8 @@ class Upstream:
         return self.prefix + route + (f"?{queries}" if queries else "")
 
 
-def parse_upstream(url: str, *, connect_timeout: float = CONNECT_TIMEOUT, read_timeout: float = READ_TIMEOUT) -> Upstream:
+def parse_upstream(url: str, *, connect_timeout: float = CONNECT_TIMEOUT, read_timeout: float = READ_TIMEOUT,
+                   deadline: float = DEADLINE) -> Upstream:
     """``--upstream URL`` checked: http(s), a host, no fragment, not an SDK base URL ending in /v1."""
     shown = mask_url(url)
     try:
@@ -101,7 +115,7 @@ def parse_upstream(url: str, *, connect_timeout: float = CONNECT_TIMEOUT, read_t
         user, _, password = userinfo.partition(":")
         basic = "Basic " + base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode("ascii")
     return Upstream(parts.scheme, host, port or (443 if parts.scheme == "https" else 80), parts.path.rstrip("/"),
-                    parts.query, shown, basic, connect_timeout, read_timeout)
+                    parts.query, shown, basic, connect_timeout, read_timeout, deadline)
 
 
 def forwarded_headers(headers: Iterable[tuple[str, str]], upstream: Upstream) -> list[tuple[str, str]]:
@@ -149,51 +163,124 @@ class UpstreamPool:
                 return
         connection.close()
 
+    def release(self, opened: Opened) -> None:
+        """``done`` once: a JSON answer's connection goes back as soon as it is read, before the client has it (its
+        next request can use it); the handler's ``finally`` releases whatever is still held."""
+        if not opened.released:
+            opened.released = True
+            self.done(opened.connection, opened.response)
+
     def close(self) -> None:
         with self._lock:
             idle, self._idle, self._closed = self._idle, [], True
         for connection in idle:
             connection.close()
 
-    def open(self, path: str, headers: list[tuple[str, str]], body: bytes | bytearray
-             ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
-        """Send the request; the response with its headers read. Raises UpstreamError when there is none. A kept
-        connection the upstream has meanwhile closed (it fails before any answer) is replaced once by a new one."""
+    def open(self, path: str, headers: list[tuple[str, str]], body: bytes | bytearray, *, until: float,
+             client: socket.socket | None = None) -> Opened:
+        """Send the request; the response with its headers read by ``until`` (a ``time.monotonic()`` value).
+        Raises UpstreamError when there is none (504 at ``until``), ClientGone when ``client`` closed meanwhile. A
+        kept connection the upstream has meanwhile closed (it fails before any answer) is replaced once by a new one."""
         while True:
             connection, reused = self._take()
             try:
-                return connection, self._send(connection, path, headers, body)
+                return self._send(connection, path, headers, body, until, client)
             except (ConnectionError, http.client.BadStatusLine) as error:  # RemoteDisconnected is both
                 connection.close()
                 if reused:
                     continue
                 raise UpstreamError(502, f"no answer ({_reason(error)})") from None
-            except UpstreamError:
+            except (UpstreamError, ClientGone):
                 connection.close()
                 raise
             except TimeoutError:
                 connection.close()
-                raise UpstreamError(504, f"no answer within {self.upstream.read_timeout:g} s") from None
+                raise UpstreamError(504, f"no answer within {self.upstream.deadline:g} s") from None
             except (OSError, http.client.HTTPException, ValueError) as error:  # ValueError: a header it cannot send
                 connection.close()
                 raise UpstreamError(502, f"no answer ({_reason(error)})") from None
 
     def _send(self, connection: http.client.HTTPConnection, path: str, headers: list[tuple[str, str]],
-              body: bytes | bytearray) -> http.client.HTTPResponse:
+              body: bytes | bytearray, until: float, client: socket.socket | None) -> Opened:
         if connection.sock is None:
             try:
                 connection.connect()
             except (OSError, ssl.SSLError) as error:
                 raise UpstreamError(502, f"cannot connect ({_reason(error)})") from None
-            assert connection.sock is not None
-            connection.sock.settimeout(self.upstream.read_timeout)
+        sock = connection.sock
+        assert sock is not None
+        sock.settimeout(time_left(until))  # a body the upstream does not read cannot hold us past the deadline
         connection.putrequest("POST", self.upstream.target(path), skip_accept_encoding=True)
         for name, value in headers:
             connection.putheader(name, value)
         connection.putheader("Accept-Encoding", "identity")
         connection.putheader("Content-Length", str(len(body)))
         connection.endheaders(bytes(body))
-        return connection.getresponse()
+        await_answer(sock, client, until)
+        sock.settimeout(time_left(until))  # headers that trickle in stop at the deadline too
+        return Opened(connection, connection.getresponse(), sock)
+
+
+@dataclass
+class Opened:
+    """An upstream answer whose headers are read: its connection (for the pool), the response, and the socket it
+    is read from (kept here: http.client drops ``connection.sock`` when the upstream says it will close)."""
+
+    connection: http.client.HTTPConnection
+    response: http.client.HTTPResponse
+    sock: socket.socket
+    released: bool = False  # handed back to the pool (``UpstreamPool.release``)
+
+
+def time_left(until: float) -> float:
+    """Seconds until ``until``; TimeoutError once it has passed (a socket timeout of 0 would mean non-blocking)."""
+    left = until - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("the deadline has passed")
+    return left
+
+
+def await_answer(upstream: socket.socket, client: socket.socket | None, until: float) -> None:
+    """Wait until the upstream has something to say. TimeoutError at ``until``; ClientGone as soon as the client
+    has closed its connection (it reads as end of file), so that its worker is free again at once."""
+    with selectors.DefaultSelector() as selector:
+        selector.register(upstream, selectors.EVENT_READ)
+        if client is not None:
+            selector.register(client, selectors.EVENT_READ)
+        while True:
+            for key, _ in selector.select(time_left(until)):
+                if key.fileobj is upstream:
+                    return
+                if _closed(client):
+                    raise ClientGone
+                selector.unregister(key.fileobj)  # the client sent more bytes (not read here): stop watching it
+
+
+def _closed(client: socket.socket | None) -> bool:
+    """Whether a readable client socket is at end of file or reset (peeked, nothing is consumed)."""
+    if client is None:
+        return False
+    try:
+        return client.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def read_whole(opened: Opened, limit: int, until: float) -> bytes:
+    """A JSON answer's body, at most ``limit + 1`` bytes, all of it by ``until`` (TimeoutError otherwise)."""
+    pieces, size = [], 0
+    while size <= limit:
+        opened.sock.settimeout(time_left(until))
+        piece = opened.response.read1(RELAY_PIECE)
+        if not piece:
+            if not opened.response.isclosed():  # read1 leaves a Content-Length answer read to its end open
+                opened.response.read()  # nothing is left: this marks it read, so its connection can be kept
+            break
+        pieces.append(piece)
+        size += len(piece)
+    return b"".join(pieces)[: limit + 1]
 
 
 def _reason(error: BaseException) -> str:
@@ -443,8 +530,10 @@ class Exchange:
     finds its record; for a stream when it has ended."""
 
     def __init__(self, dialect: str, upstream: str | None, limit: int,
-                 on_end: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 on_end: Callable[[dict[str, Any]], None] | None = None, *, model: str | None = None,
+                 path: str | None = None) -> None:
         self.dialect, self.upstream, self.limit = dialect, upstream, limit
+        self.model, self.path = model, path  # a Gemini body names no model: its path does
         self._on_end = on_end
         self.started = time.monotonic()
         self.status = 0
@@ -481,6 +570,6 @@ class Exchange:
 
     def record(self) -> dict[str, Any]:
         response = (None if self._events.overflowed else self._reader.final()) if self.stream else self.body
-        return {"version": 1, "upstream": self.upstream, "status": self.status, "stream": self.stream,
-                "usage": self.usage, "response": response,
+        return {"version": 1, "upstream": self.upstream, "model": self.model, "path": self.path, "status": self.status,
+                "stream": self.stream, "usage": self.usage, "response": response,
                 "elapsed_ms": round((time.monotonic() - self.started) * 1000)}
