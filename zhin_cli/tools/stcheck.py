@@ -511,24 +511,34 @@ def variable_states(used: tuple[str, ...], saved: dict[str, str]) -> list[tuple[
 
 
 def _state_label(state: tuple[tuple[str, str], ...], names: list[str]) -> str:
+    return "ST's text with the " + _state_text(state, names)
+
+
+def _state_text(state: tuple[tuple[str, str], ...], names: list[str]) -> str:
     values = dict(state)
     shown = [f"{name}={values[name]}" if name in values else f"{name} unset" for name in names]
-    return "ST's text with the saved chat variables " + "; ".join(shown) + " (the chat file keeps only the end state)"
+    return "saved chat variables " + "; ".join(shown) + " (the chat file keeps only the end state)"
 
 
 def _saved_variable_states(setup: CheckSetup, turn: ChatTurn, st: list[_StMessage],
-                           departures: list[Departure]) -> tuple[list[Departure], list[ByDesign]]:
+                           departures: list[Departure]) -> tuple[list[Departure], list[ByDesign], list[str]]:
     """ST keeps chat variables across generations, and its chat file keeps only their end state: a value typed in
     the send box (``{{setvar}}``) is gone from the message, so on which turn it was set is not known. Each
     departing ST message is compared with zhin's rendered in each state the saved variables allow (cheapest
-    first): one that matches in some state is that state, by design, not a departure."""
+    first): one that matches in some state is that state, by design, not a departure. One that matches in none
+    is reported against the closest state — its first difference the latest (ties: fewest variables set) — with
+    that state's category, and a note naming the state (the plain render's first difference is often only the
+    variable-decided branch)."""
     base = setup.assembler
     saved = setup.chat.variables
     states = variable_states(setup.variables, saved)
     if base.preset is None or not states:
-        return departures, []
+        return departures, [], []
     names = [name for name in setup.variables if name in saved]
     open_indices = {d.st_index for d in departures if d.st_index is not None}
+    State = tuple[tuple[str, str], ...]
+    closest: dict[int | None, tuple[Departure, State | None]] = {
+        d.st_index: (d, None) for d in departures if d.kind == "changed" and d.byte is not None}
     by_design: list[ByDesign] = []
     for state in states:
         if not open_indices:
@@ -537,12 +547,27 @@ def _saved_variable_states(setup: CheckSetup, turn: ChatTurn, st: list[_StMessag
         assembler = Assembler(base.registry, base.config, provider=base.provider, model=base.model,
                               timezone=base.timezone, preset=preset, facts=base.facts)
         zhin, _ = zhin_messages(_assemble(assembler, setup, turn))
-        still = {d.st_index for d in _compare(turn.number, st, zhin, preset, setup.known_texts, setup.joined_cards)}
+        found = _compare(turn.number, st, zhin, preset, setup.known_texts, setup.joined_cards)
+        still = {d.st_index for d in found}
         for index in sorted(open_indices - still):
             by_design.append(ByDesign("chat-variable", turn.number, index, _state_label(state, names)))
             open_indices.discard(index)
-    left = [d for d in departures if d.st_index is None or d.st_index in open_indices]
-    return left, by_design
+        for departure in found:
+            best = closest.get(departure.st_index)
+            if best is not None and departure.kind == "changed" and (departure.byte or 0) > (best[0].byte or 0):
+                closest[departure.st_index] = (departure, state)
+    left: list[Departure] = []
+    notes: list[str] = []
+    for departure in departures:
+        if departure.st_index is not None and departure.st_index not in open_indices:
+            continue
+        better, near = closest.get(departure.st_index, (departure, None))
+        if near is not None:
+            departure = better
+            notes.append(f"ST message {better.st_index} is compared with zhin's text in its closest chat-variable "
+                         "state: " + _state_text(near, names))
+        left.append(departure)
+    return left, by_design, notes
 
 
 def _variable_near(text: str, start: int, end: int, names: tuple[str, ...]) -> str:
@@ -841,8 +866,9 @@ def check_turn(setup: CheckSetup, turn: ChatTurn, body: dict[str, Any]) -> TurnC
     speakers = {"user": (setup.chat.persona_name,), "assistant": setup.characters}
     st, by_design = _st_messages(body, zhin, patterns, speakers, turn.number)
     departures = _compare(turn.number, st, zhin, setup.assembler.preset, setup.known_texts, setup.joined_cards)
+    state_notes: list[str] = []
     if departures:
-        departures, saved_state = _saved_variable_states(setup, turn, st, departures)
+        departures, saved_state, state_notes = _saved_variable_states(setup, turn, st, departures)
         by_design += saved_state
     ignored = sorted((set(body) | set(request.request)) - {"messages"})
     model = body.get("model")
@@ -850,4 +876,5 @@ def check_turn(setup: CheckSetup, turn: ChatTurn, body: dict[str, Any]) -> TurnC
         f"the capture's model is {model!r}; zhin's request was built with the {setup.assembler.provider} "
         f"{setup.assembler.model} profile"]
     notes += [w for w in request.warnings if w.startswith("World Info")]  # a bound the scan hit (a key, recursion)
+    notes += state_notes
     return TurnCheck(turn.number, departures, by_design, removed, ignored, notes, len(st), setup.member)
