@@ -66,7 +66,7 @@ BASES: dict[str, dict[str, Any]] = {
                             {"role": "model", "parts": [{"functionCall": {"name": "t", "args": {}}}]}],
                "tools": [{"functionDeclarations": [{"name": "t"}]}]},
 }
-WRONG = [5, "x", None, [], {}, [5], True, ["s"], {"a": 5}]
+WRONG = [5, "x", None, [], ["s"], {"a": 5}]  # a number, a string, null, an empty list, a list and an object of wrong items
 TOP = ("messages", "contents", "system", "tools", "systemInstruction", "model", "metadata", "prompt_cache_key", "user")
 
 
