@@ -367,6 +367,7 @@ class ZhinMessage:
     name: str | None = None
     rewritten: bool = False  # a history part differs from its projected body: the preset stage rewrote it (regex)
     spans: tuple[tuple[str, int, int], ...] = ()  # (segment id, start, end) UTF-8 byte offsets of each part
+    sender: str | None = None  # a history message of one chat message: who sent it (from the chat, by row)
 
     def part_at(self, byte: int) -> tuple[str, int, int] | None:
         """The attributed part holding ``byte`` (None: a joiner, or past the end)."""
@@ -420,11 +421,13 @@ def _without(pieces: list[_Piece], segment: str, *, joined: bool = True) -> tupl
     return out, count
 
 
-def zhin_messages(request: AssembledRequest) -> tuple[list[ZhinMessage], dict[str, int]]:
+def zhin_messages(request: AssembledRequest,
+                  senders: dict[int, str] | None = None) -> tuple[list[ZhinMessage], dict[str, int]]:
     """zhin's wire messages without what zhin adds by design, located through zhin's own attribution, and how
-    many of each addition were removed."""
-    # (header, header + body as projected before the preset stage) of each history message that has a header
-    headers = [(m.header, m.text) for m in request.projected if m.header]
+    many of each addition were removed. ``senders`` (chat row → sender's name) names each history message's
+    sender (``ZhinMessage.sender``)."""
+    # (header, header + body as projected before the preset stage, rows) of each history message with a header
+    headers = [(m.header, m.text, m.rows) for m in request.projected if m.header]
     history_segments = {m.segment_id for m in request.projected}
     by_message: dict[int, list[tuple[str, str]]] = {}
     for part in request.parts:
@@ -434,9 +437,11 @@ def zhin_messages(request: AssembledRequest) -> tuple[list[ZhinMessage], dict[st
     for index, message in enumerate(request.request["messages"]):
         pieces = _pieces(message.get("content") or "", by_message.get(index, []))
         rewritten = False
+        sent_by: list[str | None] = []
         for piece in pieces:  # history parts in wire order are the projected messages in order: strip each header
             if piece.segment in history_segments and headers and piece.text.startswith(headers[0][0]):
-                header, projected = headers.pop(0)
+                header, projected, rows = headers.pop(0)
+                sent_by.append((senders or {}).get(rows[0]) if len(rows) == 1 else None)
                 rewritten |= piece.text != projected
                 piece.text = piece.text[len(header):].removeprefix(" ")
                 removed["headers"] += 1
@@ -448,7 +453,9 @@ def zhin_messages(request: AssembledRequest) -> tuple[list[ZhinMessage], dict[st
         if not text:
             continue  # the message was only zhin's additions
         sources = tuple(dict.fromkeys(p.segment for p in pieces if p.segment))
-        out.append(ZhinMessage(index, message["role"], text, sources, message.get("name"), rewritten, _spans(pieces)))
+        sender = sent_by[0] if len(sent_by) == 1 else None
+        out.append(ZhinMessage(index, message["role"], text, sources, message.get("name"), rewritten, _spans(pieces),
+                               sender))
     if headers:
         raise AssemblyError(f"cannot attribute zhin's request: {len(headers)} history headers are not on the wire "
                             "(a preset regex script may have rewritten them)")
@@ -638,8 +645,15 @@ class _StMessage:
 
 
 def _st_messages(body: dict[str, Any], zhin: list[ZhinMessage], patterns: dict[int, tuple[re.Pattern[str], list[str]]],
-                 speakers: dict[str, tuple[str, ...]], turn: int) -> tuple[list[_StMessage], list[ByDesign]]:
-    history = {(m.role, m.content) for m in zhin if m.history}
+                 speakers: dict[str, tuple[str, ...]], turn: int,
+                 forced: list[Departure] | None = None) -> tuple[list[_StMessage], list[ByDesign]]:
+    """ST's messages in zhin's terms. A ``Name: `` prefix on a history message is by design when ``Name`` is
+    the message's own sender (or, the sender unknown, any speaker of the role); with ``forced`` (a group chat),
+    any other prefix on a history message of a known sender is a ``group`` departure added to it."""
+    history: dict[tuple[str, str], list[ZhinMessage]] = {}
+    for m in zhin:
+        if m.history:
+            history.setdefault((m.role, m.content), []).append(m)
     by_design: list[ByDesign] = []
     out: list[_StMessage] = []
     messages = body.get("messages")
@@ -655,13 +669,19 @@ def _st_messages(body: dict[str, Any], zhin: list[ZhinMessage], patterns: dict[i
         compared = content
         names_of_role = speakers.get(role, ())
         speaker = next((n for n in names_of_role if content.startswith(f"{n}: ")
-                        and (role, content[len(n) + 2:]) in history), None)
+                        and _sent_by(history.get((role, content[len(n) + 2:]), []), n)), None)
+        misnamed = None if speaker is not None or forced is None else _misnamed(history, role, content)
         if name is not None and (role, content) in history and any(name in (n, n.replace(" ", "_")) for n in names_of_role):
             by_design.append(ByDesign("names", turn, index, f"ST sent name {name!r}; zhin names the sender in its header"))
             name = None
         elif speaker is not None:
             compared = content[len(speaker) + 2:]
             by_design.append(ByDesign("names", turn, index, f"ST prefixed {speaker + ': '!r}; zhin names the sender in its header"))
+        elif misnamed is not None and forced is not None:
+            mine, expected = misnamed
+            compared = mine.content  # the body matches: the departure is the prefix alone
+            forced.append(Departure(turn, index, mine.index, role, mine.role, mine.source, "changed", "group",
+                                    *_located(content, expected)))
         else:
             for at, (pattern, names) in patterns.items():
                 found = pattern.fullmatch(content)
@@ -678,6 +698,29 @@ def _st_messages(body: dict[str, Any], zhin: list[ZhinMessage], patterns: dict[i
                 break
         out.append(_StMessage(index, role, content, name, compared))
     return out, by_design
+
+
+def _sent_by(messages: list[ZhinMessage], name: str) -> bool:
+    """Some of ``messages`` (zhin's history messages of one text) is ``name``'s, or its sender is not known."""
+    return any(m.sender in (None, name) for m in messages)
+
+
+_NAME_LIMIT = 200  # a forced name is on the message's first line, and no longer than this
+
+
+def _misnamed(history: dict[tuple[str, str], list[ZhinMessage]], role: str,
+              content: str) -> tuple[ZhinMessage, str] | None:
+    """A history message of a known sender that ST sent behind another ``Name: `` prefix (a wrong or misspelt
+    forced name): zhin's message and the text ST should have sent (its sender's prefix)."""
+    line = content[:_NAME_LIMIT + 2].split("\n", 1)[0]
+    at = line.find(": ")
+    while at > 0:
+        body = content[at + 2:]
+        known = [m for m in history.get((role, body), []) if m.sender is not None]
+        if known:
+            return known[0], f"{known[0].sender}: {body}"
+        at = line.find(": ", at + 1)
+    return None
 
 
 def _opening(text: str) -> str:
@@ -853,19 +896,33 @@ def _pair(turn: int, s: _StMessage, z: ZhinMessage, cat: _Categorizer) -> list[D
     return out
 
 
+def _senders(setup: CheckSetup) -> dict[int, str]:
+    """Each chat row's sender by name: the user's persona, a character's name (a group member's own)."""
+    out: dict[int, str] = {}
+    for message in setup.chat.session.messages:
+        actor = getattr(message, "assistant_actor", None) or getattr(message, "actor", None)
+        name = getattr(actor, "display_name", None)
+        if message.row_id is not None and isinstance(name, str):
+            out[message.row_id] = name
+    return out
+
+
 def check_turn(setup: CheckSetup, turn: ChatTurn, body: dict[str, Any]) -> TurnCheck:
     """Compare ST's captured ``body`` with zhin's request for ``turn``. A body without a ``messages`` list of
     objects is an ``InputError`` (the caller names the file)."""
     setup = setup.for_turn(turn)
     request = zhin_request(setup, turn)
-    zhin, removed = zhin_messages(request)
+    zhin, removed = zhin_messages(request, _senders(setup))
     patterns: dict[int, tuple[re.Pattern[str], list[str]]] = {}
     if setup.probe is not None:
         probed, _ = zhin_messages(_assemble(setup.probe, setup, turn))
         patterns = _state_patterns(zhin, probed, setup.variables)
     speakers = {"user": (setup.chat.persona_name,), "assistant": setup.characters}
-    st, by_design = _st_messages(body, zhin, patterns, speakers, turn.number)
+    forced: list[Departure] | None = [] if setup.chat.group is not None else None
+    st, by_design = _st_messages(body, zhin, patterns, speakers, turn.number, forced)
     departures = _compare(turn.number, st, zhin, setup.assembler.preset, setup.known_texts, setup.joined_cards)
+    departures = sorted(departures + (forced or []), key=lambda d: (d.st_index if d.st_index is not None else 10**9,
+                                                                    d.zhin_index or 0))
     state_notes: list[str] = []
     if departures:
         departures, saved_state, state_notes = _saved_variable_states(setup, turn, st, departures)
