@@ -79,7 +79,7 @@ def test_the_recorder_forwards_to_llama_cpp_byte_for_byte_and_records_its_usage(
     assert CANARY.encode() not in b"".join(p.read_bytes() for p in folder.iterdir()) and CANARY not in "".join(lines)
 
 
-def test_a_llama_cpp_stream_passes_through_and_its_final_usage_is_recorded(
+def test_a_llama_cpp_stream_passes_through_and_is_recorded_without_usage_as_it_sends_none(
         recorded: tuple[str, Path, list[str]], model_name: str) -> None:
     url, folder, _lines = recorded
     with openai.OpenAI(base_url=url, api_key=CANARY, max_retries=0, timeout=TIMEOUT,

@@ -22,8 +22,8 @@ Point a bot (or the real ``openai`` client) at it and every request is checked t
 With ``capture`` (``--capture DIR``) every POST body is written to ``DIR/NNNNN-<route>.json`` exactly as received
 (bytes, before any check), so any client — a SillyTavern install, the upstream bot, a script — can be compared
 with what this assembler sends (``zhin request-diff``). Headers are never written: they carry the API key. Beside
-each body, ``NNNNN-<route>.exchange.json`` records what the request got (status, stream, the usage object answered
-with, the answer, elapsed ms; ``serve_upstream.Exchange``).
+each body, ``NNNNN-<route>.exchange.json`` records what the request got (the model and route asked, status, stream,
+the usage object answered with, the answer, elapsed ms; ``serve_upstream.Exchange``).
 
 With ``upstream`` (``--upstream URL``) the server answers nothing itself: each POST to a known route is forwarded to
 the real provider and its answer relayed and recorded the same way (``zhin_cli.tools.serve_upstream``;
