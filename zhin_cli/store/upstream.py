@@ -21,13 +21,14 @@ from __future__ import annotations
 import bisect
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from operator import itemgetter
 from typing import Any
 
 from zhin_cli.core.errors import at_row
 from zhin_cli.core.model import (
+    NO_OPERATOR,
     Actor,
     AssistantMessage,
     LazyMessages,
@@ -172,6 +173,51 @@ def _segments_text(segments: Any) -> str:
         if isinstance(data, dict) and segment.get("type") in ("text", "markdown"):
             parts.append(str(data.get("text" if segment["type"] == "text" else "content", "")))
     return "".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class Recall:
+    """A ``message.recalled`` row: who took the message back (upstream's ``actor``, the operator; the author is not
+    stored) and when."""
+
+    actor_id: str | None
+    actor_name: str | None
+    time: int | None
+
+
+def recall_of(event: dict[str, Any], row_time: int | None = None) -> Recall:
+    given = event.get("actor")
+    actor: dict[str, Any] = given if isinstance(given, dict) else {}
+    actor_id, name = actor.get("id"), actor.get("displayName")
+    when = event.get("timestamp") if isinstance(event.get("timestamp"), int) else row_time
+    return Recall(str(actor_id) if actor_id is not None else None,
+                  str(name) if name is not None and str(name) != str(actor_id) else None,
+                  when if isinstance(when, int) and not isinstance(when, bool) else None)
+
+
+def recall_note(where: str, line: BlockLine, message_id: str, recall: Recall, zone: str | None) -> str:
+    """Why a line of the events block is not in the history: it was recalled, and by whom and when — while the bot's
+    own request still carried it (upstream keeps a recalled message in the pending events block, scenario.md)."""
+    by = recall.actor_id or NO_OPERATOR  # not `system`: that reads like a member of that name
+    if recall.actor_name:
+        by = f"{recall.actor_name} ({by})"
+    author = f"{line.name} ({line.sender_id})" if line.name else line.sender_id
+    when = f" at {_local_time(recall.time, zone)}" if recall.time is not None else ""
+    return (f"{where}: message {message_id} by {terminal_safe(author)[:80]} was recalled by {terminal_safe(by)[:80]}"
+            f"{when}; left out of the history (never shown as said), but the bot's own request still carried it "
+            "(upstream keeps a recalled message in the pending context it sends)")
+
+
+def _local_time(value: int, zone: str | None) -> str:
+    from datetime import UTC, datetime
+    from zoneinfo import ZoneInfo
+
+    chosen = zone if zone and valid_timezone(zone) else "UTC"
+    try:
+        moment = datetime.fromtimestamp(value / 1000, UTC if chosen == "UTC" else ZoneInfo(chosen))
+    except (OverflowError, OSError, ValueError):
+        return f"{value} ms"
+    return f"{moment:%Y-%m-%d %H:%M:%S} {chosen}"
 
 
 def recalled_id(event: dict[str, Any]) -> str | None:
@@ -464,7 +510,7 @@ class _IdLoader:
 
 
 def read_upstream_messages(session: Session, blocks: Sequence[tuple[int, str]], created: Sequence[CreatedMessage],
-                           recalled: set[str], label: str, read: RowReader | None = None) -> list[str]:
+                           recalled: Mapping[str, Recall], label: str, read: RowReader | None = None) -> list[str]:
     """What upstream writes into a session's messages, read: its turn rows and replies get their platform ids,
     then its events-block rows become their lines' messages (``expand_events_blocks``). The warnings."""
     senders = {member.user_id for member in session.members}  # who a row-less line may be (``_fallback``)
@@ -475,11 +521,12 @@ def read_upstream_messages(session: Session, blocks: Sequence[tuple[int, str]], 
 # --- a loaded session's events-block rows become their lines' messages --------------------------------------------
 
 def expand_events_blocks(session: Session, blocks: Sequence[tuple[int, str]], created: Sequence[CreatedMessage],
-                         recalled: set[str], label: str, used: set[str] | None = None,
+                         recalled: Mapping[str, Recall], label: str, used: set[str] | None = None,
                          senders: set[str] | None = None) -> list[str]:
     """Each events-block row of ``session``'s history (``blocks``: row id and its first text) becomes one
     ``UserMessage`` per line: the member's own, with the row's sender, name, time, platform id and reply. A
-    recalled message is left out (never shown as said). Times keep upstream's parent_id order: a line's time is
+    recalled message is left out (never shown as said), with a note saying who recalled it and when and that the
+    bot's own request still carried it. Times keep upstream's parent_id order: a line's time is
     its row's, held between the messages the block row stands between (the block row is written after its turn
     row but sent before it). ``used``: platform ids already given (``give_platform_ids``), never a line's;
     ``senders``: ids known to have spoken in the conversation besides the rows' (turn rows, the roster).
@@ -500,7 +547,8 @@ def expand_events_blocks(session: Session, blocks: Sequence[tuple[int, str]], cr
         if lines is None:
             notes.append(f"{where}: an events block zhin cannot split into lines; kept as one message")
             continue
-        replaced[position] = _line_messages(lines, _window(outline, position), ids, recalled, where, notes)
+        replaced[position] = _line_messages(lines, _window(outline, position), ids, recalled, where, notes,
+                                            zone=session.timezone)
     if replaced:
         _replace_positions(session, replaced)
     return notes
@@ -513,8 +561,8 @@ def _window(outline: SessionOutline, position: int) -> tuple[int | None, int]:
     return low, high
 
 
-def _line_messages(lines: list[BlockLine], window: tuple[int | None, int], ids: _SyntheticIds, recalled: set[str],
-                   where: str, notes: list[str]) -> list[Message]:
+def _line_messages(lines: list[BlockLine], window: tuple[int | None, int], ids: _SyntheticIds,
+                   recalled: Mapping[str, Recall], where: str, notes: list[str], *, zone: str | None = None) -> list[Message]:
     low, high = window
     messages: list[Message] = []
     for line in lines:
@@ -525,6 +573,7 @@ def _line_messages(lines: list[BlockLine], window: tuple[int | None, int], ids: 
                 notes.append(notice)
             continue
         if row is not None and row.message_id in recalled:  # taken back: not shown as said (docs/storage.md)
+            notes.append(recall_note(where, line, row.message_id, recalled[row.message_id], zone))
             continue
         if line.ambiguous:
             notes.append(f"{where}: a line without its message.created row names its sender more than one way; "
@@ -567,7 +616,7 @@ class NoticeWithoutRow(str):
         return made
 
 
-def _notice_note(line: BlockLine, where: str, recalled: set[str]) -> str | None:
+def _notice_note(line: BlockLine, where: str, recalled: Mapping[str, Recall]) -> str | None:
     """What a block line of another event kind warns (None: nothing). Its event is read from its row, not from the
     line; a poke is never shown (ADR §7: ephemeral), so its line says nothing the history lacks."""
     if line.kind == "conversation.poked":
@@ -667,14 +716,14 @@ def block_texts(rows: Sequence[Any]) -> list[tuple[int, str]]:
     return texts
 
 
-def message_events(rows: Sequence[Any], session_key: str) -> tuple[list[CreatedMessage], set[str]]:
+def message_events(rows: Sequence[Any], session_key: str) -> tuple[list[CreatedMessage], dict[str, Recall]]:
     """The ``message.created`` rows of ``session_key``'s conversation (any of upstream's key forms), in time
-    order, and the platform ids its ``message.recalled`` rows take back. Rows: ``id``, ``conversation_key``,
+    order, and the platform ids its ``message.recalled`` rows take back, each with who recalled it and when. Rows: ``id``, ``conversation_key``,
     ``event_json``; one that is not a readable message event is not a line's row (its line keeps its own name)."""
     from zhin_cli.store.events import session_key_of
 
     created: list[CreatedMessage] = []
-    recalled: set[str] = set()
+    recalled: dict[str, Recall] = {}
     keys: dict[str, str | None] = {}
     for row in rows:
         key = row.conversation_key or ""
@@ -693,5 +742,5 @@ def message_events(rows: Sequence[Any], session_key: str) -> tuple[list[CreatedM
             created.append(message)
         taken_back = recalled_id(event)
         if taken_back is not None:
-            recalled.add(taken_back)
+            recalled[taken_back] = recall_of(event, getattr(row, "time", None))
     return created, recalled
