@@ -803,7 +803,9 @@ class _Categorizer:
 
     def _macro(self, mine: ZhinMessage, part: tuple[str, int, int], byte: int) -> bool:
         """The differing byte is in the output of a macro of the entry that rendered it: the entry's raw text has
-        macros, and the byte is not inside a literal stretch of that text (as found in the entry's output)."""
+        macros, and the byte is not inside a literal stretch of that text (as found in the entry's output) — its
+        first byte right after a macro is the macro's too (there the macro's output ends, empty or not: ST's may
+        run on where zhin's stopped)."""
         assert self.preset is not None
         segment, start, end = part
         entry = self.preset.prompts.get(segment.removeprefix("preset:")) if segment.startswith("preset:") else None
@@ -811,15 +813,22 @@ class _Categorizer:
             return False
         output = mine.content.encode("utf-8")[start:end]
         cursor = 0
-        for literal in (t.encode("utf-8") for t in re.split(r"\{\{.*?\}\}", entry.content, flags=re.DOTALL)):
+        after_macro = False
+        for token in re.split(r"(\{\{.*?\}\})", entry.content, flags=re.DOTALL):
+            if token.startswith("{{") and token.endswith("}}"):
+                after_macro = True
+                continue
+            literal = token.encode("utf-8")
             if not literal:
                 continue
             at = output.find(literal, cursor)
             if at < 0:
+                after_macro = False
                 continue
             if at <= byte - start < at + len(literal):
-                return False
+                return after_macro and byte - start == at
             cursor = at + len(literal)
+            after_macro = False
         return True
 
 
