@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx2
 import pytest
-from serve_process import wait_for
+from serve_process import ServeProcess, post, status_of, wait_for
 from test_serve_upstream import (
     ANTHROPIC_BODY,
     ANTHROPIC_EVENTS,
@@ -194,6 +194,16 @@ def test_a_stream_is_bounded_by_the_idle_time_between_its_pieces(tmp_path: Path)
         whole = h.post(origin(url) + "/v1/messages", content=ANTHROPIC_BODY, headers=JSON)
         assert wait_for(lambda: bool(lines))
     assert b"message_stop" in whole.content and "silent" not in lines[0]
+
+
+def test_the_cli_option_sets_the_deadline(tmp_path: Path) -> None:
+    with held_upstream() as (upstream, _release), \
+            ServeProcess("--upstream", upstream.url, "--capture", str(tmp_path / "rec"), "--upstream-deadline", "1") as proxy:
+        timed_out = post(proxy.port, BODY)
+        assert wait_for(lambda: "504" in proxy.stderr)
+        log = proxy.stderr
+    assert status_of(timed_out) == 504 and b"no answer within 1 s" in timed_out
+    assert "POST /v1/chat/completions 504 upstream http://127.0.0.1:" in log and "Traceback" not in log
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "3601"])
