@@ -43,7 +43,7 @@ def import_command(
     replace: Annotated[bool, typer.Option("--replace", help="Replace a session (epoch) that is already there: everything of it, its member rows included.")] = False,
     events: Annotated[bool, typer.Option("--events", help="Also turn conversation_events member events (upstream's member.joined / member.left / member.muted / member.unmuted / member.role_changed; member_increase / member_decrease) into event messages, a whole-group mute into a scene change (once each).")] = False,
     source_format: Annotated[str, typer.Option("--from", metavar="zhin|sillytavern", help="What the files are: zhin session JSONL (zhin), or SillyTavern chat files (sillytavern: one chat each; hidden messages left out, as ST leaves them out of the prompt; in a group chat each character is its own assistant actor).")] = "zhin",
-    card: Annotated[Path | None, typer.Option("--card", help="With --from sillytavern: the character card (JSON or PNG) whose name the bot takes (in a group chat: which member is the bot; default the first to speak).")] = None,
+    card: Annotated[Path | None, typer.Option("--card", help="With --from sillytavern: the character card (JSON or PNG) whose name the bot takes (in a group chat: which member is the bot, default the first to speak; the other characters get origin peer_bot; a character not in the group is refused).")] = None,
 ) -> None:
     """Load session JSONL files (or SillyTavern chats, --from sillytavern) into a zhin database; with --events, also its join/leave events.
 

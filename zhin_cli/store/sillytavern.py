@@ -339,10 +339,15 @@ def character_id(name: str) -> str:
     return f"{CHARACTER_ID}:{name}"
 
 
-def _message(line: _Line, persona_name: str, path: Path, *, group: bool = False) -> Message:
+PEER_BOT = "peer_bot"  # the actor origin of another bot (ADR 0041 §1; the header renderer shows it as is)
+
+
+def _message(line: _Line, persona_name: str, path: Path, *, group: bool = False, bot: str | None = None) -> Message:
     """The message in zhin's stored form (the payload is what ``import`` and ``export`` write), built by the one
     rule every store uses (``message_from_payload``). In a group chat every character's message carries its own
-    assistant actor (the sender's name), so no member's message is labelled as another's."""
+    assistant actor (the sender's name), so no member's message is labelled as another's; a character who is not
+    the session's ``bot`` is another bot in the chat, so its actor has ``origin: peer_bot`` (ADR 0041 §1: another
+    bot's full header carries ``origin:peer_bot``, the bot itself and humans none)."""
     payload: dict[str, Any] = {"role": "user" if line.is_user else "assistant",
                                "content": [{"type": "text", "text": line.text}], "timestamp": line.timestamp}
     if line.is_user:
@@ -350,6 +355,8 @@ def _message(line: _Line, persona_name: str, path: Path, *, group: bool = False)
     else:
         if group and line.name:
             payload["assistantActor"] = {"subjectId": character_id(line.name), "displayName": line.name}
+            if line.name != bot:
+                payload["assistantActor"]["origin"] = PEER_BOT
         extra = line.obj.get("extra")
         model = extra.get("model") if isinstance(extra, dict) else None
         if isinstance(model, str) and model:
@@ -431,12 +438,16 @@ def read_chat(path: Path, *, persona: str | None = None, character: str | None =
                       or _header_name(header, "character_name") or "Character")
     characters = list(dict.fromkeys(line.name for line in shown if not line.is_user and line.name))
     is_group = group is not None or len(characters) > 1
+    members = tuple(dict.fromkeys([*characters, *(group.names if group is not None else ())]))
+    if character and is_group and character not in members:  # a bot who is not in the group never speaks there
+        raise InputError(f"{character!r} is not a character of this group chat (its characters: "
+                         f"{', '.join(members)}): give a member's card", where=str(path))
     if is_group and group is None:
         notes.append(f"messages of {len(characters)} characters ({', '.join(characters[:5])}): a group chat — "
                      "give its group file (ST's groups/<id>.json) to check every member's requests")
     if group is not None and not character:
         character_name = group.speaking[0] if group.speaking else group.names[0]
-    messages = [_message(line, persona_name, path, group=is_group) for line in shown]
+    messages = [_message(line, persona_name, path, group=is_group, bot=character_name) for line in shown]
     session_id = _session_id(path, metadata)
     session = Session(session_id=session_id, session_key=session_id, timezone=None,
                       bot=BotFacts(user_id=character_id(character_name) if is_group else CHARACTER_ID,
