@@ -62,6 +62,8 @@ class CheckResult:
     captures: list[CaptureResult]
     ignored_keys: list[str]
     notes: list[str] = field(default_factory=list)
+    # a group chat (messages of several characters) checked without its group file: checked as a private chat
+    group_unread: bool = False
 
     @property
     def checks(self) -> list[TurnCheck]:
@@ -273,7 +275,7 @@ def check_capture(folder: Path, *, preset: Path, chat: Path, card: Path | Sequen
     if not any(r.check for r in results):
         raise ZhinError(f"no capture matches a turn of {chat}: is it the chat ST ran while capturing?",
                         where=str(folder))
-    return CheckResult(folder, results, sorted(ignored), notes)
+    return CheckResult(folder, results, sorted(ignored), notes, st_group is None and len(st_chat.characters) > 1)
 
 
 # --- text --------------------------------------------------------------------------------------------------
@@ -313,12 +315,16 @@ def _by_design_lines(items: list[ByDesign]) -> list[str]:
 
 
 def settings_hint(result: CheckResult) -> str | None:
-    """One line when most of the checked messages depart: then a setting differs rather than a text (ST's
+    """One line when half or more of the checked messages depart: then a setting differs rather than a text (ST's
     post-processing is not in the capture, squash and names behaviour are preset settings, a group chat is not a
-    private one), and the departures one by one would only repeat it."""
+    private one), and the departures one by one would only repeat it. A group chat checked without its group file
+    departs by that alone: any departure gets the line, naming ``--group`` first."""
     checked = sum(check.messages for check in result.checks)
     departing = result.departures  # a message missing on one side counts as much as one that differs
-    if not checked or departing * 2 <= checked:
+    if departing and result.group_unread:
+        return (f"hint: {departing} departures in {checked} ST messages of a group chat checked as a private one — "
+                "give its group file with --group and every member's card with --card")
+    if not checked or departing * 2 < checked:
         return None
     return (f"hint: {departing} departures in {checked} ST messages — a settings mismatch more likely than a text: "
             "--post-processing, the preset's squash and names behaviour (save it in ST before exporting), "
