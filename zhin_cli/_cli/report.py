@@ -134,7 +134,7 @@ def _print_session(console: Console, session: SessionEconomy) -> None:
     console.print(f"[bold]{markup_safe(session.session_id)}[/] · {session.messages} messages · {session.requests} requests")
     headers = session.headers
     table = Table("header style", "tokens", "per message", "vs full", "vs upstream", title="header tokens "
-                  f"({headers.messages} member messages, each counted once)", title_justify="left")
+                  f"({headers.messages} messages with a header — members' and the bot's — each counted once)", title_justify="left")
     labels = {"upstream": "upstream [sender:…] on every group message", "full": "ADR full header on every message",
               "adr": "ADR projection (full once, short after)"}
     for style in STYLES:

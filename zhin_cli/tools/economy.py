@@ -132,7 +132,7 @@ def upstream_prefix(actor: Actor) -> str:
 
 @dataclass
 class HeaderTokens:
-    messages: int = 0  # member messages counted (each once)
+    messages: int = 0  # messages with a header counted, the bot's too (each once)
     totals: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STYLES, 0))
     # tokens per header field (``key:value;`` counted alone), for "what each field costs"
     fields: dict[str, Counter[str]] = field(default_factory=lambda: {s: Counter() for s in STYLES})
