@@ -183,7 +183,7 @@ def prepare(preset: Path, chat: SillyTavernChat, *, card: Card | None = None, me
     speaking: list[tuple[str, Assembler, Assembler | None]] = []
     if chat.group is not None:
         cards = _member_cards(chat.group, [c for c in (card, *members) if c is not None])
-        group = GroupOptions(chat.group.names)
+        group = GroupOptions(chat.group.names, tuple(n for n in chat.group.names if n not in chat.group.speaking))
         for name in chat.group.speaking:
             fields = group_card(chat.group, cards, name, options["user"] or "User")
             # ST scans the speaking member's book (its card's), not the first card's

@@ -117,7 +117,9 @@ class MacroContext:
     description: str = ""
     personality: str = ""
     scenario: str = ""
-    group: str = ""
+    group: str = ""  # {{group}}: every member of a group chat, "" outside one
+    group_not_muted: str = ""  # {{groupNotMuted}}: the members who are not muted
+    not_char: str = ""  # {{notChar}} in a group: the members who are not muted, but for {{char}}
     last_user_message: str = ""
     last_char_message: str = ""
     last_message: str = ""
@@ -213,6 +215,9 @@ for _name, _getter in {
     "personality": lambda c: c.personality, "charPersonality": lambda c: c.personality,
     "scenario": lambda c: c.scenario, "charScenario": lambda c: c.scenario,
     "group": lambda c: c.group or c.char, "charIfNotGroup": lambda c: c.group or c.char,
+    # ST 1.18's macro environment: in a group the lists below; outside one the character, and the user
+    "groupNotMuted": lambda c: c.group_not_muted if c.group else c.char,
+    "notChar": lambda c: c.not_char if c.group else c.user,
     "lastUserMessage": lambda c: c.last_user_message, "lastCharMessage": lambda c: c.last_char_message,
     "lastMessage": lambda c: c.last_message, "model": lambda c: c.model, "summary": lambda c: c.summary,
     "noop": lambda c: "", "else": lambda c: ELSE_MARK,

@@ -136,11 +136,22 @@ class GroupOptions:
     member), ends it with ``group_nudge_prompt``, and names the speaker of each example message in its text."""
 
     members: tuple[str, ...]  # every member's name, in member order (muted members too)
+    muted: tuple[str, ...] = ()  # the muted members' names
 
     @property
     def names(self) -> str:
         """``{{group}}``: the members' names joined as ST joins them."""
         return ", ".join(self.members)
+
+    @property
+    def not_muted(self) -> str:
+        """``{{groupNotMuted}}``: the members who are not muted, joined as ``{{group}}``."""
+        return ", ".join(m for m in self.members if m not in self.muted)
+
+    def others(self, char: str) -> str:
+        """``{{notChar}}`` in the group (ST 1.18's macro environment): the members who are not muted, but for
+        ``char`` (the speaker), joined as ``{{group}}`` — the user is not among them."""
+        return ", ".join(m for m in self.members if m not in self.muted and m != char)
 
 
 @dataclass(frozen=True)

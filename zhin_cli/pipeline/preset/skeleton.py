@@ -308,6 +308,8 @@ class _Builder:
             model=facts.model, now_ms=facts.request_time, timezone=facts.timezone,
             seed=_seed(preset, facts), session_seed=f"{card.seed}\x00{facts.session_id}",
             variables=dict(card.variables), group=card.group.names if card.group is not None else "",
+            group_not_muted=card.group.not_muted if card.group is not None else "",
+            not_char=card.group.others(char) if card.group is not None else "",
         )
         self.engine = MacroEngine(self.context)
         # ST's order (sillytavern.md §4.6): card fields first, then the World Info entries, then the preset's
