@@ -69,3 +69,17 @@ def test_another_or_a_misspelt_name_departs_as_group(name: str, byte: int) -> No
     assert (departure.st_index, departure.kind, departure.category, departure.byte) == (index, "changed", "group", byte)
     assert departure.source == "history"
     assert departure.st_excerpt.startswith(f"{name}: ok ") and departure.zhin_excerpt.startswith("Tobias Quill: ok ")
+
+
+def test_a_text_zhin_sent_as_is_is_never_misnamed() -> None:
+    """A history text holding ``X: `` whose rest is another history text is that text, not a renamed prefix; a
+    prefix on no history text as is (negative control) is judged."""
+    from zhin_cli.tools.stcheck import Departure, ZhinMessage, _st_messages
+
+    zhin = [ZhinMessage(0, "user", "Note: ok 1", ("history.user",), sender="Ren"),
+            ZhinMessage(1, "user", "ok 1", ("history.user",), sender="Ren")]
+    forced: list[Departure] = []
+    _st_messages({"messages": [{"role": "user", "content": "Note: ok 1"}]}, zhin, {}, {"user": ("Ren",)}, 1, forced)
+    assert forced == []
+    _st_messages({"messages": [{"role": "user", "content": "Pell: ok 1"}]}, zhin, {}, {"user": ("Ren",)}, 1, forced)
+    assert [(d.category, d.byte, d.zhin_index) for d in forced] == [("group", 0, 1)]

@@ -670,7 +670,8 @@ def _st_messages(body: dict[str, Any], zhin: list[ZhinMessage], patterns: dict[i
         names_of_role = speakers.get(role, ())
         speaker = next((n for n in names_of_role if content.startswith(f"{n}: ")
                         and _sent_by(history.get((role, content[len(n) + 2:]), []), n)), None)
-        misnamed = None if speaker is not None or forced is None else _misnamed(history, role, content)
+        misnamed = None if speaker is not None or forced is None or (role, content) in history else \
+            _misnamed(history, role, content)  # a text zhin sent as is has no prefix to judge
         if name is not None and (role, content) in history and any(name in (n, n.replace(" ", "_")) for n in names_of_role):
             by_design.append(ByDesign("names", turn, index, f"ST sent name {name!r}; zhin names the sender in its header"))
             name = None
