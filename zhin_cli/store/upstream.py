@@ -548,7 +548,7 @@ def expand_events_blocks(session: Session, blocks: Sequence[tuple[int, str]], cr
             notes.append(f"{where}: an events block zhin cannot split into lines; kept as one message")
             continue
         replaced[position] = _line_messages(lines, _window(outline, position), ids, recalled, where, notes,
-                                            zone=session.timezone)
+                                            zone=session.timezone, block_row=row_id)
     if replaced:
         _replace_positions(session, replaced)
     return notes
@@ -562,7 +562,8 @@ def _window(outline: SessionOutline, position: int) -> tuple[int | None, int]:
 
 
 def _line_messages(lines: list[BlockLine], window: tuple[int | None, int], ids: _SyntheticIds,
-                   recalled: Mapping[str, Recall], where: str, notes: list[str], *, zone: str | None = None) -> list[Message]:
+                   recalled: Mapping[str, Recall], where: str, notes: list[str], *, zone: str | None = None,
+                   block_row: int | None = None) -> list[Message]:
     low, high = window
     messages: list[Message] = []
     for line in lines:
@@ -586,7 +587,7 @@ def _line_messages(lines: list[BlockLine], window: tuple[int | None, int], ids: 
         # the line as an interchange line (``zhin export``): its own id, its actor without ``roles`` (the block
         # does not say them: read back, roles unknown, as here)
         raw: dict[str, Any] = {"type": "message", "id": ids.export_id(row_id), "role": "user", "content": content,
-                               "timestamp": time, "actor": actor, "eventsBlockRow": where}
+                               "timestamp": time, "actor": actor, "eventsBlockRow": block_row}
         if row is not None:
             raw["messageId"] = row.message_id
             if row.reply_to is not None:
