@@ -807,14 +807,19 @@ class Capture:
 
     def write(self, path: str, raw: bytes | bytearray, log: Log | None = None) -> Path | None:
         route = re.sub(r"[^A-Za-z0-9]+", "-", path.split("?", 1)[0].removeprefix("/v1/")).strip("-")[:80] or "root"
+        return self._write_then(raw, lambda temporary: self._publish(temporary, route), log)
+
+    def _write_then(self, data: bytes | bytearray, place: Callable[[str], Path], log: Log | None) -> Path | None:
+        """``data`` into a temporary file of the folder, then ``place`` moves it where it belongs: a reader sees a
+        whole file or none, and a stopped server leaves no temporary file (``close``)."""
         temporary = ""
         try:
             handle, temporary = tempfile.mkstemp(dir=self.folder, prefix=".capture-", suffix=".tmp")
             with self.lock:
                 self._pending.add(temporary)
             with os.fdopen(handle, "wb") as stream:
-                stream.write(raw)
-            return self._publish(temporary, route)
+                stream.write(data)
+            return place(temporary)
         except OSError as error:  # a full disk must not take the server down: say so per request
             if log:
                 log(f"capture failed: {self.folder}: {error.strerror or error}")
@@ -853,25 +858,12 @@ class Capture:
         """``NNNNN-<route>.exchange.json`` beside the request body: written to a temporary file, then moved into
         place, so a reader sees the whole record or none (the number is already ours: the body holds it)."""
         target = request_file.with_name(request_file.name.removesuffix(".json") + ".exchange.json")
-        temporary = ""
-        try:
-            handle, temporary = tempfile.mkstemp(dir=self.folder, prefix=".capture-", suffix=".tmp")
-            with self.lock:
-                self._pending.add(temporary)
-            with os.fdopen(handle, "wb") as stream:
-                stream.write(json.dumps(record, ensure_ascii=False, indent=1).encode("utf-8"))
+
+        def place(temporary: str) -> Path:
             os.replace(temporary, target)
             return target
-        except OSError as error:
-            if log:
-                log(f"capture failed: {self.folder}: {error.strerror or error}")
-            return None
-        finally:
-            if temporary:
-                with self.lock:
-                    self._pending.discard(temporary)
-                with contextlib.suppress(OSError):
-                    os.unlink(temporary)
+
+        return self._write_then(json.dumps(record, ensure_ascii=False, indent=1).encode("utf-8"), place, log)
 
     def close(self) -> None:
         """Remove temporary files of bodies that were still being written (a stopped server leaves none)."""
