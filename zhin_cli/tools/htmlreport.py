@@ -268,6 +268,10 @@ class _Collector:
             warnings=list(request.warnings), window=request.window.as_dict(), chunks=chunks, groups=groups,
             tail_position=tail_position, tail_text=request.tail_text,
         )
+        return self._add(view, serialized, pair)
+
+    def _add(self, view: TurnView, serialized: Serialized, pair: PairDiff | None) -> TurnView:
+        """``view`` with what the diff against the request before it found (none for the first)."""
         if pair is not None:
             view.cause, view.detail = pair.cause, pair.detail
             view.unexpected = pair.cause in self.fail_on
@@ -367,15 +371,7 @@ class _CaptureCollector(_Collector):
             segments=_region_segments(request, serialized), state_rendering=CAPTURED_STATE, full_headers=0, short_headers=0,
             breakpoints=[], verdict=NOT_VALIDATED, warnings=[], window={}, chunks=chunks, groups=groups,
             tail_position=None, tail_text=None)
-        if pair is not None:
-            view.cause, view.detail = pair.cause, pair.detail
-            view.unexpected = pair.cause in self.fail_on
-            view.common_prefix_bytes, view.common_prefix_tokens = pair.common_prefix_bytes, pair.common_prefix_tokens
-            view.divergence = divergence_of(serialized, pair.common_prefix_bytes)
-            view.before, view.after, view.diverging_segment = pair.before, pair.after, pair.segment
-            view.uncached_reason = pair.uncached_reason
-        self.turns.append(view)
-        return view
+        return self._add(view, serialized, pair)
 
 
 def capture_pages(path: Path, *, provider: str | None = None, prices: PriceTable | None = None) -> list[SessionPage]:
