@@ -48,9 +48,13 @@ HTML_REPORT_VERSION = 1
 # nothing. frame-ancestors is ignored in a meta tag (Chromium logs an error), so only the served header has it.
 CSP_BASE = "default-src 'none'; img-src data:; object-src 'none'; base-uri 'none'; form-action 'none'"
 CSP_SERVED_ONLY = "frame-ancestors 'none'"
-# Segment colours by kind (first seen first); a colour-blind-safe qualitative palette (Okabe–Ito, then Tableau).
-PALETTE = ("#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#f0e442", "#999999",
-           "#8c564b", "#17becf", "#bcbd22", "#7f7f7f")
+# Segment colours by kind (first seen first): colour-blind-safe qualitative colours (Okabe–Ito, Tol, Tableau) with
+# the greens, oranges, reds and blues left out — the chart's cached / new bars and its marks use those
+# (CHART_COLOURS), and a kind must never read as "new" or "cached" (issue 31, finding 6).
+PALETTE = ("#56b4e9", "#cc79a7", "#332288", "#f0e442", "#999999", "#8c564b", "#17becf", "#7f3c8d",
+           "#e377c2", "#bcbd22", "#7f7f7f", "#000000")
+# report.css's chart colours: cached, new, unexpected break, window shift, compaction (kept in step by a test)
+CHART_COLOURS = ("#2b8a3e", "#f08c00", "#c92a2a", "#1c7ed6", "#7048e8")
 
 
 # --- data ------------------------------------------------------------------------------------------------------
@@ -167,6 +171,8 @@ class SessionPage:
     economy: dict[str, Any] | None = None
     economy_note: str = ""
     unit: str = "turn"  # what a request is called: ``capture`` for captured bodies (their numbers are capture numbers)
+    # prefix-diff --json's summary of the same requests (the warm figures: cached share, cost as replayed)
+    summary: dict[str, Any] = field(default_factory=dict)
 
     def causes(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -227,8 +233,8 @@ def divergence_of(serialized: Serialized, offset: int) -> Divergence:
 class _Collector:
     """Turns a session's requests, in order, into ``TurnView``s; holds only the previous request."""
 
-    def __init__(self, session_id: str, fail_on: Iterable[str]) -> None:
-        self.differ = TurnDiffer(session_id)
+    def __init__(self, session_id: str, fail_on: Iterable[str], prices: PriceTable | None = None) -> None:
+        self.differ = TurnDiffer(session_id, prices=prices)
         self.fail_on = frozenset(fail_on)
         self.store = ChunkStore()
         self.group_ids: dict[str, int] = {}
@@ -319,7 +325,7 @@ def session_page(job: ReportJob, progress: Callable[[int, int], None] | None = N
     session = load_session(job.ref, db=job.db, cwd=job.cwd)
     if job.after_load is not None:
         job.after_load()
-    collector = _Collector(session.session_id, DEFAULT_FAIL_ON)
+    collector = _Collector(session.session_id, DEFAULT_FAIL_ON, job.prices)
     with Pipeline.open(job.config, provider=job.provider, preset=job.preset) as pipeline:
         plan = pipeline.turns(session)
         if plan.total == 0:
@@ -336,7 +342,7 @@ def session_page(job: ReportJob, progress: Callable[[int, int], None] | None = N
     if job.economy:
         economy, note = economy_summary(session, job.config, provider, job.prices)
     return SessionPage(session.session_id, session.source, provider, model, plan.total, greeting, collector.turns,
-                       collector.store, collector.groups(), economy, note)
+                       collector.store, collector.groups(), economy, note, summary=collector.differ.result().summary())
 
 
 # --- captured bodies: a capture folder or a JSONL of bodies drawn like sessions (one page per conversation) -------
@@ -392,7 +398,7 @@ def capture_pages(path: Path, *, provider: str | None = None, prices: PriceTable
         pages.append(SessionPage(session.session_id, captures.source, session.provider, session.model,
                                  len(collector.turns), None, collector.turns, collector.store, collector.groups(),
                                  None, "not computed for captured bodies (the bot's own requests: see report economy)",
-                                 unit="capture"))
+                                 unit="capture", summary=session.summary()))
     return pages
 
 
@@ -510,12 +516,15 @@ def _bar(index: int, position: int, count: int, turn: TurnView, top: int, labell
 
 def _segments(turn: TurnView, kinds: dict[str, int]) -> str:
     """The segments as a stacked bar: one element per segment, its width its tokens; the label is drawn from
-    ``data-segment`` by the stylesheet and the tooltip by the script on hover (2,000 turns: no 20,000 text nodes)."""
+    ``data-segment`` by the stylesheet (2,000 turns: no 20,000 text nodes) and cut to the segment's width, so the
+    full id, kind and tokens are its title (a label cut to ``core…`` must still be readable: issue 31, finding 6)."""
     spans = []
     for segment in turn.segments:
         trimmed = segment["trimmed"]
+        title = f'{segment["id"]} · {segment["kind"]} · {segment["tokens"]:,} tokens'
+        title += f" · {trimmed:,} characters trimmed" if trimmed else ""
         spans.append(f'<span class="seg k{kinds.get(segment["kind"], 0)}{" trimmed" if trimmed else ""}" '
-                     f'data-segment="{_e(segment["id"])}" data-tokens="{segment["tokens"]}"'
+                     f'title="{_e(title)}" data-segment="{_e(segment["id"])}" data-tokens="{segment["tokens"]}"'
                      f'{f" data-trimmed={chr(34)}{trimmed}{chr(34)}" if trimmed else ""} style="flex-grow:{segment["tokens"]}"></span>')
     return f'<div class="segbar">{"".join(spans)}</div>'
 
@@ -550,13 +559,21 @@ def _section(index: int, turn: TurnView, kinds: dict[str, int], unit: str = "tur
             f'{warnings}{_segments(turn, kinds)}</section>')
 
 
+LAYOUTS = ("adr", "flat", "sliding")
+
+
+def _cost_hooks(cost: dict[str, Any] | None) -> str:
+    """``data-cold-cost-<layout>``: report economy --json's cost per request of each layout (none without prices)."""
+    return "".join(f' data-cold-cost-{layout}="{cost[layout]["per_request"]}"' for layout in LAYOUTS) if cost else ""
+
+
 def _costs(cost: dict[str, Any] | None) -> str:
     """``report economy``'s cost per request of the three layouts (— for a provider without prices)."""
     from zhin_cli.cache.prices import format_usd
 
     if not cost:
         return "—"
-    return " · ".join(format_usd(cost[layout]["per_request"]) for layout in ("adr", "flat", "sliding"))
+    return " · ".join(format_usd(cost[layout]["per_request"]) for layout in LAYOUTS)
 
 
 def _economy(page: SessionPage) -> str:
@@ -578,7 +595,7 @@ def _economy(page: SessionPage) -> str:
     for name, figures in page.economy["cache"].items():
         later, limit, flat = figures["adr_later_hit_rate"], figures["limit_later"], figures["flat_later_hit_rate"]
         cache_rows.append(
-            f'<tr data-provider="{_e(name)}"><td>{_e(name)} ({_e(figures["model"])}, groups ≤ {figures["lifetime_seconds"]} s apart)</td>'
+            f'<tr data-provider="{_e(name)}"{_cost_hooks(figures.get("cost"))}><td>{_e(name)} ({_e(figures["model"])}, groups ≤ {figures["lifetime_seconds"]} s apart)</td>'
             f'<td class="num">{figures["requests_first"]} / {figures["requests_later"]}</td>'
             f'<td class="num">{_pct(later)}</td><td class="num">{_pct(flat)}</td><td class="num">{_pct(limit)}</td>'
             f'<td class="num">{_costs(figures.get("cost"))}</td>'
@@ -588,12 +605,14 @@ def _economy(page: SessionPage) -> str:
             f'each header counted once)</small></h3>'
             f'<table><thead><tr><th>header style</th><th>tokens</th><th>per message</th><th>vs full</th><th></th></tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table>'
-            f'<table><thead><tr><th>simulated prompt cache</th><th>requests first / later</th><th>later: ADR</th>'
-            f'<th>later: flat</th><th>physical limit</th><th>cost/request ADR · flat · sliding</th><th>ADR hits vs the limit</th></tr></thead>'
+            f'<table><thead><tr><th>cold: simulated prompt cache</th><th>requests first / later</th><th>later: ADR</th>'
+            f'<th>later: flat</th><th>physical limit</th><th>cold cost/request ADR · flat · sliding</th><th>ADR hits vs the limit</th></tr></thead>'
             f'<tbody>{"".join(cache_rows)}</tbody></table>'
             f'<p class="meta">Token-weighted hit rates of the requests after the first of each cache group; the limit '
-            f'is 1 − new / prompt tokens (no cache can serve text the previous request did not send). Definitions: '
-            f'docs/economy.md.</p></section>')
+            f'is 1 − new / prompt tokens (no cache can serve text the previous request did not send). '
+            f'Cold: a request more than the cache lifetime after the one before meets an empty cache (the first of '
+            f'a cache group), as report economy counts; the headline\'s warm figures are prefix-diff\'s, every request '
+            f'right after the one before (a replay of the session). Definitions: docs/economy.md.</p></section>')
 
 
 def frontier_svg(sweep: dict[str, Any], width: int = 640, height: int = 280) -> str:
@@ -658,34 +677,66 @@ def _window(sweep: dict[str, Any] | None, note: str = "") -> str:
             f'docs/economy.md.</p></section>')
 
 
-def _legend(kinds: dict[str, int]) -> str:
+def _legend() -> str:
+    """The chart's legend: its bars' two parts and its marks (the segment kinds have their own, ``_kind_legend``)."""
+    return ('<p class="legend chart-legend"><b>chart:</b> <span><i class="l-cached"></i>cached</span>'
+            '<span><i class="l-new"></i>new</span><span><i class="mark m-window_shift"></i>window shift</span>'
+            '<span><i class="mark m-compaction"></i>compaction</span><span><i class="mark m-unexpected"></i>unexpected break</span>'
+            ' · click a bar or a turn’s title for its wire messages and diff</p>')
+
+
+def _kind_legend(kinds: dict[str, int]) -> str:
+    """The segment bars' legend: one colour per segment kind (none of them a chart colour)."""
     names = "".join(f'<span><i class="k{n}"></i>{_e(k)}</span>' for k, n in kinds.items())
-    return (f'<p class="legend"><span><i class="l-cached"></i>cached</span><span><i class="l-new"></i>new</span>'
-            f'<span><i class="mark m-window_shift"></i>window shift</span><span><i class="mark m-compaction"></i>compaction</span>'
-            f'<span><i class="mark m-unexpected"></i>unexpected break</span> · segment kinds: {names} · click a bar or a turn’s title for its wire messages and diff</p>')
+    return f'<p class="legend kind-legend"><b>segment kinds:</b> {names}</p>'
+
+
+def _y_ticks(top: int) -> str:
+    """The chart's y axis: 0, half and the tallest bar's prompt tokens, each at its height."""
+    values = sorted({0, top // 2, top}) if top else [0]
+    return "".join(f'<span class="tick" data-value="{v}" style="bottom:{100 * v / top if top else 0:.1f}%">{_n(v)}</span>'
+                   for v in values)
+
+
+def _chart(index: int, page: SessionPage) -> str:
+    """Prompt tokens per request as bars (cached / new), with a labelled y axis (prompt tokens, ticks) and x axis."""
+    top = max((t.prompt_tokens for t in page.turns), default=0)
+    labelled = len(page.turns) <= 60  # request numbers under the bars while they fit
+    count = len(page.turns)
+    wide = len(page.turns) > 150
+    bars = "".join(_bar(index, i, count, turn, top, labelled) for i, turn in enumerate(page.turns))
+    width = f' style="width:{3 * count}px"' if wide else ""
+    return (f'<div class="chart{" wide" if wide else ""}{" labelled" if labelled else ""}" role="img" '
+            f'aria-label="prompt tokens per {_e(page.unit)}, cached and new">'
+            f'<span class="axis y-title">prompt tokens</span><div class="yaxis">{_y_ticks(top)}</div>'
+            f'<div class="plot"{width}>{bars}</div></div>'
+            f'<p class="axis x-title">{_e(page.unit)} (one bar per request, in order)</p>')
+
+
+def _warm(page: SessionPage) -> str:
+    """The headline's cache figures: prefix-diff's (warm: each request right after the one before, as replayed)."""
+    from zhin_cli.cache.prices import format_usd
+
+    cost = page.summary.get("cost")
+    per_request = f' · {format_usd(cost["per_request"])} per request' if cost else ""
+    hook = f' data-cost-per-request="{cost["per_request"]}"' if cost else ""
+    return (f'<span class="warm" data-cached-share="{page.summary.get("cached_share", round(page.cached_share(), 4))}"{hook}>'
+            f'warm (a replay, as prefix-diff): cached share {_pct(page.cached_share())}{per_request}</span>')
 
 
 def _session(index: int, page: SessionPage, kinds: dict[str, int]) -> str:
-    top = max((t.prompt_tokens for t in page.turns), default=0)
-    labelled = len(page.turns) <= 60  # turn numbers under the bars while they fit
-    count = len(page.turns)
-    bars = "".join(_bar(index, i, count, turn, top, labelled) for i, turn in enumerate(page.turns))
     causes = ", ".join(f"{n} × {c.replace('_', ' ')}" for c, n in sorted(page.causes().items(), key=lambda kv: -kv[1]))
     unexpected = sum(1 for t in page.turns if t.unexpected)
     greeting = (f'<p class="meta">Turn {page.greeting_turn} is the greeting: no request was made for it, so it has '
                 f'no section.</p>') if page.greeting_turn is not None else ""
     sections = "".join(_section(index, turn, kinds, page.unit) for turn in page.turns)
-    wide = " wide" if len(page.turns) > 150 else ""
     return (f'<article class="session" id="s{index}" data-session="{_e(page.session_id)}" data-index="{index}" '
             f'data-unit="{_e(page.unit)}">'
             f'<h2>{_e(page.session_id)}</h2>'
             f'<p class="meta">{_e(redact_text(page.source))} · {_e(page.provider)} · {_e(page.model)} · {len(page.turns)} requests · '
-            f'cached share {_pct(page.cached_share())} · {_e(causes) or "no pairs"} · '
+            f'{_warm(page)} · {_e(causes) or "no pairs"} · '
             f'<span class="{"bad" if unexpected else "ok"}">{unexpected} unexpected break(s)</span></p>{greeting}'
-            f'<div class="chart{wide}{" labelled" if labelled else ""}" role="img" aria-label="prompt tokens per turn, '
-            f'cached and new"><span class="axis">{_n(top)} prompt tokens</span><div class="plot"'
-            f'{f" style={chr(34)}width:{3 * count}px{chr(34)}" if wide else ""}>{bars}</div></div>'
-            f'{_legend(kinds)}{_economy(page)}<div class="turns">{sections}</div></article>')
+            f'{_chart(index, page)}{_legend()}{_kind_legend(kinds)}{_economy(page)}<div class="turns">{sections}</div></article>')
 
 
 def _data_json(report: HtmlReport, kinds: dict[str, int]) -> str:
