@@ -740,7 +740,7 @@ def _session(index: int, page: SessionPage, kinds: dict[str, int]) -> str:
 
 
 def _data_json(report: HtmlReport, kinds: dict[str, int]) -> str:
-    # kinds: a segment's colour class k<n> names its kind (the tooltip says it; no data-kind on 20,000 elements)
+    # kinds: a segment's colour class k<n> names its kind (for scripts reading the data; the titles say it too)
     data = {"version": HTML_REPORT_VERSION, "kinds": list(kinds), "sessions": [page.as_json() for page in report.sessions]}
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
     # inside <script>: "<" only ever occurs in strings, where \u003c is the same character; no "</script>" can end it

@@ -274,22 +274,17 @@
     section.scrollIntoView();
   }
 
-  // tooltips are written on first hover, from the element's data-* hooks (2,000 turns need no 20,000 titles)
+  // a bar's tooltip is written on first hover, from its data-* hooks (a segment's title is in the HTML: its label
+  // is cut to its width, and the full id must be there before any hover)
   function number(value) { return Number(value).toLocaleString("en-US"); }
   document.addEventListener("mouseover", function (event) {
-    var node = event.target && event.target.closest ? event.target.closest(".bar, .seg") : null;
+    var node = event.target && event.target.closest ? event.target.closest(".bar") : null;
     if (!node || node.title) return;
     var d = node.dataset;
-    if (node.classList.contains("bar")) {
-      var prompt = Number(d.promptTokens), cached = Number(d.cachedTokens);
-      node.title = unitOf(node.closest("article[data-index]").dataset.index) + " " + d.turn + ": " + number(prompt) + " prompt tokens, " + number(cached) + " cached, " +
-        number(prompt - cached) + " new" + (d.cause ? " · " + d.cause.replace(/_/g, " ") : "") +
-        (d.marker === "unexpected" ? " (unexpected break)" : d.marker === "compaction" ? " (compaction)" : "");
-    } else {
-      var kind = /\bk(\d+)\b/.exec(node.className);
-      node.title = d.segment + " · " + (kind ? load().kinds[Number(kind[1])] : "") + " · " + number(d.tokens) + " tokens" +
-        (d.trimmed ? " · " + number(d.trimmed) + " characters trimmed" : "");
-    }
+    var prompt = Number(d.promptTokens), cached = Number(d.cachedTokens);
+    node.title = unitOf(node.closest("article[data-index]").dataset.index) + " " + d.turn + ": " + number(prompt) + " prompt tokens, " + number(cached) + " cached, " +
+      number(prompt - cached) + " new" + (d.cause ? " · " + d.cause.replace(/_/g, " ") : "") +
+      (d.marker === "unexpected" ? " (unexpected break)" : d.marker === "compaction" ? " (compaction)" : "");
   });
   window.addEventListener("hashchange", openTarget);
   document.addEventListener("click", function (event) {  // a second click on an open turn's link: no hashchange
