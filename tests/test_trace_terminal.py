@@ -235,9 +235,14 @@ def test_identifiers_are_never_cut(zhin: Any, width: int) -> None:
     for request in requests:
         for segment in request["segments"]:
             assert _intact(segment["id"], detail), (width, segment["id"])
-        for segment in sorted(request["segments"], key=lambda s: -s["tokens"])[:3]:
-            assert _intact(segment["id"], compact), (width, segment["id"])
-    assert len(rows_of(compact)) == len(requests)  # the numbers and the bar stay on the row's first line
+    rows = rows_of(compact)
+    assert len(rows) == len(requests)  # one line per row (issue 31 §3): the numbers, the bar and the segments that fit
+    for row, request in zip(rows, requests, strict=True):  # each segment shown is whole; "…" stands for the rest
+        top = [f"{s['id']} {s['tokens']}" for s in sorted(request["segments"], key=lambda s: -s["tokens"])[:3]]
+        cell = row[5].removesuffix("…").removesuffix(", ")
+        shown = cell.split(", ") if cell else []
+        assert shown == top[:len(shown)], (width, row)
+        assert all(_intact(entry.rsplit(" ", 1)[0], compact) for entry in shown)
 
 
 def test_negative_control_a_plain_table_does_cut_ids_at_60_columns() -> None:

@@ -57,6 +57,7 @@ from zhin_cli.tools.prefixdiff import (
 )
 
 BAR_MIN, BAR_MAX = 10, 40
+BAR_FLOOR = 3  # the fewest bar cells, when a cause needs the room
 CACHED, SHARED, NEW = "█", "▒", "░"
 
 
@@ -215,6 +216,8 @@ def _print_rows(console: Console, pairs: list[PairDiff], fail_on: list[str], *, 
     labels = [_cause_label(p) for p in pairs]
     longest = max(len(cause) + len(rest) + 1 for cause, rest in labels)
     bar_width = max(BAR_MIN, min(BAR_MAX, width - fixed - 2 - longest))
+    # a narrow terminal: the bar gives up cells before a cause runs past the width (the terminal would cut it)
+    bar_width = min(bar_width, max(BAR_FLOOR, width - fixed - 2 - max(len(cause) for cause, _ in labels)))
     scale = max(p.prompt_tokens for p in pairs)
     head = "  " + " ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(heads, widths, strict=True)))
     console.print(f"[dim]{head} {'tokens'.ljust(bar_width)}  cause[/]", soft_wrap=True)

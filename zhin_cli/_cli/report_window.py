@@ -78,4 +78,4 @@ def _print(report: WindowReport) -> None:
     console.print(table)
     for line in frontier_picture(report):
         console.print(escape(line), soft_wrap=True)
-    console.print(escape(recommendation_line(report)), soft_wrap=True)
+    console.print(escape(recommendation_line(report)))  # wrapped between words by rich, never inside a figure

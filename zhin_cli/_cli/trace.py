@@ -64,6 +64,8 @@ if TYPE_CHECKING:
 
 CACHED, NEW = "█", "░"  # the bar's characters: they carry the meaning without colour (NO_COLOR, a log file)
 ACCEPTED, REJECTED = "✓", "✗"  # the validator's verdict
+SEGMENTS_TITLES = ("largest segments (tokens)", "largest segments", "segments")
+ELIDED = "…"  # a cell's entries left out for the width
 WIDE_BAR, NARROW_BAR = 24, 8  # bar width at full scale (the largest prompt shown), by terminal width
 BOT_SENT, BOT_CACHED, NOT_STORED = "bot sent", "bot cached", "-"  # the stored-usage columns, and an empty cell
 
@@ -250,7 +252,8 @@ def write_line(out: TextIO, record: dict[str, Any]) -> None:
 
 def print_heading(console: Console, result: TraceResult) -> None:
     # soft_wrap: the session id is never broken or cropped to fit the terminal
-    console.print(f"[bold]{markup_safe(result.session_id)}[/] · {markup_safe(result.source)} · {result.turns} turns", soft_wrap=True)
+    # wrapped by rich between words, never by the terminal inside one (issue 31 §3)
+    console.print(f"[bold]{markup_safe(result.session_id)}[/] · {markup_safe(result.source)} · {result.turns} turns")
     console.print(markup_safe(layout_note(result.layout)))
     console.print(markup_safe(timezone_note(result.timezone, result.timezone_source)))
     for note in result.notes:
@@ -285,6 +288,20 @@ def wrap_entries(entries: list[str], room: int) -> list[str]:
     return lines
 
 
+def fit_entries(entries: list[str], room: int) -> str:
+    """The first of ``entries`` that fit whole in ``room`` terminal cells, joined by ", ", then ``…`` when some are
+    left out (``--detail`` shows them all): a row stays one line and an entry is shown whole or not at all."""
+    shown = ""
+    for index, entry in enumerate(entries):
+        joined = f"{shown}, {entry}" if shown else entry
+        more = index < len(entries) - 1
+        if cell_len(joined) + (len(ELIDED) + 2 if more else 0) > room:
+            cut = f"{shown}, {ELIDED}" if shown else ELIDED
+            return cut if cell_len(cut) <= room else ""
+        shown = joined
+    return shown
+
+
 def print_rows(console: Console, result: TraceResult, rows: list[TurnRow]) -> None:
     """The compact view of ``--all``: one row per turn — turn, prompt tokens, cached tokens (zhin's), what the bot
     sent and had cached (its stored usage, when the database has it), the cached/new bar, state rendering, verdict,
@@ -315,33 +332,27 @@ def print_rows(console: Console, result: TraceResult, rows: list[TurnRow]) -> No
     widest_line = max((cell_len(", ".join(names)) for names in entries), default=0)
     bar_width = max(NARROW_BAR, min(WIDE_BAR, console.width - fixed - widest_line))
     left = fixed + bar_width
-    room = console.width - left
-    longest = max((cell_len(entry) for names in entries for entry in names), default=0)  # terminal cells
-    aligned = room >= longest  # else the segments go on lines of their own, indented under the numbers
-    indent = left if aligned else turn_width + 1
-    room = room if aligned else max(1, console.width - indent)
+    room = console.width - left - verdict_width  # the segments start after the verdict's column
     cost_head = f"{'cost':>{cost_width - 1}} " if priced else ""
     bot_head = f"{BOT_SENT:>{bot_width}} {BOT_CACHED:>{bot_width}} " if bot else ""
     header = (f"{'turn':>{turn_width}} {'prompt':>{numbers}} {'cached':>{numbers}} {bot_head}{cost_head}{'cache':<{bar_width}} "
               f"{'state':<{state_width}} {'ok':<{verdict_width}}")
-    title = "largest segments (tokens)"
-    # each line as (text, style) parts: plain text where nothing is drawn in colour, styled Text on a terminal
-    lines: list[list[tuple[str, str]]] = (
-        [[(f"{header} {title}", "bold")]] if aligned else [[(header.rstrip(), "bold")], [(" " * indent + title, "bold")]])
+    title = next((name for name in SEGMENTS_TITLES if cell_len(name) <= room), "")
+    # each line as (text, style) parts: plain text where nothing is drawn in colour, styled Text on a terminal;
+    # one line per row at any width (the segments cell keeps the entries that fit, issue 31 §3)
+    lines: list[list[tuple[str, str]]] = [[(f"{header} {title}".rstrip(), "bold")]]
     for number, (row, names) in enumerate(zip(rows, entries, strict=True)):
         cached_cells, new_cells = bar_cells(row, scale, bar_width)
-        wrapped = wrap_entries(names, room)
         cost = f"{costs[number]:>{cost_width - 1}} " if priced else ""
         sent = "".join(f"{cell:>{bot_width}} " for cell in bot[number]) if bot else ""
         line = [(f"{row.turn:>{turn_width}} {row.prompt_tokens:>{numbers}} {row.cached_tokens:>{numbers}} {sent}{cost}", ""),
                 (CACHED * cached_cells, "green"), (NEW * new_cells, "yellow"),
                 (f"{' ' * (bar_width - cached_cells - new_cells)} {row.state_rendering:<{state_width}} ", ""),
                 (ACCEPTED, "") if row.accepted else (REJECTED, "red")]
-        if aligned and wrapped:
-            line.append((" " * verdict_width + wrapped[0], ""))
-            wrapped = wrapped[1:]
+        segments = fit_entries(names, room)
+        if segments:
+            line.append((" " * verdict_width + segments, ""))
         lines.append(line)
-        lines.extend([(" " * indent + text, "")] for text in wrapped)
         if not row.accepted:
             lines.append([(" " * (turn_width + 1) + f"{REJECTED} {terminal_safe(row.verdict)}", "red")])
     if console.color_system is None:  # piped: no style is drawn, so the text is written as it is (10⁴ rows at once)

