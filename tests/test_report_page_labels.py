@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -238,3 +239,44 @@ def test_the_figure_check_complains_of_a_figure_off_the_clis(browser: Any, demo:
     facts = page_facts(browser, edited(demo, tmp_path, f'data-cached-share="{share}"', 'data-cached-share="0.5"'))
     assert figure_problems(facts, demo["diff"], demo["economy"]) == [
         f"warm cached share 0.5 != prefix-diff's {share}"]
+
+
+# --- the real bot's captures (the upstream database's capture folder, copied) -----------------------------------
+
+
+CAPTURE_FACTS = """() => [...document.querySelectorAll('article.session')].map(a => ({
+  session: a.dataset.session, xTitle: a.querySelector('.x-title').textContent, yTitle: a.querySelector('.y-title').textContent,
+  warm: {...a.querySelector('.warm').dataset}}))"""
+
+
+def warm_mismatches(pages: list[dict[str, Any]], diff: dict[str, Any]) -> list[str]:
+    """Each conversation's warm figures on the page against prefix-diff --json's summary of the same conversation."""
+    want = {s["session_id"]: s["summary"] for s in diff["sessions"]}
+    out = [] if [p["session"] for p in pages] == list(want) else [f"conversations {[p['session'] for p in pages]}"]
+    for page in pages:
+        summary = want.get(page["session"], {})
+        got = (float(page["warm"].get("cachedShare", "nan")), float(page["warm"].get("costPerRequest", "nan")))
+        if got != (summary.get("cached_share"), summary.get("cost", {}).get("per_request")):
+            out.append(f"{page['session']}: {got} != {summary.get('cached_share')}, {summary.get('cost')}")
+    return out
+
+
+def test_captured_conversations_show_prefix_diffs_warm_figures_per_capture(browser: Any, tmp_path: Path) -> None:
+    """The real bot's captures: one page per conversation, its x axis in captures, its warm figures prefix-diff's;
+    control: the same check with two conversations' figures swapped complains of both."""
+    from conftest import run_zhin
+    from test_captures import SHARED_CAPTURES
+
+    folder = Path(shutil.copytree(SHARED_CAPTURES, tmp_path / "captures"))
+    assert run_zhin("report", "html", folder, "-o", "captures.html", cwd=tmp_path).returncode == 0
+    proc = run_zhin("prefix-diff", folder, "--json", cwd=tmp_path)
+    assert proc.returncode in (0, 1), proc.stderr  # 1: the bot's captures have breaks prefix-diff fails on
+    diff = json.loads(proc.stdout)
+    with visit(browser, tmp_path / "captures.html") as (page, seen):
+        assert seen.problems() == []
+        pages = page.evaluate(CAPTURE_FACTS)
+    assert len(pages) >= 2
+    assert all(p["xTitle"].startswith("capture") and p["yTitle"] == "prompt tokens" for p in pages)
+    assert warm_mismatches(pages, diff) == []
+    swapped = [{**pages[0], "warm": pages[1]["warm"]}, {**pages[1], "warm": pages[0]["warm"]}, *pages[2:]]
+    assert [m.split(":")[0] for m in warm_mismatches(swapped, diff)] == [pages[0]["session"], pages[1]["session"]]
