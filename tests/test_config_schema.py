@@ -77,8 +77,8 @@ def test_zhin_schema_config_prints_a_valid_draft_2020_12_schema(zhin: Run) -> No
 
 
 def readme_config() -> Any:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    block = text[text.index("### Configuration: `zhin.yaml`"):]
+    text = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")  # moved from README (issue 31)
+    block = text[text.index("# Configuration: `zhin.yaml`"):]
     return yaml.safe_load(block[block.index("```yaml") + 7: block.index("```", block.index("```yaml") + 7)])
 
 

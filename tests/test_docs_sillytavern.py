@@ -49,9 +49,9 @@ def unknown_options(lines: list[str], known: set[str]) -> list[str]:
 def test_every_option_the_page_gives_check_capture_is_one_of_its_options() -> None:
     command = _check_capture()
     known = {name for param in command.params for name in getattr(param, "opts", ()) if name.startswith("--")}
-    sources = [DOC.read_text(encoding="utf-8"), (ROOT / "README.md").read_text(encoding="utf-8")]
+    sources = [DOC.read_text(encoding="utf-8"), (ROOT / "docs" / "use.md").read_text(encoding="utf-8")]
     lines = [line for text in sources for line in _command_lines(text)]
-    assert len(lines) >= 4  # the page's template, its two golden runs and README's line
+    assert len(lines) >= 4  # the page's template, its two golden runs and docs/use.md's line
     assert unknown_options(lines, known) == []
     # negative control: an option the command does not have is caught
     assert unknown_options(["zhin preset check-capture c/ --presett p.json --json"], known) == ["--presett"]
