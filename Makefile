@@ -47,10 +47,10 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist worksteal -p no:cacheprovider
 
-# The pre-merge gates of the README, on this repository itself: the eval scenarios offline (JUnit in
+# The pre-merge gates of docs/use.md, on this repository itself: the eval scenarios offline (JUnit in
 # reports/), the fixed prompt cost against prompt-budget.yaml, and prefix stability of the fixtures.
 # The scenarios load this repository's own plugins (eval_cases/plugins/): opted in with --allow-plugins
-# (README "Plugins and trust"); no git ref's plugin code runs here.
+# (docs/safety.md "Plugins and trust"); no git ref's plugin code runs here.
 gates: $(STAMP)
 	mkdir -p reports
 	$(BIN)/zhin --allow-plugins eval eval_cases/ -j 2 --junit reports/eval-junit.xml
