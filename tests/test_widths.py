@@ -91,3 +91,26 @@ def test_negative_control_the_row_check_sees_a_wrapped_row(demo_dir: Any) -> Non
                "   2   1695      0 $0.004237 ░░░░  system      ✓"]
     rows = [i for i, line in enumerate(wrapped) if row.match(line)]
     assert rows != list(range(rows[0], rows[0] + len(rows)))
+
+
+# --- one way to write a cost -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("value", "shown"), [
+    (0.0024, "$0.002400"), (0.00217, "$0.002170"), (0.004237, "$0.004237"), (0.05282, "$0.05282"),
+    (0.0009999996, "$0.001000"), (1e-7, "$0.0000001000"), (0.99999, "$1.00"), (1234.5, "$1,234.50"),
+    (0, "$0"), (None, "—"),
+])
+def test_a_cost_is_written_to_four_significant_digits(value: float | None, shown: str) -> None:
+    from zhin_cli.cache.prices import format_usd
+
+    assert format_usd(value) == shown
+
+
+def test_costs_in_trace_and_prefix_diff_all_have_four_significant_digits(demo_dir: Path) -> None:
+    texts = [run(VIEWS[view], 200, demo_dir).stdout for view in ("trace --all", "prefix-diff", "trace")]
+    costs = [cost for text in texts for cost in re.findall(r"\$0\.\d+", text)]
+    assert len(costs) > 30 and "$0.002400" in texts[0]  # turn 11, written $0.0024 before
+    assert all(len(cost.removeprefix("$0.").lstrip("0")) == 4 for cost in costs), costs
+    # negative control: the three ways of before are told apart from the one
+    assert [len(c.removeprefix("$0.").lstrip("0")) == 4 for c in ("$0.00217", "$0.004237", "$0.0024")] == [False, True, False]

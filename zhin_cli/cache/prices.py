@@ -23,6 +23,7 @@ The price table (rows per provider and model, zhin.yaml ``prices:``, ``--prices 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -105,10 +106,20 @@ class CostTotals:
                 "cached_tokens": self.cached_tokens, "cache_write_tokens": self.cache_write_tokens}
 
 
+COST_DIGITS = 4  # significant digits of a cost under a dollar: a request costs fractions of a cent
+
+
 def format_usd(value: float | None) -> str:
-    """``$0.003121``: four significant digits (a request costs fractions of a cent), ``—`` for none."""
+    """A cost the one way every view prints it (issue 31 §3): under a dollar to ``COST_DIGITS`` significant
+    digits, trailing zeros kept so costs line up and compare (``$0.002400``, ``$0.003121``, ``$0.01153``), never in
+    exponent form; a dollar or more as dollars and cents with thousands separators (``$1,234.50``); ``$0`` for
+    nothing, ``—`` for none."""
     if value is None:
         return "—"
     if value == 0:
         return "$0"
-    return f"${value:.4g}" if value >= 1 else "$" + f"{value:.4g}".replace("e-0", "e-")
+    sign, size = ("-" if value < 0 else ""), float(f"{abs(value):.{COST_DIGITS - 1}e}")  # rounded first: 0.0009999996 is $0.001000
+    decimals = COST_DIGITS - 1 - math.floor(math.log10(size))
+    if size >= 1:
+        return f"{sign}${abs(value):,.2f}"
+    return f"{sign}${size:.{decimals}f}"
