@@ -178,8 +178,8 @@ def test_trace_text_names_the_layout_and_the_bots_figures(zhin: Run, upstream_co
     assert "request body (layout adr-0041: zhin's ADR 0041 assembly of the stored rows" in text
     compact = " ".join(zhin("trace", GROUP_A, "--all", "--db", upstream_copy, cwd=cwd).stdout.split())
     assert "bot sent bot cached" in compact
-    assert f"the bot's stored usage: {sum(r['cache_read'] for r in served_usage(GROUP_A))} of " \
-           f"{sum(r['prompt_tokens'] for r in served_usage(GROUP_A))} prompt tokens cached (17 requests)" in compact
+    assert f"the bot's stored usage: {sum(r['cache_read'] for r in served_usage(GROUP_A)):,} of " \
+           f"{sum(r['prompt_tokens'] for r in served_usage(GROUP_A)):,} prompt tokens cached (17 requests)" in compact
     help_text = zhin("trace", "--help").stdout
     assert "exact wire body" not in help_text and "not the body the bot sent" in " ".join(help_text.split())
 
@@ -239,7 +239,7 @@ def test_a_preset_skeleton_is_named_as_the_layout(zhin: Run, tmp_path: Path) -> 
     assert trace_json(zhin, tmp_path, session, "--json")["layout"] == "adr-0041"
 
 
-BOT_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+|-)\s+(\d+|-)\s+\$\S+\s+[█░]+\s")
+BOT_ROW = re.compile(r"^\s*(\d+)\s+([\d,]+)\s+([\d,]+)\s+([\d,]+|-)\s+([\d,]+|-)\s+\$\S+\s+[█░]+\s")
 
 
 def test_compact_rows_put_the_bots_figures_beside_zhins_where_they_fit(zhin: Run, upstream_copy: Path) -> None:
@@ -247,7 +247,7 @@ def test_compact_rows_put_the_bots_figures_beside_zhins_where_they_fit(zhin: Run
     served = served_usage(GROUP_A)
     wide = zhin("trace", GROUP_A, "--all", "--db", upstream_copy, cwd=cwd, env={"COLUMNS": "200"}).stdout
     rows = [match.groups() for match in map(BOT_ROW.match, wide.splitlines()) if match]
-    assert [(int(sent), int(cached)) for *_, sent, cached in rows] == \
+    assert [(int(sent.replace(",", "")), int(cached.replace(",", ""))) for *_, sent, cached in rows] == \
            [(truth["prompt_tokens"], truth["cache_read"]) for truth in served]
     # a narrow terminal: the columns would push the row past the width, so they are left out and the legend says
     # where they are; every line still fits (negative control of the wide case: no row carries the bot's figures)

@@ -19,7 +19,7 @@ BUSY = FIXTURES / "group-busy.jsonl"
 PRIVATE = FIXTURES / "private-chat.jsonl"
 ST_PRESET = FIXTURES / "presets" / "st-default.json"
 # turn, prompt, cached, [bot sent, bot cached: the stored usage,] [cost,] bar, state, verdict, segments
-ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\d+)(?:\s+(?:\d+|-)\s+(?:\d+|-))?(?:\s+(?:\$\S+|—))?\s+([█░]+)\s+(\S+)\s+([✓✗])(?:\s+(.*))?$")
+ROW = re.compile(r"^\s*(\d+)\s+([\d,]+)\s+([\d,]+)(?:\s+(?:[\d,]+|-)\s+(?:[\d,]+|-))?(?:\s+(?:\$\S+|—))?\s+([█░]+)\s+(\S+)\s+([✓✗])(?:\s+(.*))?$")
 
 
 def ok(proc: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
@@ -31,9 +31,14 @@ def columns(width: int) -> dict[str, str]:
     return {**clean_env(), "COLUMNS": str(width)}
 
 
+def number(text: str) -> int:
+    """A token count as the text views write it (thousands separators, issue 31 §3)."""
+    return int(text.replace(",", ""))
+
+
 def rows_of(text: str) -> list[tuple[int, int, int, str, str, str]]:
     """(turn, prompt, cached, bar, state, first segments) of each compact row."""
-    return [(int(m[1]), int(m[2]), int(m[3]), m[4], m[5], m[7] or "") for m in map(ROW.match, text.splitlines()) if m]
+    return [(int(m[1]), number(m[2]), number(m[3]), m[4], m[5], m[7] or "") for m in map(ROW.match, text.splitlines()) if m]
 
 
 def requests_of(zhin: Any, *args: object) -> list[dict[str, Any]]:
@@ -52,7 +57,7 @@ def test_all_is_one_row_per_turn_with_a_legend_and_detail_gives_the_tables(zhin:
     assert [r[4] for r in rows] == [r["state_rendering"] for r in requests]
     for row, request in zip(rows, requests, strict=True):  # the three largest segments, largest first
         top = sorted(request["segments"], key=lambda s: -s["tokens"])[:3]
-        assert row[5] == ", ".join(f"{s['id']} {s['tokens']}" for s in top)
+        assert row[5] == ", ".join(f"{s['id']} {s['tokens']:,}" for s in top)
     assert "█ cached" in compact and "░ new" in compact and "full width" in compact  # the legend
     assert not re.search(r"^turn \d+ ·", compact, re.M) and "┃ segment" not in compact  # no tables
     # negative control: --detail prints today's table for every turn and no compact row
@@ -238,7 +243,7 @@ def test_identifiers_are_never_cut(zhin: Any, width: int) -> None:
     rows = rows_of(compact)
     assert len(rows) == len(requests)  # one line per row (issue 31 §3): the numbers, the bar and the segments that fit
     for row, request in zip(rows, requests, strict=True):  # each segment shown is whole; "…" stands for the rest
-        top = [f"{s['id']} {s['tokens']}" for s in sorted(request["segments"], key=lambda s: -s["tokens"])[:3]]
+        top = [f"{s['id']} {s['tokens']:,}" for s in sorted(request["segments"], key=lambda s: -s["tokens"])[:3]]
         cell = row[5].removesuffix("…").removesuffix(", ")
         shown = cell.split(", ") if cell else []
         assert shown == top[:len(shown)], (width, row)

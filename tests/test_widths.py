@@ -79,14 +79,14 @@ def test_no_word_or_number_is_broken_across_lines(view: str, width: int, demo_di
 
 def test_trace_all_rows_are_one_line_each_at_80_columns(demo_dir: Path) -> None:
     text = run(VIEWS["trace --all"], 80, demo_dir).stdout
-    row = re.compile(r"^\s*\d+\s+\d+\s+\d+\s.*[✓✗]")
+    row = re.compile(r"^\s*\d+\s+[\d,]+\s+[\d,]+\s.*[✓✗]")
     rows = [i for i, line in enumerate(text.splitlines()) if row.match(line)]
     assert len(rows) == 16  # group-busy has 16 turns
     assert rows == list(range(rows[0], rows[0] + 16))  # consecutive lines: nothing wraps between two rows
 
 
 def test_negative_control_the_row_check_sees_a_wrapped_row(demo_dir: Any) -> None:
-    row = re.compile(r"^\s*\d+\s+\d+\s+\d+\s.*[✓✗]")
+    row = re.compile(r"^\s*\d+\s+[\d,]+\s+[\d,]+\s.*[✓✗]")
     wrapped = ["   1    868      0  $0.00217 ░░░  none-needed ✓", "     history.user 543",
                "   2   1695      0 $0.004237 ░░░░  system      ✓"]
     rows = [i for i, line in enumerate(wrapped) if row.match(line)]
@@ -114,3 +114,11 @@ def test_costs_in_trace_and_prefix_diff_all_have_four_significant_digits(demo_di
     assert all(len(cost.removeprefix("$0.").lstrip("0")) == 4 for cost in costs), costs
     # negative control: the three ways of before are told apart from the one
     assert [len(c.removeprefix("$0.").lstrip("0")) == 4 for c in ("$0.00217", "$0.004237", "$0.0024")] == [False, True, False]
+
+
+def test_token_counts_have_thousands_separators_in_trace_as_in_prefix_diff(demo_dir: Path) -> None:
+    rows = run(VIEWS["trace --all"], 200, demo_dir).stdout
+    pairs = run(VIEWS["prefix-diff"], 200, demo_dir).stdout
+    assert re.search(r"^\s+2\s+1,695\s", rows, re.M) and " 1,695 " in pairs  # turn 2's prompt, one way in both
+    assert re.search(r"of [\d,]+ prompt tokens cached", rows) and not re.search(r"\d{4} prompt tokens", rows)
+    assert not re.search(r"^\s+2\s+1695\s", rows, re.M)  # negative control: the plain form of before is gone

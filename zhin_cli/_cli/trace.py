@@ -314,8 +314,8 @@ def print_rows(console: Console, result: TraceResult, rows: list[TurnRow]) -> No
     if not rows:
         return
     scale = max(row.prompt_tokens for row in rows)
-    entries = [[f"{terminal_safe(segment)} {tokens}" for segment, tokens in row.top_segments] for row in rows]
-    numbers = max(len("prompt"), len(str(scale)))
+    entries = [[f"{terminal_safe(segment)} {tokens:,}" for segment, tokens in row.top_segments] for row in rows]
+    numbers = max(len("prompt"), len(f"{scale:,}"))
     turn_width = max(len("turn"), len(str(max(row.turn for row in rows))))
     state_width = max(len("state"), *(len(row.state_rendering) for row in rows))
     verdict_width = len("ok")
@@ -345,7 +345,7 @@ def print_rows(console: Console, result: TraceResult, rows: list[TurnRow]) -> No
         cached_cells, new_cells = bar_cells(row, scale, bar_width)
         cost = f"{costs[number]:>{cost_width - 1}} " if priced else ""
         sent = "".join(f"{cell:>{bot_width}} " for cell in bot[number]) if bot else ""
-        line = [(f"{row.turn:>{turn_width}} {row.prompt_tokens:>{numbers}} {row.cached_tokens:>{numbers}} {sent}{cost}", ""),
+        line = [(f"{row.turn:>{turn_width}} {row.prompt_tokens:>{numbers},} {row.cached_tokens:>{numbers},} {sent}{cost}", ""),
                 (CACHED * cached_cells, "green"), (NEW * new_cells, "yellow"),
                 (f"{' ' * (bar_width - cached_cells - new_cells)} {row.state_rendering:<{state_width}} ", ""),
                 (ACCEPTED, "") if row.accepted else (REJECTED, "red")]
@@ -366,7 +366,7 @@ def print_rows(console: Console, result: TraceResult, rows: list[TurnRow]) -> No
     print_warnings(console, rows)
     console.print(f"prompt, cached: the request zhin assembles from the stored rows ({layout_phrase(result.layout)}) · "
                   f"{CACHED} cached (the provider's prompt cache would read it; prefix-diff's count, the first turn "
-                  f"all new)  {NEW} new · bar length ∝ prompt tokens, full width {scale} · "
+                  f"all new)  {NEW} new · bar length ∝ prompt tokens, full width {scale:,} · "
                   f"{ACCEPTED} accepted / {REJECTED} rejected by the offline validator")
     if bot:
         console.print(f"{BOT_SENT}, {BOT_CACHED}: the prompt and cached tokens the bot's provider reported for that "
@@ -376,7 +376,7 @@ def print_rows(console: Console, result: TraceResult, rows: list[TurnRow]) -> No
                       f"{fixed + 2 * (bot_width + 1) + NARROW_BAR} columns")
     billed = CostTotals.of(row.cost for row in rows if row.cost is not None)
     total = f" · input cost {format_usd(billed.usd)} ({format_usd(billed.per_request)} per request)" if billed.requests else ""
-    console.print(f"{len(rows)} requests: {cached} of {prompt} prompt tokens cached · cached share after the first "
+    console.print(f"{len(rows)} requests: {cached:,} of {prompt:,} prompt tokens cached · cached share after the first "
                   f"{share:.0%} (as prefix-diff){total}{stored_total(rows)} · --detail for every turn's segment table")
 
 
@@ -384,7 +384,7 @@ def stored_cells(stored: StoredUsage | None) -> tuple[str, str]:
     """A row's bot columns: the prompt and cached tokens its stored usage reports (``NOT_STORED``: none)."""
     if stored is None:
         return NOT_STORED, NOT_STORED
-    return tuple(NOT_STORED if value is None else str(value)  # type: ignore[return-value]
+    return tuple(NOT_STORED if value is None else f"{value:,}"  # type: ignore[return-value]
                  for value in (stored.prompt_tokens, stored.cached_tokens))
 
 
@@ -395,7 +395,7 @@ def stored_total(rows: list[TurnRow]) -> str:
         return ""
     sent = sum(stored.prompt_tokens or 0 for stored in reported)
     cached = sum(stored.cached_tokens or 0 for stored in reported)
-    return f" · the bot's stored usage: {cached} of {sent} prompt tokens cached ({len(reported)} requests)"
+    return f" · the bot's stored usage: {cached:,} of {sent:,} prompt tokens cached ({len(reported)} requests)"
 
 
 def print_warnings(console: Console, rows: list[TurnRow]) -> None:
@@ -419,7 +419,7 @@ def print_request(console: Console, request: AssembledRequest, show_request: boo
     boxed = sum(natural) + 3 * len(headers) + 1 <= console.width
     # A boxed table where it fits; else no box and one space between columns, so the segment ids and the
     # numbers keep their full width (never cut nor folded) and the kind column wraps to make room.
-    table = Table(title=f"turn {request.turn} · {markup_safe(request.provider)} · {markup_safe(request.model)} · {request.prompt_tokens} prompt tokens ({request.encoding})",
+    table = Table(title=f"turn {request.turn} · {markup_safe(request.provider)} · {markup_safe(request.model)} · {request.prompt_tokens:,} prompt tokens ({request.encoding})",
                   title_justify="left", box=HEAVY_HEAD if boxed else None, pad_edge=boxed, collapse_padding=not boxed)
     table.add_column("segment", no_wrap=True, min_width=natural[0], overflow="fold")
     table.add_column("kind", overflow="fold")
@@ -436,8 +436,8 @@ def print_request(console: Console, request: AssembledRequest, show_request: boo
                   f"window: {request.window.messages} messages ({request.window.dropped} before it)")
     console.print(f"cache breakpoints: {breakpoints or 'none'}")
     if cost is not None:
-        console.print(f"input cost: {format_usd(cost.usd)} ({cost.uncached_tokens} uncached, {cost.cached_tokens} cached, "
-                      f"{cost.cache_write_tokens} written to the cache)")
+        console.print(f"input cost: {format_usd(cost.usd)} ({cost.uncached_tokens:,} uncached, {cost.cached_tokens:,} cached, "
+                      f"{cost.cache_write_tokens:,} written to the cache)")
     if stored is not None:
         console.print(markup_safe(stored.sentence(layout, request.prompt_tokens)))
     verdict = request.verdict
