@@ -57,6 +57,8 @@ VIEWS: dict[str, list[str]] = {
     "report economy": ["report", "economy", "--db", "demo.sqlite"],
     "report window": ["report", "window", "onebot11:tokyo-ob11:group:856301447", "--db", "demo.sqlite"],
     "facts show": ["facts", "show", "onebot11:tokyo-ob11:group:856301447", "--db", "demo.sqlite"],
+    "budget check": ["budget", "check", "--file", str(ROOT / "prompt-budget.yaml")],
+    "eval": ["--allow-plugins", "eval", str(ROOT / "eval_cases")],  # the repository's own cases and plugins
 }
 
 
@@ -83,6 +85,14 @@ def test_trace_all_rows_are_one_line_each_at_80_columns(demo_dir: Path) -> None:
     rows = [i for i, line in enumerate(text.splitlines()) if row.match(line)]
     assert len(rows) == 16  # group-busy has 16 turns
     assert rows == list(range(rows[0], rows[0] + 16))  # consecutive lines: nothing wraps between two rows
+
+
+def test_prefix_diff_rows_are_one_line_each_at_80_columns(demo_dir: Path) -> None:
+    text = run(VIEWS["prefix-diff"], 80, demo_dir).stdout
+    pairs = [line for line in text.splitlines() if re.match(r"^[✗ ] \d+→\d+ ", line)]
+    assert len(pairs) == 15 and all(cell_len(line) <= 80 for line in pairs)  # 16 turns: 15 pairs, each a line
+    following = [text.splitlines()[text.splitlines().index(line) + 1] for line in pairs]
+    assert not any(line.startswith(" " * 20) for line in following)  # no continuation line under a row
 
 
 def test_negative_control_the_row_check_sees_a_wrapped_row(demo_dir: Any) -> None:
