@@ -5,7 +5,7 @@ the signal is raised in the main thread as an exception, so every ``finally``, `
 ``except BaseException`` cleanup runs (temporary files, half-built databases, extracted git trees), and the
 command exits 143 (SIGINT: 130) without a traceback. The handlers are installed by ``zhin_cli.launch`` first
 thing, because loading the commands takes about a second — on a busy machine several — and a signal in that
-second would otherwise kill the process with no status of its own (README "Exit status").
+second would otherwise kill the process with no status of its own (docs/use.md "Exit status").
 
 Importing this module has no effect; only ``install_signal_handlers`` changes the process's handlers, so a
 library user's own handlers stay theirs.

@@ -1,6 +1,6 @@
 """Which configs may run plugin code: ``zhin.yaml`` ``plugins:`` and eval case plugins are Python.
 
-A plugin loads only from a source the user vouched for (README "Plugins and trust"):
+A plugin loads only from a source the user vouched for (docs/safety.md "Plugins and trust"):
 
 - ``given`` — a config named on the command line (``--config``, ``ZHIN_CONFIG``, a ``--base``/``--head`` file),
   or built by a library caller: naming the file is the decision.

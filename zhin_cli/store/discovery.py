@@ -25,7 +25,7 @@ def discover_database(start: Path) -> Path | None:
 
 class DatabaseNotFound(SessionNotFound):
     """No ``--db`` and no ``.zhin/data.sqlite`` from the working directory upward: "cannot run" (exit 3) for every
-    command, whether it reads one session or lists them all (README "Exit status")."""
+    command, whether it reads one session or lists them all (docs/use.md "Exit status")."""
 
 
 def find_database(db: str | None, cwd: Path) -> str:

@@ -110,7 +110,7 @@ def prefix_diff_args(options: CiOptions) -> tuple[str, ...]:
 
 
 def global_args(options: CiOptions) -> tuple[str, ...]:
-    """zhin's own trust opt-ins, given before the command (README "Plugins and trust")."""
+    """zhin's own trust opt-ins, given before the command (docs/safety.md "Plugins and trust")."""
     return (("--allow-plugins",) if options.allow_plugins else ()) + (
         ("--allow-ref-plugins",) if options.allow_ref_plugins else ())
 

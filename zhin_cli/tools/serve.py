@@ -321,7 +321,7 @@ def answer(path: str, raw: bytes | bytearray, *, provider: str, cache: PrefixCac
 
 # --- HTTP ------------------------------------------------------------------------------------------------------
 #
-# Limits (README "Safety" → "zhin serve"): a fixed pool of WORKERS threads serves connections (one request each,
+# Limits (docs/safety.md "zhin serve"): a fixed pool of WORKERS threads serves connections (one request each,
 # HTTP/1.0); connections beyond the pool wait in a short queue and then in the kernel's listen backlog (BACKLOG),
 # so a burst of clients waits instead of being reset. Each connection must send its whole request within
 # REQUEST_DEADLINE and never stay silent longer than IDLE_TIMEOUT. Request bodies held in memory across all
