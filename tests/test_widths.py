@@ -132,3 +132,11 @@ def test_token_counts_have_thousands_separators_in_trace_as_in_prefix_diff(demo_
     assert re.search(r"^\s+2\s+1,695\s", rows, re.M) and " 1,695 " in pairs  # turn 2's prompt, one way in both
     assert re.search(r"of [\d,]+ prompt tokens cached", rows) and not re.search(r"\d{4} prompt tokens", rows)
     assert not re.search(r"^\s+2\s+1695\s", rows, re.M)  # negative control: the plain form of before is gone
+
+
+def test_report_economy_writes_token_figures_with_thousands_separators(demo_dir: Path) -> None:
+    text = run(VIEWS["report economy"], 200, demo_dir).stdout
+    assert "1,493 · 1,426.2" in text  # openai's ADR · flat prompt tokens per request on the demo
+    unseparated = re.findall(r"(?<![\w.,:#-])\d{4,}(?:\.\d)?(?![\w,:#-]| s\b)", text.replace("0041", ""))  # not seconds
+    assert unseparated == []
+    assert re.findall(r"(?<![\w.,:#-])\d{4,}(?:\.\d)?(?![\w,:#-])", "│ 1493 · 1426.2 │") != []  # negative control

@@ -92,7 +92,10 @@ def _pct(value: float | None) -> str:
 
 
 def _num(value: float | None) -> str:
-    return "—" if value is None else f"{value:g}"
+    """Tokens per request: thousands separators as every token count (issue 31 §3), one decimal when not whole."""
+    if value is None:
+        return "—"
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"
 
 
 def window_text(window: dict[str, Any]) -> str:
@@ -139,7 +142,7 @@ def _print_session(console: Console, session: SessionEconomy) -> None:
               "adr": "ADR projection (full once, short after)"}
     for style in STYLES:
         total = headers.totals[style]
-        table.add_row(markup_safe(labels[style]), str(total), f"{headers.per_message(style):.1f}",
+        table.add_row(markup_safe(labels[style]), f"{total:,}", f"{headers.per_message(style):,.1f}",
                       _pct(total / headers.totals["full"] if headers.totals["full"] else None),
                       _pct(total / headers.totals["upstream"] if headers.totals["upstream"] else None))
     console.print(table)
