@@ -484,7 +484,7 @@ def root(
     """Show, test and gate what a group-chat LLM bot sends to its model."""
     from zhin_cli.core.trust import set_allowed
 
-    set_allowed(plugins=allow_plugins, ref_plugins=allow_ref_plugins)  # for this command only (README "Plugins and trust")
+    set_allowed(plugins=allow_plugins, ref_plugins=allow_ref_plugins)  # for this command only (docs/safety.md "Plugins and trust")
     ctx.call_on_close(set_allowed)
     from zhin_cli.core.notes import show_notes_on_stderr
 
@@ -611,7 +611,7 @@ def _argument_not_text(arguments: list[str]) -> str | None:
 def main() -> None:
     """The ``zhin`` entry point. Exit status beyond each command's own: SIGINT 130, SIGTERM 143 (cleanup ran, quiet;
     a command that handles the interrupt itself, like ``serve``, keeps its status); a stdout that cannot be written 3
-    (one line); a reader of stdout that went away (EPIPE) 0. README "Exit status"."""
+    (one line); a reader of stdout that went away (EPIPE) 0. docs/use.md "Exit status"."""
     install_signal_handlers()  # zhin_cli.launch did it already; an embedding caller of main() gets them here
     try:
         code = _run(sys.argv[1:])
