@@ -51,7 +51,10 @@ def origin(base_url: str) -> str:
 
 
 def bodies(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if not p.name.endswith(".exchange.json"))
+    """The captured bodies: not their exchange records, nor the temporary file a record is being written to (there
+    for a moment after a relayed stream ends)."""
+    return sorted(p for p in folder.iterdir() if p.name[:1].isdigit() and p.name.endswith(".json")
+                  and not p.name.endswith(".exchange.json"))
 
 
 def exchange(body_file: Path) -> dict[str, Any]:

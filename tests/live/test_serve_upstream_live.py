@@ -45,7 +45,10 @@ def exchange(body_file: Path) -> dict[str, Any]:
 
 
 def bodies(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if not p.name.endswith(".exchange.json"))
+    """The captured request bodies: not their exchange records, nor the temporary file an exchange record is being
+    written to (``.capture-*.tmp``, there for a moment after a relayed stream ends)."""
+    return sorted(p for p in folder.iterdir() if p.name[:1].isdigit() and p.name.endswith(".json")
+                  and not p.name.endswith(".exchange.json"))
 
 
 @pytest.fixture
