@@ -23,6 +23,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import yaml
+from prompt_repo import CLOCK, RULES
 
 from zhin_cli.tools import ci_comment
 from zhin_cli.tools.ci_comment import MARKER, GateRun, comment_body
@@ -45,15 +46,6 @@ cases:
       - type: regex
         pattern: "群规：不要刷屏"
 """
-CLOCK = """\
-class Clock:
-    id, kind, weight, retention = "plugin.clock", "environment", 1, "required"
-    def inject(self, input):
-        return "turn of " + str(len(input.history))
-def register(generation):
-    generation.register(Clock())
-"""
-RULES = 'segments:\n  add:\n    - {{id: house.rules, kind: system, weight: 50, retention: required, text: "{}"}}\n'
 
 
 # ------------------------------------------------------------------------------------------------- fake GitHub API

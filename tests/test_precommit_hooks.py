@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from prompt_repo import CLOCK, RULES
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / ".pre-commit-hooks.yaml"
 HOOKS = ("zhin-budget-check", "zhin-prefix-diff", "zhin-eval")
-RULES = 'segments:\n  add:\n    - {{id: house.rules, kind: system, weight: 50, retention: required, text: "{}"}}\n'
 SHORT, LONG = "群规：不要刷屏", "群规：不要刷屏。不要发广告，不要骂人，不要刷屏，不要发链接，不要冒充管理员。"
 CASES = """\
 version: 1
@@ -32,14 +32,6 @@ cases:
     assertions:
       - type: regex
         pattern: "群规：不要刷屏"
-"""
-CLOCK = """\
-class Clock:
-    id, kind, weight, retention = "plugin.clock", "environment", 1, "required"
-    def inject(self, input):
-        return "turn of " + str(len(input.history))
-def register(generation):
-    generation.register(Clock())
 """
 
 def environment(tmp_path: Path) -> dict[str, str]:
