@@ -235,6 +235,29 @@ def test_new_tokens_takes_the_callers_plans() -> None:
     assert new_tokens(requests[0], requests[0], count) == 0 < new_tokens(requests[0], requests[1], count)
 
 
+def test_new_tokens_uses_the_plans_it_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plans a caller passes are the ones counted, and no plan is built again: a function that ignored them
+    would build its own (the patched builder raises) and could not tell a wrong plan from the right one."""
+    from zhin_cli.cache import plan
+    from zhin_cli.core.tokens import counter
+    from zhin_cli.tools import cachereplay
+    from zhin_cli.tools.prefixdiff import wire_of
+
+    with Pipeline.open(Config(), provider="openai") as pipeline:
+        requests = list(pipeline.replay(read_session(BUSY)))[:3]
+    count = counter("o200k_base")
+    plans = [plan(r.request, wire_of(r), "o200k_base") for r in requests]
+    expected = cachereplay.new_tokens(requests[1], requests[2], count)
+
+    def no_build(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a plan was built although the caller gave both")
+
+    monkeypatch.setattr(cachereplay, "cache_plan", no_build)
+    assert cachereplay.new_tokens(requests[1], requests[2], count, (plans[1], plans[2])) == expected
+    # the current request counted with the first request's plan: a function that read its own plan would not change
+    assert cachereplay.new_tokens(requests[1], requests[2], count, (plans[1], plans[0])) != expected
+
+
 def test_message_keys_are_equal_exactly_when_the_canonical_json_is() -> None:
     from zhin_cli.tools.cachereplay import _message_key
     from zhin_cli.wire import canonical
