@@ -72,8 +72,6 @@ def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("width", [60, 80, 120])
 @pytest.mark.parametrize("view", sorted(VIEWS))
 def test_no_word_or_number_is_broken_across_lines(view: str, width: int, demo_dir: Path) -> None:
-    if view == "report window" and width < 80:
-        pytest.skip("its chart is drawn 80 columns wide (zhin_cli/tools/windowsweep.py): not laid out for 60 yet")
     narrow, wide = run(VIEWS[view], width, demo_dir), run(VIEWS[view], WIDE, demo_dir)
     assert narrow.returncode == 0 and wide.returncode == 0, narrow.stderr
     assert broken_tokens(narrow.stdout, wide.stdout, width) == [], (view, width)

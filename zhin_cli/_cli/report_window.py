@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -24,6 +24,9 @@ from zhin_cli.core.errors import UsageError
 from zhin_cli.core.parallel import MAX_JOBS
 from zhin_cli.core.terminaltext import markup_safe, terminal_safe
 from zhin_cli.tools.windowsweep import WindowReport, frontier_picture, recommendation_line, table_rows
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 
 @report_app.command("window")
@@ -62,20 +65,42 @@ def window_command(
 
 def _print(report: WindowReport) -> None:
     from rich.markup import escape
-    from rich.table import Table
+    from rich.measure import Measurement
 
     console = stdout_console()
     console.print(markup_safe(f"{report.provider} {report.model} · {len(report.sessions)} session(s) · "
                               f"{report.recommended.requests} requests per policy · tokens: {report.encoding}"))
-    headers = ("policy", "cost/request", "× sliding", "later hit", "limit", "context mean/min", "frontier")
-    table = Table(*headers, title="window policies (input cost; token-weighted hit rates)", title_justify="left")
     rows = table_rows(report)
-    for row in rows:
-        table.add_row(*(escape(cell) for cell in row))
-    # figures are never cut to "$0.004…": each numeric column keeps room for its longest cell (names wrap first)
-    for column in table.columns[1:]:
-        column.min_width = max((len(row[column._index]) for row in rows), default=0)
+    table = _table(rows, compact=False)
+    if Measurement.get(console, console.options.update_width(10_000), table).maximum > console.width:
+        table = _table(rows, compact=True)  # no borders between columns: at 60 columns every cell fits whole
     console.print(table)
-    for line in frontier_picture(report):
+    for line in frontier_picture(report, console.width):  # drawn to the console's width (≤ 80 columns)
         console.print(escape(line), soft_wrap=True)
     console.print(escape(recommendation_line(report)))  # wrapped between words by rich, never inside a figure
+
+
+def _table(rows: list[tuple[str, ...]], *, compact: bool) -> Table:
+    """The policies' table: boxed, or (``compact``) unboxed, one space between columns and headers that wrap
+    between words — every cell whole at 60 columns."""
+    from rich import box
+    from rich.markup import escape
+    from rich.table import Table
+
+    headers = ("policy", "cost per request" if compact else "cost/request", "× sliding", "later hit", "limit",
+               "context mean/min", "frontier")
+    title = "window policies (input cost; token-weighted hit rates)"
+    if compact:
+        table = Table(*headers, title=title, title_justify="left", box=None, padding=(0, 1), collapse_padding=True,
+                      pad_edge=False)
+    else:
+        table = Table(*headers, title=title, title_justify="left", box=box.HEAVY_HEAD)
+    for row in rows:
+        table.add_row(*(escape(cell) for cell in row))
+    # figures are never cut to "$0.004…" nor headers to "frontie": each numeric column keeps room for its longest
+    # cell and its header's longest word (names wrap first)
+    for column, header in zip(table.columns[1:], headers[1:], strict=True):
+        column.min_width = max(max(map(len, header.split())), *(len(row[column._index]) for row in rows))
+        if compact:
+            column.max_width = column.min_width  # headers wrap between words: the room left goes to the names
+    return table

@@ -376,8 +376,10 @@ def run_window(refs: list[str], *, cwd: Path, db: str | None = None, config_path
 
 # --- text ----------------------------------------------------------------------------------------------
 
-PLOT_WIDTH = 56  # columns of the frontier picture's plot area (with its axis labels: ≤ 80 columns)
+PLOT_WIDTH = 56  # columns of the frontier picture's plot area at 80 columns (axis labels included: ≤ 80)
 PLOT_HEIGHT = 14
+PICTURE_WIDTH = 80  # the widest picture: a wider console gets the 80-column one (more columns add no reading)
+MIN_PLOT_WIDTH = 16  # below this the dots of a sweep merge: a narrower console gets lines too long, not a smear
 MARKS = {"recommended": "R", "default": "D", "sliding": "S"}
 
 
@@ -407,43 +409,54 @@ def _role(report: WindowReport, role: str) -> PolicyFigures:
     return {"recommended": report.recommended, "default": report.default, "sliding": report.sliding}[role]
 
 
-def frontier_picture(report: WindowReport) -> list[str]:
-    """Cost per request (y) against mean context (x) as plain text, ≤ 80 columns and the same for the same
-    report: every policy a dot (``·``), frontier policies ``●``, the recommended, default and sliding policies
-    ``R``, ``D``, ``S`` (a shared cell shows the first of R, D, S, ●, ·), then a legend naming them."""
+def frontier_picture(report: WindowReport, width: int = PICTURE_WIDTH) -> list[str]:
+    """Cost per request (y) against mean context (x) as plain text, drawn for a console ``width`` columns wide
+    (at most ``PICTURE_WIDTH``; every line fits from 40 columns on) and the same for the same report and width:
+    every policy a dot (``·``), frontier policies ``●``, the recommended, default and sliding policies ``R``,
+    ``D``, ``S`` (a shared cell shows the first of R, D, S, ●, ·), then a legend naming them. The title and the
+    legend are wrapped between words."""
     from zhin_cli.cache.prices import format_usd
 
     costs = [f.cost_per_request for f in report.policies]
     contexts = [f.context_mean for f in report.policies]
     low_cost, high_cost = min(costs), max(costs)
     low_context, high_context = min(contexts), max(contexts)
+    top, bottom = format_usd(high_cost), format_usd(low_cost)
+    margin = max(len(top), len(bottom))
+    columns = min(width, PICTURE_WIDTH)
+    plot_width = max(MIN_PLOT_WIDTH, min(PLOT_WIDTH, columns - margin - 2))  # "<label> ┤" before the plot
 
     def cell(figures: PolicyFigures) -> tuple[int, int]:
         x = (figures.context_mean - low_context) / (high_context - low_context) if high_context > low_context else 0.5
         y = (figures.cost_per_request - low_cost) / (high_cost - low_cost) if high_cost > low_cost else 0.5
-        return round(x * (PLOT_WIDTH - 1)), PLOT_HEIGHT - 1 - round(y * (PLOT_HEIGHT - 1))
+        return round(x * (plot_width - 1)), PLOT_HEIGHT - 1 - round(y * (PLOT_HEIGHT - 1))
 
     rank = {mark: n for n, mark in enumerate(["R", "D", "S", "●", "·"])}
-    grid = [[" "] * PLOT_WIDTH for _ in range(PLOT_HEIGHT)]
+    grid = [[" "] * plot_width for _ in range(PLOT_HEIGHT)]
     for figures in report.policies:
         roles = [MARKS[role] for role in MARKS if _role(report, role) is figures]
         mark = roles[0] if roles else "●" if figures.pareto else "·"
         column, row = cell(figures)
         if grid[row][column] == " " or rank[mark] < rank[grid[row][column]]:
             grid[row][column] = mark
-    top, bottom = format_usd(high_cost), format_usd(low_cost)
-    margin = max(len(top), len(bottom))
-    lines = [f"cost per request against mean context (messages), {report.provider} {report.model}"]
+    lines = _wrapped(f"cost per request against mean context (messages), {report.provider} {report.model}", columns)
     for number, cells in enumerate(grid):
         label = top if number == 0 else bottom if number == PLOT_HEIGHT - 1 else ""
         lines.append(f"{label:>{margin}} {'┤' if label else '│'}{''.join(cells)}".rstrip())
-    lines.append(" " * margin + " └" + "─" * PLOT_WIDTH)
+    lines.append(" " * margin + " └" + "─" * plot_width)
     left, right = f"{low_context:.1f}", f"{high_context:.1f}"
-    lines.append(" " * (margin + 2) + left + " " * max(1, PLOT_WIDTH - len(left) - len(right)) + right)
+    lines.append(" " * (margin + 2) + left + " " * max(1, plot_width - len(left) - len(right)) + right)
     lines.append("● Pareto frontier  · dominated")
-    lines += role_legend(report, {mark: grid[row][column] for mark, (column, row) in
+    legend = role_legend(report, {mark: grid[row][column] for mark, (column, row) in
                                   ((MARKS[r], cell(_role(report, r))) for r in MARKS)})
-    return lines
+    return lines + [part for line in legend for part in _wrapped(line, columns, indent="  ")]
+
+
+def _wrapped(line: str, width: int, indent: str = "") -> list[str]:
+    """``line`` broken between words to ``width`` columns (a word longer than that stays whole: never cut)."""
+    import textwrap
+
+    return textwrap.wrap(line, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False) or [""]
 
 
 def role_legend(report: WindowReport, drawn: dict[str, str]) -> list[str]:
