@@ -127,8 +127,8 @@ def test_a_made_up_section_is_reported() -> None:
 def test_every_cited_acceptance_criterion_is_in_the_spec() -> None:
     listed = criteria((SPEC / "prompt-segments.md").read_text(encoding="utf-8"))
     assert {str(n) for n in range(1, 9)} | {"5a"} <= listed
-    cited = [(str(path.relative_to(ROOT)), m.group("n")) for path in _cited_files()
-             for m in CRITERION.finditer(path.read_text(encoding="utf-8"))]
+    files = _cited_files() + sorted((ROOT / "eval_cases").glob("*.yaml"))
+    cited = [(str(path.relative_to(ROOT)), m.group("n")) for path in files for m in CRITERION.finditer(path.read_text(encoding="utf-8"))]
     assert cited, "no acceptance criterion cited anywhere: is the pattern still right?"
     assert [(where, n) for where, n in cited if n not in listed] == []
     assert "9" not in listed and "5b" not in listed  # negative control: the list is not everything
@@ -210,3 +210,24 @@ def test_the_spec_is_in_the_projects_own_english() -> None:
     """No passage of the Chinese source documents is pasted into docs/spec/ (negative control: the detector sees Han)."""
     assert _han("段组装器 segment") != [] and _han("segment §3 — “x”") == []
     assert {page: "".join(_han(text))[:20] for page, text in _spec_pages().items() if _han(text)} == {}
+
+
+def contents_gaps(markdown: str) -> tuple[list[str], list[str]]:
+    """Headings missing from the page's "Contents" list, and Contents entries that are no heading."""
+    contents = markdown.split("\n## Contents\n", 1)[1].split("\n## ", 1)[0] if "\n## Contents\n" in markdown else ""
+    listed = re.findall(r"\]\(#([^)]+)\)", contents)
+    tokens = _md().parse(markdown)
+    slugs = [github_slug(_inline_text(tokens[i + 1])) for i, token in enumerate(tokens)
+             if token.type == "heading_open" and token.tag != "h1"]
+    slugs = [slug for slug in slugs if slug != "contents"]
+    return [slug for slug in slugs if slug not in listed], [slug for slug in listed if slug not in slugs]
+
+
+def test_design_notes_contents_lists_every_heading() -> None:
+    assert contents_gaps((ROOT / "docs" / "design-notes.md").read_text(encoding="utf-8")) == ([], [])
+
+
+def test_contents_gaps_are_reported() -> None:
+    """Negative control: a heading left out of the Contents, and an entry with no heading, are both found."""
+    page = "# T\n\n## Contents\n\n- [A](#a)\n- [Gone](#gone)\n\n## A\n\n### B\n"
+    assert contents_gaps(page) == (["b"], ["gone"])
