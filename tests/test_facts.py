@@ -383,7 +383,7 @@ def test_prune_enforces_every_bound(bounded_db: Path, tmp_path: Path) -> None:
     before = member_ids(bounded_db)
     result = zhin("facts", "prune", "--db", bounded_db, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert "removed 5 member rows: 1 left, 1 not updated for 90 days, 3 over 2000 per session; cleaned text in 1" in result.stdout
+    assert "removed 5 member rows: 1 left, 1 not updated for 90 days, 3 over 2,000 per session; cleaned text in 1" in result.stdout
     after = member_ids(bounded_db)
     assert before - after == {"left", "ancient", "u01999", "u02000", "u02001"}
     assert len(after) == 2000

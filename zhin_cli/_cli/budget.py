@@ -32,9 +32,9 @@ def print_report(report: BudgetReport) -> None:
     for result in report.results:
         data = result.as_dict()
         rows.append([result.provider, result.model or "", result.part,
-                     str(result.budget if result.budget is not None else "—"),
-                     str(result.measured if result.measured is not None else "—"),
-                     "" if data["delta"] is None else f"{data['delta']:+d}", result.status])
+                     "—" if result.budget is None else f"{result.budget:,}",
+                     "—" if result.measured is None else f"{result.measured:,}",
+                     "" if data["delta"] is None else f"{data['delta']:+,d}", result.status])
     console = stdout_console()
     # a table when it fits, else one block per part: a part's id is never cut (print_records)
     print_records(console, ["provider", "model", "part", "budget", "measured", "Δ tokens", "status"], rows,

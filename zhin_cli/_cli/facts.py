@@ -89,6 +89,10 @@ def print_rebuilt(console: Any, rebuilt: dict[str, Any], zone: str) -> None:
                   [[human_value(k, member[k], zone) for k in ROSTER_COLUMNS] for member in rebuilt["members"]])
 
 
+COUNTS = frozenset({"member_count"})  # the facts that count things, written 1,234 as other commands write counts;
+# every other number (user, owner and admin ids) is a name, written as stored
+
+
 def human_value(name: str, value: Any, zone: str = "UTC") -> str:
     """A stored fact as people read it: lists joined, yes/no, ms epochs (``*_at``, ``*_until``) as ``zone``'s
     local times, the zone named."""
@@ -104,7 +108,10 @@ def human_value(name: str, value: Any, zone: str = "UTC") -> str:
         from zhin_cli.core.timezones import human_ms
 
         return human_ms(value, zone=zone)
+    if isinstance(value, int) and name in COUNTS:
+        return f"{value:,}"
     return str(value)
+
 
 
 @facts_app.command("prune")
@@ -114,7 +121,7 @@ def prune_command(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Report what would be removed; change nothing.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout.")] = False,
 ) -> None:
-    """Apply the facts bounds: members who left, rows not updated for 90 days, over 2000 rows per session, long text."""
+    """Apply the facts bounds: members who left, rows not updated for 90 days, over 2,000 rows per session, long text."""
     source = database_or_discovered(db)
     report = prune_database(source, dry_run=dry_run)
     if as_json:

@@ -50,14 +50,14 @@ def print_stats(stats: CacheStats, days: int | None = None) -> None:
              + stats.models[key].later.requests + stats.models[key].later.unreported]  # a model with none in the period: no row of zeros
     for key in shown:
         row = stats.models[key]
-        table.add_row(markup_safe(row.provider), markup_safe(row.model), f"{row.lifetime_seconds}s", str(row.groups),
-                      str(row.first.requests), percent(row.first.hit_rate), str(row.later.requests),
-                      percent(row.later.hit_rate), str(row.first.unreported + row.later.unreported))
+        table.add_row(markup_safe(row.provider), markup_safe(row.model), f"{row.lifetime_seconds:,}s", f"{row.groups:,}",
+                      f"{row.first.requests:,}", percent(row.first.hit_rate), f"{row.later.requests:,}",
+                      percent(row.later.hit_rate), f"{row.first.unreported + row.later.unreported:,}")
     console = stdout_console()
     console.print(terminal_safe(stats.period_line(days)), markup=False)
     if shown:
         console.print(table)
-    console.print(f"{stats.sessions} session(s). First of group = the first request of a session to a model after "
+    console.print(f"{stats.sessions:,} session(s). First of group = the first request of a session to a model after "
                   "more than its cache lifetime without one.")
 
 

@@ -16,7 +16,7 @@ from zhin_cli.core.errors import SessionNotFound, ZhinError
 from zhin_cli.core.timezones import choose_timezone, valid_timezone
 from zhin_cli.store import schema
 from zhin_cli.store.database import SessionDatabase, db_error, parse_db, writable_engine
-from zhin_cli.store.facts import FactsStore, PruneReport, prune, rebuild_facts, system_clock
+from zhin_cli.store.facts import MAX_MEMBERS_PER_SESSION, FactsStore, PruneReport, prune, rebuild_facts, system_clock
 from zhin_cli.store.payload import short
 
 FACTS_TABLES = ("ai_session_profiles", "ai_scene_members")
@@ -120,8 +120,9 @@ def prune_database(db: str, *, dry_run: bool, now: int | None = None) -> PruneRe
 def prune_summary(report: PruneReport) -> str:
     """``facts prune``'s one line: what was (or would be) removed and cleaned, each count with its noun."""
     removed, cleaned = ("would remove", "would clean") if report.dry_run else ("removed", "cleaned")
-    return (f"{removed} {rows(report.removed)}: {len(report.left)} left, {len(report.expired)} not updated for 90 days, "
-            f"{len(report.over_cap)} over 2000 per session; {cleaned} text in {rows(len(report.cleaned))}")
+    return (f"{removed} {rows(report.removed)}: {len(report.left):,} left, {len(report.expired):,} not updated for 90 "
+            f"days, {len(report.over_cap):,} over {MAX_MEMBERS_PER_SESSION:,} per session; {cleaned} text in "
+            f"{rows(len(report.cleaned))}")
 
 
 def rows(count: int) -> str:

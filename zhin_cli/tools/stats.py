@@ -137,7 +137,7 @@ class CacheStats:
             end = human_ms(self.until) if self.until is not None else "now"
             period = f"period: {f'the last {days} day' + ('s' if days != 1 else '') + ' ' if days else ''}({start} to {end})"
         if self.counted:
-            return f"{period} · {self.counted} request(s) in it"
+            return f"{period} · {self.counted:,} request(s) in it"
         if self.newest is None:
             return f"{period} · no logged usage in the {'session' if self.sessions == 1 else 'sessions'} read"
         span = f"in the last {days} day{'s' if days != 1 else ''}" if days else "in this period"
