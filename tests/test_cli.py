@@ -94,7 +94,7 @@ def test_trace_json_one_turn(zhin: Callable[..., Any], turn: str, expected: int)
 def test_trace_table_output(zhin: Callable[..., Any]) -> None:
     proc = zhin("trace", PRIVATE, "--turn", "2")
     assert proc.returncode == 0, proc.stderr
-    assert PRIVATE_ID in proc.stdout and "turn 2" in proc.stdout and "core.rules" in proc.stdout
+    assert PRIVATE_ID in proc.stdout and "request 2 ·" in proc.stdout and "core.rules" in proc.stdout
     assert "\x1b[" not in proc.stdout  # NO_COLOR, and not a terminal
 
 

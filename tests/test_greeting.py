@@ -134,7 +134,7 @@ def test_trace_cli_says_so(tmp_path: Path, zhin: Any) -> None:
     shown = zhin("trace", path, "--all", "--detail")
     assert shown.returncode == 0, shown.stderr
     assert "note: turn 1 is the greeting" in shown.stdout
-    assert "turn 1 ·" not in shown.stdout and "turn 2 ·" in shown.stdout
+    assert "request 1 ·" not in shown.stdout and "request 2 ·" in shown.stdout
     one = zhin("trace", path, "--turn", "1", "--json")
     assert one.returncode == 0, one.stderr
     document = json.loads(one.stdout)

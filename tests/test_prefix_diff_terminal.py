@@ -84,8 +84,8 @@ def test_fifteen_identical_breaks_are_one_line_two_different_ones_two() -> None:
     text = render(turns_result(*clock, pair(18, "system_changed", "core.date", cached=0, common=300)), 100)
     breaks = [line for line in text.splitlines() if line.startswith("✗ ") and not ROW.match(line)]
     assert breaks == [
-        "✗ 15 × system_changed in core.clock (turns 3–17; first shown): turn 2→3 differs at byte 703",
-        "✗ system_changed in core.date (turn 18): turn 17→18 differs at byte 718",
+        "✗ 15 × system_changed in core.clock (requests 3–17; first shown): request 2→3 differs at byte 703",
+        "✗ system_changed in core.date (request 18): request 17→18 differs at byte 718",
     ]
     assert text.count("before: ") == 2  # the first of each group only
     # every turn keeps its row
@@ -97,7 +97,7 @@ def test_the_clock_plugin_breaks_are_one_collapsed_line(tmp_path: Path) -> None:
     assert result.returncode == 1, result.stderr
     lines = result.stdout.splitlines()
     assert [line for line in lines if "× system_changed" in line] == [
-        "✗ 13 × system_changed in plugin.clock (turns 2–6, 8–11, 13–16; first shown): turn 1→2 differs at byte 784"]
+        "✗ 13 × system_changed in plugin.clock (requests 2–6, 8–11, 13–16; first shown): request 1→2 differs at byte 784"]
     assert result.stdout.count("before: ") == 1
     rows = [m for m in map(ROW.match, lines) if m]
     assert len(rows) == 15 and sum(line.startswith("✗ ") and bool(ROW.match(line)) for line in lines) == 13

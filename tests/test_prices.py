@@ -252,7 +252,7 @@ def test_a_provider_without_rows_shows_no_cost_and_no_error(zhin: Any) -> None:
     # prefix-diff's text: a cost column and the session's total for openai, neither for a local server
     priced_text = zhin("prefix-diff", busy, "-p", "openai").stdout
     local_text = zhin("prefix-diff", busy, "-p", "llama-cpp").stdout
-    assert re.search(r"^\s+turn\s+common\s+cached\s+new\s+cost\s", priced_text, re.M) and "input cost $" in priced_text
+    assert re.search(r"^\s+req\s+common\s+cached\s+new\s+warm cost\s", priced_text, re.M) and "input cost $" in priced_text
     assert " cost " not in local_text.splitlines()[1] and "$" not in local_text and "input cost" not in local_text
 
 

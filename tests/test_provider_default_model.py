@@ -31,7 +31,7 @@ def test_trace_with_a_provider_names_its_default_model(zhin: Zhin, fixtures_dir:
     result = zhin("trace", fixtures_dir / "group-busy.jsonl", "--turn", "4", "--provider", provider, "--show-request")
     assert result.returncode == 0, result.stderr
     assert f"Model: {default} via {provider}." in result.stdout  # the system prompt
-    assert f"turn 4 · {provider} · {default} ·" in result.stdout
+    assert f"request 4 · {provider} · {default} ·" in result.stdout
     assert "gpt-4o via" not in result.stdout and "no price for" not in result.stderr
     said = notes(result)
     assert len(said) == 1 and "'gpt-4o'" in said[0] and default in said[0] and "--model" in said[0], said
@@ -57,7 +57,7 @@ def test_the_note_is_said_once_for_every_turn(zhin: Zhin, fixtures_dir: Path) ->
     assert result.returncode == 0, result.stderr
     said = notes(result)
     assert len(said) == 1 and "deepseek-chat, deepseek's default" in said[0], result.stderr
-    assert "16 turns" in result.stdout  # every turn was replayed, yet one note
+    assert "16 requests" in result.stdout  # every request was replayed, yet one note
 
 
 def test_prefix_diff_and_report_economy_use_the_same_choice(zhin: Zhin, fixtures_dir: Path) -> None:

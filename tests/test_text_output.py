@@ -37,7 +37,7 @@ def test_the_checks_catch_what_they_are_for() -> None:
     assert python_values("newest usage 1761699600000")
     assert python_values("prefill: False")
     # … and these are not
-    assert not python_values(f"{SESSION_ID} · fixtures/group-busy.jsonl · 16 turns")
+    assert not python_values(f"{SESSION_ID} · fixtures/group-busy.jsonl · 16 requests")
     assert not python_values('{"role": "user", "content": null, "stream": false}')  # a JSON body shown as JSON
     assert not python_values("window: max_messages 80, cut to 40 · 2025-10-29 09:00 +08:00")
     assert not whole_in("icqq:8596238:group:10488…", SESSION_ID)

@@ -59,17 +59,17 @@ def test_all_is_one_row_per_turn_with_a_legend_and_detail_gives_the_tables(zhin:
         top = sorted(request["segments"], key=lambda s: -s["tokens"])[:3]
         assert row[5] == ", ".join(f"{s['id']} {s['tokens']:,}" for s in top)
     assert "█ cached" in compact and "░ new" in compact and "full width" in compact  # the legend
-    assert not re.search(r"^turn \d+ ·", compact, re.M) and "┃ segment" not in compact  # no tables
+    assert not re.search(r"^request \d+ ·", compact, re.M) and "┃ segment" not in compact  # no tables
     # negative control: --detail prints today's table for every turn and no compact row
     detail = ok(zhin("trace", BUSY, "--all", "--detail", env=columns(200))).stdout
-    assert len(re.findall(r"^turn \d+ · openai · ", detail, re.M)) == len(requests)
+    assert len(re.findall(r"^request \d+ · openai · ", detail, re.M)) == len(requests)
     assert rows_of(detail) == [] and "█ cached" not in detail
 
 
 def test_a_single_turn_keeps_the_full_table(zhin: Any) -> None:
     for args in ((), ("--turn", "3"), ("--turn", "-1")):
         shown = ok(zhin("trace", BUSY, *args, env=columns(200))).stdout
-        assert len(re.findall(r"^turn \d+ · ", shown, re.M)) == 1 and "segment" in shown
+        assert len(re.findall(r"^request \d+ · ", shown, re.M)) == 1 and "segment" in shown
         assert rows_of(shown) == []
 
 
@@ -315,7 +315,7 @@ def test_negative_control_python_values_are_found() -> None:
     assert python_values("trimmed: False") == ["False"]
     assert python_values("members ['10003']") == ["['"]
     assert python_values("at 1761800000000 ms") == ["1761800000000"]
-    assert python_values("icqq:1:private:2#1761800000000-1 · 6 turns", "icqq:1:private:2#1761800000000-1") == []
+    assert python_values("icqq:1:private:2#1761800000000-1 · 6 requests", "icqq:1:private:2#1761800000000-1") == []
 
 
 def _ms_epochs_without_iso(value: Any, path: str = "") -> list[str]:

@@ -59,6 +59,9 @@ from zhin_cli.tools.prefixdiff import (
 BAR_MIN, BAR_MAX = 10, 40
 BAR_FLOOR = 3  # the fewest bar cells, when a cause needs the room
 CACHED, SHARED, NEW = "█", "▒", "░"
+# the figures' cache (docs/figures.md): every pair's cached tokens and cost are warm, as trace --all's rows
+WARM_COST_HEAD = "warm cost"
+WARM_SENSE = "each request after every one before it, as in a replay"
 
 
 @app.command("prefix-diff")
@@ -80,6 +83,8 @@ def prefix_diff_command(
     prices: PricesOption = None,
 ) -> None:
     """Diff consecutive requests byte by byte: where the cached prefix breaks, why, what still hits, and what each request's input costs (when its provider has prices).
+
+Cached tokens and costs are warm: each request after every one before it, as in a replay (docs/figures.md).
 
     Exit status like diff: 0 no unexpected break, 1 an unexpected break, 2 trouble.
     """
@@ -209,8 +214,8 @@ def _print_rows(console: Console, pairs: list[PairDiff], fail_on: list[str], *, 
               *([_real_cell(p)] if real else []),
               f"{p.prompt_tokens - p.cached_tokens:,}", *([format_usd(p.cost.usd if p.cost else None)] if priced else []))
              for p in pairs]
-    heads = ("capture" if captured else "turn", "common", "cached", *(("real",) if real else ()), "new",
-             *(("cost",) if priced else ()))
+    heads = ("capture" if captured else "req", "common", "cached", *(("real",) if real else ()), "new",
+             *((WARM_COST_HEAD,) if priced else ()))
     widths = [max(len(h), *(len(row[i]) for row in cells)) for i, h in enumerate(heads)]
     fixed = 2 + sum(widths) + len(widths)  # mark, columns and the space after each
     labels = [_cause_label(p) for p in pairs]
@@ -247,12 +252,12 @@ def _excerpts(console: Console, first: PairDiff | dict[str, Any], indent: str = 
                       soft_wrap=True)
 
 
-def _turns(group: PairGroup, unit: str = "turn") -> str:
+def _turns(group: PairGroup, unit: str = "request") -> str:
     turns = group.turns
     return f"{unit}{'s' if len(turns) > 1 else ''} {turn_ranges(turns)}"
 
 
-def _print_breaks(console: Console, pairs: list[PairDiff], unit: str = "turn") -> None:
+def _print_breaks(console: Console, pairs: list[PairDiff], unit: str = "request") -> None:
     """Each distinct unexpected break once: ``15 × system_changed in core.clock (turns 3–17; first shown)``
     (``unit``: ``capture`` for captured bodies, whose numbers are capture numbers)."""
     for group in group_breaks(pairs):
@@ -266,7 +271,7 @@ def _print_breaks(console: Console, pairs: list[PairDiff], unit: str = "turn") -
         _excerpts(console, first)
 
 
-def _print_uncached(console: Console, pairs: list[PairDiff], unit: str = "turn") -> None:
+def _print_uncached(console: Console, pairs: list[PairDiff], unit: str = "request") -> None:
     """Why a shared prefix cached nothing, once per reason."""
     for group in group_uncached(pairs):
         count = f"{len(group.pairs)} × " if len(group.pairs) > 1 else ""
@@ -277,7 +282,7 @@ def _print_uncached(console: Console, pairs: list[PairDiff], unit: str = "turn")
 
 def _print_session(console: Console, session: SessionDiff, fail_on: list[str]) -> None:
     count = f"{session.turns} requests (captures {turn_ranges([session.pairs[0].from_turn, *(p.to_turn for p in session.pairs)])})" \
-        if session.captured and session.pairs else f"{session.turns} {'requests' if session.captured else 'turns'}"
+        if session.captured and session.pairs else f"{session.turns:,} request{'s' if session.turns != 1 else ''}"
     say(console, f"[bold]{markup_safe(session.session_id)}[/] · {markup_safe(session.provider)} · {markup_safe(session.model)} · "
                   f"{markup_safe(count)}")
     if session.layout is not None:  # the bot's real bodies are diffed from a capture folder (docs/captures.md)
@@ -285,25 +290,26 @@ def _print_session(console: Console, session: SessionDiff, fail_on: list[str]) -
 
         say(console, markup_safe(layout_note(session.layout)))
     _print_rows(console, session.pairs, fail_on, captured=session.captured)
-    unit = "capture" if session.captured else "turn"
+    unit = "capture" if session.captured else "request"
     _print_breaks(console, session.unexpected(fail_on), unit)
     _print_uncached(console, session.pairs, unit)
     for hint in session.hints.values():
         if hint.kind == "tail_limit":
-            say(console, f"[yellow]hint:[/] the window's tail limit moved the history on consecutive turns "
+            say(console, f"[yellow]hint:[/] the window's tail limit moved the history on consecutive requests "
                           f"({len(hint.turns)} time(s)): each move is a cache miss; lower window.cut_to so the window "
                           "moves once per window.max_messages - cut_to messages (hysteresis), or compact")
             continue
-        say(console, f"[yellow]hint:[/] segment {markup_safe(hint.segment)} changes between turns ({hint.kind}) "
-                      f"in {len(hint.turns)} turn(s): it breaks the cached prefix every time")
+        say(console, f"[yellow]hint:[/] segment {markup_safe(hint.segment)} changes between requests ({hint.kind}) "
+                      f"in {len(hint.turns)} request(s): it breaks the cached prefix every time")
     summary = session.summary()
     causes = ", ".join(f"{k} {v}" for k, v in summary["causes"].items())
     cost = ""
     if session.costs is not None:
-        cost = (f"; input cost {format_usd(session.costs.usd)} for {session.costs.requests} requests "
+        cost = (f"; warm input cost {format_usd(session.costs.usd)} for {session.costs.requests} requests "
                 f"({format_usd(session.costs.per_request)} per request)")
     say(console, f"{summary['pairs']} pairs: {causes or 'none'}; cache hits {summary['cache_hits']}/{summary['pairs']}, "
-                  f"cached share {summary['cached_share']:.0%}{cost}")
+                  f"cached share {summary['cached_share']:.0%}{cost}; warm: {WARM_SENSE} (cold: trace --turn N; "
+                  "timed: report economy)")
     console.print()
 
 
@@ -367,8 +373,8 @@ def _print_legend(console: Console, causes: set[str], fail_on: list[str], *, bar
     if not causes:
         return
     if bars:
-        say(console, f"[dim]tokens:[/] [green]{CACHED}[/] cached  [yellow]{SHARED}[/] shared with the previous request, "
-            f"not cached  [dim]{NEW}[/] not shared")
+        say(console, f"[dim]tokens:[/] [green]{CACHED}[/] cached (warm)  [yellow]{SHARED}[/] shared with the previous "
+            f"request, not cached  [dim]{NEW}[/] not shared")
     shown = [cause for cause in CAUSES if cause in causes]
     name_width = max(len(cause) for cause in shown)
     status_width = max(len("✗ unexpected") if cause in fail_on else len("expected") for cause in shown)
@@ -384,7 +390,7 @@ def _print_legend(console: Console, causes: set[str], fail_on: list[str], *, bar
 
 
 def _print_comparison(console: Console, comparison: ConfigDiff, fail_on: list[str]) -> None:
-    say(console, f"[bold]{markup_safe(comparison.session_id)}[/]: {len(comparison.differing_turns)}/{comparison.turns} turns differ")
+    say(console, f"[bold]{markup_safe(comparison.session_id)}[/]: {len(comparison.differing_turns)}/{comparison.turns} requests differ")
     if comparison.segments:
         rows = [(delta.id, delta.kind, delta.status, f"{delta.chars:+,}", f"{delta.tokens:+,}") for delta in comparison.segments.values()]
         heads = ("segment", "kind", "status", "Δ chars", "Δ tokens")
@@ -395,13 +401,13 @@ def _print_comparison(console: Console, comparison: ConfigDiff, fail_on: list[st
     if comparison.first_divergence:
         first = comparison.first_divergence
         segment = f" ({first['segment']})" if first.get("segment") else ""
-        say(console, f"first divergence: turn {first['turn']}, byte {first['offset']:,}{markup_safe(segment)}")
+        say(console, f"first divergence: request {first['turn']}, byte {first['offset']:,}{markup_safe(segment)}")
         _excerpts(console, first, "  ")
     if comparison.head_stability:
         unexpected = comparison.head_stability.unexpected(fail_on)
-        verdict = "[green]stable across turns[/]" if not unexpected else f"[red]{len(unexpected)} unexpected break(s) across turns[/]"
+        verdict = "[green]stable across requests[/]" if not unexpected else f"[red]{len(unexpected)} unexpected break(s) across requests[/]"
         console.print(f"head configuration: {verdict}")
         _print_breaks(console, unexpected)
         for hint in comparison.head_stability.hints.values():
-            say(console, f"[yellow]hint:[/] segment {markup_safe(hint.segment)} changes between turns ({hint.kind})")
+            say(console, f"[yellow]hint:[/] segment {markup_safe(hint.segment)} changes between requests ({hint.kind})")
     console.print()

@@ -1,7 +1,8 @@
 """``zhin trace``: per request, the segments table, state rendering, headers, cache breakpoints, body.
 
-``--all`` shows one compact row per turn (a picture of the whole session: prompt tokens, the cached/new bar,
-the largest segments, the state rendering mode, the verdict); ``--detail`` (and any single turn) the full tables.
+``--all`` shows one compact row per request (a picture of the whole session: prompt tokens, the cached/new bar,
+the largest segments, the state rendering mode, the verdict); ``--detail`` (and any single request) the full tables. A single request's cost is *cold* (the
+request alone), ``--all``'s cached tokens and costs *warm* (after every request before it): docs/figures.md.
 ``--jsonl`` streams one request per line as the replay makes it. Every view names the layout that assembled the
 requests (``adr-0041`` or the preset's) and, where the database stored the bot's usage for a request, shows it
 beside zhin's figures ("the bot sent …; ADR 0041 would send …"). Identifiers (session and segment ids) are never
@@ -45,6 +46,7 @@ from zhin_cli.tools.capturediff import CaptureDiff, CaptureRequest
 from zhin_cli.tools.prefixdiff import split_capture_refs, turn_ranges
 from zhin_cli.tools.trace import (
     ADR_LAYOUT,
+    WARNING,
     StoredUsage,
     TraceResult,
     TurnRow,
@@ -67,6 +69,11 @@ ACCEPTED, REJECTED = "✓", "✗"  # the validator's verdict
 SEGMENTS_TITLES = ("largest segments (tokens)", "largest segments", "segments")
 ELIDED = "…"  # a cell's entries left out for the width
 WIDE_BAR, NARROW_BAR = 24, 8  # bar width at full scale (the largest prompt shown), by terminal width
+# the figures' cache (docs/figures.md): --all's rows are warm, a single request's cost cold; each names the other
+REQUEST_HEAD, WARM_COST_HEAD = "req", "warm cost"
+WARM_MEANING = "warm, each request after every one before it (a replay, as prefix-diff counts; the first all new)"
+COLD_ELSEWHERE = "cold, a request alone: trace --turn N; timed: report economy"
+WARM_AND_TIMED_ELSEWHERE = "warm: trace --all; timed: report economy"
 BOT_SENT, BOT_CACHED, NOT_STORED = "bot sent", "bot cached", "-"  # the stored-usage columns, and an empty cell
 
 
@@ -74,9 +81,9 @@ BOT_SENT, BOT_CACHED, NOT_STORED = "bot sent", "bot cached", "-"  # the stored-u
 @handles_errors
 def trace_command(
     session: Annotated[str, typer.Argument(help="A session .jsonl file, or a session id / key in the database; or captured request bodies — a capture folder or a JSONL of bodies: a row per request, as the bot sent it (docs/captures.md).")],
-    turn: Annotated[int | None, typer.Option("--turn", "-t", help="Turn to show (1-based; -1 = last). Default: last. The greeting's turn has no request: a note, exit 0.")] = None,
-    all_turns: Annotated[bool, typer.Option("--all", help="Show every turn: one compact row each (--detail: the full tables).")] = False,
-    detail: Annotated[bool, typer.Option("--detail", help="With --all: the full per-segment tables of every turn instead of one row each (a single turn is always shown in full).")] = False,
+    turn: Annotated[int | None, typer.Option("--turn", "-t", help="The N-th request to show (1-based; -1 = last). Default: the last. A greeting has no request: a note, exit 0.")] = None,
+    all_turns: Annotated[bool, typer.Option("--all", help="Show every request: one compact row each (--detail: the full tables).")] = False,
+    detail: Annotated[bool, typer.Option("--detail", help="With --all: the full per-segment tables of every request instead of one row each (a single request is always shown in full).")] = False,
     provider: Annotated[str | None, typer.Option("--provider", "-p", envvar="ZHIN_PROVIDER", help="Provider profile (openai, openai-reasoning, deepseek, …).")] = None,
     model: Annotated[str | None, typer.Option("--model", "-m", envvar="ZHIN_MODEL", help="Model id (default: the model stored with each turn, else gpt-4o).")] = None,
     timezone: Annotated[str | None, typer.Option("--timezone", envvar="ZHIN_TIMEZONE", help="Instance time zone for header times (default: zhin.yaml's, the session's, the one its data names, TZ, UTC; the output says which).")] = None,
@@ -89,7 +96,9 @@ def trace_command(
     config: ConfigOption = None,
     prices: PricesOption = None,
 ) -> None:
-    """Replay a stored conversation and show what each request sent to the model, and its input cost when the provider has prices (a single turn: as a cold cache sees it; --all: each after the turns before it).
+    """Replay a stored conversation and show what each request sent to the model, and its input cost when the provider has prices.
+
+Cached tokens and costs of one request are cold (the request alone); of --all, warm (each request after every one before it, as prefix-diff counts them): docs/figures.md.
 
     Exit status: 0 ok, 1 a request was rejected (with --validate), 2 usage, 3 cannot run (bad input, database).
     """
@@ -117,11 +126,11 @@ def trace_command(
         rows: list[TurnRow] = []
         if as_jsonl:
             for note in result.notes:  # stdout holds requests only
-                print(f"note: {terminal_safe(note)}", file=sys.stderr)
+                print(terminal_safe(note_line(note)), file=sys.stderr)
             rejected = False
             for request, _, cost in run.costed():
                 rejected |= not request.verdict.ok
-                write_line(out, request_record(request, result.layout, run.stored_usage(request.turn), cost))
+                write_line(out, request_record(request, result.layout, run.stored_usage(request.turn), cost, result.cache_model))
             for note in run.pricing.notes:  # a price note is known once the request that needs it is made
                 print(f"zhin: note: {terminal_safe(note)}", file=sys.stderr)
         else:
@@ -253,11 +262,16 @@ def write_line(out: TextIO, record: dict[str, Any]) -> None:
 def print_heading(console: Console, result: TraceResult) -> None:
     # soft_wrap: the session id is never broken or cropped to fit the terminal
     # wrapped by rich between words, never by the terminal inside one (issue 31 §3)
-    console.print(f"[bold]{markup_safe(result.session_id)}[/] · {markup_safe(result.source)} · {result.turns} turns")
+    console.print(f"[bold]{markup_safe(result.session_id)}[/] · {markup_safe(result.source)} · {result.heading_count()}")
     console.print(markup_safe(layout_note(result.layout)))
     console.print(markup_safe(timezone_note(result.timezone, result.timezone_source)))
     for note in result.notes:
-        console.print(f"note: {markup_safe(note)}")
+        console.print(markup_safe(note_line(note)))
+
+
+def note_line(note: str) -> str:
+    """A note of the result as printed: a warning says ``warning: …`` (never ``note: warning: …``), the rest ``note: …``."""
+    return note if note.startswith(WARNING) else f"note: {note}"
 
 
 def bar_cells(row: TurnRow, scale: int, width: int) -> tuple[int, int]:
@@ -316,12 +330,12 @@ def print_rows(console: Console, result: TraceResult, rows: list[TurnRow]) -> No
     scale = max(row.prompt_tokens for row in rows)
     entries = [[f"{terminal_safe(segment)} {tokens:,}" for segment, tokens in row.top_segments] for row in rows]
     numbers = max(len("prompt"), len(f"{scale:,}"))
-    turn_width = max(len("turn"), len(str(max(row.turn for row in rows))))
+    turn_width = max(len(REQUEST_HEAD), len(str(max(row.turn for row in rows))))
     state_width = max(len("state"), *(len(row.state_rendering) for row in rows))
     verdict_width = len("ok")
     priced = any(row.cost is not None for row in rows)  # a provider without prices: no cost column
     costs = [format_usd(row.cost.usd if row.cost else None) for row in rows] if priced else []
-    cost_width = max(len("cost"), *(len(c) for c in costs)) + 1 if priced else 0  # with its gap
+    cost_width = max(len(WARM_COST_HEAD), *(len(c) for c in costs)) + 1 if priced else 0  # with its gap
     fixed = turn_width + 2 * numbers + cost_width + state_width + verdict_width + 6  # six one-space gaps, the bar's included
     bot = [stored_cells(row.stored) for row in rows] if any(row.stored for row in rows) else []  # no usage: no columns
     bot_width = max(len(BOT_CACHED), *(len(cell) for cells in bot for cell in cells)) if bot else 0
@@ -333,9 +347,9 @@ def print_rows(console: Console, result: TraceResult, rows: list[TurnRow]) -> No
     bar_width = max(NARROW_BAR, min(WIDE_BAR, console.width - fixed - widest_line))
     left = fixed + bar_width
     room = console.width - left - verdict_width  # the segments start after the verdict's column
-    cost_head = f"{'cost':>{cost_width - 1}} " if priced else ""
+    cost_head = f"{WARM_COST_HEAD:>{cost_width - 1}} " if priced else ""
     bot_head = f"{BOT_SENT:>{bot_width}} {BOT_CACHED:>{bot_width}} " if bot else ""
-    header = (f"{'turn':>{turn_width}} {'prompt':>{numbers}} {'cached':>{numbers}} {bot_head}{cost_head}{'cache':<{bar_width}} "
+    header = (f"{REQUEST_HEAD:>{turn_width}} {'prompt':>{numbers}} {'cached':>{numbers}} {bot_head}{cost_head}{'cache':<{bar_width}} "
               f"{'state':<{state_width}} {'ok':<{verdict_width}}")
     title = next((name for name in SEGMENTS_TITLES if cell_len(name) <= room), "")
     # each line as (text, style) parts: plain text where nothing is drawn in colour, styled Text on a terminal;
@@ -364,20 +378,22 @@ def print_rows(console: Console, result: TraceResult, rows: list[TurnRow]) -> No
     prompt, cached = sum(row.prompt_tokens for row in rows), sum(row.cached_tokens for row in rows)
     share = cached_share((row.prompt_tokens, row.cached_tokens) for row in rows[1:])
     print_warnings(console, rows)
-    console.print(f"prompt, cached: the request zhin assembles from the stored rows ({layout_phrase(result.layout)}) · "
-                  f"{CACHED} cached (the provider's prompt cache would read it; prefix-diff's count, the first turn "
-                  f"all new)  {NEW} new · bar length ∝ prompt tokens, full width {scale:,} · "
-                  f"{ACCEPTED} accepted / {REJECTED} rejected by the offline validator")
+    console.print(f"{REQUEST_HEAD}: request; prompt, cached: the request zhin assembles from the stored rows "
+                  f"({layout_phrase(result.layout)}) · cached{', warm cost' if priced else ''}: {WARM_MEANING} "
+                  f"({COLD_ELSEWHERE}) · {CACHED} cached  {NEW} new · bar length ∝ prompt tokens, full width "
+                  f"{scale:,} · {ACCEPTED} accepted / {REJECTED} rejected by the offline validator")
     if bot:
         console.print(f"{BOT_SENT}, {BOT_CACHED}: the prompt and cached tokens the bot's provider reported for that "
                       f"request (the usage stored with its reply, as stats cache reads it; {NOT_STORED} none stored)")
     elif hidden:
-        console.print(f"the bot's stored usage of each turn: --detail, or a terminal of at least "
+        console.print(f"the bot's stored usage of each request: --detail, or a terminal of at least "
                       f"{fixed + 2 * (bot_width + 1) + NARROW_BAR} columns")
     billed = CostTotals.of(row.cost for row in rows if row.cost is not None)
-    total = f" · input cost {format_usd(billed.usd)} ({format_usd(billed.per_request)} per request)" if billed.requests else ""
-    console.print(f"{len(rows)} requests: {cached:,} of {prompt:,} prompt tokens cached · cached share after the first "
-                  f"{share:.0%} (as prefix-diff){total}{stored_total(rows)} · --detail for every turn's segment table")
+    total = (f" · warm input cost {format_usd(billed.usd)} ({format_usd(billed.per_request)} per request)"
+             if billed.requests else "")
+    console.print(f"{len(rows)} requests: {cached:,} of {prompt:,} prompt tokens cached warm · cached share after the "
+                  f"first {share:.0%} (as prefix-diff){total}{stored_total(rows)} · --detail for every request's "
+                  "segment table")
 
 
 def stored_cells(stored: StoredUsage | None) -> tuple[str, str]:
@@ -405,21 +421,21 @@ def print_warnings(console: Console, rows: list[TurnRow]) -> None:
         for warning in dict.fromkeys(row.warnings):
             turns.setdefault(warning, []).append(row.turn)
     for warning, where in turns.items():
-        label = "turn" if len(where) == 1 else "turns"
+        label = "request" if len(where) == 1 else "requests"
         console.print(f"[yellow]warning:[/] ({label} {turn_ranges(where)}) {markup_safe(warning)}")
 
 
 def print_request(console: Console, request: AssembledRequest, show_request: bool, cost: Cost | None = None, *,
                   layout: str = ADR_LAYOUT, stored: StoredUsage | None = None) -> None:
-    cells = [[segment.id, segment.kind, f"{segment.weight:g}", "" if segment.messages is None else str(segment.messages),
-              str(segment.chars), str(segment.tokens), str(segment.trimmed) if segment.trimmed else ""]
+    cells = [[segment.id, segment.kind, f"{segment.weight:g}", "" if segment.messages is None else f"{segment.messages:,}",
+              f"{segment.chars:,}", f"{segment.tokens:,}", f"{segment.trimmed:,}" if segment.trimmed else ""]
              for segment in request.segments]
     headers = ("segment", "kind", "weight", "msgs", "chars", "tokens", "trimmed")
     natural = [max(len(header), *(len(row[i]) for row in cells)) if cells else len(header) for i, header in enumerate(headers)]
     boxed = sum(natural) + 3 * len(headers) + 1 <= console.width
     # A boxed table where it fits; else no box and one space between columns, so the segment ids and the
     # numbers keep their full width (never cut nor folded) and the kind column wraps to make room.
-    table = Table(title=f"turn {request.turn} · {markup_safe(request.provider)} · {markup_safe(request.model)} · {request.prompt_tokens:,} prompt tokens ({request.encoding})",
+    table = Table(title=f"request {request.turn} · {markup_safe(request.provider)} · {markup_safe(request.model)} · {request.prompt_tokens:,} prompt tokens ({request.encoding})",
                   title_justify="left", box=HEAVY_HEAD if boxed else None, pad_edge=boxed, collapse_padding=not boxed)
     table.add_column("segment", no_wrap=True, min_width=natural[0], overflow="fold")
     table.add_column("kind", overflow="fold")
@@ -436,8 +452,9 @@ def print_request(console: Console, request: AssembledRequest, show_request: boo
                   f"window: {request.window.messages} messages ({request.window.dropped} before it)")
     console.print(f"cache breakpoints: {breakpoints or 'none'}")
     if cost is not None:
-        console.print(f"input cost: {format_usd(cost.usd)} ({cost.uncached_tokens:,} uncached, {cost.cached_tokens:,} cached, "
-                      f"{cost.cache_write_tokens:,} written to the cache)")
+        console.print(f"input cost (cold: this request alone): {format_usd(cost.usd)} ({cost.uncached_tokens:,} uncached, "
+                      f"{cost.cached_tokens:,} cached, {cost.cache_write_tokens:,} written to the cache) · "
+                      f"{WARM_AND_TIMED_ELSEWHERE}")
     if stored is not None:
         console.print(markup_safe(stored.sentence(layout, request.prompt_tokens)))
     verdict = request.verdict

@@ -224,6 +224,7 @@ class PairDiff:
                       "cached_share": round(self.cached_share, 4),
                       "uncached_reason": {"code": self.uncached_code, "text": self.uncached_reason} if self.uncached_code else None},
             **({"cost": cost_dict(self.cost)} if self.cost is not None else {}),
+            CACHE_MODEL: WARM,  # its cached tokens and cost: after every request before it (docs/figures.md)
             **({"real": self.real.as_dict(self.cached_tokens)} if self.real is not None else {}),
         }
 
@@ -348,6 +349,12 @@ def cache_outcome(cache: PrefixCache, request: Routed, serialized: Serialized) -
 
 
 # A profile billed at another provider's rows (the price table is keyed by the provider that sends the bill).
+
+
+# The cache a figure's request meets (docs/figures.md): a JSON document names it beside the cached tokens and costs.
+COLD = "cold"  # an empty cache: the request alone (``trace --turn N``)
+WARM = "warm"  # one never-expiring cache fed every request before it in order: a replay (``trace --all``, prefix-diff)
+CACHE_MODEL = "cache_model"  # the key that names it (``"cache"`` is a pair's own object of cached figures)
 
 
 def cost_dict(cost: Cost) -> dict[str, Any]:
@@ -675,7 +682,8 @@ class SessionDiff:
         by_cause = {c: sum(1 for p in self.pairs if p.cause == c) for c in CAUSES}
         share = cached_share((p.prompt_tokens, p.cached_tokens) for p in self.pairs)  # a pair's request is a later one
         data = {"pairs": len(self.pairs), "causes": {c: n for c, n in by_cause.items() if n},
-                "cache_hits": sum(1 for p in self.pairs if p.cache_hit), "cached_share": round(share, 4)}
+                "cache_hits": sum(1 for p in self.pairs if p.cache_hit), "cached_share": round(share, 4),
+                CACHE_MODEL: WARM}
         if self.costs is not None:
             data["cost"] = {"unit": "USD", **self.costs.as_dict()}
         return data
@@ -1112,14 +1120,14 @@ def github_summary(result: PrefixDiffResult) -> str:
 
     lines = ["### zhin prefix-diff", ""]
     if result.mode == "turns":
-        lines += ["| session | pairs | unexpected breaks | cached share |", "|---|---:|---|---:|"]
+        lines += ["| session | pairs | unexpected breaks | warm cached share |", "|---|---:|---|---:|"]
         for session in result.sessions:
             summary = session.summary()
             lines.append(f"| {summary_cell(session.session_id)} | {summary['pairs']} | {summary_cell(causes(session))} | "
                          f"{summary['cached_share']:.0%} |")
     else:
         lines += [f"base {summary_cell(result.base_label or '')} → head {summary_cell(result.head_label or '')}", "",
-                  "| session | turns that differ | changed segments | head: unexpected breaks | head: cached share |",
+                  "| session | requests that differ | changed segments | head: unexpected breaks | head: warm cached share |",
                   "|---|---:|---|---|---:|"]
         for comparison in result.comparisons:
             changed = ", ".join(f"{d.id} ({d.status}, {d.tokens:+,} tokens)" for d in comparison.segments.values()) or "none"

@@ -17,8 +17,9 @@ into zhin's ``prompt_tokens``; a row without usage shows none, not a zero.
 
 Each request's input cost, when its provider has prices (``prefixdiff.Pricing``: ``Cost.of`` over the same cache
 outcomes, so ``trace`` and ``prefix-diff`` bill a request alike): the requests shown are fed to one cache
-simulator in order, so with ``--all`` a turn is billed after the ones before it, and a single turn as a cold
-cache sees it (the first request of a cache group).
+simulator in order, so with ``--all`` a request is billed *warm* (after the ones before it, as prefix-diff bills
+it) and a single request *cold* (the request alone): docs/figures.md names the two, and the JSON says which
+(``cache_model``) beside each cost.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from zhin_cli.pipeline.facade import Pipeline
 from zhin_cli.pipeline.preset.model import Preset
 from zhin_cli.store import database_read, load_session
 from zhin_cli.tools.capturediff import CaptureDiff, CaptureRequest, diff_capture_path
-from zhin_cli.tools.prefixdiff import PairDiff, Pricing, cache_outcome, cost_dict, serialize
+from zhin_cli.tools.prefixdiff import CACHE_MODEL, COLD, WARM, PairDiff, Pricing, cache_outcome, cost_dict, serialize
 from zhin_cli.tools.stats import usage_record
 from zhin_cli.tools.usage import NormalizedUsage
 
@@ -129,12 +130,23 @@ class TraceResult:
     stored: list[StoredUsage | None] = field(default_factory=list)  # per request: the bot's stored usage
     timezone: str = "UTC"  # the zone of the headers' times, and where it came from (``Pipeline.timezone_source``)
     timezone_source: str = "default"
+    cache_model: str = COLD  # the cache its requests' cached tokens and costs meet: ``cold`` alone, ``warm`` (--all)
+
+    @property
+    def requests_made(self) -> int:
+        """The requests the bot made: every turn but the greeting's (it opens the chat without one)."""
+        return self.turns - (self.greeting_turn is not None)
+
+    def heading_count(self) -> str:
+        """The heading's count: requests, never members' turns ("16 requests"; "5 requests and the greeting")."""
+        made = f"{self.requests_made:,} request{'s' if self.requests_made != 1 else ''}"
+        return f"{made} and the greeting" if self.greeting_turn is not None else made
 
     def request_dict(self, index: int) -> dict[str, Any]:
         """One request as ``--json`` lists it (``request_record``)."""
         cost = self.costs[index] if index < len(self.costs) else None
         stored = self.stored[index] if index < len(self.stored) else None
-        return request_record(self.requests[index], self.layout, stored, cost)
+        return request_record(self.requests[index], self.layout, stored, cost, self.cache_model)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -142,6 +154,8 @@ class TraceResult:
             "session_id": self.session_id,
             "source": self.source,
             "turns": self.turns,
+            "requests_made": self.requests_made,
+            CACHE_MODEL: self.cache_model,
             "greeting_turn": self.greeting_turn,
             "layout": self.layout,
             "timezone": self.timezone,
@@ -152,11 +166,12 @@ class TraceResult:
 
 
 def request_record(request: AssembledRequest, layout: str, stored: StoredUsage | None,
-                   cost: Cost | None = None) -> dict[str, Any]:
+                   cost: Cost | None = None, cache_model: str = COLD) -> dict[str, Any]:
     """One request as ``--json`` lists it and ``--jsonl`` writes it: the layout that assembled it, the usage the
-    bot stored for it (``stored_usage``; null when none is stored), and its ``cost`` when its provider has prices."""
+    bot stored for it (``stored_usage``; null when none is stored), its ``cost`` when its provider has prices, and
+    the cache that cost meets (``cache_model``: ``cold`` or ``warm``, docs/figures.md)."""
     return {**request.as_dict(), "layout": layout, "stored_usage": stored.as_dict() if stored is not None else None,
-            **({"cost": cost_dict(cost)} if cost is not None else {})}
+            **({"cost": cost_dict(cost)} if cost is not None else {}), CACHE_MODEL: cache_model}
 
 
 CARD_GREETING_NOTE = ("the session stored no greeting: the preset's card greeting (option greeting) opens the history "
@@ -171,6 +186,18 @@ ZONE_SOURCE_WORDS = {"--timezone": "--timezone", "zhin.yaml": "zhin.yaml", "sess
 def timezone_note(zone: str, source: str) -> str:
     """The heading's line on the headers' times: the zone and which source named it."""
     return f"times in {zone} (from {ZONE_SOURCE_WORDS.get(source, source)})"
+
+
+WARNING = "warning: "  # a session note about a row the reader could not read; any other note is information
+# The session notes that say what the reader did, not what it could not read (store.upstream.recall_note,
+# store.payload.interrupted_note): a fragment each text always holds.
+INFORMATION_MARKS = (" was recalled by ", "(an interrupted turn)")
+
+
+def session_note(note: str) -> str:
+    """A note the session's reader left, as trace lists it: ``warning: …`` for a row it could not read, the note
+    as it is for information (a recalled message left out, an interrupted tool call repaired)."""
+    return note if any(mark in note for mark in INFORMATION_MARKS) else WARNING + note
 
 
 def greeting_note(turn: int) -> str:
@@ -240,15 +267,17 @@ def open_trace(
         if not all_turns:
             wanted = total if turn is None else (turn if turn > 0 else total + 1 + turn)
             if not 1 <= wanted <= total:
-                raise UsageError(f"--turn {turn} is out of range: the session has {total} turns (1..{total})")
+                greeting_part = f" ({greeting}: the greeting, no request)" if greeting is not None else ""
+                raise UsageError(f"--turn {turn} is out of range: this session's requests are 1..{total}{greeting_part}")
         notes = [greeting_note(greeting)] if greeting is not None and wanted in (None, greeting) else []
-        notes.extend(f"warning: {note}" for note in session.notes)  # rows the reader could not read, named
+        notes.extend(session_note(note) for note in session.notes)  # rows the reader could not read, named
         if plan.card_greeting:
             notes.append(CARD_GREETING_NOTE)
         result = TraceResult(session.session_id, session.source, total, [], greeting, notes,
                              config_path=config.path, db=database_read([ref], db=db, cwd=cwd),
                              layout=layout_name(pipeline.preset), timezone=pipeline.timezone(session),
-                             timezone_source=pipeline.timezone_source(session))
+                             timezone_source=pipeline.timezone_source(session),
+                             cache_model=WARM if wanted is None else COLD)
 
         def requests() -> Iterator[AssembledRequest]:
             if wanted is None:
