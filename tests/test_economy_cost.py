@@ -212,7 +212,7 @@ def test_report_economy_json_has_the_cost_objects_and_notes(zhin: Any) -> None:
                                          "cache_write_tokens"}
             assert cost[layout]["per_request"] == pytest.approx(cost[layout]["total"] / cost[layout]["requests"], abs=1e-8)
     text = zhin("report", "economy", FIXTURES / "group-busy.jsonl", "-p", "openai")
-    assert "cost/request" in text.stdout and "$" in text.stdout and "zhin: note:" not in text.stderr
+    assert "cost per request" in text.stdout and "$" in text.stdout and "zhin: note:" not in text.stderr
 
 
 def test_a_provider_without_rows_has_a_null_cost_and_a_note() -> None:

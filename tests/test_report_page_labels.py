@@ -3,7 +3,7 @@ chart has a labelled y axis (prompt tokens, ticks at their heights) and x axis (
 legend (cached / new / marks) and the segment kinds' legend are two legends whose colours never resemble each
 other; a segment label cut to its bar's width (``core…``) carries its full id in its title; and every cache figure
 on the page is the CLI's figure of the same name — the headline's warm ones ``prefix-diff --json``'s summary, the
-economy box's cold costs ``report economy --json``'s. Each check is a function returning its complaints, run on the
+economy box's timed costs ``report economy --json``'s. Each check is a function returning its complaints, run on the
 real page and, as its negative control, on a page with the fault it looks for."""
 
 from __future__ import annotations
@@ -66,9 +66,9 @@ PAGE_FACTS = """() => {
     cut: [...a.querySelectorAll('section[data-turn] .seg')].filter(s => s.scrollWidth > s.clientWidth)
       .map(s => [s.dataset.segment, s.getAttribute('title') || '']),
     warm: a.querySelector('.warm') ? {...a.querySelector('.warm').dataset, text: text(a.querySelector('.warm'))} : null,
-    cold: Object.fromEntries([...a.querySelectorAll('.economy tr[data-provider]')].map(r =>
+    timed: Object.fromEntries([...a.querySelectorAll('.economy tr[data-provider]')].map(r =>
       [r.dataset.provider, {...r.dataset, text: r.textContent}])),
-    coldHeader: text(a.querySelector('.economy table:nth-of-type(2) thead')),
+    timedHeader: text(a.querySelector('.economy table:nth-of-type(2) thead')),
   };
 }"""
 
@@ -134,7 +134,7 @@ def label_problems(facts: dict[str, Any]) -> list[str]:
 
 
 def figure_problems(facts: dict[str, Any], diff: dict[str, Any], economy: dict[str, Any]) -> list[str]:
-    """The headline's warm figures are prefix-diff's; the economy box's cold costs are report economy's."""
+    """The headline's warm figures are prefix-diff's; the economy box's timed costs are report economy's."""
     out = []
     summary = diff["sessions"][0]["summary"]
     warm = facts["warm"] or {}
@@ -147,16 +147,16 @@ def figure_problems(facts: dict[str, Any], diff: dict[str, Any], economy: dict[s
     if "warm" not in warm.get("text", ""):
         out.append("the headline's figures are not named warm")
     for name, figures in economy["sessions"][0]["cache"].items():
-        row = facts["cold"].get(name, {})
+        row = facts["timed"].get(name, {})
         for layout in ("adr", "flat", "sliding"):
             want = figures["cost"][layout]["per_request"]
-            if float(row.get(f"coldCost{layout.title()}", "nan")) != want:
-                out.append(f"{name} cold {layout} cost {row.get(f'coldCost{layout.title()}')} != report economy's {want}")
+            if float(row.get(f"timedCost{layout.title()}", "nan")) != want:
+                out.append(f"{name} timed {layout} cost {row.get(f'timedCost{layout.title()}')} != report economy's {want}")
         shown = " · ".join(format_usd(figures["cost"][layout]["per_request"]) for layout in ("adr", "flat", "sliding"))
         if shown not in row.get("text", ""):
             out.append(f"{name} row {row.get('text')!r} does not show {shown}")
-    if "cold" not in (facts["coldHeader"] or ""):
-        out.append("the economy box's cache figures are not named cold")
+    if "timed" not in (facts["timedHeader"] or ""):
+        out.append("the economy box's cache figures are not named timed")
     return out
 
 
@@ -173,10 +173,10 @@ def test_the_page_has_labelled_axes_two_legends_full_labels_and_the_clis_figures
 
 
 def test_the_two_meanings_differ_on_the_demo(demo: dict[str, Any]) -> None:
-    """Why the page names both: the warm and the cold cost per request are different numbers for this session."""
+    """Why the page names both: the warm and the timed cost per request are different numbers for this session."""
     warm = demo["diff"]["sessions"][0]["summary"]["cost"]["per_request"]
-    cold = demo["economy"]["sessions"][0]["cache"]["openai"]["cost"]["adr"]["per_request"]
-    assert warm != cold
+    timed = demo["economy"]["sessions"][0]["cache"]["openai"]["cost"]["adr"]["per_request"]
+    assert warm != timed
 
 
 def test_segment_colours_never_resemble_the_charts() -> None:
@@ -231,10 +231,10 @@ def test_the_label_check_complains_of_a_cut_label_without_its_title(browser: Any
 
 
 def test_the_figure_check_complains_of_a_figure_off_the_clis(browser: Any, demo: dict[str, Any], tmp_path: Path) -> None:
-    cold = demo["economy"]["sessions"][0]["cache"]["openai"]["cost"]["flat"]["per_request"]
-    facts = page_facts(browser, edited(demo, tmp_path, f'data-cold-cost-flat="{cold}"', f'data-cold-cost-flat="{cold * 2}"'))
+    timed = demo["economy"]["sessions"][0]["cache"]["openai"]["cost"]["flat"]["per_request"]
+    facts = page_facts(browser, edited(demo, tmp_path, f'data-timed-cost-flat="{timed}"', f'data-timed-cost-flat="{timed * 2}"'))
     assert figure_problems(facts, demo["diff"], demo["economy"]) == [
-        f"openai cold flat cost {cold * 2} != report economy's {cold}"]
+        f"openai timed flat cost {timed * 2} != report economy's {timed}"]
     share = demo["diff"]["sessions"][0]["summary"]["cached_share"]
     facts = page_facts(browser, edited(demo, tmp_path, f'data-cached-share="{share}"', 'data-cached-share="0.5"'))
     assert figure_problems(facts, demo["diff"], demo["economy"]) == [

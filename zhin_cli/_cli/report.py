@@ -39,11 +39,13 @@ from zhin_cli.tools.economy import (
     COST_LAYOUTS,
     STYLES,
     BillRow,
+    CacheFigures,
     CaptureEconomy,
     EconomyReport,
     SessionBill,
     SessionEconomy,
     SideTotals,
+    flat_vs_adr,
     run_economy,
     written,
 )
@@ -69,7 +71,7 @@ def economy_command(
 
     Header tokens per member message for three styles (upstream's sender prefix on every group message, the ADR's full header on every message, the ADR projection).
 
-    Per provider (OpenAI, Anthropic, DeepSeek): prompt tokens and simulated cache hits per request for the ADR layout and a flat layout, first of group vs later, next to the physical limit; the input cost per request (USD) of the ADR layout, the flat layout and the ADR layout under upstream's sliding window.
+    Per provider (OpenAI, Anthropic, DeepSeek), timed as docs/figures.md names it (cold at the first request of each cache group, warm after it): one row per layout — the ADR layout, a flat layout and the ADR layout under upstream's sliding window — with its prompt tokens per request, cold and warm hit rates and input cost per request (USD); how many requests start cold, the ADR layout's physical limit, and why the flat or the ADR layout costs less.
 
     Where the session stores the usage its provider reported: per request and in total, what the bot paid (its prompt, cached and cache-written tokens) beside what ADR 0041's simulated request for the same turn would cost, both at the price row of the bot's model (the bot's side includes its own system prompt and tools, which the database does not keep). Definitions: docs/economy.md.
     """
@@ -148,26 +150,50 @@ def _print_session(console: Console, session: SessionEconomy) -> None:
     console.print(table)
     fields = headers.detail()["fields"]["adr"]
     console.print("ADR projection, tokens per field: " + ", ".join(f"{k} {v}" for k, v in fields.items()))
-    cache = Table("provider", "requests first/later", "prompt/request adr · flat", "later: adr", "later: flat",
-                  "later: limit", "first: adr · flat", "cost/request adr · flat · sliding",
-                  title="simulated prompt cache (token-weighted hit rates; input cost in USD, sliding = upstream's window)",
-                  title_justify="left")
-    for name, figures in session.cache.items():
-        data = figures.as_dict()
-        cache.add_row(
-            markup_safe(f"{name} ({figures.model}, groups ≤ {figures.lifetime_seconds} s apart)"),
-            f"{data['requests_first']}/{data['requests_later']}",
-            f"{_num(data['adr_prompt_tokens_per_request'])} · {_num(data['flat_prompt_tokens_per_request'])}",
-            _pct(data["adr_later_hit_rate"]), _pct(data["flat_later_hit_rate"]), _pct(data["limit_later"]),
-            f"{_pct(data['adr_first_hit_rate'])} · {_pct(data['flat_first_hit_rate'])}",
-            _costs(data["cost"]),
-        )
-    # a price is never cut to "$0.004…": the column keeps room for its longest figure (the others wrap first)
-    cache.columns[-1].min_width = max((len(part) for row in cache.columns[-1].cells for part in str(row).split(" · ")),
-                                      default=0)
-    console.print(cache)
+    _print_cache(console, session)
     _print_bill(console, session.bill)
     console.print()
+
+
+LAYOUT_NAMES = {"adr": "ADR", "flat": "flat", "sliding": "sliding"}
+
+
+def _print_cache(console: Console, session: SessionEconomy) -> None:
+    """The timed cache (docs/figures.md), one small table per provider: one row per layout, every cell a few
+    characters wide so the tables read whole at 60 columns; the groups line and the flat-vs-ADR reason under each."""
+    console.print("simulated prompt cache, timed: cold at the first request of each cache group (a request more "
+                  "than the provider's cache lifetime after the one before), warm after it; token-weighted hit rates; "
+                  "input cost in USD; sliding = the ADR layout under upstream's window")
+    for name, figures in session.cache.items():
+        data = figures.as_dict()
+        # a line, not the table's title: a title wraps to the table's width
+        console.print(markup_safe(f"{name} ({figures.model}, cache lifetime {figures.lifetime_seconds:,} s): "
+                                  f"{_groups_words(figures)}; ADR's physical limit when warm {_pct(figures.limit(False))}"))
+        table = Table("layout", "prompt per request", "cold hit rate", "warm hit rate", "cost per request")
+        for layout in COST_LAYOUTS:
+            totals = figures.costs(layout)
+            table.add_row(LAYOUT_NAMES[layout], _num(data[f"{layout}_prompt_tokens_per_request"]),
+                          _pct(figures.rate(layout, True)), _pct(figures.rate(layout, False)),
+                          format_usd(totals.per_request if totals is not None else None))
+        for column in table.columns:  # a number is never cut to "$0.00…": the headers wrap first
+            column.min_width = max(len(str(cell)) for cell in column.cells)
+            column.justify = "left" if column is table.columns[0] else "right"
+        console.print(table)
+        if reason := flat_vs_adr(figures, session.headers):
+            console.print(f"flat vs ADR: {markup_safe(reason)}")
+    if any(figures.groups > 1 for figures in session.cache.values()):
+        console.print(f"{DIFFERS}: prefix-diff replays every request right after the one before, in one cache that "
+                      "never expires, so only its first request is cold (docs/figures.md)")
+
+
+DIFFERS = "prefix-diff's warm figures differ"
+
+
+def _groups_words(figures: CacheFigures) -> str:
+    """``16 requests in 13 cache groups: 13 start cold, 3 warm``."""
+    requests, groups = len(figures.requests), figures.groups
+    return (f"{requests:,} request{'s' * (requests != 1)} in {groups:,} cache group{'s' * (groups != 1)}: "
+            f"{groups:,} start{'s' * (groups == 1)} cold, {requests - groups:,} warm")
 
 
 def _side_cell(outcome: CacheOutcome | None, cost: Cost | None, missing: str | None) -> str:

@@ -70,6 +70,9 @@ from zhin_cli.tools.stats import usage_record
 from zhin_cli.tools.usage import NO_USAGE, billed_outcome, captured_usage
 
 ECONOMY_VERSION = 1
+# Which cache the figures meet (docs/figures.md): cold at the first request of each cache group, warm after it.
+CACHE_MODEL = "timed"  # under "cache_model", as trace and prefix-diff name theirs (cold, warm)
+SAME_CACHING = 0.05  # cached shares closer than this (5 points) "cache about as well"
 STYLES = ("upstream", "full", "adr")
 LAYOUTS = ("adr", "flat")
 COST_LAYOUTS = ("adr", "flat", "sliding")  # the cost object's keys: sliding = the ADR layout under upstream's window
@@ -313,6 +316,11 @@ class CacheFigures:
     price: PriceChoice | None = None  # the row the requests are billed at (None: the table has no rows for the provider)
     price_note: str | None = None  # why there is no cost, or that a default row was used
 
+    @property
+    def groups(self) -> int:
+        """Cache groups: each starts with one cold request."""
+        return sum(r.first for r in self.requests)
+
     def _split(self, first: bool) -> list[RequestFigures]:
         return [r for r in self.requests if r.first == first]
 
@@ -380,6 +388,50 @@ class CacheFigures:
             price = self.price.price if self.price is not None else None
             data["per_request"] = [r.as_dict(price) for r in self.requests]
         return data
+
+
+def _share(cached: int, prompt: int) -> float:
+    return cached / prompt if prompt else 0.0
+
+
+def flat_vs_adr(figures: CacheFigures, headers: HeaderTokens | None = None) -> str | None:
+    """Why one layout costs less per request than the other, from the figures: its prompt length against how much
+    of it the cache serves (cold starts included). ``headers``: the session's header tokens, naming what makes the
+    flat prompt shorter (upstream's one-line prefixes where ADR puts a header per message). None: no price."""
+    adr_totals, flat_totals = figures.costs("adr"), figures.costs("flat")
+    adr_usd = adr_totals.per_request if adr_totals is not None else None
+    flat_usd = flat_totals.per_request if flat_totals is not None else None
+    if adr_usd is None or flat_usd is None:
+        return None
+    if adr_usd == flat_usd:
+        return "flat and ADR cost the same per request"
+    cheaper, dearer = ("flat", "ADR") if flat_usd < adr_usd else ("ADR", "flat")
+    prompts = {"ADR": sum(r.adr_prompt for r in figures.requests), "flat": sum(r.flat_prompt for r in figures.requests)}
+    shares = {"ADR": _share(sum(r.adr_cached for r in figures.requests), prompts["ADR"]),
+              "flat": _share(sum(r.flat_cached for r in figures.requests), prompts["flat"])}
+    saving = 1 - min(adr_usd, flat_usd) / max(adr_usd, flat_usd)
+    caching = f"{shares[cheaper]:.0%} vs {shares[dearer]:.0%} of prompt tokens cached"
+    length = prompts[cheaper] / prompts[dearer] - 1 if prompts[dearer] else 0.0
+    head = f"{cheaper} costs {saving:.0%} less per request than {dearer}: "
+    if length < 0:
+        why = f"its prompt is {-length:.0%} shorter{_shorter_because(cheaper, headers)}"
+        if abs(shares[cheaper] - shares[dearer]) < SAME_CACHING:
+            return head + f"{why}, and both cache about as much ({caching})"
+        if shares[cheaper] < shares[dearer]:
+            return head + f"{why}, which outweighs caching less ({caching})"
+        return head + f"{why} and it caches more ({caching})"
+    longer = f"its {length:.0%} longer prompt" if length > 0 else "a prompt as long"
+    return head + f"it caches more ({caching}), which outweighs {longer}"
+
+
+def _shorter_because(layout: str, headers: HeaderTokens | None) -> str:
+    """What the flat prompt leaves out, in the session's header tokens (ADR's shorter prompt needs no reason)."""
+    if layout != "flat" or headers is None or headers.totals["upstream"] >= headers.totals["adr"]:
+        return ""
+    if not headers.totals["upstream"]:  # upstream prefixes group messages only
+        return f" (no sender prefix, where ADR's headers take {headers.totals['adr']:,} tokens over the session)"
+    return (f" (its messages carry upstream's [sender:…] prefix, {headers.totals['upstream']:,} header tokens over the "
+            f"session, where ADR's headers take {headers.totals['adr']:,})")
 
 
 def _mean(values: Iterable[int]) -> float | None:
@@ -702,7 +754,9 @@ class SessionEconomy:
             "requests": self.requests,
             "header_tokens": self.headers.as_dict(),
             "headers": self.headers.detail(),
-            "cache": {name: figures.as_dict(per_request) for name, figures in self.cache.items()},
+            "cache": {name: {**figures.as_dict(per_request), "cache_groups": figures.groups,
+                             "flat_vs_adr": flat_vs_adr(figures, self.headers)}
+                      for name, figures in self.cache.items()},
             "bill": self.bill.as_dict(),
         }
 
@@ -723,7 +777,7 @@ class EconomyReport:
         return list(dict.fromkeys(notes))
 
     def as_dict(self, per_request: bool = False) -> dict[str, Any]:
-        return {"version": ECONOMY_VERSION, "encoding": self.encoding, "window": self.window, "notes": self.notes,
+        return {"version": ECONOMY_VERSION, "cache_model": CACHE_MODEL, "encoding": self.encoding, "window": self.window, "notes": self.notes,
                 "sessions": [s.as_dict(per_request) for s in self.sessions],
                 "captures": [c.as_dict() for c in self.captures]}
 

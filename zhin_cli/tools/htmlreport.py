@@ -563,8 +563,9 @@ LAYOUTS = ("adr", "flat", "sliding")
 
 
 def _cost_hooks(cost: dict[str, Any] | None) -> str:
-    """``data-cold-cost-<layout>``: report economy --json's cost per request of each layout (none without prices)."""
-    return "".join(f' data-cold-cost-{layout}="{cost[layout]["per_request"]}"' for layout in LAYOUTS) if cost else ""
+    """``data-timed-cost-<layout>``: report economy --json's cost per request of each layout (none without prices);
+    timed as docs/figures.md names it: cold at the first request of each cache group, warm after it."""
+    return "".join(f' data-timed-cost-{layout}="{cost[layout]["per_request"]}"' for layout in LAYOUTS) if cost else ""
 
 
 def _costs(cost: dict[str, Any] | None) -> str:
@@ -591,7 +592,8 @@ def _economy(page: SessionPage) -> str:
         rows.append(f'<tr data-style="{style}" data-tokens="{total}"><td>{_e(label)}</td><td class="num">{_n(total)}</td>'
                     f'<td class="num">{headers["per_message"][style]:.1f}</td><td class="num">{_pct(share)}</td>'
                     f'<td class="meter"><i style="width:{100 * total / widest:.1f}%"></i></td></tr>')
-    cache_rows = []
+    cache_rows: list[str] = []
+    reasons: list[str] = []  # why one layout costs less, per provider (report economy's flat-vs-ADR line)
     for name, figures in page.economy["cache"].items():
         later, limit, flat = figures["adr_later_hit_rate"], figures["limit_later"], figures["flat_later_hit_rate"]
         cache_rows.append(
@@ -601,18 +603,22 @@ def _economy(page: SessionPage) -> str:
             f'<td class="num">{_costs(figures.get("cost"))}</td>'
             f'<td class="meter"><i style="width:{100 * (later or 0):.1f}%"></i><u style="left:{100 * (limit or 0):.1f}%" '
             f'title="physical limit {_pct(limit)}"></u></td></tr>')
+        if figures.get("flat_vs_adr"):
+            reasons.append(f'<p class="meta flat-vs-adr" data-provider="{_e(name)}">{_e(name)}: flat vs ADR: '
+                           f'{_e(figures["flat_vs_adr"])}</p>')
     return (f'<section class="economy"><h3>Economy <small>(report economy; {headers["messages"]} member messages, '
             f'each header counted once)</small></h3>'
             f'<table><thead><tr><th>header style</th><th>tokens</th><th>per message</th><th>vs full</th><th></th></tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table>'
-            f'<table><thead><tr><th>cold: simulated prompt cache</th><th>requests first / later</th><th>later: ADR</th>'
-            f'<th>later: flat</th><th>physical limit</th><th>cold cost/request ADR · flat · sliding</th><th>ADR hits vs the limit</th></tr></thead>'
-            f'<tbody>{"".join(cache_rows)}</tbody></table>'
-            f'<p class="meta">Token-weighted hit rates of the requests after the first of each cache group; the limit '
-            f'is 1 − new / prompt tokens (no cache can serve text the previous request did not send). '
-            f'Cold: a request more than the cache lifetime after the one before meets an empty cache (the first of '
-            f'a cache group), as report economy counts; the headline\'s warm figures are prefix-diff\'s, every request '
-            f'right after the one before (a replay of the session). Definitions: docs/economy.md.</p></section>')
+            f'<table><thead><tr><th>timed: simulated prompt cache</th><th>requests cold / warm</th><th>warm: ADR</th>'
+            f'<th>warm: flat</th><th>physical limit</th><th>timed cost/request ADR · flat · sliding</th><th>ADR hits vs the limit</th></tr></thead>'
+            f'<tbody>{"".join(cache_rows)}</tbody></table>{"".join(reasons)}'
+            f'<p class="meta">Timed, as report economy counts: a request more than the cache lifetime after the one '
+            f'before meets an empty cache (cold: the first of a cache group), the others are warm. Token-weighted hit '
+            f'rates of the warm requests; the limit is 1 − new / prompt tokens (no cache can serve text the previous '
+            f'request did not send). The headline\'s warm figures are prefix-diff\'s, every request right after the '
+            f'one before (a replay of the session), so they differ where the session has more than one cache group. '
+            f'Definitions: docs/figures.md.</p></section>')
 
 
 def frontier_svg(sweep: dict[str, Any], width: int = 640, height: int = 280) -> str:
