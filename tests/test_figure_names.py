@@ -197,3 +197,15 @@ def test_the_segment_table_writes_counts_with_separators(zhin: Run) -> None:
     assert [line for line in table if BARE.search(line)] == []
     # negative control: the old cell is caught
     assert BARE.search("│ history.user      │ user        │      0 │   46 │  2540 │   1340 │")
+
+
+def test_a_greeting_is_not_counted_as_a_request(tmp_path: Path, zhin: Run) -> None:
+    from test_greeting import greeted, save
+
+    path = save(greeted(), tmp_path)
+    document = as_json(zhin, "trace", path, "--all")
+    made = len(document["requests"])
+    assert document["greeting_turn"] == 1 and document["turns"] == made + 1  # the control: turns count the greeting
+    text = ok(zhin("trace", path, "--all", env=wide())).stdout
+    assert f" · {made} request{'s' if made != 1 else ''} and the greeting\n" in text
+    assert TURNS_CLAIM.findall(text) == []
