@@ -71,6 +71,8 @@ def test_one_cache_group_says_no_difference_from_prefix_diff() -> None:
     text = economy(PRIVATE, "-p", "openai", width=1000)
     assert "6 requests in 1 cache group: 1 starts cold, 5 warm" in text
     assert DIFFERS not in text
+    assert "flat vs ADR: flat costs 22% less per request than ADR: its prompt is 22% shorter (no sender prefix, where " \
+           "ADR's headers take 294 tokens over the session), and neither has a token cached" in text  # one-to-one chat
 
 
 # --- flat vs ADR ---------------------------------------------------------------------------------------------
@@ -128,13 +130,19 @@ def test_the_simulated_cache_tables_keep_every_number_at(width: int) -> None:
     assert all(len(line) <= width for line in narrow.splitlines())
 
 
-def test_the_page_names_its_economy_figures_timed(tmp_path: Path) -> None:
+def economy_box(tmp_path: Path, *args: object) -> str:
     out = tmp_path / "page.html"
-    result = run_zhin("report", "html", BUSY, "-o", out, cwd=ROOT, env=clean_env())
+    result = run_zhin("report", "html", BUSY, "-o", out, *args, cwd=ROOT, env=clean_env())
     assert result.returncode == 0, result.stderr
     page = out.read_text(encoding="utf-8")
     box = page[page.index('<section class="economy">'):]
-    box = box[:box.index("</section>")]
+    return box[:box.index("</section>")]
+
+
+def test_the_page_names_its_economy_figures_timed(tmp_path: Path) -> None:
+    box = economy_box(tmp_path)
     assert "timed: simulated prompt cache" in box and "timed cost/request" in box and "data-timed-cost-adr=" in box
-    assert "cold" in box and "warm" in box  # the columns: cold at a group's first request, warm after
-    assert "flat costs 14% less per request than ADR" in box
+    assert "requests cold / warm" in box and "warm: ADR" in box and "later" not in box
+    assert "openai: 16 requests in 13 cache groups: 13 start cold, 3 warm; flat vs ADR: flat costs 14% less" in box
+    # the counts are the provider's: DeepSeek's hour-long cache makes 11 groups of the same 16 requests
+    assert "deepseek: 16 requests in 11 cache groups: 11 start cold, 5 warm" in economy_box(tmp_path, "-p", "deepseek")

@@ -39,13 +39,13 @@ from zhin_cli.tools.economy import (
     COST_LAYOUTS,
     STYLES,
     BillRow,
-    CacheFigures,
     CaptureEconomy,
     EconomyReport,
     SessionBill,
     SessionEconomy,
     SideTotals,
     flat_vs_adr,
+    groups_words,
     run_economy,
     written,
 )
@@ -168,7 +168,7 @@ def _print_cache(console: Console, session: SessionEconomy) -> None:
         data = figures.as_dict()
         # a line, not the table's title: a title wraps to the table's width
         console.print(markup_safe(f"{name} ({figures.model}, cache lifetime {figures.lifetime_seconds:,} s): "
-                                  f"{_groups_words(figures)}; ADR's physical limit when warm {_pct(figures.limit(False))}"))
+                                  f"{groups_words(len(figures.requests), figures.groups)}; ADR's physical limit when warm {_pct(figures.limit(False))}"))
         table = Table("layout", "prompt per request", "cold hit rate", "warm hit rate", "cost per request")
         for layout in COST_LAYOUTS:
             totals = figures.costs(layout)
@@ -187,13 +187,6 @@ def _print_cache(console: Console, session: SessionEconomy) -> None:
 
 
 DIFFERS = "prefix-diff's warm figures differ"
-
-
-def _groups_words(figures: CacheFigures) -> str:
-    """``16 requests in 13 cache groups: 13 start cold, 3 warm``."""
-    requests, groups = len(figures.requests), figures.groups
-    return (f"{requests:,} request{'s' * (requests != 1)} in {groups:,} cache group{'s' * (groups != 1)}: "
-            f"{groups:,} start{'s' * (groups == 1)} cold, {requests - groups:,} warm")
 
 
 def _side_cell(outcome: CacheOutcome | None, cost: Cost | None, missing: str | None) -> str:

@@ -390,6 +390,12 @@ class CacheFigures:
         return data
 
 
+def groups_words(requests: int, groups: int) -> str:
+    """``16 requests in 13 cache groups: 13 start cold, 3 warm`` (each group starts with one cold request)."""
+    return (f"{requests:,} request{'s' * (requests != 1)} in {groups:,} cache group{'s' * (groups != 1)}: "
+            f"{groups:,} start{'s' * (groups == 1)} cold, {requests - groups:,} warm")
+
+
 def _share(cached: int, prompt: int) -> float:
     return cached / prompt if prompt else 0.0
 
@@ -415,6 +421,8 @@ def flat_vs_adr(figures: CacheFigures, headers: HeaderTokens | None = None) -> s
     head = f"{cheaper} costs {saving:.0%} less per request than {dearer}: "
     if length < 0:
         why = f"its prompt is {-length:.0%} shorter{_shorter_because(cheaper, headers)}"
+        if not shares[cheaper] and not shares[dearer]:
+            return head + f"{why}, and neither has a token cached"
         if abs(shares[cheaper] - shares[dearer]) < SAME_CACHING:
             return head + f"{why}, and both cache about as much ({caching})"
         if shares[cheaper] < shares[dearer]:

@@ -578,6 +578,8 @@ def _costs(cost: dict[str, Any] | None) -> str:
 
 
 def _economy(page: SessionPage) -> str:
+    from zhin_cli.tools.economy import groups_words
+
     if page.economy is None:
         return f'<section class="economy"><h3>Economy</h3><p class="meta">{_e(page.economy_note)}</p></section>'
     headers = page.economy["headers"]
@@ -603,9 +605,9 @@ def _economy(page: SessionPage) -> str:
             f'<td class="num">{_costs(figures.get("cost"))}</td>'
             f'<td class="meter"><i style="width:{100 * (later or 0):.1f}%"></i><u style="left:{100 * (limit or 0):.1f}%" '
             f'title="physical limit {_pct(limit)}"></u></td></tr>')
-        if figures.get("flat_vs_adr"):
-            reasons.append(f'<p class="meta flat-vs-adr" data-provider="{_e(name)}">{_e(name)}: flat vs ADR: '
-                           f'{_e(figures["flat_vs_adr"])}</p>')
+        groups = groups_words(figures["requests_first"] + figures["requests_later"], figures["requests_first"])
+        why = f'; flat vs ADR: {_e(figures["flat_vs_adr"])}' if figures.get("flat_vs_adr") else ""
+        reasons.append(f'<p class="meta flat-vs-adr" data-provider="{_e(name)}">{_e(name)}: {groups}{why}</p>')
     return (f'<section class="economy"><h3>Economy <small>(report economy; {headers["messages"]} member messages, '
             f'each header counted once)</small></h3>'
             f'<table><thead><tr><th>header style</th><th>tokens</th><th>per message</th><th>vs full</th><th></th></tr></thead>'
