@@ -6,7 +6,7 @@ DEMO_DB = demo/.zhin/data.sqlite
 STAMP   = $(VENV)/.installed
 LIVE_VENV ?= .venv-live
 
-.PHONY: demo test gates install docs fuzz lint typecheck check bench clean eval-live
+.PHONY: demo test gates install docs fuzz lint typecheck check bench clean eval-live measure
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -62,6 +62,11 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 check: lint test
+
+# The code figures of issue 32 (Any and dict[str, Any] per kLOC, TypedDicts, import cycles, largest modules, the
+# tools/ share) and the `mypy --strict` error count, which must be 0 before pyproject turns `strict = true` on.
+measure: $(STAMP)
+	$(BIN)/python scripts/measure_code.py --mypy
 
 fuzz: $(STAMP)
 	ZHIN_FUZZ_EXAMPLES=200000 $(BIN)/python -m pytest -n 2 -p no:cacheprovider tests/test_properties.py
