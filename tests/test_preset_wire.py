@@ -225,7 +225,7 @@ def test_a_preset_never_makes_an_accepted_tool_loop_rejected(preset_name: str, p
 def test_the_default_layout_passes_fit_layout_untouched(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without preset items the request is the ADR layout, byte for byte, on every profile; with them it is not
     (negative control)."""
-    import zhin_cli.pipeline.providers as providers
+    import zhin_cli.pipeline.providers.shaping as providers  # render() reads fit_layout from there
 
     calls: list[bool] = []
 

@@ -88,7 +88,7 @@ def test_a_model_added_with_set_r1_era_models_gets_the_renderer_rules_too(monkey
     """One decision point for the R1-era rules: the model list the validator reads (``is_r1_era``) also resolves
     the profile, so a model added with ``set_r1_era_models`` is rendered as the validator checks it (it used to
     change only the validator: two member messages in a row were rejected)."""
-    from zhin_cli.pipeline.providers import openai as openai_profiles
+    from zhin_cli.pipeline.providers.specs import deepseek as openai_profiles
 
     monkeypatch.setattr(openai_profiles, "_configured_r1_models", ())  # restored after the test (the list lives there)
     assert not resolve_profile("deepseek", "my-r1").strict_turns

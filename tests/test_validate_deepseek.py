@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from zhin_cli.pipeline.providers import openai as openai_profiles
+from zhin_cli.pipeline.providers.specs import deepseek as openai_profiles
 from zhin_cli.pipeline.validate import validate
 
 

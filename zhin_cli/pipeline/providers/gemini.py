@@ -13,16 +13,10 @@ import json
 from typing import Any
 
 from zhin_cli.pipeline.preset import Layout, PresetMessage
-from zhin_cli.pipeline.providers import (
-    CacheRules,
-    Capabilities,
-    RenderedPart,
-    RenderedRequest,
-    register_profile,
-    register_renderer,
-)
-from zhin_cli.pipeline.providers.anthropic import _input
+from zhin_cli.pipeline.providers.capabilities import Capabilities
 from zhin_cli.pipeline.providers.openai import state_lines
+from zhin_cli.pipeline.providers.rendered import RenderedPart, RenderedRequest
+from zhin_cli.pipeline.providers.shaping import tool_input
 from zhin_cli.pipeline.segments import RuntimeView
 
 WIRE = "gemini-generate"
@@ -57,7 +51,6 @@ def _declaration(tool: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-@register_renderer(WIRE)
 def render_gemini(layout: Layout, profile: Capabilities, runtime: RuntimeView) -> RenderedRequest:
     out = _Contents()
     body: dict[str, Any] = {}
@@ -88,7 +81,7 @@ def render_gemini(layout: Layout, profile: Capabilities, runtime: RuntimeView) -
                 out.add("model", {"text": message.text}, message.segment_id, message.text)
             for call in message.tool_calls:
                 names[call.id] = call.name
-                args = _input(call.arguments)
+                args = tool_input(call.arguments)
                 out.add("model", {"functionCall": {"name": call.name, "args": args}}, message.segment_id,
                         call.name + json.dumps(args, ensure_ascii=False))
         else:
@@ -103,18 +96,3 @@ def render_gemini(layout: Layout, profile: Capabilities, runtime: RuntimeView) -
     breakpoints.append({"before": "tail", "message_index": tail_at, "explicit": False})
     return RenderedRequest(body=body, state_rendering="user" if used_state else "none-needed",
                            cache_breakpoints=breakpoints, parts=parts + out.parts)
-
-
-register_profile(
-    Capabilities(
-        name="gemini",
-        wire=WIRE,
-        validator="gemini-generate",
-        mid_conversation_system="none",
-        alternation="merge",
-        hold_during_tool_loop=True,
-        cache=CacheRules(mechanism="automatic", min_tokens=1024, step_tokens=1),
-        model_rules=((r"^gemini-2\.5-pro|^gemini-3", {"cache": CacheRules(mechanism="automatic", min_tokens=4096, step_tokens=1)}),),
-        description="Gemini generateContent: systemInstruction, user/model contents, functionResponse pairing",
-    )
-)

@@ -6,23 +6,22 @@ import hashlib
 import json
 import re
 import string
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
 from typing import Any
 
 from zhin_cli.core.errors import ConfigError
 from zhin_cli.pipeline.format import STATE_CHANGE_PREFIX, host_header
 from zhin_cli.pipeline.headers import Projected
 from zhin_cli.pipeline.preset import TAIL_SEPARATOR, Layout, PresetMessage
-from zhin_cli.pipeline.providers import (
-    CacheRules,
-    Capabilities,
-    RenderedPart,
-    RenderedRequest,
-    register_profile,
-    register_renderer,
-)
+from zhin_cli.pipeline.providers.capabilities import Capabilities
+from zhin_cli.pipeline.providers.rendered import RenderedPart, RenderedRequest
 from zhin_cli.pipeline.providers.shaping import joined
+from zhin_cli.pipeline.providers.specs.deepseek import (  # the R1-era rules live with the deepseek provider:
+    R1_ERA_MODELS,  # re-exported for their old readers
+    R1_ERA_RULES,
+    is_r1_era,
+    set_r1_era_models,
+)
+from zhin_cli.pipeline.providers.specs.openai import OPENAI_CACHE
 from zhin_cli.pipeline.segments import RuntimeView
 
 WIRE = "openai-chat"
@@ -145,7 +144,6 @@ def _named(entry: dict[str, Any], message: PresetMessage) -> dict[str, Any]:
     return entry
 
 
-@register_renderer(WIRE)
 def render_openai(layout: Layout, profile: Capabilities, runtime: RuntimeView) -> RenderedRequest:
     wire = _Wire(profile)
     mode = profile.mid_conversation_system
@@ -196,85 +194,4 @@ def render_openai(layout: Layout, profile: Capabilities, runtime: RuntimeView) -
     )
 
 
-OPENAI_CACHE = CacheRules(mechanism="automatic", min_tokens=1024, step_tokens=128, lifetime_seconds=600,
-                          routes_by_key=True)
-
-register_profile(
-    Capabilities(
-        name="openai",
-        wire=WIRE,
-        mid_conversation_system="system",
-        cache=OPENAI_CACHE,
-        example_names=True,  # ST's OpenAI source sends example turns with name example_user / example_assistant
-        model_rules=(
-            # o1-mini / o1-preview reject both system and developer: downgrade (providers.md §1.2)
-            (r"^o1-(mini|preview)", {"mid_conversation_system": "none", "system_prompt_role": "user"}),
-            (r"^o\d", {"mid_conversation_system": "developer", "system_prompt_role": "developer"}),
-        ),
-        description="OpenAI Chat Completions; o-series models switch to developer messages",
-    )
-)
-register_profile(
-    Capabilities(
-        name="openai-reasoning",
-        wire=WIRE,
-        mid_conversation_system="developer",
-        system_prompt_role="developer",
-        cache=OPENAI_CACHE,
-        example_names=True,
-        description="OpenAI o-series reasoning models: developer messages",
-    )
-)
-register_profile(
-    Capabilities(
-        name="openai-compatible",
-        wire=WIRE,
-        mid_conversation_system="system",
-        cache=CacheRules(mechanism="none", min_tokens=0, step_tokens=1),
-        example_names=True,  # the OpenAI schema's name field (ST's OpenRouter and custom sources pass it through)
-        description="OpenRouter, Groq and other OpenAI-compatible gateways: system by default",
-    )
-)
-# Models with the R1-era ``deepseek-reasoner`` ordering rules (Jan–Apr 2025, reference/providers.md §4.1): one
-# leading system message, user and assistant alternating from a user turn, no trailing assistant. Today's
-# ``deepseek-reasoner`` alias is V4 thinking mode, where they are not known to apply, so it is not listed;
-# ``deepseek-reasoner-r1`` is our name for the R1-era endpoint. The validator reads the same tuple.
-R1_ERA_MODELS: tuple[str, ...] = ("deepseek-reasoner-r1",)
-R1_ERA_RULES: dict[str, Any] = {"alternation": "merge", "system_only_at_start": True, "prefill": False}
-_configured_r1_models: tuple[str, ...] = ()
-
-
-def set_r1_era_models(models: Iterable[str]) -> None:
-    """Add model ids (beyond ``R1_ERA_MODELS``) that get the R1-era rules — the deepseek profile's rendering and
-    the validator's ordering checks (validate/deepseek.py) — e.g. from ``zhin.yaml``."""
-    global _configured_r1_models
-    _configured_r1_models = tuple(models)
-
-
-def is_r1_era(model: str) -> bool:
-    return model in R1_ERA_MODELS or model in _configured_r1_models
-
-
-@dataclass(frozen=True)
-class _DeepSeekCapabilities(Capabilities):
-    """The DeepSeek profile: a model the validator checks with the R1-era rules (``is_r1_era``: ``R1_ERA_MODELS``
-    and the ids added with ``set_r1_era_models``) is rendered with them — one list decides both, when the profile
-    is resolved for the model (``zhin.yaml`` overrides apply after)."""
-
-    def for_model(self, model: str) -> Capabilities:
-        profile = super().for_model(model)
-        return replace(profile, **R1_ERA_RULES) if is_r1_era(model) else profile
-
-
-register_profile(
-    _DeepSeekCapabilities(
-        name="deepseek",
-        wire=WIRE,
-        validator="deepseek-chat",
-        mid_conversation_system="none",
-        cache=CacheRules(mechanism="automatic", min_tokens=64, step_tokens=64, lifetime_seconds=3600),
-        # ST's DeepSeek source runs semi_tools post-processing: no name, example turns say "Name: " in the text
-        example_names=False,
-        description="DeepSeek: state changes downgraded to user messages by default",
-    )
-)
+__all__ = ["OPENAI_CACHE", "R1_ERA_MODELS", "R1_ERA_RULES", "is_r1_era", "render_openai", "set_r1_era_models"]

@@ -29,13 +29,15 @@ Preset items (issue 15 A6, A7; docs/design-notes.md "Preset system entries under
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from typing import Any
 
 from zhin_cli.pipeline.format import PRESET_HOST_HEADER
 from zhin_cli.pipeline.headers import Projected
 from zhin_cli.pipeline.preset import Item, Layout, PresetMessage
 from zhin_cli.pipeline.preset.model import PLACEHOLDER
-from zhin_cli.pipeline.providers import Capabilities
+from zhin_cli.pipeline.providers.capabilities import Capabilities
 
 USER_SIDE = ("user", "state", "summary")
 LEADING_JOIN = "\n\n"  # leading system entries joined into one message: ST's merge/semi join
@@ -187,3 +189,17 @@ def fit_layout(layout: Layout, profile: Capabilities) -> Layout:
         messages.insert(0, downgraded(PresetMessage("system", [(PLACEHOLDER_SEGMENT, PLACEHOLDER)])))
     tail_index = next((i for i, m in enumerate(messages) if m is current), None) if current is not None else None
     return replace(layout, messages=messages, tail_index=tail_index, system_blocks=leading)
+
+
+def tool_input(arguments: Any) -> dict[str, Any]:
+    """A tool call's arguments as the JSON object Anthropic's ``input`` and Gemini's ``args`` carry: a JSON text is
+    parsed; anything else (not JSON, nested too deeply, not an object) is kept verbatim under one key."""
+    if isinstance(arguments, dict):
+        return arguments
+    if isinstance(arguments, str):
+        try:
+            value = json.loads(arguments)
+        except (json.JSONDecodeError, RecursionError):  # not JSON, or nested too deeply: kept verbatim
+            return {"arguments": arguments}
+        return value if isinstance(value, dict) else {"value": value}
+    return {"value": arguments}

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from zhin_cli.pipeline.providers.anthropic import (  # the model tables live with the profile: one decision, and the
+from zhin_cli.pipeline.providers.specs.anthropic import (  # the model tables live with the profile: one decision, and the
     MID_SYSTEM_MODELS,  # providers never import the validators (tests/test_layers.py)
     accepts_mid_system,
     rejects_prefill,

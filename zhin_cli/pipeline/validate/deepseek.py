@@ -29,7 +29,7 @@ from typing import Any
 # ``deepseek-reasoner`` alias points at V4 thinking mode, where these checks are not known to apply [U], so the
 # plain alias is *not* listed. A deployment that still serves R1 under another id adds it with
 # ``set_r1_era_models``: validator and renderer both follow.
-from zhin_cli.pipeline.providers.openai import is_r1_era
+from zhin_cli.pipeline.providers.specs.deepseek import is_r1_era
 from zhin_cli.pipeline.validate import ACCEPTED, Verdict, register_validator
 
 INSUFFICIENT_TOOLS_MESSAGE = (

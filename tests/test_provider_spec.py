@@ -1,0 +1,170 @@
+"""One object per provider (issue 32): the registry (``provider``, ``provider_names``, ``for_wire``,
+``register_provider``), the cached resolution, and the built-in specs as light data."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from zhin_cli.core.registry import DuplicateName
+from zhin_cli.pipeline.providers import spec as registry
+from zhin_cli.pipeline.providers.capabilities import CacheRules, ProviderSpec
+
+ACME = ProviderSpec(name="acme", wire="openai-chat", mid_conversation_system="system", display="Acme",
+                    price_key="openai", default_model="acme-1", model_prefixes=("acme-",),
+                    cache=CacheRules(mechanism="none", min_tokens=0, step_tokens=1))
+
+
+@pytest.fixture
+def acme() -> Iterator[ProviderSpec]:
+    """``ACME`` registered for one test, then removed."""
+    registry.register_provider(ACME, owner="test")
+    try:
+        yield ACME
+    finally:
+        registry.unregister_provider(ACME.name)
+
+
+def test_a_registered_spec_is_found_by_name_and_listed(acme: ProviderSpec) -> None:
+    assert registry.provider("acme") is acme
+    assert "acme" in registry.provider_names()
+    assert registry.PROVIDERS.owners["acme"] == "test"
+    assert registry.PROFILES is registry.PROVIDERS  # the old name reads the same table
+
+
+def test_a_removed_spec_is_unknown_with_the_one_message() -> None:
+    registry.register_provider(ACME)
+    registry.unregister_provider("acme")
+    assert "acme" not in registry.provider_names()
+    with pytest.raises(registry.UnknownProvider, match=r"unknown provider 'acme' \(known: anthropic, deepseek, "):
+        registry.provider("acme")
+
+
+def test_a_duplicate_name_is_refused_unless_replacing(acme: ProviderSpec) -> None:
+    with pytest.raises(DuplicateName, match="acme"):
+        registry.register_provider(replace(acme, display="Other"))
+    assert registry.provider("acme").display == "Acme"  # negative control: the first one still answers
+    registry.register_provider(replace(acme, display="Other"), replace=True)
+    assert registry.provider("acme").title == "Other"
+
+
+def test_provider_names_are_sorted_and_take_extra_names() -> None:
+    names = registry.provider_names()
+    assert names == sorted(names) and {"openai", "anthropic", "gemini", "deepseek", "vllm"} <= set(names)
+    assert registry.provider_names(["zz-plugin"])[-1] == "zz-plugin"
+    assert "zz-plugin" not in registry.provider_names()  # negative control: extra names are not registered
+
+
+def test_for_wire_picks_the_wire_default_provider() -> None:
+    assert registry.for_wire("openai-chat").name == "openai"
+    assert registry.for_wire("anthropic-messages").name == "anthropic"
+    assert registry.for_wire("gemini-generate").name == "gemini"
+    with pytest.raises(registry.UnknownProvider, match="no provider speaks wire format 'nope'"):
+        registry.for_wire("nope")
+
+
+def test_for_wire_prefers_the_wire_default_over_registration_order(acme: ProviderSpec) -> None:
+    registry.unregister_provider("acme")
+    first = replace(acme, wire="test-wire", name="acme")
+    second = replace(acme, wire="test-wire", name="acme-default", wire_default=True)
+    registry.register_provider(first)
+    registry.register_provider(second)
+    try:
+        assert registry.for_wire("test-wire").name == "acme-default"
+        registry.unregister_provider("acme-default")
+        assert registry.for_wire("test-wire").name == "acme"  # negative control: without the mark, the first
+    finally:
+        registry.unregister_provider("acme-default")
+
+
+def test_the_built_in_specs_carry_what_other_tables_used_to_list() -> None:
+    assert registry.provider("openai-reasoning").prices_under == "openai"
+    assert registry.provider("deepseek").prices_under == "deepseek"
+    assert registry.provider("anthropic").title == "Anthropic" and registry.provider("vllm").title == "vllm"
+    assert [spec.name for spec in registry.PROVIDERS.values() if spec.economy] == ["openai", "deepseek", "anthropic"]
+    assert registry.provider("anthropic").economy_min_tokens == 1024
+    assert registry.provider("gemini").default_model == "gemini-2.5-flash"
+    assert registry.provider("openai-compatible").default_model is None  # a gateway serves any model
+
+
+def test_resolved_computes_once_per_name_model_and_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[str, str]] = []
+    original = registry.resolve_profile
+
+    def counting(name: str, model: str, overrides: object = None) -> object:
+        calls.append((name, model))
+        return original(name, model, overrides)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(registry, "resolve_profile", counting)
+    registry._resolve_once.cache_clear()
+    overrides = {"mid_conversation_system": "developer", "models": {"^gpt": {"prefill": False}}}
+    first = registry.resolved("openai", "gpt-4o", overrides)
+    for _ in range(5):
+        assert registry.resolved("openai", "gpt-4o", dict(overrides)) == first
+    assert calls == [("openai", "gpt-4o")]
+    assert first == original("openai", "gpt-4o", overrides) and not first.prefill
+    registry.resolved("openai", "gpt-4o", {"mid_conversation_system": "none"})  # negative controls: other overrides,
+    registry.resolved("openai", "gpt-4.1", overrides)  # another model
+    assert len(calls) == 3
+
+
+def test_resolved_follows_a_replaced_spec_and_module_state(acme: ProviderSpec) -> None:
+    assert registry.resolved("acme", "acme-1").mid_conversation_system == "system"
+    registry.register_provider(replace(acme, mid_conversation_system="none"), replace=True)
+    assert registry.resolved("acme", "acme-1").mid_conversation_system == "none"  # not the cached answer
+
+    from zhin_cli.pipeline.providers.specs import deepseek
+
+    assert not registry.resolved("deepseek", "my-r1").strict_turns
+    deepseek.set_r1_era_models(["my-r1"])
+    try:
+        assert registry.resolved("deepseek", "my-r1").strict_turns  # set_r1_era_models is part of the key
+    finally:
+        deepseek.set_r1_era_models([])
+
+
+def test_a_bad_override_is_not_cached_and_still_refused() -> None:
+    for _ in range(2):
+        with pytest.raises(registry.ConfigError, match="mid_conversation_system must be"):
+            registry.resolved("openai", "gpt-4o", {"mid_conversation_system": "sometimes"})
+
+
+def test_the_provider_table_loads_without_renderers_presets_or_wire_formats() -> None:
+    code = ("import sys\nfrom zhin_cli.pipeline.providers import provider_names\nprovider_names()\n"
+            "print(' '.join(sorted(m for m in sys.modules if m.startswith('zhin_cli'))))\n")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert "zhin_cli.pipeline.providers.specs.anthropic" in loaded  # negative control: the specs were read
+    heavy = [m for m in loaded if m.startswith(("zhin_cli.pipeline.preset", "zhin_cli.pipeline.segments",
+                                                "zhin_cli.pipeline.assemble", "zhin_cli.wire", "zhin_cli.store"))
+             or m in {f"zhin_cli.pipeline.providers.{r}" for r in ("openai", "anthropic", "gemini", "local", "shaping")}]
+    assert heavy == []
+
+
+def test_a_renderer_is_imported_on_the_first_render_only() -> None:
+    code = ("import sys\nfrom zhin_cli.pipeline.providers import renderer_for, provider\n"
+            "print('zhin_cli.pipeline.providers.gemini' in sys.modules)\n"
+            "renderer_for(provider('gemini'))\nprint('zhin_cli.pipeline.providers.gemini' in sys.modules)\n")
+    answer = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert answer == ["False", "True"]
+
+
+def _private_imports(sources: dict[str, str]) -> list[tuple[str, str]]:
+    return [(name, alias.name) for name, text in sources.items() for node in ast.walk(ast.parse(text))
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("zhin_cli.pipeline.providers")
+            for alias in node.names if alias.name.startswith("_")]
+
+
+def test_no_provider_module_imports_a_private_helper_of_another() -> None:
+    import zhin_cli.pipeline.providers as package
+
+    folder = Path(package.__file__).parent
+    assert _private_imports({p.name: p.read_text(encoding="utf-8") for p in folder.rglob("*.py")}) == []
+    # negative control: the line gemini.py had is found
+    assert _private_imports({"gemini.py": "from zhin_cli.pipeline.providers.anthropic import _input\n"}) == [
+        ("gemini.py", "_input")]
