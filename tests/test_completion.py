@@ -64,7 +64,13 @@ def test_provider_names_complete_without_loading_any_heavy_library(tmp_path: Pat
     assert answer == ["openai", "openai-compatible", "openai-reasoning"]
     assert "zhin_cli._cli" in loaded  # negative control: the module list was read
     assert sorted(m for m in loaded if m.split(".")[0] in HEAVY) == []
-    assert not any(m.startswith(("zhin_cli.pipeline", "zhin_cli._cli.trace")) for m in loaded)
+    # the provider table is read (specs as data), nothing else of the pipeline: no renderer, preset or assembler
+    assert "zhin_cli.pipeline.providers.spec" in loaded  # negative control: the names came from the registry
+    table = ("zhin_cli.pipeline.providers.capabilities", "zhin_cli.pipeline.providers.rendered",
+             "zhin_cli.pipeline.providers.spec", "zhin_cli.pipeline.providers.specs")
+    others = [m for m in loaded if m.startswith(("zhin_cli.pipeline.", "zhin_cli._cli.trace"))
+              and m != "zhin_cli.pipeline.providers" and not m.startswith(table)]
+    assert others == []
 
 
 def test_every_provider_completes_and_nothing_else(tmp_path: Path) -> None:
@@ -74,11 +80,20 @@ def test_every_provider_completes_and_nothing_else(tmp_path: Path) -> None:
     assert tab("zhin trace --provider nosuch", tmp_path)[0] == []  # negative control: a prefix nothing has
 
 
-def test_the_provider_list_is_the_profile_table() -> None:
-    from zhin_cli._cli.data import PROVIDER_NAMES
-    from zhin_cli.pipeline.providers import PROFILES
+def test_the_provider_list_is_the_registry() -> None:
+    """A provider registered at run time completes; removed, it does not (no hand-kept list to forget)."""
+    from dataclasses import replace
 
-    assert list(PROVIDER_NAMES) == sorted(PROFILES)
+    from zhin_cli._cli.data import complete_providers
+    from zhin_cli.pipeline.providers import provider, register_provider, unregister_provider
+
+    register_provider(replace(provider("openai-compatible"), name="acme-gateway"), owner="test")
+    try:
+        assert [item.value for item in complete_providers("acme")] == ["acme-gateway"]
+    finally:
+        unregister_provider("acme-gateway")
+    assert complete_providers("acme") == []  # negative control: gone with the spec
+    assert [item.value for item in complete_providers("acme", extra=("acme-plugin",))] == ["acme-plugin"]
 
 
 def test_session_arguments_complete_the_discovered_database_and_jsonl_files(project: Path) -> None:

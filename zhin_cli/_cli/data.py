@@ -173,10 +173,6 @@ def completion_command(
     typer.echo(cls(command, {}, "zhin", "_ZHIN_COMPLETE").source())
 
 
-# The provider profiles (zhin_cli.pipeline.providers.PROFILES, which imports the assembler: too slow to load for a
-# TAB). tests/test_completion.py checks that this list is that table's keys.
-PROVIDER_NAMES = ("anthropic", "deepseek", "gemini", "llama-cpp", "ollama", "openai", "openai-compatible",
-                  "openai-reasoning", "vllm")
 # Commands whose arguments are sessions (ids, keys or .jsonl files); tests/test_completion.py checks it against
 # every command's SESSION arguments.
 SESSION_COMMANDS = frozenset({"export", "trace", "prefix-diff", "facts show", "stats cache", "report economy",
@@ -193,8 +189,12 @@ def _item(value: str, kind: str = "plain", help: str | None = None) -> Completio
     return CompletionItem(value, type=kind, help=help)
 
 
-def complete_providers(incomplete: str) -> list[CompletionItem]:
-    return [_item(name) for name in PROVIDER_NAMES if name.startswith(incomplete)]
+def complete_providers(incomplete: str, extra: tuple[str, ...] = ()) -> list[CompletionItem]:
+    """The registered providers' names (``extra``: a trusted config's plugin providers) that start with ``incomplete``.
+    The provider table is light (specs as data, no renderer or assembler): tests/test_completion.py checks it."""
+    from zhin_cli.pipeline.providers.spec import provider_names
+
+    return [_item(name) for name in provider_names(extra) if name.startswith(incomplete)]
 
 
 def complete_files(incomplete: str, suffixes: tuple[str, ...]) -> list[CompletionItem]:
