@@ -187,7 +187,7 @@ def make_db(folder: Path, mode: str, tiles: int) -> Path:
         sys.path.insert(0, str(ROOT / "benchmarks"))
         from replay import tiled
 
-        from zhin_cli.store.database import import_session
+        from zhin_cli.store.db import import_session
         from zhin_cli.store.jsonl import read_session
 
         import_session(tiled(read_session(ROOT / "fixtures" / "group-busy.jsonl"), tiles), db)
@@ -290,7 +290,7 @@ def run(db: Path, reader: str, seconds: float, interval_ms: float, upstream: boo
     if reader == "load":
         from sqlalchemy import Engine, event
 
-        from zhin_cli.store.database import SessionDatabase, parse_db
+        from zhin_cli.store.db import SessionDatabase, parse_db
 
         began: list[float] = []
 

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from replay import tiled  # noqa: E402
 
-from zhin_cli.store.database import import_session  # noqa: E402
+from zhin_cli.store.db import import_session  # noqa: E402
 from zhin_cli.store.jsonl import read_session, write_session  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,7 +1,7 @@
 """Load time of a session of the real upstream database with many member events (issue 28, findings 6–7).
 
 A real bot's ``conversation_events`` holds the notices of every group it is in; a load reads only its own
-conversation's (``store.database._member_event_rows``: the distinct notice keys, then its rows). Two scalings:
+conversation's (``store.db.sql.member_event_rows``: the distinct notice keys, then its rows). Two scalings:
 other groups' notices (which a load must pass over cheaply) and the session's own events (each becomes an
 ``EventMessage`` of the history). Prints the best of five loads (``SessionDatabase.load`` lazy, then every message
 read).
@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from zhin_cli.store.database import SessionDatabase, parse_db
+from zhin_cli.store.db import SessionDatabase, parse_db
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "upstream-db" / "data.sqlite"
 A = "onebot11:tokyo-ob11:group:856301447"

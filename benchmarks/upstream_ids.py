@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from zhin_cli.store.database import SessionDatabase, parse_db
+from zhin_cli.store.db import SessionDatabase, parse_db
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "upstream-db" / "data.sqlite"
 P = "onebot11:tokyo-ob11:private:284100105"

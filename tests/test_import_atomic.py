@@ -135,7 +135,7 @@ def test_a_new_database_that_cannot_be_put_in_place_is_one_error_and_leaves_noth
     import os
 
     from zhin_cli.core.errors import ZhinError
-    from zhin_cli.store import database
+    from zhin_cli.store.db import writer
     from zhin_cli.store.jsonl import read_session
 
     def refuse(*_args: object) -> None:
@@ -147,12 +147,12 @@ def test_a_new_database_that_cannot_be_put_in_place_is_one_error_and_leaves_noth
     session = read_session(Path(__file__).resolve().parent.parent / "fixtures" / "private-chat.jsonl")
     target = tmp_path / "new.sqlite"
     real_replace = os.replace
-    monkeypatch.setattr(database.os, "link", refuse)
-    monkeypatch.setattr(database.os, "replace", deny)
+    monkeypatch.setattr(writer.os, "link", refuse)
+    monkeypatch.setattr(writer.os, "replace", deny)
     with pytest.raises(ZhinError, match="cannot create the database: Permission denied; nothing imported"):
-        database.import_sessions([session], target)
+        writer.import_sessions([session], target)
     assert list(tmp_path.iterdir()) == []
     # Negative control: with the rename working, the fallback puts the database in place.
-    monkeypatch.setattr(database.os, "replace", real_replace)
-    database.import_sessions([session], target)
+    monkeypatch.setattr(writer.os, "replace", real_replace)
+    writer.import_sessions([session], target)
     assert [p.name for p in tmp_path.iterdir()] == ["new.sqlite"]

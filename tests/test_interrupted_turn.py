@@ -13,7 +13,7 @@ from test_outline_rows_named import HEAD, SESSION, call, result, text
 
 from zhin_cli.core.errors import InputError
 from zhin_cli.core.model import AssistantMessage, ToolResultMessage
-from zhin_cli.store.database import SessionDatabase, parse_db
+from zhin_cli.store.db import SessionDatabase, parse_db
 from zhin_cli.store.jsonl import open_session
 from zhin_cli.store.payload import INTERRUPTED_RESULT
 

@@ -40,9 +40,9 @@ def test_the_cli_refuses_with_one_line_and_exit_3(tmp_path: Path) -> None:
 
 
 def test_an_overlong_line_is_refused_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import zhin_cli.store as store
+    import zhin_cli.store.limits as limits
 
-    monkeypatch.setattr(store, "MAX_LINE_BYTES", 1000)
+    monkeypatch.setattr(limits, "MAX_LINE_BYTES", 1000)
     path = tmp_path / "wide.jsonl"
     path.write_text('{"type":"session","session_id":"s"}\n{"type":"message","x":"' + "y" * 2000 + '"}\n', encoding="utf-8")
     with pytest.raises(InputError, match=r"wide.jsonl:2: line longer than"):

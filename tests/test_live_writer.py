@@ -35,7 +35,7 @@ from sqlalchemy import select as sql_select
 
 from zhin_cli.core.model import Session
 from zhin_cli.store import schema
-from zhin_cli.store.database import SessionDatabase, import_session, parse_db
+from zhin_cli.store.db import SessionDatabase, import_session, parse_db
 from zhin_cli.store.jsonl import read_session
 
 WRITER = Path(__file__).with_name("sqlite_writer.py")

@@ -118,7 +118,7 @@ def long_session(folder: Path, copies: int) -> Path:
 
 
 def db_pair(path: Path, session_id: str) -> tuple[Session, Session]:
-    from zhin_cli.store.database import SessionDatabase, parse_db
+    from zhin_cli.store.db import SessionDatabase, parse_db
 
     with SessionDatabase(parse_db(str(path))) as database:
         lazy = database.load(session_id, lazy=True)
@@ -128,7 +128,7 @@ def db_pair(path: Path, session_id: str) -> tuple[Session, Session]:
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
 def test_database_outline_and_lazy_rows_equal_the_eager_load(path: Path, tmp_path: Path) -> None:
-    from zhin_cli.store.database import import_session
+    from zhin_cli.store.db import import_session
 
     session = read_session(path)
     database = tmp_path / "data.sqlite"

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from zhin_cli.core.errors import InputError
-from zhin_cli.store.database import SessionDatabase, parse_db
+from zhin_cli.store.db import SessionDatabase, parse_db
 
 SESSION = "icqq:1:group:2#1-1"
 

@@ -17,7 +17,7 @@ import pytest
 from conftest import clean_env, run_zhin
 
 from zhin_cli.core.model import Session, UserMessage
-from zhin_cli.store.database import SessionDatabase, parse_db
+from zhin_cli.store.db import SessionDatabase, parse_db
 
 UPSTREAM_DB = Path(__file__).parent / "data" / "upstream-db" / "data.sqlite"
 GROUP_A = "onebot11:tokyo-ob11:group:856301447"

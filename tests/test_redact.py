@@ -22,7 +22,7 @@ from sqlalchemy.engine import make_url
 
 from zhin_cli.core.errors import EXIT_CANNOT_RUN, EXIT_USAGE, UsageError
 from zhin_cli.core.redact import is_secret_parameter, mask_url, redact_text, remember_secret, split_userinfo
-from zhin_cli.store.database import db_error, parse_db
+from zhin_cli.store.db import db_error, parse_db
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE = ROOT / "eval_cases" / "live-smoke.yaml"  # one live case, repeat 2: two requests

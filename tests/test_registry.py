@@ -247,8 +247,8 @@ def test_segment_ids_follow_the_same_rule() -> None:
 # extensions: each is a cache or process state, with the reason.
 NOT_REGISTRIES = {
     "zhin_cli/core/tokens.py:_ENCODINGS": "cache of loaded tokenizers",
-    "zhin_cli/store/database.py:_OPEN_HERE": "databases this process has open (lock bookkeeping)",
-    "zhin_cli/store/database.py:_LOCK_FDS": "lock file descriptors held by this process",
+    "zhin_cli/store/db/engines.py:_OPEN_HERE": "databases this process has open (lock bookkeeping)",
+    "zhin_cli/store/db/engines.py:_LOCK_FDS": "lock file descriptors held by this process",
     "zhin_cli/signals.py:SIGNALLED": "the signal received, if any",
     "zhin_cli/core/redact.py:_remembered": "secrets seen this run, masked wherever they are printed",
     "zhin_cli/store/__init__.py:FALLBACKS": "which registered data sources are the catch-alls (names of SOURCES)",

@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from zhin_cli.store import load_session
-from zhin_cli.store.database import SessionDatabase, import_sessions, parse_db
+from zhin_cli.store.db import SessionDatabase, import_sessions, parse_db
 from zhin_cli.store.jsonl import read_session, session_lines
 
 ROOT = Path(__file__).resolve().parent.parent

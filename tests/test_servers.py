@@ -27,7 +27,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError
 
-from zhin_cli.store.database import SessionDatabase, parse_db, writable_engine
+from zhin_cli.store.db import SessionDatabase, parse_db, writable_engine
 
 GROUP = "icqq:8596238:group:1048877509"
 GROUP_EPOCH = f"{GROUP}#1761699600000-1"

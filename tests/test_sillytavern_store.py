@@ -384,7 +384,7 @@ def test_import_from_sillytavern(zhin: Callable[..., Any], tmp_path: Path) -> No
     assert result.returncode == 0, result.stderr
     imported = [line for line in result.stderr.splitlines() if line.startswith("imported ")]
     assert len(imported) == 2 and all("(17 messages)" in line for line in imported)
-    from zhin_cli.store.database import SessionDatabase, parse_db
+    from zhin_cli.store.db import SessionDatabase, parse_db
 
     with SessionDatabase(parse_db(str(db))) as database:
         session = database.load(read_chat(chats[0]).session.session_id, lazy=False)

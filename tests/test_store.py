@@ -444,7 +444,7 @@ def test_database_connection_cannot_write(tmp_path: Path, upstream_db: Any) -> N
     """Read-only is structural (mode=ro / query_only), not just "we happen not to write"."""
     from sqlalchemy.exc import DBAPIError
 
-    from zhin_cli.store.database import SessionDatabase, parse_db
+    from zhin_cli.store.db import SessionDatabase, parse_db
 
     db = upstream_db(tmp_path / "d.sqlite", UP_ID, UPSTREAM_ROWS)
     before = snapshot(tmp_path)

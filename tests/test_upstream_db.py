@@ -14,7 +14,7 @@ import pytest
 
 from zhin_cli.core.model import Session, UserMessage
 from zhin_cli.store import legacy
-from zhin_cli.store.database import SessionDatabase, parse_db
+from zhin_cli.store.db import SessionDatabase, parse_db
 from zhin_cli.store.payload import message_from_payload
 from zhin_cli.store.upstream import split_turn_context
 

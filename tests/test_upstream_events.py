@@ -16,7 +16,7 @@ from conftest import clean_env, run_zhin
 
 from zhin_cli.core.errors import InputError
 from zhin_cli.core.model import AssistantMessage, EventMessage, Session, ToolResultMessage, UserMessage
-from zhin_cli.store.database import SessionDatabase, parse_db
+from zhin_cli.store.db import SessionDatabase, parse_db
 
 DATA = Path(__file__).parent / "data" / "upstream-db" / "data.sqlite"
 A = "onebot11:tokyo-ob11:group:856301447"

@@ -17,7 +17,7 @@ import pytest
 
 from zhin_cli.core.model import AssistantMessage, Session, SessionOutline, UserMessage
 from zhin_cli.pipeline.headers import Aliases
-from zhin_cli.store.database import SessionDatabase, parse_db
+from zhin_cli.store.db import SessionDatabase, parse_db
 from zhin_cli.store.upstream import CreatedMessage, StoredRow, match_rows, same_text
 
 DATA = Path(__file__).parent / "data" / "upstream-db"

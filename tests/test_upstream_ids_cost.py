@@ -16,8 +16,7 @@ import pytest
 
 from zhin_cli.core.errors import InputError
 from zhin_cli.core.model import AssistantMessage, Message, Session, SessionOutline, UserMessage
-from zhin_cli.store import database
-from zhin_cli.store.database import SessionDatabase, parse_db
+from zhin_cli.store.db import SessionDatabase, parse_db, reader
 from zhin_cli.store.payload import Said, message_from_payload, outline_facts
 
 DATA = Path(__file__).parent / "data" / "upstream-db"
@@ -59,16 +58,16 @@ def given_ids(session: Session) -> int:
 
 @pytest.fixture
 def parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every ``payload`` column the database module parses (the outline scan and every row read)."""
+    """Every ``payload`` column the database reader parses (the outline scan and every row read)."""
     seen: list[str] = []
-    real = database.json_column
+    real = reader.json_column
 
     def counted(value: Any, column: str, where: str) -> Any:
         if column == "payload":
             seen.append(value)
         return real(value, column, where)
 
-    monkeypatch.setattr(database, "json_column", counted)
+    monkeypatch.setattr(reader, "json_column", counted)
     return seen
 
 
@@ -95,10 +94,10 @@ def test_negative_control_matching_over_read_rows_parses_them_again(
     with sqlite3.connect(db) as conn:
         session_id = conn.execute("SELECT session_id FROM agent_sessions WHERE session_key = ?", (GROUP_A,)).fetchone()[0]
 
-    def rows_read(outline: SessionOutline, _said: object) -> database._RowLoader:
-        return database._RowLoader(ref, session_id, outline.row_ids, None)
+    def rows_read(outline: SessionOutline, _said: object) -> reader.RowLoader:
+        return reader.RowLoader(ref, session_id, outline.row_ids, None)
 
-    monkeypatch.setattr(database, "_SaidReader", rows_read)
+    monkeypatch.setattr(reader, "SaidReader", rows_read)
     session = lazy_load(db, GROUP_A)
     assert given_ids(session) > 0 and len(parses) > branch_rows(db, GROUP_A)
 

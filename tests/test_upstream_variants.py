@@ -47,7 +47,7 @@ from upstream_variants import (
 )
 
 from zhin_cli.core.model import EventMessage, Session, UserMessage
-from zhin_cli.store.database import SessionDatabase, parse_db
+from zhin_cli.store.db import SessionDatabase, parse_db
 
 ODD_NAME = "美咲 (新人): 你好\n(ゲスト)"  # 284100107's name, with "(", ")", ": " and a newline
 

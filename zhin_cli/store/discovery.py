@@ -1,6 +1,6 @@
 """Where the database is: ``.zhin/data.sqlite`` found upward, the one rule every command shares.
 
-Kept apart from ``store.database`` (which imports SQLAlchemy, about 0.35 s) so that a command that only needs to
+Kept apart from ``store.db`` (which imports SQLAlchemy, about 0.35 s) so that a command that only needs to
 know *which* database — a trace of a ``.jsonl`` file naming none, shell completion, the header line — pays nothing
 for the driver stack.
 """
@@ -62,7 +62,8 @@ def _refuse_a_bots_own(found: Path) -> None:
     from sqlalchemy import text
 
     from zhin_cli.core.errors import UsageError
-    from zhin_cli.store.database import SessionDatabase, parse_db
+    from zhin_cli.store.db.reader import SessionDatabase
+    from zhin_cli.store.db.urls import parse_db
 
     with SessionDatabase(parse_db(str(found))) as database:
         # zhin creates the table empty and its own zhin_* tables; a bot fills the one and never makes the others

@@ -34,14 +34,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
-from urllib.parse import unquote
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sqlalchemy import and_, inspect, select, text
 
+import zhin_cli.store.schema as schema
 from zhin_cli.core.errors import InputError, ZhinError, at_row
 from zhin_cli.core.model import NO_OPERATOR  # upstream stored no operator (member.role_changed never has one)
-from zhin_cli.store import schema
+from zhin_cli.store.keys import session_key_of
 from zhin_cli.store.payload import json_column
 
 LEGACY_MEMBER_KINDS = {
@@ -140,36 +140,6 @@ def _zone(timezone: str | None) -> ZoneInfo:
         return ZoneInfo(timezone or "UTC")
     except (ZoneInfoNotFoundError, ValueError):
         return ZoneInfo("UTC")
-
-
-def session_key_of(conversation_key: str) -> str | None:
-    """The session key ``platform:endpoint:kind:id`` of any of upstream's conversation (or message) key forms."""
-    if conversation_key.startswith("k1:"):
-        return _key_from_parts([unquote(part) for part in conversation_key[3:].split(":")])
-    if "\0" not in conversation_key:
-        # PostgreSQL text cannot hold NUL: there the key is stored as the session key itself
-        colon_parts = conversation_key.split(":")
-        return conversation_key if len(colon_parts) >= 4 and all(colon_parts[:4]) else None
-    return _key_from_parts(conversation_key.split("\0"))
-
-
-def _key_from_parts(parts: list[str]) -> str | None:
-    """``adapter, endpoint…, kind, id, parentKind, parentId, threadId`` (a message key adds the message id; the
-    endpoint id may hold several NUL-joined parts, whose last is ``slot~entry`` or the endpoint itself)."""
-    for tail in (5, 6):  # a conversation key, then a message key
-        if len(parts) < tail + 2:
-            continue
-        kind, scene_id = parts[-tail], parts[-tail + 1]
-        if kind not in ("group", "private", "channel"):
-            continue
-        adapter, endpoint = parts[0], "\0".join(parts[1:-tail]).split("\0")[-1]
-        if not (adapter and endpoint and scene_id):
-            return None
-        platform, tilde, entry = endpoint.partition("~")
-        if tilde:  # a capability's local part slot~entry: platform = slot, endpoint = entry
-            return f"{platform}:{entry}:{kind}:{scene_id}" if platform and entry else None
-        return f"{adapter.rsplit('/', 1)[-1]}:{endpoint}:{kind}:{scene_id}"
-    return None
 
 
 def epoch_ms(value: Any) -> int | None:
@@ -395,11 +365,3 @@ def _append_event(conn: Any, session: Any, event: MemberEvent) -> int:
                                                (t.c.updated_at.is_(None)) | (t.c.updated_at <= event.time))))
     return row_id
 
-
-def import_events(db: str) -> EventImport:
-    """``zhin import --events --db URL``: one transaction; the database is written only here."""
-    from zhin_cli.store.database import import_sessions
-
-    result = import_sessions([], db, events=True).events
-    assert result is not None
-    return result

@@ -29,9 +29,9 @@ from typing import Any, Protocol
 
 from sqlalchemy import Connection, Engine, and_, func, select
 
+import zhin_cli.store.schema as schema
 from zhin_cli.core.inputfiles import clean_text, needs_cleaning
 from zhin_cli.core.model import Session
-from zhin_cli.store import schema
 
 SECOND = 1000
 MINUTE = 60 * SECOND
@@ -180,7 +180,7 @@ class FactsStore:
         from zhin_cli.store.payload import check_scene_facts
 
         where = at_row("ai_session_profiles", scene_key, label)
-        try:  # read as zhin trace reads it (store.database._profile): bad JSON, or nested past the recursion limit
+        try:  # read as zhin trace reads it (store.db.reader, SessionDatabase._profile): bad JSON, or nested past the recursion limit
             admins = json.loads(row.admins) if row.admins else None
         except (ValueError, TypeError, RecursionError):
             raise InputError("admins is not a JSON array", where=where) from None
@@ -357,7 +357,8 @@ class RebuiltFacts:
 
 def rebuild_facts(conn: Connection, session_key: str, tables: set[str], label: str | None = None) -> RebuiltFacts:
     """The roster of ``session_key`` from upstream's own rows (ADR §6's facts, as far as the rows tell them)."""
-    from zhin_cli.store.events import read_events, session_key_of
+    from zhin_cli.store.events import read_events
+    from zhin_cli.store.keys import session_key_of
 
     rebuilt = RebuiltFacts()
     if "agent_messages" in tables:

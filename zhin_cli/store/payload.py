@@ -10,8 +10,10 @@ import json
 import reprlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
+import zhin_cli.store.legacy as legacy
+import zhin_cli.store.upstream as upstream
 from zhin_cli.core import jsontext
 from zhin_cli.core.errors import InputError
 from zhin_cli.core.inputfiles import lone_surrogate_in_json, surrogate_message
@@ -28,7 +30,6 @@ from zhin_cli.core.model import (
     ToolResultMessage,
     UserMessage,
 )
-from zhin_cli.store import legacy, upstream
 
 ROLES = ("user", "assistant", "toolResult", "event")
 
@@ -507,3 +508,25 @@ def placeholder_result(call_id: str, timestamp: int, number: int) -> ToolResultM
 def interrupted_note(call_id: str, where: str) -> str:
     return (f"{where}: tool call {short(call_id)} has no tool result (an interrupted turn): read with a placeholder "
             "result, as the bot repairs its own history before sending it")
+
+
+T = TypeVar("T")
+
+
+def with_placeholders(items: list[T], repairs: list[tuple[int, str, str]],
+                      timestamps: Sequence[int]) -> list[T | ToolResultMessage]:
+    """``items`` (messages, or a lazy session's positions) with a placeholder result after each interrupted call's
+    message, in call order."""
+    if not repairs:
+        return list(items)
+    after: dict[int, list[str]] = {}
+    for position, call_id, _ in repairs:
+        after.setdefault(position, []).append(call_id)
+    out: list[T | ToolResultMessage] = []
+    number = 0
+    for position, item in enumerate(items):
+        out.append(item)
+        for call_id in after.get(position, ()):
+            out.append(placeholder_result(call_id, timestamps[position], number))
+            number += 1
+    return out

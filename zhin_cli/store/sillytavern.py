@@ -299,8 +299,8 @@ def _message_line(obj: dict[str, Any], number: int, where: str, notes: list[str]
 
 
 def _read_lines(path: Path) -> tuple[dict[str, Any], list[_Line], list[str]]:
-    from zhin_cli.store import check_jsonl_limits
     from zhin_cli.store.jsonl import _parse_line
+    from zhin_cli.store.limits import check_jsonl_limits
 
     check_jsonl_limits(path)
     header: dict[str, Any] | None = None

@@ -721,7 +721,7 @@ def message_events(rows: Sequence[Any], session_key: str) -> tuple[list[CreatedM
     """The ``message.created`` rows of ``session_key``'s conversation (any of upstream's key forms), in time
     order, and the platform ids its ``message.recalled`` rows take back, each with who recalled it and when. Rows: ``id``, ``conversation_key``,
     ``event_json``; one that is not a readable message event is not a line's row (its line keeps its own name)."""
-    from zhin_cli.store.events import session_key_of
+    from zhin_cli.store.keys import session_key_of
 
     created: list[CreatedMessage] = []
     recalled: dict[str, Recall] = {}

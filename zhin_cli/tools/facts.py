@@ -15,7 +15,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from zhin_cli.core.errors import SessionNotFound, ZhinError
 from zhin_cli.core.timezones import choose_timezone, valid_timezone
 from zhin_cli.store import schema
-from zhin_cli.store.database import SessionDatabase, db_error, parse_db, writable_engine
+from zhin_cli.store.db import SessionDatabase, db_error, parse_db, writable_engine
 from zhin_cli.store.facts import MAX_MEMBERS_PER_SESSION, FactsStore, PruneReport, prune, rebuild_facts, system_clock
 from zhin_cli.store.payload import short
 

@@ -1157,7 +1157,7 @@ def session_refs(refs: list[str], *, all_sessions: bool, db: str | None, cwd: An
         else:
             out.append(ref)
     if all_sessions:
-        from zhin_cli.store.database import SessionDatabase, parse_db
+        from zhin_cli.store.db import SessionDatabase, parse_db
         from zhin_cli.store.discovery import find_database
 
         with SessionDatabase(parse_db(find_database(db, cwd))) as database:

@@ -237,7 +237,7 @@ def stored_session_refs(refs: list[str], db: str) -> list[str]:
     """The named sessions, or (none named) the id of every session in the database ``db``."""
     if refs:
         return list(refs)
-    from zhin_cli.store.database import SessionDatabase, parse_db
+    from zhin_cli.store.db import SessionDatabase, parse_db
 
     with SessionDatabase(parse_db(db)) as database:
         return [str(row["session_id"]) for row in database.list_sessions()]
