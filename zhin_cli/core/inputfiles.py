@@ -24,9 +24,11 @@ import re
 import stat
 import unicodedata
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TypeVar, cast, overload
 
 from zhin_cli.core.errors import InputError, ZhinError
+
+T = TypeVar("T")
 
 # A JSON string escape of a surrogate that is not half of a proper pair; escaped backslashes are consumed first
 # so `\\ud800` (a backslash, then the letters) is not mistaken for one.
@@ -121,9 +123,9 @@ def surrogate_message(escape: str) -> str:
             "(UTF-8 cannot encode it; write the whole character or its pair of escapes)")
 
 
-def first_surrogate(value: Any) -> str | None:
+def first_surrogate(value: object) -> str | None:
     """The first lone surrogate in any string (key or value) of a parsed JSON/YAML value, as ``\\udXXX``."""
-    stack = [value]
+    stack: list[object] = [value]
     while stack:
         item = stack.pop()
         if isinstance(item, str):
@@ -138,18 +140,17 @@ def first_surrogate(value: Any) -> str | None:
     return None
 
 
-def join_surrogate_pairs(value: Any) -> Any:
+def join_surrogate_pairs(value: T) -> T:
     """YAML's ``\\u`` escapes are code points, so ``"\\ud83d\\ude00"`` loads as two surrogates: join proper pairs
     into their character (as JSON does), leave lone ones for :func:`first_surrogate` to report."""
-    if isinstance(value, str):
-        if SURROGATE.search(value) is None:
-            return value
-        return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
-    if isinstance(value, dict):
-        return {join_surrogate_pairs(k): join_surrogate_pairs(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [join_surrogate_pairs(v) for v in value]
-    return value
+    joined: object = value
+    if isinstance(value, str) and SURROGATE.search(value) is not None:
+        joined = value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+    elif isinstance(value, dict):
+        joined = {join_surrogate_pairs(k): join_surrogate_pairs(v) for k, v in value.items()}
+    elif isinstance(value, list):
+        joined = [join_surrogate_pairs(v) for v in value]
+    return cast(T, joined)  # the same shape: a string for a string, a dict for a dict, a list for a list
 
 
 _ESCAPE = re.compile(r"\\(?:u|U0000)([dD][89a-fA-F][0-9a-fA-F]{2})")
@@ -185,7 +186,15 @@ DIGIT_LIMIT_MESSAGE = "an integer with more than 4,300 digits (Python's limit fo
 MAX_TEXT_CHARS = 128
 
 
-def clean_text(value: Any) -> Any:
+@overload
+def clean_text(value: str) -> str: ...
+
+
+@overload
+def clean_text(value: T) -> T: ...
+
+
+def clean_text(value: object) -> object:
     """Stored member-controlled text: control characters (Unicode category Cc) removed, cut at
     :data:`MAX_TEXT_CHARS` characters. Anything that is not a string passes through unchanged."""
     if not isinstance(value, str):
@@ -194,6 +203,6 @@ def clean_text(value: Any) -> Any:
     return stripped[:MAX_TEXT_CHARS]
 
 
-def needs_cleaning(value: Any) -> bool:
+def needs_cleaning(value: object) -> bool:
     """``value`` is a string that :func:`clean_text` would change."""
     return isinstance(value, str) and clean_text(value) != value

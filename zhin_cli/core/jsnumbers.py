@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
-from typing import Any
 
 # JavaScript's Number.MAX_SAFE_INTEGER: past it, neighbouring integers share one double
 JS_MAX_SAFE_INTEGER = 2**53 - 1
@@ -31,7 +30,7 @@ def js_number_problem(value: object) -> str | None:
     return None
 
 
-def js_number_problems(obj: Mapping[str, Any], skip: tuple[str, ...] = ()) -> Iterator[tuple[str, str]]:
+def js_number_problems(obj: Mapping[str, object], skip: tuple[str, ...] = ()) -> Iterator[tuple[str, str]]:
     """(key, problem) for each number among ``obj``'s values (and the items of a list value: ``key[i]``) that
     :func:`js_number_problem` refuses — one rule for every field an ST object carries, read or kept."""
     for key, value in obj.items():

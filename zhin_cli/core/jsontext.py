@@ -12,7 +12,7 @@ error, or value, then comes from ``json``). Without orjson installed, this is ``
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TypeAlias
 
 try:
     import orjson
@@ -29,8 +29,13 @@ _LONG_RUN = b"9" * 19
 # (Counting brackets is a C pass; real payloads have a handful.)
 _FEW_BRACKETS = 200
 
+# What a JSON text can hold, for data that really is any JSON (a payload's unknown fields, a file before it is
+# checked): readers narrow it with isinstance, where ``Any`` would let a wrong guess about its shape through.
+JSON: TypeAlias = "str | int | float | bool | None | list[JSON] | dict[str, JSON]"
+JSONObject: TypeAlias = "dict[str, JSON]"
 
-def loads(text: str, data: bytes | None = None) -> Any:
+
+def loads(text: str, data: bytes | None = None) -> JSON:
     """``json.loads(text)``: the same value, or the same exception. ``data``: ``text`` encoded in UTF-8, when the
     caller has it (a file's line), which saves encoding it again."""
     if orjson is not None:
@@ -38,10 +43,16 @@ def loads(text: str, data: bytes | None = None) -> Any:
             try:
                 data = text.encode()
             except UnicodeEncodeError:  # a lone surrogate character: json decides
-                return json.loads(text)
+                return _json_loads(text)
         if data.count(b"[") + data.count(b"{") < _FEW_BRACKETS and _LONG_RUN not in data.translate(_DIGITS_AS_NINES):
             try:
-                return orjson.loads(data)
+                value: JSON = orjson.loads(data)
+                return value
             except orjson.JSONDecodeError:
                 pass  # json decides: its error message, or its value for what it accepts (NaN, a lone surrogate …)
-    return json.loads(text)
+    return _json_loads(text)
+
+
+def _json_loads(text: str) -> JSON:
+    value: JSON = json.loads(text)
+    return value

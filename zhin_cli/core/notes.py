@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 import warnings
-from typing import Any, TextIO
+from typing import TextIO
 
 from zhin_cli.core.terminaltext import terminal_safe
 
@@ -43,6 +43,5 @@ def show_notes_on_stderr(stream: TextIO | None = None) -> None:
         except (OSError, ValueError):  # stderr gone: a note is never worth a failure
             pass
 
-    marked: Any = show
-    marked.zhin_notes = True
+    show.__dict__["zhin_notes"] = True  # a function's attribute: how a second call knows it is installed
     warnings.showwarning = show

@@ -31,13 +31,14 @@ import os
 import signal
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from zhin_cli.core.errors import UsageError, ZhinError
 from zhin_cli.core.notes import note
 
 if TYPE_CHECKING:  # the pool machinery is imported when a pool is made, not by every command that offers -j
     from concurrent.futures import Future, ProcessPoolExecutor
+    from multiprocessing.context import BaseContext
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -75,7 +76,7 @@ class _Failure:
 
     kind: type[ZhinError]
     line: str
-    state: dict[str, Any] = field(default_factory=dict)
+    state: dict[str, object] = field(default_factory=dict)
 
     @classmethod
     def of(cls, error: ZhinError) -> _Failure:
@@ -140,7 +141,7 @@ def _worker_started(plugins: bool = False, ref_plugins: bool = False) -> None:
     set_allowed(plugins=plugins, ref_plugins=ref_plugins)
 
 
-def _context() -> Any:
+def _context() -> BaseContext:
     import multiprocessing
 
     methods = multiprocessing.get_all_start_methods()
@@ -203,7 +204,7 @@ def _wait(future: Future[_Outcome[R]]) -> _Outcome[R]:
 _POLL_SECONDS = 0.2
 
 
-def _stop(pool: ProcessPoolExecutor, futures: list[Future[Any]]) -> None:
+def _stop(pool: ProcessPoolExecutor, futures: Sequence[Future[_Outcome[R]]]) -> None:
     """Shut the pool down; after an error, an interrupt or an early stop, without waiting for the work in flight."""
     # No future is cancelled here, neither by hand nor by shutdown(cancel_futures=True): once its workers are gone
     # the pool's manager thread marks every pending future broken, and on Python 3.11 doing that to a cancelled one

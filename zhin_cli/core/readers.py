@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import yaml
 
@@ -31,6 +31,9 @@ from zhin_cli.core.inputfiles import (
     surrogate_line,
     surrogate_message,
 )
+
+if TYPE_CHECKING:  # jsontext loads orjson: only its types are needed here
+    from zhin_cli.core.jsontext import JSON, JSONObject
 
 
 def read_text_file(path: Path, error: type[ZhinError] = ConfigError, what: str = "config file", encoding: str = "utf-8") -> str:
@@ -60,7 +63,7 @@ class _DuplicateKey(Exception):
     """Raised by :func:`_unique_keys` inside ``json.loads``; the line is found afterwards (:func:`json_key_lines`)."""
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def _unique_keys(pairs: list[tuple[str, JSON]]) -> JSONObject:
     mapping = dict(pairs)
     if len(mapping) != len(pairs):
         raise _DuplicateKey
@@ -68,7 +71,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def read_json_keyed(path: Path, error: type[ZhinError] = ConfigError,
-                    what: str = "JSON file") -> tuple[Any, Callable[[], dict[str, int]]]:
+                    what: str = "JSON file") -> tuple[JSON, Callable[[], dict[str, int]]]:
     """A JSON file read as :func:`read_yaml_file` reads YAML: its data (a duplicate key refused at its line) and
     the line of every key — here a function, called only when an error needs a line: the data is read by
     ``json`` in C, the lines by a scan in Python that a valid file never pays for."""
@@ -82,9 +85,9 @@ def read_json_keyed(path: Path, error: type[ZhinError] = ConfigError,
 
 
 def _parse_json(text: str, path: Path, error: type[ZhinError], what: str,
-                hook: Callable[[list[tuple[str, Any]]], Any] | None = None) -> Any:
+                hook: Callable[[list[tuple[str, JSON]]], JSONObject] | None = None) -> JSON:
     try:
-        data = json.loads(text, object_pairs_hook=hook)
+        data: JSON = json.loads(text, object_pairs_hook=hook)
     except json.JSONDecodeError as exc:
         raise error(f"{what} is not valid JSON: {exc.msg} (column {exc.colno})", where=f"{path}:{exc.lineno}") from None
     except RecursionError:
@@ -236,7 +239,17 @@ class _PyLoader(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser, ya
         _Yaml12Numbers.__init__(self)
 
 
-_CLoader: type | None = None
+class _Loader(Protocol):
+    """What reading one document needs of a loader: PyYAML's (:class:`_PyLoader`) or libyaml's."""
+
+    def get_single_node(self) -> yaml.Node | None: ...
+
+    def construct_document(self, node: yaml.Node) -> object: ...
+
+    def dispose(self) -> None: ...
+
+
+_CLoader: Callable[[str], _Loader] | None = None
 if yaml.__with_libyaml__:  # libyaml composes a document several times faster (a 100,000-row prices file: 7×)
     from yaml._yaml import CParser
 
@@ -249,7 +262,7 @@ if yaml.__with_libyaml__:  # libyaml composes a document several times faster (a
     _CLoader = _LibyamlLoader
 
 
-def _compose(text: str) -> tuple[Any, yaml.Node | None]:
+def _compose(text: str) -> tuple[_Loader, yaml.Node | None]:
     """A loader and the document's node graph: libyaml's where it is built in, else PyYAML's. PyYAML's too when
     libyaml refuses the text (so every error reads as it always did: PyYAML's message and line; libyaml also stops
     at 1,000 levels of nesting, where PyYAML goes on) or the text may hold a ``\\ud83d`` escape, which libyaml
@@ -260,7 +273,7 @@ def _compose(text: str) -> tuple[Any, yaml.Node | None]:
             return fast, fast.get_single_node()
         except yaml.YAMLError:
             fast.dispose()
-    loader = _PyLoader(text)
+    loader: _Loader = _PyLoader(text)
     try:
         return loader, loader.get_single_node()
     except BaseException:
@@ -382,7 +395,7 @@ def _key_lines(node: yaml.Node, prefix: str, lines: dict[str, int], seen: set[in
             _key_lines(item, name, lines, seen, path)
 
 
-def key_path(parts: Iterable[Any]) -> str:
+def key_path(parts: Iterable[object]) -> str:
     """``["segments", "add", 0, "kind"]`` → ``segments.add[0].kind``: the key form of the line maps
     ``read_yaml_file`` returns."""
     key = ""

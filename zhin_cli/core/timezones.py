@@ -9,7 +9,7 @@ imported the store's JSON payload checks).
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import TypeVar, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 
@@ -79,20 +79,23 @@ def _is_time_key(key: str) -> bool:
     return key.endswith(("_at", "_until")) or key in ("last_activity", "time", "timestamp")
 
 
+T = TypeVar("T")
+
 MS_EPOCHS = range(10**11, 10**14)  # 1973–5138 in milliseconds: a 0 ("never") or a count of seconds is not a time
 
 
-def with_iso_times(value: Any) -> Any:
+def with_iso_times(value: T) -> T:
     """``value`` (JSON data) with ``<key>_iso`` beside every ms-epoch time (``updated_at``, ``last_activity``, …):
     machines keep the number, people and scripts in other languages get the ISO string (issue 17 §3)."""
-    if isinstance(value, list):
-        return [with_iso_times(item) for item in value]
-    if not isinstance(value, dict):
+    data: object = value
+    if isinstance(data, list):
+        return cast(T, [with_iso_times(item) for item in data])
+    if not isinstance(data, dict):
         return value
-    out: dict[str, Any] = {}
-    for key, item in value.items():
+    out: dict[object, object] = {}
+    for key, item in data.items():
         out[key] = with_iso_times(item)
         if (isinstance(key, str) and _is_time_key(key) and isinstance(item, int) and not isinstance(item, bool)
-                and item in MS_EPOCHS and f"{key}_iso" not in value):
+                and item in MS_EPOCHS and f"{key}_iso" not in data):
             out[f"{key}_iso"] = iso_ms(item)
-    return out
+    return cast(T, out)  # the same shape, with the ``_iso`` keys added

@@ -21,9 +21,12 @@ import tempfile
 import threading
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, NotRequired, TypedDict, cast
 
 from zhin_cli.core.errors import ZhinError
+
+if TYPE_CHECKING:
+    import tiktoken  # loaded only when an encoder is built (start-up cost)
 
 _BASE_URL = "https://openaipublic.blob.core.windows.net/encodings/"
 # Published sha256 of the rank files (tiktoken_ext/openai_public.py).
@@ -89,10 +92,21 @@ def counter(encoding: str = DEFAULT_ENCODING) -> TokenCounter:
     return TokenCounter(encoding)
 
 
-_ENCODINGS: dict[str, Any] = {}
+class EncodingArguments(TypedDict):
+    """``tiktoken.Encoding``'s keyword arguments, as tiktoken's constructors return them (and the parsed cache
+    stores them)."""
+
+    name: str
+    pat_str: str
+    mergeable_ranks: dict[bytes, int]
+    special_tokens: dict[str, int]
+    explicit_n_vocab: NotRequired[int]
 
 
-def _encoding(name: str) -> Any:
+_ENCODINGS: dict[str, ShortRunEncoding] = {}
+
+
+def _encoding(name: str) -> ShortRunEncoding:
     """The encoding (``ShortRunEncoding``), loaded once per process even when many threads ask first at once."""
     found = _ENCODINGS.get(name)
     if found is None:
@@ -114,7 +128,7 @@ class ShortRunEncoding:
 
     PURE_CHARS = 100_000
 
-    def __init__(self, name: str, arguments: dict[str, Any]) -> None:
+    def __init__(self, name: str, arguments: EncodingArguments) -> None:
         from puretiktoken import byte_pair_encode, pretokenize_cl100k, pretokenize_o200k
 
         self.name = name
@@ -123,11 +137,11 @@ class ShortRunEncoding:
         self._pretokenize = pretokenize_o200k if name == "o200k_base" else pretokenize_cl100k
         self._merge = byte_pair_encode
         self._budget = self.PURE_CHARS
-        self._built: Any = None
+        self._built: tiktoken.Encoding | None = None
         self._build_lock = threading.Lock()
 
     @property
-    def _core_bpe(self) -> Any:
+    def _core_bpe(self) -> object:
         """tiktoken's core once built (its buffer encoder), else None: callers then take ``encode``."""
         return self._built._core_bpe if self._built is not None else None
 
@@ -138,14 +152,16 @@ class ShortRunEncoding:
             return self._pure(text)
         return self.built().encode(text, disallowed_special=())
 
-    def built(self) -> Any:
-        if self._built is None:
+    def built(self) -> tiktoken.Encoding:
+        built = self._built
+        if built is None:
             with self._build_lock:
-                if self._built is None:
+                built = self._built
+                if built is None:
                     import tiktoken
 
-                    self._built = tiktoken.Encoding(**self._arguments)
-        return self._built
+                    built = self._built = tiktoken.Encoding(**self._arguments)
+        return built
 
     def _pure(self, text: str) -> list[int]:
         try:
@@ -167,7 +183,7 @@ class ShortRunEncoding:
 _LOAD_LOCK = threading.Lock()
 
 
-def _load_encoding(name: str) -> Any:
+def _load_encoding(name: str) -> tiktoken.Encoding:
     """The encoding from its parsed ranks when an intact copy is cached, else the way tiktoken loads it (the rank
     file seeded, read and hash-checked by tiktoken, parsed), and the parsed ranks cached for the next process.
 
@@ -180,7 +196,7 @@ def _load_encoding(name: str) -> Any:
     return tiktoken.Encoding(**_load_arguments(name))
 
 
-def _load_arguments(name: str) -> dict[str, Any]:
+def _load_arguments(name: str) -> EncodingArguments:
     """The encoding's constructor arguments (its ranks), from the parsed cache or tiktoken's own constructor."""
     import tiktoken
 
@@ -190,7 +206,7 @@ def _load_arguments(name: str) -> dict[str, Any]:
         os.environ["TIKTOKEN_CACHE_DIR"] = str(seed_cache())
         from tiktoken_ext import openai_public  # tiktoken's own constructor: it checks the published sha256
 
-        arguments = openai_public.ENCODING_CONSTRUCTORS[name]()
+        arguments = cast(EncodingArguments, openai_public.ENCODING_CONSTRUCTORS[name]())
         _write_parsed(parsed, arguments)
     return arguments
 
@@ -205,7 +221,7 @@ def parsed_cache_path(name: str, tiktoken_version: str) -> Path:
 _DIGEST = 32  # a parsed copy is its sha256, then the marshal bytes
 
 
-def _read_parsed(path: Path) -> dict[str, Any] | None:
+def _read_parsed(path: Path) -> EncodingArguments | None:
     try:
         data = path.read_bytes()
     except OSError:
@@ -219,13 +235,13 @@ def _read_parsed(path: Path) -> dict[str, Any] | None:
         return None
     if not isinstance(arguments, dict) or not isinstance(arguments.get("mergeable_ranks"), dict):
         return None
-    return arguments
+    return cast(EncodingArguments, arguments)  # checked above as far as a copy that passed its sha256 needs
 
 
-def _write_parsed(path: Path, arguments: dict[str, Any]) -> None:
+def _write_parsed(path: Path, arguments: EncodingArguments) -> None:
     """Atomically (a temporary file renamed over the target, as ``seed_cache``); a folder we cannot write is
     no error — the next process parses the rank file again."""
-    body = marshal.dumps(arguments)
+    body = marshal.dumps(dict(arguments))
     temporary: str | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
