@@ -163,7 +163,9 @@ def broken(link: Link) -> str | None:
 
 
 def _linking_docs() -> list[Path]:
-    return sorted(SPEC.glob("*.md")) + [ROOT / "docs" / "design-notes.md"]
+    """The spec, the design notes, and the newcomer's pages (architecture, CONTRIBUTING)."""
+    return sorted(SPEC.glob("*.md")) + [ROOT / "docs" / "design-notes.md", ROOT / "docs" / "architecture.md",
+                                        ROOT / "CONTRIBUTING.md"]
 
 
 def test_relative_links_of_the_spec_and_the_design_notes_land() -> None:
