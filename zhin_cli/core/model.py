@@ -258,7 +258,7 @@ class Session:
         if isinstance(messages, LazyMessages):
             return messages.outline
         key = (id(messages), len(messages))
-        cached = self.__dict__.get("_outline")
+        cached: tuple[tuple[int, int], SessionOutline] | None = self.__dict__.get("_outline")
         if cached is not None and cached[0] == key:
             return cached[1]
         outline = SessionOutline.of_messages(messages)
@@ -277,7 +277,7 @@ class Session:
 
     def _scene_timeline(self) -> tuple[list[int], list[SceneFacts]]:
         key = (id(self.scene), len(self.scene_changes), tuple(id(c) for c in self.scene_changes))
-        cached = self.__dict__.get("_timeline")
+        cached: tuple[tuple[object, ...], tuple[list[int], list[SceneFacts]]] | None = self.__dict__.get("_timeline")
         if cached is not None and cached[0] == key:
             return cached[1]
         times: list[int] = []

@@ -47,9 +47,13 @@ PRUNE_EVERY_MS = 6 * HOUR
 DEFAULT_REFRESH_WORKERS = 4
 
 
+# What L1 holds: a member row, a scene row (by their keys' first word), or the bot's role
+_L1Value = MemberFacts | SceneFactsRow | str | None
+
+
 @dataclass
 class _Entry:
-    value: Any
+    value: _L1Value
     stored_at: int
 
 
@@ -79,7 +83,7 @@ class FactsCache:
         self.maybe_prune()
         key = ("member", scene_key, user_id)
         cached = self._l1_get(key)
-        if cached is not None:
+        if cached is not None and isinstance(cached.value, MemberFacts):  # a "member" key holds only those
             return cached.value
         stored = self.store.member(scene_key, user_id)
         if stored is not None:
@@ -118,7 +122,7 @@ class FactsCache:
         self.maybe_prune()
         key = ("scene", scene_key)
         cached = self._l1_get(key)
-        if cached is not None:
+        if cached is not None and isinstance(cached.value, SceneFactsRow):  # a "scene" key holds only those
             return cached.value
         stored = self.store.scene(scene_key)
         if stored is not None:
@@ -156,7 +160,9 @@ class FactsCache:
             role = clean_text(self.platform.bot_role(scene_key))
         except PlatformError:
             cached = self._l1_get(key)
-            return cached.value if cached is not None else self.store.bot_role(scene_key)
+            if cached is not None and (cached.value is None or isinstance(cached.value, str)):
+                return cached.value
+            return self.store.bot_role(scene_key)
         self.store.put_bot_role(scene_key, role)
         self._l1_put(key, role)
         return role
@@ -256,7 +262,7 @@ class FactsCache:
                 return None
             return entry
 
-    def _l1_put(self, key: tuple[str, ...], value: Any) -> None:
+    def _l1_put(self, key: tuple[str, ...], value: _L1Value) -> None:
         with self._lock:
             self._l1[key] = _Entry(value, self.clock())
 

@@ -93,7 +93,8 @@ def _lock_held(fd: int, kind: int, start: int, length: int) -> bool:
     query = struct.pack("hhqqi4x", kind, os.SEEK_SET, start, length, 0)
     command = getattr(fcntl, "F_OFD_GETLK", fcntl.F_GETLK)
     answer = fcntl.fcntl(fd, command, query)
-    return struct.unpack("hhqqi4x", answer)[0] != fcntl.F_UNLCK
+    held: int = struct.unpack("hhqqi4x", answer)[0]  # the lock kind the answer names (F_UNLCK: none)
+    return held != fcntl.F_UNLCK
 
 
 def writer_state(fd: int, path: Path) -> Writer:

@@ -59,7 +59,8 @@ def _private_copy_engine(path: Path) -> Engine:
     @event.listens_for(engine, "do_connect")
     def _open_the_copy(_dialect: Any, _record: Any, _cargs: list[Any], cparams: dict[str, Any]) -> sqlite3.Connection:
         def connect(copy: Path) -> sqlite3.Connection:
-            return sqlite3.connect(f"file:{quote(str(copy))}?mode=ro&immutable=1", **cparams)
+            connection: sqlite3.Connection = sqlite3.connect(f"file:{quote(str(copy))}?mode=ro&immutable=1", **cparams)
+            return connection
 
         return SNAPSHOT_COPIES.open(path, lambda: hot_journal_error(path), connect)
 
