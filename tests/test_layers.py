@@ -29,7 +29,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "zhin_cli"
 LAYERS = ("core", "store", "wire", "pipeline", "cache", "tools", "_cli")
-ENTRY = frozenset({"zhin_cli", "zhin_cli.__main__", "zhin_cli.launch", "zhin_cli.signals"})
+# zhin_cli.api (the public API) and the one-release shims of moved modules sit above the layers, like the entry
+ENTRY = frozenset({"zhin_cli", "zhin_cli.__main__", "zhin_cli.launch", "zhin_cli.signals", "zhin_cli.api",
+                   "zhin_cli.segments", "zhin_cli.segments.builtin"})
 
 Graph = Mapping[str, set[str]]
 

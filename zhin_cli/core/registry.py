@@ -16,8 +16,12 @@ order), so every reader stays as it was; writing goes through :meth:`Registry.ad
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TypeVar
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from zhin_cli.core.errors import ConfigError
 
@@ -38,9 +42,20 @@ class Registry(dict[str, T]):
         self.owners: dict[str, str] = {}  # who registered each name: "builtin", a plugin, "zhin.yaml"
 
     def add(self, name: str, item: T, *, replace: bool = False, owner: str = BUILTIN) -> T:
-        """Register ``item`` under ``name``; a name already taken is :class:`DuplicateName` unless ``replace``."""
+        """Register ``item`` under ``name``; a name already taken is :class:`DuplicateName` unless ``replace``.
+
+        Inside :func:`recording` (a plugin registering), the plugin owns what it adds and the ledger can undo it;
+        the same plugin's equal item registered again (a base and a head config loading one plugin) is shared."""
+        ledger = _active_ledger()
+        if ledger is not None and owner == BUILTIN:
+            owner = ledger.owner
+        if ledger is not None and name in self and self[name] == item and self.owners.get(name) == owner:
+            ledger.shared(self, name)
+            return item
         if name in self and not replace:
             raise DuplicateName(self.duplicate_message(name, owner))
+        if ledger is not None:
+            ledger.changed(self, name)
         self[name] = item
         self.owners[name] = owner
         return item
@@ -57,6 +72,9 @@ class Registry(dict[str, T]):
 
     def remove(self, name: str) -> T | None:
         """Unregister ``name`` (a released plugin generation); absent names are ignored."""
+        ledger = _active_ledger()
+        if ledger is not None and name in self:
+            ledger.changed(self, name)
         self.owners.pop(name, None)
         return self.pop(name, None)
 
@@ -64,3 +82,108 @@ class Registry(dict[str, T]):
         first = self.owners.get(name, BUILTIN)
         who = f" (registered by {first}, again by {owner})" if (first, owner) != (BUILTIN, BUILTIN) else ""
         return f"duplicate {self.what} {name!r}{who}"
+
+
+# --- a plugin's registrations, undone when it is released ------------------------------------------------------
+
+_ABSENT = object()
+
+
+@dataclass
+class _Change:
+    registry: Registry[Any]
+    name: str
+    before: object  # the item the name held before the plugin changed it, or _ABSENT
+    before_owner: str | None
+    shares: int = 0  # the same plugin's equal item registered again: released last, by the last holder
+
+
+@dataclass
+class Ledger:
+    """What one plugin registered, in every registry: :meth:`undo` puts each name back as it was before."""
+
+    owner: str
+    changes: list[_Change] = field(default_factory=list)
+    _by_name: dict[tuple[int, str], _Change] = field(default_factory=dict)
+
+    def changed(self, registry: Registry[Any], name: str) -> None:
+        key = (id(registry), name)
+        if key not in self._by_name:  # the first change keeps the state to restore
+            change = _Change(registry, name, registry.get(name, _ABSENT), registry.owners.get(name))
+            self._by_name[key] = change
+            self.changes.append(change)
+
+    def shared(self, registry: Registry[Any], name: str) -> None:
+        holder = _SHARES.get((id(registry), name))
+        if holder is not None:
+            holder.shares += 1
+        self.changes.append(_Change(registry, name, _SHARED, None))
+
+    def undo(self) -> None:
+        """Restore every name this plugin changed, latest first; a shared name stays until its last holder goes."""
+        for change in reversed(self.changes):
+            _undo(change)
+        self.changes.clear()
+        self._by_name.clear()
+
+    @property
+    def names(self) -> list[tuple[str, str]]:
+        """``(registry kind, name)`` of everything registered (for messages and tests)."""
+        return [(change.registry.what, change.name) for change in self.changes if change.name in change.registry]
+
+
+_SHARED = object()
+_SHARES: dict[tuple[int, str], _Change] = {}  # a plugin's change of a name that a later equal registration shares
+_state = threading.local()
+
+
+def _undo(change: _Change) -> None:
+    registry, name, key = change.registry, change.name, (id(change.registry), change.name)
+    holder = _SHARES.get(key) if change.before is _SHARED else change
+    if holder is None:
+        return
+    if holder.shares > 0:  # another load of the same plugin still holds the item
+        holder.shares -= 1
+        return
+    _SHARES.pop(key, None)
+    if holder.before is _ABSENT:
+        registry.owners.pop(name, None)
+        registry.pop(name, None)
+    else:
+        registry[name] = holder.before
+        registry.owners[name] = holder.before_owner or BUILTIN
+
+
+def _active_ledger() -> Ledger | None:
+    """The ledger of the plugin registering now on this thread — unless a zhin_cli module is being imported (its
+    import-time registrations are built-ins, whichever plugin's ``import`` happened to load it)."""
+    stack: list[Ledger] = getattr(_state, "stack", [])
+    if not stack or _importing_zhin():
+        return None
+    return stack[-1]
+
+
+def _importing_zhin() -> bool:
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and str(frame.f_globals.get("__name__", "")).startswith("zhin_cli."):
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
+
+
+@contextmanager
+def recording(owner: str) -> Iterator[Ledger]:
+    """Every registration made on this thread inside the block, in any registry, is ``owner``'s and recorded in
+    the ledger yielded (undo it to release the plugin). Nested blocks record into the innermost."""
+    ledger = Ledger(owner)
+    stack: list[Ledger] = getattr(_state, "stack", None) or []
+    _state.stack = stack
+    stack.append(ledger)
+    try:
+        yield ledger
+    finally:
+        stack.pop()
+        for change in ledger.changes:
+            if change.before is not _SHARED:
+                _SHARES[(id(change.registry), change.name)] = change

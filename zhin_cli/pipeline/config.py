@@ -11,20 +11,18 @@ still naming the key's line.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import importlib
-import importlib.util
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from zhin_cli.core.errors import ConfigError, ZhinError
+from zhin_cli.core.errors import ConfigError
 from zhin_cli.core.readers import enclosing_key, read_yaml_file
 from zhin_cli.core.timezones import valid_timezone
 from zhin_cli.core.trust import GIVEN, PluginSource, authorize, inside, plugin_file
 from zhin_cli.pipeline.config_schema import validate_config
+from zhin_cli.pipeline.plugins import load_plugin as load_plugin  # eval cases load plugins with it
+from zhin_cli.pipeline.plugins import run_plugin
 from zhin_cli.pipeline.providers import PROFILES, resolve_profile
 from zhin_cli.pipeline.segments import KINDS, Generation, PromptSegmentRegistry, TextSegment
 from zhin_cli.pipeline.segments.builtin import default_registry
@@ -126,16 +124,9 @@ class Config:
                 inside(file, self.source, spec, self.where(f"plugins[{index}]"))
         authorize(self.source, self.plugins, self.where("plugins"))  # fail closed: no plugin code ran yet
         for index, spec in enumerate(self.plugins):
-            where = self.where(f"plugins[{index}]")
             generation = registry.generation(spec)
             generations.append(generation)  # released with the others if a later step fails
-            register = load_plugin(spec, self.path, where, source=self.source)
-            try:
-                register(generation)
-            except ZhinError as exc:
-                raise ConfigError(f"plugin {spec!r}: {exc.message}", where=exc.where or where) from None
-            except (Exception, SystemExit) as exc:  # the plugin's own bug must not become a traceback
-                raise ConfigError(f"plugin {spec!r} failed while registering: {type(exc).__name__}: {exc}", where=where) from None
+            run_plugin(generation, spec, self.path, self.where(f"plugins[{index}]"), source=self.source)
 
     def _replace_text(self, registry: PromptSegmentRegistry, segment_id: str, text: str) -> None:
         """``segments.texts.<id>``: the segment keeps its place, kind, weight, retention and owner; only its text
@@ -333,43 +324,3 @@ def _check_provider_overrides(name: str, overrides: dict[str, Any], config: Conf
             resolve_profile(name, "", extra)
         except ConfigError as exc:
             raise ConfigError(f"{key}.models.{pattern}: {exc.message}", where=where) from None
-
-
-def load_plugin(spec: str, config_path: Path | None, where: str | None = None, *, source: PluginSource = GIVEN) -> Any:
-    """``module:function`` or ``path/to/file.py:function``; the function receives a ``Generation``.
-
-    The caller has checked the spec may run (``zhin_cli.core.trust.authorize``); a plugin file of a ref or a case
-    (``source.root``) is refused here too if it resolves outside that tree."""
-    target, _, attr = spec.partition(":")
-    attr = attr or "register"
-    try:
-        if target.endswith(".py"):
-            file = Path(target)
-            if not file.is_absolute() and config_path is not None:
-                file = config_path.parent / file
-            inside(file, source, spec, where)
-            if not file.is_file():
-                raise ConfigError(f"plugin {spec!r}: no such file {file}", where=where)
-            # A unique module name per file (a base and a head tree may both hold plugins/clock.py), registered in
-            # sys.modules while it runs: @dataclass and typing look their module up there.
-            name = f"zhin_plugin_{file.stem}_{hashlib.sha1(str(file.resolve()).encode()).hexdigest()[:10]}"
-            module_spec = importlib.util.spec_from_file_location(name, file)
-            if module_spec is None or module_spec.loader is None:
-                raise ConfigError(f"cannot load plugin file {file}", where=where)
-            module = importlib.util.module_from_spec(module_spec)
-            sys.modules[name] = module
-            try:
-                module_spec.loader.exec_module(module)
-            except BaseException:
-                sys.modules.pop(name, None)
-                raise
-        else:
-            module = importlib.import_module(target)
-    except ConfigError:
-        raise
-    except (Exception, SystemExit) as exc:  # a plugin's own import error (or exit) must not become a traceback
-        raise ConfigError(f"plugin {spec!r} failed to load: {type(exc).__name__}: {exc}", where=where) from None
-    function = getattr(module, attr, None)
-    if not callable(function):
-        raise ConfigError(f"plugin {spec!r}: no callable {attr!r}", where=where)
-    return function

@@ -12,11 +12,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from zhin_cli.core.errors import ConfigError, ZhinError
 from zhin_cli.core.model import BotFacts, Message, SceneFacts, Summary
-from zhin_cli.core.registry import Registry
+from zhin_cli.core.registry import Ledger, Registry, recording
+
+T = TypeVar("T")
 
 TEXT_KINDS = ("system", "environment", "role_rules", "platform", "scene")
 MESSAGE_KINDS = ("user", "tool", "assistant", "state")
@@ -98,12 +100,18 @@ class TextSegment:
 
 
 class Generation:
-    """A plugin load: segments registered through it disappear when it is released."""
+    """A plugin load — the object handed to a plugin's ``register`` function (``zhin_cli.api.Plugin``).
+
+    Segments registered through :meth:`register`, and whatever the plugin registers in any other registry while it
+    loads (providers, wire formats, data sources, macros, assertions … through the ``register_*`` functions of
+    :mod:`zhin_cli.api`) or through :meth:`add`, are the plugin's: they name it as their owner and all disappear when
+    it is released (a name the plugin replaced gets its previous item back)."""
 
     def __init__(self, registry: PromptSegmentRegistry, name: str) -> None:
         self.registry = registry
         self.name = name
         self.ids: list[str] = []
+        self.ledgers: list[Ledger] = []
         self.released = False
 
     def register(self, segment: PromptSegment) -> PromptSegment:
@@ -113,10 +121,34 @@ class Generation:
         self.ids.append(segment.id)
         return segment
 
+    segment = register
+
+    def add(self, registry: Registry[T], name: str, item: T, *, replace: bool = False) -> T:
+        """Register ``item`` in any registry (``zhin_cli.api.PROVIDERS``, ``SOURCES`` …) as this plugin's."""
+        if self.released:
+            raise ConfigError(f"generation {self.name!r} is released; cannot register {name!r}")
+        with self.recording():
+            return registry.add(name, item, replace=replace)
+
+    @contextmanager
+    def recording(self) -> Iterator[Ledger]:
+        """Inside the block, every registration on this thread is this plugin's (the loader wraps the plugin's
+        import and its ``register`` call in it)."""
+        with recording(self.name) as ledger:
+            self.ledgers.append(ledger)
+            yield ledger
+
+    @property
+    def registered(self) -> list[tuple[str, str]]:
+        """``(kind, name)`` of everything this plugin registered outside the segments."""
+        return [entry for ledger in self.ledgers for entry in ledger.names]
+
     def release(self) -> None:
         for segment_id in self.ids:
             self.registry._remove(segment_id)
         self.ids.clear()
+        while self.ledgers:
+            self.ledgers.pop().undo()
         self.released = True
 
 
