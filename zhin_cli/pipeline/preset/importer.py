@@ -12,9 +12,9 @@ import bisect
 import json
 import re
 import reprlib
-from dataclasses import fields
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypeGuard
 
 from zhin_cli.core.errors import ConfigError
 from zhin_cli.core.jsnumbers import js_number_problems
@@ -39,22 +39,28 @@ from zhin_cli.pipeline.preset.model import (
     Role,
 )
 
+if TYPE_CHECKING:
+    from zhin_cli.core.jsontext import JSON, JSONObject
+
+# A card-options mapping as checked (``card_options``): text values, an integer ``seed``, None for "not set".
+CardValues = Mapping[str, str | int | None]
+
 ROLES: tuple[Role, ...] = ("system", "user", "assistant")
 _REPR = reprlib.Repr()
 _REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlist, _REPR.maxdict = 3, 80, 80, 5, 5
 
 
-def _short(value: Any) -> str:
+def _short(value: object) -> str:
     """``repr`` for a message, bounded: a 5 MB string or a list nested 900 deep is cut, never a RecursionError."""
     return _REPR.repr(value)
 
 
-def _as_text(value: Any) -> str:
+def _as_text(value: object) -> str:
     """``str`` of a scalar (as ST's ``String()``); a list or object becomes a bounded repr (str() may recurse)."""
     return value if isinstance(value, str) else str(value) if isinstance(value, int | float | None) else _short(value)
 
 
-def load_preset(path: Path, options: dict[str, Any] | None = None) -> Preset:
+def load_preset(path: Path, options: CardValues | None = None) -> Preset:
     """Read a preset file; ``options`` (zhin.yaml ``preset:`` mapping) override its ``extensions.zhin``."""
     data, text = read_json_file(path, ConfigError, "preset file", encoding="utf-8-sig")  # ST files may start with a BOM
     return parse_preset(data, path=path, text=text, options=options)
@@ -155,7 +161,7 @@ class _Reader:
             return self.where(key)
         return f"{self.path or '<preset>'}:{self._key_lines[found]}"
 
-    def check_numbers(self, obj: dict[str, Any], prefix: str) -> None:
+    def check_numbers(self, obj: JSONObject, prefix: str) -> None:
         """Every number among ``obj``'s values (``core/jsnumbers.py``: one SillyTavern holds exactly), or an error
         at its line: one rule for the fields zhin reads (depths, orders, positions) and those it keeps."""
         for name, problem in js_number_problems(obj):
@@ -170,11 +176,15 @@ def _identifier_needles(identifier: str) -> tuple[str, ...]:
     return (f'"identifier": "{identifier}"', f'"identifier":"{identifier}"', f'"{identifier}"')
 
 
-def _int_or_none(value: Any) -> int | None:
+def _int_or_none(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _prompt(raw: Any, index: int, reader: _Reader) -> PromptEntry:
+def _is_role(value: object) -> TypeGuard[Role]:
+    return value in ROLES
+
+
+def _prompt(raw: JSON, index: int, reader: _Reader) -> PromptEntry:
     key = f"prompts[{index}]"
     if not isinstance(raw, dict):
         raise reader.fail(f"{key} must be an object, got {type(raw).__name__}", key)
@@ -187,18 +197,18 @@ def _prompt(raw: Any, index: int, reader: _Reader) -> PromptEntry:
     needles = _identifier_needles(identifier)
     role_raw = raw.get("role")
     role: Role = "system"
-    if role_raw is not None and role_raw not in ROLES:
+    if _is_role(role_raw):
+        role = role_raw
+    elif role_raw is not None:
         reader.report("warning", "bad-role", f"prompt {_short(identifier)}: role {_short(role_raw)} is not system/user/assistant; sent as system",
                       key, *needles)
-    elif role_raw is not None:
-        role = role_raw
     content = raw.get("content")
     if content is not None and not isinstance(content, str):
         reader.report("warning", "bad-content", f"prompt {_short(identifier)}: content is {type(content).__name__}, not text; treated as empty",
                       key, *needles)
         content = ""
-    position = raw.get("injection_position", 0)
-    position = position if position in (0, 1) and not isinstance(position, bool) else 0
+    position_raw = raw.get("injection_position", 0)
+    position = 1 if position_raw == 1 and not isinstance(position_raw, bool) else 0  # 0 (or anything else): relative
     depth_raw = raw.get("injection_depth")
     depth = _int_or_none(depth_raw)
     if position == 1 and depth is None:
@@ -229,9 +239,9 @@ def _prompt(raw: Any, index: int, reader: _Reader) -> PromptEntry:
         role=role,
         role_set=role_raw in ROLES,
         content=content or "",
-        system_prompt=raw["system_prompt"] if isinstance(raw.get("system_prompt"), bool) else None,
+        system_prompt=_bool_or_none(raw.get("system_prompt")),
         marker=raw.get("marker") is True,
-        enabled=raw["enabled"] if isinstance(raw.get("enabled"), bool) else None,
+        enabled=_bool_or_none(raw.get("enabled")),
         injection_position=position,
         injection_depth=depth,
         injection_order=100 if order is None else order,
@@ -242,25 +252,30 @@ def _prompt(raw: Any, index: int, reader: _Reader) -> PromptEntry:
     )
 
 
-def _order(data: dict[str, Any], prompts: dict[str, PromptEntry], reader: _Reader) -> tuple[list[OrderEntry], str]:
+def _bool_or_none(value: JSON) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
+def _order(data: JSONObject, prompts: dict[str, PromptEntry], reader: _Reader) -> tuple[list[OrderEntry], str]:
     raw_orders = data.get("prompt_order")
     if raw_orders is None:
         raw_orders = []
     if not isinstance(raw_orders, list):
         raise reader.fail("prompt_order must be a list of {character_id, order}", "prompt_order", '"prompt_order"')
-    by_character: dict[str, list[Any]] = {}
+    by_character: dict[str, list[JSON]] = {}
     for index, item in enumerate(raw_orders):
-        if not isinstance(item, dict) or not isinstance(item.get("order"), list):
+        entries = item.get("order") if isinstance(item, dict) else None
+        if not isinstance(item, dict) or not isinstance(entries, list):
             raise reader.fail(f"prompt_order[{index}] must be an object with an order list", f"prompt_order[{index}]", '"prompt_order"')
         reader.check_numbers(item, f"prompt_order[{index}]")
-        for position, entry in enumerate(item["order"]):
+        for position, entry in enumerate(entries):
             if isinstance(entry, dict):
                 reader.check_numbers(entry, f"prompt_order[{index}].order[{position}]")
         character = _as_text(item.get("character_id"))  # ST compares String(character_id): "100001" works too
         if isinstance(item.get("character_id"), str):
             reader.report("info", "string-character-id", f"prompt_order[{index}]: character_id is the string {_short(character)} (accepted, as ST does)",
                           f"prompt_order[{index}]", f'"character_id": "{character}"', f'"character_id":"{character}"')
-        by_character.setdefault(character, item["order"])
+        by_character.setdefault(character, entries)
     if CHARACTER_ID in by_character:
         source, raw = CHARACTER_ID, by_character[CHARACTER_ID]
         if LEGACY_CHARACTER_ID in by_character:
@@ -278,10 +293,10 @@ def _order(data: dict[str, Any], prompts: dict[str, PromptEntry], reader: _Reade
     order: list[OrderEntry] = []
     seen: set[str] = set()
     for index, item in enumerate(raw):
-        if not isinstance(item, dict) or not isinstance(item.get("identifier"), str):
+        identifier = item.get("identifier") if isinstance(item, dict) else None
+        if not isinstance(item, dict) or not isinstance(identifier, str):
             reader.report("warning", "bad-order-entry", f"prompt_order ({source}) entry {index} has no identifier; skipped", "prompt_order")
             continue
-        identifier = item["identifier"]
         if identifier not in prompts and identifier not in ST_MARKERS and identifier not in ZHIN_HOLES:
             reader.report("warning", "order-unknown-prompt",
                           f"prompt_order names {_short(identifier)}, which prompts[] does not define; removed (as ST does)",
@@ -298,7 +313,7 @@ def _order(data: dict[str, Any], prompts: dict[str, PromptEntry], reader: _Reade
 _REGEX_LITERAL = re.compile(r"^/(.*)/([a-z]*)$", re.DOTALL)
 
 
-def _regex_script(raw: Any, index: int, reader: _Reader) -> RegexScript | None:
+def _regex_script(raw: JSON, index: int, reader: _Reader) -> RegexScript | None:
     key = f"extensions.regex_scripts[{index}]"
     if not isinstance(raw, dict):
         reader.report("warning", "bad-regex", f"{key} is not an object; skipped", key)
@@ -312,21 +327,22 @@ def _regex_script(raw: Any, index: int, reader: _Reader) -> RegexScript | None:
     literal = _REGEX_LITERAL.match(find)
     pattern, flags = (literal.group(1), literal.group(2)) if literal else (find, "")
 
-    def depth(value: Any) -> int | None:
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
+    def listed(key: str) -> list[JSON]:
+        value = raw.get(key)
+        return value if isinstance(value, list) else []
 
     script = RegexScript(
         name=name,
         pattern=pattern,
         flags=flags,
         replace=_as_text(raw.get("replaceString") or ""),
-        trim_strings=tuple(str(s) for s in raw.get("trimStrings") or [] if isinstance(s, str)),
-        placement=tuple(p for p in raw.get("placement") or [] if isinstance(p, int)),
+        trim_strings=tuple(s for s in listed("trimStrings") if isinstance(s, str)),
+        placement=tuple(p for p in listed("placement") if isinstance(p, int)),
         disabled=raw.get("disabled") is True,
         prompt_only=raw.get("promptOnly") is True,
         markdown_only=raw.get("markdownOnly") is True,
-        min_depth=depth(raw.get("minDepth")),
-        max_depth=depth(raw.get("maxDepth")),
+        min_depth=_int_or_none(raw.get("minDepth")),
+        max_depth=_int_or_none(raw.get("maxDepth")),
         line=reader.line_of(f'"scriptName": "{name}"', f'"scriptName":"{name}"'),
     )
     from zhin_cli.pipeline.preset.regex import compile_problem
@@ -340,13 +356,13 @@ def _regex_script(raw: Any, index: int, reader: _Reader) -> RegexScript | None:
     return script
 
 
-def card_options(raw: Any, where: str) -> dict[str, Any]:
+def card_options(raw: object, where: str) -> dict[str, str | int | None]:
     """Validate a card-options mapping (``extensions.zhin`` or zhin.yaml ``preset:``)."""
     if raw is None:
         return {}
     if not isinstance(raw, dict):
         raise ConfigError("preset options must be a mapping", where=where)
-    out: dict[str, Any] = {}
+    out: dict[str, str | int | None] = {}
     for key, value in raw.items():
         if key in ("file", "path"):
             continue
@@ -361,8 +377,8 @@ def card_options(raw: Any, where: str) -> dict[str, Any]:
     return out
 
 
-def parse_preset(data: Any, *, path: Path | None = None, text: str | None = None,
-                 options: dict[str, Any] | None = None) -> Preset:
+def parse_preset(data: JSON, *, path: Path | None = None, text: str | None = None,
+                 options: CardValues | None = None) -> Preset:
     reader = _Reader(path, text)
     if not isinstance(data, dict):
         raise reader.fail("a chat-completion preset must be a JSON object", "")
@@ -381,8 +397,9 @@ def parse_preset(data: Any, *, path: Path | None = None, text: str | None = None
         prompts[entry.identifier] = entry
     # ST's Prompt Manager migration: legacy top-level prompt strings become entries.
     for legacy, identifier in (("main_prompt", "main"), ("nsfw_prompt", "nsfw"), ("jailbreak_prompt", "jailbreak")):
-        if identifier not in prompts and isinstance(data.get(legacy), str):
-            prompts[identifier] = PromptEntry(identifier, name=identifier, content=data[legacy], system_prompt=True)
+        content = data.get(legacy)
+        if identifier not in prompts and isinstance(content, str):
+            prompts[identifier] = PromptEntry(identifier, name=identifier, content=content, system_prompt=True)
     order, source = _order(data, prompts, reader)
     ordered = {e.identifier for e in order}
     for entry in prompts.values():
@@ -424,8 +441,7 @@ def parse_preset(data: Any, *, path: Path | None = None, text: str | None = None
             scripts.append(script)
     where = reader.where("extensions.zhin", '"zhin"')
     merged = {**card_options(extensions.get("zhin"), where), **(options or {})}
-    card_fields = {f.name for f in fields(CardOptions)}
-    card = CardOptions(**{k: v for k, v in merged.items() if k in card_fields and v is not None})
+    card = CardOptions.from_values(merged)
     name = path.stem if path else "preset"
     return Preset(name=name, path=path, prompts=prompts, order=order, order_source=source,
                   settings={k: v for k, v in data.items() if k not in ("prompts", "prompt_order")},

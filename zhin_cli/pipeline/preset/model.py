@@ -6,11 +6,15 @@ here knows about sessions or providers.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from zhin_cli.pipeline.preset.worldinfo import WorldInfo
+
+if TYPE_CHECKING:
+    from zhin_cli.core.jsontext import JSON, JSONObject
 
 Role = Literal["system", "user", "assistant"]
 Severity = Literal["error", "warning", "info"]
@@ -75,7 +79,7 @@ class Diagnostic:
     message: str
     where: str | None = None  # "file:line" or a key path
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, str | None]:
         return {"severity": self.severity, "code": self.code, "message": self.message, "where": self.where}
 
 
@@ -94,7 +98,7 @@ class PromptEntry:
     injection_order: int = 100
     injection_trigger: tuple[str, ...] = ()
     forbid_overrides: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)  # unknown fields, kept
+    extra: JSONObject = field(default_factory=dict)  # unknown fields, kept
     line: int | None = None
 
     @property
@@ -181,6 +185,18 @@ class CardOptions:
     FIELDS = ("user", "char", "persona", "description", "personality", "scenario", "examples", "world_book_after", "seed",
               "greeting")
 
+    @classmethod
+    def from_values(cls, values: Mapping[str, str | int | None]) -> CardOptions:
+        """The options a checked mapping sets (``importer.card_options``: text, and an integer ``seed``); a key it
+        leaves out or sets to None keeps the default."""
+        texts = {key: value for key, value in values.items() if isinstance(value, str)}
+        seed = values.get("seed")
+        return cls(user=texts.get("user"), char=texts.get("char"), persona=texts.get("persona", ""),
+                   description=texts.get("description", ""), personality=texts.get("personality", ""),
+                   scenario=texts.get("scenario", ""), examples=texts.get("examples", ""),
+                   world_book_after=texts.get("world_book_after", ""), greeting=texts.get("greeting", ""),
+                   seed=seed if isinstance(seed, int) and not isinstance(seed, bool) else 0)
+
 
 @dataclass
 class Preset:
@@ -189,7 +205,7 @@ class Preset:
     prompts: dict[str, PromptEntry]
     order: list[OrderEntry]
     order_source: str  # "100001", "100000" (legacy), "default" (ST's built-in order)
-    settings: dict[str, Any]  # the top-level keys, as found (defaults via ``setting``)
+    settings: JSONObject  # the top-level keys, as found (defaults via ``setting``)
     regex_scripts: list[RegexScript] = field(default_factory=list)
     card: CardOptions = field(default_factory=CardOptions)
     diagnostics: list[Diagnostic] = field(default_factory=list)
@@ -200,7 +216,7 @@ class Preset:
     # every later request of the run skips them without trying again (and warns).
     skipped_scripts: dict[int, str] = field(default_factory=dict)
 
-    def setting(self, key: str, default: Any) -> Any:
+    def setting(self, key: str, default: JSON) -> JSON:
         value = self.settings.get(key, default)
         return default if value is None else value
 

@@ -25,7 +25,7 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from zhin_cli.pipeline.format import neutralize_body
 from zhin_cli.pipeline.headers import SUMMARY_PREFIX, Projected
@@ -49,8 +49,11 @@ from zhin_cli.pipeline.preset.model import (
 from zhin_cli.pipeline.preset.regex import AI_OUTPUT, USER_INPUT, ScriptSkipped, applies, run_script
 from zhin_cli.pipeline.preset.shaping import post_process, squash
 
+if TYPE_CHECKING:
+    from zhin_cli.core.jsontext import JSON
+
 # ST code defaults for keys a preset may leave out (openai.js default_settings).
-ST_DEFAULTS: dict[str, Any] = {
+ST_DEFAULTS: dict[str, JSON] = {
     "new_chat_prompt": "[Start a new Chat]",
     "new_example_chat_prompt": "[Example Chat]",
     "new_group_chat_prompt": "[Start a new group chat. Group members: {{group}}]",
@@ -105,7 +108,7 @@ class EntryReport:
     status: str  # sent | in-chat | disabled | not-in-order | never-sent | empty | skipped-trigger | appended
     detail: str = ""
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, str]:
         return {"identifier": self.identifier, "status": self.status, "detail": self.detail}
 
 
@@ -633,7 +636,7 @@ class _Builder:
         explicit_current = "currentTurn" in ordered
         explicit_post = "postTurn" in ordered
         # First pass, in prompt order: expand every entry (variables flow from earlier entries to later ones).
-        slots: list[tuple[str, Any]] = []
+        slots: list[tuple[str, list[PresetMessage]]] = []  # (a hole's name, []) or ("messages", its messages)
         injections: list[_Injection] = []
         for sequence, entry in enumerate(collection):
             identifier = HOLE_ALIASES.get(entry.identifier, entry.identifier)
@@ -642,7 +645,7 @@ class _Builder:
             if identifier in ("chatHistory", "currentTurn", "postTurn"):
                 if entry.in_chat:
                     self.warnings.append(f"preset entry {entry.identifier!r} is a hole and cannot be injected in-chat; placed by order")
-                slots.append((identifier, None))
+                slots.append((identifier, []))
                 self.entries.append(EntryReport(entry.identifier, "sent", "hole"))
                 continue
             if identifier == "dialogueExamples":
