@@ -61,7 +61,7 @@ def trust_command(
 ) -> None:
     """Let a config's plugins run: record its path and the SHA-256 of it and of every plugin file it names.
 
-    zhin.yaml `plugins:` and eval case plugins are Python. They run only from a config named with --config (or ZHIN_CONFIG), with `zhin --allow-plugins …` (ZHIN_ALLOW_PLUGINS=1), or from a file trusted here. A zhin.yaml found upward or a case file that is not trusted, or that changed since (the file or one of its plugin files), stops the command with one line (exit 3) before any plugin code runs. Review the file and its plugins first. Plugin code of a git ref (--base/--head) runs only with `zhin --allow-ref-plugins …`: on a pull request, the pull request's code.
+    zhin.yaml `plugins:` and eval case plugins are Python. They run only from a config named with --config (or ZHIN_CONFIG), with `zhin --allow-plugins …` (ZHIN_ALLOW_PLUGINS=1), or from a file trusted here. An installed plugin package the config names (entry:NAME) is recorded with its version. A zhin.yaml found upward or a case file that is not trusted, or that changed since (the file, one of its plugin files, or a plugin package's version), stops the command with one line (exit 3) before any plugin code runs. Review the file and its plugins first. Plugin code of a git ref (--base/--head) runs only with `zhin --allow-ref-plugins …`: on a pull request, the pull request's code.
 
     The record is kept in $XDG_CONFIG_HOME/zhin/trusted.json (default ~/.config/zhin/trusted.json), never in the checkout.
 

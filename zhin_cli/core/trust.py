@@ -6,7 +6,8 @@ A plugin loads only from a source the user vouched for (docs/safety.md "Plugins 
   or built by a library caller: naming the file is the decision.
 - ``found`` — a ``zhin.yaml`` found upward from the current folder: only with ``zhin --allow-plugins``
   (``ZHIN_ALLOW_PLUGINS=1``) or after ``zhin trust FILE`` recorded its path and the SHA-256 of it and of every
-  plugin file it names. A changed config or plugin file needs ``zhin trust`` again.
+  plugin file it names, and the installed release of each entry point (``entry:<name>``) it names. A changed
+  config or plugin file, or an upgraded plugin package, needs ``zhin trust`` again.
 - ``case`` — an eval case file's ``config: {plugins}`` and ``plugin: {load}`` steps: like ``found`` (the case
   file is what gets trusted); plugin files must resolve inside the case's folder.
 - ``ref`` — the config of a git ref (``--base``/``--head``): only with ``zhin --allow-ref-plugins``
@@ -150,6 +151,23 @@ def _write_store(entries: dict[str, dict[str, Any]]) -> None:
         raise ConfigError(f"cannot write the trust store: {exc.message}", where=str(path)) from None
 
 
+ENTRY = "entry:"  # ``plugins: ["entry:acme"]``: an installed package's entry point (zhin_cli.pipeline.plugins)
+
+
+def entry_point_release(spec: str) -> str | None:
+    """``distribution==version`` of the installed package an ``entry:<name>`` spec names (metadata only: nothing
+    is imported), ``"missing"`` when none is installed, ``None`` for another kind of spec. Trusting a config records
+    it, so an upgraded package needs ``zhin trust`` again, like a changed plugin file."""
+    if not spec.startswith(ENTRY):
+        return None
+    import importlib.metadata
+
+    for point in importlib.metadata.entry_points(group="zhin", name=spec[len(ENTRY):]):
+        dist = point.dist
+        return f"{dist.name}=={dist.version}" if dist is not None else "unknown"
+    return "missing"
+
+
 def plugin_file(spec: str, base: Path) -> Path | None:
     """The file a ``path/to/file.py[:function]`` spec names (relative to ``base``); None for ``module:function``."""
     target = spec.partition(":")[0]
@@ -165,14 +183,20 @@ def record(file: Path, specs: list[str]) -> dict[str, Any]:
     if digest is None:
         raise ConfigError(f"cannot read {file}")
     plugins: dict[str, str] = {}
+    releases: dict[str, str] = {}
     for spec in specs:
         path = plugin_file(spec, file.parent)
         if path is not None:
             plugin_digest = sha256_file(path)
             if plugin_digest is not None:
                 plugins[_key(path)] = plugin_digest
-    entry = {"sha256": digest, "plugins": plugins, "specs": list(specs),
-             "trusted_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
+        release = entry_point_release(spec)
+        if release is not None:
+            releases[spec] = release
+    entry: dict[str, Any] = {"sha256": digest, "plugins": plugins, "specs": list(specs),
+                             "trusted_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    if releases:
+        entry["entry_points"] = releases
     with _store_lock:
         entries = read_store()
         entries[_key(file)] = entry
@@ -198,7 +222,11 @@ def status(file: Path, specs: list[str] | None = None) -> str | None:
     if sha256_file(file) != entry.get("sha256"):
         return file.name
     recorded = entry.get("plugins") or {}
+    releases = entry.get("entry_points") or {}
     for spec in specs if specs is not None else list(entry.get("specs") or []):
+        release = entry_point_release(spec)
+        if release is not None and releases.get(spec) != release:
+            return f"{spec} ({releases.get(spec, 'not trusted')} → {release})"
         path = plugin_file(spec, file.parent)
         if path is None or not path.is_file():
             continue  # a module plugin (the installed environment's), or a missing file (reported when loading)

@@ -23,12 +23,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from zhin_cli.core import trust
 from zhin_cli.core.errors import ConfigError, ZhinError
 from zhin_cli.core.trust import GIVEN, PluginSource, inside
 from zhin_cli.pipeline.segments import Generation
 
 GROUP = "zhin"  # [project.entry-points."zhin"] of a plugin package
-ENTRY = "entry:"  # ``plugins: ["entry:acme"]`` names an installed entry point
+ENTRY = trust.ENTRY  # ``plugins: ["entry:acme"]`` names an installed entry point
 
 
 @dataclass(frozen=True)
