@@ -36,7 +36,7 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from sqlalchemy import and_, inspect, select, text
+from sqlalchemy import Connection, and_, inspect, select, text
 
 import zhin_cli.store.schema as schema
 from zhin_cli.core.errors import InputError, ZhinError, at_row
@@ -263,23 +263,23 @@ def _whole_group_mute(data: dict[str, Any], kind: str, event_id: str, session_ke
     return SceneEvent(event_id, session_key, actor, on, time, row_id)
 
 
-def _event_rows(conn: Any) -> list[Any]:
+def _event_rows(conn: Connection) -> list[Any]:
     t = schema.conversation_events
     # fetched at once: a reader's lock is not held while the rows are checked; messages are not member events
     return list(conn.execute(select(t.c.id, t.c.event_id, t.c.conversation_key, t.c.event_json, t.c.time)
                              .where((t.c.message_key == "") | t.c.message_key.is_(None)).order_by(t.c.id)).all())
 
 
-def read_database_events(conn: Any, label: str | None = None) -> EventReading:
+def read_database_events(conn: Connection, label: str | None = None) -> EventReading:
     return read_events(_event_rows(conn), label)
 
 
-def member_events(conn: Any, label: str | None = None) -> list[MemberEvent]:
+def member_events(conn: Connection, label: str | None = None) -> list[MemberEvent]:
     """Every member event in ``conversation_events``, in sequence (``id``) order."""
     return read_database_events(conn, label).members
 
 
-def member_leaves(conn: Any) -> dict[tuple[str, str], int]:
+def member_leaves(conn: Connection) -> dict[tuple[str, str], int]:
     """(session key, user id) → time of the member's newest leave, for ``prune``."""
     leaves: dict[tuple[str, str], int] = {}
     for event in member_events(conn):
@@ -304,7 +304,7 @@ class EventImport:
         return len(self.added) + len(self.scenes)
 
 
-def import_member_events(conn: Any, label: str) -> EventImport:
+def import_member_events(conn: Connection, label: str) -> EventImport:
     """Append new member events as ``event`` messages (a whole-group mute as a scene change); events already
     imported are skipped (idempotent)."""
     result = EventImport()
@@ -336,14 +336,14 @@ def import_member_events(conn: Any, label: str) -> EventImport:
     return result
 
 
-def _newest_epoch(conn: Any, session_key: str) -> Any:
+def _newest_epoch(conn: Connection, session_key: str) -> Any:
     s = schema.agent_sessions
     return conn.execute(
         select(s).where(s.c.session_key == session_key).order_by(s.c.created_at.desc(), s.c.session_id.desc())
     ).first()
 
 
-def _append_event(conn: Any, session: Any, event: MemberEvent) -> int:
+def _append_event(conn: Connection, session: Any, event: MemberEvent) -> int:
     s, m, p = schema.agent_sessions, schema.agent_messages, schema.ai_session_profiles
     timezone = (conn.execute(select(p.c.timezone).where(p.c.session_key == event.session_key)).scalar()
                 if "ai_session_profiles" in set(inspect(conn).get_table_names()) else None)
@@ -355,7 +355,9 @@ def _append_event(conn: Any, session: Any, event: MemberEvent) -> int:
         payload=json.dumps(payload, ensure_ascii=False, separators=(",", ":")),
         parent_id=session.active_leaf_message_id, extra="", timestamp=event.time,
     ))
-    row_id = int(inserted.inserted_primary_key[0])
+    key = inserted.inserted_primary_key
+    assert key is not None  # an INSERT names the key it wrote
+    row_id = int(key[0])
     conn.execute(s.update().where(s.c.session_id == session.session_id).values(
         active_leaf_message_id=row_id, updated_at=max(epoch_ms(session.updated_at) or 0, event.time)))
     if event.kind == "member_left":  # write through to L2: a leave / kick deletes the member row

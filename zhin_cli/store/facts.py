@@ -224,7 +224,7 @@ def _member_key(scene_key: str, user_id: str) -> Any:
     return and_(t.c.platform == platform_of(scene_key), t.c.scene_key == scene_key, t.c.user_id == user_id)
 
 
-def _evict_over_cap(conn: Any, scene_keys: Iterable[str], *, dry_run: bool) -> list[tuple[str, str]]:
+def _evict_over_cap(conn: Connection, scene_keys: Iterable[str], *, dry_run: bool) -> list[tuple[str, str]]:
     """Member rows beyond the newest 2000 of a session (oldest ``updated_at`` first; ties by user id)."""
     t = schema.ai_scene_members
     victims: list[tuple[str, str]] = []

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
@@ -38,13 +38,13 @@ def _sqlite_engine(uri: str, *, read_only: bool) -> Engine:
     engine = create_engine(uri, poolclass=NullPool, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
 
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+    def _on_connect(dbapi_connection: sqlite3.Connection, _record: object) -> None:
         dbapi_connection.isolation_level = None  # SQLAlchemy's begin event below sends BEGIN, nothing else does
         if read_only:
             dbapi_connection.execute("PRAGMA query_only = ON")
 
     @event.listens_for(engine, "begin")
-    def _on_begin(conn: Any) -> None:
+    def _on_begin(conn: Connection) -> None:
         conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
     return engine
@@ -57,7 +57,7 @@ def _private_copy_engine(path: Path) -> Engine:
     engine = _sqlite_engine(f"sqlite:///file:{quote(str(path))}?mode=ro&immutable=1&uri=true", read_only=True)
 
     @event.listens_for(engine, "do_connect")
-    def _open_the_copy(_dialect: Any, _record: Any, _cargs: list[Any], cparams: dict[str, Any]) -> sqlite3.Connection:
+    def _open_the_copy(_dialect: object, _record: object, _cargs: list[object], cparams: dict[str, Any]) -> sqlite3.Connection:
         def connect(copy: Path) -> sqlite3.Connection:
             connection: sqlite3.Connection = sqlite3.connect(f"file:{quote(str(copy))}?mode=ro&immutable=1", **cparams)
             return connection
@@ -107,7 +107,7 @@ def read_only_engine(ref: DatabaseRef) -> Engine:
         raise ZhinError(f"cannot open database: {db_error(exc)}", where=ref.label) from None
     if ref.server is MYSQL:
         @event.listens_for(engine, "begin")
-        def _consistent_snapshot(conn: Any) -> None:
+        def _consistent_snapshot(conn: Connection) -> None:
             # InnoDB takes a REPEATABLE READ snapshot at the first read; this takes it now, read only.
             conn.exec_driver_sql("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
     return engine

@@ -236,13 +236,13 @@ class SessionDatabase:
     # reflection, nothing for SQLAlchemy to compile — compiling Core statements took ~20 of the ~24 ms a load
     # spent inside the transaction); the rows are parsed and checked after it (``_build``).
 
-    def _fetch(self, conn: Any, ref: str, *, lazy: bool = False) -> SessionRows:
+    def _fetch(self, conn: Connection, ref: str, *, lazy: bool = False) -> SessionRows:
         try:
             return self._fetch_rows(conn, ref, lazy=lazy)
         except MissingColumn as exc:
             raise InputError(str(exc), where=self.ref.label) from None
 
-    def _fetch_rows(self, conn: Any, ref: str, *, lazy: bool = False) -> SessionRows:
+    def _fetch_rows(self, conn: Connection, ref: str, *, lazy: bool = False) -> SessionRows:
         tables = table_names(conn)
         names, found = require_columns(query(conn, SQL_SESSION_BY_ID, {"ref": ref}), "agent_sessions")
         if not found:
@@ -279,7 +279,7 @@ class SessionDatabase:
             **upstream,
         )
 
-    def _fetch_messages(self, conn: Any, session_id: str) -> Raw:
+    def _fetch_messages(self, conn: Connection, session_id: str) -> Raw:
         limit = max_messages()
         # One pass over the table (upstream has no index on session_id): at most limit + 1 rows tell "too large".
         names, rows = require_columns(query(conn, SQL_MESSAGES, {"sid": session_id, "n": limit + 1}), "agent_messages")
@@ -287,14 +287,14 @@ class SessionDatabase:
             self._too_large(conn, session_id, limit)
         return names, rows
 
-    def _too_large(self, conn: Any, session_id: str, limit: int) -> None:
+    def _too_large(self, conn: Connection, session_id: str, limit: int) -> None:
         count = query(conn, SQL_MESSAGE_COUNT, {"sid": session_id})[1][0][0]
         raise InputError(
             f"session too large: {count:,} messages (ZHIN_MAX_MESSAGES is {limit:,}); raise the limit",
             where=f"{self.ref.label}: agent_messages",
         )
 
-    def _scan_outline(self, conn: Any, session_id: str, leaf: int | None, *, said: bool = False) -> LazyRows:
+    def _scan_outline(self, conn: Connection, session_id: str, leaf: int | None, *, said: bool = False) -> LazyRows:
         """Inside the snapshot: the active branch (ids and parent ids: a narrow query, the chain walked in Python
         over two int arrays) and the outline's facts of its rows (the payload column streamed in blocks, each
         payload reduced to ``OutlineFacts`` and dropped — memory is the outline's, not the payloads'). ``said``:
@@ -404,7 +404,7 @@ class SessionDatabase:
         with self.snapshot() as conn:
             for start in range(0, len(row_ids), IDS_PER_QUERY):
                 chunk = row_ids[start : start + IDS_PER_QUERY]
-                params: dict[str, Any] = {f"r{i}": row_id for i, row_id in enumerate(chunk)}
+                params: dict[str, object] = {f"r{i}": row_id for i, row_id in enumerate(chunk)}
                 params["sid"] = session_id
                 sql = SQL_MESSAGES_BY_ID.format(ids=", ".join(f":r{i}" for i in range(len(chunk))))
                 for row in as_rows(query(conn, sql, params)):
@@ -496,7 +496,7 @@ class SessionDatabase:
         zone = turn_context_zone(rows.turn_context[1][0][0]) if rows.turn_context[1] else None
         session.notes.extend(add_upstream_events(session, reading, imported, span, zone))
 
-    def _messages(self, rows: list[Any], leaf: int | None,
+    def _messages(self, rows: list[Row], leaf: int | None,
                   has_parent: bool) -> tuple[list[Message], list[tuple[int, str, str]]]:
         """The branch's messages, and the calls an interrupted turn left unanswered (each now followed by a
         placeholder result: ``payload.placeholder_result``)."""
@@ -515,7 +515,7 @@ class SessionDatabase:
         repairs = [(called_at[call_id], call_id, where) for call_id, where in tools.interrupted]
         return with_placeholders(messages, repairs, [m.timestamp for m in messages]), repairs
 
-    def _message(self, row: Any) -> Message:
+    def _message(self, row: Row) -> Message:
         """One ``agent_messages`` row as a message (its own checks; tool pairing is the caller's)."""
         where = at_row("agent_messages", row.id, self.ref.label)
         payload = json_column(row.payload, "payload", where)
@@ -532,7 +532,7 @@ class SessionDatabase:
         message.raw = raw
         return message
 
-    def _lines(self, rows: list[Any]) -> dict[str, dict[Any, tuple[dict[str, Any], str]]]:
+    def _lines(self, rows: list[Row]) -> dict[str, dict[Any, tuple[dict[str, Any], str]]]:
         """An imported epoch's ``zhin_lines`` by kind: each line (JSON object) and its row's name, keyed by the
         row id (summaries: by their ``agent_summaries`` row)."""
         lines: dict[str, dict[Any, tuple[dict[str, Any], str]]] = {}
@@ -592,7 +592,7 @@ class SessionDatabase:
             session.timezone = timezone
         session.bot, session.scene = facts_from_key(session.session_key, session.bot, SceneFacts.from_mapping(scene))
 
-    def _summaries(self, rows: list[Any], session_id: str,
+    def _summaries(self, rows: list[Row], session_id: str,
                    lines: dict[Any, tuple[dict[str, Any], str]]) -> list[Summary]:
         summaries = []
         for number, r in enumerate(rows, start=1):
@@ -613,7 +613,7 @@ class SessionDatabase:
             summaries.append(summary)
         return summaries
 
-    def _scene_changes(self, rows: list[Any]) -> list[SceneChange]:
+    def _scene_changes(self, rows: list[Row]) -> list[SceneChange]:
         changes = []
         for r in rows:
             where = at_row("zhin_scene_changes", r.id, self.ref.label)
@@ -625,7 +625,7 @@ class SessionDatabase:
             changes.append(SceneChange(timestamp=r.timestamp, changes=data, raw={"type": "scene", "timestamp": r.timestamp, **data}))
         return changes
 
-    def _members(self, rows: list[Any]) -> list[MemberSnapshot]:
+    def _members(self, rows: list[Row]) -> list[MemberSnapshot]:
         members = []
         for r in rows:
             where = at_row("ai_scene_members", r.user_id, self.ref.label)

@@ -4,10 +4,11 @@ transaction (``query``: every row at once; ``stream``: in blocks)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Generator
+import sqlite3
+from collections.abc import Generator, Mapping
 from typing import Any
 
-from sqlalchemy import inspect, text
+from sqlalchemy import Connection, inspect, text
 
 import zhin_cli.store.schema as schema
 from zhin_cli.store.db.rows import NO_ROWS, Raw
@@ -52,7 +53,7 @@ SQL_MEMBER_EVENTS = ("SELECT conversation_events.id, conversation_events.event_i
                       " AND conversation_events.conversation_key IN ({keys}) ORDER BY conversation_events.id")
 
 
-def events_block_rows(conn: Any, session_id: str, session_key: str, upstream: bool, turns: bool) -> dict[str, Raw]:
+def events_block_rows(conn: Connection, session_id: str, session_key: str, upstream: bool, turns: bool) -> dict[str, Raw]:
     """Upstream's events-block rows of the session and, when there are any or ``turns`` (upstream's turn rows,
     whose platform ids are there), the message events of its conversation (only its keys' rows are fetched:
     other groups' messages are never read)."""
@@ -79,7 +80,7 @@ SQL_MESSAGE_EVENTS = ("SELECT conversation_events.id, conversation_events.conver
                        " ORDER BY conversation_events.time, conversation_events.id")
 
 
-def member_event_rows(conn: Any, session_key: str) -> Raw:
+def member_event_rows(conn: Connection, session_key: str) -> Raw:
     """The non-message ``conversation_events`` rows whose key (any of upstream's forms) names ``session_key``."""
     from zhin_cli.store.keys import session_key_of
 
@@ -132,12 +133,19 @@ def member_identities(raw: Raw) -> set[tuple[str, Any]]:
     return identities
 
 
-def query(conn: Any, sql: str, params: dict[str, Any] | None = None) -> Raw:
+def sqlite_cursor(conn: Connection) -> sqlite3.Cursor:
+    """A cursor of the DB-API connection under an SQLite ``conn``, inside its transaction."""
+    dbapi = conn.connection.dbapi_connection
+    assert isinstance(dbapi, sqlite3.Connection)  # the dialect is sqlite: pysqlite's connection
+    return dbapi.cursor()
+
+
+def query(conn: Connection, sql: str, params: Mapping[str, object] | None = None) -> Raw:
     """Run one SELECT and fetch every row at once: column names and tuples. On SQLite straight through the
     DB-API cursor (``:name`` parameters are sqlite3's own style), inside the connection's transaction — SQLAlchemy's
     per-statement work (results, row objects) took ten times SQLite's own time, all of it under the lock."""
     if conn.dialect.name == "sqlite":
-        cursor = conn.connection.dbapi_connection.cursor()
+        cursor = sqlite_cursor(conn)
         try:
             cursor.execute(sql, params or {})
             return tuple(d[0] for d in cursor.description), cursor.fetchall()
@@ -147,10 +155,10 @@ def query(conn: Any, sql: str, params: dict[str, Any] | None = None) -> Raw:
     return tuple(result.keys()), [tuple(row) for row in result.all()]
 
 
-def stream(conn: Any, sql: str, params: dict[str, Any]) -> Generator[tuple[Any, ...], None, None]:
+def stream(conn: Connection, sql: str, params: Mapping[str, object]) -> Generator[tuple[Any, ...], None, None]:
     """The rows of one SELECT, fetched ``STREAM_ROWS`` at a time (memory: one block, not the result)."""
     if conn.dialect.name == "sqlite":
-        cursor = conn.connection.dbapi_connection.cursor()
+        cursor = sqlite_cursor(conn)
         try:
             cursor.execute(sql, params)
             while block := cursor.fetchmany(STREAM_ROWS):
@@ -160,8 +168,8 @@ def stream(conn: Any, sql: str, params: dict[str, Any]) -> Generator[tuple[Any, 
         return
     result = conn.execution_options(stream_results=True).execute(text(sql), params)
     try:
-        while block := result.fetchmany(STREAM_ROWS):
-            yield from (tuple(row) for row in block)
+        while fetched := result.fetchmany(STREAM_ROWS):
+            yield from (tuple(row) for row in fetched)
     finally:
         result.close()
 
@@ -178,7 +186,7 @@ class MissingColumn(Exception):
     """Raised inside the read transaction; ``SessionDatabase`` makes it an InputError naming the database."""
 
 
-def table_names(conn: Any) -> set[str]:
+def table_names(conn: Connection) -> set[str]:
     """The tables, inside the caller's transaction (on SQLite one plain query, not SQLAlchemy's reflection)."""
     if conn.dialect.name == "sqlite":
         return {name for (name,) in query(conn, SQL_SQLITE_TABLES)[1]}

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Connection, CursorResult, select
 from sqlalchemy.exc import SQLAlchemyError
 
 import zhin_cli.store.schema as schema
@@ -66,7 +66,7 @@ def import_events(db: str) -> EventImport:
     return result
 
 
-def _import(conn: Any, ref: DatabaseRef, sessions: list[Session], *, replace: bool, events: bool) -> ImportResult:
+def _import(conn: Connection, ref: DatabaseRef, sessions: list[Session], *, replace: bool, events: bool) -> ImportResult:
     """Everything ``import_sessions`` writes, on one connection inside one transaction."""
     schema.metadata.create_all(conn)
     rows: dict[str, int] = {}
@@ -81,7 +81,7 @@ def _import(conn: Any, ref: DatabaseRef, sessions: list[Session], *, replace: bo
     return ImportResult(rows=rows, events=import_member_events(conn, ref.label) if events else None)
 
 
-def _delete_session(conn: Any, session_id: str) -> None:
+def _delete_session(conn: Connection, session_id: str) -> None:
     """Everything ``zhin import`` wrote of one epoch (``--replace``): its rows, its own lines, the member rows its
     member lines wrote (``ai_scene_members`` is keyed by scene, so rows are found through those lines) and the
     record of member events imported into it (their messages go with its rows, so a later ``--events`` adds them
@@ -153,7 +153,7 @@ def _write_error(exc: Exception, ref: DatabaseRef) -> ZhinError:
     return ZhinError(f"cannot write database: {db_error(exc)}; nothing imported", where=ref.label)
 
 
-def _write(conn: Any, session: Session) -> None:
+def _write(conn: Connection, session: Session) -> None:
     new_ids = _write_messages(conn, session)
     times = [m.timestamp for m in session.messages] or [0]
     key = session.session_key or session.session_id.split("#")[0]
@@ -179,7 +179,7 @@ def _write(conn: Any, session: Session) -> None:
                 created_at=summary.timestamp,
             )
         )
-        _write_line(conn, session.session_id, "summary", summary_line(summary), summary_id=result.inserted_primary_key[0])
+        _write_line(conn, session.session_id, "summary", summary_line(summary), summary_id=inserted_id(result))
     for change in session.scene_changes:
         conn.execute(
             schema.zhin_scene_changes.insert().values(
@@ -195,7 +195,7 @@ def _write(conn: Any, session: Session) -> None:
         _write_members(conn, session, key)
 
 
-def _write_messages(conn: Any, session: Session) -> dict[int, int]:
+def _write_messages(conn: Connection, session: Session) -> dict[int, int]:
     """The messages as ``agent_messages`` rows chained by ``parent_id``: the file's row id → the database's.
     Row ids belong to the database, not the file: new rows get new ids, and summaries follow them."""
     parent: int | None = None
@@ -216,17 +216,24 @@ def _write_messages(conn: Any, session: Session) -> dict[int, int]:
                 timestamp=message.timestamp,
             )
         )
-        parent = int(result.inserted_primary_key[0])
+        parent = inserted_id(result)
         new_ids[message.row_id] = parent
     return new_ids
 
 
-def _write_line(conn: Any, session_id: str, kind: str, line: dict[str, Any], *, summary_id: int | None = None) -> None:
+def inserted_id(result: CursorResult[Any]) -> int:
+    """The row id an INSERT of one row gave."""
+    key = result.inserted_primary_key
+    assert key is not None  # an INSERT names the key it wrote
+    return int(key[0])
+
+
+def _write_line(conn: Connection, session_id: str, kind: str, line: dict[str, Any], *, summary_id: int | None = None) -> None:
     conn.execute(schema.zhin_lines.insert().values(session_id=session_id, kind=kind, summary_id=summary_id,
                                                    line=json.dumps(line, ensure_ascii=False, separators=(",", ":"))))
 
 
-def _newest_epoch(conn: Any, session_id: str, key: str, created_at: int) -> bool:
+def _newest_epoch(conn: Connection, session_id: str, key: str, created_at: int) -> bool:
     """Whether this epoch is its key's newest (the one a load by key picks: created_at, then session id)."""
     t = schema.agent_sessions
     newer = conn.execute(select(t.c.session_id).where(
@@ -235,7 +242,7 @@ def _newest_epoch(conn: Any, session_id: str, key: str, created_at: int) -> bool
     return newer is None
 
 
-def _write_profile(conn: Any, session: Session, key: str, created_at: int) -> None:
+def _write_profile(conn: Connection, session: Session, key: str, created_at: int) -> None:
     """The epoch's facts as its key's ``ai_session_profiles`` row (upstream's one row per key): the key's current
     facts, so the scene as the epoch's scene changes leave it (a member promoted mid-session is an admin now, as the
     trace of its last turn says) and dated by the last of them."""
@@ -263,7 +270,7 @@ def _write_profile(conn: Any, session: Session, key: str, created_at: int) -> No
     )
 
 
-def _write_members(conn: Any, session: Session, key: str) -> None:
+def _write_members(conn: Connection, session: Session, key: str) -> None:
     """The newest snapshot of each member (``member`` lines) as its ``ai_scene_members`` row."""
     from zhin_cli.core.inputfiles import clean_text  # stored text is bounded the same way as the facts cache's
 
