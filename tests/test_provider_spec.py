@@ -168,3 +168,84 @@ def test_no_provider_module_imports_a_private_helper_of_another() -> None:
     # negative control: the line gemini.py had is found
     assert _private_imports({"gemini.py": "from zhin_cli.pipeline.providers.anthropic import _input\n"}) == [
         ("gemini.py", "_input")]
+
+
+# --- the lists that used to be kept by hand, now read from the registry ------------------------------------------
+
+ROWS = {"default": "acme-1", "models": {"acme-1": {"input": 1.0, "cached_input": 0.1,
+                                                   "source": "test", "read_on": "2026-12-01"}}}
+
+
+def test_price_keys_follow_the_registry(acme: ProviderSpec) -> None:
+    from zhin_cli.pipeline.prices import PRICE_PROVIDERS, builtin_prices, price_key
+
+    assert dict(PRICE_PROVIDERS) == {"openai-reasoning": "openai", "acme": "openai"}
+    assert price_key("acme") == "openai" and price_key("nosuch") == "nosuch"
+    choice = builtin_prices().choose("acme", "gpt-4o")
+    assert choice is not None and choice.price.model == "gpt-4o"
+    registry.unregister_provider("acme")
+    assert "acme" not in PRICE_PROVIDERS and builtin_prices().choose("acme", "gpt-4o") is None  # negative control
+
+
+def test_a_provider_brings_its_own_price_rows() -> None:
+    from zhin_cli.pipeline.prices import load_prices
+
+    assert load_prices().choose("acme-own", "acme-1") is None  # negative control: no spec, no rows
+    registry.register_provider(replace(ACME, name="acme-own", price_key=None, prices=ROWS))
+    try:
+        choice = load_prices().choose("acme-own", "acme-1")
+        assert choice is not None and (choice.price.input, choice.note) == (1.0, None)
+        config = load_prices({"acme-own": {"models": {"acme-1": {"input": 3.0, "cached_input": 0.3, "source": "zhin.yaml", "read_on": "2026-12-02"}}}})
+        assert config.choose("acme-own", "acme-1").price.input == 3.0  # type: ignore[union-attr]  # zhin.yaml wins
+    finally:
+        registry.unregister_provider("acme-own")
+
+
+def test_a_provider_s_bad_price_rows_are_one_config_error() -> None:
+    from zhin_cli.pipeline.prices import load_prices
+
+    registry.register_provider(replace(ACME, name="acme-bad", price_key=None, prices={"default": "x", "models": {}}))
+    try:
+        with pytest.raises(registry.ConfigError, match="acme-bad"):
+            load_prices()
+    finally:
+        registry.unregister_provider("acme-bad")
+
+
+def test_default_model_and_model_prefixes_come_from_the_spec() -> None:
+    from zhin_cli.pipeline.models import FALLBACK_MODEL, belongs, default_model
+
+    assert default_model("acme-own") == FALLBACK_MODEL and belongs("acme-own", "gpt-4o")  # unknown: serves any
+    registry.register_provider(replace(ACME, name="acme-own", price_key=None, prices=ROWS, model_prefixes=("acme-x",)))
+    try:
+        assert default_model("acme-own") == "acme-1"
+        assert belongs("acme-own", "acme-x2") and belongs("acme-own", "acme-1-mini")  # prefix; its own price row
+        assert not belongs("acme-own", "gpt-4o")  # negative control: another vendor's model
+    finally:
+        registry.unregister_provider("acme-own")
+
+
+def test_the_config_schema_names_the_registered_providers(acme: ProviderSpec) -> None:
+    from zhin_cli.pipeline.config_schema import config_schema, validate_config
+
+    assert "acme" in config_schema()["properties"]["providers"]["propertyNames"]["enum"]
+    validate_config({"provider": "acme", "providers": {"acme": {"prefill": False}}}, lambda key: None)
+    registry.unregister_provider("acme")
+    assert "acme" not in config_schema()["properties"]["providers"]["propertyNames"]["enum"]  # negative control
+    with pytest.raises(registry.ConfigError, match="unknown provider 'acme'"):
+        validate_config({"provider": "acme"}, lambda key: None)
+
+
+def test_zhin_providers_lists_a_registered_spec_with_its_owner_and_new_fields(acme: ProviderSpec, tmp_path: Path) -> None:
+    import json
+
+    from conftest import run_zhin
+
+    shown = json.loads(run_zhin("providers", "--json", cwd=tmp_path).stdout)
+    assert shown["version"] == 1
+    rows = {row["name"]: row for row in shown["providers"]}
+    assert rows["acme"]["owner"] == "test" and rows["acme"]["display"] == "Acme" and rows["openai"]["owner"] == "builtin"
+    assert {"wire", "validator", "cache", "description", "mid_conversation_system"} <= rows["openai"].keys()  # kept
+    assert "acme" in run_zhin("providers", cwd=tmp_path).stdout
+    registry.unregister_provider("acme")
+    assert "acme" not in run_zhin("providers", cwd=tmp_path).stdout  # negative control: gone with the spec

@@ -8,15 +8,18 @@ from typing import Annotated, Any
 import typer
 
 from zhin_cli._cli import app, handles_errors, print_json, print_records, stdout_console
-from zhin_cli.pipeline.providers import PROFILES, Capabilities, resolve_profile
+from zhin_cli.pipeline.providers import PROVIDERS, Capabilities, provider_names, resolve_profile
 
 # Where the system prompt goes for wires that have no system message.
 SYSTEM_PLACE = {"anthropic-messages": "top-level system", "gemini-generate": "systemInstruction"}
 
 
 def profile_dict(profile: Capabilities) -> dict[str, Any]:
+    """One provider as ``--json`` shows it: every field of its spec but the model rules, and who registered it
+    (``builtin``, or a plugin). Fields are only ever added (``version: 1``)."""
     data = dataclasses.asdict(profile)
     data.pop("model_rules")
+    data["owner"] = PROVIDERS.owners.get(profile.name, "builtin")
     return data
 
 
@@ -27,7 +30,7 @@ def providers_command(
     as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout.")] = False,
 ) -> None:
     """List the provider profiles: wire format, validator, how state changes are sent, cache rules."""
-    profiles = [resolve_profile(name, model) if model else PROFILES[name] for name in sorted(PROFILES)]
+    profiles = [resolve_profile(name, model) if model else PROVIDERS[name] for name in provider_names()]
     if as_json:
         print_json({"version": 1, "model": model, "providers": [profile_dict(p) for p in profiles]})
         return

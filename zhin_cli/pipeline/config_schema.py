@@ -17,7 +17,7 @@ from functools import cache
 from typing import Any
 
 from zhin_cli.core.errors import ConfigError
-from zhin_cli.core.readers import key_path
+from zhin_cli.pipeline.schema_errors import describe  # shared with the price table's checks (prices.py)
 
 SCHEMA_ID = "https://github.com/zhinjs/zhin-cli/schema/config-v1.json"  # an identifier, as the eval-case schema's
 
@@ -29,7 +29,7 @@ def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def _overrides_schema(with_models: bool) -> dict[str, Any]:
-    from zhin_cli.pipeline.providers import BOOLEAN_OVERRIDES, OVERRIDABLE, OVERRIDE_VALUES
+    from zhin_cli.pipeline.providers.spec import BOOLEAN_OVERRIDES, OVERRIDABLE, OVERRIDE_VALUES
 
     properties: dict[str, Any] = {}
     for key in sorted(OVERRIDABLE):
@@ -60,18 +60,23 @@ def _tool_schema() -> dict[str, Any]:
     }
 
 
-@cache
 def config_schema() -> dict[str, Any]:
-    """The JSON Schema (draft 2020-12) of ``zhin.yaml``, as data."""
+    """The JSON Schema (draft 2020-12) of ``zhin.yaml``, as data: its provider names are the registered providers'
+    (built in, and a plugin's once registered), so it is built again when they change."""
+    from zhin_cli.pipeline.providers.spec import provider_names
+
+    return _schema(tuple(provider_names()))
+
+
+@cache
+def _schema(providers: tuple[str, ...]) -> dict[str, Any]:
     from zhin_cli.pipeline.preset.model import CardOptions
     from zhin_cli.pipeline.prices import providers_schema
-    from zhin_cli.pipeline.providers import PROFILES
     from zhin_cli.pipeline.segments import TEXT_KINDS
 
     integer = {"type": "integer"}
     preset_options: dict[str, Any] = {key: _nullable({"type": "string"}) for key in CardOptions.FIELDS}
     preset_options["seed"] = {"type": "integer", "description": "seed of {{random}}/{{roll}} (default 0)"}
-    providers = sorted(PROFILES)
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": SCHEMA_ID,
@@ -119,7 +124,7 @@ def config_schema() -> dict[str, Any]:
             }),
             "providers": _nullable({
                 "type": "object", "description": "per-provider capability overrides",
-                "propertyNames": {"enum": providers},
+                "propertyNames": {"enum": list(providers)},
                 "additionalProperties": _overrides_schema(True),
             }),
             "tools": _nullable({"type": "array", "items": _tool_schema()}),
@@ -136,68 +141,17 @@ def config_schema() -> dict[str, Any]:
     }
 
 
-@cache
 def _validator() -> Any:
+    from zhin_cli.pipeline.providers.spec import provider_names
+
+    return _validator_for(tuple(provider_names()))
+
+
+@cache
+def _validator_for(providers: tuple[str, ...]) -> Any:
     from jsonschema import Draft202012Validator
 
-    return Draft202012Validator(config_schema())
-
-
-_TYPE_NAMES = {"string": "a string", "integer": "an integer", "number": "a number", "object": "a mapping",
-               "array": "a list", "boolean": "true or false", "null": "null"}
-
-
-def _shown(value: Any) -> str:
-    return repr(value) if len(repr(value)) <= 60 else repr(value)[:59] + "…"
-
-
-def describe(error: Any) -> tuple[str, str]:
-    """The key to point at and the one-line message for a jsonschema ``ValidationError``."""
-    path = list(error.absolute_path)
-    key = key_path(path)
-    name = key or "the config"
-    kind = error.validator
-    schema = error.schema if isinstance(error.schema, dict) else {}
-    if kind == "additionalProperties" and isinstance(error.instance, dict):
-        known = sorted(schema.get("properties", {}))
-        unknown = sorted(str(k) for k in error.instance if k not in known)
-        where = key_path([*path, unknown[0]])
-        if not key:
-            return where, f"unknown config keys {unknown} (known: {known})"
-        return where, f"unknown {key} keys {unknown} (known: {', '.join(known)})"
-    if "propertyNames" in error.schema_path:  # the key's name broke it (jsonschema reports the inner enum)
-        names = schema.get("enum", [])
-        where = key_path([*path, error.instance])
-        if path == ["providers"]:
-            return where, f"unknown provider {error.instance!r} under providers (known: {', '.join(names)})"
-        return where, f"unknown key {error.instance!r} in {name} (known: {', '.join(names)})"
-    if kind == "type":
-        wanted = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
-        real = [t for t in wanted if t != "null"]
-        text = " or ".join(_TYPE_NAMES.get(t, t) for t in real) + (" (or null)" if "null" in wanted else "")
-        return key, f"{name} must be {text}, got {_shown(error.instance)}"
-    if kind in ("enum", "const"):
-        allowed = [str(a) for a in (error.validator_value if kind == "enum" else [error.validator_value]) if a is not None]
-        if path == ["provider"]:
-            return key, f"unknown provider {error.instance!r} (known: {', '.join(allowed)})"
-        shown = allowed[0] if len(allowed) == 1 else f"{', '.join(allowed[:-1])} or {allowed[-1]}"
-        if len(path) == 4 and path[:2] == ["segments", "add"] and path[3] == "kind":
-            shown = f"a text kind ({', '.join(allowed)})"
-        return key, f"{name} must be {shown}, got {_shown(error.instance)}"
-    if kind == "required":
-        missing = next((m for m in error.validator_value if m not in error.instance), error.validator_value[0])
-        return key, f"{name} needs {missing}"
-    if kind == "anyOf" and all(set(branch) == {"required"} for branch in error.validator_value):
-        options = " or ".join(branch["required"][0] for branch in error.validator_value)
-        return key, f"{name} needs {options}"
-    if kind == "minimum":
-        bound = "0 or more" if error.validator_value == 0 else f"at least {error.validator_value}"
-        # max_messages, max_blocks: null lifts the limit (cut_to: null is only the default)
-        nullable = isinstance(schema.get("type"), list) and "null" in schema["type"] and error.validator_value >= 1
-        return key, f"{name} must be {bound}{' (or null for no limit)' if nullable else ''}, got {_shown(error.instance)}"
-    if kind == "minLength":
-        return key, f"{name} must not be empty"
-    return key, f"{name}: {error.message}"
+    return Draft202012Validator(_schema(providers))
 
 
 def validate_config(data: Any, where: Any) -> None:
@@ -219,3 +173,6 @@ def validate_config(data: Any, where: Any) -> None:
 
     key, message = min(described, key=position)
     raise ConfigError(message[:300], where=where(key))
+
+
+__all__ = ["SCHEMA_ID", "config_schema", "describe", "validate_config"]

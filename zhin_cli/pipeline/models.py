@@ -6,7 +6,8 @@ prompt, no price row). So a provider named without a model keeps the stored mode
 provider's — the built-in price table has a row for it (or a row it extends with ``-``), or its name starts with
 one of the provider's known prefixes — and otherwise uses the provider's default model, said once as a
 ``ZhinNote`` (``zhin: note: …`` on the CLI's stderr). Gateways and local servers (``openai-compatible``, ``vllm``,
-``ollama``, ``llama-cpp``, profiles registered at run time) serve any vendor's model: every model is theirs.
+``ollama``, ``llama-cpp``, any provider whose spec names no ``default_model``) serve any vendor's model: every model
+is theirs. The defaults and prefixes are fields of each provider's spec (``pipeline/providers/specs/``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from zhin_cli.core.notes import note
-from zhin_cli.pipeline.prices import PRICE_PROVIDERS, builtin_prices
+from zhin_cli.pipeline.prices import builtin_prices, price_key
+from zhin_cli.pipeline.providers.spec import PROVIDERS
 
 FALLBACK_MODEL = "gpt-4o"  # no provider named and nothing stored: the assembler's historical default
 
@@ -27,31 +29,37 @@ class ProviderModels:
     prefixes: tuple[str, ...]
 
 
-# The providers whose model names are known; a default here is the price table's default row where it has one.
-KNOWN_MODELS: dict[str, ProviderModels] = {
-    "openai": ProviderModels("gpt-4o", ("gpt-", "chatgpt-", "o1", "o3", "o4")),
-    "openai-reasoning": ProviderModels("o3", ("o1", "o3", "o4", "gpt-5")),
-    "anthropic": ProviderModels("claude-sonnet-5", ("claude-",)),
-    "deepseek": ProviderModels("deepseek-chat", ("deepseek-",)),
-    "gemini": ProviderModels("gemini-2.5-flash", ("gemini-",)),
-}
+def known_models(provider: str) -> ProviderModels | None:
+    """The provider's default model and model prefixes (``ProviderSpec.default_model`` / ``model_prefixes``); None
+    when its models are not known (a gateway, a local server, a name no spec has): it serves any model."""
+    spec = PROVIDERS.get(provider)
+    if spec is None or spec.default_model is None:
+        return None
+    return ProviderModels(spec.default_model, spec.model_prefixes)
 
 
 def default_model(provider: str) -> str:
     """The model a request for ``provider`` names when neither the user nor the stored reply names one of its own."""
-    known = KNOWN_MODELS.get(provider)
+    known = known_models(provider)
     return known.default if known is not None else FALLBACK_MODEL
 
 
 def belongs(provider: str, model: str) -> bool:
     """Whether ``provider`` serves ``model``: a provider whose models are not known serves any."""
-    known = KNOWN_MODELS.get(provider)
+    known = known_models(provider)
     if known is None:
         return True
     if model.startswith(known.prefixes):
         return True
-    rows = builtin_prices().providers.get(PRICE_PROVIDERS.get(provider, provider))
-    return rows is not None and any(model == name or model.startswith(name + "-") for name in rows.models)
+    return any(model == name or model.startswith(name + "-") for name in _priced_models(provider))
+
+
+def _priced_models(provider: str) -> list[str]:
+    """The model names with a price row for ``provider``: the shipped table's, and its spec's own rows."""
+    rows = builtin_prices().providers.get(price_key(provider))
+    spec = PROVIDERS.get(provider)
+    own = spec.prices.get("models") if spec is not None and spec.prices is not None else None
+    return [*(rows.models if rows is not None else ()), *(own if isinstance(own, dict) else ())]
 
 
 @dataclass

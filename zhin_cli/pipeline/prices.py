@@ -14,12 +14,13 @@ import dataclasses
 import datetime
 import functools
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from zhin_cli.core.errors import ConfigError
+from zhin_cli.pipeline.providers.spec import PROVIDERS
 
 PRICES_VERSION = 1
 PER_TOKENS = 1_000_000  # prices are USD per million tokens
@@ -30,8 +31,33 @@ MAX_PRICE = 1_000_000.0  # USD per million tokens: no model costs a dollar a tok
 MAX_PRICE_ROWS = 5_000
 MAX_PRICES_BYTES = 2 * 1024 * 1024
 TTLS = ("5m", "1h")
-# profiles billed at another provider's rows (the same API and price list)
-PRICE_PROVIDERS = {"openai-reasoning": "openai"}
+
+
+def price_key(provider: str) -> str:
+    """The provider whose rows bill ``provider`` (``ProviderSpec.price_key``: openai-reasoning → openai); a name no
+    spec has bills under itself."""
+    spec = PROVIDERS.get(provider)
+    return spec.prices_under if spec is not None else provider
+
+
+class _PriceKeys(Mapping[str, str]):
+    """The providers billed at another provider's rows, read from the provider registry when asked (the old
+    ``PRICE_PROVIDERS`` table, kept for its readers)."""
+
+    def _table(self) -> dict[str, str]:
+        return {name: spec.prices_under for name, spec in PROVIDERS.items() if spec.prices_under != name}
+
+    def __getitem__(self, name: str) -> str:
+        return self._table()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+
+PRICE_PROVIDERS: Mapping[str, str] = _PriceKeys()
 BUILTIN = Path(__file__).with_name("prices.json")
 
 
@@ -77,7 +103,7 @@ class PriceTable:
         """The row for ``model``: its own (exact, else the longest row name it extends with ``-``, so
         ``gpt-4o-2024-08-06`` is billed as ``gpt-4o``), else the provider's default row with a note; None when
         the table has no rows for ``provider``."""
-        provider = PRICE_PROVIDERS.get(provider, provider)
+        provider = price_key(provider)
         rows = self.providers.get(provider)
         if rows is None:
             return None
@@ -166,7 +192,7 @@ def parse_providers(data: Any, where: Callable[[str], str | None], prefix: str =
     """A ``provider → {default, models}`` mapping as a table; ``where(key)``: ``file:line`` of a key (keys are
     relative to ``prefix``, e.g. ``prices``); every problem is one ``ConfigError`` at its line."""
     from zhin_cli.core.readers import key_path
-    from zhin_cli.pipeline.config_schema import describe
+    from zhin_cli.pipeline.schema_errors import describe
 
     data = dates_as_text(data)
     _check_row_count(data, where, prefix)
@@ -257,7 +283,7 @@ def read_prices(path: Path, base: PriceTable | None = None) -> PriceTable:
     """A prices file (JSON or YAML, the shape of the shipped ``prices.json``); its rows go over ``base``'s
     (each provider then needs a default row, from the file or from ``base``: refused at its line otherwise)."""
     from zhin_cli.core.readers import enclosing_key, read_json_keyed, read_yaml_file
-    from zhin_cli.pipeline.config_schema import describe
+    from zhin_cli.pipeline.schema_errors import describe
 
     _check_size(path)
     if path.suffix.lower() == ".json":  # JSON's parser: a tab-indented file (jq --tab) is no YAML
@@ -304,8 +330,9 @@ def builtin_prices() -> PriceTable:
 
 def load_prices(config_prices: Mapping[str, Any] | None = None, prices_file: Path | None = None, *,
                 config_where: Callable[[str], str | None] | None = None) -> PriceTable:
-    """The built-in table, then ``prices:`` of zhin.yaml (``config_where``: ``Config.where``), then ``--prices FILE``."""
-    table = builtin_prices()
+    """The built-in table, then the rows registered providers bring (``ProviderSpec.prices``), then ``prices:`` of
+    zhin.yaml (``config_where``: ``Config.where``), then ``--prices FILE``."""
+    table = with_provider_rows(builtin_prices())
     if config_prices:
         where = config_where or (lambda key: None)
         rows = parse_providers(config_prices, where, "prices")
@@ -316,3 +343,17 @@ def load_prices(config_prices: Mapping[str, Any] | None = None, prices_file: Pat
         table = table.replaced_by(read_prices(prices_file, table))
     return table
 
+
+def with_provider_rows(table: PriceTable) -> PriceTable:
+    """``table`` with the rows of every registered provider that brings its own (a plugin's ``ProviderSpec.prices``),
+    each checked as a zhin.yaml ``prices:`` entry is (a bad row is one ``ConfigError`` naming the provider)."""
+    for name, spec in PROVIDERS.items():
+        if spec.prices is None:
+            continue
+        prefix = f"provider {name}: prices"
+        rows = parse_providers({spec.prices_under: spec.prices}, lambda key: None, prefix)
+        merged = table.replaced_by(rows)
+        _check_defaults(merged, lambda key: None, f"{prefix}.")
+        _check_derived(merged, rows, lambda key: None, prefix)
+        table = merged
+    return table

@@ -10,6 +10,7 @@ completion and ``--help``.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -67,6 +68,9 @@ class Capabilities:
     # "module:function" of its renderer, imported on first render (``rendered.render``); None = its wire's renderer
     renderer: str | None = None
     price_key: str | None = None  # whose price rows bill it (openai-reasoning → openai); None = its own name
+    # A plugin provider's own rows, as one provider entry of prices.json ({default: MODEL, models: {…}}), billed
+    # under ``prices_under``; the shipped table's rows live in prices.json. zhin.yaml and --prices still win.
+    prices: Mapping[str, Any] | None = None
     # The model a request names when only the provider is given, and the prefixes its model names start with
     # (``pipeline.models``); None = it serves any vendor's model (a gateway, a local server).
     default_model: str | None = None
