@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from zhin_cli.core.errors import AssemblyError
 from zhin_cli.core.model import AssistantMessage, HistoryItem, SummaryMessage, ToolResultMessage
@@ -58,7 +57,7 @@ def _orphan_call(group: _Unit | None, waiting: set[str]) -> AssemblyError:
     )
 
 
-def _units(segment: PromptSegment, output: Sequence[Any], seq_start: int) -> list[_Unit]:
+def _units(segment: PromptSegment, output: Sequence[HistoryItem], seq_start: int) -> list[_Unit]:
     units: list[_Unit] = []
     group: _Unit | None = None  # the open tool group …
     waiting: set[str] = set()  # … and the calls of it still without a result
@@ -93,7 +92,7 @@ def _units(segment: PromptSegment, output: Sequence[Any], seq_start: int) -> lis
 
 
 def merge(
-    outputs: Sequence[tuple[PromptSegment, Sequence[Any]]],
+    outputs: Sequence[tuple[PromptSegment, Sequence[HistoryItem]]],
     sent_prefix: Sequence[ItemKey] = (),
 ) -> list[Placed]:
     units: list[_Unit] = []

@@ -53,10 +53,13 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, NamedTuple
 from zoneinfo import ZoneInfo
 
 from zhin_cli.core.registry import Registry
+
+if TYPE_CHECKING:
+    from zhin_cli.core.jsontext import JSON
 
 TRIM_MARK = "{{trim}}"  # what a plain {{trim}} gives; removed with the line breaks around it after the pass
 ELSE_MARK = "\x00\x1fELSE\x1f\x00"  # what {{else}} gives outside an {{if}}; removed after the pass
@@ -109,6 +112,18 @@ class OverBudget(Exception):
     """Raised by ``MacroContext.charge`` when the macros of one assembly would produce more than ``MAX_OUTPUT``."""
 
 
+class MacroState(NamedTuple):
+    """What expansion can change in a ``MacroContext`` (``snapshot`` / ``restore``)."""
+
+    variables: dict[str, str]
+    global_variables: dict[str, str]
+    unknown: dict[str, int]
+    random_used: list[str]
+    problems: dict[str, int]
+    budget: int
+    rng: tuple[object, ...]  # random.Random.getstate()
+
+
 @dataclass
 class MacroContext:
     user: str = "User"
@@ -153,12 +168,12 @@ class MacroContext:
     def problem(self, text: str) -> None:
         self.problems[text] = self.problems.get(text, 0) + 1
 
-    def snapshot(self) -> tuple[Any, ...]:
+    def snapshot(self) -> MacroState:
         """Everything expansion can change, to undo a regex script that was skipped half-way."""
-        return (dict(self.variables), dict(self.global_variables), dict(self.unknown), list(self.random_used),
-                dict(self.problems), self.budget, self.rng.getstate())
+        return MacroState(dict(self.variables), dict(self.global_variables), dict(self.unknown), list(self.random_used),
+                          dict(self.problems), self.budget, self.rng.getstate())
 
-    def restore(self, state: tuple[Any, ...]) -> None:
+    def restore(self, state: MacroState) -> None:
         variables, global_variables, unknown, random_used, problems, self.budget, rng = state
         self.variables, self.global_variables = dict(variables), dict(global_variables)
         self.unknown, self.random_used, self.problems = dict(unknown), list(random_used), dict(problems)
@@ -285,19 +300,19 @@ def _format_number(value: float) -> str:
     return str(int(value)) if value == int(value) else str(value)
 
 
-def _json_array(text: str) -> list[Any] | None:
+def _json_array(text: str) -> list[JSON] | None:
     """``text`` as a JSON array, or None when it is not one: not JSON, or nested past the recursion limit (which
     is then a value like any other non-array, so addvar concatenates — never a RecursionError)."""
     if not text.startswith("["):
         return None
     try:
-        value = json.loads(text)
+        value: JSON = json.loads(text)
     except (ValueError, RecursionError):
         return None
     return value if isinstance(value, list) else None
 
 
-def _appended(array: list[Any] | None, value: str) -> str | None:
+def _appended(array: list[JSON] | None, value: str) -> str | None:
     """``array`` with ``value`` appended, as JSON; None if it cannot be written (nested past the recursion limit)."""
     if array is None:
         return None

@@ -22,11 +22,12 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 import regex
 
-from zhin_cli.pipeline.preset.model import RegexScript
+if TYPE_CHECKING:  # only named in annotations: worldinfo imports this module, and the model imports worldinfo
+    from zhin_cli.pipeline.preset.model import RegexScript
 
 USER_INPUT = 1
 AI_OUTPUT = 2
@@ -38,6 +39,24 @@ _NAMED_GROUP = re.compile(r"\(\?<(?![=!])")  # JS (?<name>…) → Python (?P<na
 _REFERENCE = re.compile(r"\{\{match\}\}|\$(\d+)|\$<([^>]+)>|\$&", re.IGNORECASE)
 _COUNTED = re.compile(r"\{(\d*)(?:(,)(\d*))?\}")
 INFINITE = -1
+
+
+class Match(Protocol):
+    """What zhin uses of a match of the ``regex`` package (which ships no types)."""
+
+    def group(self, key: int | str, /) -> str | None: ...
+
+    def start(self) -> int: ...
+
+    def end(self) -> int: ...
+
+
+class Pattern(Protocol):
+    """What zhin uses of a pattern compiled by the ``regex`` package: both take a ``timeout`` in seconds."""
+
+    def sub(self, repl: Callable[[Match], str], string: str, count: int = 0, *, timeout: float | None = None) -> str: ...
+
+    def search(self, string: str, *, timeout: float | None = None) -> Match | None: ...
 
 
 class ScriptSkipped(Exception):
@@ -166,7 +185,7 @@ def nested_quantifier(script: RegexScript) -> str | None:
 
 
 @functools.lru_cache(maxsize=512)
-def _compiled(pattern: str, flags: str) -> Any:
+def _compiled(pattern: str, flags: str) -> Pattern | str:
     """The compiled pattern, or the reason it cannot be used (a str)."""
     if shape(pattern).unroll > MAX_UNROLL:
         return f"repeats fixed counts over {MAX_UNROLL:,} characters in all (compiling it would take too long)"
@@ -174,9 +193,10 @@ def _compiled(pattern: str, flags: str) -> Any:
     for flag in flags:
         mask |= _FLAGS.get(flag, 0)
     try:
-        return regex.compile(_NAMED_GROUP.sub("(?P<", pattern), mask)
+        compiled: Pattern = regex.compile(_NAMED_GROUP.sub("(?P<", pattern), mask)
     except (regex.error, RecursionError, OverflowError, ValueError, MemoryError):
         return "does not compile"
+    return compiled
 
 
 def compile_problem(script: RegexScript) -> str | None:
@@ -185,7 +205,7 @@ def compile_problem(script: RegexScript) -> str | None:
     return compiled if isinstance(compiled, str) else None
 
 
-def compile_script(script: RegexScript) -> Any | None:
+def compile_script(script: RegexScript) -> Pattern | None:
     compiled = _compiled(script.pattern, script.flags)
     return None if isinstance(compiled, str) else compiled
 
@@ -215,7 +235,7 @@ def run_script(script: RegexScript, text: str, expand: Callable[[str], str], *, 
     produced = 0
     matched = 0
 
-    def group_text(match: Any, key: int | str) -> str:
+    def group_text(match: Match, key: int | str) -> str:
         try:
             value = match.group(key) or ""
         except IndexError:
@@ -224,7 +244,7 @@ def run_script(script: RegexScript, text: str, expand: Callable[[str], str], *, 
             value = value.replace(expand(trim), "")
         return value
 
-    def replace(match: Any) -> str:
+    def replace(match: Match) -> str:
         nonlocal produced, matched
 
         def reference(ref: re.Match[str]) -> str:

@@ -48,7 +48,10 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from zhin_cli.pipeline.preset.regex import Pattern
 
 # world_info_position
 BEFORE, AFTER, AN_TOP, AN_BOTTOM, AT_DEPTH, EM_TOP, EM_BOTTOM, OUTLET = range(8)
@@ -175,38 +178,44 @@ class Activation:
 # --- reading ST's entries -------------------------------------------------------------------------------------
 
 
-def _flag(value: Any) -> bool:
+def _flag(value: object) -> bool:
     return value is True or (isinstance(value, int | float) and not isinstance(value, bool) and value != 0)
 
 
-def _optional_bool(value: Any) -> bool | None:
+def _optional_bool(value: object) -> bool | None:
     return value if isinstance(value, bool) else None
 
 
-def _int(value: Any, default: int) -> int:
+def _number(value: object) -> int | float | None:
+    """A JSON number (never a boolean), else None."""
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _int(value: object, default: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return default
     return int(value)
 
 
-def _strings(value: Any) -> tuple[str, ...]:
+def _strings(value: object) -> tuple[str, ...]:
     return tuple(str(k) for k in value if isinstance(k, str | int | float) and not isinstance(k, bool)) \
         if isinstance(value, list) else ()
 
 
-def _role(value: Any) -> str:
+def _role(value: object) -> str:
     if isinstance(value, str) and value in ROLES:
         return value
     index = _int(value, 0)
     return ROLES[index] if 0 <= index < len(ROLES) else "system"
 
 
-def _unsimulated(raw: Mapping[str, Any]) -> tuple[str, ...]:
+def _unsimulated(raw: Mapping[str, object]) -> tuple[str, ...]:
     out: list[str] = []
     for key, what in (("sticky", "sticky"), ("cooldown", "cooldown"), ("delay", "delay")):
         if _int(raw.get(key), 0) > 0:
             out.append(what)
-    if isinstance(raw.get("group"), str) and raw["group"].strip():
+    group = raw.get("group")
+    if isinstance(group, str) and group.strip():
         out.append("inclusion group")
     flt = raw.get("characterFilter")
     if isinstance(flt, dict) and (flt.get("names") or flt.get("tags")):
@@ -223,19 +232,20 @@ def _unsimulated(raw: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def entry_from_st(key: str, raw: Mapping[str, Any], world: str) -> Entry:
+def entry_from_st(key: str, raw: Mapping[str, object], world: str) -> Entry:
     """One entry of an ST World Info book (``worlds/<name>.json`` ``entries``), read as ST reads it (missing
     fields take ST's defaults; the caller has checked the types that make a file unusable)."""
     content = raw.get("content")
+    comment = raw.get("comment")
     delay = raw.get("delayUntilRecursion")
-    probability = raw.get("probability", 100)
+    order = _number(raw.get("order"))
     return Entry(
         uid=str(raw.get("uid", key)), world=world, content=content if isinstance(content, str) else "",
-        comment=raw["comment"] if isinstance(raw.get("comment"), str) else "",
+        comment=comment if isinstance(comment, str) else "",
         keys=_strings(raw.get("key")), secondary=_strings(raw.get("keysecondary")),
         logic=_int(raw.get("selectiveLogic"), AND_ANY), selective=raw.get("selective", True) is not False,
         constant=raw.get("constant") is True, disabled=raw.get("disable") is True,
-        order=raw["order"] if isinstance(raw.get("order"), int | float) and not isinstance(raw.get("order"), bool) else 100,
+        order=100 if order is None else order,
         position=_int(raw.get("position"), BEFORE),
         depth=_int(raw.get("depth"), DEFAULT_DEPTH), role=_role(raw.get("role")),
         case_sensitive=_optional_bool(raw.get("caseSensitive")), whole_words=_optional_bool(raw.get("matchWholeWords")),
@@ -243,11 +253,11 @@ def entry_from_st(key: str, raw: Mapping[str, Any], world: str) -> Entry:
         exclude_recursion=raw.get("excludeRecursion") is True, prevent_recursion=raw.get("preventRecursion") is True,
         delay_until_recursion=1 if delay is True else _int(delay, 0) if _flag(delay) else 0,
         use_probability=raw.get("useProbability", True) is not False,
-        probability=probability if isinstance(probability, int | float) and not isinstance(probability, bool) else None,
+        probability=_number(raw.get("probability", 100)),
         unsimulated=_unsimulated(raw))
 
 
-def entries_from_character_book(book: Mapping[str, Any], world: str) -> tuple[Entry, ...]:
+def entries_from_character_book(book: Mapping[str, object], world: str) -> tuple[Entry, ...]:
     """A card's embedded ``character_book`` (the V2 card spec's form), read as ST converts it into a World Info
     book (``convertCharacterBook``): ``keys``/``secondary_keys``, ``insertion_order``, ``enabled`` (missing:
     disabled), ``selective`` (missing: off — the secondary keys are then ignored), ``position`` before_char /
@@ -280,13 +290,13 @@ def entries_from_character_book(book: Mapping[str, Any], world: str) -> tuple[En
     return tuple(out)
 
 
-def settings_from_st(raw: Mapping[str, Any]) -> Settings:
+def settings_from_st(raw: Mapping[str, object]) -> Settings:
     """ST's ``world_info_settings`` (settings.json) as ``Settings``; a missing or mistyped key keeps ST's default."""
     base = Settings()
 
     def number(key: str, default: float) -> float:
-        value = raw.get(key)
-        return value if isinstance(value, int | float) and not isinstance(value, bool) else default
+        value = _number(raw.get(key))
+        return default if value is None else value
 
     def boolean(key: str, default: bool) -> bool:
         value = raw.get(key)
@@ -304,7 +314,7 @@ def settings_from_st(raw: Mapping[str, Any]) -> Settings:
                     strategy=int(number("world_info_character_strategy", base.strategy)))
 
 
-def note_from_metadata(metadata: Mapping[str, Any]) -> AuthorsNote | None:
+def note_from_metadata(metadata: Mapping[str, object]) -> AuthorsNote | None:
     """The chat's Author's Note from its ``chat_metadata`` (None when the chat never had one: no ``note_prompt``).
     Missing keys take the AN extension's defaults (depth 4, interval 1, in chat, system)."""
     prompt = metadata.get("note_prompt")
@@ -368,7 +378,7 @@ class KeyTimeout(Exception):
     """A regular-expression key ran past the request's matching budget."""
 
 
-def key_regex(key: str) -> Any | None:
+def key_regex(key: str) -> Pattern | None:
     """A ``/pattern/flags`` key as a compiled pattern (the ``regex`` package, which can be interrupted); None: a
     plain key, or a pattern that does not compile or would unroll too far to compile (ST: not a regex either)."""
     found = _REGEX_KEY.fullmatch(key)
@@ -378,10 +388,10 @@ def key_regex(key: str) -> Any | None:
 
 
 @functools.lru_cache(maxsize=512)
-def _compiled_key(pattern: str, letters: str) -> Any | None:
+def _compiled_key(pattern: str, letters: str) -> Pattern | None:
     import regex  # the package that can be interrupted; loaded only for a book with a regex key
 
-    from zhin_cli.pipeline.preset.regex import MAX_UNROLL, shape  # imported here: regex.py imports the model
+    from zhin_cli.pipeline.preset.regex import MAX_UNROLL, shape  # imported here: regex.py loads the regex package
 
     if shape(pattern).unroll > MAX_UNROLL:
         return None
@@ -390,9 +400,10 @@ def _compiled_key(pattern: str, letters: str) -> Any | None:
         if letter in letters:
             flags |= flag
     try:
-        return regex.compile(pattern, flags)
+        compiled: Pattern = regex.compile(pattern, flags)
     except (regex.error, RecursionError, OverflowError, ValueError, MemoryError):
         return None
+    return compiled
 
 
 def matches(haystack: str, key: str, entry: Entry, settings: Settings, *, deadline: float | None = None,
