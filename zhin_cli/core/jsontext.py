@@ -30,7 +30,7 @@ _LONG_RUN = b"9" * 19
 _FEW_BRACKETS = 200
 
 # What a JSON text can hold, for data that really is any JSON (a payload's unknown fields, a file before it is
-# checked): readers narrow it with isinstance, where ``Any`` would let a wrong guess about its shape through.
+# checked): readers narrow it with isinstance, where an unchecked type would let a wrong guess about its shape through.
 JSON: TypeAlias = "str | int | float | bool | None | list[JSON] | dict[str, JSON]"
 JSONObject: TypeAlias = "dict[str, JSON]"
 

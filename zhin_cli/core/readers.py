@@ -54,7 +54,10 @@ def read_text_file(path: Path, error: type[ZhinError] = ConfigError, what: str =
 
 def read_json_file(path: Path, error: type[ZhinError] = ConfigError, what: str = "JSON file",
                    encoding: str = "utf-8") -> tuple[Any, str]:
-    """A JSON file's data and its text; unreadable, not JSON (with its line) or nested too deeply is one ``error``."""
+    """A JSON file's data and its text; unreadable, not JSON (with its line) or nested too deeply is one ``error``.
+
+    The data is ``JSON`` (``_parse_json``); typed ``Any`` until its last two callers that assume a shape narrow it
+    (pipeline/prices.py, store/sillytavern.py's group reader), as read_yaml_file's are (issue 32)."""
     text = read_text_file(path, error, what, encoding)
     return _parse_json(text, path, error, what), text
 
