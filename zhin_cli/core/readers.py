@@ -56,8 +56,8 @@ def read_json_file(path: Path, error: type[ZhinError] = ConfigError, what: str =
                    encoding: str = "utf-8") -> tuple[Any, str]:
     """A JSON file's data and its text; unreadable, not JSON (with its line) or nested too deeply is one ``error``.
 
-    The data is ``JSON`` (``_parse_json``); typed ``Any`` until its last two callers that assume a shape narrow it
-    (pipeline/prices.py, store/sillytavern.py's group reader), as read_yaml_file's are (issue 32)."""
+    The data is ``JSON`` (``_parse_json``); typed ``Any`` until its one caller that assumes a shape without
+    narrowing it (store/sillytavern.py's group reader) does (issue 32)."""
     text = read_text_file(path, error, what, encoding)
     return _parse_json(text, path, error, what), text
 
@@ -164,7 +164,9 @@ def json_key_lines(text: str, path: Path, error: type[ZhinError] = ConfigError) 
 def read_yaml_file(path: Path, error: type[ZhinError] = ConfigError, what: str = "config file") -> tuple[Any, dict[str, int]]:
     """A YAML file's data and the line of every key; every problem is one ``error`` naming ``file:line``.
 
-    Shared by every YAML input (zhin.yaml, eval cases, prompt-budget.yaml) so they all report alike."""
+    Shared by every YAML input (zhin.yaml, eval cases, prompt-budget.yaml) so they all report alike. The data is
+    an ``object`` (YAML has dates and non-text keys, so not ``JSON``); typed ``Any`` until pipeline/prices.py,
+    which holds it and read_json_keyed's ``JSON`` in one variable, narrows it (issue 32)."""
     text = read_text_file(path, error, what)
     try:
         return _load_yaml(text, path)
