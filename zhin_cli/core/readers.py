@@ -56,7 +56,7 @@ def read_json_file(path: Path, error: type[ZhinError] = ConfigError, what: str =
                    encoding: str = "utf-8") -> tuple[Any, str]:
     """A JSON file's data and its text; unreadable, not JSON (with its line) or nested too deeply is one ``error``.
 
-    The data is ``JSON`` (``_parse_json``); typed ``Any`` until its one caller that assumes a shape without
+    The data is ``JSON`` (``_parse_json``); left unchecked by the type checker until its one caller that assumes a shape without
     narrowing it (store/sillytavern.py's group reader) does (issue 32)."""
     text = read_text_file(path, error, what, encoding)
     return _parse_json(text, path, error, what), text
@@ -165,7 +165,7 @@ def read_yaml_file(path: Path, error: type[ZhinError] = ConfigError, what: str =
     """A YAML file's data and the line of every key; every problem is one ``error`` naming ``file:line``.
 
     Shared by every YAML input (zhin.yaml, eval cases, prompt-budget.yaml) so they all report alike. The data is
-    an ``object`` (YAML has dates and non-text keys, so not ``JSON``); typed ``Any`` until pipeline/prices.py,
+    an ``object`` (YAML has dates and non-text keys, so not ``JSON``); left unchecked until pipeline/prices.py,
     which holds it and read_json_keyed's ``JSON`` in one variable, narrows it (issue 32)."""
     text = read_text_file(path, error, what)
     try:
