@@ -249,3 +249,35 @@ def test_zhin_providers_lists_a_registered_spec_with_its_owner_and_new_fields(ac
     assert "acme" in run_zhin("providers", cwd=tmp_path).stdout
     registry.unregister_provider("acme")
     assert "acme" not in run_zhin("providers", cwd=tmp_path).stdout  # negative control: gone with the spec
+
+
+# --- no module-level import cycle in the registries' packages (issue 32, Build 7) --------------------------------
+
+PACKAGES = ("zhin_cli.wire", "zhin_cli.pipeline.providers", "zhin_cli.pipeline.validate")
+
+
+def _imports_of_own_package(package: str, sources: dict[str, str]) -> list[str]:
+    """Modules of ``package`` that import the package itself (its ``__init__``) at module level: the registry lives
+    there and imports them, so that edge would close a cycle."""
+    found = []
+    for name, text in sources.items():
+        for node in ast.parse(text).body:
+            if isinstance(node, ast.ImportFrom) and node.module == package and node.level == 0:
+                submodules = {alias.name for alias in node.names if f"{package}.{alias.name}" in sys.modules}
+                if {alias.name for alias in node.names} - submodules:
+                    found.append(name)
+    return found
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_module_imports_its_registry_package(package: str) -> None:
+    import importlib
+
+    module = importlib.import_module(package)
+    folder = Path(module.__file__ or "").parent
+    sources = {str(p.relative_to(folder)): p.read_text(encoding="utf-8") for p in folder.rglob("*.py")
+               if p.name != "__init__.py"}
+    assert len(sources) >= 4 and _imports_of_own_package(package, sources) == []
+    # negative control: the line every format module had before
+    assert _imports_of_own_package("zhin_cli.wire", {"openai_chat.py": "from zhin_cli.wire import Block\n"}) == [
+        "openai_chat.py"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from zhin_cli.wire import (
+from zhin_cli.wire.base import (
     Block,
     CacheOutcomeLike,
     ContentBlocksFormat,
@@ -21,7 +21,6 @@ from zhin_cli.wire import (
     alternation_problem,
     as_list,
     canonical,
-    register_wire,
 )
 
 _TEXT_FIELDS = ("text", "content", "input", "cache_control")
@@ -159,4 +158,4 @@ class AnthropicMessages(ContentBlocksFormat):
         }
 
 
-ANTHROPIC_MESSAGES = register_wire(AnthropicMessages())
+ANTHROPIC_MESSAGES = AnthropicMessages()

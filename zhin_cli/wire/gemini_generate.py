@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from zhin_cli.wire import Block, CacheOutcomeLike, FlatRequest, WireFormat, alternation_problem, as_list, canonical, register_wire
+from zhin_cli.wire.base import Block, CacheOutcomeLike, FlatRequest, WireFormat, alternation_problem, as_list, canonical
 
 
 def _part_text(part: Any) -> str:
@@ -114,4 +114,4 @@ class GeminiGenerate(WireFormat):
         return {"usageMetadata": meta}
 
 
-GEMINI_GENERATE = register_wire(GeminiGenerate())
+GEMINI_GENERATE = GeminiGenerate()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from zhin_cli.wire import Block, CacheOutcomeLike, ContentBlocksFormat, FlatRequest, as_list, canonical, register_wire
+from zhin_cli.wire.base import Block, CacheOutcomeLike, ContentBlocksFormat, FlatRequest, as_list, canonical
 
 
 def _head(message: dict[str, Any]) -> str:
@@ -119,4 +119,4 @@ class OpenAIChat(ContentBlocksFormat):
         }
 
 
-OPENAI_CHAT = register_wire(OpenAIChat())
+OPENAI_CHAT = OpenAIChat()

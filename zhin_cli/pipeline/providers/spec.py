@@ -24,9 +24,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import zhin_cli.pipeline.providers.specs as _builtin_specs
 from zhin_cli.core.errors import ConfigError
 from zhin_cli.core.registry import BUILTIN, Registry
-from zhin_cli.pipeline.providers import specs as _builtin_specs
 from zhin_cli.pipeline.providers.capabilities import Capabilities, ProviderSpec
 
 PROVIDERS: Registry[ProviderSpec] = Registry("provider profile")

@@ -30,7 +30,7 @@ from zhin_cli.pipeline.providers.specs.anthropic import (  # the model tables li
     accepts_mid_system,
     rejects_prefill,
 )
-from zhin_cli.pipeline.validate import ACCEPTED, Verdict, register_validator
+from zhin_cli.pipeline.validate.verdict import ACCEPTED, Verdict
 
 # Models that accept ``role: "system"`` inside ``messages`` (mid-conversation system messages, §2.1 [V]): the one
 # list the profile and the renderer use too (providers/anthropic.py).
@@ -228,7 +228,6 @@ def _check_system_section(
     return None
 
 
-@register_validator("anthropic-messages")
 def validate_messages(body: dict[str, Any], model: str) -> Verdict:
     raw = body.get("messages")
     if not isinstance(raw, list) or not raw:

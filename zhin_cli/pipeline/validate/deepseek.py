@@ -30,7 +30,7 @@ from typing import Any
 # plain alias is *not* listed. A deployment that still serves R1 under another id adds it with
 # ``set_r1_era_models``: validator and renderer both follow.
 from zhin_cli.pipeline.providers.specs.deepseek import is_r1_era
-from zhin_cli.pipeline.validate import ACCEPTED, Verdict, register_validator
+from zhin_cli.pipeline.validate.verdict import ACCEPTED, Verdict
 
 INSUFFICIENT_TOOLS_MESSAGE = (
     "An assistant message with 'tool_calls' must be followed by tool messages responding to each 'tool_call_id'. "
@@ -136,7 +136,6 @@ def _check_r1_order(messages: list[dict[str, Any]]) -> Verdict | None:
     return None
 
 
-@register_validator("deepseek-chat")
 def validate_chat(body: dict[str, Any], model: str) -> Verdict:
     raw = body.get("messages")
     if not isinstance(raw, list):

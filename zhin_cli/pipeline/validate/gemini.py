@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from zhin_cli.pipeline.validate import ACCEPTED, Verdict, register_validator
+from zhin_cli.pipeline.validate.verdict import ACCEPTED, Verdict
 
 ROLE_MESSAGE = "Please use a valid role: user, model."
 ALTERNATION_MESSAGE = "Please ensure that multiturn requests alternate between user and model."
@@ -66,7 +66,6 @@ def _responses(content: dict[str, Any]) -> int:
     return _count(content, "functionResponse", "function_response")
 
 
-@register_validator("gemini-generate")
 def validate_generate(body: dict[str, Any], model: str) -> Verdict:
     contents = [content for content in body.get("contents") or [] if isinstance(content, dict)]
     for content in contents:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from zhin_cli.pipeline.validate import ACCEPTED, Verdict, register_validator
+from zhin_cli.pipeline.validate.verdict import ACCEPTED, Verdict
 
 _ROLES = ("developer", "system", "user", "assistant", "tool", "function")
 _NAME_PATTERN = re.compile(r"^[^\s<|\\/>]+$")
@@ -15,7 +15,6 @@ def _error(message: str, param: str | None, code: str | None = None) -> Verdict:
     return Verdict(ok=False, status=400, message=message, param=param, type="invalid_request_error", code=code)
 
 
-@register_validator("openai-chat")
 def validate_chat(body: dict[str, Any], model: str) -> Verdict:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:

@@ -32,7 +32,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from zhin_cli.pipeline.validate import ACCEPTED, Verdict, register_validator
+from zhin_cli.pipeline.validate.verdict import ACCEPTED, Validator, Verdict
 
 # raise_exception texts, verbatim from the templates (§5)
 MISTRAL_ALTERNATION = "After the optional system message, conversation roles must alternate user/assistant/user/assistant/..."
@@ -398,24 +398,22 @@ def _judge(family: str, body: dict[str, Any], normalize: bool) -> Verdict:
     return Verdict(ok=True, warnings=tuple(warnings)) if warnings else ACCEPTED
 
 
-def _register(family: str, check: TemplateCheck) -> None:
-    def run(body: dict[str, Any], normalize: bool) -> Verdict:
-        return _judge(family, body, normalize)
+def _validators(family: str) -> dict[str, Validator]:
+    """The family's two validators: ``template:<family>`` (the body as sent) and ``served:<family>`` (normalised)."""
 
-    @register_validator(f"template:{family}")
     def validate_template(body: dict[str, Any], model: str) -> Verdict:
         """The raw template (``apply_chat_template``, llama.cpp-style engines): the body as sent."""
-        return run(body, normalize=False)
+        return _judge(family, body, False)
 
-    @register_validator(f"served:{family}")
     def validate_served(body: dict[str, Any], model: str) -> Verdict:
         """The template behind an OpenAI-compatible server that normalises the body first (vLLM, Ollama)."""
-        return run(body, normalize=True)
+        return _judge(family, body, True)
 
     validate_template.__name__ = f"validate_template_{family.replace('.', '_')}"
     validate_served.__name__ = f"validate_served_{family.replace('.', '_')}"
+    return {f"template:{family}": validate_template, f"served:{family}": validate_served}
 
 
-for _family, _check in FAMILIES.items():
-    _register(_family, _check)
-
+def family_validators() -> dict[str, Validator]:
+    """Every template family's validators, by name (registered by ``zhin_cli.pipeline.validate``)."""
+    return {name: check for family in FAMILIES for name, check in _validators(family).items()}
