@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, overload
 
+from zhin_cli.core.jsontext import JSON, JSONObject
+
 PLATFORM_ROLES = ("owner", "admin", "member")
 EventKind = Literal["member_changed", "member_joined", "member_left"]
 EVENT_KINDS: tuple[str, ...] = ("member_changed", "member_joined", "member_left")
@@ -46,7 +48,7 @@ class Actor:
     roles_known: bool = True
 
     @staticmethod
-    def from_payload(data: dict[str, Any]) -> Actor:
+    def from_payload(data: Mapping[str, Any]) -> Actor:
         roles = data.get("roles") or ()
         muted = data.get("mutedUntil")
         return Actor(
@@ -63,19 +65,19 @@ class Actor:
         )
 
 
-def _opt_str(value: Any) -> str | None:
+def _opt_str(value: object) -> str | None:
     return None if value is None else str(value)
 
 
 @dataclass
 class UserMessage:
-    content: list[dict[str, Any]]
+    content: list[JSONObject]
     timestamp: int
     actor: Actor | None
     row_id: int
     message_id: str | None = None
     reply_to: str | None = None  # platform message id of the message replied to
-    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+    raw: JSONObject = field(default_factory=dict, repr=False)
     role: Literal["user"] = "user"
 
     @property
@@ -87,20 +89,20 @@ class UserMessage:
 class ToolCall:
     id: str
     name: str
-    arguments: Any
+    arguments: JSON
 
 
 @dataclass
 class AssistantMessage:
-    content: list[dict[str, Any]]
+    content: list[JSONObject]
     timestamp: int
     row_id: int
     assistant_actor: Actor | None = None
     message_id: str | None = None
     provider: str | None = None
     model: str | None = None
-    usage: dict[str, Any] | None = None
-    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+    usage: JSONObject | None = None
+    raw: JSONObject = field(default_factory=dict, repr=False)
     role: Literal["assistant"] = "assistant"
 
     @property
@@ -120,11 +122,11 @@ class AssistantMessage:
 class ToolResultMessage:
     tool_call_id: str
     tool_name: str | None
-    content: list[dict[str, Any]]
+    content: list[JSONObject]
     is_error: bool
     timestamp: int
     row_id: int
-    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+    raw: JSONObject = field(default_factory=dict, repr=False)
     role: Literal["toolResult"] = "toolResult"
 
     @property
@@ -140,7 +142,7 @@ class EventMessage:
     name: str
     timestamp: int
     row_id: int
-    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+    raw: JSONObject = field(default_factory=dict, repr=False)
     role: Literal["event"] = "event"
 
 
@@ -173,10 +175,10 @@ class SceneFacts:
     global_mute: bool | None = None
 
     @staticmethod
-    def from_mapping(data: dict[str, Any]) -> SceneFacts:
+    def from_mapping(data: Mapping[str, Any]) -> SceneFacts:
         return SceneFacts().updated(data)
 
-    def updated(self, data: dict[str, Any]) -> SceneFacts:
+    def updated(self, data: Mapping[str, Any]) -> SceneFacts:
         values = dict(self.__dict__)
         for key in ("scene_id", "scene_type", "scene_name", "owner_id"):
             if key in data:
@@ -199,7 +201,7 @@ class BotFacts:
     platform_role: str | None = None
 
     @staticmethod
-    def from_mapping(data: dict[str, Any]) -> BotFacts:
+    def from_mapping(data: Mapping[str, Any]) -> BotFacts:
         return BotFacts(
             user_id=_opt_str(data.get("user_id")),
             name=_opt_str(data.get("name")),
@@ -211,8 +213,8 @@ class BotFacts:
 @dataclass
 class SceneChange:
     timestamp: int
-    changes: dict[str, Any]
-    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+    changes: JSONObject
+    raw: JSONObject = field(default_factory=dict, repr=False)
 
 
 @dataclass
@@ -220,7 +222,7 @@ class Summary:
     timestamp: int
     summary: str
     anchor_row_id: int  # the last message row the summary covers
-    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+    raw: JSONObject = field(default_factory=dict, repr=False)
 
 
 @dataclass
@@ -229,8 +231,8 @@ class MemberSnapshot:
 
     timestamp: int
     user_id: str
-    facts: dict[str, Any]
-    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+    facts: JSONObject
+    raw: JSONObject = field(default_factory=dict, repr=False)
 
 
 @dataclass
@@ -247,7 +249,7 @@ class Session:
     members: list[MemberSnapshot] = field(default_factory=list)
     source: str = ""  # where it was read from, for messages
     notes: list[str] = field(default_factory=list)  # what the reader could not read (rows named): warnings
-    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+    raw: JSONObject = field(default_factory=dict, repr=False)
     timezone_source: str | None = None  # "data": ``timezone`` was read from the rows (upstream's [Turn context])
 
     @property
@@ -564,5 +566,5 @@ def messages_at(messages: Sequence[Message], positions: Sequence[int]) -> list[M
     return [messages[i] for i in positions]
 
 
-def content_text(content: list[dict[str, Any]]) -> str:
+def content_text(content: list[JSONObject]) -> str:
     return "\n".join(str(b.get("text", "")) for b in content if b.get("type") == "text")

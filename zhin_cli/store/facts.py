@@ -31,6 +31,7 @@ from sqlalchemy import Connection, Engine, and_, func, select
 
 import zhin_cli.store.schema as schema
 from zhin_cli.core.inputfiles import clean_text, needs_cleaning
+from zhin_cli.core.jsontext import JSON
 from zhin_cli.core.model import Session
 
 SECOND = 1000
@@ -460,9 +461,18 @@ class StoredFacts:
                     best = snapshot
         if best is None:
             return None
-        facts = best.facts
-        return MemberFacts(platform_role=facts.get("platform_role"), card=facts.get("card"), title=facts.get("title"),
-                           muted_until=facts.get("muted_until"), updated_at=best.timestamp)
+        facts = best.facts  # checked when read (payload.check_member_facts): text, and muted_until a number
+        return MemberFacts(platform_role=_text(facts.get("platform_role")), card=_text(facts.get("card")),
+                           title=_text(facts.get("title")), muted_until=_number(facts.get("muted_until")),
+                           updated_at=best.timestamp)
+
+
+def _text(value: JSON) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _number(value: JSON) -> int | None:
+    return value if isinstance(value, int) else None
 
 
 __all__ = [

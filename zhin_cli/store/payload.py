@@ -17,6 +17,7 @@ import zhin_cli.store.upstream as upstream
 from zhin_cli.core import jsontext
 from zhin_cli.core.errors import InputError
 from zhin_cli.core.inputfiles import lone_surrogate_in_json, surrogate_message
+from zhin_cli.core.jsontext import JSONObject
 from zhin_cli.core.model import (
     EVENT_KINDS,
     Actor,
@@ -498,10 +499,10 @@ _FIRST_PLACEHOLDER_ROW = -(1 << 40)
 def placeholder_result(call_id: str, timestamp: int, number: int) -> ToolResultMessage:
     """The result a call of an interrupted turn never got, so that the history is one a provider accepts (upstream
     repairs its own history the same way before it sends it); ``number`` makes the row id unique."""
-    content = [{"type": "text", "text": INTERRUPTED_RESULT}]
+    content: list[JSONObject] = [{"type": "text", "text": INTERRUPTED_RESULT}]
     return ToolResultMessage(tool_call_id=call_id, tool_name=None, content=content, is_error=True, timestamp=timestamp,
                              row_id=_FIRST_PLACEHOLDER_ROW - number,
-                             raw={"role": "toolResult", "toolCallId": call_id, "content": content, "isError": True,
+                             raw={"role": "toolResult", "toolCallId": call_id, "content": [*content], "isError": True,
                                   "timestamp": timestamp, "placeholder": True})
 
 

@@ -27,6 +27,7 @@ from operator import itemgetter
 from typing import Any
 
 from zhin_cli.core.errors import at_row
+from zhin_cli.core.jsontext import JSONObject
 from zhin_cli.core.model import (
     NO_OPERATOR,
     Actor,
@@ -581,7 +582,7 @@ def _line_messages(lines: list[BlockLine], window: tuple[int | None, int], ids: 
                          f"read as {terminal_safe(line.sender_id)[:40]!r}'s, its text kept whole")
         time = min(max(row.time if row is not None else high, low if low is not None else -(2**62)), high)
         low = time
-        content = [{"type": "text", "text": line.text}]
+        content: list[JSONObject] = [{"type": "text", "text": line.text}]
         row_id = ids.take(row.event_row if row is not None else None)
         actor = {"subjectId": line.sender_id} | ({"displayName": line.name} if line.name is not None else {})
         # the line as an interchange line (``zhin export``): its own id, its actor without ``roles`` (the block

@@ -24,6 +24,7 @@ import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from zhin_cli.core.jsontext import JSONObject
 from zhin_cli.core.model import (
     EventMessage,
     LazyMessages,
@@ -123,7 +124,7 @@ def _event_messages(session: Session, events: list[MemberEvent], zone: str | Non
             row_id = lowest
         taken.add(row_id)
         line = event.line(zone)
-        raw = {"type": "message", "id": top - row_id, "role": "event", "kind": event.kind, "name": line, "timestamp": event.time}
+        raw: JSONObject = {"type": "message", "id": top - row_id, "role": "event", "kind": event.kind, "name": line, "timestamp": event.time}
         messages.append(EventMessage(event.kind, line, event.time, row_id, raw=raw))
     return messages
 

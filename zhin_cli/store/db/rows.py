@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from zhin_cli.core.jsontext import JSONObject
 from zhin_cli.core.model import Actor, AssistantMessage, Message, OutlineBuilder, SessionOutline, UserMessage
 from zhin_cli.store.payload import Said
 
@@ -63,7 +64,7 @@ class SaidReader:
         said = self.said.get(row_id)
         if said is None:  # a user row naming no sender, or a row refused when read: nothing to match (no id)
             return UserMessage(content=[], timestamp=time, actor=None, row_id=row_id)
-        content = [{"type": "text", "text": said.text}]
+        content: list[JSONObject] = [{"type": "text", "text": said.text}]
         if said.sender_id is None:
             return AssistantMessage(content=content, timestamp=time, row_id=row_id)
         actor = self.actors.get(said.sender_id)
