@@ -16,7 +16,8 @@ import pytest
 
 from zhin_cli.core.errors import InputError
 from zhin_cli.core.model import AssistantMessage, Message, Session, SessionOutline, UserMessage
-from zhin_cli.store.db import SessionDatabase, parse_db, reader
+from zhin_cli.store.db import SessionDatabase, parse, parse_db, reader
+from zhin_cli.store.db.fetch import RowFetcher
 from zhin_cli.store.payload import Said, message_from_payload, outline_facts
 
 DATA = Path(__file__).parent / "data" / "upstream-db"
@@ -60,14 +61,14 @@ def given_ids(session: Session) -> int:
 def parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every ``payload`` column the database reader parses (the outline scan and every row read)."""
     seen: list[str] = []
-    real = reader.json_column
+    real = parse.json_column
 
     def counted(value: Any, column: str, where: str) -> Any:
         if column == "payload":
             seen.append(value)
         return real(value, column, where)
 
-    monkeypatch.setattr(reader, "json_column", counted)
+    monkeypatch.setattr(parse, "json_column", counted)
     return seen
 
 
@@ -97,7 +98,7 @@ def test_negative_control_matching_over_read_rows_parses_them_again(
     def rows_read(outline: SessionOutline, _said: object) -> reader.RowLoader:
         return reader.RowLoader(ref, session_id, outline.row_ids, None)
 
-    monkeypatch.setattr(reader, "SaidReader", rows_read)
+    monkeypatch.setattr(parse, "SaidReader", rows_read)
     session = lazy_load(db, GROUP_A)
     assert given_ids(session) > 0 and len(parses) > branch_rows(db, GROUP_A)
 
@@ -105,14 +106,14 @@ def test_negative_control_matching_over_read_rows_parses_them_again(
 def test_a_session_without_message_events_keeps_no_texts(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Texts are kept only when there are events to match them to (a zhin or older database: nothing kept)."""
     kept: list[dict[int, Said] | None] = []
-    real = SessionDatabase._scan_outline
+    real = RowFetcher._scan_outline
 
-    def scan(self: SessionDatabase, *args: Any, **kwargs: Any) -> Any:
+    def scan(self: RowFetcher, *args: Any, **kwargs: Any) -> Any:
         rows = real(self, *args, **kwargs)
         kept.append(rows.said)
         return rows
 
-    monkeypatch.setattr(SessionDatabase, "_scan_outline", scan)
+    monkeypatch.setattr(RowFetcher, "_scan_outline", scan)
     lazy_load(db, GROUP_A)
     with sqlite3.connect(db) as conn:
         conn.execute("DELETE FROM conversation_events")

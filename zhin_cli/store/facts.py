@@ -181,7 +181,7 @@ class FactsStore:
         from zhin_cli.store.payload import check_scene_facts
 
         where = at_row("ai_session_profiles", scene_key, label)
-        try:  # read as zhin trace reads it (store.db.reader, SessionDatabase._profile): bad JSON, or nested past the recursion limit
+        try:  # read as zhin trace reads it (store.db.parse, RowParser._profile): bad JSON, or nested past the recursion limit
             admins = json.loads(row.admins) if row.admins else None
         except (ValueError, TypeError, RecursionError):
             raise InputError("admins is not a JSON array", where=where) from None

@@ -13,7 +13,9 @@ The modules, by role (each imports only those above it):
 * ``engines``: read-only and writable engines, the hot-journal error, ``-wal``/``-shm`` clean-up;
 * ``rows``: what a load fetched inside its transaction (``SessionRows``) and the rows made of it after;
 * ``sql``: the statements of a load and the helpers that run them;
-* ``reader``: ``SessionDatabase``, one read transaction per load, rows parsed after it;
+* ``parse``: rows made into a session after the transaction (``RowParser``), each row checked as it is parsed;
+* ``fetch``: what a load reads inside its transaction (``RowFetcher``), a lazy load's outline scan;
+* ``reader``: ``SessionDatabase``, one read transaction per load (fetch), rows parsed after it (parse);
 * ``writer``: ``import_sessions`` (``zhin import``).
 
 This package's ``__init__`` gathers the public names; ``zhin_cli.store.database`` is the old module path, kept

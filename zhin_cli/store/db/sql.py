@@ -13,14 +13,14 @@ from sqlalchemy import Connection, inspect, text
 import zhin_cli.store.schema as schema
 from zhin_cli.store.db.rows import NO_ROWS, Raw
 
-# The statements of a load (see SessionDatabase._fetch). ``SELECT *``: whatever columns this database's version
+# The statements of a load (see RowFetcher.fetch, store.db.fetch). ``SELECT *``: whatever columns this database's version
 # of a table has (upstream's agent_summaries has no id, older ones no parent_id / extra); names are read by key.
 SQL_SESSION_BY_ID = "SELECT * FROM agent_sessions WHERE agent_sessions.session_id = :ref"
 SQL_SESSION_BY_KEY = ("SELECT * FROM agent_sessions WHERE agent_sessions.session_key = :ref"
                        " ORDER BY agent_sessions.created_at DESC, agent_sessions.session_id DESC")
 SQL_MESSAGES = ("SELECT * FROM agent_messages WHERE agent_messages.session_id = :sid ORDER BY agent_messages.id"
                  " LIMIT :n")
-# A lazy load (``SessionDatabase._scan_outline``): the columns, the links, the payloads once; rows by id later.
+# A lazy load (``RowFetcher._scan_outline``): the columns, the links, the payloads once; rows by id later.
 SQL_MESSAGE_COLUMNS = "SELECT * FROM agent_messages WHERE agent_messages.session_id = :sid AND 1 = 0"
 SQL_MESSAGE_LINKS = ("SELECT agent_messages.id, agent_messages.parent_id FROM agent_messages"
                       " WHERE agent_messages.session_id = :sid ORDER BY agent_messages.id LIMIT :n")
