@@ -22,6 +22,7 @@ from zhin_cli.wire.base import (
     as_list,
     canonical,
 )
+from zhin_cli.wire.types import AnthropicUsage, as_json
 
 _TEXT_FIELDS = ("text", "content", "input", "cache_control")
 
@@ -147,7 +148,7 @@ class AnthropicMessages(ContentBlocksFormat):
                            [{"after": "system", "message_index": -1, "explicit": True}])
 
     def usage(self, outcome: CacheOutcomeLike, output_tokens: int) -> dict[str, Any]:
-        return {
+        usage: AnthropicUsage = {
             "input_tokens": outcome.uncached,
             "cache_creation_input_tokens": outcome.written,
             "cache_read_input_tokens": outcome.read,
@@ -156,6 +157,7 @@ class AnthropicMessages(ContentBlocksFormat):
             "output_tokens": output_tokens,
             "service_tier": "standard",
         }
+        return as_json(usage)
 
 
 ANTHROPIC_MESSAGES = AnthropicMessages()

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from zhin_cli.wire.base import Block, CacheOutcomeLike, FlatRequest, WireFormat, alternation_problem, as_list, canonical
+from zhin_cli.wire.types import GeminiUsage, GeminiUsageMetadata, as_json
 
 
 def _part_text(part: Any) -> str:
@@ -107,11 +108,12 @@ class GeminiGenerate(WireFormat):
         return FlatRequest(body, [("system", system, -1), ("flat", user, 0)], [])
 
     def usage(self, outcome: CacheOutcomeLike, output_tokens: int) -> dict[str, Any]:
-        meta: dict[str, Any] = {"promptTokenCount": outcome.prompt_tokens, "candidatesTokenCount": output_tokens,
+        meta: GeminiUsageMetadata = {"promptTokenCount": outcome.prompt_tokens, "candidatesTokenCount": output_tokens,
                                 "totalTokenCount": outcome.prompt_tokens + output_tokens}
         if outcome.read:  # Gemini omits the field when nothing hit
             meta["cachedContentTokenCount"] = outcome.read
-        return {"usageMetadata": meta}
+        usage: GeminiUsage = {"usageMetadata": meta}
+        return as_json(usage)
 
 
 GEMINI_GENERATE = GeminiGenerate()

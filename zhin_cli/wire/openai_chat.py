@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from zhin_cli.wire.base import Block, CacheOutcomeLike, ContentBlocksFormat, FlatRequest, as_list, canonical
+from zhin_cli.wire.types import OpenAIUsage, as_json
 
 
 def _head(message: dict[str, Any]) -> str:
@@ -109,7 +110,7 @@ class OpenAIChat(ContentBlocksFormat):
                            [{"after": "system", "message_index": 0, "explicit": False}])
 
     def usage(self, outcome: CacheOutcomeLike, output_tokens: int) -> dict[str, Any]:
-        return {
+        usage: OpenAIUsage = {
             "prompt_tokens": outcome.prompt_tokens,
             "completion_tokens": output_tokens,
             "total_tokens": outcome.prompt_tokens + output_tokens,
@@ -117,6 +118,7 @@ class OpenAIChat(ContentBlocksFormat):
             "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
                                           "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0},
         }
+        return as_json(usage)
 
 
 OPENAI_CHAT = OpenAIChat()

@@ -9,7 +9,7 @@ Field lists follow the APIs' request references (reference/providers.md §1–§
 """
 
 # No ``from __future__ import annotations``: ``Required`` must be seen at class creation (``__required_keys__``).
-from typing import Any, Literal, Required, TypedDict
+from typing import Any, Literal, Required, TypedDict, cast
 
 # --- shared ---------------------------------------------------------------------------------------------------------
 
@@ -128,7 +128,7 @@ AnthropicBlock = AnthropicTextBlock | AnthropicToolUseBlock | AnthropicToolResul
 
 class AnthropicMessage(TypedDict):
     role: Literal["user", "assistant", "system"]  # system: only where allow-listed models take it mid-conversation
-    content: str | list[AnthropicBlock]
+    content: list[AnthropicBlock]  # the API also takes a string; zhin always writes blocks (breakpoints go on them)
 
 
 class AnthropicTool(TypedDict, total=False):
@@ -138,12 +138,17 @@ class AnthropicTool(TypedDict, total=False):
     cache_control: CacheControl
 
 
-class AnthropicBody(TypedDict, total=False):
+class AnthropicHead(TypedDict, total=False):
+    """What a Messages body holds before ``messages``, in the order zhin writes it."""
+
     model: Required[str]
     max_tokens: Required[int]
-    messages: Required[list[AnthropicMessage]]
-    system: str | list[AnthropicTextBlock]
     tools: list[AnthropicTool]
+    system: str | list[AnthropicTextBlock]
+
+
+class AnthropicBody(AnthropicHead, total=False):
+    messages: Required[list[AnthropicMessage]]
     cache_control: CacheControl  # top-level: "the last cacheable block"
     stream: bool
 
@@ -200,10 +205,15 @@ class GeminiTools(TypedDict):
     functionDeclarations: list[GeminiFunctionDeclaration]
 
 
-class GeminiBody(TypedDict, total=False):
-    contents: Required[list[GeminiContent]]
+class GeminiHead(TypedDict, total=False):
+    """What a generateContent body holds before ``contents``, in the order zhin writes it."""
+
     systemInstruction: GeminiSystemInstruction
     tools: list[GeminiTools]
+
+
+class GeminiBody(GeminiHead, total=False):
+    contents: Required[list[GeminiContent]]
     generationConfig: dict[str, Any]  # sampling settings: zhin passes them through
 
 
@@ -240,3 +250,10 @@ class ProviderOverrides(TypedDict, total=False):
     prefill: bool
     system_only_at_start: bool
     models: dict[str, "ProviderOverrides"]
+
+
+def as_json(value: WireBody | WireUsage) -> dict[str, Any]:
+    """A typed body or usage object handed to code that reads it as plain JSON (``RenderedRequest.body``, a
+    response): the same dict, unchanged. mypy does not let a TypedDict pass as ``dict[str, Any]`` (whose reader may
+    add any key), so this is the one place where the typed view that built it meets the JSON view that reads it."""
+    return cast("dict[str, Any]", value)

@@ -34,18 +34,34 @@ from zhin_cli.pipeline.providers.specs.anthropic import (  # the model tables, r
     rejects_prefill,
 )
 from zhin_cli.pipeline.segments import RuntimeView
+from zhin_cli.wire.types import (
+    AnthropicBlock,
+    AnthropicBody,
+    AnthropicHead,
+    AnthropicMessage,
+    AnthropicTextBlock,
+    AnthropicTool,
+    AnthropicToolUseBlock,
+    CacheControl,
+    as_json,
+)
 
 WIRE = "anthropic-messages"
-EPHEMERAL = {"type": "ephemeral"}
+
+
+def ephemeral() -> CacheControl:
+    """A fresh ``cache_control`` marker (each block gets its own dict: a later edit of one moves no other)."""
+    return {"type": "ephemeral"}
+
 DEFAULT_MAX_TOKENS = 1024
 def tool_use_id(call_id: str) -> str:
     """tool_use ids must match ^[a-zA-Z0-9_-]+$."""
     return re.sub(r"[^a-zA-Z0-9_-]", "_", call_id) or "_"
 
 
-def _tool(tool: dict[str, Any]) -> dict[str, Any]:
+def _tool(tool: dict[str, Any]) -> AnthropicTool:
     function = tool.get("function", tool)
-    out: dict[str, Any] = {"name": function.get("name"), "input_schema": function.get("parameters") or {"type": "object"}}
+    out: AnthropicTool = {"name": function.get("name"), "input_schema": function.get("parameters") or {"type": "object"}}
     if function.get("description"):
         out["description"] = function["description"]
     return out
@@ -63,10 +79,10 @@ def _mid_system_ok(layout: Layout, index: int, profile: Capabilities, model: str
 
 class _Turns:
     def __init__(self) -> None:
-        self.messages: list[dict[str, Any]] = []
+        self.messages: list[AnthropicMessage] = []
         self.parts: list[RenderedPart] = []
 
-    def add(self, role: str, block: dict[str, Any], segment: str, text: str) -> dict[str, Any]:
+    def add(self, role: Literal["user", "assistant"], block: AnthropicBlock, segment: str, text: str) -> AnthropicBlock:
         last = self.messages[-1] if self.messages else None
         if last is not None and last["role"] == role and role in ("user", "assistant"):
             last["content"].append(block)
@@ -76,7 +92,7 @@ class _Turns:
             self.parts.append(RenderedPart(segment, text, len(self.messages) - 1))
         return block
 
-    def add_pieces(self, role: str, block: dict[str, Any], pieces: list[tuple[str, str]]) -> None:
+    def add_pieces(self, role: Literal["user", "assistant"], block: AnthropicBlock, pieces: list[tuple[str, str]]) -> None:
         self.add(role, block, "", "")
         self.parts.extend(RenderedPart(segment, text, len(self.messages) - 1) for segment, text in pieces if segment)
 
@@ -104,7 +120,7 @@ CUT_ANCHOR_MESSAGES = 40  # the default window's keep_after_cut (WindowConfig: m
 _LOOKBACK_STEP = 19  # LOOKBACK_BLOCKS (zhin_cli.cache) - 1: the farthest block a breakpoint's look-back reaches
 
 
-def _history_breakpoints(messages: list[dict[str, Any]], before_tail: tuple[int, int] | None,
+def _history_breakpoints(messages: list[AnthropicMessage], before_tail: tuple[int, int] | None,
                          cut_block: tuple[int, int] | None, placement: str) -> list[dict[str, Any]]:
     """Mark the message blocks ``placement``'s rules choose (at most MAX_BREAKPOINTS - 1 besides the system's) and
     return their ``cache_breakpoints`` entries, in block order."""
@@ -130,7 +146,7 @@ def _history_breakpoints(messages: list[dict[str, Any]], before_tail: tuple[int,
     assert len(chosen) < MAX_BREAKPOINTS  # the system prompt's is the fourth
     out: list[dict[str, Any]] = []
     for (i, j), label in sorted(chosen.items()):
-        messages[i]["content"][j]["cache_control"] = dict(EPHEMERAL)
+        messages[i]["content"][j]["cache_control"] = ephemeral()
         out.append({"before": "tail", "message_index": i, "explicit": True} if label == "tail"
                    else {"after": label, "message_index": i, "explicit": True})
     return out
@@ -138,16 +154,17 @@ def _history_breakpoints(messages: list[dict[str, Any]], before_tail: tuple[int,
 
 def render_anthropic(layout: Layout, profile: Capabilities, runtime: RuntimeView) -> RenderedRequest:
     turns = _Turns()
-    body: dict[str, Any] = {"model": runtime.model, "max_tokens": DEFAULT_MAX_TOKENS}
+    head: AnthropicHead = {"model": runtime.model, "max_tokens": DEFAULT_MAX_TOKENS}  # messages come last
     if runtime.tools:
-        body["tools"] = [_tool(t) for t in runtime.tools]
+        head["tools"] = [_tool(t) for t in runtime.tools]
     parts: list[RenderedPart] = []
     breakpoints: list[dict[str, Any]] = []
     leading = layout.leading
     if leading:
         # leading system entries become the top-level system, one text block each (ST use_sysprompt)
-        body["system"] = [{"type": "text", "text": block.spoken_text()} for block in leading]
-        body["system"][-1]["cache_control"] = dict(EPHEMERAL)
+        system: list[AnthropicTextBlock] = [{"type": "text", "text": block.spoken_text()} for block in leading]
+        system[-1]["cache_control"] = ephemeral()
+        head["system"] = system
         parts.extend(RenderedPart(segment, text, -1) for block in leading for segment, text in block.spoken_pieces() if segment)
         breakpoints.append({"after": "system", "message_index": -1, "explicit": True})
     modes: set[str] = set()  # a trailing prefill the model rejects is gone already (fit_layout, profile.prefill)
@@ -161,7 +178,8 @@ def render_anthropic(layout: Layout, profile: Capabilities, runtime: RuntimeView
                 turns.parts.extend(RenderedPart(seg, piece, len(turns.messages) - 1) for seg, piece in message.spoken_pieces() if seg)
             else:  # mid-conversation system is user text unless the model accepts it there (like state changes)
                 message = downgraded(message) if message.role == "system" else spoken(message)
-                turns.add_pieces(message.role, {"type": "text", "text": message.text}, list(message.pieces))
+                role: Literal["user", "assistant"] = "assistant" if message.role == "assistant" else "user"
+                turns.add_pieces(role, {"type": "text", "text": message.text}, list(message.pieces))
         elif message.role == "state":
             if _mid_system_ok(layout, index, profile, runtime.model):
                 text = state_lines(message, "system")
@@ -179,10 +197,11 @@ def render_anthropic(layout: Layout, profile: Capabilities, runtime: RuntimeView
             if message.text:
                 turns.add("assistant", {"type": "text", "text": message.text}, message.segment_id, message.text)
             for call in message.tool_calls:
-                block = {"type": "tool_use", "id": tool_use_id(call.id), "name": call.name, "input": tool_input(call.arguments)}
-                turns.add("assistant", block, message.segment_id, call.name + json.dumps(block["input"], ensure_ascii=False))
+                use: AnthropicToolUseBlock = {"type": "tool_use", "id": tool_use_id(call.id), "name": call.name,
+                                              "input": tool_input(call.arguments)}
+                turns.add("assistant", use, message.segment_id, call.name + json.dumps(use["input"], ensure_ascii=False))
         else:
-            block = turns.add("user", {"type": "text", "text": message.text}, message.segment_id, message.text)
+            turns.add("user", {"type": "text", "text": message.text}, message.segment_id, message.text)
             if index == layout.tail_index and layout.tail:
                 before_tail = (len(turns.messages) - 1, len(turns.messages[-1]["content"]) - 1)
                 turns.add("user", {"type": "text", "text": layout.tail}, "tail", layout.tail)
@@ -192,11 +211,11 @@ def render_anthropic(layout: Layout, profile: Capabilities, runtime: RuntimeView
                 cut_block = (len(turns.messages) - 1, len(turns.messages[-1]["content"]) - 1)
     if layout.tail and layout.tail_index is None:
         turns.add("user", {"type": "text", "text": layout.tail}, "tail", layout.tail)
-    body["messages"] = turns.messages
+    body: AnthropicBody = {**head, "messages": turns.messages}
     breakpoints.extend(_history_breakpoints(turns.messages, before_tail, cut_block, PLACEMENT))
     assert len(breakpoints) <= MAX_BREAKPOINTS
     state = "none-needed" if not modes else ("system" if modes == {"system"} else "user")
-    return RenderedRequest(body=body, state_rendering=state, cache_breakpoints=breakpoints, parts=parts + turns.parts)
+    return RenderedRequest(body=as_json(body), state_rendering=state, cache_breakpoints=breakpoints, parts=parts + turns.parts)
 
 
 __all__ = ["CACHE_MINIMUMS", "MID_SYSTEM_MODELS", "PREFILL_REJECTED_FROM", "accepts_mid_system", "claude_version",

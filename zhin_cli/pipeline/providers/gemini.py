@@ -10,7 +10,7 @@ the loop's reply (``hold_during_tool_loop``, see ``shaping.py``).
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 from zhin_cli.pipeline.preset import Layout, PresetMessage
 from zhin_cli.pipeline.providers.capabilities import Capabilities
@@ -18,16 +18,17 @@ from zhin_cli.pipeline.providers.openai import state_lines
 from zhin_cli.pipeline.providers.rendered import RenderedPart, RenderedRequest
 from zhin_cli.pipeline.providers.shaping import tool_input
 from zhin_cli.pipeline.segments import RuntimeView
+from zhin_cli.wire.types import GeminiBody, GeminiContent, GeminiFunctionDeclaration, GeminiHead, GeminiPart, as_json
 
 WIRE = "gemini-generate"
 
 
 class _Contents:
     def __init__(self) -> None:
-        self.contents: list[dict[str, Any]] = []
+        self.contents: list[GeminiContent] = []
         self.parts: list[RenderedPart] = []
 
-    def add(self, role: str, part: dict[str, Any], segment: str, text: str) -> None:
+    def add(self, role: Literal["user", "model"], part: GeminiPart, segment: str, text: str) -> None:
         last = self.contents[-1] if self.contents else None
         responding = "functionResponse" in part
         if (
@@ -41,9 +42,9 @@ class _Contents:
         self.parts.append(RenderedPart(segment, text, len(self.contents) - 1))
 
 
-def _declaration(tool: dict[str, Any]) -> dict[str, Any]:
+def _declaration(tool: dict[str, Any]) -> GeminiFunctionDeclaration:
     function = tool.get("function", tool)
-    out: dict[str, Any] = {"name": function.get("name")}
+    out: GeminiFunctionDeclaration = {"name": function.get("name")}
     if function.get("description"):
         out["description"] = function["description"]
     if function.get("parameters"):
@@ -53,19 +54,19 @@ def _declaration(tool: dict[str, Any]) -> dict[str, Any]:
 
 def render_gemini(layout: Layout, profile: Capabilities, runtime: RuntimeView) -> RenderedRequest:
     out = _Contents()
-    body: dict[str, Any] = {}
+    head: GeminiHead = {}  # what comes before contents, in the wire's key order
     parts: list[RenderedPart] = []
     leading = layout.leading
     if leading:
-        body["systemInstruction"] = {"parts": [{"text": block.spoken_text()} for block in leading]}
+        head["systemInstruction"] = {"parts": [{"text": block.spoken_text()} for block in leading]}
         parts.extend(RenderedPart(segment, text, -1) for block in leading for segment, text in block.spoken_pieces() if segment)
     if runtime.tools:
-        body["tools"] = [{"functionDeclarations": [_declaration(t) for t in runtime.tools]}]
+        head["tools"] = [{"functionDeclarations": [_declaration(t) for t in runtime.tools]}]
     names: dict[str, str] = {}
     used_state = False
     for index, message in enumerate(layout.messages):
         if isinstance(message, PresetMessage):  # no system role inside contents: system entries are user text
-            role = "model" if message.role == "assistant" else "user"
+            role: Literal["user", "model"] = "model" if message.role == "assistant" else "user"
             pieces = [piece for piece in message.spoken_pieces() if piece[0]]
             out.add(role, {"text": message.spoken_text()}, pieces[0][0] if pieces else "", pieces[0][1] if pieces else "")
             out.parts.extend(RenderedPart(segment, text, len(out.contents) - 1) for segment, text in pieces[1:])
@@ -90,9 +91,9 @@ def render_gemini(layout: Layout, profile: Capabilities, runtime: RuntimeView) -
                 out.add("user", {"text": layout.tail}, "tail", layout.tail)
     if layout.tail and layout.tail_index is None:
         out.add("user", {"text": layout.tail}, "tail", layout.tail)
-    body["contents"] = out.contents
+    body: GeminiBody = {**head, "contents": out.contents}
     tail_at = next((p.message_index for p in out.parts if p.segment_id == "tail"), len(out.contents))
     breakpoints = [{"after": "system", "message_index": -1, "explicit": False}] if leading else []
     breakpoints.append({"before": "tail", "message_index": tail_at, "explicit": False})
-    return RenderedRequest(body=body, state_rendering="user" if used_state else "none-needed",
+    return RenderedRequest(body=as_json(body), state_rendering="user" if used_state else "none-needed",
                            cache_breakpoints=breakpoints, parts=parts + out.parts)

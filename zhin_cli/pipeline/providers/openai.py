@@ -6,7 +6,7 @@ import hashlib
 import json
 import re
 import string
-from typing import Any
+from typing import Any, cast
 
 from zhin_cli.core.errors import ConfigError
 from zhin_cli.pipeline.format import STATE_CHANGE_PREFIX, host_header
@@ -23,6 +23,7 @@ from zhin_cli.pipeline.providers.specs.deepseek import (  # the R1-era rules liv
 )
 from zhin_cli.pipeline.providers.specs.openai import OPENAI_CACHE
 from zhin_cli.pipeline.segments import RuntimeView
+from zhin_cli.wire.types import OpenAIChatBody, OpenAIMessage, OpenAITool, OpenAIToolCall, as_json
 
 WIRE = "openai-chat"
 _ALNUM = string.ascii_letters + string.digits
@@ -84,13 +85,13 @@ class _Wire:
 
     def __init__(self, profile: Capabilities) -> None:
         self.profile = profile
-        self.messages: list[dict[str, Any]] = []
+        self.messages: list[OpenAIMessage] = []
         self.parts: list[RenderedPart] = []
 
     def call_id(self, call_id: str) -> str:
         return short_id(call_id) if self.profile.tool_call_id == "alnum9" else call_id
 
-    def add(self, message: dict[str, Any], pieces: list[tuple[str, str]]) -> None:
+    def add(self, message: OpenAIMessage, pieces: list[tuple[str, str]]) -> None:
         """Append (or, for profiles that need alternation, merge into the previous same-role turn)."""
         previous = self.messages[-1] if self.messages else None
         mergeable = (
@@ -127,7 +128,7 @@ def client_arguments(arguments: Any) -> str:
     return _LONE_SURROGATE.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
 
 
-def _tool_call(call: Any, wire: _Wire) -> dict[str, Any]:
+def _tool_call(call: Any, wire: _Wire) -> OpenAIToolCall:
     arguments = client_arguments(call.arguments)
     return {"id": wire.call_id(call.id), "type": "function", "function": {"name": call.name, "arguments": arguments}}
 
@@ -138,7 +139,7 @@ def _with_tail(layout: Layout, index: int, text: str, segment: str) -> tuple[str
     return text, [(segment, text)]
 
 
-def _named(entry: dict[str, Any], message: PresetMessage) -> dict[str, Any]:
+def _named(entry: OpenAIMessage, message: PresetMessage) -> OpenAIMessage:
     if message.name:
         entry["name"] = message.name
     return entry
@@ -167,7 +168,7 @@ def render_openai(layout: Layout, profile: Capabilities, runtime: RuntimeView) -
         elif message.role == "assistant":
             text, pieces = _with_tail(layout, index, message.text, message.segment_id)
             content: str | None = text or (None if profile.null_content == "null" else "")
-            entry: dict[str, Any] = {"role": "assistant", "content": content}
+            entry: OpenAIMessage = {"role": "assistant", "content": content}
             if message.tool_calls:
                 entry["tool_calls"] = [_tool_call(c, wire) for c in message.tool_calls]
                 pieces += [(message.segment_id, c["function"]["name"] + c["function"]["arguments"]) for c in entry["tool_calls"]]
@@ -177,17 +178,20 @@ def render_openai(layout: Layout, profile: Capabilities, runtime: RuntimeView) -
             wire.add({"role": "user", "content": text}, pieces)
     if layout.tail and layout.tail_index is None:
         wire.add({"role": "user", "content": layout.tail}, [("tail", layout.tail)])
-    body: dict[str, Any] = {"model": runtime.model}
+    body: OpenAIChatBody
     if profile.prompt_cache_key is not None:  # before the messages, where OpenAI's SDKs put their settings
-        body["prompt_cache_key"] = prompt_cache_key(profile.prompt_cache_key, runtime)
-    body["messages"] = wire.messages
+        key = prompt_cache_key(profile.prompt_cache_key, runtime)
+        body = {"model": runtime.model, "prompt_cache_key": key, "messages": wire.messages}
+    else:
+        body = {"model": runtime.model, "messages": wire.messages}
     if runtime.tools:
-        body["tools"] = list(runtime.tools)
+        # zhin.yaml's tools, checked by the config schema, are sent as configured (byte for byte)
+        body["tools"] = cast("list[OpenAITool]", list(runtime.tools))
     tail_message = next((p.message_index for p in wire.parts if p.segment_id == "tail"), len(wire.messages))
     breakpoints = [{"after": "system", "message_index": len(leading) - 1, "explicit": False}] if leading else []
     breakpoints.append({"before": "tail", "message_index": tail_message, "explicit": False})
     return RenderedRequest(
-        body=body,
+        body=as_json(body),
         state_rendering=("user" if mode == "none" else mode) if used_state else "none-needed",
         cache_breakpoints=breakpoints,
         parts=wire.parts,
