@@ -48,7 +48,7 @@ from zhin_cli.pipeline.models import ModelChooser
 from zhin_cli.pipeline.preset import SYSTEM_SEGMENT, PresetMessage
 from zhin_cli.pipeline.preset.model import Preset
 from zhin_cli.pipeline.preset.skeleton import Arrangement, Facts, arrange, downgrades_mid_system, greeting_text
-from zhin_cli.pipeline.providers import Capabilities, RenderedPart, RenderedRequest, render, resolve_profile
+from zhin_cli.pipeline.providers import Capabilities, RenderedPart, RenderedRequest, render, resolve_profile, resolved
 from zhin_cli.pipeline.providers.shaping import shape
 from zhin_cli.pipeline.segments import (
     MESSAGE_KINDS,
@@ -798,7 +798,8 @@ class Assembler:
         ``projections``: resume the previous request's projection where that is exact (``ProjectionMemo``)."""
         session, window, model, seg_input = placement.session, placement.window, placement.model, placement.seg_input
         aliases = aliases or Aliases.of(session)
-        profile: Capabilities = resolve_profile(self.provider, model, self.config.provider_overrides.get(self.provider))
+        # resolved once per (provider, model, overrides), not per render (issue 32)
+        profile: Capabilities = resolved(self.provider, model, self.config.provider_overrides.get(self.provider))
         counter = shared_counter(encoding_for_model(model))
         system_parts = enforce_budget(inject_text(self.registry.ordered(SYSTEM_PROMPT_KINDS), seg_input), self.config.max_chars)
         tail_parts = inject_text(self.registry.ordered(("scene",)), seg_input)
