@@ -281,3 +281,25 @@ def test_no_module_imports_its_registry_package(package: str) -> None:
     # negative control: the line every format module had before
     assert _imports_of_own_package("zhin_cli.wire", {"openai_chat.py": "from zhin_cli.wire import Block\n"}) == [
         "openai_chat.py"]
+
+
+def test_the_system_prompt_place_is_the_wire_format_s(tmp_path: Path) -> None:
+    """``zhin providers`` reads where the system prompt goes from the wire format (no table of wires in the CLI)."""
+    from conftest import run_zhin
+
+    from zhin_cli.wire import WIRES, WireFormat, register_wire
+
+    class Elsewhere(WireFormat):
+        name = "test-elsewhere"
+        system_place = "the preamble field"
+
+    register_wire(Elsewhere())
+    registry.register_provider(replace(ACME, name="acme-elsewhere", wire="test-elsewhere"), owner="test")
+    try:
+        row = next(line for line in run_zhin("providers", cwd=tmp_path).stdout.splitlines() if "acme-elsewhere" in line)
+        assert "the preamble field" in row
+        openai = next(line for line in run_zhin("providers", cwd=tmp_path).stdout.splitlines() if "│ openai " in line)
+        assert "system message" in openai and "preamble" not in openai  # negative control: the wire's own place
+    finally:
+        registry.unregister_provider("acme-elsewhere")
+        WIRES.remove("test-elsewhere")

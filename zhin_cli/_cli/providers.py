@@ -10,9 +10,6 @@ import typer
 from zhin_cli._cli import app, handles_errors, print_json, print_records, stdout_console
 from zhin_cli.pipeline.providers import PROVIDERS, Capabilities, provider_names, resolve_profile
 
-# Where the system prompt goes for wires that have no system message.
-SYSTEM_PLACE = {"anthropic-messages": "top-level system", "gemini-generate": "systemInstruction"}
-
 
 def profile_dict(profile: Capabilities) -> dict[str, Any]:
     """One provider as ``--json`` shows it: every field of its spec but the model rules, and who registered it
@@ -40,6 +37,6 @@ def providers_command(
                                          ("9-char tool ids", p.tool_call_id == "alnum9"), ("system only first", p.system_only_at_start),
                                          ("no null content", p.null_content == "empty")) if on]
         cache = "none" if p.cache.mechanism == "none" else f"{p.cache.mechanism} ≥{p.cache.min_tokens}/{p.cache.step_tokens}"
-        rows.append([p.name, p.wire, p.validator, p.mid_conversation_system, SYSTEM_PLACE.get(p.wire, f"{p.system_prompt_role} message"), p.alternation, cache, ", ".join(quirks)])
+        rows.append([p.name, p.wire, p.validator, p.mid_conversation_system, p.wire_model.system_place or f"{p.system_prompt_role} message", p.alternation, cache, ", ".join(quirks)])
     print_records(stdout_console(), ["provider", "wire", "validator", "state changes", "system prompt", "same-role turns",
                                      "cache", "quirks"], rows)

@@ -79,6 +79,7 @@ class AnthropicMessages(ContentBlocksFormat):
     regions = ("tools", "system", "messages")
     message_key = "messages"
     usage_kind = "anthropic-messages"
+    system_place = "top-level system"
     # input_tokens counts what follows the last breakpoint: a request marked on its last block reports 0
     reply_framing = 0
 

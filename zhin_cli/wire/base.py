@@ -76,6 +76,9 @@ class WireFormat:
     regions: tuple[str, ...] = ("tools", "messages")
     message_key = "messages"
     usage_kind = ""  # the tools/usage.py normaliser for this API's usage object
+    # Where the system prompt goes when the format has no system message (``zhin providers``); None = a message in
+    # the provider's ``system_prompt_role``.
+    system_place: str | None = None
     message_framing = 3  # every message: role marker + separators (OpenAI's documented 3 per message)
     block_framing = 1  # every further content block of a message, every tool definition
     reply_framing = 3  # the tokens that prime the reply

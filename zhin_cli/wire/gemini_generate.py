@@ -43,6 +43,7 @@ class GeminiGenerate(WireFormat):
     regions = ("tools", "systemInstruction", "contents")
     message_key = "contents"
     usage_kind = "gemini-generate"
+    system_place = "systemInstruction"
 
     def _parts(self, message: Any) -> list[Any]:
         return as_list(message.get("parts")) if isinstance(message, dict) else []
