@@ -303,3 +303,85 @@ def test_the_system_prompt_place_is_the_wire_format_s(tmp_path: Path) -> None:
     finally:
         registry.unregister_provider("acme-elsewhere")
         WIRES.remove("test-elsewhere")
+
+
+# --- adding a provider on an existing wire format is one file ----------------------------------------------------
+
+ACME_MODULE = '''"""Acme: an OpenAI-shaped endpoint (the one file a provider on an existing wire format needs)."""
+
+from zhin_cli.pipeline.providers.capabilities import CacheRules, ProviderSpec
+
+SPECS = (
+    ProviderSpec(
+        name="acme",
+        wire="openai-chat",
+        mid_conversation_system="system",
+        cache=CacheRules(mechanism="automatic", min_tokens=512, step_tokens=64),
+        description="Acme's chat endpoint",
+        display="Acme",
+        default_model="acme-large",
+        model_prefixes=("acme-",),
+        prices={"default": "acme-large", "models": {"acme-large": {
+            "input": 2.0, "cached_input": 0.5, "source": "acme.example/pricing", "read_on": "2026-12-01"}}},
+    ),
+)
+'''
+
+LISTS = '''
+import json, sys
+from zhin_cli._cli.data import complete_providers
+from zhin_cli.pipeline.config_schema import config_schema
+from zhin_cli.pipeline.models import default_model
+from zhin_cli.pipeline.prices import load_prices
+from zhin_cli.pipeline.providers import provider, provider_names, resolve_profile
+print(json.dumps({
+    "names": "acme" in provider_names(),
+    "completion": [item.value for item in complete_providers("ac")],
+    "schema": "acme" in config_schema()["properties"]["providers"]["propertyNames"]["enum"],
+    "default_model": default_model("acme"),
+    "price": load_prices().choose("acme", "acme-large").price.input,
+    "resolved": resolve_profile("acme", "acme-large").cache.min_tokens,
+    "display": provider("acme").title,
+}))
+'''
+
+
+def _copy_with(tmp_path: Path, files: dict[str, str]) -> Path:
+    """A copy of the zhin_cli package with ``files`` (paths inside it) added: what a contributor's change is."""
+    import shutil
+
+    import zhin_cli
+
+    root = tmp_path / "tree"
+    shutil.copytree(Path(zhin_cli.__file__).parent, root / "zhin_cli", ignore=shutil.ignore_patterns("__pycache__"))
+    for name, text in files.items():
+        (root / "zhin_cli" / name).write_text(text, encoding="utf-8")
+    return root
+
+
+def _run_in(root: Path, *arguments: str) -> str:
+    import os
+
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.run([sys.executable, *arguments], cwd=root, env=env, capture_output=True, text=True,
+                          check=True).stdout
+
+
+def test_a_provider_on_an_existing_wire_is_one_new_module(tmp_path: Path) -> None:
+    import json
+
+    root = _copy_with(tmp_path, {"pipeline/providers/specs/acme.py": ACME_MODULE})
+    shown = json.loads(_run_in(root, "-c", LISTS))
+    assert shown == {"names": True, "completion": ["acme"], "schema": True, "default_model": "acme-large",
+                     "price": 2.0, "resolved": 512, "display": "Acme"}
+    providers = json.loads(_run_in(root, "-m", "zhin_cli", "providers", "--json"))["providers"]
+    assert [row["display"] for row in providers if row["name"] == "acme"] == ["Acme"]
+
+
+def test_without_the_module_no_list_has_the_provider(tmp_path: Path) -> None:  # negative control for the above
+    root = _copy_with(tmp_path, {})
+    names = _run_in(root, "-c", "from zhin_cli.pipeline.providers import provider_names\n"
+                                "from zhin_cli._cli.data import complete_providers\n"
+                                "print(provider_names(), [item.value for item in complete_providers('ac')])\n")
+    assert "openai" in names and "acme" not in names
+    assert "acme" not in _run_in(root, "-m", "zhin_cli", "providers")
