@@ -18,8 +18,9 @@ from zhin_cli.wire.types import OpenAIUsage, as_json
 def _head(message: dict[str, Any]) -> str:
     """The non-text fields of a message (role, name, tool_call_id …) as a stable text; the plain
     ``{"role", "content"}`` message (most of a history) without a JSON round trip."""
-    if len(message) <= 2 and "content" in message and isinstance(message.get("role"), str):
-        return message["role"]
+    role = message.get("role")
+    if len(message) <= 2 and "content" in message and isinstance(role, str):
+        return role
     return canonical({k: v for k, v in message.items() if k not in ("content", "tool_calls")})
 
 

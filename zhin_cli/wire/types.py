@@ -148,9 +148,9 @@ class AnthropicHead(TypedDict, total=False):
 
 
 class AnthropicBody(AnthropicHead, total=False):
+    """A Messages body as zhin renders it (the API's ``stream``, top-level ``cache_control`` … zhin does not send)."""
+
     messages: Required[list[AnthropicMessage]]
-    cache_control: CacheControl  # top-level: "the last cacheable block"
-    stream: bool
 
 
 class AnthropicCacheCreation(TypedDict):
@@ -213,8 +213,9 @@ class GeminiHead(TypedDict, total=False):
 
 
 class GeminiBody(GeminiHead, total=False):
+    """A generateContent body as zhin renders it (the API's ``generationConfig`` … zhin does not send)."""
+
     contents: Required[list[GeminiContent]]
-    generationConfig: dict[str, Any]  # sampling settings: zhin passes them through
 
 
 class GeminiUsageMetadata(TypedDict, total=False):
