@@ -83,19 +83,19 @@ class AnthropicMessages(ContentBlocksFormat):
     # input_tokens counts what follows the last breakpoint: a request marked on its last block reports 0
     reply_framing = 0
 
-    def _content(self, message: Any) -> list[Any]:
+    def _content(self, message: object) -> list[Any]:
         return as_list(message.get("content")) if isinstance(message, dict) else []
 
-    def is_tool_call(self, message: Any) -> bool:
+    def is_tool_call(self, message: object) -> bool:
         return any(isinstance(b, dict) and b.get("type") == "tool_use" for b in self._content(message))
 
-    def is_tool_result(self, message: Any) -> bool:
+    def is_tool_result(self, message: object) -> bool:
         return any(isinstance(b, dict) and b.get("type") == "tool_result" for b in self._content(message))
 
     def user_text(self, role: str, text: str) -> dict[str, Any]:
         return {"role": "user", "content": [{"type": "text", "text": text}]}
 
-    def without_tail(self, message: Any, tail: str | None) -> Any:
+    def without_tail(self, message: object, tail: str | None) -> Any:
         if not isinstance(message, dict):
             return message
         message = {k: v for k, v in message.items() if k != "cache_control"}

@@ -45,17 +45,17 @@ class CacheOutcomeLike(Protocol):
     def uncached(self) -> int: ...
 
 
-def canonical(value: Any) -> str:
+def canonical(value: object) -> str:
     """The compact, key-sorted JSON of a value: a stable text for block heads and digests."""
     return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 
-def dumps(value: Any) -> str:
+def dumps(value: object) -> str:
     """The compact JSON of a value in its own key order (what prefix-diff shows byte by byte)."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def as_list(value: Any) -> list[Any]:
+def as_list(value: object) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
@@ -88,13 +88,13 @@ class WireFormat:
     def messages(self, body: dict[str, Any]) -> list[Any]:
         return as_list(body.get(self.message_key))
 
-    def role(self, message: Any) -> str:
+    def role(self, message: object) -> str:
         return str(message.get("role", "?")) if isinstance(message, dict) else "?"
 
-    def is_tool_call(self, message: Any) -> bool:
+    def is_tool_call(self, message: object) -> bool:
         raise NotImplementedError
 
-    def is_tool_result(self, message: Any) -> bool:
+    def is_tool_result(self, message: object) -> bool:
         raise NotImplementedError
 
     def user_text(self, role: str, text: str) -> dict[str, Any]:
@@ -105,11 +105,11 @@ class WireFormat:
         """Remove the block carrying ``text`` from a merged message; True if the whole message is that text."""
         raise NotImplementedError
 
-    def message_texts(self, message: Any) -> list[str]:
+    def message_texts(self, message: object) -> list[str]:
         """The text blocks of a message, in order."""
         raise NotImplementedError
 
-    def without_tail(self, message: Any, tail: str | None) -> Any:
+    def without_tail(self, message: object, tail: str | None) -> Any:
         """The message without the runtime tail (``tail``: the tail piece exactly as rendered) and without cache
         markers (they move with the tail)."""
         raise NotImplementedError
@@ -154,7 +154,7 @@ class ContentBlocksFormat(WireFormat):
         message["content"] = kept
         return False
 
-    def message_texts(self, message: Any) -> list[str]:
+    def message_texts(self, message: object) -> list[str]:
         content = message.get("content") if isinstance(message, dict) else None
         if isinstance(content, str):
             return [content]

@@ -45,13 +45,13 @@ class GeminiGenerate(WireFormat):
     usage_kind = "gemini-generate"
     system_place = "systemInstruction"
 
-    def _parts(self, message: Any) -> list[Any]:
+    def _parts(self, message: object) -> list[Any]:
         return as_list(message.get("parts")) if isinstance(message, dict) else []
 
-    def is_tool_call(self, message: Any) -> bool:
+    def is_tool_call(self, message: object) -> bool:
         return any(isinstance(p, dict) and "functionCall" in p for p in self._parts(message))
 
-    def is_tool_result(self, message: Any) -> bool:
+    def is_tool_result(self, message: object) -> bool:
         return any(isinstance(p, dict) and "functionResponse" in p for p in self._parts(message))
 
     def user_text(self, role: str, text: str) -> dict[str, Any]:
@@ -67,10 +67,10 @@ class GeminiGenerate(WireFormat):
         message["parts"] = kept
         return False
 
-    def message_texts(self, message: Any) -> list[str]:
+    def message_texts(self, message: object) -> list[str]:
         return [str(p.get("text", "")) for p in self._parts(message) if isinstance(p, dict) and "text" in p]
 
-    def without_tail(self, message: Any, tail: str | None) -> Any:
+    def without_tail(self, message: object, tail: str | None) -> Any:
         if not isinstance(message, dict) or not isinstance(message.get("parts"), list):
             return message
         return {**message, "parts": [p for p in message["parts"] if not (isinstance(p, dict) and tail and p.get("text") == tail)]}

@@ -30,16 +30,16 @@ class OpenAIChat(ContentBlocksFormat):
     message_key = "messages"
     usage_kind = "openai-chat"
 
-    def is_tool_call(self, message: Any) -> bool:
+    def is_tool_call(self, message: object) -> bool:
         return isinstance(message, dict) and bool(message.get("tool_calls"))
 
-    def is_tool_result(self, message: Any) -> bool:
+    def is_tool_result(self, message: object) -> bool:
         return isinstance(message, dict) and message.get("role") == "tool"
 
     def user_text(self, role: str, text: str) -> dict[str, Any]:
         return {"role": role, "content": text}
 
-    def without_tail(self, message: Any, tail: str | None) -> Any:
+    def without_tail(self, message: object, tail: str | None) -> Any:
         if not isinstance(message, dict):
             return message
         content = message.get("content")
