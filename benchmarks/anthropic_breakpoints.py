@@ -33,8 +33,8 @@ from zhin_cli.pipeline.facade import Pipeline  # noqa: E402
 from zhin_cli.pipeline.providers import anthropic  # noqa: E402
 from zhin_cli.store.jsonl import read_session  # noqa: E402
 from zhin_cli.tools.cachereplay import replay_cache  # noqa: E402
-from zhin_cli.tools.economy import CASES  # noqa: E402
-from zhin_cli.tools.synth import synthesize  # noqa: E402
+from zhin_cli.tools.fixtures.synth import synthesize  # noqa: E402
+from zhin_cli.tools.report.economy import CASES  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 BUSIER = 4  # the "busier" set: the corpus with its clock running this many times faster

@@ -25,8 +25,8 @@ from zhin_cli.cache.prices import format_usd  # noqa: E402
 from zhin_cli.core.model import Session  # noqa: E402
 from zhin_cli.pipeline.config import Config  # noqa: E402
 from zhin_cli.store.jsonl import read_session  # noqa: E402
-from zhin_cli.tools.economy import CASES, COST_LAYOUTS, STYLES, RequestFigures, SessionEconomy, session_economy  # noqa: E402
-from zhin_cli.tools.synth import SynthOptions, synthesize  # noqa: E402
+from zhin_cli.tools.fixtures.synth import SynthOptions, synthesize  # noqa: E402
+from zhin_cli.tools.report.economy import CASES, COST_LAYOUTS, STYLES, RequestFigures, SessionEconomy, session_economy  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 # The fixed corpus: three seeds of a busy 80-member group, 2,500 message rows each (documented defaults

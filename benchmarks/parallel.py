@@ -26,10 +26,10 @@ from machine import describe  # noqa: E402
 
 from zhin_cli.core.parallel import default_jobs  # noqa: E402
 from zhin_cli.store.jsonl import write_session  # noqa: E402
-from zhin_cli.tools.economy import run_economy  # noqa: E402
-from zhin_cli.tools.prefixdiff import run_prefix_diff  # noqa: E402
-from zhin_cli.tools.stats import run_cache_stats  # noqa: E402
-from zhin_cli.tools.synth import SynthOptions, synthesize  # noqa: E402
+from zhin_cli.tools.diff.prefix import run_prefix_diff  # noqa: E402
+from zhin_cli.tools.fixtures.synth import SynthOptions, synthesize  # noqa: E402
+from zhin_cli.tools.report.economy import run_economy  # noqa: E402
+from zhin_cli.tools.stats.cache import run_cache_stats  # noqa: E402
 
 
 def corpus(folder: Path, sessions: int, messages: int) -> list[str]:

@@ -25,7 +25,7 @@ from zhin_cli.core.tokens import TokenCounter  # noqa: E402
 from zhin_cli.pipeline.assemble import Assembler  # noqa: E402
 from zhin_cli.pipeline.config import Config  # noqa: E402
 from zhin_cli.store.jsonl import read_session  # noqa: E402
-from zhin_cli.tools.prefixdiff import diff_turns  # noqa: E402
+from zhin_cli.tools.diff.prefix import diff_turns  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from zhin_cli.store.sillytavern import SillyTavernChat, read_chat
-from zhin_cli.tools import stcapture
+from zhin_cli.tools.preset import capture as stcapture
 
 CARD = Path(__file__).resolve().parent.parent / "tests" / "st_golden" / "content" / "golden-card.json"
 

@@ -29,9 +29,9 @@ from zhin_cli.cache.prices import builtin_prices, format_usd  # noqa: E402
 from zhin_cli.core.model import Session  # noqa: E402
 from zhin_cli.pipeline.config import Config  # noqa: E402
 from zhin_cli.store.jsonl import read_session  # noqa: E402
-from zhin_cli.tools.economy import CASES  # noqa: E402
-from zhin_cli.tools.synth import SynthOptions, synthesize  # noqa: E402
-from zhin_cli.tools.windowsweep import PolicyFigures, WindowReport, sweep  # noqa: E402
+from zhin_cli.tools.fixtures.synth import SynthOptions, synthesize  # noqa: E402
+from zhin_cli.tools.report.economy import CASES  # noqa: E402
+from zhin_cli.tools.report.window import PolicyFigures, WindowReport, sweep  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEED_SESSION = SynthOptions(members=80, messages=10000, seed=1)  # issue 18 §3's "10k-message session"

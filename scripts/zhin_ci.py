@@ -1,6 +1,6 @@
 """The GitHub Action's step (action.yml): run zhin's gates on a pull request, summarise, comment. docs/ci.md.
 
-Thin: the work is zhin_cli.tools.ci_comment. Run it locally the same way (``--no-comment`` to skip GitHub):
+Thin: the work is zhin_cli.tools.ci.comment. Run it locally the same way (``--no-comment`` to skip GitHub):
 
     python scripts/zhin_ci.py --eval eval_cases --sessions fixtures/ --base main --head HEAD --no-comment
 
@@ -16,7 +16,7 @@ import sys
 
 from zhin_cli.core.errors import ZhinError
 from zhin_cli.core.terminaltext import terminal_safe
-from zhin_cli.tools.ci_comment import options_from, run_ci
+from zhin_cli.tools.ci.comment import options_from, run_ci
 
 
 def parser() -> argparse.ArgumentParser:

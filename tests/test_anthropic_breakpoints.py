@@ -27,8 +27,8 @@ from zhin_cli.pipeline.providers import anthropic
 from zhin_cli.pipeline.validate import validate
 from zhin_cli.store.jsonl import read_session
 from zhin_cli.tools.cachereplay import replay_cache
-from zhin_cli.tools.economy import CASES, simulate
-from zhin_cli.tools.synth import SynthOptions, synthesize
+from zhin_cli.tools.fixtures.synth import SynthOptions, synthesize
+from zhin_cli.tools.report.economy import CASES, simulate
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 MODEL = "claude-sonnet-5"

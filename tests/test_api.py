@@ -31,7 +31,8 @@ SNAPSHOT_V1 = frozenset({
     "register_renderer", "Verdict", "VALIDATORS", "register_validator", "WireFormat", "Block", "WIRES",
     "register_wire", "macro", "Arity", "MACROS", "NormalizedUsage", "usage_kind", "USAGE_KINDS", "assertion",
     "transform", "ASSERTIONS", "TRANSFORMS", "step", "STEPS", "Dialect", "register_dialect", "DIALECTS",
-    "ProviderCase", "register_case", "CASES",
+    "ProviderCase", "register_case", "CASES", "ProviderSpec", "PROVIDERS", "register_provider", "provider",
+    "provider_names", "for_wire", "register_prices", "PRICE_ROWS", "RunContext",
 })
 HEAVY = ("zhin_cli.tools", "zhin_cli.pipeline.assemble", "zhin_cli.store.database", "sqlalchemy", "rich", "typer")
 

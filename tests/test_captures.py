@@ -234,7 +234,7 @@ def test_jsonl_streams_each_pair_naming_its_conversation(zhin: Any, captures: Pa
 
 def zhin_bodies_captured(zhin: Any, tmp_path: Path, fixtures_dir: Path) -> Path:
     """zhin's own request bodies for a fixture session, sent through ``zhin serve --capture``."""
-    from zhin_cli.tools.serve import running_server
+    from zhin_cli.tools.serve.server import running_server
 
     traced = zhin("trace", str(fixtures_dir / "private-chat.jsonl"), "--all", "--json")
     assert traced.returncode == 0, traced.stderr

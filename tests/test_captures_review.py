@@ -20,10 +20,10 @@ from zhin_cli.cache.prices import builtin_prices
 from zhin_cli.core.errors import InputError, ZhinError
 from zhin_cli.store.captures import read_captures, shape_problem
 from zhin_cli.tools.capturediff import diff_captures
-from zhin_cli.tools.economy import capture_bill
-from zhin_cli.tools.htmlreport import capture_pages
-from zhin_cli.tools.prefixdiff import RealUsage
-from zhin_cli.tools.trace import capture_rows, capture_trace_dict
+from zhin_cli.tools.diff.prefix import RealUsage
+from zhin_cli.tools.report.economy import capture_bill
+from zhin_cli.tools.report.html import capture_pages
+from zhin_cli.tools.trace.trace import capture_rows, capture_trace_dict
 
 FOREIGN = '{"messages":5,"contents":[{"parts":[{"text":"x"}]}]}'
 
@@ -259,7 +259,7 @@ def test_capture_bill_totals_have_no_adr_side_and_no_compared_count(zhin: Any, t
     assert totals["requests_billed"] == 3 and totals["paid"]["prompt"] == 6000 and totals["paid"]["cached"] == 3072
     # negative control: a bill that has an ADR side keeps both (SessionBill with no no_adr)
     from zhin_cli.cache import CacheOutcome
-    from zhin_cli.tools.economy import BillRow, SessionBill
+    from zhin_cli.tools.report.economy import BillRow, SessionBill
     side = CacheOutcome(100, 50, 0, {})
     both = SessionBill([BillRow(1, 1, "openai", "gpt-4.1-mini", None, side, None, side, None, "openai")]).as_dict()
     assert both["totals"]["requests_compared"] == 1 and both["totals"]["adr"]["prompt"] == 100

@@ -1,6 +1,6 @@
 """``zhin preset check-capture`` on the SillyTavern golden set, through the capture server as a user runs it.
 
-Each run's capture folder is built the real way: zhin's capture server (``tools/serve.py``, ``--capture``) in
+Each run's capture folder is built the real way: zhin's capture server (``tools/serve/server.py``, ``--capture``) in
 this process, and every ``runs/<run>/request-NN.json`` body ST sent POSTed to it byte for byte in turn order —
 so the folder holds what ``zhin serve --capture`` writes (its numbering, its atomic files). Then the CLI, in
 process, with the run's preset settings (squash / names behaviour written into a copy of the preset, as a user
@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from zhin_cli.tools.serve import running_server
+from zhin_cli.tools.serve.server import running_server
 
 GOLDEN = Path(__file__).resolve().parent / "st_golden"
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

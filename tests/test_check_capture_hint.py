@@ -11,7 +11,7 @@ import json
 import shutil
 from pathlib import Path
 
-from zhin_cli.tools.stcapture import CheckResult, check_capture, report_lines
+from zhin_cli.tools.preset.capture import CheckResult, check_capture, report_lines
 
 TESTS = Path(__file__).resolve().parent
 GOLDEN = TESTS / "st_golden"

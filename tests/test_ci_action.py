@@ -1,4 +1,4 @@
-"""The GitHub Action (action.yml → scripts/zhin_ci.py → zhin_cli.tools.ci_comment), run here without GitHub.
+"""The GitHub Action (action.yml → scripts/zhin_ci.py → zhin_cli.tools.ci.comment), run here without GitHub.
 
 A scratch git repository with two commits (a zhin.yaml change between them) stands for the pull request; a loopback
 HTTP server stands for the GitHub REST API (it keeps the comments and records every call). The action's own shell text
@@ -25,8 +25,8 @@ import pytest
 import yaml
 from prompt_repo import CLOCK, RULES
 
-from zhin_cli.tools import ci_comment
-from zhin_cli.tools.ci_comment import MARKER, GateRun, comment_body
+from zhin_cli.tools.ci import comment as ci_comment
+from zhin_cli.tools.ci.comment import MARKER, GateRun, comment_body
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "zhin_ci.py"

@@ -10,8 +10,8 @@ import pytest
 
 from zhin_cli.core.errors import EXIT_USAGE, ConfigError, UsageError
 from zhin_cli.pipeline.config import load_config
+from zhin_cli.pipeline.configsource import ConfigSource, load_config_source
 from zhin_cli.pipeline.segments import PromptSegment, PromptSegmentRegistry, TextSegment
-from zhin_cli.tools.configsource import ConfigSource, load_config_source
 
 
 @pytest.fixture(autouse=True)

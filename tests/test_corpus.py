@@ -105,8 +105,8 @@ def _serve() -> None:  # pragma: no cover - runs in the runner process
     import tiktoken_ext.openai_public  # noqa: F401
     import typer._adapters  # noqa: F401 - typer imports it (and pydantic) while parsing options
 
-    import zhin_cli.tools.prefixdiff  # noqa: F401
-    import zhin_cli.tools.trace  # noqa: F401
+    import zhin_cli.tools.diff.prefix  # noqa: F401
+    import zhin_cli.tools.trace.trace  # noqa: F401
     from zhin_cli._cli import main
 
     folder = Path(tempfile.mkdtemp(prefix="zhin-corpus-runner-"))

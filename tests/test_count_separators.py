@@ -12,7 +12,7 @@ import yaml
 from rich.console import Console
 
 from zhin_cli.store.facts import PruneReport
-from zhin_cli.tools.stats import Bucket, CacheStats, ModelStats
+from zhin_cli.tools.stats.cache import Bucket, CacheStats, ModelStats
 
 ROOT = Path(__file__).resolve().parent.parent
 UNSEPARATED = re.compile(r"(?<![\w.,:/-])\d{4,}(?![\w,:/-])")  # 1234 standing alone: a count written plainly
@@ -77,7 +77,7 @@ def test_facts_show_writes_the_member_count_with_separators_and_ids_as_stored() 
 
 
 def test_facts_prune_writes_its_counts_and_the_cap_with_separators() -> None:
-    from zhin_cli.tools.facts import prune_summary
+    from zhin_cli.tools.facts.facts import prune_summary
 
     pairs = [("onebot11:x:group:1", str(n)) for n in range(1234)]
     text = prune_summary(PruneReport(dry_run=True, left=pairs, expired=pairs[:1000], cleaned=pairs[:5]))

@@ -17,7 +17,7 @@ import typer
 
 from zhin_cli._cli import app
 from zhin_cli.cache import PrefixCache
-from zhin_cli.tools.serve import answer
+from zhin_cli.tools.serve.server import answer
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "sillytavern.md"

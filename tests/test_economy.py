@@ -15,14 +15,14 @@ from zhin_cli.pipeline.config import Config
 from zhin_cli.pipeline.headers import Aliases, project
 from zhin_cli.pipeline.merge import Placed
 from zhin_cli.tools.cachereplay import new_tokens
-from zhin_cli.tools.economy import (
+from zhin_cli.tools.diff.prefix import serialize
+from zhin_cli.tools.report.economy import (
     CASES,
     flat_request,
     session_economy,
     simulate,
     upstream_prefix,
 )
-from zhin_cli.tools.prefixdiff import serialize
 from zhin_cli.wire import prompt_tokens, wire_for
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -172,7 +172,7 @@ def test_flat_layout_is_the_system_prompt_and_one_user_message_of_history() -> N
     for provider, model in (("openai", "gpt-4o"), ("anthropic", "claude-sonnet-5")):
         registry, _ = Config().registry()
         figures_requests.append(next(Assembler(registry, Config(), provider=provider, model=model).replay(session)))
-    from zhin_cli.tools.economy import flat_history
+    from zhin_cli.tools.report.economy import flat_history
 
     history = flat_history(session, session.messages[:4], None)
     assert history.startswith("## 用户\n[sender:id=10002 name=小明 roles=user] 早\n\n## 用户\n")

@@ -23,8 +23,8 @@ from zhin_cli.cache.prices import PER_TOKENS, Cost, builtin_prices
 from zhin_cli.core.tokens import counter
 from zhin_cli.pipeline.config import Config
 from zhin_cli.pipeline.providers import resolve_profile
-from zhin_cli.tools.economy import CASES, EconomyReport, HeaderTokens, SessionEconomy, simulate
-from zhin_cli.tools.prefixdiff import serialize
+from zhin_cli.tools.diff.prefix import serialize
+from zhin_cli.tools.report.economy import CASES, EconomyReport, HeaderTokens, SessionEconomy, simulate
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 ENCODING = "o200k_base"
@@ -218,7 +218,7 @@ def test_report_economy_json_has_the_cost_objects_and_notes(zhin: Any) -> None:
 def test_a_provider_without_rows_has_a_null_cost_and_a_note() -> None:
     from dataclasses import replace
 
-    from zhin_cli.tools.economy import price_for
+    from zhin_cli.tools.report.economy import price_for
 
     table = builtin_prices()
     gemini = replace(CASES["openai"], provider="gemini", model="gemini-2.5-flash")

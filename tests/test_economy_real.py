@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from conftest import run_zhin
 
-from zhin_cli.tools.economy import ADR_LABEL, BILL_CAVEAT, PAID_LABEL, EconomyReport, is_captures, run_economy
+from zhin_cli.tools.report.economy import ADR_LABEL, BILL_CAVEAT, PAID_LABEL, EconomyReport, is_captures, run_economy
 
 DATA = Path(__file__).parent / "data" / "upstream-db" / "data.sqlite"
 GROUP_A = "onebot11:tokyo-ob11:group:856301447"

@@ -15,7 +15,7 @@ import pytest
 from builders import replay
 
 from zhin_cli.store.jsonl import read_session
-from zhin_cli.tools.serve import running_server
+from zhin_cli.tools.serve.server import running_server
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 

@@ -375,7 +375,7 @@ def test_a_case_can_start_from_a_session_in_a_database_which_stays_byte_identica
 def test_live_cases_run_end_to_end_against_the_loopback_conformance_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The whole live path (real `openai` client, cache, repeats) against `zhin serve`, which validates each
     body and answers `ok <hash>` with real usage: the shipped live cases pass, and a second run is cached."""
-    from zhin_cli.tools.serve import running_server
+    from zhin_cli.tools.serve.server import running_server
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.setenv("ZHIN_EVAL_CACHE_DIR", str(tmp_path / "cache"))

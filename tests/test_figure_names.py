@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from conftest import clean_env, run_zhin
 
-from zhin_cli.tools.prefixdiff import Pricing
-from zhin_cli.tools.trace import request_costs, trace
+from zhin_cli.tools.diff.prefix import Pricing
+from zhin_cli.tools.trace.trace import request_costs, trace
 
 Run = Callable[..., Any]
 BUSY = Path(__file__).parent.parent / "fixtures" / "group-busy.jsonl"
@@ -161,7 +161,7 @@ def test_headers_count_requests_on_the_upstream_database(db: Path, tmp_path: Pat
 
 
 def test_session_notes_keep_their_level() -> None:
-    from zhin_cli.tools.trace import WARNING, session_note
+    from zhin_cli.tools.trace.trace import WARNING, session_note
 
     recall = "db: agent_messages row 32: message 2100026 by Leo (284100106) was recalled by 284100102; left out"
     unread = "db: conversation_events row 7: event type 'member.exploded' is not one zhin reads; not read"

@@ -143,8 +143,8 @@ def test_trace_json_shows_what_the_bot_sent_beside_zhins_own_figures(zhin: Run, 
 
 def test_stored_usage_is_the_number_stats_cache_reports_for_that_request(upstream_copy: Path) -> None:
     from zhin_cli.store import load_session
-    from zhin_cli.tools.stats import session_cache_stats
-    from zhin_cli.tools.trace import trace
+    from zhin_cli.tools.stats.cache import session_cache_stats
+    from zhin_cli.tools.trace.trace import trace
 
     result = trace(GROUP_A, db=str(upstream_copy), all_turns=True, cwd=upstream_copy.parent.parent)
     session = load_session(GROUP_A, db=str(upstream_copy), cwd=upstream_copy.parent.parent)
@@ -227,7 +227,7 @@ def test_jsonl_lines_carry_the_layout_and_stored_usage_as_json_does(zhin: Run, u
 
 def test_a_preset_skeleton_is_named_as_the_layout(zhin: Run, tmp_path: Path) -> None:
     from zhin_cli.pipeline.preset.importer import load_preset
-    from zhin_cli.tools.trace import layout_name
+    from zhin_cli.tools.trace.trace import layout_name
 
     preset_file = next((Path(__file__).parent.parent / "fixtures" / "presets").glob("*.json"))
     preset = load_preset(preset_file, {})

@@ -22,8 +22,8 @@ from zhin_cli.core.readers import MAX_YAML_EXPANSION, read_json_file, read_yaml_
 from zhin_cli.pipeline.config import load_config
 from zhin_cli.store.jsonl import read_session
 from zhin_cli.store.payload import MAX_ROW_ID, check_payload_text, short
-from zhin_cli.tools.requestdiff import load_side
-from zhin_cli.tools.synth import SynthOptions
+from zhin_cli.tools.diff.request import load_side
+from zhin_cli.tools.fixtures.synth import SynthOptions
 
 SESSION = {"type": "session", "session_id": "s#1", "scene": {"scene_type": "group"}}
 T0 = 1_700_000_000_000

@@ -10,7 +10,7 @@ import pytest
 import sqlite_writer
 from test_live_writer import MODES, mixed_reads, start_db, template  # noqa: F401 - template is a fixture
 
-from zhin_cli.tools.facts import show_facts
+from zhin_cli.tools.facts.facts import show_facts
 
 
 def show(db: Path) -> str:

@@ -36,7 +36,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from zhin_cli.pipeline.assemble import AssembledRequest
 from zhin_cli.pipeline.format import _LINE_BREAKS as LINE_BREAKS
 from zhin_cli.pipeline.validate import Verdict, validate
-from zhin_cli.tools.synth import SynthOptions, synthesize
+from zhin_cli.tools.fixtures.synth import SynthOptions, synthesize
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 ROOT = Path(__file__).resolve().parent.parent

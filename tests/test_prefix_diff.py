@@ -13,7 +13,7 @@ from conftest import run_zhin
 
 from zhin_cli.core.model import SceneChange
 from zhin_cli.store.jsonl import read_session
-from zhin_cli.tools.prefixdiff import diff_pair, diff_turns, serialize
+from zhin_cli.tools.diff.prefix import diff_pair, diff_turns, serialize
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"

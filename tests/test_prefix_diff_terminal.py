@@ -21,7 +21,7 @@ from rich.console import Console
 
 from zhin_cli._cli.prefix_diff import BAR_MAX, CACHED, NEW, SHARED, print_result
 from zhin_cli.core.terminaltext import terminal_safe
-from zhin_cli.tools.prefixdiff import MARK, PairDiff, PrefixDiffResult, SessionDiff, diff_pair, segment_sources
+from zhin_cli.tools.diff.prefix import MARK, PairDiff, PrefixDiffResult, SessionDiff, diff_pair, segment_sources
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"

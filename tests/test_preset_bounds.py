@@ -28,7 +28,7 @@ from zhin_cli.pipeline.preset.macros import (
 from zhin_cli.pipeline.preset.model import RegexScript
 from zhin_cli.pipeline.preset.regex import nested_quantifier, shape
 from zhin_cli.pipeline.preset.skeleton import Facts, arrange
-from zhin_cli.tools.preset_lint import lint_preset
+from zhin_cli.tools.preset.lint import lint_preset
 
 
 def expand(text: str, **context: Any) -> tuple[str, MacroContext]:

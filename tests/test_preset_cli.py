@@ -190,9 +190,9 @@ def test_ignore_by_code_or_name(zhin: Run) -> None:
 
 
 def test_every_rule_the_code_reports_has_a_code_and_is_documented() -> None:
-    from zhin_cli.tools.preset_lint import RULES
+    from zhin_cli.tools.preset.lint import RULES
 
-    sources = [ROOT / "zhin_cli" / "pipeline" / "preset" / "importer.py", ROOT / "zhin_cli" / "tools" / "preset_lint.py"]
+    sources = [ROOT / "zhin_cli" / "pipeline" / "preset" / "importer.py", ROOT / "zhin_cli" / "tools" / "preset" / "lint.py"]
     reported = set()
     for source in sources:
         reported |= set(re.findall(r'(?:report|Diagnostic)\("(?:error|warning|info)"(?: if runs else "info")?, "([a-z-]+)"', source.read_text(encoding="utf-8")))

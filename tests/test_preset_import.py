@@ -10,7 +10,7 @@ import pytest
 
 from zhin_cli.core.errors import ConfigError
 from zhin_cli.pipeline.preset.importer import load_preset, parse_preset
-from zhin_cli.tools.preset_lint import lint_preset
+from zhin_cli.tools.preset.lint import lint_preset
 
 PRESETS = Path(__file__).resolve().parent.parent / "fixtures" / "presets"
 ST_DEFAULT = PRESETS / "st-default.json"

@@ -16,7 +16,7 @@ from zhin_cli.pipeline.preset import PresetMessage, default_layout
 from zhin_cli.pipeline.preset.importer import load_preset, parse_preset
 from zhin_cli.pipeline.preset.model import Preset
 from zhin_cli.pipeline.preset.skeleton import DEFAULT_PRESET, arrange
-from zhin_cli.tools.preset_lint import probe
+from zhin_cli.tools.preset.lint import probe
 
 PRESETS = Path(__file__).resolve().parent.parent / "fixtures" / "presets"
 MARKERS = [{"identifier": "worldInfoBefore", "marker": True}, {"identifier": "chatHistory", "marker": True}]

@@ -110,7 +110,7 @@ def test_the_note_is_said_once_with_parallel_workers(zhin: Zhin, fixtures_dir: P
 
 def test_report_windows_target_is_the_providers_model() -> None:
     from zhin_cli.pipeline.config import Config
-    from zhin_cli.tools.windowsweep import target
+    from zhin_cli.tools.report.window import target
 
     assert target("gemini", None, Config()).model == "gemini-2.5-flash"  # was gpt-4o: a pair that cannot exist
     assert target("gemini", "gemini-3-pro", Config()).model == "gemini-3-pro"  # control: the user's model

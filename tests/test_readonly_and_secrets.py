@@ -12,7 +12,7 @@ import httpx2
 import pytest
 from conftest import clean_env, run_zhin
 
-from zhin_cli.tools.serve import running_server
+from zhin_cli.tools.serve.server import running_server
 
 ROOT = Path(__file__).resolve().parent.parent
 CANARY = "sk-canary-7f3a9c0e1b2d4f6a8c0e1b2d4f6a8c0e"

@@ -178,7 +178,7 @@ def test_cli_unknown_scheme_masks_credentials(tmp_path: Path) -> None:
 
 @pytest.fixture
 def live_server() -> Iterator[str]:
-    from zhin_cli.tools.serve import running_server
+    from zhin_cli.tools.serve.server import running_server
 
     with running_server("openai") as (base_url, _server):
         yield base_url
@@ -210,7 +210,7 @@ def test_the_live_cache_defaults_to_the_user_cache_directory(live_server: str, t
 
 def test_eval_live_does_not_trust_a_cache_planted_in_the_checkout(tmp_path: Path) -> None:
     """The finding: with the model server stopped and a cache edited, every live check passed."""
-    from zhin_cli.tools.serve import running_server
+    from zhin_cli.tools.serve.server import running_server
 
     checkout = tmp_path / "checkout"
     checkout.mkdir()

@@ -134,7 +134,7 @@ def _line_types() -> Case:
 
 
 def _usage_kinds() -> Case:
-    from zhin_cli.tools.usage import USAGE_KINDS, usage_kind
+    from zhin_cli.cache.usage import USAGE_KINDS, usage_kind
 
     return Case(USAGE_KINDS, lambda name, item, replace: usage_kind(name, replace=replace)(item))
 
@@ -166,14 +166,14 @@ def _transforms() -> Case:
 
 
 def _economy_cases() -> Case:
-    from zhin_cli.tools.economy import CASES, register_case
+    from zhin_cli.tools.report.economy import CASES, register_case
 
     return Case(CASES, lambda name, item, replace: register_case(item, replace=replace),
                 lambda item, name: dataclasses.replace(item, provider=name))
 
 
 def _dialects() -> Case:
-    from zhin_cli.tools.serve import DIALECTS, register_dialect
+    from zhin_cli.tools.serve.server import DIALECTS, register_dialect
 
     return Case(DIALECTS, lambda name, item, replace: register_dialect(item, replace=replace),
                 lambda item, name: dataclasses.replace(item, name=name))

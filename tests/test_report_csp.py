@@ -89,7 +89,7 @@ def test_the_file_runs_its_script_and_blocks_an_injected_one(browser: Any, page_
 @pytest.fixture()
 def served(page_html: str) -> Iterator[Any]:
     """Start ``zhin view``'s server (the library's, in a thread) on a page; yields a function serving a page."""
-    from zhin_cli.tools.htmlreport import page_server, server_url
+    from zhin_cli.tools.report.html import page_server, server_url
 
     servers: list[Any] = []
     threads: list[threading.Thread] = []
@@ -114,7 +114,7 @@ def served(page_html: str) -> Iterator[Any]:
 
 def template_of(page: str) -> Any:
     """The page as ``zhin view`` serves it: cut where the nonce goes (as render_template cuts it)."""
-    from zhin_cli.tools.htmlreport import PageTemplate
+    from zhin_cli.tools.report.html import PageTemplate
 
     style = page.index("<style>") + len("<style")
     script = page.rindex("<script>") + len("<script")

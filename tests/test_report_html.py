@@ -311,8 +311,8 @@ def test_divergence_offsets_point_at_the_first_different_character(demo: dict[st
     included), and the characters there differ; a code-point offset (Python's own) would miss after an emoji."""
     from zhin_cli.pipeline.facade import Pipeline
     from zhin_cli.store import load_session
-    from zhin_cli.tools.htmlreport import divergence_of
-    from zhin_cli.tools.prefixdiff import diff_pair, serialize
+    from zhin_cli.tools.diff.prefix import diff_pair, serialize
+    from zhin_cli.tools.report.html import divergence_of
 
     session = load_session(str(FIXTURES / "group-busy.jsonl"))
     with Pipeline.open(None, cwd=demo["folder"]) as pipeline:
@@ -341,8 +341,8 @@ def test_a_divergence_after_an_emoji_is_counted_in_utf16_units() -> None:
     from typing import cast
 
     from zhin_cli.cache import Plan
-    from zhin_cli.tools.htmlreport import divergence_of
-    from zhin_cli.tools.prefixdiff import Chunk, Serialized
+    from zhin_cli.tools.diff.prefix import Chunk, Serialized
+    from zhin_cli.tools.report.html import divergence_of
 
     message = '{"content":"😂ab"}'.encode()
     serialized = Serialized("m", [Chunk("glue", b'{"messages":['), Chunk("message", message, 0), Chunk("glue", b"]}")],
@@ -587,7 +587,7 @@ def test_a_missing_chromium_skips_here_and_fails_under_ci(monkeypatch: pytest.Mo
 def test_a_database_password_never_reaches_the_page(tmp_path: Path) -> None:
     """The session line names where the session came from; a database URL's password is masked there (the page
     is made to be shared). Control: the rest of the URL is still shown."""
-    from zhin_cli.tools.htmlreport import build_report
+    from zhin_cli.tools.report.html import build_report
 
     report = build_report([str(FIXTURES / "private-chat.jsonl")], cwd=tmp_path, economy=False)
     report.sessions[0].source = "postgresql://zhin:s3cret-Pw@db.internal/chats"

@@ -21,7 +21,7 @@ from browser import chromium, visit
 from conftest import FIXTURES, ROOT
 
 from zhin_cli.cache.prices import format_usd
-from zhin_cli.tools.htmlreport import CHART_COLOURS, PALETTE
+from zhin_cli.tools.report.html import CHART_COLOURS, PALETTE
 
 DEMO_KEY = "icqq:8596238:group:1048877509"  # fixtures/group-busy.jsonl, as `make demo` imports it
 CHART_LABELS = ["cached", "new", "window shift", "compaction", "unexpected break"]
@@ -188,7 +188,7 @@ def test_segment_colours_never_resemble_the_charts() -> None:
 
 def test_the_chart_colours_are_the_stylesheets() -> None:
     """CHART_COLOURS (which the palette is kept away from) are report.css's cached, new and mark colours."""
-    css = (ROOT / "zhin_cli" / "tools" / "htmlpage" / "report.css").read_text(encoding="utf-8")
+    css = (ROOT / "zhin_cli" / "tools" / "report" / "htmlpage" / "report.css").read_text(encoding="utf-8")
     found = [re.search(pattern, css) for pattern in (r"--cached: (#\w+)", r"--new: (#\w+)", r"--bad: (#\w+)",
                                                       r"\.m-window_shift \{ background: (#\w+)", r"\.m-compaction \{ background: (#\w+)")]
     assert tuple(m.group(1) if m else None for m in found) == CHART_COLOURS

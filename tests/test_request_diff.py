@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from zhin_cli.tools.requestdiff import diff_requests, ignore_pattern, load_side
-from zhin_cli.tools.serve import running_server
+from zhin_cli.tools.diff.request import diff_requests, ignore_pattern, load_side
+from zhin_cli.tools.serve.server import running_server
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 SECRET = "sk-test-never-written-0123456789"

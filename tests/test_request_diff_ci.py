@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from conftest import FIXTURES, clean_env
 
-from zhin_cli.tools.requestdiff import MARK, json_line, readable
+from zhin_cli.tools.diff.request import MARK, json_line, readable
 
 BUSY = FIXTURES / "group-busy.jsonl"
 

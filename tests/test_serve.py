@@ -25,7 +25,7 @@ from zhin_cli.core.errors import UsageError
 from zhin_cli.core.tokens import TokenCounter
 from zhin_cli.pipeline.providers import PROFILES, CacheRules, Capabilities, register_profile
 from zhin_cli.pipeline.validate import VALIDATORS, Verdict, register_validator
-from zhin_cli.tools.serve import make_server, running_server
+from zhin_cli.tools.serve.server import make_server, running_server
 
 TIMEOUT = 20.0
 MISSING_RESULT = (

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from serve_process import ServeProcess, no_traceback, post, status_of
 
-from zhin_cli.tools.serve import Capture
+from zhin_cli.tools.serve.server import Capture
 
 
 def body(tag: str) -> bytes:

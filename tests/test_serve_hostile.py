@@ -20,7 +20,7 @@ from serve_process import ServeProcess, no_traceback, post, read_all, request, s
 
 from zhin_cli.core.loopback import loopback_authority
 from zhin_cli.core.terminaltext import terminal_safe
-from zhin_cli.tools.serve import MAX_BODY, running_server
+from zhin_cli.tools.serve.server import MAX_BODY, running_server
 
 GOOD = json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}).encode()
 
@@ -244,7 +244,7 @@ def test_a_slow_drip_hits_the_request_deadline() -> None:
 
 def test_a_json_null_body_is_the_wrong_type_not_too_deep() -> None:
     from zhin_cli.cache import PrefixCache
-    from zhin_cli.tools.serve import answer
+    from zhin_cli.tools.serve.server import answer
 
     for scalar in (b"null", b"5", b'"text"', b"true"):
         reply = answer("/v1/chat/completions", scalar, provider="openai", cache=PrefixCache())

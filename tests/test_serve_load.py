@@ -16,8 +16,8 @@ import pytest
 from conftest import clean_env
 from serve_process import ServeProcess, no_traceback, post, read_all, status_of, wait_for
 
-from zhin_cli.tools import serve
-from zhin_cli.tools.serve import MAX_BODY, MAX_BUFFERED, running_server
+from zhin_cli.tools.serve import server as serve
+from zhin_cli.tools.serve.server import MAX_BODY, MAX_BUFFERED, running_server
 
 CLIENTS, REQUESTS = 16, 50
 

@@ -29,8 +29,8 @@ from conftest import clean_env
 from serve_process import ROOT, ServeProcess, no_traceback, post, status_of, wait_for
 
 from zhin_cli.core.errors import UsageError
-from zhin_cli.tools.serve import make_server, running_server
-from zhin_cli.tools.serve_upstream import EventStream, Exchange, parse_upstream
+from zhin_cli.tools.serve.server import make_server, running_server
+from zhin_cli.tools.serve.upstream import EventStream, Exchange, parse_upstream
 
 TIMEOUT = 20.0
 CANARY = "sk-canary-7f3a9e1d5b"  # a key that must reach the upstream and nowhere else

@@ -15,7 +15,7 @@ import pytest
 from conftest import clean_env, default_sigint, stop_process
 
 from zhin_cli.store.jsonl import write_session
-from zhin_cli.tools.synth import SynthOptions, synthesize
+from zhin_cli.tools.fixtures.synth import SynthOptions, synthesize
 
 MESSAGES = "150000"  # ~45 MB of JSONL: a few seconds of writing, long enough to be interrupted half-way
 

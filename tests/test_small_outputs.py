@@ -25,11 +25,11 @@ from rich.console import Console
 
 from zhin_cli._cli.eval import print_comparison
 from zhin_cli.store.facts import PruneReport
-from zhin_cli.tools.budget import check_budget, load_budget
+from zhin_cli.tools.budget.budget import check_budget, load_budget
 from zhin_cli.tools.eval.compare import compare_results, comparison_rows
-from zhin_cli.tools.facts import prune_summary
-from zhin_cli.tools.stats import CacheStats
-from zhin_cli.tools.windowsweep import WindowReport, role_legend
+from zhin_cli.tools.facts.facts import prune_summary
+from zhin_cli.tools.report.window import WindowReport, role_legend
+from zhin_cli.tools.stats.cache import CacheStats
 
 Zhin = Callable[..., CompletedProcess[str]]
 KEY = "icqq:8596238:group:1048877509"

@@ -398,9 +398,9 @@ TO_REWRITE: dict[str, str] = {
     "Upstream's own tables are declared exactly as upstream zhin creates them (``reference/zhin-upstream.md``":
         'zhin_cli/store/schema.py',
     "provider's prompt cache would still hit (ADR 0041 §5; reference/providers.md §6).":
-        'zhin_cli/tools/prefixdiff.py',
+        'zhin_cli/tools/diff/prefix.py',
     '"""Provider usage objects → one normalized shape, for cache-hit accounting (reference/providers.md §6).':
-        'zhin_cli/tools/usage.py',
+        'zhin_cli/cache/usage.py',
     '"the last cacheable block"), reference/providers.md §2.5. Markers are not part of the prefix: moving a':
         'zhin_cli/wire/anthropic_messages.py',
     'prefix with an earlier request, above a per-model minimum; reference/providers.md §3). Roles are ``user`` and':

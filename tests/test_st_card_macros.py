@@ -16,7 +16,7 @@ from zhin_cli.pipeline.preset.importer import parse_preset
 from zhin_cli.pipeline.preset.layout import PresetMessage
 from zhin_cli.pipeline.preset.model import Preset
 from zhin_cli.pipeline.preset.skeleton import Arrangement, Facts, arrange
-from zhin_cli.tools.preset_lint import lint_preset
+from zhin_cli.tools.preset.lint import lint_preset
 
 GOLDEN = Path(__file__).resolve().parent / "st_golden"
 

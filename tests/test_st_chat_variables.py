@@ -10,7 +10,7 @@ from typing import Any
 
 from zhin_cli.pipeline.preset.macros import variable_names
 from zhin_cli.store.sillytavern import read_chat
-from zhin_cli.tools.stcheck import MAX_SAVED_STATES, variable_states
+from zhin_cli.tools.preset.check import MAX_SAVED_STATES, variable_states
 
 
 def _chat(tmp_path: Path, metadata: dict[str, Any]) -> Path:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from zhin_cli.store.sillytavern import read_card, read_chat
-from zhin_cli.tools.stcheck import CheckSetup, TurnCheck, check_turn, prepare
+from zhin_cli.tools.preset.check import CheckSetup, TurnCheck, check_turn, prepare
 
 GOLDEN = Path(__file__).resolve().parent / "st_golden2"
 RUN = next(run for run in json.loads((GOLDEN / "runs.json").read_text(encoding="utf-8")) if run["label"] == "macros")

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from zhin_cli.store.sillytavern import read_card, read_chat, read_group
-from zhin_cli.tools.stcapture import TurnMatcher
-from zhin_cli.tools.stcheck import CheckSetup, TurnCheck, check_turn, prepare
+from zhin_cli.tools.preset.capture import TurnMatcher
+from zhin_cli.tools.preset.check import CheckSetup, TurnCheck, check_turn, prepare
 
 GOLDEN = Path(__file__).resolve().parent / "st_golden2"
 RUN = next(run for run in json.loads((GOLDEN / "runs.json").read_text(encoding="utf-8")) if run["label"] == "group-swap")
@@ -74,7 +74,7 @@ def test_another_or_a_misspelt_name_departs_as_group(name: str, byte: int) -> No
 def test_a_text_zhin_sent_as_is_is_never_misnamed() -> None:
     """A history text holding ``X: `` whose rest is another history text is that text, not a renamed prefix; a
     prefix on no history text as is (negative control) is judged."""
-    from zhin_cli.tools.stcheck import Departure, ZhinMessage, _st_messages
+    from zhin_cli.tools.preset.check import Departure, ZhinMessage, _st_messages
 
     zhin = [ZhinMessage(0, "user", "Note: ok 1", ("history.user",), sender="Ren"),
             ZhinMessage(1, "user", "ok 1", ("history.user",), sender="Ren")]

@@ -5,7 +5,7 @@ README): for each run (a settings variant: squash, post-processing, names behavi
 exact body ST sent upstream. Each test builds the zhin session from the run's saved chat (greeting, user turns,
 replies; a private chat between the persona "Sol Reyes" and the bot "Juniper"), loads the preset through
 zhin.yaml's ``preset:`` mapping with the card, persona and lorebook as card options, assembles the request for
-that turn for openai gpt-4o, removes what zhin adds by design — tools/stcheck.zhin_messages, the one place, using
+that turn for openai gpt-4o, removes what zhin adds by design — tools/preset/check.zhin_messages, the one place, using
 zhin's own attribution of every wire text part — and compares the messages with ST's, byte for byte.
 
 What zhin adds by design (docs/design-notes.md, "ST golden set"):
@@ -40,7 +40,7 @@ from zhin_cli.core.model import BotFacts, SceneFacts, Session
 from zhin_cli.pipeline.assemble import TAIL_SEGMENT
 from zhin_cli.pipeline.config import parse_config
 from zhin_cli.pipeline.preset.layout import SYSTEM_SEGMENT
-from zhin_cli.tools import stcheck
+from zhin_cli.tools.preset import check as stcheck
 
 GOLDEN = Path(__file__).resolve().parent / "st_golden"
 RUNS: list[dict[str, Any]] = json.loads((GOLDEN / "runs.json").read_text(encoding="utf-8"))
@@ -95,7 +95,7 @@ def _card_options() -> dict[str, str]:
 
 
 def zhin_messages(request: Any) -> list[dict[str, Any]]:
-    """zhin's wire messages without what zhin adds by design: the library's removal (tools/stcheck), which
+    """zhin's wire messages without what zhin adds by design: the library's removal (tools/preset/check), which
     locates each addition through zhin's own attribution."""
     messages, _removed = stcheck.zhin_messages(request)
     out: list[dict[str, Any]] = []

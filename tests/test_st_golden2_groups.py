@@ -28,8 +28,8 @@ from conftest import run_zhin
 
 from zhin_cli.core.errors import InputError
 from zhin_cli.store.sillytavern import Group, read_card, read_chat, read_group
-from zhin_cli.tools.stcapture import TurnMatcher
-from zhin_cli.tools.stcheck import CheckSetup, TurnCheck, check_turn, prepare
+from zhin_cli.tools.preset.capture import TurnMatcher
+from zhin_cli.tools.preset.check import CheckSetup, TurnCheck, check_turn, prepare
 
 GOLDEN = Path(__file__).resolve().parent / "st_golden2"
 RUNS = {run["label"]: run for run in json.loads((GOLDEN / "runs.json").read_text(encoding="utf-8"))}

@@ -32,8 +32,8 @@ from conftest import run_zhin
 
 from zhin_cli.pipeline.assemble import Assembler
 from zhin_cli.store.sillytavern import read_card, read_chat
-from zhin_cli.tools.stcapture import TurnMatcher
-from zhin_cli.tools.stcheck import CheckSetup, TurnCheck, check_turn, prepare
+from zhin_cli.tools.preset.capture import TurnMatcher
+from zhin_cli.tools.preset.check import CheckSetup, TurnCheck, check_turn, prepare
 
 GOLDEN = Path(__file__).resolve().parent / "st_golden2"
 RUN = next(run for run in json.loads((GOLDEN / "runs.json").read_text(encoding="utf-8")) if run["label"] == "macros")

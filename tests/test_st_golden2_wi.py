@@ -1,7 +1,7 @@
 """World Info and the Author's Note against real SillyTavern 1.18.0 (``tests/st_golden2``, runs ``wi``,
 ``wi-global-scan``, ``an``, ``an-interval``; its README says what ST fired on each turn).
 
-Each request ST sent is checked against zhin's request for the same turn (tools/stcheck, as ``zhin preset
+Each request ST sent is checked against zhin's request for the same turn (tools/preset/check, as ``zhin preset
 check-capture`` does): 0 departures, nothing excused by design. The entries zhin's engine fires are compared with
 what ST reported firing (``st-turns.json`` ``wi_activated``, in ST's activation order). Negative controls: one
 changed byte of the book, of the note, of the chat, and a changed setting (scan depth, interval, note depth) each
@@ -23,8 +23,8 @@ from typer.testing import CliRunner
 from zhin_cli.pipeline.preset import worldinfo
 from zhin_cli.pipeline.preset.macros import MacroContext, MacroEngine
 from zhin_cli.store.sillytavern import read_card, read_chat, read_lore
-from zhin_cli.tools.stcapture import TurnMatcher, read_world_settings
-from zhin_cli.tools.stcheck import CheckSetup, TurnCheck, check_turn, prepare
+from zhin_cli.tools.preset.capture import TurnMatcher, read_world_settings
+from zhin_cli.tools.preset.check import CheckSetup, TurnCheck, check_turn, prepare
 
 GOLDEN = Path(__file__).resolve().parent / "st_golden2"
 RUNS = {run["label"]: run for run in json.loads((GOLDEN / "runs.json").read_text(encoding="utf-8"))}
@@ -273,7 +273,7 @@ def test_the_cards_embedded_book(selective: bool, tmp_path: Path) -> None:
 def test_books_take_their_role_from_their_names(tmp_path: Path) -> None:
     """A --lore file named as the chat's book is the chat's, as the card's book the character's, any other global
     (the names as ST's file names: "_" and spaces alike, any case)."""
-    from zhin_cli.tools.stcheck import world_info
+    from zhin_cli.tools.preset.check import world_info
 
     chat = read_chat(GOLDEN / "runs" / "an" / "chat.jsonl")  # bound to "Kessel Workshop Notes"
     card = read_card(GOLDEN / RUNS["wi"]["cards"][0])  # linked to "Greyreach Almanac"

@@ -20,8 +20,8 @@ import pytest
 from zhin_cli.pipeline.preset.macros import MacroContext, MacroEngine
 from zhin_cli.pipeline.preset.model import GroupOptions
 from zhin_cli.store.sillytavern import read_card, read_chat, read_group
-from zhin_cli.tools.stcapture import TurnMatcher
-from zhin_cli.tools.stcheck import prepare, zhin_request
+from zhin_cli.tools.preset.capture import TurnMatcher
+from zhin_cli.tools.preset.check import prepare, zhin_request
 
 GOLDEN = Path(__file__).resolve().parent / "st_golden2"
 RUN = next(r for r in json.loads((GOLDEN / "runs.json").read_text(encoding="utf-8")) if r["label"] == "group-join-muted")

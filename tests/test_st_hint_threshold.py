@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from zhin_cli.tools.stcapture import CaptureFile, CaptureResult, CheckResult, check_capture, settings_hint
-from zhin_cli.tools.stcheck import Departure, TurnCheck
+from zhin_cli.tools.preset.capture import CaptureFile, CaptureResult, CheckResult, check_capture, settings_hint
+from zhin_cli.tools.preset.check import Departure, TurnCheck
 
 GOLDEN = Path(__file__).resolve().parent / "st_golden2"
 RUN = next(run for run in json.loads((GOLDEN / "runs.json").read_text(encoding="utf-8")) if run["label"] == "group-swap")

@@ -294,7 +294,7 @@ def test_the_part_index_counts_as_the_rule_does() -> None:
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from zhin_cli.tools.stcapture import _Parts
+    from zhin_cli.tools.preset.capture import _Parts
 
     alphabet = st.sampled_from(["a", "b", "ab", ": ", ":", " ", "\n", "a: b", "x" * 70])
     piece = st.lists(alphabet, max_size=12).map("".join)
@@ -386,7 +386,7 @@ def test_the_matcher_picks_the_turn_the_old_matching_picked() -> None:
     from hypothesis import strategies as st
 
     from zhin_cli.store.sillytavern import ChatTurn
-    from zhin_cli.tools.stcapture import TurnMatcher
+    from zhin_cli.tools.preset.capture import TurnMatcher
 
     text = st.sampled_from(["ok", "look", "a: b", "two\nlines", "ok 4beed990", "", "b"])
     pairs = st.lists(st.tuples(text, st.one_of(st.none(), text)), min_size=1, max_size=8)
@@ -420,7 +420,7 @@ def _matching_lines(match: Callable[[dict[str, Any], Any], Any], body: dict[str,
 
 def test_matching_one_capture_is_linear_in_the_turns(tmp_path: Path) -> None:
     """The capture of turn 1 (every later turn is tried first) against chats of 500 and 2,000 turns."""
-    from zhin_cli.tools.stcapture import turn_of
+    from zhin_cli.tools.preset.capture import turn_of
 
     body = {"messages": [{"role": "system", "content": "rules"}, {"role": "user", "content": "question 1 about the tides"}]}
     chats = {turns: read_chat(_chat(tmp_path, turns)) for turns in (500, 2000)}

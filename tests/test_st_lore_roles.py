@@ -23,8 +23,8 @@ import pytest
 
 from zhin_cli.pipeline.preset import worldinfo
 from zhin_cli.store.sillytavern import read_card, read_chat, read_group, read_lore
-from zhin_cli.tools.stcapture import TurnMatcher, read_world_settings
-from zhin_cli.tools.stcheck import CheckSetup, check_turn, prepare, world_info, zhin_request
+from zhin_cli.tools.preset.capture import TurnMatcher, read_world_settings
+from zhin_cli.tools.preset.check import CheckSetup, check_turn, prepare, world_info, zhin_request
 
 GOLDEN = Path(__file__).resolve().parent / "st_golden2"
 RUNS = {run["label"]: run for run in json.loads((GOLDEN / "runs.json").read_text(encoding="utf-8"))}

@@ -11,7 +11,7 @@ from builders import SEC, T0, History
 
 from zhin_cli.core.model import AssistantMessage
 from zhin_cli.store.jsonl import read_session
-from zhin_cli.tools.stats import cache_stats
+from zhin_cli.tools.stats.cache import cache_stats
 
 BUSY = Path(__file__).resolve().parent.parent / "fixtures" / "group-busy.jsonl"
 

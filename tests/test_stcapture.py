@@ -9,7 +9,7 @@ import pytest
 
 from zhin_cli.core.errors import InputError
 from zhin_cli.store.sillytavern import read_chat
-from zhin_cli.tools.stcapture import read_captures, turn_of
+from zhin_cli.tools.preset.capture import read_captures, turn_of
 
 GOLDEN = Path(__file__).parent / "st_golden"
 LABELS = [run["label"] for run in json.loads((GOLDEN / "runs.json").read_text(encoding="utf-8"))]

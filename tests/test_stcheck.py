@@ -1,4 +1,4 @@
-"""tools/stcheck: one captured SillyTavern body against zhin's request for its turn.
+"""tools/preset/check: one captured SillyTavern body against zhin's request for its turn.
 
 The golden set (tests/st_golden) gives real ST bodies for every run × turn: each must check with no departure,
 with exactly the by-design differences the set documents (the preset's two ``{{getvar::n}}`` places; names on
@@ -21,7 +21,7 @@ from zhin_cli.core.errors import InputError
 from zhin_cli.pipeline.assemble import TAIL_SEGMENT, Assembler
 from zhin_cli.pipeline.preset.layout import SYSTEM_SEGMENT
 from zhin_cli.store.sillytavern import ChatTurn, read_card, read_chat, read_lore
-from zhin_cli.tools.stcheck import CheckSetup, TurnCheck, check_turn, prepare, zhin_request
+from zhin_cli.tools.preset.check import CheckSetup, TurnCheck, check_turn, prepare, zhin_request
 
 GOLDEN = Path(__file__).resolve().parent / "st_golden"
 RUNS: list[dict[str, Any]] = json.loads((GOLDEN / "runs.json").read_text(encoding="utf-8"))

@@ -17,7 +17,7 @@ from zhin_cli.core.errors import InputError, SessionNotFound
 from zhin_cli.core.model import AssistantMessage, EventMessage, ToolResultMessage, UserMessage
 from zhin_cli.store import legacy, load_session
 from zhin_cli.store.jsonl import read_session, write_session
-from zhin_cli.tools.trace import trace
+from zhin_cli.tools.trace.trace import trace
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"

@@ -17,7 +17,7 @@ from builders import assembler
 from zhin_cli.core.errors import UsageError
 from zhin_cli.core.model import AssistantMessage, EventMessage, ToolResultMessage, UserMessage
 from zhin_cli.store.jsonl import read_session, session_lines, write_session
-from zhin_cli.tools.synth import SynthOptions, synthesize, synthesize_lines
+from zhin_cli.tools.fixtures.synth import SynthOptions, synthesize, synthesize_lines
 
 
 def jsonl(options: SynthOptions) -> str:
@@ -157,7 +157,7 @@ def test_a_synthesized_session_imports_and_reports_from_the_database(zhin, tmp_p
 def test_the_streamed_lines_are_the_built_sessions_lines(options: SynthOptions, monkeypatch: pytest.MonkeyPatch) -> None:
     """``synthesize_lines`` (what ``zhin fixtures synth`` writes, line by line) gives the lines ``session_lines``
     gives for ``synthesize``'s session, summaries and scene lines in the same places."""
-    import zhin_cli.tools.synth as synth_module
+    import zhin_cli.tools.fixtures.synth as synth_module
 
     streamed = list(synthesize_lines(options))
     built = list(session_lines(synthesize(options)))
@@ -207,7 +207,7 @@ def test_cli_writes_its_first_line_before_the_session_is_made(zhin, monkeypatch:
 
 def _count_parsed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """A counter of the rows ``synth`` has parsed so far (as a one-item list)."""
-    import zhin_cli.tools.synth as synth_module
+    import zhin_cli.tools.fixtures.synth as synth_module
 
     count = [0]
     parse = synth_module.message_from_payload

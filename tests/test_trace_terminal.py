@@ -95,7 +95,7 @@ def test_bar_lengths_are_proportional_to_the_prompt_and_its_cached_part(zhin: An
 
 def test_bar_cells() -> None:
     from zhin_cli._cli.trace import bar_cells
-    from zhin_cli.tools.trace import TurnRow
+    from zhin_cli.tools.trace.trace import TurnRow
 
     def row(prompt: int, cached: int) -> TurnRow:
         return TurnRow(1, prompt, cached, (), "system", True, "accepted")
@@ -124,7 +124,7 @@ def test_warnings_of_the_turns_are_shown_once_with_their_turns(zhin: Any) -> Non
 def test_a_rejected_request_shows_as_rejected_with_its_reason(tmp_path: Path) -> None:
     from zhin_cli._cli.trace import print_rows
     from zhin_cli.pipeline.validate import Verdict
-    from zhin_cli.tools.trace import trace, turn_row
+    from zhin_cli.tools.trace.trace import trace, turn_row
 
     result = trace(str(PRIVATE), all_turns=True, cwd=tmp_path)
     accepted = turn_row(result.requests[0], 0)
@@ -265,7 +265,7 @@ def test_negative_control_a_plain_table_does_cut_ids_at_60_columns() -> None:
 def test_the_printers_keep_ids_whole_at_any_width(width: int, tmp_path: Path) -> None:
     """The printers with a Console of that width (independent of how the CLI sizes its console)."""
     from zhin_cli._cli.trace import print_request, print_rows
-    from zhin_cli.tools.trace import trace, turn_rows
+    from zhin_cli.tools.trace.trace import trace, turn_rows
 
     result = trace(str(BUSY), all_turns=True, preset=ST_PRESET, cwd=tmp_path)
     console = _console(width)
@@ -398,7 +398,7 @@ def test_a_terminal_gets_the_same_rows_in_colour(tmp_path: Path) -> None:
     from rich.console import Console
 
     from zhin_cli._cli.trace import print_rows
-    from zhin_cli.tools.trace import trace, turn_rows
+    from zhin_cli.tools.trace.trace import trace, turn_rows
 
     result = trace(str(BUSY), all_turns=True, cwd=tmp_path)
     rows = list(turn_rows(result.requests))

@@ -193,7 +193,7 @@ def test_a_branched_database_session_traced_one_turn_at_a_time_equals_trace_all(
     lazily from SQLite. Each ``trace --turn k`` equals ``trace --all``'s turn k, with the window moving."""
     from test_store import UP_ID, assistant_row, user_row
 
-    from zhin_cli.tools.trace import trace
+    from zhin_cli.tools.trace.trace import trace
 
     rows = [user_row("root question", 1700000000000), assistant_row("root answer", 1700000001000)]
     parent = 2

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from zhin_cli.cache.usage import USAGE_KINDS, NormalizedUsage, hit_rate, normalize_usage, usage_kind
 from zhin_cli.core.errors import ConfigError
-from zhin_cli.tools.usage import USAGE_KINDS, NormalizedUsage, hit_rate, normalize_usage, usage_kind
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 

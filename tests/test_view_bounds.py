@@ -71,7 +71,7 @@ def still_open(connection: socket.socket) -> bool:
 def serve() -> Iterator[Callable[..., int]]:
     """Start the library's server with BOUND and a given idle timeout (and page), serving in a thread on
     127.0.0.1; its port."""
-    from zhin_cli.tools.htmlreport import PageTemplate, page_server
+    from zhin_cli.tools.report.html import PageTemplate, page_server
 
     running: list[tuple[Any, threading.Thread]] = []
 
@@ -157,7 +157,7 @@ def process_threads(pid: int) -> int:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts threads in /proc")
 def test_zhin_view_refuses_connections_past_its_bound(tmp_path: Path) -> None:
-    from zhin_cli.tools.htmlreport import MAX_CONNECTIONS
+    from zhin_cli.tools.report.html import MAX_CONNECTIONS
 
     process = subprocess.Popen([sys.executable, "-m", "zhin_cli", "view", str(FIXTURES / "private-chat.jsonl"),
                                 "--no-economy"], cwd=tmp_path, env=clean_env(), stdin=subprocess.DEVNULL,
@@ -192,7 +192,7 @@ def test_the_bounds_are_the_documented_ones(tmp_path: Path) -> None:
     """--help and docs/report.md give the bounds the server uses; control: another number is not found."""
     from conftest import ROOT, run_zhin
 
-    from zhin_cli.tools.htmlreport import IDLE_TIMEOUT, MAX_CONNECTIONS, REQUEST_DEADLINE
+    from zhin_cli.tools.report.html import IDLE_TIMEOUT, MAX_CONNECTIONS, REQUEST_DEADLINE
 
     shown = " ".join(run_zhin("view", "--help", cwd=tmp_path).stdout.split())
     docs = (ROOT / "docs" / "report.md").read_text(encoding="utf-8")
@@ -209,7 +209,7 @@ def test_a_client_that_stops_reading_or_leaves_is_dropped_without_a_traceback(
     """A client that asks for a large page and never reads it: the write times out and the connection ends; one
     that resets the connection mid-answer: it ends too — with nothing on stderr (socketserver printed a traceback
     for the reset); control: a client that reads gets the whole page."""
-    from zhin_cli.tools.htmlreport import PageTemplate
+    from zhin_cli.tools.report.html import PageTemplate
 
     big = "x" * 16_000_000  # far past what the socket buffers hold
     port = serve(IDLE, PageTemplate(("<p", f">{big}</p><script", "></script>")))

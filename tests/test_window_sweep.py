@@ -19,7 +19,7 @@ from zhin_cli.pipeline.facade import Pipeline
 from zhin_cli.pipeline.window import WindowConfig
 from zhin_cli.store.jsonl import read_session
 from zhin_cli.tools.cachereplay import replay_cache
-from zhin_cli.tools.windowsweep import (
+from zhin_cli.tools.report.window import (
     Policy,
     PolicyFigures,
     WindowReport,
@@ -173,7 +173,7 @@ def test_same_report_for_every_jobs_value(busy_report: WindowReport) -> None:
 
 
 def test_two_sessions_pool_each_policy_over_both_in_session_order(busy_report: WindowReport) -> None:
-    from zhin_cli.tools.synth import SynthOptions, synthesize
+    from zhin_cli.tools.fixtures.synth import SynthOptions, synthesize
 
     small = synthesize(SynthOptions(members=8, messages=120, seed=3))
     alone = sweep([small], Config(), provider="openai", prices=builtin_prices())
@@ -189,7 +189,7 @@ def test_two_sessions_pool_each_policy_over_both_in_session_order(busy_report: W
 
 
 def test_a_pickled_session_is_unpickled_once_per_worker() -> None:
-    from zhin_cli.tools import windowsweep
+    from zhin_cli.tools.report import window as windowsweep
 
     session = read_session(BUSY)
     pickled = windowsweep.PickledSession.of(session)
@@ -224,7 +224,7 @@ def test_new_tokens_takes_the_callers_plans() -> None:
     from zhin_cli.cache import plan
     from zhin_cli.core.tokens import counter
     from zhin_cli.tools.cachereplay import new_tokens
-    from zhin_cli.tools.prefixdiff import wire_of
+    from zhin_cli.tools.diff.prefix import wire_of
 
     with Pipeline.open(Config(), provider="openai") as pipeline:
         requests = list(pipeline.replay(read_session(BUSY)))[:6]
@@ -241,7 +241,7 @@ def test_new_tokens_uses_the_plans_it_is_given(monkeypatch: pytest.MonkeyPatch) 
     from zhin_cli.cache import plan
     from zhin_cli.core.tokens import counter
     from zhin_cli.tools import cachereplay
-    from zhin_cli.tools.prefixdiff import wire_of
+    from zhin_cli.tools.diff.prefix import wire_of
 
     with Pipeline.open(Config(), provider="openai") as pipeline:
         requests = list(pipeline.replay(read_session(BUSY)))[:3]

@@ -16,7 +16,7 @@ from zhin_cli._cli.report_window import _table
 from zhin_cli.cache.prices import builtin_prices
 from zhin_cli.pipeline.config import Config
 from zhin_cli.store.jsonl import read_session
-from zhin_cli.tools.windowsweep import WindowReport, frontier_picture, sweep, table_rows
+from zhin_cli.tools.report.window import WindowReport, frontier_picture, sweep, table_rows
 
 BUSY = Path(__file__).resolve().parent.parent / "fixtures" / "group-busy.jsonl"
 

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from zhin_cli.cache import CacheOutcome, plan, shared_tokens
+from zhin_cli.cache.usage import normalize_usage
 from zhin_cli.core.tokens import counter
 from zhin_cli.pipeline.assemble import Assembler
 from zhin_cli.pipeline.config import Config
 from zhin_cli.pipeline.providers import PROFILES
 from zhin_cli.store import load_session
-from zhin_cli.tools.usage import normalize_usage
 from zhin_cli.wire import WIRES, prompt_tokens, wire_for
 
 ROOT = Path(__file__).resolve().parent.parent

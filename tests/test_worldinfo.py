@@ -253,7 +253,7 @@ def test_example_message_entries_wrap_the_card_examples(tmp_path: Any) -> None:
     from pathlib import Path
 
     from zhin_cli.store.sillytavern import read_card, read_chat, read_lore
-    from zhin_cli.tools.stcheck import prepare, zhin_request
+    from zhin_cli.tools.preset.check import prepare, zhin_request
 
     golden = Path(__file__).resolve().parent / "st_golden2"
     book = json.loads((golden / "content" / "lore-Greyreach_Almanac.json").read_text(encoding="utf-8"))
@@ -330,7 +330,7 @@ def test_wi_format_wraps_each_position(tmp_path: Any) -> None:
     from pathlib import Path
 
     from zhin_cli.store.sillytavern import read_card, read_chat, read_lore
-    from zhin_cli.tools.stcheck import prepare, zhin_messages, zhin_request
+    from zhin_cli.tools.preset.check import prepare, zhin_messages, zhin_request
 
     golden = Path(__file__).resolve().parent / "st_golden2"
     chat = read_chat(golden / "runs" / "wi" / "chat.jsonl")

@@ -44,11 +44,15 @@ _HOMES: dict[str, str] = {
     "Pipeline": "zhin_cli.pipeline.facade", "AssembledRequest": "zhin_cli.pipeline.assemble",
     "Config": "zhin_cli.pipeline.config", "load_config": "zhin_cli.pipeline.config",
     "PriceTable": "zhin_cli.pipeline.prices", "Price": "zhin_cli.pipeline.prices",
-    "load_prices": "zhin_cli.pipeline.prices",
+    "load_prices": "zhin_cli.pipeline.prices", "RunContext": "zhin_cli.pipeline.context",
     # providers, renderers, validators, wire formats
     "Capabilities": "zhin_cli.pipeline.providers", "CacheRules": "zhin_cli.pipeline.providers",
     "RenderedRequest": "zhin_cli.pipeline.providers", "RenderedPart": "zhin_cli.pipeline.providers",
     "PROFILES": "zhin_cli.pipeline.providers", "register_profile": "zhin_cli.pipeline.providers",
+    "ProviderSpec": "zhin_cli.pipeline.providers", "PROVIDERS": "zhin_cli.pipeline.providers",
+    "register_provider": "zhin_cli.pipeline.providers", "provider": "zhin_cli.pipeline.providers",
+    "provider_names": "zhin_cli.pipeline.providers", "for_wire": "zhin_cli.pipeline.providers",
+    "register_prices": "zhin_cli.pipeline.plugins", "PRICE_ROWS": "zhin_cli.pipeline.plugins",
     "RENDERERS": "zhin_cli.pipeline.providers", "register_renderer": "zhin_cli.pipeline.providers",
     "Verdict": "zhin_cli.pipeline.validate", "VALIDATORS": "zhin_cli.pipeline.validate",
     "register_validator": "zhin_cli.pipeline.validate",
@@ -57,13 +61,13 @@ _HOMES: dict[str, str] = {
     "macro": "zhin_cli.pipeline.preset.macros", "Arity": "zhin_cli.pipeline.preset.macros",
     "MACROS": "zhin_cli.pipeline.preset.macros",
     # usage, eval, serve, economy
-    "NormalizedUsage": "zhin_cli.tools.usage", "usage_kind": "zhin_cli.tools.usage",
-    "USAGE_KINDS": "zhin_cli.tools.usage",
+    "NormalizedUsage": "zhin_cli.cache.usage", "usage_kind": "zhin_cli.cache.usage",
+    "USAGE_KINDS": "zhin_cli.cache.usage",
     "assertion": "zhin_cli.tools.eval.registry", "transform": "zhin_cli.tools.eval.registry",
     "ASSERTIONS": "zhin_cli.tools.eval.registry", "TRANSFORMS": "zhin_cli.tools.eval.registry",
     "step": "zhin_cli.tools.eval.timeline", "STEPS": "zhin_cli.tools.eval.timeline",
-    "Dialect": "zhin_cli.tools.serve", "register_dialect": "zhin_cli.tools.serve", "DIALECTS": "zhin_cli.tools.serve",
-    "ProviderCase": "zhin_cli.tools.economy", "register_case": "zhin_cli.tools.economy", "CASES": "zhin_cli.tools.economy",
+    "Dialect": "zhin_cli.tools.serve.server", "register_dialect": "zhin_cli.tools.serve.server", "DIALECTS": "zhin_cli.tools.serve.server",
+    "ProviderCase": "zhin_cli.tools.report.economy", "register_case": "zhin_cli.tools.report.economy", "CASES": "zhin_cli.tools.report.economy",
 }
 
 __all__ = [  # the stable names: removing one needs a new API_VERSION (tests/test_api.py keeps the list)
@@ -72,14 +76,16 @@ __all__ = [  # the stable names: removing one needs a new API_VERSION (tests/tes
     "SceneFacts", "BotFacts", "Summary", "load_session", "SessionSource", "register_source", "SOURCES", "line_type",
     "LINE_TYPES", "PromptSegment", "TextSegment", "SegmentInput", "RuntimeView", "SessionView", "Retention", "KINDS",
     "Plugin", "Pipeline", "AssembledRequest", "Config", "load_config", "PriceTable", "Price", "load_prices",
-    "Capabilities", "CacheRules", "RenderedRequest", "RenderedPart", "PROFILES", "register_profile", "RENDERERS",
-    "register_renderer", "Verdict", "VALIDATORS", "register_validator", "WireFormat", "Block", "WIRES",
-    "register_wire", "macro", "Arity", "MACROS", "NormalizedUsage", "usage_kind", "USAGE_KINDS", "assertion",
-    "transform", "ASSERTIONS", "TRANSFORMS", "step", "STEPS", "Dialect", "register_dialect", "DIALECTS",
+    "RunContext", "Capabilities", "CacheRules", "RenderedRequest", "RenderedPart", "PROFILES", "register_profile",
+    "ProviderSpec", "PROVIDERS", "register_provider", "provider", "provider_names", "for_wire", "register_prices",
+    "PRICE_ROWS", "RENDERERS", "register_renderer", "Verdict", "VALIDATORS", "register_validator", "WireFormat",
+    "Block", "WIRES", "register_wire", "macro", "Arity", "MACROS", "NormalizedUsage", "usage_kind", "USAGE_KINDS",
+    "assertion", "transform", "ASSERTIONS", "TRANSFORMS", "step", "STEPS", "Dialect", "register_dialect", "DIALECTS",
     "ProviderCase", "register_case", "CASES",
 ]
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time each name is imported on first use
+    from zhin_cli.cache.usage import USAGE_KINDS, NormalizedUsage, usage_kind
     from zhin_cli.core.errors import ConfigError, InputError, UsageError, ZhinError
     from zhin_cli.core.model import (
         Actor,
@@ -97,17 +103,25 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time each name i
     from zhin_cli.core.registry import DuplicateName, Registry
     from zhin_cli.pipeline.assemble import AssembledRequest
     from zhin_cli.pipeline.config import Config, load_config
+    from zhin_cli.pipeline.context import RunContext
     from zhin_cli.pipeline.facade import Pipeline
+    from zhin_cli.pipeline.plugins import PRICE_ROWS, register_prices
     from zhin_cli.pipeline.preset.macros import MACROS, Arity, macro
     from zhin_cli.pipeline.prices import Price, PriceTable, load_prices
     from zhin_cli.pipeline.providers import (
         PROFILES,
+        PROVIDERS,
         RENDERERS,
         CacheRules,
         Capabilities,
+        ProviderSpec,
         RenderedPart,
         RenderedRequest,
+        for_wire,
+        provider,
+        provider_names,
         register_profile,
+        register_provider,
         register_renderer,
     )
     from zhin_cli.pipeline.segments import KINDS, PromptSegment, Retention, RuntimeView, SegmentInput, SessionView, TextSegment
@@ -115,11 +129,10 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time each name i
     from zhin_cli.pipeline.validate import VALIDATORS, Verdict, register_validator
     from zhin_cli.store import SOURCES, SessionSource, load_session, register_source
     from zhin_cli.store.jsonl import LINE_TYPES, line_type
-    from zhin_cli.tools.economy import CASES, ProviderCase, register_case
     from zhin_cli.tools.eval.registry import ASSERTIONS, TRANSFORMS, assertion, transform
     from zhin_cli.tools.eval.timeline import STEPS, step
-    from zhin_cli.tools.serve import DIALECTS, Dialect, register_dialect
-    from zhin_cli.tools.usage import USAGE_KINDS, NormalizedUsage, usage_kind
+    from zhin_cli.tools.report.economy import CASES, ProviderCase, register_case
+    from zhin_cli.tools.serve.server import DIALECTS, Dialect, register_dialect
     from zhin_cli.wire import WIRES, Block, WireFormat, register_wire
 
 

@@ -27,7 +27,7 @@ import pytest
 from zhin_cli.pipeline.assemble import AssembledRequest
 from zhin_cli.pipeline.providers import PROFILES
 from zhin_cli.tools.eval.live import LiveModel, LiveModelError
-from zhin_cli.tools.trace import trace
+from zhin_cli.tools.trace.trace import trace
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 LLAMA_PROFILE = "llama-cpp"

@@ -23,7 +23,7 @@ import httpx2
 import openai
 import pytest
 
-from zhin_cli.tools.serve import running_server
+from zhin_cli.tools.serve.server import running_server
 
 TIMEOUT = 120.0
 CANARY = "sk-live-canary-5d1e"

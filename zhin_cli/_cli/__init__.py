@@ -308,14 +308,35 @@ def handles_errors_like_diff(function: F) -> F:
 
 def check_options(provider: str | None, timezone: str | None = None) -> None:
     """Option values typer cannot check: a bad ``--provider`` or ``--timezone`` is usage (exit 2), like any
-    bad option, not a config problem."""
-    from zhin_cli.core.timezones import valid_timezone
-    from zhin_cli.pipeline.providers import PROFILES
+    bad option, not a config problem.
 
-    if provider and provider not in PROFILES:
-        raise UsageError(f"--provider: unknown provider {provider!r} (known: {', '.join(sorted(PROFILES))})")
+    A provider no built-in has may come from a plugin of the command's config (``--config``, or the zhin.yaml found
+    upward — whose plugins run only if trusted, else exit 3): the config and its plugins are loaded first
+    (``RunContext``), kept for the whole command, and the provider is checked after."""
+    from zhin_cli.core.timezones import valid_timezone
+    from zhin_cli.pipeline.providers import PROVIDERS, unknown_provider
+
+    if provider and provider not in PROVIDERS and not _plugin_provider(provider):
+        raise UsageError(f"--provider: {unknown_provider(provider)}")
     if timezone and not valid_timezone(timezone):
         raise UsageError(f"--timezone: unknown time zone {timezone!r} (expected an IANA name such as Asia/Shanghai)")
+
+
+def _plugin_provider(name: str) -> bool:
+    """Load the running command's config and its plugins for the rest of the command (released when it ends); True
+    when one of them registered the provider ``name``."""
+    from typer._click.globals import get_current_context
+
+    from zhin_cli.pipeline.context import RunContext
+    from zhin_cli.pipeline.providers import PROVIDERS
+
+    click_context = get_current_context(silent=True)
+    if click_context is None:
+        return False
+    config = click_context.params.get("config")
+    context = RunContext.open(Path(config) if config is not None else None, cwd=Path.cwd())
+    click_context.call_on_close(context.close)
+    return name in PROVIDERS
 
 
 def progress_wanted() -> bool:

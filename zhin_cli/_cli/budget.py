@@ -1,4 +1,4 @@
-"""``zhin budget check`` / ``update``: the fixed prompt cost per provider profile (library: ``zhin_cli.tools.budget``)."""
+"""``zhin budget check`` / ``update``: the fixed prompt cost per provider profile (library: ``zhin_cli.tools.budget.budget``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import typer
 from zhin_cli._cli import ConfigOption, DbOption, app, check_options, handles_errors, print_json, print_records, stdout_console
 from zhin_cli.core.errors import EXIT_FOUND, UsageError, ZhinError
 from zhin_cli.core.terminaltext import markup_safe, terminal_safe
-from zhin_cli.tools.budget import (
+from zhin_cli.tools.budget.budget import (
     DEFAULT_BUDGET_FILE,
     Budget,
     BudgetReport,
@@ -50,7 +50,7 @@ def print_report(report: BudgetReport) -> None:
 
 def publish_budget(report: BudgetReport, budget: Budget, config: Path | None) -> None:
     from zhin_cli.core import ghactions
-    from zhin_cli.tools.budget import budget_annotations, budget_summary, part_sources
+    from zhin_cli.tools.budget.budget import budget_annotations, budget_summary, part_sources
 
     if ghactions.enabled():  # where the parts come from is looked up only when someone will read it
         try:

@@ -110,7 +110,7 @@ def eval_command(
 
 def before_after(paths: list[Path], options: EvalOptions, base: str, head: str, as_json: bool) -> None:
     """The same cases under two configurations (eval:chat 前后对比)."""
-    from zhin_cli.tools.configsource import load_config_source
+    from zhin_cli.pipeline.configsource import load_config_source
     from zhin_cli.tools.eval.compare import compare_results
     from zhin_cli.tools.eval.runner import run_eval
 

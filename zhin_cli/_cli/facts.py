@@ -19,8 +19,8 @@ from zhin_cli._cli import (
     stdout_console,
 )
 from zhin_cli.core.terminaltext import terminal_safe
-from zhin_cli.tools.facts import prune_database, prune_summary, show_facts
-from zhin_cli.tools.trace import timezone_note
+from zhin_cli.tools.facts.facts import prune_database, prune_summary, show_facts
+from zhin_cli.tools.trace.trace import timezone_note
 
 facts_app = typer.Typer(help="Stored member and scene facts (ADR 0041 §6): show them, prune them to their bounds.",
                         no_args_is_help=True)

@@ -1,4 +1,4 @@
-"""``zhin fixtures synth``: write a synthetic, realistic group-chat session (library: ``zhin_cli.tools.synth``)."""
+"""``zhin fixtures synth``: write a synthetic, realistic group-chat session (library: ``zhin_cli.tools.fixtures.synth``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import typer
 
 from zhin_cli._cli import app, handles_errors
 from zhin_cli.core.terminaltext import terminal_safe
-from zhin_cli.tools.synth import SynthOptions, synthesize_lines
+from zhin_cli.tools.fixtures.synth import SynthOptions, synthesize_lines
 
 fixtures_app = typer.Typer(help="Session fixtures: synthetic group chats for tests and economy reports.", no_args_is_help=True)
 app.add_typer(fixtures_app, name="fixtures")

@@ -39,7 +39,7 @@ from zhin_cli.core.errors import EXIT_FOUND, UsageError
 from zhin_cli.core.parallel import JOBS_HELP
 from zhin_cli.core.terminaltext import markup_safe, terminal_safe
 from zhin_cli.tools.capturediff import CaptureDiff, CaptureRequest
-from zhin_cli.tools.prefixdiff import (
+from zhin_cli.tools.diff.prefix import (
     CAUSE_MEANINGS,
     CAUSES,
     DEFAULT_FAIL_ON,
@@ -133,7 +133,7 @@ def _publish(result: PrefixDiffResult) -> None:
     from zhin_cli.core import ghactions
 
     if ghactions.enabled():
-        from zhin_cli.tools.prefixdiff import github_annotations, github_summary
+        from zhin_cli.tools.diff.prefix import github_annotations, github_summary
 
         ghactions.publish(github_annotations(result), github_summary(result))
 
@@ -286,7 +286,7 @@ def _print_session(console: Console, session: SessionDiff, fail_on: list[str]) -
     say(console, f"[bold]{markup_safe(session.session_id)}[/] · {markup_safe(session.provider)} · {markup_safe(session.model)} · "
                   f"{markup_safe(count)}")
     if session.layout is not None:  # the bot's real bodies are diffed from a capture folder (docs/captures.md)
-        from zhin_cli.tools.trace import layout_note
+        from zhin_cli.tools.trace.trace import layout_note
 
         say(console, markup_safe(layout_note(session.layout)))
     _print_rows(console, session.pairs, fail_on, captured=session.captured)

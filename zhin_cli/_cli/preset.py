@@ -18,7 +18,7 @@ preset_app = typer.Typer(name="preset", help="Import and inspect SillyTavern cha
 app.add_typer(preset_app, name="preset")
 
 class PostProcessing(StrEnum):
-    """ST's Prompt Post-Processing values (``none`` is ST's ""); tools/stcapture.POST_PROCESSING maps them."""
+    """ST's Prompt Post-Processing values (``none`` is ST's ""); tools/preset/capture.POST_PROCESSING maps them."""
 
     none = "none"
     merge = "merge"
@@ -47,7 +47,7 @@ def lint_command(
     Exit status: 0 clean (info only), 1 warnings or errors found, 2 usage, 3 the file cannot be read or is not a preset.
     """
     from zhin_cli.core import ghactions
-    from zhin_cli.tools.preset_lint import lint
+    from zhin_cli.tools.preset.lint import lint
 
     result = lint(file, ignore=ignore or ())
     if ghactions.enabled():  # built only for a reader: a preset may hold tens of thousands of findings
@@ -87,7 +87,7 @@ def probe_command(
 
     Exit status: 0 ok, 2 usage, 3 cannot run (bad preset, session or config).
     """
-    from zhin_cli.tools.preset_lint import probe
+    from zhin_cli.tools.preset.lint import probe
 
     check_options(provider)
     result = probe(file, session_ref=session, db=db, config_path=config, provider=provider, model=model, cwd=Path.cwd(),
@@ -136,7 +136,7 @@ def check_capture_command(
 
     Exit status: 0 no departure, 1 departures, 2 usage, 3 cannot run (unreadable file, no capture matching a turn).
     """
-    from zhin_cli.tools.stcapture import POST_PROCESSING, check_capture, report_lines
+    from zhin_cli.tools.preset.capture import POST_PROCESSING, check_capture, report_lines
 
     description = persona_description
     if description.startswith("@"):  # curl's convention: the text of a file
@@ -147,7 +147,7 @@ def check_capture_command(
     from dataclasses import replace
 
     from zhin_cli.pipeline.preset.worldinfo import Settings
-    from zhin_cli.tools.stcapture import read_world_settings
+    from zhin_cli.tools.preset.capture import read_world_settings
 
     world_settings = read_world_settings(st_settings) if st_settings is not None else Settings()
     if scan_depth is not None:

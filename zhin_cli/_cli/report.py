@@ -1,5 +1,5 @@
 """``zhin report economy``: header tokens, simulated prompt-cache hits and what the input costs (library:
-``zhin_cli.tools.economy``; prices: ``zhin_cli.cache.prices``)."""
+``zhin_cli.tools.report.economy``; prices: ``zhin_cli.cache.prices``)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from zhin_cli.core.errors import UsageError
 from zhin_cli.core.parallel import JOBS_HELP
 from zhin_cli.core.terminaltext import markup_safe, terminal_safe
 from zhin_cli.core.tokens import DEFAULT_ENCODING
-from zhin_cli.tools.economy import (
+from zhin_cli.tools.report.economy import (
     ADR_LABEL,
     BILL_CAVEAT,
     CASES,
@@ -276,7 +276,7 @@ def html_command(
     A capture folder or a JSONL of request bodies (what a bot really sent) is drawn like sessions: one per conversation, a section per captured request, its diff against the conversation's previous request; no economy panel, no validation (docs/captures.md).
     """
     from zhin_cli.core.outputfiles import atomic_output
-    from zhin_cli.tools.htmlreport import build_report
+    from zhin_cli.tools.report.html import build_report
 
     check_options(provider)
     if output is None and sys.stdout.isatty():

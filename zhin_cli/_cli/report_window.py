@@ -1,4 +1,4 @@
-"""``zhin report window``: the window sweep (library: ``zhin_cli.tools.windowsweep``). Registered on ``report_app``
+"""``zhin report window``: the window sweep (library: ``zhin_cli.tools.report.window``). Registered on ``report_app``
 when ``zhin_cli._cli.report`` is imported."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from zhin_cli._cli.report import report_app
 from zhin_cli.core.errors import UsageError
 from zhin_cli.core.parallel import MAX_JOBS
 from zhin_cli.core.terminaltext import markup_safe, terminal_safe
-from zhin_cli.tools.windowsweep import WindowReport, frontier_picture, recommendation_line, table_rows
+from zhin_cli.tools.report.window import WindowReport, frontier_picture, recommendation_line, table_rows
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -46,7 +46,7 @@ def window_command(
 
     Policies: max_messages/cut_to pairs, max_blocks/cut_blocks_to pairs, no cap, upstream's sliding window and your zhin.yaml window ("default"). Per policy: input cost per request (uncached, cached and cache-write tokens at the provider's prices), later-request hit rate, the physical limit, mean and minimum messages of context, and whether it is on the cost/context Pareto frontier. Recommended: the cheapest policy whose mean context is at least --min-context. Definitions: docs/economy.md.
     """
-    from zhin_cli.tools.windowsweep import run_window
+    from zhin_cli.tools.report.window import run_window
 
     if min_context is not None and not (math.isfinite(min_context) and min_context >= 0):
         raise UsageError(f"--min-context: a mean number of messages, 0 or more, got {min_context:g}")

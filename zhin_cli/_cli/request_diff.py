@@ -1,4 +1,4 @@
-"""``zhin request-diff``: two request bodies, structurally and by bytes (library: ``zhin_cli.tools.requestdiff``).
+"""``zhin request-diff``: two request bodies, structurally and by bytes (library: ``zhin_cli.tools.diff.request``).
 
 Excerpts are shown on one line, escaped and marked as prefix-diff shows its own; under GitHub Actions every
 difference is also an annotation at its field's line, and the step summary lists them."""
@@ -12,7 +12,7 @@ import typer
 
 from zhin_cli._cli import app, handles_errors_like_diff, print_json, stdout_console
 from zhin_cli.core.terminaltext import markup_safe
-from zhin_cli.tools.requestdiff import (
+from zhin_cli.tools.diff.request import (
     MARK,
     describe,
     diff_requests,
@@ -26,7 +26,7 @@ from zhin_cli.tools.requestdiff import (
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from zhin_cli.tools.requestdiff import FieldDifference
+    from zhin_cli.tools.diff.request import FieldDifference
 
 
 @app.command("request-diff")

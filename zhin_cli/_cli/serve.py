@@ -11,8 +11,8 @@ import typer
 from zhin_cli._cli import app, handles_errors
 from zhin_cli.core.redact import mask_url
 from zhin_cli.core.terminaltext import terminal_safe
-from zhin_cli.tools.serve import ENDPOINTS, REQUEST_DEADLINE, serve
-from zhin_cli.tools.serve_upstream import READ_TIMEOUT
+from zhin_cli.tools.serve.server import ENDPOINTS, REQUEST_DEADLINE, serve
+from zhin_cli.tools.serve.upstream import READ_TIMEOUT
 
 
 def _stderr_line(text: str) -> None:

@@ -1,4 +1,4 @@
-"""``zhin stats cache``: prompt-cache hit rates from logged usage (library: ``zhin_cli.tools.stats``)."""
+"""``zhin stats cache``: prompt-cache hit rates from logged usage (library: ``zhin_cli.tools.stats.cache``)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from zhin_cli._cli import (
 from zhin_cli.core.errors import UsageError
 from zhin_cli.core.parallel import JOBS_HELP
 from zhin_cli.core.terminaltext import markup_safe, terminal_safe
-from zhin_cli.tools.stats import CacheStats, run_cache_stats
+from zhin_cli.tools.stats.cache import CacheStats, run_cache_stats
 
 stats_app = typer.Typer(help="Statistics over stored sessions.", no_args_is_help=True)
 app.add_typer(stats_app, name="stats")

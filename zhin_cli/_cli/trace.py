@@ -43,8 +43,8 @@ from zhin_cli.core.errors import EXIT_FOUND, UsageError
 from zhin_cli.core.terminaltext import markup_safe, terminal_safe, terminal_safe_lines
 from zhin_cli.pipeline.assemble import AssembledRequest
 from zhin_cli.tools.capturediff import CaptureDiff, CaptureRequest
-from zhin_cli.tools.prefixdiff import split_capture_refs, turn_ranges
-from zhin_cli.tools.trace import (
+from zhin_cli.tools.diff.prefix import split_capture_refs, turn_ranges
+from zhin_cli.tools.trace.trace import (
     ADR_LAYOUT,
     WARNING,
     StoredUsage,

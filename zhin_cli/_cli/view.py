@@ -1,5 +1,5 @@
 """``zhin view``: the page of ``zhin report html``, served on loopback for a browser (library:
-``zhin_cli.tools.htmlreport``)."""
+``zhin_cli.tools.report.html``)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def view_command(
     Loopback only: the page shows whole conversations. A connection silent for 10 s, or whose request is not whole 30 s after it connected, is closed; at most 32 are served at once (more are answered 503). Exit status: 0 stopped with Ctrl-C or SIGTERM, 2 usage (a non-loopback --host), 3 cannot run (port in use, bad input).
     """
     from zhin_cli.core.loopback import loopback_host
-    from zhin_cli.tools.htmlreport import build_report, render_template, serve_page
+    from zhin_cli.tools.report.html import build_report, render_template, serve_page
 
     check_options(provider)
     loopback_host(host, "zhin view")  # a bad --host is refused before the sessions are replayed

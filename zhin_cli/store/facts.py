@@ -10,7 +10,7 @@ Three modules, one per job, so the data source layer does not depend on the comm
   and ``StoredFacts`` — the toolkit replays stored sessions, and there facts come from the L2 rows as loaded;
 * :mod:`zhin_cli.store.factscache`: ``FactsCache``, the L1 in-process cache and the threaded read path a bot host
   runs (L1 → L2 → platform, background refresh);
-* :mod:`zhin_cli.tools.facts`: the library functions of ``zhin facts show`` / ``zhin facts prune``.
+* :mod:`zhin_cli.tools.facts.facts`: the library functions of ``zhin facts show`` / ``zhin facts prune``.
 
 Rules of this module, each covered by ``tests/test_facts.py``: 90 days without update → pruned; at most 2000
 member rows per session (oldest ``updated_at`` evicted); a leave / kick later than the row deletes it; stored text

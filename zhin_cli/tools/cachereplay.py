@@ -18,14 +18,14 @@ from typing import Any
 
 from zhin_cli.cache import CacheOutcome, Plan, PrefixCache
 from zhin_cli.cache import plan as cache_plan
+from zhin_cli.cache.groups import first_of_group
 from zhin_cli.core.model import AssistantMessage, Session
 from zhin_cli.core.tokens import TokenCounter
 from zhin_cli.core.tokens import counter as shared_counter
 from zhin_cli.pipeline.assemble import AssembledRequest
 from zhin_cli.pipeline.facade import Pipeline
 from zhin_cli.pipeline.providers import RenderedPart
-from zhin_cli.tools.cachegroups import first_of_group
-from zhin_cli.tools.prefixdiff import Serialized, cache_outcome, serialize, wire_of
+from zhin_cli.tools.diff.prefix import Serialized, cache_outcome, serialize, wire_of
 from zhin_cli.wire import canonical
 
 

@@ -26,11 +26,12 @@ from typing import Any
 
 from zhin_cli.cache import PrefixCache
 from zhin_cli.cache.prices import Cost, CostTotals, PriceTable
+from zhin_cli.cache.usage import normalize_usage
 from zhin_cli.core.errors import ConfigError
 from zhin_cli.core.tokens import encoding_for_model
 from zhin_cli.pipeline.providers import PROFILES, resolve_profile
 from zhin_cli.store.captures import CapturedBody, CaptureSet, read_captures
-from zhin_cli.tools.prefixdiff import (
+from zhin_cli.tools.diff.prefix import (
     BodyRequest,
     PairDiff,
     Pricing,
@@ -42,7 +43,6 @@ from zhin_cli.tools.prefixdiff import (
     cost_dict,
     diff_body_pair,
 )
-from zhin_cli.tools.usage import normalize_usage
 from zhin_cli.wire import WireFormat, canonical, wire_for
 
 # The provider profile a wire format is simulated with when --provider does not name one.

@@ -13,7 +13,7 @@ A *wire format* (``WireFormat``) answers, for its API, the questions the tools u
 * tool-call / tool-result recognition, roles, how a standalone user text is written, a message without a text
   piece, the flat one-user-message layout (``zhin report economy``);
 * ``usage(…)`` — the API's usage object for a given cache outcome (``zhin serve``), and ``usage_kind`` (the
-  ``tools/usage.py`` normaliser that reads it back).
+  ``cache/usage.py`` normaliser that reads it back).
 
 ``prompt_tokens(body, wire, counter)`` is the one definition of a request's prompt tokens (docs/tokens.md):
 our estimate of the input tokens the provider bills for that body, Σ over ``blocks`` of (text tokens +

@@ -75,7 +75,7 @@ class WireFormat:
     name = ""
     regions: tuple[str, ...] = ("tools", "messages")
     message_key = "messages"
-    usage_kind = ""  # the tools/usage.py normaliser for this API's usage object
+    usage_kind = ""  # the cache/usage.py normaliser for this API's usage object
     # Where the system prompt goes when the format has no system message (``zhin providers``); None = a message in
     # the provider's ``system_prompt_role``.
     system_place: str | None = None

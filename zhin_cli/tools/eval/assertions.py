@@ -14,10 +14,10 @@ from typing import Any
 from zhin_cli.core.tokens import counter
 from zhin_cli.pipeline.assemble import AssembledRequest
 from zhin_cli.pipeline.format import parse_header
-from zhin_cli.tools.budget import TOTAL, fixed_parts
+from zhin_cli.tools.budget.budget import TOTAL, fixed_parts
+from zhin_cli.tools.diff.prefix import diff_pair
 from zhin_cli.tools.eval.metrics import header_texts
 from zhin_cli.tools.eval.registry import Outcome, ProviderRun, assertion
-from zhin_cli.tools.prefixdiff import diff_pair
 from zhin_cli.wire import wire_for
 
 FULL_ONLY_FIELDS = frozenset({"name", "role", "group_nickname", "group_title", "mute_time", "origin"})

@@ -13,7 +13,7 @@ from typing import Any
 from zhin_cli.core.tokens import counter as shared_counter
 from zhin_cli.pipeline.assemble import AssembledRequest
 from zhin_cli.pipeline.format import parse_header
-from zhin_cli.tools.prefixdiff import EXPECTED, diff_turns
+from zhin_cli.tools.diff.prefix import EXPECTED, diff_turns
 
 
 def header_texts(request: AssembledRequest, *, members_only: bool = True) -> list[str]:

@@ -38,7 +38,7 @@ from zhin_cli.pipeline.assemble import AssembledRequest
 from zhin_cli.pipeline.config import Config
 from zhin_cli.pipeline.facade import Pipeline
 from zhin_cli.pipeline.prices import PriceTable
-from zhin_cli.tools.prefixdiff import DEFAULT_FAIL_ON, BodyRequest, PairDiff, Serialized, TurnDiffer, serialize
+from zhin_cli.tools.diff.prefix import DEFAULT_FAIL_ON, BodyRequest, PairDiff, Serialized, TurnDiffer, serialize
 
 HTML_REPORT_VERSION = 1
 # The page's policy: nothing fetched, no plugin, no <base>, no form target; its one inline script and one inline
@@ -310,7 +310,7 @@ class ReportJob:
 def economy_summary(session: Any, config: Config, provider: str,
                     prices: PriceTable | None = None) -> tuple[dict[str, Any] | None, str]:
     """``report economy --json``'s figures of one session for ``provider`` (None and why, if it simulates none)."""
-    from zhin_cli.tools.economy import CASES, session_economy
+    from zhin_cli.tools.report.economy import CASES, session_economy
 
     if provider not in CASES:
         return None, f"no economy simulation for {provider} (simulated: {', '.join(CASES)})"
@@ -427,7 +427,7 @@ def build_report(
     from zhin_cli.core.tokens import counter
     from zhin_cli.pipeline.config import load_config
     from zhin_cli.store import database_read
-    from zhin_cli.tools.prefixdiff import session_refs, split_capture_refs
+    from zhin_cli.tools.diff.prefix import session_refs, split_capture_refs
 
     workers = check_jobs(jobs)
     config = load_config(config_path, cwd=cwd)
@@ -452,7 +452,7 @@ def build_report(
     sweep: dict[str, Any] | None = None
     sweep_note = ""
     if window and pages:  # report window over the same sessions, for the provider the pages were rendered for
-        from zhin_cli.tools.windowsweep import run_window
+        from zhin_cli.tools.report.window import run_window
 
         try:
             sweep = run_window(refs, cwd=cwd, db=db, config_path=config_path, provider=pages[0].provider,
@@ -466,7 +466,7 @@ def build_report(
 
 
 def _asset(name: str) -> str:
-    return resources.files("zhin_cli.tools.htmlpage").joinpath(name).read_text(encoding="utf-8")
+    return resources.files("zhin_cli.tools.report.htmlpage").joinpath(name).read_text(encoding="utf-8")
 
 
 def _e(value: object) -> str:
@@ -578,7 +578,7 @@ def _costs(cost: dict[str, Any] | None) -> str:
 
 
 def _economy(page: SessionPage) -> str:
-    from zhin_cli.tools.economy import groups_words
+    from zhin_cli.tools.report.economy import groups_words
 
     if page.economy is None:
         return f'<section class="economy"><h3>Economy</h3><p class="meta">{_e(page.economy_note)}</p></section>'

@@ -364,13 +364,13 @@ def budget_annotations(report: BudgetReport, budget: Budget, sources: dict[str, 
 
 def part_sources(report: BudgetReport, *, config_path: Path | None = None, cwd: Path | None = None) -> dict[str, Any]:
     """Where the text of each failed part comes from — the zhin.yaml key, the plugin file, zhin's built-in module —
-    found as prefix-diff finds a segment's source (:func:`zhin_cli.tools.prefixdiff.segment_sources`, one rule)."""
+    found as prefix-diff finds a segment's source (:func:`zhin_cli.tools.diff.prefix.segment_sources`, one rule)."""
     failed = [r for r in report.results if r.failed and r.part != TOTAL]
     if not failed:
         return {}
     from zhin_cli.pipeline.config import load_config
     from zhin_cli.pipeline.facade import Pipeline
-    from zhin_cli.tools.prefixdiff import segment_sources
+    from zhin_cli.tools.diff.prefix import segment_sources
 
     with Pipeline.open(load_config(config_path, cwd=cwd), provider=failed[0].provider, model=failed[0].model) as pipeline:
         return segment_sources(pipeline, [r.part for r in failed])

@@ -4,7 +4,7 @@ Two ways in: :func:`trace` returns every chosen request at once (``--json``, the
 hands them out one at a time as the replay makes them (``--jsonl`` streams each as it is made; the compact view of
 ``--all`` keeps one small :class:`TurnRow` per turn instead of the requests, so a long session's rows cost the
 rows, not the requests). :func:`turn_rows` is that compact view's data: per turn the prompt tokens, the part the
-provider's prompt cache would read — counted by prefix-diff's own cache model (``tools.prefixdiff.cached_tokens``
+provider's prompt cache would read — counted by prefix-diff's own cache model (``tools.diff.prefix.cached_tokens``
 over the same requests in the same order), so both commands give one number — the three largest segments, the
 state rendering mode and the validator's verdict.
 
@@ -12,7 +12,7 @@ Every figure says what it is. The requests are zhin's assembly of the stored row
 (``adr-0041``, or the preset's name when a preset skeleton is used; ``layout_name``), never the body the bot sent: a
 bot's own system prompt and tool schemas are not in its database. What the bot's provider reported for the
 request that produced a turn's reply — the usage stored on that assistant row — is shown beside zhin's figures
-(``StoredUsage``: ``stats cache``'s own reading, ``tools.stats.usage_record``), under its own key, never mixed
+(``StoredUsage``: ``stats cache``'s own reading, ``tools.stats.cache.usage_record``), under its own key, never mixed
 into zhin's ``prompt_tokens``; a row without usage shows none, not a zero.
 
 Each request's input cost, when its provider has prices (``prefixdiff.Pricing``: ``Cost.of`` over the same cache
@@ -32,6 +32,7 @@ from typing import Any
 
 from zhin_cli.cache import CacheOutcome, PrefixCache
 from zhin_cli.cache.prices import Cost
+from zhin_cli.cache.usage import NormalizedUsage
 from zhin_cli.core.errors import UsageError
 from zhin_cli.core.model import AssistantMessage
 from zhin_cli.pipeline.assemble import AssembledRequest, TurnPlan
@@ -40,9 +41,8 @@ from zhin_cli.pipeline.facade import Pipeline
 from zhin_cli.pipeline.preset.model import Preset
 from zhin_cli.store import database_read, load_session
 from zhin_cli.tools.capturediff import CaptureDiff, CaptureRequest, diff_capture_path
-from zhin_cli.tools.prefixdiff import CACHE_MODEL, COLD, WARM, PairDiff, Pricing, cache_outcome, cost_dict, serialize
-from zhin_cli.tools.stats import usage_record
-from zhin_cli.tools.usage import NormalizedUsage
+from zhin_cli.tools.diff.prefix import CACHE_MODEL, COLD, WARM, PairDiff, Pricing, cache_outcome, cost_dict, serialize
+from zhin_cli.tools.stats.cache import usage_record
 
 TRACE_VERSION = 1
 TOP_SEGMENTS = 3  # segments a compact row names

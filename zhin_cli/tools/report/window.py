@@ -288,7 +288,7 @@ def target(provider: str, model: str | None, config: Config) -> Target:
     (``pipeline/models.py``: never another provider's model)."""
     from zhin_cli.pipeline.models import default_model
     from zhin_cli.pipeline.providers import PROFILES
-    from zhin_cli.tools.economy import CASES
+    from zhin_cli.tools.report.economy import CASES
 
     if provider not in PROFILES:
         raise UsageError(f"--provider: unknown provider {provider!r} (known: {', '.join(sorted(PROFILES))})")
@@ -361,7 +361,7 @@ def run_window(refs: list[str], *, cwd: Path, db: str | None = None, config_path
     from zhin_cli.core.parallel import check_jobs
     from zhin_cli.pipeline.config import load_config
     from zhin_cli.store import load_session
-    from zhin_cli.tools.prefixdiff import session_refs
+    from zhin_cli.tools.diff.prefix import session_refs
 
     workers = check_jobs(jobs)
     config = load_config(config_path, cwd=cwd)

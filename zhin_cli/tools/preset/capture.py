@@ -1,5 +1,5 @@
 """``zhin preset check-capture``: a folder of SillyTavern requests (what ``zhin serve --capture`` wrote while ST
-ran a chat) checked turn by turn against zhin's request for the same turn (``tools/stcheck``).
+ran a chat) checked turn by turn against zhin's request for the same turn (``tools/preset/check``).
 
 The preset note's ``tools/st-request-diff`` as a job rather than a diff of two files: the user has a capture
 folder and ST's own exports (chat, card, lorebook), not zhin sessions, and wants the departures that matter —
@@ -27,8 +27,8 @@ from zhin_cli.core.errors import InputError, ZhinError
 from zhin_cli.core.readers import read_json_file
 from zhin_cli.pipeline.preset import worldinfo
 from zhin_cli.store.sillytavern import ChatTurn, SillyTavernChat, read_card, read_chat, read_group, read_lore
-from zhin_cli.tools.requestdiff import marked, readable
-from zhin_cli.tools.stcheck import ByDesign, Departure, TurnCheck, check_turn, prepare
+from zhin_cli.tools.diff.request import marked, readable
+from zhin_cli.tools.preset.check import ByDesign, Departure, TurnCheck, check_turn, prepare
 
 _CAPTURE_FILE = re.compile(r"(\d{5,})-([A-Za-z0-9-]+)\.json")
 _EXCHANGE_FILE = re.compile(r"(\d{5,})-([A-Za-z0-9-]+)\.exchange\.json")  # zhin serve's record of the answer: not a body

@@ -45,9 +45,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from zhin_cli.cache.usage import normalize_usage, usage_kind_of
 from zhin_cli.core.errors import UsageError
 from zhin_cli.core.redact import mask_url, split_userinfo
-from zhin_cli.tools.usage import normalize_usage, usage_kind_of
 
 CONNECT_TIMEOUT = 5.0  # a stopped or unreachable upstream is a 502 within this
 READ_TIMEOUT = 60.0  # longest silence between two pieces of a streamed answer

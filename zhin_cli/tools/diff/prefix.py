@@ -1246,7 +1246,7 @@ def run_prefix_diff(
         _add_captures(result, captured, provider, config.price_table(prices_file), on_pair)
         return result
 
-    from zhin_cli.tools.configsource import load_config_source
+    from zhin_cli.pipeline.configsource import load_config_source
 
     assert head is not None
     with load_config_source(base, cwd=cwd) as base_source, load_config_source(head, cwd=cwd) as head_source:
@@ -1350,7 +1350,7 @@ def run_session_job(job: SessionJob, progress: Callable[[int, int], None] | None
         pipelines = [stack.enter_context(Pipeline.open(config, provider=job.provider, model=job.model, preset=job.preset))
                      for config in job.configs]
         if len(pipelines) == 1:
-            from zhin_cli.tools.trace import layout_name  # trace imports this module
+            from zhin_cli.tools.trace.trace import layout_name  # trace imports this module
 
             diff = diff_session(pipelines[0], session, progress, on_pair, job.prices)
             diff.sources = segment_sources(pipelines[0], _pair_keys(diff), job.preset)

@@ -26,7 +26,7 @@ each body, ``NNNNN-<route>.exchange.json`` records what the request got (the mod
 the usage object answered with, the answer, elapsed ms; ``serve_upstream.Exchange``).
 
 With ``upstream`` (``--upstream URL``) the server answers nothing itself: each POST to a known route is forwarded to
-the real provider and its answer relayed and recorded the same way (``zhin_cli.tools.serve_upstream``;
+the real provider and its answer relayed and recorded the same way (``zhin_cli.tools.serve.upstream``;
 docs/record.md).
 
 The server binds to loopback only. ``running_server()`` runs one in a thread for tests; ``serve()`` runs one in
@@ -67,7 +67,7 @@ from zhin_cli.core.tokens import counter as shared_counter
 from zhin_cli.core.tokens import encoding_for_model
 from zhin_cli.pipeline.providers import PROFILES, resolve_profile
 from zhin_cli.pipeline.validate import VALIDATORS, validate
-from zhin_cli.tools.serve_upstream import (
+from zhin_cli.tools.serve.upstream import (
     CONNECT_TIMEOUT,
     READ_TIMEOUT,
     RELAY_PIECE,
@@ -639,7 +639,7 @@ class _Handler(BaseHTTPRequestHandler):
 
         return write
 
-    # --- --upstream: forward to the real provider and relay its answer (zhin_cli.tools.serve_upstream) ---
+    # --- --upstream: forward to the real provider and relay its answer (zhin_cli.tools.serve.upstream) ---
 
     def _relay(self, raw: bytes | bytearray, captured: Path | None) -> None:
         pool = self.server.upstream_pool

@@ -50,6 +50,7 @@ from typing import Any
 
 from zhin_cli.cache import CacheOutcome, PrefixCache
 from zhin_cli.cache.prices import Cost, CostTotals, Price, PriceChoice, PriceTable
+from zhin_cli.cache.usage import NO_USAGE, billed_outcome, captured_usage
 from zhin_cli.core.model import Actor, AssistantMessage, EventMessage, Message, Session, ToolResultMessage, UserMessage
 from zhin_cli.core.registry import Registry
 from zhin_cli.core.tokens import DEFAULT_ENCODING, RANK_FILES, TokenCounter
@@ -65,9 +66,8 @@ from zhin_cli.pipeline.providers import RenderedPart
 from zhin_cli.pipeline.window import SessionIndex, WindowConfig, sliding, visible_window
 from zhin_cli.store.captures import SERVE_LOG, CaptureSet, is_body_jsonl, is_capture_folder, read_captures
 from zhin_cli.tools.cachereplay import replay_cache
-from zhin_cli.tools.prefixdiff import Serialized, cache_outcome, diff_pair, serialize, wire_of
-from zhin_cli.tools.stats import usage_record
-from zhin_cli.tools.usage import NO_USAGE, billed_outcome, captured_usage
+from zhin_cli.tools.diff.prefix import Serialized, cache_outcome, diff_pair, serialize, wire_of
+from zhin_cli.tools.stats.cache import usage_record
 
 ECONOMY_VERSION = 1
 # Which cache the figures meet (docs/figures.md): cold at the first request of each cache group, warm after it.
@@ -831,7 +831,7 @@ def run_economy(
     from zhin_cli.core.errors import UsageError
     from zhin_cli.core.parallel import check_jobs, ordered_map
     from zhin_cli.pipeline.config import load_config
-    from zhin_cli.tools.prefixdiff import session_refs
+    from zhin_cli.tools.diff.prefix import session_refs
 
     chosen = list(providers or tuple(CASES))
     unknown = [p for p in chosen if p not in CASES]

@@ -36,7 +36,7 @@ from zhin_cli.pipeline.preset.skeleton import (
     WORLD_INFO_SEGMENT,
 )
 from zhin_cli.store.sillytavern import GENERATION_MODES, Card, ChatTurn, Group, Lore, SillyTavernChat
-from zhin_cli.tools.requestdiff import CONTEXT, first_difference
+from zhin_cli.tools.diff.request import CONTEXT, first_difference
 
 JOINERS = ("\n", "\n\n")  # what squash / merge / post-processing put between the parts of one message
 HISTORY_PREFIX = "history."

@@ -21,11 +21,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from zhin_cli.cache.groups import first_of_group
+from zhin_cli.cache.usage import NormalizedUsage, normalize_usage, usage_kind_of
 from zhin_cli.core.model import AssistantMessage, Session
 from zhin_cli.core.timezones import human_ms, iso_ms
 from zhin_cli.pipeline.providers import PROFILES, CacheRules, resolve_profile
-from zhin_cli.tools.cachegroups import first_of_group
-from zhin_cli.tools.usage import NormalizedUsage, normalize_usage, usage_kind_of
 
 UNKNOWN = "?"
 

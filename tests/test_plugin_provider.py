@@ -1,0 +1,113 @@
+"""Issue 32 "Done when": a provider defined in a plugin FILE through ``zhin_cli.api`` only — an OpenAI-shaped
+endpoint with its own name, capabilities and prices (tests/plugins/acme_provider.py) — is accepted by the commands
+that take ``--provider``, with no change to zhin: a zhin.yaml naming the plugin (given with ``--config``) is enough.
+
+Negative controls: without the plugin, ``--provider acme`` is exit 2 "unknown provider"; with a zhin.yaml found
+upward and not trusted, exit 3 and nothing registered. After every command the provider is gone again (the plugin
+was released), so no test sees another's registration.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES, ROOT
+
+from zhin_cli.pipeline.plugins import PRICE_ROWS
+from zhin_cli.pipeline.providers import PROVIDERS
+
+PLUGIN = ROOT / "tests" / "plugins" / "acme_provider.py"
+SESSION = FIXTURES / "private-chat.jsonl"
+ACME_INPUT, ACME_CACHED = 0.4, 0.04  # the plugin's price row, USD per million tokens
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A prompt repo whose zhin.yaml names the plugin file beside it."""
+    shutil.copy(PLUGIN, tmp_path / "acme_provider.py")
+    (tmp_path / "zhin.yaml").write_text("plugins: [acme_provider.py]\n", encoding="utf-8")
+    return tmp_path
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_registered() -> object:
+    yield
+    assert "acme" not in PROVIDERS and "acme" not in PRICE_ROWS  # every command released the plugin
+
+
+def test_the_plugin_imports_only_the_public_api() -> None:
+    tree = ast.parse(PLUGIN.read_text(encoding="utf-8"))
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    assert imported == {"zhin_cli.api"}
+
+
+def test_trace_takes_the_plugin_provider(project: Path, zhin) -> None:  # type: ignore[no-untyped-def]
+    result = zhin("trace", SESSION, "--json", "-p", "acme", "--config", "zhin.yaml", cwd=project)
+    assert result.returncode == 0, result.stderr
+    request = json.loads(result.stdout)["requests"][0]
+    assert (request["provider"], request["model"]) == ("acme", "acme-1")  # acme's default model
+    assert request["request"]["model"] == "acme-1"
+    assert "Model: acme-1 via acme." in request["request"]["messages"][0]["content"]
+
+
+def test_prefix_diff_bills_at_the_plugins_prices(project: Path, zhin) -> None:  # type: ignore[no-untyped-def]
+    result = zhin("prefix-diff", SESSION, "--json", "-p", "acme", "--config", "zhin.yaml", cwd=project)
+    assert result.returncode == 0, result.stderr
+    session = json.loads(result.stdout)["sessions"][0]
+    assert (session["provider"], session["model"]) == ("acme", "acme-1")
+    cost = session["summary"]["cost"]
+    expected = (cost["uncached_tokens"] * ACME_INPUT + cost["cached_tokens"] * ACME_CACHED) / 1e6
+    assert cost["total"] == pytest.approx(expected, rel=1e-3)
+    assert cost["cached_tokens"] > 0  # acme's cache rules (256-token minimum) let the prefix hit
+
+
+def test_report_html_takes_the_plugin_provider(project: Path, zhin) -> None:  # type: ignore[no-untyped-def]
+    result = zhin("report", "html", SESSION, "-p", "acme", "--config", "zhin.yaml", "-o", "page.html", cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert "acme-1" in (project / "page.html").read_text(encoding="utf-8")
+
+
+def test_preset_probe_takes_the_plugin_provider(project: Path, zhin) -> None:  # type: ignore[no-untyped-def]
+    preset = ROOT / "fixtures" / "presets" / "st-default.json"
+    result = zhin("preset", "probe", preset, "-s", SESSION, "-p", "acme", "--config", "zhin.yaml", "--json", cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert '"acme' in result.stdout
+
+
+# --- negative controls ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv", [
+    ("trace", SESSION, "--json"),
+    ("prefix-diff", SESSION, "--json"),
+    ("report", "html", SESSION, "-o", "page.html"),
+])
+def test_without_the_plugin_acme_is_an_unknown_provider(tmp_path: Path, zhin, argv: tuple[object, ...]) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "zhin.yaml").write_text("plugins: []\n", encoding="utf-8")
+    result = zhin(*argv, "-p", "acme", "--config", "zhin.yaml", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("zhin: error: --provider: unknown provider 'acme' (known: ")
+    assert len(result.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize(("argv", "status"), [
+    (("trace", SESSION, "--json"), 3),
+    (("prefix-diff", SESSION, "--json"), 2),  # prefix-diff's trouble is 2, like diff's (docs/safety.md)
+    (("report", "html", SESSION, "-o", "page.html"), 3),
+])
+def test_a_found_untrusted_config_registers_nothing(project: Path, zhin, monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+                                                    argv: tuple[object, ...], status: int) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(project / "user-config"))  # an empty trust store
+    module = f"zhin_plugin_acme_provider_{hashlib.sha1(str((project / 'acme_provider.py').resolve()).encode()).hexdigest()[:10]}"
+    result = zhin(*argv, "-p", "acme", cwd=project)  # zhin.yaml found upward, not trusted
+    assert result.returncode == status, result.stderr
+    assert result.stderr.startswith("zhin: error: ") and "not running the plugins" in result.stderr
+    assert "acme" not in PROVIDERS
+    assert module not in sys.modules  # the plugin file was never imported

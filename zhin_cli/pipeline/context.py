@@ -1,0 +1,93 @@
+"""``RunContext``: what one command resolves once — the config, its plugins, the prices, the provider — and passes
+down, instead of each function re-reading the config from a bundle of paths (issue 32 Build 5).
+
+Opening a context loads the config (given, or found upward under the trust rules) and runs its plugins *before*
+``--provider`` is checked, so a provider a plugin defines is accepted like a built-in one. The plugins stay loaded
+until :meth:`RunContext.close` (the command's end): their providers, sources and price rows stay registered for
+everything the command does. ``Pipeline.open`` stays for library users; :meth:`RunContext.pipeline` opens one on
+the context's config without loading it again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from zhin_cli.pipeline.config import Config, load_config
+from zhin_cli.pipeline.providers import ProviderSpec, provider
+from zhin_cli.pipeline.segments import Generation, PromptSegmentRegistry
+
+if TYPE_CHECKING:
+    from zhin_cli.pipeline.facade import Pipeline
+    from zhin_cli.pipeline.preset.model import Preset
+    from zhin_cli.pipeline.prices import PriceTable
+    from zhin_cli.pipeline.segments import FactsReader
+
+
+@dataclass
+class RunContext:
+    """One command's resolved inputs. Use it as a context manager (or call :meth:`close`) to release the plugins."""
+
+    cwd: Path
+    config: Config
+    registry: PromptSegmentRegistry
+    generations: list[Generation]
+    prices_file: Path | None = None
+    _prices: PriceTable | None = field(default=None, repr=False)
+
+    @classmethod
+    def open(cls, config: Config | Path | str | None = None, *, cwd: Path | None = None, provider_name: str | None = None,
+             prices_file: Path | None = None) -> RunContext:
+        """Load ``config`` (a path the user named, or None: the ``zhin.yaml`` found upward from ``cwd``, whose
+        plugins run only if trusted) and run its plugins; then check ``provider_name`` against every provider,
+        the plugins' included (``UnknownProvider``, a ``ConfigError``, when none has it)."""
+        here = cwd or Path.cwd()
+        loaded = config if isinstance(config, Config) else load_config(Path(config) if config is not None else None, cwd=here)
+        registry, generations = loaded.registry()  # plugin code runs here, or the trust check refuses it
+        context = cls(here, loaded, registry, generations, prices_file)
+        try:
+            if provider_name:
+                provider(provider_name)
+        except BaseException:
+            context.close()
+            raise
+        return context
+
+    @property
+    def prices(self) -> PriceTable:
+        """The price table (built-in, plugin rows, zhin.yaml ``prices:``, ``--prices FILE``), read once."""
+        if self._prices is None:
+            self._prices = self.config.price_table(self.prices_file)
+        return self._prices
+
+    def spec(self, name: str | None = None) -> ProviderSpec:
+        """The provider ``name`` (default: the config's ``provider:``, else the assembler's default)."""
+        from zhin_cli.pipeline.assemble import DEFAULT_PROVIDER
+
+        return provider(name or self.config.provider or DEFAULT_PROVIDER)
+
+    def pipeline(self, *, provider: str | None = None, model: str | None = None, timezone: str | None = None,
+                 preset: Preset | Path | str | None = None, facts: FactsReader | None = None) -> Pipeline:
+        """A ``Pipeline`` on this context's config and plugins (nothing loaded again; closing it releases nothing
+        of the context's)."""
+        from zhin_cli.pipeline.assemble import Assembler
+        from zhin_cli.pipeline.facade import Pipeline, load_preset_for
+
+        chosen = load_preset_for(self.config, preset)
+        assembler = Assembler(self.registry, self.config, provider=provider, model=model, timezone=timezone,
+                              preset=chosen, facts=facts)
+        return Pipeline(assembler, [])
+
+    def close(self) -> None:
+        """Release the plugins (their segments, providers, price rows … leave the registries). Idempotent."""
+        generations, self.generations = self.generations, []
+        for generation in reversed(generations):
+            generation.release()
+
+    def __enter__(self) -> RunContext:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None) -> None:
+        self.close()

@@ -1,0 +1,1 @@
+"""``zhin budget check|update``: the fixed prompt cost against a committed budget."""

@@ -1,0 +1,1 @@
+"""``zhin facts show|prune``: stored member and scene facts."""

@@ -1,0 +1,1 @@
+"""``zhin preset lint|probe|check-capture``: SillyTavern presets checked and compared with captures."""

@@ -1,0 +1,1 @@
+"""``zhin serve``: the local conformance server and its upstream relay."""

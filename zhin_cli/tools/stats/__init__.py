@@ -1,0 +1,1 @@
+"""``zhin stats cache``: prompt-cache hit rates from logged usage."""

@@ -1,0 +1,1 @@
+"""``zhin trace``: replay a stored conversation request by request."""
