@@ -12,11 +12,12 @@ from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from zhin_cli.core import jsontext
 from zhin_cli.core.errors import InputError, SessionNotFound, at_line
 from zhin_cli.core.inputfiles import DIGIT_LIMIT_MESSAGE, is_digit_limit, lone_surrogate_in_json, open_regular, surrogate_message
+from zhin_cli.core.jsontext import JSON, JSONObject
 from zhin_cli.core.model import (
     BotFacts,
     LazyMessages,
@@ -70,7 +71,7 @@ class _Builder:
         return self.session
 
 
-LineParser = Callable[[_Builder, dict[str, Any], str], None]
+LineParser = Callable[[_Builder, JSONObject, str], None]
 LINE_TYPES: Registry[LineParser] = Registry("JSONL line type")
 
 
@@ -79,13 +80,13 @@ def line_type(name: str, *, replace: bool = False) -> Callable[[LineParser], Lin
 
 
 @line_type("session")
-def _session_line(builder: _Builder, obj: dict[str, Any], where: str) -> None:
+def _session_line(builder: _Builder, obj: JSONObject, where: str) -> None:
     if builder.session is not None:
         raise InputError("a second session line (one session per file)", where=where)
     builder.session = session_from_line(obj, where, messages=builder.messages, source=builder.path)
 
 
-def session_from_line(obj: dict[str, Any], where: str, *, messages: list[Message], source: str) -> Session:
+def session_from_line(obj: JSONObject, where: str, *, messages: list[Message], source: str) -> Session:
     """A session line as a session (its facts, ``raw`` the line itself): read here for a file, and by the
     database reader for the session line ``zhin import`` stored of an epoch (``zhin_lines``) — one parser, so
     a file and its import read the same facts."""
@@ -95,6 +96,7 @@ def session_from_line(obj: dict[str, Any], where: str, *, messages: list[Message
     for key in ("bot", "scene"):
         if obj.get(key) is not None and not isinstance(obj.get(key), dict):
             raise InputError(f"'{key}' must be an object", where=where)
+    bot_facts, scene_facts = _object_or_empty(obj.get("bot")), _object_or_empty(obj.get("scene"))
     session_key = obj.get("session_key")
     if session_key is not None and (not isinstance(session_key, str) or not session_key):
         raise InputError(f"'session_key' must be a non-empty string, got {short(session_key)}", where=where)
@@ -103,20 +105,20 @@ def session_from_line(obj: dict[str, Any], where: str, *, messages: list[Message
         raise InputError("'timezone' must be a string such as \"Asia/Shanghai\"", where=where)
     if timezone and not valid_timezone(timezone):  # "" = not known, as before
         raise InputError(f"unknown time zone {short(timezone)} (expected an IANA name such as \"Asia/Shanghai\")", where=where)
-    check_str(obj.get("bot") or {}, ("user_id", "name", "group_nickname", "platform_role"), where, "bot.")
-    check_scene_facts(obj.get("scene") or {}, where, "scene.")
+    check_str(bot_facts, ("user_id", "name", "group_nickname", "platform_role"), where, "bot.")
+    check_scene_facts(scene_facts, where, "scene.")
     try:
-        scene = SceneFacts.from_mapping(obj.get("scene") or {})
+        scene = SceneFacts.from_mapping(scene_facts)
     except (TypeError, ValueError) as exc:
         raise InputError(f"bad scene facts: {exc}", where=where) from None
     key = session_key if session_key is not None else session_id.split("#")[0]
-    bot, scene = facts_from_key(key, BotFacts.from_mapping(obj.get("bot") or {}), scene)
+    bot, scene = facts_from_key(key, BotFacts.from_mapping(bot_facts), scene)
     return Session(session_id=session_id, session_key=key, timezone=timezone, bot=bot, scene=scene,
                    messages=messages, source=source, raw=obj)
 
 
 @line_type("message")
-def _message_line(builder: _Builder, obj: dict[str, Any], where: str) -> None:
+def _message_line(builder: _Builder, obj: JSONObject, where: str) -> None:
     builder.require_session(where)
     row_id = obj.get("id", builder.next_row_id)
     if not isinstance(row_id, int) or isinstance(row_id, bool) or not 1 <= row_id <= MAX_ROW_ID:
@@ -140,7 +142,7 @@ def _message_line(builder: _Builder, obj: dict[str, Any], where: str) -> None:
         builder.messages.append(message)
 
 
-def _message_at(obj: dict[str, Any], row_id: int, where: str) -> Message:
+def _message_at(obj: JSONObject, row_id: int, where: str) -> Message:
     """A message line that the first pass checked, parsed again (``open_session``'s loader)."""
     payload = {k: v for k, v in obj.items() if k not in ("type", "id", "extra")}
     extra = obj.get("extra")
@@ -150,7 +152,7 @@ def _message_at(obj: dict[str, Any], row_id: int, where: str) -> Message:
 
 
 @line_type("scene")
-def _scene_line(builder: _Builder, obj: dict[str, Any], where: str) -> None:
+def _scene_line(builder: _Builder, obj: JSONObject, where: str) -> None:
     session = builder.require_session(where)
     timestamp = _timestamp(obj, where)
     changes = {k: v for k, v in obj.items() if k not in ("type", "timestamp")}
@@ -163,27 +165,33 @@ def _scene_line(builder: _Builder, obj: dict[str, Any], where: str) -> None:
 
 
 @line_type("summary")
-def _summary_line(builder: _Builder, obj: dict[str, Any], where: str) -> None:
+def _summary_line(builder: _Builder, obj: JSONObject, where: str) -> None:
     builder.require_session(where).summaries.append(summary_from_line(obj, where))
     builder.summary_places.append(where)
 
 
-def summary_from_line(obj: dict[str, Any], where: str) -> Summary:
+def _object_or_empty(value: JSON) -> JSONObject:
+    """A JSON object as given; anything else (null: not given — other values were refused before) as none."""
+    return value if isinstance(value, dict) else {}
+
+
+def summary_from_line(obj: JSONObject, where: str) -> Summary:
     """A summary line (``raw`` the line itself): a file's, or one ``zhin import`` stored (``zhin_lines``)."""
     anchor = obj.get("anchor_message_id")
     if not isinstance(anchor, int) or isinstance(anchor, bool) or not -MAX_ROW_ID <= anchor <= MAX_ROW_ID:
         raise InputError("'anchor_message_id' must be the integer id of the last message summarised", where=where)
-    if not isinstance(obj.get("summary"), str):
+    text = obj.get("summary")
+    if not isinstance(text, str):
         raise InputError("'summary' must be a string", where=where)
-    return Summary(timestamp=_timestamp(obj, where), summary=obj["summary"], anchor_row_id=anchor, raw=obj)
+    return Summary(timestamp=_timestamp(obj, where), summary=text, anchor_row_id=anchor, raw=obj)
 
 
 @line_type("member")
-def _member_line(builder: _Builder, obj: dict[str, Any], where: str) -> None:
+def _member_line(builder: _Builder, obj: JSONObject, where: str) -> None:
     builder.require_session(where).members.append(member_from_line(obj, where))
 
 
-def member_from_line(obj: dict[str, Any], where: str) -> MemberSnapshot:
+def member_from_line(obj: JSONObject, where: str) -> MemberSnapshot:
     """A member line (``raw`` the line itself, so an integer ``user_id`` stays one when written back)."""
     user_id = obj.get("user_id")
     if not isinstance(user_id, (str, int)) or isinstance(user_id, bool):
@@ -202,7 +210,7 @@ def check_summary_anchors(session: Session, places: Sequence[str], row_ids: set[
             raise InputError(f"'anchor_message_id' {summary.anchor_row_id} names no message of this session", where=where)
 
 
-def _timestamp(obj: dict[str, Any], where: str) -> int:
+def _timestamp(obj: JSONObject, where: str) -> int:
     return check_timestamp(obj.get("timestamp"), "timestamp", where)
 
 
@@ -257,7 +265,7 @@ def _read(path: Path, *, lazy: bool) -> Session:
     return settle_bot_headers(session)
 
 
-def _parse_line(raw_line: bytes, where: str) -> dict[str, Any] | None:
+def _parse_line(raw_line: bytes, where: str) -> JSONObject | None:
     """One line's JSON object (None: a blank line); any fault is an ``InputError`` at ``where``."""
     try:
         text = raw_line.decode("utf-8")
@@ -315,7 +323,7 @@ class _LineLoader:
         return messages
 
 
-def session_lines(session: Session) -> Iterator[dict[str, Any]]:
+def session_lines(session: Session) -> Iterator[JSONObject]:
     """The session as JSONL objects: session line, then messages in storage order, with scene, member and
     summary lines placed where they happened (before the first message later than them; a summary after
     the message it is anchored on).
@@ -325,7 +333,7 @@ def session_lines(session: Session) -> Iterator[dict[str, Any]]:
     a file."""
     messages = list(session.messages)
     yield session_header(session)
-    side: list[tuple[int, int, dict[str, Any]]] = []
+    side: list[tuple[int, int, JSONObject]] = []
     for change in session.scene_changes:
         side.append((change.timestamp, -1, change.raw or {"type": "scene", "timestamp": change.timestamp, **change.changes}))
     for member in session.members:
@@ -342,19 +350,19 @@ def session_lines(session: Session) -> Iterator[dict[str, Any]]:
         yield item[2]
 
 
-def member_line(member: MemberSnapshot) -> dict[str, Any]:
+def member_line(member: MemberSnapshot) -> JSONObject:
     return member.raw or {"type": "member", "timestamp": member.timestamp, "user_id": member.user_id, **member.facts}
 
 
-def summary_line(summary: Summary) -> dict[str, Any]:
+def summary_line(summary: Summary) -> JSONObject:
     return summary.raw or {"type": "summary", "timestamp": summary.timestamp, "summary": summary.summary,
                            "anchor_message_id": summary.anchor_row_id}
 
 
-def session_header(session: Session) -> dict[str, Any]:
+def session_header(session: Session) -> JSONObject:
     if session.raw.get("type") == "session":
         return session.raw
-    header: dict[str, Any] = {"type": "session", "session_id": session.session_id}
+    header: JSONObject = {"type": "session", "session_id": session.session_id}
     if session.session_key:
         header["session_key"] = session.session_key
     if session.timezone:
@@ -368,11 +376,11 @@ def session_header(session: Session) -> dict[str, Any]:
     return header
 
 
-def message_line(message: Message) -> dict[str, Any]:
+def message_line(message: Message) -> JSONObject:
     raw = message.raw
     if raw.get("type") == "message":
         return raw
-    line: dict[str, Any] = {"type": "message", **raw, "id": message.row_id}
+    line: JSONObject = {"type": "message", **raw, "id": message.row_id}
     return line
 
 
@@ -380,7 +388,7 @@ def write_session(session: Session, out: IO[str]) -> int:
     return write_lines(session_lines(session), out)
 
 
-def write_lines(lines: Iterable[dict[str, Any]], out: IO[str]) -> int:
+def write_lines(lines: Iterable[JSONObject], out: IO[str]) -> int:
     """JSONL objects written one a line, each as it comes (compact, UTF-8 as is); lines written."""
     count = 0
     for obj in lines:
