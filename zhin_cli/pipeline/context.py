@@ -15,6 +15,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from zhin_cli.core.model import Session
 from zhin_cli.pipeline.config import Config, load_config
 from zhin_cli.pipeline.providers import ProviderSpec, provider
 from zhin_cli.pipeline.segments import Generation, PromptSegmentRegistry
@@ -32,21 +33,23 @@ class RunContext:
 
     cwd: Path
     config: Config
-    registry: PromptSegmentRegistry
+    registry: PromptSegmentRegistry | None  # None: the plugins were not run here (``for_config``)
     generations: list[Generation]
     prices_file: Path | None = None
+    db: str | None = None
     _prices: PriceTable | None = field(default=None, repr=False)
+    _sessions: dict[str, Session] = field(default_factory=dict, repr=False)
 
     @classmethod
     def open(cls, config: Config | Path | str | None = None, *, cwd: Path | None = None, provider_name: str | None = None,
-             prices_file: Path | None = None) -> RunContext:
+             prices_file: Path | None = None, db: str | None = None) -> RunContext:
         """Load ``config`` (a path the user named, or None: the ``zhin.yaml`` found upward from ``cwd``, whose
         plugins run only if trusted) and run its plugins; then check ``provider_name`` against every provider,
         the plugins' included (``UnknownProvider``, a ``ConfigError``, when none has it)."""
         here = cwd or Path.cwd()
         loaded = config if isinstance(config, Config) else load_config(Path(config) if config is not None else None, cwd=here)
         registry, generations = loaded.registry()  # plugin code runs here, or the trust check refuses it
-        context = cls(here, loaded, registry, generations, prices_file)
+        context = cls(here, loaded, registry, generations, prices_file, db)
         try:
             if provider_name:
                 provider(provider_name)
@@ -55,12 +58,27 @@ class RunContext:
             raise
         return context
 
+    @classmethod
+    def for_config(cls, config: Config, *, cwd: Path, db: str | None = None, prices_file: Path | None = None) -> RunContext:
+        """A context on a config already loaded, whose plugins run in each pipeline opened on it (``Pipeline.open``),
+        not here: what a tool builds when its caller handed it no context."""
+        return cls(cwd, config, None, [], prices_file, db)
+
     @property
     def prices(self) -> PriceTable:
         """The price table (built-in, plugin rows, zhin.yaml ``prices:``, ``--prices FILE``), read once."""
         if self._prices is None:
             self._prices = self.config.price_table(self.prices_file)
         return self._prices
+
+    def session(self, ref: str) -> Session:
+        """The session ``ref`` names (a file, an id or key in ``db``), loaded once per context."""
+        session = self._sessions.get(ref)
+        if session is None:
+            from zhin_cli.store import load_session
+
+            session = self._sessions[ref] = load_session(ref, db=self.db, cwd=self.cwd)
+        return session
 
     def spec(self, name: str | None = None) -> ProviderSpec:
         """The provider ``name`` (default: the config's ``provider:``, else the assembler's default)."""
@@ -71,10 +89,13 @@ class RunContext:
     def pipeline(self, *, provider: str | None = None, model: str | None = None, timezone: str | None = None,
                  preset: Preset | Path | str | None = None, facts: FactsReader | None = None) -> Pipeline:
         """A ``Pipeline`` on this context's config and plugins (nothing loaded again; closing it releases nothing
-        of the context's)."""
+        of the context's). A ``for_config`` context's pipeline runs the config's plugins itself."""
         from zhin_cli.pipeline.assemble import Assembler
         from zhin_cli.pipeline.facade import Pipeline, load_preset_for
 
+        if self.registry is None:
+            return Pipeline.open(self.config, provider=provider, model=model, timezone=timezone, preset=preset,
+                                 facts=facts, cwd=self.cwd)
         chosen = load_preset_for(self.config, preset)
         assembler = Assembler(self.registry, self.config, provider=provider, model=model, timezone=timezone,
                               preset=chosen, facts=facts)

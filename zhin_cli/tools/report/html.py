@@ -31,11 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from zhin_cli.core.errors import UsageError
+from zhin_cli.core.model import Session
 from zhin_cli.core.outputfiles import escape_surrogates
 from zhin_cli.core.redact import redact_text
 from zhin_cli.core.tokens import DEFAULT_ENCODING
 from zhin_cli.pipeline.assemble import AssembledRequest
 from zhin_cli.pipeline.config import Config
+from zhin_cli.pipeline.context import RunContext
 from zhin_cli.pipeline.facade import Pipeline
 from zhin_cli.pipeline.prices import PriceTable
 from zhin_cli.tools.diff.prefix import DEFAULT_FAIL_ON, BodyRequest, PairDiff, Serialized, TurnDiffer, serialize
@@ -305,6 +307,7 @@ class ReportJob:
     economy: bool = True
     after_load: Callable[[], None] | None = None
     prices: PriceTable | None = None  # the config's table with --prices applied (None: the config's own)
+    session: Session | None = None  # already loaded by the run context (in process, for --window): not read again
 
 
 def economy_summary(session: Any, config: Config, provider: str,
@@ -322,7 +325,7 @@ def session_page(job: ReportJob, progress: Callable[[int, int], None] | None = N
     """Load one session, replay it once, and collect what its page shows."""
     from zhin_cli.store import load_session
 
-    session = load_session(job.ref, db=job.db, cwd=job.cwd)
+    session = job.session if job.session is not None else load_session(job.ref, db=job.db, cwd=job.cwd)
     if job.after_load is not None:
         job.after_load()
     collector = _Collector(session.session_id, DEFAULT_FAIL_ON, job.prices)
@@ -416,11 +419,14 @@ def build_report(
     jobs: int | None = 1,
     window: bool = False,
     prices_file: Path | None = None,
+    context: RunContext | None = None,
 ) -> HtmlReport:
     """Every session of ``refs`` (files, folders of .jsonl, ids / keys) as a page's data.
 
     ``jobs``: sessions collected at once in worker processes (the report is the same for every value);
-    ``progress`` counts turns with one job, sessions with several."""
+    ``progress`` counts turns with one job, sessions with several. ``context``: the command's run context (it
+    replaces ``cwd``, ``db``, ``config_path`` and ``prices_file``); the config, prices and sessions are read once
+    and ``--window``'s sweep reuses them."""
     import functools
 
     from zhin_cli.core.parallel import check_jobs, ordered_map
@@ -430,19 +436,22 @@ def build_report(
     from zhin_cli.tools.diff.prefix import session_refs, split_capture_refs
 
     workers = check_jobs(jobs)
-    config = load_config(config_path, cwd=cwd)
+    run = context or RunContext.for_config(load_config(config_path, cwd=cwd), cwd=cwd, db=db, prices_file=prices_file)
+    config, cwd, db = run.config, run.cwd, run.db
     captured, refs = split_capture_refs(refs, cwd)
     if captured and window:
         raise UsageError("--window replays zhin's own assembly; captured bodies were assembled by another bot")
     chosen = session_refs(refs, all_sessions=False, db=db, cwd=cwd) if refs or not captured else []
-    prices = config.price_table(prices_file)  # read once, before any session: a bad file stops nothing half-done
+    prices = run.prices  # read once, before any session: a bad file stops nothing half-done
     if captured:  # the bot's own bodies, one page per conversation
         pages = [page for path in captured for page in capture_pages(path, provider=provider, prices=prices)]
         if not chosen:
             return HtmlReport(pages, config.path, None)
-    job_list = [ReportJob(ref, db, cwd, config, provider, preset, economy, after_load, prices) for ref in chosen]
+    in_process = workers == 1 or len(chosen) == 1
+    job_list = [ReportJob(ref, db, cwd, config, provider, preset, economy, after_load, prices,
+                          run.session(ref) if window and in_process else None) for ref in chosen]
     captured_pages = pages if captured else []
-    if workers == 1 or len(job_list) == 1:
+    if in_process:
         pages = list(ordered_map(functools.partial(session_page, progress=progress), job_list, jobs=1))
     else:
         pages = list(ordered_map(session_page, job_list, jobs=workers, done=progress,
@@ -455,8 +464,7 @@ def build_report(
         from zhin_cli.tools.report.window import run_window
 
         try:
-            sweep = run_window(refs, cwd=cwd, db=db, config_path=config_path, provider=pages[0].provider,
-                               prices_file=prices_file, jobs=jobs).as_dict()
+            sweep = run_window(refs, cwd=cwd, provider=pages[0].provider, jobs=jobs, context=run).as_dict()
         except UsageError as exc:  # no prices or no cache rules for this provider: the page says so
             sweep_note = exc.message
     return HtmlReport(pages, config.path, database, sweep, sweep_note)

@@ -33,6 +33,7 @@ from zhin_cli.core.model import Session
 from zhin_cli.core.tokens import DEFAULT_ENCODING
 from zhin_cli.core.tokens import counter as shared_counter
 from zhin_cli.pipeline.config import Config
+from zhin_cli.pipeline.context import RunContext
 from zhin_cli.pipeline.window import WindowConfig, sliding
 
 WINDOW_VERSION = 1
@@ -355,19 +356,21 @@ def run_window(refs: list[str], *, cwd: Path, db: str | None = None, config_path
                prices_file: Path | None = None, provider: str = "openai", model: str | None = None,
                min_context: float | None = None, jobs: int | None = 1,
                after_load: Callable[[], None] | None = None,
-               progress: Callable[[int, int], None] | None = None) -> WindowReport:
+               progress: Callable[[int, int], None] | None = None, context: RunContext | None = None) -> WindowReport:
     """The CLI's sweep: the config found from ``cwd`` (or ``config_path``), its prices (and ``--prices``), the
-    sessions ``refs`` name (files, folders, ids or keys in ``db``)."""
+    sessions ``refs`` name (files, folders, ids or keys in ``db``). ``context``: the caller's run context (``report
+    html --window``), whose config, prices and sessions are not read again; it then replaces the bundle
+    (``cwd``, ``db``, ``config_path``, ``prices_file``)."""
     from zhin_cli.core.parallel import check_jobs
     from zhin_cli.pipeline.config import load_config
-    from zhin_cli.store import load_session
     from zhin_cli.tools.diff.prefix import session_refs
 
     workers = check_jobs(jobs)
-    config = load_config(config_path, cwd=cwd)
-    table = config.price_table(prices_file)
+    run = context or RunContext.for_config(load_config(config_path, cwd=cwd), cwd=cwd, db=db, prices_file=prices_file)
+    config = run.config
+    table = run.prices
     target(provider, model, config)  # a bad --provider before the sessions are read
-    sessions = [load_session(ref, db=db, cwd=cwd) for ref in session_refs(refs, all_sessions=False, db=db, cwd=cwd)]
+    sessions = [run.session(ref) for ref in session_refs(refs, all_sessions=False, db=run.db, cwd=run.cwd)]
     if after_load is not None:
         after_load()
     return sweep(sessions, config, provider=provider, model=model, prices=table, min_context=min_context,
