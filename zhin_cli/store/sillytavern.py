@@ -29,11 +29,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from zhin_cli.core.errors import InputError, SessionNotFound, at_line
 from zhin_cli.core.inputfiles import lone_surrogate_in_json, open_regular
 from zhin_cli.core.jsnumbers import js_number_problems
+from zhin_cli.core.jsontext import JSON, JSONObject
 from zhin_cli.core.model import AssistantMessage, BotFacts, Message, SceneFacts, Session, UserMessage
 from zhin_cli.core.readers import enclosing_key, json_key_lines
 from zhin_cli.store.payload import message_from_payload, short
@@ -67,7 +67,7 @@ class SillyTavernChat:
     persona_name: str
     character_name: str
     turns: list[ChatTurn]
-    metadata: dict[str, Any] = field(default_factory=dict)  # line 1's ``chat_metadata`` as found
+    metadata: JSONObject = field(default_factory=dict)  # line 1's ``chat_metadata`` as found
     notes: list[str] = field(default_factory=list)
     group: Group | None = None  # a group chat read with its group file: one turn per member reply
     characters: tuple[str, ...] = ()  # the names on the characters' messages, in order of first message
@@ -82,7 +82,7 @@ class SillyTavernChat:
         return {str(name): text for name, value in saved.items() if (text := _variable_text(value)) is not None}
 
 
-def _variable_text(value: Any) -> str | None:
+def _variable_text(value: object) -> str | None:
     if isinstance(value, str):
         return value
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
@@ -104,7 +104,7 @@ class Card:
     notes: tuple[str, ...] = ()
     world: str | None = None  # extensions.world: the name of the World Info book linked to the character
     # the embedded lorebook (the card spec's character_book object), as found; None without one
-    character_book: dict[str, Any] | None = field(default=None, compare=False, hash=False)
+    character_book: JSONObject | None = field(default=None, compare=False, hash=False)
 
     def card_options(self) -> dict[str, str]:
         """The card as zhin's preset card options (``pipeline.preset.model.CardOptions``)."""
@@ -119,7 +119,7 @@ class Lore:
     notes: list[str] = field(default_factory=list)  # what is not simulated, one line each
     # every entry as found (its key in ``entries`` and the object), its types checked: the World Info engine
     # (pipeline/preset/worldinfo.py) reads them
-    entries: tuple[tuple[str, dict[str, Any]], ...] = ()
+    entries: tuple[tuple[str, JSONObject], ...] = ()
 
     @property
     def name(self) -> str:
@@ -204,7 +204,7 @@ _MONTHS = ("january", "february", "march", "april", "may", "june", "july", "augu
 _MAX_EPOCH_MS = 253402300799999  # 9999-12-31: beyond it no date is real
 
 
-def parse_send_date(value: Any, where: str) -> int:
+def parse_send_date(value: object, where: str) -> int:
     """``send_date`` in epoch milliseconds, from any form ST has written (the module docstring lists them)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if value != value or not 0 <= value <= _MAX_EPOCH_MS:  # NaN or out of range
@@ -234,7 +234,7 @@ def parse_send_date(value: Any, where: str) -> int:
                          "\"2023-6-19 @14h 20m 5s 120ms\" or \"June 19, 2023 2:20pm\")", where=where) from None
 
 
-def is_header(obj: dict[str, Any]) -> bool:
+def is_header(obj: JSONObject) -> bool:
     """An ST chat header: ``chat_metadata``, or both names; never a line carrying zhin's session keys."""
     if any(key in obj for key in ZHIN_LINE_KEYS):
         return False
@@ -254,7 +254,7 @@ def is_sillytavern_chat(path: Path) -> bool:
     return isinstance(obj, dict) and is_header(obj)
 
 
-def _header_problem(obj: dict[str, Any]) -> str:
+def _header_problem(obj: JSONObject) -> str:
     if obj.get("type") == "session" or "session_id" in obj:
         return "this is a zhin session file (line 1 is a {\"type\":\"session\"} line), not a SillyTavern chat"
     if "mes" in obj or "is_user" in obj:
@@ -268,7 +268,7 @@ class _Line:
     """One message line, checked."""
 
     number: int
-    obj: dict[str, Any]
+    obj: JSONObject
     is_user: bool
     hidden: bool
     name: str | None
@@ -276,7 +276,7 @@ class _Line:
     timestamp: int
 
 
-def _message_line(obj: dict[str, Any], number: int, where: str, notes: list[str]) -> _Line:
+def _message_line(obj: JSONObject, number: int, where: str, notes: list[str]) -> _Line:
     for key, problem in js_number_problems(obj, skip=("send_date",)):  # send_date: a date range of its own
         raise InputError(f"'{key}' must be a number SillyTavern holds: {problem}", where=where)
     text = obj.get("mes")
@@ -298,12 +298,12 @@ def _message_line(obj: dict[str, Any], number: int, where: str, notes: list[str]
     return _Line(number, obj, is_user, hidden, name or None, text, parse_send_date(obj.get("send_date"), where))
 
 
-def _read_lines(path: Path) -> tuple[dict[str, Any], list[_Line], list[str]]:
+def _read_lines(path: Path) -> tuple[JSONObject, list[_Line], list[str]]:
     from zhin_cli.store.jsonl import _parse_line
     from zhin_cli.store.limits import check_jsonl_limits
 
     check_jsonl_limits(path)
-    header: dict[str, Any] | None = None
+    header: JSONObject | None = None
     lines: list[_Line] = []
     notes: list[str] = []
     try:
@@ -327,7 +327,7 @@ def _read_lines(path: Path) -> tuple[dict[str, Any], list[_Line], list[str]]:
     return header, lines, notes
 
 
-def _session_id(path: Path, metadata: dict[str, Any]) -> str:
+def _session_id(path: Path, metadata: JSONObject) -> str:
     integrity = metadata.get("integrity")
     if isinstance(integrity, str) and integrity.strip():
         return f"st-{integrity.strip()}"
@@ -348,15 +348,16 @@ def _message(line: _Line, persona_name: str, path: Path, *, group: bool = False,
     assistant actor (the sender's name), so no member's message is labelled as another's; a character who is not
     the session's ``bot`` is another bot in the chat, so its actor has ``origin: peer_bot`` (ADR 0041 §1: another
     bot's full header carries ``origin:peer_bot``, the bot itself and humans none)."""
-    payload: dict[str, Any] = {"role": "user" if line.is_user else "assistant",
+    payload: JSONObject = {"role": "user" if line.is_user else "assistant",
                                "content": [{"type": "text", "text": line.text}], "timestamp": line.timestamp}
     if line.is_user:
         payload["actor"] = {"subjectId": PERSONA_ID, "displayName": persona_name}
     else:
         if group and line.name:
-            payload["assistantActor"] = {"subjectId": character_id(line.name), "displayName": line.name}
+            assistant_actor: JSONObject = {"subjectId": character_id(line.name), "displayName": line.name}
             if line.name != bot:
-                payload["assistantActor"]["origin"] = PEER_BOT
+                assistant_actor["origin"] = PEER_BOT
+            payload["assistantActor"] = assistant_actor
         extra = line.obj.get("extra")
         model = extra.get("model") if isinstance(extra, dict) else None
         if isinstance(model, str) and model:
@@ -401,12 +402,12 @@ def _turns(messages: list[Message]) -> list[ChatTurn]:
     return turns
 
 
-def _header_name(header: dict[str, Any], key: str) -> str | None:
+def _header_name(header: JSONObject, key: str) -> str | None:
     value = header.get(key)
     return value if isinstance(value, str) and value and value != UNUSED_NAME else None
 
 
-def _is_narrator(obj: dict[str, Any]) -> bool:
+def _is_narrator(obj: JSONObject) -> bool:
     extra = obj.get("extra")
     return isinstance(extra, dict) and extra.get("type") == "narrator"
 
@@ -488,7 +489,7 @@ def read_card(path: Path) -> Card:
     return _card_from(path, _json_object(raw, path, "character card"), where=str(path))
 
 
-def _json_object(raw: bytes, path: Path, what: str, *, chunk: str | None = None) -> dict[str, Any]:
+def _json_object(raw: bytes, path: Path, what: str, *, chunk: str | None = None) -> JSONObject:
     """A JSON object from a file (errors at ``file:line``) or a PNG's text chunk (errors at the file, naming it)."""
     import json
 
@@ -569,7 +570,7 @@ def _png_card_text(raw: bytes, path: Path) -> tuple[str, str]:
     raise InputError("a PNG without a character card: no 'ccv3' or 'chara' text chunk", where=str(path))
 
 
-def _png_card_json(raw: bytes, path: Path) -> dict[str, Any]:
+def _png_card_json(raw: bytes, path: Path) -> JSONObject:
     keyword, text = _png_card_text(raw, path)
     try:
         decoded = base64.b64decode(text.strip(), validate=False)
@@ -578,7 +579,7 @@ def _png_card_json(raw: bytes, path: Path) -> dict[str, Any]:
     return _json_object(decoded, path, "character card", chunk=keyword)
 
 
-def _card_from(path: Path, obj: dict[str, Any], *, where: str) -> Card:
+def _card_from(path: Path, obj: JSONObject, *, where: str) -> Card:
     spec = obj.get("spec")
     if spec in ("chara_card_v2", "chara_card_v3"):
         data = obj.get("data")
@@ -616,12 +617,17 @@ _UNSIMULATED = (("system_prompt", "the character's main prompt override"),
                 ("post_history_instructions", "the character's post-history instructions override"))
 
 
-def _unsimulated(fields: dict[str, Any], path: Path) -> tuple[str, ...]:
+def _set_text(value: JSON) -> bool:
+    """A card field that holds text beyond white space."""
+    return isinstance(value, str) and bool(value.strip())
+
+
+def _unsimulated(fields: JSONObject, path: Path) -> tuple[str, ...]:
     notes = [f"{path}: card field {key} ({what}) is set; zhin does not simulate it"
-             for key, what in _UNSIMULATED if isinstance(fields.get(key), str) and fields[key].strip()]
+             for key, what in _UNSIMULATED if _set_text(fields.get(key))]
     extensions = fields.get("extensions")
     depth = extensions.get("depth_prompt") if isinstance(extensions, dict) else None
-    if isinstance(depth, dict) and isinstance(depth.get("prompt"), str) and depth["prompt"].strip():
+    if isinstance(depth, dict) and _set_text(depth.get("prompt")):
         notes.append(f"{path}: the card's Character's Note (extensions.depth_prompt) is set; zhin does not simulate it")
     return tuple(notes)
 
@@ -671,10 +677,10 @@ def read_lore(path: Path) -> Lore:
     # reversed list
     ordered = sorted(reversed(chosen), key=lambda item: item[0])
     return Lore(path=path, after="\n".join(content for _, content in ordered if content), notes=notes,
-                entries=tuple((str(key), entry) for key, entry in entries.items()))
+                entries=tuple((str(key), entry) for key, entry in entries.items() if isinstance(entry, dict)))
 
 
-def _lore_entry(key: str, entry: dict[str, Any], notes: list[str], where: Callable[[str], str]) -> tuple[int, str] | None:
+def _lore_entry(key: str, entry: JSONObject, notes: list[str], where: Callable[[str], str]) -> tuple[int, str] | None:
     """(order, content) when the entry is simulated; else None, with a note when ST might send it. ``where``:
     the ``file:line`` of a key path (``entries.0.order``)."""
     for name, problem in js_number_problems(entry):
