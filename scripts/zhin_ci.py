@@ -6,6 +6,7 @@ Thin: the work is zhin_cli.tools.ci.comment. Run it locally the same way (``--no
 
 Exit status: 0 every gate passed, 1 a gate found something (eval: a failure or regression; prefix-diff: an unexpected
 cache break), ≥ 2 a gate (or the comment) could not run — the gate's own code (2 usage, 3 could not run, 4 bad case).
+A comment the token may not post (HTTP 401/403: a fork's pull request) is a warning, not a failure.
 """
 
 from __future__ import annotations

@@ -283,7 +283,7 @@ def test_posting_twice_updates_the_one_marked_comment(tmp_path: Path, github: tu
     assert len(pages) == 2 + 2  # run 1: pages 1 and 2 (no marker yet); run 2: pages 1 and 2 (found on page 2)
 
 
-def test_comment_off_posts_nothing_and_a_refused_comment_is_one_error_line(
+def test_comment_off_posts_nothing_and_a_refused_comment_is_one_warning_line(
         tmp_path: Path, github: tuple[FakeGitHub, str]) -> None:
     api, url = github
     root = tmp_path / "repo"
@@ -294,9 +294,10 @@ def test_comment_off_posts_nothing_and_a_refused_comment_is_one_error_line(
     assert quiet.returncode == 0 and api.calls == []
     api.refuse_writes = True  # a fork's read-only token
     refused = run_script(root, env)
-    assert refused.returncode == 3
-    assert refused.stderr.strip().splitlines()[-1] == (
-        f"zhin: error: GitHub API POST /repos/{REPO}/issues/7/comments: HTTP 403 Resource not accessible by integration")
+    assert refused.returncode == 0  # best effort: the gates passed, the step passes (test_ci_comment_markdown.py)
+    assert refused.stderr.strip().splitlines()[-1].startswith(
+        f"zhin: warning: no pull-request comment (GitHub API POST /repos/{REPO}/issues/7/comments: HTTP 403 Resource "
+        "not accessible by integration)")
     assert "Traceback" not in refused.stderr and TOKEN not in refused.stderr
 
 

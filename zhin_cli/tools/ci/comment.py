@@ -10,9 +10,12 @@ What ``action.yml`` runs (through ``scripts/zhin_ci.py``). Three separable parts
   tests): the first issue comment holding the marker is PATCHed, else one is POSTed. Only ``urllib`` — no client
   library for four requests.
 
-Text from inputs (case ids, reasons, byte excerpts, session ids) reaches the comment through :func:`cell`: table pipes
-escaped, control characters shown, and ``<``/``>``/``&`` as entities, so a prompt excerpt can neither break the table,
-inject HTML nor forge the marker.
+Text from inputs (case ids, reasons, byte excerpts, session ids) reaches the comment through :func:`cell`, which
+escapes for Markdown, not for a terminal: line breaks folded, backslashes, table pipes and backticks escaped, control
+and invisible characters shown as ``\\uXXXX``, and ``<``/``>``/``&`` as entities, so a prompt excerpt can neither break
+the table, open a code span, inject HTML nor forge the marker — and a case id (``adr-1.yaml::adr1``) reads as written.
+The copy of the report printed to the job's log is a terminal's: it goes through :func:`log_text` (``terminal_safe``,
+so no ``::`` from an input can start a workflow command there).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from typing import Any
 
 from zhin_cli.core.errors import EXIT_CANNOT_RUN, EXIT_FOUND, EXIT_OK, UsageError, ZhinError
 from zhin_cli.core.ghactions import summary_cell
+from zhin_cli.core.terminaltext import terminal_safe, terminal_safe_lines, unsafe_character
 
 MARKER = "<!-- zhin -->"
 GITHUB_API = "https://api.github.com"
@@ -40,10 +44,24 @@ MAX_BODY = 60_000
 PAGE_SIZE = 100
 
 
+# The token may not write here (a pull request from a fork gets a read-only one): the comment is skipped, not the step.
+REFUSED_STATUSES = (401, 403)
+
+
 class GitHubApiError(ZhinError):
-    """A GitHub REST call that failed (HTTP status or connection): one line naming the call, exit 3."""
+    """A GitHub REST call that failed (HTTP status or connection): one line naming the call, exit 3. ``status``:
+    the HTTP status (None: no answer)."""
 
     exit_code = EXIT_CANNOT_RUN
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+    @property
+    def refused(self) -> bool:
+        """The token lacks the permission (a fork's pull request): posting is best effort there."""
+        return self.status in REFUSED_STATUSES
 
 
 @dataclass(frozen=True)
@@ -155,8 +173,18 @@ def ci_exit_code(runs: Sequence[GateRun]) -> int:
 
 
 def cell(text: object, limit: int = 300) -> str:
-    """Text from inputs as one Markdown table cell (see the module docstring)."""
-    return html.escape(summary_cell(str(text), limit), quote=False)
+    """Text from inputs as one Markdown table cell (see the module docstring), cut to ``limit`` characters of input."""
+    flat = " ".join(str(text).replace("\r\n", "\n").replace("\r", "\n").split("\n"))
+    if len(flat) > limit:
+        flat = flat[: limit - 1] + "…"
+    markdown = flat.replace("\\", "\\\\").replace("|", "\\|").replace("`", "\\`")
+    shown = "".join(f"\\u{ord(c):04x}" if unsafe_character(c) else c for c in markdown)
+    return html.escape(shown, quote=False)
+
+
+def log_text(body: str) -> str:
+    """The report as the job's log shows it: a terminal's escaping (no workflow command from an input), lines kept."""
+    return terminal_safe_lines(body)
 
 
 def comment_body(eval_run: GateRun | None, prefix_run: GateRun | None) -> str:
@@ -186,7 +214,7 @@ def verdict(run: GateRun) -> str:
 
 def trouble_section(run: GateRun) -> list[str]:
     return [f"### {verdict(run)} zhin {run.name}: could not run (exit {run.exit_code})", "",
-            f"`{cell(run.error_line()).replace('`', chr(39))}`", ""]
+            f"> {cell(run.error_line())}", ""]
 
 
 def rows_cut(count: int) -> list[str]:
@@ -246,7 +274,7 @@ def prefix_section(run: GateRun) -> list[str]:
 def prefix_configs_rows(document: dict[str, Any]) -> list[str]:
     sessions = document["sessions"]
     lines = [f"base {cell(document.get('base', ''))} → head {cell(document.get('head', ''))}", "",
-             "| session | turns that differ | changed segments | first divergence | head: unexpected breaks |",
+             "| session | requests that differ | changed segments | first divergence | head: unexpected breaks |",
              "|---|---:|---|---|---|"]
     for session in sessions[:MAX_ROWS]:
         changed = ", ".join(f"{s.get('id')} ({s.get('status')}, {s.get('tokens', 0):+,} tokens)"
@@ -299,7 +327,7 @@ def api_call(api_url: str, token: str, method: str, path: str, payload: dict[str
         with urllib.request.urlopen(request, timeout=30) as response:
             return json.loads(response.read() or b"null")
     except urllib.error.HTTPError as error:
-        raise GitHubApiError(f"GitHub API {method} {path}: HTTP {error.code} {api_message(error)}") from None
+        raise GitHubApiError(f"GitHub API {method} {path}: HTTP {error.code} {api_message(error)}", error.code) from None
     except (urllib.error.URLError, OSError, ValueError) as error:
         raise GitHubApiError(f"GitHub API {method} {path}: {getattr(error, 'reason', error)}") from None
 
@@ -391,7 +419,7 @@ def run_ci(options: CiOptions, *, environ: Mapping[str, str] | None = None, cwd:
     eval_run = run_gate("eval", prefix + eval_args(options), env=env, cwd=cwd) if options.eval_paths else None
     prefix_run = run_gate("prefix-diff", prefix + prefix_diff_args(options), env=env, cwd=cwd) if options.sessions else None
     body = comment_body(eval_run, prefix_run)
-    sys.stdout.write(body)  # the job's log (and a local run) shows the report too
+    sys.stdout.write(log_text(body))  # the job's log (and a local run) shows the report too
     sys.stdout.flush()
     write_step_summary(body, environ.get("GITHUB_STEP_SUMMARY", ""))
     code = ci_exit_code([run for run in (eval_run, prefix_run) if run is not None])
@@ -416,5 +444,12 @@ def post_comment(options: CiOptions, body: str) -> None:
         return
     if not options.repository or not options.token:
         raise UsageError("a pull-request comment needs GITHUB_REPOSITORY and GITHUB_TOKEN (or --no-comment)")
-    result = upsert_comment(options.api_url, options.token, options.repository, options.pull_request, body)
+    try:
+        result = upsert_comment(options.api_url, options.token, options.repository, options.pull_request, body)
+    except GitHubApiError as error:
+        if not error.refused:
+            raise
+        print(f"zhin: warning: no pull-request comment ({terminal_safe(error.message)}): the token may not "
+              "write here (a pull request from a fork); the report is in the step summary", file=sys.stderr)
+        return
     print(f"zhin: comment {result.action}: {result.url or result.id}", file=sys.stderr)
