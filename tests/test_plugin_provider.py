@@ -16,8 +16,10 @@ import shutil
 import sys
 from pathlib import Path
 
+import httpx2
 import pytest
-from conftest import FIXTURES, ROOT
+from conftest import FIXTURES, ROOT, clean_env
+from serve_process import ServeProcess
 
 from zhin_cli.pipeline.plugins import PRICE_ROWS
 from zhin_cli.pipeline.providers import PROVIDERS
@@ -81,6 +83,45 @@ def test_preset_probe_takes_the_plugin_provider(project: Path, zhin) -> None:  #
     assert '"acme' in result.stdout
 
 
+CASE = """\
+version: 1
+cases:
+  - id: acme.hello
+    providers: [acme]
+    timeline:
+      - user: {from: "10002", text: hi}
+      - assistant: {text: hello}
+    assertions:
+      - {type: verdict, accepted: true}
+"""
+
+
+def test_eval_runs_a_case_under_the_plugin_provider(project: Path, zhin) -> None:  # type: ignore[no-untyped-def]
+    (project / "cases").mkdir()
+    (project / "cases" / "acme.yaml").write_text(CASE, encoding="utf-8")
+    result = zhin("eval", "cases", "-p", "acme", "--config", "zhin.yaml", "--json", cwd=project)
+    assert result.returncode == 0, result.stdout + result.stderr
+    results = json.loads(result.stdout)
+    assert '"acme"' in json.dumps(results) and results["summary"]["failed"] == 0
+
+
+def test_serve_answers_as_the_plugin_provider(project: Path) -> None:
+    env = {**clean_env(), "ZHIN_CONFIG": str(project / "zhin.yaml")}  # a given config, by its environment variable
+    server = ServeProcess("-p", "acme", env=env)
+    try:
+        assert "provider acme" in server.ready_line
+        body = {"model": "acme-1", "messages": [{"role": "system", "content": "rules " * 400},
+                                                 {"role": "user", "content": "hi"}]}
+        first = httpx2.post(f"{server.base_url}/chat/completions", json=body, timeout=30)
+        again = httpx2.post(f"{server.base_url}/chat/completions", json=body, timeout=30)
+        assert first.status_code == again.status_code == 200, first.text
+        cached = again.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+        assert cached > 0 and cached % 64 == 0  # acme's cache: 256-token minimum, 64-token steps
+    finally:
+        assert server.stop() == 0
+    assert "Traceback" not in server.stderr
+
+
 # --- negative controls ----------------------------------------------------------------------------------------
 
 
@@ -88,6 +129,7 @@ def test_preset_probe_takes_the_plugin_provider(project: Path, zhin) -> None:  #
     ("trace", SESSION, "--json"),
     ("prefix-diff", SESSION, "--json"),
     ("report", "html", SESSION, "-o", "page.html"),
+    ("eval", "cases"),
 ])
 def test_without_the_plugin_acme_is_an_unknown_provider(tmp_path: Path, zhin, argv: tuple[object, ...]) -> None:  # type: ignore[no-untyped-def]
     (tmp_path / "zhin.yaml").write_text("plugins: []\n", encoding="utf-8")

@@ -38,6 +38,8 @@ from zhin_cli.signals import SIGNALLED, install_signal_handlers, terminated_by_s
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from zhin_cli.pipeline.context import RunContext
+
 # Every command, in the order ``zhin --help`` lists them (typer's: the plain commands as their modules register them,
 # then the groups), and the module of zhin_cli._cli that defines it. A command's module — and the library it calls
 # (SQLAlchemy, deepdiff, openai's pydantic…) — is imported only when that command runs or its help is shown, so
@@ -336,7 +338,24 @@ def _plugin_provider(name: str) -> bool:
     config = click_context.params.get("config")
     context = RunContext.open(Path(config) if config is not None else None, cwd=Path.cwd())
     click_context.call_on_close(context.close)
+    click_context.meta[RUN_CONTEXT] = context
     return name in PROVIDERS
+
+
+RUN_CONTEXT = "zhin.run_context"
+
+
+def command_context(*, db: str | None = None, prices_file: Path | None = None) -> RunContext | None:
+    """The run context ``check_options`` opened for this command (a plugin's provider), with the command's ``--db``
+    and ``--prices``: a tool handed it reads the config (and runs its plugins) no second time. None when the
+    command needed none (its tools open their own)."""
+    from typer._click.globals import get_current_context
+
+    click_context = get_current_context(silent=True)
+    context: RunContext | None = click_context.meta.get(RUN_CONTEXT) if click_context is not None else None
+    if context is not None:
+        context.use_inputs(db=db, prices_file=prices_file)
+    return context
 
 
 def progress_wanted() -> bool:

@@ -8,7 +8,17 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from zhin_cli._cli import ConfigOption, app, handles_errors, print_json, replay_progress, stderr_console, stdout_console
+from zhin_cli._cli import (
+    ConfigOption,
+    app,
+    check_options,
+    command_context,
+    handles_errors,
+    print_json,
+    replay_progress,
+    stderr_console,
+    stdout_console,
+)
 from zhin_cli.core.errors import EXIT_CANNOT_RUN, EXIT_FOUND, UsageError
 from zhin_cli.core.parallel import MAX_JOBS
 from zhin_cli.core.terminaltext import terminal_safe
@@ -92,7 +102,10 @@ def eval_command(
         return
     from zhin_cli.pipeline.config import load_config
 
-    options.project_config = load_config(config, cwd=Path.cwd())
+    for name in options.providers:  # a plugin's provider: the config and its plugins load first, for the whole run
+        check_options(name)
+    context = command_context()
+    options.project_config = context.config if context is not None else load_config(config, cwd=Path.cwd())
     with replay_progress("eval") as progress:
         run = run_eval(paths or [Path("eval_cases")], options, progress=progress)
     if junit is not None:

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from zhin_cli._cli import app, handles_errors
+from zhin_cli._cli import ConfigOption, app, check_options, handles_errors
 from zhin_cli.core.redact import mask_url
 from zhin_cli.core.terminaltext import terminal_safe
 from zhin_cli.tools.serve.server import ENDPOINTS, REQUEST_DEADLINE, serve
@@ -29,6 +29,7 @@ def serve_command(
     capture: Annotated[Path | None, typer.Option("--capture", help="Write every request body, as received, to DIR/NNNNN-<route>.json (for `zhin request-diff`), and what it got (status, usage, answer) to DIR/NNNNN-<route>.exchange.json.")] = None,
     upstream: Annotated[str | None, typer.Option("--upstream", metavar="URL", help="Record, do not answer: forward every request to URL + its path (e.g. https://api.openai.com, not …/v1), relay the answer (streams as they arrive), record it into --capture DIR (required). Credentials are forwarded, never written. Unreachable: 502.")] = None,
     upstream_deadline: Annotated[float, typer.Option("--upstream-deadline", metavar="SECONDS", help=f"With --upstream: the provider's answer must begin (a non-streamed one: be complete) within this, else 504; a stream may then run on while no gap between its pieces exceeds {READ_TIMEOUT:g} s. Raise it for slow non-streamed answers.")] = REQUEST_DEADLINE,
+    config: ConfigOption = None,
 ) -> None:
     """Run a local conformance server: point a bot or SDK at it to check its requests offline.
 
@@ -36,6 +37,8 @@ def serve_command(
 
     Exit status: 0 stopped with Ctrl-C or SIGTERM, 2 usage (non-loopback host, unknown provider, --upstream without --capture or not an http(s) origin, --upstream-deadline out of range), 3 cannot run (port in use).
     """
+
+    check_options(provider)  # a provider of the config's plugins (--config) is loaded first, for the whole run
 
     def ready(url: str) -> None:
         routes = ", ".join(f"POST {route}" for route in ENDPOINTS)

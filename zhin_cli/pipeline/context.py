@@ -64,6 +64,15 @@ class RunContext:
         not here: what a tool builds when its caller handed it no context."""
         return cls(cwd, config, None, [], prices_file, db)
 
+    def use_inputs(self, *, db: str | None = None, prices_file: Path | None = None) -> None:
+        """The command's ``--db`` and ``--prices``, known after the context was opened (``--provider`` is checked
+        first); before anything was read with them."""
+        if self._sessions or (self._prices is not None and prices_file != self.prices_file):
+            raise RuntimeError("a run context's inputs change before it reads sessions or prices")
+        self.db, self.prices_file = db, prices_file
+        if prices_file is not None:
+            self._prices = None
+
     @property
     def prices(self) -> PriceTable:
         """The price table (built-in, plugin rows, zhin.yaml ``prices:``, ``--prices FILE``), read once."""
