@@ -26,6 +26,7 @@ from typing import Any
 
 from zhin_cli.core.errors import InputError
 from zhin_cli.core.inputfiles import names_a_file, names_a_folder
+from zhin_cli.core.jsontext import JSONObject
 from zhin_cli.core.readers import read_json_file, read_text_file
 
 _BODY_NAME = re.compile(r"(\d{5,})-(.+)\.json")
@@ -55,8 +56,8 @@ class CapturedBody:
     number: int  # capture number (a folder) or line number (a JSONL)
     where: str  # file name, or ``file:line``, for messages
     wire: str  # one of WIRES
-    body: dict[str, Any]
-    usage: dict[str, Any] | None = None  # the provider's usage object (an exchange file), as it came
+    body: JSONObject
+    usage: JSONObject | None = None  # the provider's usage object (an exchange file), as it came
     logged: LoggedUsage | None = None  # zhin serve's log line for it, when no exchange file is there
     exchange_model: str | None = None  # the model its exchange file names (a Gemini body's is in its URL path only)
 
@@ -75,7 +76,7 @@ class CaptureSet:
     notes: list[str]
 
 
-def wire_shape(body: dict[str, Any]) -> str:
+def wire_shape(body: JSONObject) -> str:
     """The wire format a body is written in: ``gemini-generate``, ``anthropic-messages`` or ``openai-chat``."""
     if "contents" in body and "messages" not in body:
         return "gemini-generate"
@@ -92,18 +93,18 @@ def wire_shape(body: dict[str, Any]) -> str:
     return "openai-chat"
 
 
-def _anthropic_block(part: Any) -> bool:
+def _anthropic_block(part: object) -> bool:
     kind = part.get("type") if isinstance(part, dict) else None
     return isinstance(kind, str) and kind in _ANTHROPIC_BLOCKS
 
 
-def _json_type(value: Any) -> str:
+def _json_type(value: object) -> str:
     """A value's JSON type with its article, as a message names it: ``a number``, ``an object``."""
     names = {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "a list", dict: "an object"}
     return "null" if value is None else names.get(type(value), f"a {type(value).__name__}")
 
 
-def _objects_problem(value: Any, what: str) -> str | None:
+def _objects_problem(value: object, what: str) -> str | None:
     """Why ``value`` is not a list of JSON objects (``what`` names it), or None."""
     if not isinstance(value, list):
         return f"{what} is {_json_type(value)}, not a list"
@@ -111,7 +112,7 @@ def _objects_problem(value: Any, what: str) -> str | None:
     return None if bad is None else f"{what}[{bad}] is {_json_type(value[bad])}, not an object"
 
 
-def shape_problem(body: Any) -> str | None:
+def shape_problem(body: object) -> str | None:
     """Why a JSON value is not a request body the diff can read, or None: an object whose ``messages`` or
     ``contents`` (whichever are there) is a list of objects, ``tools`` (if there) a list of objects, an OpenAI
     tool's ``function`` an object. Deeper wrong types are read as they come (as text), never trusted."""
@@ -129,13 +130,13 @@ def shape_problem(body: Any) -> str | None:
     return None
 
 
-def _check_body(body: Any, where: str) -> dict[str, Any]:
+def _check_body(body: Any, where: str) -> JSONObject:
     if problem := shape_problem(body):
         raise InputError(f"not a request body: {problem}", where=where)
     return dict(body)
 
 
-def looks_like_body(value: Any) -> bool:
+def looks_like_body(value: object) -> bool:
     """A JSON value that is a request body (a ``messages`` or ``contents`` list) and not a zhin session line."""
     return (isinstance(value, dict) and "type" not in value
             and (isinstance(value.get("messages"), list) or isinstance(value.get("contents"), list)))
@@ -169,7 +170,7 @@ def is_capture_folder(path: Path) -> bool:
     return names_a_folder(path) and bool(body_files(path))
 
 
-def _exchange_record(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+def _exchange_record(path: Path) -> tuple[JSONObject | None, str | None]:
     """The usage object and the model named by a body's exchange file ((None, None) without one)."""
     exchange = path.with_name(path.name[: -len(".json")] + _EXCHANGE_SUFFIX)
     if not exchange.exists():

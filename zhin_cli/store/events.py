@@ -40,6 +40,7 @@ from sqlalchemy import Connection, and_, inspect, select, text
 
 import zhin_cli.store.schema as schema
 from zhin_cli.core.errors import InputError, ZhinError, at_row
+from zhin_cli.core.jsontext import JSONObject
 from zhin_cli.core.model import NO_OPERATOR  # upstream stored no operator (member.role_changed never has one)
 from zhin_cli.store.keys import session_key_of
 from zhin_cli.store.payload import json_column
@@ -118,7 +119,7 @@ class EventReading:
                             [e for e in self.scenes if e.session_key == session_key], list(self.warnings))
 
 
-def turn_context_zone(payload: Any) -> str | None:
+def turn_context_zone(payload: object) -> str | None:
     """The IANA zone a stored turn row's ``[Turn context]`` names (upstream writes local time only there), else None.
     The zone of the data, for the times of event lines when the session names none."""
     try:
@@ -142,7 +143,7 @@ def _zone(timezone: str | None) -> ZoneInfo:
         return ZoneInfo("UTC")
 
 
-def epoch_ms(value: Any) -> int | None:
+def epoch_ms(value: object) -> int | None:
     """An epoch-ms time: an integer, or the decimal text a bigint column may come back as."""
     if isinstance(value, bool):
         return None
@@ -153,13 +154,13 @@ def epoch_ms(value: Any) -> int | None:
     return None
 
 
-def _id(value: Any) -> str | None:
+def _id(value: object) -> str | None:
     if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
         return None
     return str(value)
 
 
-def _party(data: dict[str, Any], key: str) -> str | None:
+def _party(data: JSONObject, key: str) -> str | None:
     party = data.get(key)
     return _id(party.get("id")) if isinstance(party, dict) else None
 
@@ -186,7 +187,7 @@ def read_events(rows: Iterable[Any], label: str | None = None, *, session_key: s
     return reading
 
 
-def _read_row(row: Any, data: dict[str, Any], where: str, reading: EventReading) -> None:
+def _read_row(row: Any, data: JSONObject, where: str, reading: EventReading) -> None:
     kind = str(data.get("type") or data.get("event") or "")
     if kind in NOT_MEMBER_EVENTS:
         return
@@ -216,7 +217,7 @@ def _read_row(row: Any, data: dict[str, Any], where: str, reading: EventReading)
         reading.members.append(event)
 
 
-def _upstream_event(data: dict[str, Any], kind: str, event_id: str, session_key: str, time: int, row_id: int,
+def _upstream_event(data: JSONObject, kind: str, event_id: str, session_key: str, time: int, row_id: int,
                     where: str, warnings: list[str]) -> MemberEvent | SceneEvent | None:
     member, actor = _party(data, "member"), _party(data, "actor")
     if member is None:
@@ -248,7 +249,7 @@ def _upstream_event(data: dict[str, Any], kind: str, event_id: str, session_key:
     return event("member_changed", "role", role if enabled else "member")
 
 
-def _whole_group_mute(data: dict[str, Any], kind: str, event_id: str, session_key: str, actor: str | None, time: int,
+def _whole_group_mute(data: JSONObject, kind: str, event_id: str, session_key: str, actor: str | None, time: int,
                       row_id: int, where: str, warnings: list[str]) -> SceneEvent | None:
     """Upstream clamps OneBot's duration −1 to 0 and stores 0 as "unmuted", so ``member.unmuted`` of member 0 is
     also the mute switched ON: the notice's sub type, kept in the event id, tells which."""

@@ -145,7 +145,7 @@ class BlockLine:
     ambiguous: bool = False  # a row-less line with more than one plausible ``NAME (ID): `` (the first was taken)
 
 
-def created_message(event: dict[str, Any], event_row: int | None = None) -> CreatedMessage | None:
+def created_message(event: JSONObject, event_row: int | None = None) -> CreatedMessage | None:
     """A ``message.created`` event's facts, or None when it lacks one (a row zhin cannot read as a message). One
     without ``actor`` is the bot's own (upstream writes its replies so, with a ``markdown`` segment)."""
     message = event.get("message") if event.get("type") == "message.created" else None
@@ -166,7 +166,7 @@ def created_message(event: dict[str, Any], event_row: int | None = None) -> Crea
                           None if reply_id is None else str(reply_id), event_row, text)
 
 
-def _segments_text(segments: Any) -> str:
+def _segments_text(segments: object) -> str:
     """The text a message's segments say: ``text`` segments' text, ``markdown`` segments' content."""
     parts = []
     for segment in segments if isinstance(segments, list) else []:
@@ -186,9 +186,9 @@ class Recall:
     time: int | None
 
 
-def recall_of(event: dict[str, Any], row_time: int | None = None) -> Recall:
+def recall_of(event: JSONObject, row_time: int | None = None) -> Recall:
     given = event.get("actor")
-    actor: dict[str, Any] = given if isinstance(given, dict) else {}
+    actor: JSONObject = given if isinstance(given, dict) else {}
     actor_id, name = actor.get("id"), actor.get("displayName")
     when = event.get("timestamp") if isinstance(event.get("timestamp"), int) else row_time
     return Recall(str(actor_id) if actor_id is not None else None,
@@ -221,7 +221,7 @@ def _local_time(value: int, zone: str | None) -> str:
     return f"{moment:%Y-%m-%d %H:%M:%S} {chosen}"
 
 
-def recalled_id(event: dict[str, Any]) -> str | None:
+def recalled_id(event: JSONObject) -> str | None:
     """The platform id of the message a ``message.recalled`` event takes back."""
     message = event.get("message") if event.get("type") == "message.recalled" else None
     if isinstance(message, dict) and message.get("id") is not None:
@@ -584,10 +584,12 @@ def _line_messages(lines: list[BlockLine], window: tuple[int | None, int], ids: 
         low = time
         content: list[JSONObject] = [{"type": "text", "text": line.text}]
         row_id = ids.take(row.event_row if row is not None else None)
-        actor = {"subjectId": line.sender_id} | ({"displayName": line.name} if line.name is not None else {})
+        actor: JSONObject = {"subjectId": line.sender_id}
+        if line.name is not None:
+            actor["displayName"] = line.name
         # the line as an interchange line (``zhin export``): its own id, its actor without ``roles`` (the block
         # does not say them: read back, roles unknown, as here)
-        raw: dict[str, Any] = {"type": "message", "id": ids.export_id(row_id), "role": "user", "content": content,
+        raw: JSONObject = {"type": "message", "id": ids.export_id(row_id), "role": "user", "content": [*content],
                                "timestamp": time, "actor": actor, "eventsBlockRow": block_row}
         if row is not None:
             raw["messageId"] = row.message_id
