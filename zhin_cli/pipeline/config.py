@@ -194,10 +194,10 @@ def _cut_to(window: dict[str, Any], key: str, limit_key: str, limit: int | None,
     value = window.get(key)
     if value is None:
         return None
-    value = _expect(value, int, f"window.{key}", config)
-    if limit is None or not 0 <= value < limit:
-        raise ConfigError(f"window.{key} must be from 0 to window.{limit_key} - 1, got {value}", where=config.where(f"window.{key}"))
-    return value
+    cut: int = _expect(value, int, f"window.{key}", config)
+    if limit is None or not 0 <= cut < limit:
+        raise ConfigError(f"window.{key} must be from 0 to window.{limit_key} - 1, got {cut}", where=config.where(f"window.{key}"))
+    return cut
 
 
 def _expect(value: Any, kind: type | tuple[type, ...], what: str, config: Config) -> Any:

@@ -82,7 +82,7 @@ def load_plugin(spec: str, config_path: Path | None, where: str | None = None, *
         raise
     except (Exception, SystemExit) as exc:  # a plugin's own import error (or exit) must not become a traceback
         raise ConfigError(f"plugin {spec!r} failed to load: {type(exc).__name__}: {exc}", where=where) from None
-    function = getattr(module, attr, None)
+    function: object = getattr(module, attr, None)
     if not callable(function):
         raise ConfigError(f"plugin {spec!r}: no callable {attr!r}", where=where)
     return function
@@ -118,7 +118,7 @@ def _entry_point(spec: str, where: str | None) -> Callable[..., Any]:
         known = ", ".join(sorted({p.name for p in installed()})) or "none installed"
         raise ConfigError(f"plugin {spec!r}: no installed entry point {name!r} in group {GROUP!r} (known: {known})", where=where)
     try:
-        function = points[0].load()
+        function: object = points[0].load()
     except (Exception, SystemExit) as exc:
         raise ConfigError(f"plugin {spec!r} failed to load: {type(exc).__name__}: {exc}", where=where) from None
     if not callable(function):
