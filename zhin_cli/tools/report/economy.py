@@ -61,6 +61,7 @@ from zhin_cli.pipeline.facade import Pipeline
 from zhin_cli.pipeline.format import neutralize_body
 from zhin_cli.pipeline.headers import SUMMARY_PREFIX, Aliases, project
 from zhin_cli.pipeline.merge import Placed
+from zhin_cli.pipeline.models import belongs, default_model
 from zhin_cli.pipeline.preset import TAIL_SEPARATOR
 from zhin_cli.pipeline.providers import RenderedPart
 from zhin_cli.pipeline.window import SessionIndex, WindowConfig, sliding, visible_window
@@ -451,6 +452,23 @@ def _pipeline_config(config: Config, window: WindowConfig) -> Config:
     return config if window == config.window else dataclasses.replace(config, window=window)
 
 
+def stored_model(session: Session) -> str | None:
+    """The model the session's first stored reply names (None: no reply names one)."""
+    return next((m.model for m in session.messages if isinstance(m, AssistantMessage) and m.model), None)
+
+
+def case_for(case: ProviderCase, session: Session) -> ProviderCase:
+    """``case`` with the model ``trace`` gives the session's requests for its provider (``pipeline/models.py``): a
+    case on the provider's default model (the registered ones) takes the stored model when it is the provider's; a
+    case naming another model is a model chosen, kept as ``--model`` is. The case's cache minimum belongs to its own
+    model: another model keeps its profile's rule."""
+    stored = stored_model(session)
+    if stored is None or stored == case.model or case.model != default_model(case.provider) \
+            or not belongs(case.provider, stored):
+        return case
+    return ProviderCase(case.provider, stored)
+
+
 def price_for(case: ProviderCase, prices: PriceTable) -> tuple[PriceChoice | None, str | None]:
     """The row ``case`` is billed at and the note to show (a default row used, or no rows at all)."""
     choice = prices.choose(case.provider, case.model)
@@ -464,7 +482,9 @@ def simulate(session: Session, config: Config, case: ProviderCase, encoding: str
     """Replay ``session`` for one provider: the ADR layout through ``cachereplay.replay_cache`` (the loop
     ``report window`` shares), the flat layout of the same requests through its own simulator (a fresh one at
     each cache group: the session's prefix is cold there), and the ADR layout again under
-    upstream's sliding window (``window.sliding``). Costs: ``prices`` (default: the config's table)."""
+    upstream's sliding window (``window.sliding``). Costs: ``prices`` (default: the config's table). The model is
+    the session's stored one where it is ``case``'s provider's (``case_for``), as ``trace`` assembles and bills it."""
+    case = case_for(case, session)
     choice, note = price_for(case, prices if prices is not None else config.price_table())
     with Pipeline.open(config, provider=case.provider, model=case.model) as pipeline:
         index = SessionIndex.of(session)
