@@ -33,7 +33,7 @@ PROVIDERS: Registry[ProviderSpec] = Registry("provider profile")
 PROFILES = PROVIDERS  # the old name: every reader of the profile table reads providers
 # The order built-in specs register in (the order of economy's default cases); other modules of specs/ follow,
 # sorted by name.
-BUILTIN_ORDER = ("openai", "deepseek", "anthropic", "gemini", "local")
+BUILTIN_ORDER = ("openai", "anthropic", "deepseek", "gemini", "local")
 
 
 class UnknownProvider(ConfigError):
