@@ -305,32 +305,6 @@ SHARED_DATA = re.compile(r"(?:\.\./)?shared/reference/upstream-db\b")
 TO_REWRITE: dict[str, str] = {
     "Field lists follow the APIs' request references (reference/providers.md §1–§3) as far as zhin sends or reads them;":
         'zhin_cli/wire/types.py',  # added by WP1 after the list was made (the sed rewrites it)
-    "On the shared reference (`shared/reference/upstream-db/captures`) this gives exactly the scenario's sessions:":
-        'docs/captures.md',
-    "- **Upstream's prefix** is re-implemented from reference/zhin-upstream.md §1.3 (`buildSenderPrefix`): group user":
-        'docs/design-notes.md',
-    '17 templates of `reference/providers.md` §5 (`tests/templates/`) and compare.':
-        'docs/design-notes.md',
-    '`o1-mini` / `o1-preview` reject both roles and get `none` (`reference/providers.md` §1.2). Cache':
-        'docs/design-notes.md',
-    'truncatable sections are cut first (see `reference/zhin-upstream.md` §1.3). ADR §3 says `preferred`':
-        'docs/design-notes.md',
-    '`prompt_cache_retention: in_memory` on every OpenAI request (its captures in shared/reference/upstream-db): one key':
-        'docs/economy.md',
-    "| `upstream` | `[sender:id=<id> name=<name> roles=<r1,r2>]` on every group user message; none on the bot's messages or in private chats | upstream's `buildSenderPrefix` (reference/zhin-upstream.md §1.3): name with runs of `]`/whitespace → `_`, cut to 64; roles = product roles + `owner→scene_owner`, `admin→scene_admin`, `user` only when alone |":
-        'docs/economy.md',
-    '2-core machine compiled the same sdist in 330 s (reference/local-llm.md, with `-march=native`).':
-        'docs/live.md',
-    'wrong (reference/local-llm.md §2.3), and the cases only assert what it can do.':
-        'docs/live.md',
-    '`../shared/reference/upstream-db/` is copied to tests/data/upstream-db/data.sqlite; tests/test_upstream_events.py':
-        'docs/storage.md',
-    '`zhin` reads the tables upstream zhin writes (`reference/zhin-upstream.md` §2) exactly as they are:':
-        'docs/storage.md',
-    'and their tokenizers are online only (`messages/count_tokens`, `countTokens`; reference/providers.md §7), so':
-        'docs/tokens.md',
-    'On the real upstream database of the issue (shared/reference/upstream-db, group A) the first turn reads':
-        'docs/trace.md',
     "The naive placement is answered with each API's exact 400 (reference/providers.md), so the offline":
         'eval_cases/adr-6-join-during-tool-call.yaml',
     "- `st-default.json` — SillyTavern's shipped `Default.json` (1.18.0) as reference/sillytavern.md §1 describes it:":
