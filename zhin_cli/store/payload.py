@@ -10,14 +10,14 @@ import json
 import reprlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeGuard, TypeVar
 
 import zhin_cli.store.legacy as legacy
 import zhin_cli.store.upstream as upstream
 from zhin_cli.core import jsontext
 from zhin_cli.core.errors import InputError
 from zhin_cli.core.inputfiles import lone_surrogate_in_json, surrogate_message
-from zhin_cli.core.jsontext import JSONObject
+from zhin_cli.core.jsontext import JSON, JSONObject
 from zhin_cli.core.model import (
     EVENT_KINDS,
     Actor,
@@ -43,7 +43,7 @@ MAX_TIMESTAMP = 253_402_300_800_000 - 2 * 86_400_000
 MAX_ROW_ID = 2**63 - 1
 
 
-def short(value: Any) -> str:
+def short(value: object) -> str:
     """``repr`` for an error message: a 5 MB field must not become a 5 MB error line (nor take a second to format:
     strings and containers are cut before they are formatted)."""
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
@@ -71,7 +71,7 @@ def check_payload_text(text: str, where: str) -> None:
         raise InputError(surrogate_message(text[offset : offset + 6]), where=where)
 
 
-def json_column(value: Any, column: str, where: str) -> Any:
+def json_column(value: Any, column: str, where: str) -> JSON:
     """A JSON text column: not JSON, not UTF-8 (a BLOB), NULL, nested past Python's recursion limit or holding a lone
     surrogate escape (``\\ud800``, which no output can encode: the same rule as JSONL) is one line."""
     if isinstance(value, str):
@@ -84,11 +84,11 @@ def json_column(value: Any, column: str, where: str) -> Any:
         raise InputError(f"{column} is not JSON", where=where) from None
 
 
-def _check_int(value: Any, low: int, high: int) -> bool:
+def _check_int(value: object, low: int, high: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
-def check_timestamp(value: Any, key: str, where: str) -> int:
+def check_timestamp(value: object, key: str, where: str) -> int:
     """An integer ms epoch that dates can be made from (years 1..9999)."""
     if not isinstance(value, int) or isinstance(value, bool):
         raise InputError(f"'{key}' must be an integer (ms epoch), got {short(value)}", where=where)
@@ -97,7 +97,7 @@ def check_timestamp(value: Any, key: str, where: str) -> int:
     return value
 
 
-def check_str(data: dict[str, Any], keys: tuple[str, ...], where: str, prefix: str = "") -> None:
+def check_str(data: JSONObject, keys: tuple[str, ...], where: str, prefix: str = "") -> None:
     """Optional id/text fields: a string (or an integer id), never an object, list, float or boolean."""
     for key in keys:
         value = data.get(key)
@@ -105,7 +105,7 @@ def check_str(data: dict[str, Any], keys: tuple[str, ...], where: str, prefix: s
             raise InputError(f"'{prefix}{key}' must be a string, got {short(value)}", where=where)
 
 
-def check_scene_facts(data: dict[str, Any], where: str, prefix: str = "") -> None:
+def check_scene_facts(data: JSONObject, where: str, prefix: str = "") -> None:
     """Scene facts (session line ``scene``, ``scene`` lines, database profile and scene-change rows)."""
     check_str(data, ("scene_id", "scene_type", "scene_name", "owner_id"), where, prefix)
     admins = data.get("admins")
@@ -122,7 +122,7 @@ def check_scene_facts(data: dict[str, Any], where: str, prefix: str = "") -> Non
         raise InputError(f"'{prefix}global_mute' must be true or false, got {short(mute)}", where=where)
 
 
-def check_member_facts(data: dict[str, Any], where: str) -> None:
+def check_member_facts(data: JSONObject, where: str) -> None:
     """Member facts (``member`` lines, ``ai_scene_members`` rows); other keys are kept and ignored."""
     check_str(data, ("platform_role", "card", "title"), where)
     muted = data.get("muted_until")
@@ -132,9 +132,9 @@ def check_member_facts(data: dict[str, Any], where: str) -> None:
 
 
 def message_from_payload(
-    payload: Any, *, row_id: int, where: str, extra: dict[str, Any] | None = None
+    given: JSON, *, row_id: int, where: str, extra: JSONObject | None = None
 ) -> Message:
-    role, timestamp = _role_and_timestamp(payload, where)
+    payload, role, timestamp = _role_and_timestamp(given, where)
     if role == "event":
         kind = _event_kind(payload, where)
         return EventMessage(kind=kind, name=_str(payload, "name", where), timestamp=timestamp, row_id=row_id, raw=payload)
@@ -170,19 +170,19 @@ def message_from_payload(
             message_id=_opt_str(payload, "messageId", where),
             provider=_opt_str(payload, "provider", where),
             model=_opt_str(payload, "model", where),
-            usage=payload.get("usage") if isinstance(payload.get("usage"), dict) else None,
+            usage=usage if isinstance(usage := payload.get("usage"), dict) else None,
             raw=payload,
         )
     return _user_message(payload, content, timestamp, row_id, where, extra or {})
 
 
 def _user_message(
-    payload: dict[str, Any],
-    content: list[dict[str, Any]],
+    payload: JSONObject,
+    content: list[JSONObject],
     timestamp: int,
     row_id: int,
     where: str,
-    extra: dict[str, Any],
+    extra: JSONObject,
 ) -> UserMessage:
     actor = _actor(payload.get("actor"), where, "actor")
     check_str(payload, ("name", "replyTo"), where)
@@ -215,15 +215,16 @@ def _user_message(
     )
 
 
-def _cleaned_content(content: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], Actor | None, str | None]:
+def _cleaned_content(content: list[JSONObject]) -> tuple[list[JSONObject], Actor | None, str | None]:
     """A user row's content without the host's text before the member's words, the facts that text held (the
     legacy prefix's actor) and the quoted message's id. Legacy (ADR §7): `[sender:…]` / `[User]{…}` leave the
     first text block, whatever else we know; upstream's host context comes first, then its own sender prefix —
     both the host's, both facts."""
-    if not content or content[0].get("type") != "text" or not isinstance(content[0].get("text"), str):
+    first = content[0] if content else None
+    first_text = first.get("text") if first is not None and first.get("type") == "text" else None
+    if first is None or not isinstance(first_text, str):
         return list(content), None, None
-    first = content[0]
-    context, text = upstream.split_turn_context(first["text"])
+    context, text = upstream.split_turn_context(first_text)
     text, prefix_actor = legacy.strip_text_prefix(text)
     quoted = None
     if context is not None:  # the host's row: a quote notice after its prefix is the reply's target
@@ -231,13 +232,13 @@ def _cleaned_content(content: list[dict[str, Any]]) -> tuple[list[dict[str, Any]
     return [{**first, "text": text}, *content[1:]], prefix_actor, quoted
 
 
-def _extra_sender(extra: Any) -> dict[str, Any] | None:
+def _extra_sender(extra: object) -> JSONObject | None:
     """A row's ``extra.sender`` (legacy rows), if it names a sender."""
     sender = extra.get("sender") if isinstance(extra, dict) else None
     return sender if isinstance(sender, dict) and sender.get("id") is not None else None
 
 
-def _sender_actor(extra: Any) -> Actor | None:
+def _sender_actor(extra: object) -> Actor | None:
     """The facts of a row's ``extra.sender``, if it names a sender."""
     sender = _extra_sender(extra)
     return None if sender is None else legacy.actor_from_sender(sender)
@@ -251,14 +252,14 @@ class Said(NamedTuple):
     text: str
 
 
-def _user_sender(payload: dict[str, Any], extra: Any, prefix_actor: Actor | None) -> str | None:
+def _user_sender(payload: JSONObject, timestamp: int, extra: object, prefix_actor: Actor | None) -> str | None:
     """The sender id of the message ``_user_message`` builds: its own ``actor``'s (None when that is not an actor:
     the row is refused when read), else the first legacy source naming one — the old header, extra, the prefix."""
     actor = payload.get("actor")
     if actor is not None:
         subject = actor.get("subjectId") if isinstance(actor, dict) else None
         return str(subject) if isinstance(subject, (str, int)) else None
-    header, sender = _header_actor(payload, payload["timestamp"]), _extra_sender(extra)
+    header, sender = _header_actor(payload, timestamp), _extra_sender(extra)
     if header is not None:
         return header.subject_id
     if sender is not None:
@@ -305,18 +306,18 @@ def settle_bot_header(message: Message, bot_id: str | None) -> Message:
     return message
 
 
-def _header_actor(payload: dict[str, Any], timestamp: int) -> Actor | None:
+def _header_actor(payload: JSONObject, timestamp: int) -> Actor | None:
     """The facts of an old header string stored in ``name`` (legacy rows, ADR §7), if it holds one."""
     name = payload.get("name")
     return legacy.parse_header_string(name, timestamp) if isinstance(name, str) else None
 
 
-def _roles_known(value: Any) -> bool:
+def _roles_known(value: object) -> bool:
     """An actor that lists its roles (even ``[]``) states its product roles."""
     return isinstance(value, dict) and value.get("roles") is not None
 
 
-def _actor(value: Any, where: str, key: str) -> Actor | None:
+def _actor(value: object, where: str, key: str) -> Actor | None:
     if value is None:
         return None
     if not isinstance(value, dict) or not isinstance(value.get("subjectId"), (str, int)):
@@ -405,7 +406,7 @@ class OutlineFacts(NamedTuple):
     said: Said | None = None  # asked for (``outline_facts``): a user row's sender and text, a reply's text
 
 
-def outline_facts(payload: Any, where: str, extra: Any = None, *, said: bool = False) -> OutlineFacts:
+def outline_facts(given: JSON, where: str, extra: object = None, *, said: bool = False) -> OutlineFacts:
     """The outline's facts of a payload without building its message: the same values as
     ``SessionOutline.of_messages([message_from_payload(payload, …)])`` (tests compare them on every fixture), and
     the same errors for the fields they come from (role, timestamp, event kind, content blocks, tool call ids,
@@ -414,13 +415,13 @@ def outline_facts(payload: Any, where: str, extra: Any = None, *, said: bool = F
     (``Said``; ``extra``: the row's parsed ``extra``), as its message says it — of a user row that names its
     sender and of an assistant row, so a lazy load matches rows to their platform messages without parsing them
     again; a field only the message checks is not checked here (a row it makes bad is refused when read)."""
-    role, timestamp = _role_and_timestamp(payload, where)
+    payload, role, timestamp = _role_and_timestamp(given, where)
     if role == "event":
         kind = _event_kind(payload, where)
         _str(payload, "name", where)
         return OutlineFacts("event", timestamp, False, False, None, None, kind)
     content = _content(payload, where)
-    texts = [b["text"] for b in content if b.get("type") == "text"]
+    texts = [str(b["text"]) for b in content if b.get("type") == "text"]  # text blocks hold text (_content)
     if role == "toolResult":
         result_for = _str(payload, "toolCallId", where)
         return OutlineFacts("toolResult", timestamp, False, bool("\n".join(texts)), None, None, None,
@@ -435,39 +436,43 @@ def outline_facts(payload: Any, where: str, extra: Any = None, *, said: bool = F
                             _opt_str(payload, "model", where), _opt_str(payload, "messageId", where), None,
                             call_ids=tuple(str(b["id"]) for b in calls), said=Said(None, text) if said else None)
     prefix_actor = None
-    if content and content[0].get("type") == "text" and content[0]["text"].startswith("["):
+    if content and content[0].get("type") == "text" and str(content[0]["text"]).startswith("["):
         # the host's text before the member's words is not text (``_user_message``)
         cleaned, prefix_actor, _ = _cleaned_content(content)
-        texts[0] = cleaned[0]["text"]
+        texts[0] = str(cleaned[0]["text"])
     text = "\n".join(texts)
-    sender = _user_sender(payload, extra, prefix_actor) if said else None
+    sender = _user_sender(payload, timestamp, extra, prefix_actor) if said else None
     return OutlineFacts("user", timestamp, False, bool(text), None, _opt_str(payload, "messageId", where), None,
                         said=None if sender is None else Said(sender, text))
 
 
-def _role_and_timestamp(payload: Any, where: str) -> tuple[str, int]:
-    """A payload's role and timestamp, checked: the first checks of a message and of its outline facts (one rule,
-    so a refused row says the same whether the load is eager or lazy)."""
+def _role_and_timestamp(payload: JSON, where: str) -> tuple[JSONObject, str, int]:
+    """A payload (an object), its role and timestamp, checked: the first checks of a message and of its outline
+    facts (one rule, so a refused row says the same whether the load is eager or lazy)."""
     if not isinstance(payload, dict):
         raise InputError(f"message is a JSON {type(payload).__name__}, expected an object", where=where)
     role = payload.get("role")
-    if role not in ROLES:
+    if not isinstance(role, str) or role not in ROLES:
         raise InputError(f"unknown role {short(role)} (expected one of {', '.join(ROLES)})", where=where)
-    return role, check_timestamp(payload.get("timestamp"), "timestamp", where)
+    return payload, role, check_timestamp(payload.get("timestamp"), "timestamp", where)
 
 
-def _event_kind(payload: dict[str, Any], where: str) -> str:
+def _event_kind(payload: JSONObject, where: str) -> str:
     kind = payload.get("kind")
     if kind not in EVENT_KINDS:
         raise InputError(f"unknown event kind {short(kind)} (expected one of {', '.join(EVENT_KINDS)})", where=where)
     return str(kind)
 
 
-def _content(payload: dict[str, Any], where: str) -> list[dict[str, Any]]:
+def _all_objects(values: list[JSON]) -> TypeGuard[list[JSONObject]]:
+    return all(isinstance(value, dict) for value in values)
+
+
+def _content(payload: JSONObject, where: str) -> list[JSONObject]:
     content = payload.get("content")
     if isinstance(content, str):  # tolerated: some writers store plain strings
         return [{"type": "text", "text": content}]
-    if not isinstance(content, list) or not all(isinstance(b, dict) for b in content):
+    if not isinstance(content, list) or not _all_objects(content):
         raise InputError("'content' must be a list of content blocks", where=where)
     for block in content:
         if block.get("type") == "text" and not isinstance(block.get("text"), str):
@@ -475,14 +480,14 @@ def _content(payload: dict[str, Any], where: str) -> list[dict[str, Any]]:
     return content
 
 
-def _str(payload: dict[str, Any], key: str, where: str) -> str:
+def _str(payload: JSONObject, key: str, where: str) -> str:
     value = payload.get(key)
     if not isinstance(value, str):
         raise InputError(f"'{key}' must be a string", where=where)
     return value
 
 
-def _opt_str(payload: dict[str, Any], key: str, where: str) -> str | None:
+def _opt_str(payload: JSONObject, key: str, where: str) -> str | None:
     value = payload.get(key)
     if value is None:
         return None

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from zhin_cli.core.errors import InputError, at_row
+from zhin_cli.core.jsontext import JSONObject
 from zhin_cli.core.model import (
     AssistantMessage,
     BotFacts,
@@ -201,12 +202,13 @@ class RowParser:
         payload = json_column(row.payload, "payload", where)
         raw_extra = getattr(row, "extra", None)
         parsed = json_column(raw_extra, "extra", where) if raw_extra else None
-        extra: dict[str, Any] = parsed if isinstance(parsed, dict) else {}
+        extra: JSONObject = parsed if isinstance(parsed, dict) else {}
         try:
             message = message_from_payload(payload, row_id=row.id, where=where, extra=extra)
         except RecursionError:
             raise InputError("payload is nested too deeply", where=where) from None
-        raw = {"type": "message", **payload, "id": row.id}
+        assert isinstance(payload, dict)  # message_from_payload refuses any other payload
+        raw: JSONObject = {"type": "message", **payload, "id": row.id}
         if raw_extra and (parsed is None or isinstance(parsed, dict)):  # "{}" and "null" too: the line said so
             raw["extra"] = parsed
         message.raw = raw
