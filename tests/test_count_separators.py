@@ -43,7 +43,7 @@ def test_stats_cache_writes_counts_with_separators(monkeypatch: Any) -> None:
     from zhin_cli._cli import stats
 
     text = printed(monkeypatch, stats, "print_stats", big_stats())
-    for figure in ("3,600s", "1,234", "56,789", "1,001", "4,321 session(s)", "59,024 request(s) in it"):
+    for figure in ("3,600 s", "1,234", "56,789", "1,001", "4,321 session(s)", "59,024 request(s) in it"):
         assert figure in text, (figure, text)
     assert UNSEPARATED.findall(text) == [], text
 

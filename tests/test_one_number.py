@@ -26,9 +26,9 @@ def test_prefix_diff_trace_and_the_page_print_the_same_cached_share(zhin, tmp_pa
     path = str(FIXTURES / session)
     share = json.loads(zhin("prefix-diff", path, "--json").stdout)["sessions"][0]["summary"]["cached_share"]
     trace_text = zhin("trace", path, "--all").stdout
-    shown = re.search(r"cached share after the first (\d+)%", trace_text)
+    shown = re.search(r"warm cached share (\d+\.\d)% \(requests after the first", trace_text)
     assert shown is not None, trace_text
-    assert int(shown.group(1)) == round(share * 100)
+    assert shown.group(1) == f"{share * 100:.1f}"
     page = zhin("report", "html", path, "--no-economy", "-o", str(tmp_path / "page.html"))
     assert page.returncode == 0, page.stderr
     html = (tmp_path / "page.html").read_text(encoding="utf-8")

@@ -18,20 +18,44 @@ BUSY = ROOT / "fixtures" / "group-busy.jsonl"
 DEMO_DB = ROOT / "tests" / "data" / "upstream-db" / "data.sqlite"
 TOKEN_END = re.compile(r"[A-Za-z0-9$,.]+$")  # a word or a number ($0.05282, 1,695) running up to the line's end
 TOKEN_START = re.compile(r"^[A-Za-z0-9$,.]+")
+# a word, a number or an identifier as the views print them: core.environment, gpt-4.1-mini, role_rules, 76.9%, +0
+TOKEN = re.compile(r"[A-Za-z0-9$][A-Za-z0-9$,._/#%+-]*")
+CUT = re.compile(r"[A-Za-z0-9$,._%-]…")  # a cell cut by rich: "gpt-4…", "76.…", "provi…"
+WIDTH_NOTE = re.compile(r"at least \d+ columns")  # a line that says what the width left out
+DURATION = re.compile(r"\d+(\.\d+)?m?s")  # a run's time (eval's "1.57s"): differs between two runs
 WIDE = 1000
 
 
+def tokens(text: str) -> list[str]:
+    """The words, numbers and ids of ``text``, without the punctuation that ends a phrase (and run times)."""
+    found = (token.rstrip(".,:") for token in TOKEN.findall(text))
+    return [token for token in found if token and not DURATION.fullmatch(token)]
+
+
 def broken_tokens(narrow: str, wide: str, width: int) -> list[str]:
-    """Where ``narrow`` (laid out for ``width``) breaks a word or number of ``wide`` (the same view, unwrapped): a
-    line longer than ``width`` (a terminal cuts it mid-token), or a line ending inside a token that the next line
-    continues — a token of the wide view split in two."""
-    whole = set(re.findall(r"[A-Za-z0-9$,.]+", wide))
+    """Where ``narrow`` (laid out for ``width``) breaks a word or number of ``wide`` (the same view at 1,000 columns):
+    a line longer than ``width`` (a terminal cuts it mid-token); a line ending inside a token that the next line
+    continues; a token that is no whole token of ``wide`` (a cell folded or cut inside a table: "environme"/"nt",
+    "gpt-4…"); a cell cut with "…"; and a token of ``wide`` missing from ``narrow`` unless ``narrow`` says what
+    the width left out (a line "… at least N columns") or marks an elided list with a lone "…". Missing counts
+    for the tokens with a digit (figures, costs, dates, model ids: what a reader must not lose); a narrow layout
+    may print a header word once (a block per row names its fields its own way)."""
+    whole = set(tokens(wide))
     lines = narrow.splitlines()
     found = [f"line {i + 1} is {cell_len(line)} cells: {line!r}" for i, line in enumerate(lines) if cell_len(line) > width]
     for i, (line, following) in enumerate(zip(lines, lines[1:], strict=False)):
         tail, head = TOKEN_END.search(line), TOKEN_START.match(following)
         if tail and head and tail.group() + head.group() in whole and not (tail.group() in whole and head.group() in whole):
             found.append(f"line {i + 1} breaks {tail.group()!r}/{head.group()!r}")
+    for i, line in enumerate(lines):
+        found += [f"line {i + 1} cuts {cut.group()!r}: {line!r}" for cut in CUT.finditer(line) if cut.group() not in wide]
+        if not WIDTH_NOTE.search(line):
+            found += [f"line {i + 1} holds {token!r}, no whole word of the wide view: {line!r}"
+                      for token in tokens(line) if token not in whole]
+    elided = any(WIDTH_NOTE.search(line) or re.search(r"(^|\s)…(\s|$)", line) for line in lines)
+    if not elided:
+        missing = sorted(token for token in whole - set(tokens(narrow)) if re.search(r"\d", token))
+        found += [f"{token!r} of the wide view is missing" for token in missing]
     return found
 
 
@@ -40,6 +64,27 @@ def test_negative_control_a_wrapped_cost_and_an_overlong_line_are_caught() -> No
     assert broken_tokens("16 requests · input cost $0.\n08518 ($0.005324 per request)", wide, 40)
     assert broken_tokens(wide, wide, 40)  # longer than the width: the terminal would cut it
     assert broken_tokens("16 requests · input cost\n$0.08518 ($0.005324 per request)", wide, 40) == []  # between words
+
+
+def test_negative_control_a_split_or_cut_table_cell_is_caught() -> None:
+    wide = "segment           kind        weight\ncore.environment  environment    100\ncore.persona      role_rules     100"
+    folded = ("segment           kind      weight\ncore.environment  environme    100\n                  nt\n"
+              "core.persona      role_rule    100\n                  s")
+    assert any("'environme'" in problem for problem in broken_tokens(folded, wide, 40))  # padding hid it before
+    assert any("'role_rule'" in problem for problem in broken_tokens(folded, wide, 40))
+    cut = "provi… model  hit\nopenai gpt-4… 76.…"
+    wide_cut = "provider model        hit\nopenai   gpt-4.1-mini 76.9%"
+    problems = broken_tokens(cut, wide_cut, 40)
+    assert {"line 2 cuts '4…': 'openai gpt-4… 76.…'", "line 2 cuts '.…': 'openai gpt-4… 76.…'"} <= set(problems)
+    assert any("'gpt-4.1-mini' of the wide view is missing" in problem for problem in problems)
+    whole = "segment           kind\ncore.environment  environment\ncore.persona      role_rules"
+    assert broken_tokens(whole, wide.replace("weight", "").replace("100", ""), 40) == []  # laid out whole: nothing
+
+
+def test_an_elided_column_is_allowed_only_where_the_output_says_so() -> None:
+    wide = "id     weight\ncore.a 100"
+    assert broken_tokens("id\ncore.a", wide, 60)  # weight and 100 vanished silently
+    assert broken_tokens("id\ncore.a\nweight: left out (a terminal of at least 13 columns)", wide, 60) == []
 
 
 def run(args: list[str], width: int, cwd: Path) -> Any:

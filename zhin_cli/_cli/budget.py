@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from zhin_cli._cli import ConfigOption, DbOption, app, check_options, handles_errors, print_json, print_records, stdout_console
+from zhin_cli._cli import ConfigOption, DbOption, app, check_options, handles_errors, print_json, stdout_console
+from zhin_cli._cli.tables import figures_table, fits
 from zhin_cli.core.errors import EXIT_FOUND, UsageError, ZhinError
 from zhin_cli.core.terminaltext import markup_safe, terminal_safe
 from zhin_cli.tools.budget.budget import (
@@ -20,6 +21,9 @@ from zhin_cli.tools.budget.budget import (
     update_budget,
 )
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
 budget_app = typer.Typer(help="The fixed prompt cost (system segments, tool schemas) against a committed budget.",
                          no_args_is_help=True)
 app.add_typer(budget_app, name="budget")
@@ -27,18 +31,39 @@ app.add_typer(budget_app, name="budget")
 FileOption = Annotated[Path, typer.Option("--file", "-f", help="The budget file.")]
 
 
-def print_report(report: BudgetReport) -> None:
+BUDGET_HEADERS = ("provider", "model", "part", "budget", "measured", "Δ tokens", "status")
+
+
+def budget_rows(report: BudgetReport) -> list[list[str]]:
+    """One row of cells per part and profile, escaped for the terminal (ids come from the budget file)."""
     rows = []
     for result in report.results:
-        data = result.as_dict()
-        rows.append([result.provider, result.model or "", result.part,
-                     "—" if result.budget is None else f"{result.budget:,}",
-                     "—" if result.measured is None else f"{result.measured:,}",
-                     "" if data["delta"] is None else f"{data['delta']:+,d}", result.status])
+        delta = result.as_dict()["delta"]
+        rows.append([terminal_safe(cell) for cell in (
+            result.provider, result.model or "", result.part, "—" if result.budget is None else f"{result.budget:,}",
+            "—" if result.measured is None else f"{result.measured:,}", "" if delta is None else f"{delta:+,d}",
+            result.status)])
+    return rows
+
+
+def print_budget_table(console: Console, rows: list[list[str]], title: str) -> None:
+    """A table when it fits (boxed, else unboxed as report window's); narrower, one table per profile under a
+    ``provider model`` line: a part's id and its figures are never cut."""
+    if fits(BUDGET_HEADERS, rows, console.width):
+        console.print(figures_table(BUDGET_HEADERS, rows, console.width, title=title, numeric=(3, 4, 5)))
+        return
+    console.print(title, markup=False, soft_wrap=True)
+    profiles: dict[tuple[str, str], list[list[str]]] = {}
+    for row in rows:
+        profiles.setdefault((row[0], row[1]), []).append(row[2:])
+    for (provider, model), parts in profiles.items():
+        console.print(f"{provider} {model}".rstrip(), markup=False, soft_wrap=True)
+        console.print(figures_table(BUDGET_HEADERS[2:], parts, console.width, numeric=(1, 2, 3)))
+
+
+def print_report(report: BudgetReport) -> None:
     console = stdout_console()
-    # a table when it fits, else one block per part: a part's id is never cut (print_records)
-    print_records(console, ["provider", "model", "part", "budget", "measured", "Δ tokens", "status"], rows,
-                  title=f"fixed prompt cost · {report.path}")
+    print_budget_table(console, budget_rows(report), terminal_safe(f"fixed prompt cost · {report.path}"))
     for result in report.results:
         problem = result.problem()
         if problem is not None:

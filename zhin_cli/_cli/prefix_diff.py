@@ -34,7 +34,7 @@ from zhin_cli._cli import (
     stdout_console,
     write_json_line_safely,
 )
-from zhin_cli.cache.prices import format_usd
+from zhin_cli.cache.prices import format_share, format_usd
 from zhin_cli.core.errors import EXIT_FOUND, UsageError
 from zhin_cli.core.parallel import JOBS_HELP
 from zhin_cli.core.terminaltext import markup_safe, terminal_safe
@@ -308,7 +308,7 @@ def _print_session(console: Console, session: SessionDiff, fail_on: list[str]) -
         cost = (f"; warm input cost {format_usd(session.costs.usd)} for {session.costs.requests} requests "
                 f"({format_usd(session.costs.per_request)} per request)")
     say(console, f"{summary['pairs']} pairs: {causes or 'none'}; cache hits {summary['cache_hits']}/{summary['pairs']}, "
-                  f"cached share {summary['cached_share']:.0%}{cost}; warm: {WARM_SENSE} (cold: trace --turn N; "
+                  f"cached share {format_share(summary['cached_share'])}{cost}; warm: {WARM_SENSE} (cold: trace --turn N; "
                   "timed: report economy)")
     console.print()
 

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from zhin_cli._cli import (
     DbOption,
@@ -18,9 +17,11 @@ from zhin_cli._cli import (
     print_sources,
     stdout_console,
 )
+from zhin_cli._cli.tables import figures_table, fits
+from zhin_cli.cache.prices import format_share
 from zhin_cli.core.errors import UsageError
 from zhin_cli.core.parallel import JOBS_HELP
-from zhin_cli.core.terminaltext import markup_safe, terminal_safe
+from zhin_cli.core.terminaltext import terminal_safe
 from zhin_cli.tools.stats.cache import CacheStats, run_cache_stats
 
 stats_app = typer.Typer(help="Statistics over stored sessions.", no_args_is_help=True)
@@ -39,24 +40,45 @@ def parse_until(value: str | None) -> datetime:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-def percent(value: float | None) -> str:
-    return "—" if value is None else f"{value:.1%}"
+STATS_HEADERS = ("provider", "model", "lifetime", "groups", "first: requests", "first: hit rate", "later: requests",
+                 "later: hit rate", "unreported")
+STATS_TITLE = "prompt-cache hits (cache-read ÷ prompt tokens)"
+
+
+def stats_rows(stats: CacheStats) -> list[list[str]]:
+    """One row of cells per provider/model with requests in the period (none: no row of zeros), escaped."""
+    rows = []
+    for key in sorted(stats.models):
+        row = stats.models[key]
+        if not (row.first.requests + row.first.unreported + row.later.requests + row.later.unreported):
+            continue
+        rows.append([terminal_safe(row.provider), terminal_safe(row.model), f"{row.lifetime_seconds:,} s",
+                     f"{row.groups:,}", f"{row.first.requests:,}", format_share(row.first.hit_rate),
+                     f"{row.later.requests:,}", format_share(row.later.hit_rate),
+                     f"{row.first.unreported + row.later.unreported:,}"])
+    return rows
+
+
+def stats_blocks(rows: list[list[str]]) -> list[str]:
+    """The rows as blocks of lines for a terminal too narrow for the table: ids and figures whole."""
+    lines = []
+    for provider, model, lifetime, groups, first, first_rate, later, later_rate, unreported in rows:
+        lines += [f"{provider} {model}", f"  cache lifetime {lifetime} · {groups} groups · {unreported} unreported",
+                  f"  first of group: {first} requests, hit rate {first_rate}",
+                  f"  later: {later} requests, hit rate {later_rate}"]
+    return lines
 
 
 def print_stats(stats: CacheStats, days: int | None = None) -> None:
-    table = Table("provider", "model", "lifetime", "groups", "first: requests", "first: hit rate",
-                  "later: requests", "later: hit rate", "unreported", title="prompt-cache hits (cache-read ÷ prompt tokens)")
-    shown = [key for key in sorted(stats.models) if stats.models[key].first.requests + stats.models[key].first.unreported
-             + stats.models[key].later.requests + stats.models[key].later.unreported]  # a model with none in the period: no row of zeros
-    for key in shown:
-        row = stats.models[key]
-        table.add_row(markup_safe(row.provider), markup_safe(row.model), f"{row.lifetime_seconds:,}s", f"{row.groups:,}",
-                      f"{row.first.requests:,}", percent(row.first.hit_rate), f"{row.later.requests:,}",
-                      percent(row.later.hit_rate), f"{row.first.unreported + row.later.unreported:,}")
     console = stdout_console()
     console.print(terminal_safe(stats.period_line(days)), markup=False)
-    if shown:
-        console.print(table)
+    rows = stats_rows(stats)
+    if rows and fits(STATS_HEADERS, rows, console.width):
+        console.print(figures_table(STATS_HEADERS, rows, console.width, title=STATS_TITLE, numeric=range(2, 9)))
+    elif rows:  # one block per model: the model id and the figures are never cut to fit
+        console.print(STATS_TITLE, markup=False)
+        for line in stats_blocks(rows):
+            console.print(line, markup=False, soft_wrap=True)
     console.print(f"{stats.sessions:,} session(s). First of group = the first request of a session to a model after "
                   "more than its cache lifetime without one.")
 

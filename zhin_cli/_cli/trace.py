@@ -38,7 +38,7 @@ from zhin_cli._cli import (
     write_json_line_safely,
 )
 from zhin_cli.cache import cached_share
-from zhin_cli.cache.prices import Cost, CostTotals, format_usd
+from zhin_cli.cache.prices import Cost, CostTotals, format_share, format_usd
 from zhin_cli.core.errors import EXIT_FOUND, UsageError
 from zhin_cli.core.terminaltext import markup_safe, terminal_safe, terminal_safe_lines
 from zhin_cli.pipeline.assemble import AssembledRequest
@@ -85,7 +85,7 @@ def trace_command(
     all_turns: Annotated[bool, typer.Option("--all", help="Show every request: one compact row each (--detail: the full tables).")] = False,
     detail: Annotated[bool, typer.Option("--detail", help="With --all: the full per-segment tables of every request instead of one row each (a single request is always shown in full).")] = False,
     provider: Annotated[str | None, typer.Option("--provider", "-p", envvar="ZHIN_PROVIDER", help="Provider profile (openai, openai-reasoning, deepseek, …).")] = None,
-    model: Annotated[str | None, typer.Option("--model", "-m", envvar="ZHIN_MODEL", help="Model id (default: the model stored with each turn, else gpt-4o).")] = None,
+    model: Annotated[str | None, typer.Option("--model", "-m", envvar="ZHIN_MODEL", help="Model id (default: the model stored with each request, else gpt-4o; with --provider, the provider's default model unless the stored one is the provider's).")] = None,
     timezone: Annotated[str | None, typer.Option("--timezone", envvar="ZHIN_TIMEZONE", help="Instance time zone for header times (default: zhin.yaml's, the session's, the one its data names, TZ, UTC; the output says which).")] = None,
     show_request: Annotated[bool, typer.Option("--show-request", help="Print the request body zhin assembles from the stored rows under the layout named in the output (not the body the bot sent; with the full tables).")] = False,
     validate: Annotated[bool, typer.Option("--validate", help="Exit 1 if the offline validator rejects any shown request (its verdict is always shown).")] = False,
@@ -351,7 +351,12 @@ def print_rows(console: Console, result: TraceResult, rows: list[TurnRow]) -> No
     bot_head = f"{BOT_SENT:>{bot_width}} {BOT_CACHED:>{bot_width}} " if bot else ""
     header = (f"{REQUEST_HEAD:>{turn_width}} {'prompt':>{numbers}} {'cached':>{numbers}} {bot_head}{cost_head}{'cache':<{bar_width}} "
               f"{'state':<{state_width}} {'ok':<{verdict_width}}")
-    title = next((name for name in SEGMENTS_TITLES if cell_len(name) <= room), "")
+    # the column needs room for one entry whole (with ", …" when more follow): else it would hold only "…"
+    first = min((cell_len(names[0]) + (len(ELIDED) + 2 if len(names) > 1 else 0) for names in entries if names), default=0)
+    title = next((name for name in SEGMENTS_TITLES if cell_len(name) <= room and first <= room), "")
+    segments_at = left + verdict_width + max(cell_len(SEGMENTS_TITLES[-1]), first)  # the width that shows the column
+    if not title:  # no room for a segment's name: no column (a headerless one would hold only "…"); --detail has them
+        room = 0
     # each line as (text, style) parts: plain text where nothing is drawn in colour, styled Text on a terminal;
     # one line per row at any width (the segments cell keeps the entries that fit, issue 31 §3)
     lines: list[list[tuple[str, str]]] = [[(f"{header} {title}".rstrip(), "bold")]]
@@ -363,7 +368,7 @@ def print_rows(console: Console, result: TraceResult, rows: list[TurnRow]) -> No
                 (CACHED * cached_cells, "green"), (NEW * new_cells, "yellow"),
                 (f"{' ' * (bar_width - cached_cells - new_cells)} {row.state_rendering:<{state_width}} ", ""),
                 (ACCEPTED, "") if row.accepted else (REJECTED, "red")]
-        segments = fit_entries(names, room)
+        segments = fit_entries(names, room) if room else ""
         if segments:
             line.append((" " * verdict_width + segments, ""))
         lines.append(line)
@@ -385,15 +390,16 @@ def print_rows(console: Console, result: TraceResult, rows: list[TurnRow]) -> No
     if bot:
         console.print(f"{BOT_SENT}, {BOT_CACHED}: the prompt and cached tokens the bot's provider reported for that "
                       f"request (the usage stored with its reply, as stats cache reads it; {NOT_STORED} none stored)")
-    elif hidden:
-        console.print(f"the bot's stored usage of each request: --detail, or a terminal of at least "
-                      f"{fixed + 2 * (bot_width + 1) + NARROW_BAR} columns")
+    if not title:
+        console.print(f"{SEGMENTS_TITLES[0]}: --detail, or at least {segments_at} columns")
+    if hidden:
+        console.print(f"{BOT_SENT}, {BOT_CACHED}: --detail, or at least {fixed + 2 * (bot_width + 1) + NARROW_BAR} columns")
     billed = CostTotals.of(row.cost for row in rows if row.cost is not None)
     total = (f" · warm input cost {format_usd(billed.usd)} ({format_usd(billed.per_request)} per request)"
              if billed.requests else "")
-    console.print(f"{len(rows)} requests: {cached:,} of {prompt:,} prompt tokens cached warm · cached share after the "
-                  f"first {share:.0%} (as prefix-diff){total}{stored_total(rows)} · --detail for every request's "
-                  "segment table")
+    console.print(f"{len(rows)} requests: {cached:,} of {prompt:,} prompt tokens cached warm · warm cached share "
+                  f"{format_share(share)} (requests after the first, as prefix-diff){total}{stored_total(rows)} · "
+                  "--detail for every request's segment table")
 
 
 def stored_cells(stored: StoredUsage | None) -> tuple[str, str]:
@@ -430,20 +436,27 @@ def print_request(console: Console, request: AssembledRequest, show_request: boo
     cells = [[segment.id, segment.kind, f"{segment.weight:g}", "" if segment.messages is None else f"{segment.messages:,}",
               f"{segment.chars:,}", f"{segment.tokens:,}", f"{segment.trimmed:,}" if segment.trimmed else ""]
              for segment in request.segments]
-    headers = ("segment", "kind", "weight", "msgs", "chars", "tokens", "trimmed")
+    headers = ["segment", "kind", "weight", "msgs", "chars", "tokens", "trimmed"]
     natural = [max(len(header), *(len(row[i]) for row in cells)) if cells else len(header) for i, header in enumerate(headers)]
     boxed = sum(natural) + 3 * len(headers) + 1 <= console.width
-    # A boxed table where it fits; else no box and one space between columns, so the segment ids and the
-    # numbers keep their full width (never cut nor folded) and the kind column wraps to make room.
+    unboxed = sum(natural) + len(headers) - 1  # the cells the table needs with every column
+    narrow = unboxed > console.width
+    if narrow:  # the weight column gives way (--json and a wider terminal show it): ids and kinds stay whole
+        del headers[2], natural[2]
+        cells = [row[:2] + row[3:] for row in cells]
+    # A boxed table where it fits; else no box and one space between columns: the segment ids, the kinds and the
+    # numbers keep their full width (never cut nor folded).
     table = Table(title=f"request {request.turn} · {markup_safe(request.provider)} · {markup_safe(request.model)} · {request.prompt_tokens:,} prompt tokens ({request.encoding})",
                   title_justify="left", box=HEAVY_HEAD if boxed else None, pad_edge=boxed, collapse_padding=not boxed)
-    table.add_column("segment", no_wrap=True, min_width=natural[0], overflow="fold")
-    table.add_column("kind", overflow="fold")
+    table.add_column("segment", no_wrap=True, min_width=natural[0])
+    table.add_column("kind", no_wrap=True, min_width=natural[1])
     for index, column in enumerate(headers[2:], start=2):
         table.add_column(column, justify="right", no_wrap=True, min_width=natural[index])
     for row in cells:
         table.add_row(*(markup_safe(cell) for cell in row))
     console.print(table)
+    if narrow:
+        console.print(f"weight: --json, or a terminal of at least {unboxed} columns")
     breakpoints = ", ".join(
         f"{markup_safe(b.label)} @ message {b.message_index}" + ("" if b.explicit else " (implicit)") for b in request.cache_breakpoints
     )

@@ -106,6 +106,15 @@ class CostTotals:
                 "cached_tokens": self.cached_tokens, "cache_write_tokens": self.cache_write_tokens}
 
 
+SHARE_DECIMALS = 1  # a share or a hit rate: "73.4%", the one way every text view writes it
+
+
+def format_share(value: float | None) -> str:
+    """A share (0..1) as a percentage to ``SHARE_DECIMALS`` decimal (``0.734`` → ``73.4%``): cached shares and hit
+    rates the one way every text view prints them (issue 31); ``—`` for none."""
+    return "—" if value is None else f"{value:.{SHARE_DECIMALS}%}"
+
+
 COST_DIGITS = 4  # significant digits of a cost under a dollar: a request costs fractions of a cent
 
 
