@@ -298,7 +298,8 @@ OUTSIDE = re.compile(r"\.\./shared\b|\bshared/(?:reference|design)\b|(?<![\w/.-]
 SHARED_DATA = re.compile(r"(?:\.\./)?shared/reference/upstream-db\b")
 
 # The lines still citing outside the repository when this check landed (issue 32), each with the file it was in: the
-# code and tests are rewritten by /tmp/team/cite-sed.sh in one go at the end of the issue, the docs by hand. Keyed by
+# code and tests are rewritten in one go at the end of the issue (`reference/<page>.md` → `docs/spec/<page>.md`, a sed
+# over zhin_cli/, tests/, eval_cases/, fixtures/), the docs were by hand. Keyed by
 # the line's text, so moving a module does not trip the check, and an entry whose line was since rewritten is
 # harmless (other engineers edit these files in parallel). EMPTY THIS when the sed has run; never add to it.
 TO_REWRITE: dict[str, str] = {
