@@ -76,6 +76,14 @@ def test_report_html_takes_the_plugin_provider(project: Path, zhin) -> None:  # 
     assert "acme-1" in (project / "page.html").read_text(encoding="utf-8")
 
 
+def test_report_window_bills_at_the_plugins_prices(project: Path, zhin) -> None:  # type: ignore[no-untyped-def]
+    result = zhin("report", "window", SESSION, "-p", "acme", "--config", "zhin.yaml", "--json", "-j", "1", cwd=project)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert (report["provider"], report["model"]) == ("acme", "acme-1")
+    assert (report["price"]["input"], report["price"]["cached_input"]) == (ACME_INPUT, ACME_CACHED)
+
+
 def test_preset_probe_takes_the_plugin_provider(project: Path, zhin) -> None:  # type: ignore[no-untyped-def]
     preset = ROOT / "fixtures" / "presets" / "st-default.json"
     result = zhin("preset", "probe", preset, "-s", SESSION, "-p", "acme", "--config", "zhin.yaml", "--json", cwd=project)
@@ -129,6 +137,7 @@ def test_serve_answers_as_the_plugin_provider(project: Path) -> None:
     ("trace", SESSION, "--json"),
     ("prefix-diff", SESSION, "--json"),
     ("report", "html", SESSION, "-o", "page.html"),
+    ("report", "window", SESSION, "--json"),
     ("eval", "cases"),
 ])
 def test_without_the_plugin_acme_is_an_unknown_provider(tmp_path: Path, zhin, argv: tuple[object, ...]) -> None:  # type: ignore[no-untyped-def]

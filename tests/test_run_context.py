@@ -7,15 +7,17 @@ context (what ``build_report`` did before), and the counts double.
 
 from __future__ import annotations
 
+import shutil
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, ROOT
 
 import zhin_cli.pipeline.config
+import zhin_cli.pipeline.context
 import zhin_cli.pipeline.prices
 import zhin_cli.store
 import zhin_cli.tools.report.window
@@ -35,6 +37,8 @@ def _counting(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
             return _real(*args, **kwargs)
 
         monkeypatch.setattr(module, name, counted)
+        if name == "load_config":  # the context module holds its own reference
+            monkeypatch.setattr(zhin_cli.pipeline.context, name, counted)
     return counts
 
 
@@ -77,3 +81,16 @@ def test_a_context_loads_each_session_once_and_keeps_its_prices(tmp_path: Path, 
     other = RunContext.for_config(zhin_cli.pipeline.config.Config(), cwd=tmp_path)  # negative control
     assert other.session(ref) is not context.session(ref)
     assert counts["load_session"] == 2
+
+
+def test_with_a_plugin_provider_the_command_context_is_the_one_read(tmp_path: Path, zhin,  # type: ignore[no-untyped-def]
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--provider acme`` loads the config and its plugin before the check (check_options): report html then builds
+    its pages and the sweep on that context, not on a second read of the config."""
+    shutil.copy(ROOT / "tests" / "plugins" / "acme_provider.py", tmp_path / "acme_provider.py")
+    (tmp_path / "zhin.yaml").write_text("plugins: [acme_provider.py]\n", encoding="utf-8")
+    counts = _counting(monkeypatch)
+    result = zhin("report", "html", *SESSIONS, "--window", "-j", "1", "-p", "acme", "--config", "zhin.yaml",
+                  "-o", "page.html", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert counts == {"load_config": 1, "load_prices": 1, "load_session": len(SESSIONS)}

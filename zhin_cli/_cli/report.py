@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -18,6 +19,7 @@ from zhin_cli._cli import (
     PricesOption,
     app,
     check_options,
+    command_context,
     database_or_discovered,
     freeze_loaded,
     handles_errors,
@@ -76,6 +78,10 @@ def economy_command(
     Where the session stores the usage its provider reported: per request and in total, what the bot paid (its prompt, cached and cache-written tokens) beside what ADR 0041's simulated request for the same turn would cost, both at the price row of the bot's model (the bot's side includes its own system prompt and tools, which the database does not keep). Definitions: docs/economy.md.
     """
     chosen = [p.strip() for value in provider or [] for p in value.split(",") if p.strip()] or None
+    for name in chosen or []:  # a provider of the config's plugins: they load first, for the whole command
+        if name not in CASES:
+            with contextlib.suppress(UsageError):  # no provider at all: run_economy names what it simulates
+                check_options(name)
     # a bar over the sessions on a terminal's stderr (a spinner until the list of sessions is known)
     with replay_progress("sessions simulated", loading="reading the sessions") as progress:
         refs = list(sessions or [])  # none: every session of --db or of the database found upward (as stats cache)
@@ -284,7 +290,7 @@ def html_command(
     with replay_progress("replaying") as progress:
         report = build_report(sessions, cwd=Path.cwd(), db=db, config_path=config, provider=provider, preset=preset,
                               economy=economy, after_load=freeze_loaded, progress=progress, jobs=jobs, window=window,
-                              prices_file=prices)
+                              prices_file=prices, context=command_context(db=db, prices_file=prices))
     page = report.html()
     print_sources(report.config_path, report.db)
     if output is None:

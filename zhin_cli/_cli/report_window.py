@@ -13,6 +13,8 @@ from zhin_cli._cli import (
     ConfigOption,
     DbOption,
     PricesOption,
+    check_options,
+    command_context,
     freeze_loaded,
     handles_errors,
     print_json,
@@ -51,10 +53,11 @@ def window_command(
     if min_context is not None and not (math.isfinite(min_context) and min_context >= 0):
         raise UsageError(f"--min-context: a mean number of messages, 0 or more, got {min_context:g}")
 
+    check_options(provider)  # a provider of the config's plugins: they load first (the run context)
     with replay_progress("windows replayed", loading="reading the sessions") as progress:
         report = run_window(sessions, cwd=Path.cwd(), db=db, config_path=config, prices_file=prices, provider=provider,
                             model=model, min_context=min_context, jobs=jobs, after_load=freeze_loaded,
-                            progress=progress)
+                            progress=progress, context=command_context(db=db, prices_file=prices))
     for note in report.notes:
         typer.echo(f"zhin: note: {terminal_safe(note)}", err=True)
     if as_json:
