@@ -25,12 +25,12 @@ as a re-export for one release.
 from __future__ import annotations
 
 from zhin_cli.store.db.engines import hot_journal_error, require_driver, writable_engine
-from zhin_cli.store.db.reader import SessionDatabase
+from zhin_cli.store.db.reader import SessionDatabase, SessionListing
 from zhin_cli.store.db.urls import MYSQL, POSTGRES, SERVER_DIALECTS, DatabaseRef, ServerDialect, db_error, parse_db
 from zhin_cli.store.db.writer import ImportResult, import_events, import_session, import_sessions
 
 __all__ = [
-    "MYSQL", "POSTGRES", "SERVER_DIALECTS", "DatabaseRef", "ImportResult", "ServerDialect", "SessionDatabase",
+    "MYSQL", "POSTGRES", "SERVER_DIALECTS", "DatabaseRef", "ImportResult", "ServerDialect", "SessionDatabase", "SessionListing",
     "db_error", "hot_journal_error", "import_events", "import_session", "import_sessions", "parse_db",
     "require_driver", "writable_engine",
 ]

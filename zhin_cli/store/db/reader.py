@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
@@ -41,6 +41,17 @@ from zhin_cli.store.db.sql import (
 )
 from zhin_cli.store.db.urls import DatabaseRef, db_error
 from zhin_cli.store.payload import settle_bot_header
+
+
+class SessionListing(TypedDict):
+    """One epoch as ``SessionDatabase.list_sessions`` (and ``zhin sessions --json``) gives it."""
+
+    session_id: str
+    session_key: str | None
+    status: str | None
+    updated_at: int | str | None  # as stored (some upstream versions store times as text)
+    messages: int  # its message rows
+    last_activity: int | None  # ms: the newest message's time or the update's, whichever is later
 
 
 @dataclass
@@ -146,12 +157,12 @@ class SessionDatabase:
             time.sleep(delay)
         raise AssertionError("unreachable")
 
-    def list_sessions(self) -> list[dict[str, Any]]:
+    def list_sessions(self) -> list[SessionListing]:
         """Every epoch: id, key, status, message rows, and last activity (ms; the newest message or update)."""
         with self.snapshot() as conn:
             raw = query(conn, SQL_SESSION_LIST)
         rows = as_rows(raw)
-        listed = []
+        listed: list[SessionListing] = []
         for row in rows:
             times = [t for t in (row.updated_at, row.last_message) if isinstance(t, int)]
             listed.append({
