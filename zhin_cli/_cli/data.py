@@ -48,7 +48,7 @@ def import_command(
     """Load session JSONL files (or SillyTavern chats, --from sillytavern) into a zhin database; with --events, also its join/leave events.
 
     Without --db it writes into the database every read command would find: the .zhin/data.sqlite in this folder or the nearest parent, and only when there is none a new ./.zhin/data.sqlite (docs/storage.md). All or nothing: on an error or an interruption the database is as it was (a new one does not appear)."""
-    from zhin_cli.store.database import import_sessions, parse_db
+    from zhin_cli.store.db import import_sessions, parse_db
     from zhin_cli.store.discovery import import_target
     from zhin_cli.store.jsonl import read_session
 
@@ -122,7 +122,7 @@ def sessions_command(
     as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout.")] = False,
 ) -> None:
     """List the sessions in a database (to find the id to trace)."""
-    from zhin_cli.store.database import SessionDatabase, parse_db
+    from zhin_cli.store.db import SessionDatabase, parse_db
 
     source = database_or_discovered(db)
     with SessionDatabase(parse_db(source)) as database:
