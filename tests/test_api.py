@@ -288,3 +288,48 @@ def test_plugin_add_registers_into_any_registry(tmp_path: Path) -> None:
     assert "n" not in things
     with pytest.raises(Exception, match="released"):
         plugin.add(things, "m", 2)
+
+
+def test_one_plugin_loaded_on_many_threads_shares_and_releases_cleanly() -> None:
+    """eval prepares and runs cases on worker threads, each loading the case's plugins: the same plugin's equal
+    item is shared however the threads interleave, and the last release removes it."""
+    import threading
+
+    things: Registry[tuple[str, int]] = Registry("thing")
+    errors: list[BaseException] = []
+    start = threading.Barrier(16)
+
+    def load_and_release(owner: str) -> None:
+        try:
+            start.wait()
+            for _ in range(50):
+                with recording(owner) as ledger:
+                    things.add("acme", ("acme", 1))
+                ledger.undo()
+        except BaseException as exc:  # noqa: BLE001  (collected and asserted below)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=load_and_release, args=("p.py",)) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == [] and "acme" not in things
+    # negative control: two different plugins holding the name at once, on two threads, is still a duplicate
+    held = threading.Barrier(2)
+
+    def claim(owner: str) -> None:
+        with recording(owner) as ledger:
+            try:
+                things.add("acme", ("acme", 1))
+            except DuplicateName as exc:
+                errors.append(exc)
+            held.wait()  # both threads have tried while the first one holds the name
+        ledger.undo()
+
+    threads = [threading.Thread(target=claim, args=(owner,)) for owner in ("p.py", "q.py")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert [type(exc) for exc in errors] == [DuplicateName] and "acme" not in things

@@ -49,15 +49,16 @@ class Registry(dict[str, T]):
         ledger = _active_ledger()
         if ledger is not None and owner == BUILTIN:
             owner = ledger.owner
-        if ledger is not None and name in self and self[name] == item and self.owners.get(name) == owner:
-            ledger.shared(self, name)
-            return item
-        if name in self and not replace:
-            raise DuplicateName(self.duplicate_message(name, owner))
-        if ledger is not None:
-            ledger.changed(self, name)
-        self[name] = item
-        self.owners[name] = owner
+        with _lock:  # eval loads one plugin for several cases on worker threads: check and set at once
+            if ledger is not None and name in self and self[name] == item and self.owners.get(name) == owner:
+                ledger.shared(self, name)
+                return item
+            if name in self and not replace:
+                raise DuplicateName(self.duplicate_message(name, owner))
+            if ledger is not None:
+                ledger.changed(self, name)
+            self[name] = item
+            self.owners[name] = owner
         return item
 
     def adding(self, *names: str, replace: bool = False) -> Callable[[T], T]:
@@ -73,10 +74,11 @@ class Registry(dict[str, T]):
     def remove(self, name: str) -> T | None:
         """Unregister ``name`` (a released plugin generation); absent names are ignored."""
         ledger = _active_ledger()
-        if ledger is not None and name in self:
-            ledger.changed(self, name)
-        self.owners.pop(name, None)
-        return self.pop(name, None)
+        with _lock:
+            if ledger is not None and name in self:
+                ledger.changed(self, name)
+            self.owners.pop(name, None)
+            return self.pop(name, None)
 
     def duplicate_message(self, name: str, owner: str) -> str:
         first = self.owners.get(name, BUILTIN)
@@ -121,8 +123,9 @@ class Ledger:
 
     def undo(self) -> None:
         """Restore every name this plugin changed, latest first; a shared name stays until its last holder goes."""
-        for change in reversed(self.changes):
-            _undo(change)
+        with _lock:
+            for change in reversed(self.changes):
+                _undo(change)
         self.changes.clear()
         self._by_name.clear()
 
@@ -135,6 +138,7 @@ class Ledger:
 _SHARED = object()
 _SHARES: dict[tuple[int, str], _Change] = {}  # a plugin's change of a name that a later equal registration shares
 _state = threading.local()
+_lock = threading.RLock()  # the registries and the shares, changed by plugin loads on several threads
 
 
 def _undo(change: _Change) -> None:
@@ -184,6 +188,7 @@ def recording(owner: str) -> Iterator[Ledger]:
         yield ledger
     finally:
         stack.pop()
-        for change in ledger.changes:
-            if change.before is not _SHARED:
-                _SHARES[(id(change.registry), change.name)] = change
+        with _lock:
+            for change in ledger.changes:
+                if change.before is not _SHARED:
+                    _SHARES[(id(change.registry), change.name)] = change
