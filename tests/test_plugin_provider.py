@@ -12,7 +12,9 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -128,6 +130,26 @@ def test_serve_answers_as_the_plugin_provider(project: Path) -> None:
     finally:
         assert server.stop() == 0
     assert "Traceback" not in server.stderr
+
+
+def test_view_serves_the_page_of_the_plugin_provider(project: Path) -> None:
+    process = subprocess.Popen([sys.executable, "-m", "zhin_cli", "view", str(SESSION), "--no-economy", "-p", "acme",
+                                "--config", "zhin.yaml"], cwd=project, env=clean_env(), stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr is not None
+        url = None
+        for line in process.stderr:  # notes and the header line, then the URL
+            found = re.search(r"(http://127\.0\.0\.1:\d+/)", line)
+            if found is not None:
+                url = found.group(1)
+                break
+        assert url is not None
+        assert "acme-1" in httpx2.get(url, timeout=30).text
+    finally:
+        process.terminate()
+        process.communicate(timeout=30)
+    assert process.returncode == 0
 
 
 # --- negative controls ----------------------------------------------------------------------------------------
