@@ -303,11 +303,11 @@ def test_every_unexpected_break_is_an_annotation_at_the_plugin_file(tmp_path: Pa
     assert len(errors) == document["unexpected"] == 13
     assert all(line.startswith("::error file=clock.py,line=3,title=prefix-diff%3A system_changed in plugin.clock::")
                for line in errors)
-    assert f"| {BUSY_ID} | 15 | system_changed 13 | 13% |" in summary.read_text(encoding="utf-8")
+    assert f"| {BUSY_ID} | 15 | system_changed 13 | 13.2% |" in summary.read_text(encoding="utf-8")
     # negative controls: outside GitHub Actions nothing; a stable configuration, no annotation and "none"
     assert "::" not in run("--allow-plugins", "prefix-diff", BUSY, "--json", cwd=clock).stderr
     clean = run("prefix-diff", BUSY, cwd=tmp_path, env={"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(tmp_path / "s.md")})
-    assert annotations(clean.stderr) == [] and f"| {BUSY_ID} | 15 | none | 69% |" in (tmp_path / "s.md").read_text(encoding="utf-8")
+    assert annotations(clean.stderr) == [] and f"| {BUSY_ID} | 15 | none | 69.1% |" in (tmp_path / "s.md").read_text(encoding="utf-8")
 
 
 def test_base_head_annotates_each_changed_segment_at_its_config_line(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from zhin_cli.cache import CacheOutcome, Plan, PrefixCache, cached_share, common_prefix_length, plan, shared_tokens
-from zhin_cli.cache.prices import Cost, CostTotals, Price, PriceTable
+from zhin_cli.cache.prices import Cost, CostTotals, Price, PriceTable, format_share
 from zhin_cli.core.terminaltext import MARK
 from zhin_cli.pipeline.assemble import AssembledRequest
 from zhin_cli.pipeline.facade import Pipeline
@@ -1124,7 +1124,7 @@ def github_summary(result: PrefixDiffResult) -> str:
         for session in result.sessions:
             summary = session.summary()
             lines.append(f"| {summary_cell(session.session_id)} | {summary['pairs']} | {summary_cell(causes(session))} | "
-                         f"{summary['cached_share']:.0%} |")
+                         f"{format_share(summary['cached_share'])} |")
     else:
         lines += [f"base {summary_cell(result.base_label or '')} → head {summary_cell(result.head_label or '')}", "",
                   "| session | requests that differ | changed segments | head: unexpected breaks | head: warm cached share |",
@@ -1134,7 +1134,7 @@ def github_summary(result: PrefixDiffResult) -> str:
             head = comparison.head_stability
             lines.append(f"| {summary_cell(comparison.session_id)} | {len(comparison.differing_turns)}/{comparison.turns} | "
                          f"{summary_cell(changed)} | {summary_cell(causes(head)) if head else 'none'} | "
-                         f"{head.summary()['cached_share'] if head else 0:.0%} |")
+                         f"{format_share(head.summary()['cached_share'] if head else 0)} |")
     lines += ["", f"{result.unexpected} unexpected break(s) (fail on: {', '.join(result.fail_on) or 'nothing'})"]
     return "\n".join(lines) + "\n"
 
