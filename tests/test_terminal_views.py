@@ -106,3 +106,35 @@ def test_a_share_is_written_with_one_decimal(value: float | None, shown: str) ->
     from zhin_cli.cache.prices import format_share
 
     assert format_share(value) == shown
+
+
+def printed_at(monkeypatch: pytest.MonkeyPatch, width: int, stats: object) -> str:
+    """What ``print_stats`` prints on a ``width``-column console."""
+    from rich.console import Console
+
+    from zhin_cli._cli import stats as module
+
+    console = Console(width=width, record=True, no_color=True, highlight=False)
+    monkeypatch.setattr(module, "stdout_console", lambda: console)
+    with console.capture() as captured:
+        module.print_stats(stats)  # type: ignore[arg-type]
+    return captured.get()
+
+
+LONG_MODEL = "qwen3-coder-480b-a35b-instruct-2507-fp8"
+
+
+@pytest.mark.parametrize("width", [60, 80, 120, 250])
+def test_stats_cache_keeps_a_long_model_id_and_its_figures_whole(monkeypatch: pytest.MonkeyPatch, width: int) -> None:
+    from zhin_cli.tools.stats.cache import Bucket, CacheStats, ModelStats
+
+    row = ModelStats("openai-compatible", LONG_MODEL, 300, groups=1234,
+                     first=Bucket(requests=1234, prompt_tokens=5_000, cache_read_tokens=1_234),
+                     later=Bucket(requests=56789, unreported=7, prompt_tokens=9_000, cache_read_tokens=8_123))
+    text = printed_at(monkeypatch, width, CacheStats(sessions=2, models={("openai-compatible", LONG_MODEL): row}))
+    for figure in (LONG_MODEL, "openai-compatible", "300 s", "1,234", "56,789", "24.7%", "90.3%"):
+        assert figure in text, (figure, text)
+    assert "…" not in text and all(cell_len(line) <= width for line in text.splitlines())
+    # the table needs 115 columns here: at 60 and 80 a block per model, at 120 unboxed, at 250 boxed
+    assert ("  first of group: 1,234 requests, hit rate 24.7%" in text) == (width <= 80)
+    assert ("┃ provider" in text) == (width == 250)
