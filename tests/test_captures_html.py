@@ -63,11 +63,12 @@ def test_captured_requests_are_not_validated_and_called_captures(zhin: Any, tmp_
         assert view.get_attribute("#s0 a.bar[data-turn='5']", "title").startswith("capture 5: ")
 
 
-def test_a_sessions_page_still_says_turn_and_accepted(zhin: Any, tmp_path: Path, fixtures_dir: Path) -> None:
-    """Negative control: zhin's own sessions keep "turn N" and the validator's "accepted"."""
+def test_a_sessions_page_still_says_request_and_accepted(zhin: Any, tmp_path: Path, fixtures_dir: Path) -> None:
+    """Negative control: zhin's own sessions keep "request N" (issue 31: requests, not members' turns) and the
+    validator's "accepted"."""
     session = fixtures_dir / "private-chat.jsonl"
     made = zhin("report", "html", str(session), "-o", "page.html", "--no-economy")
     assert made.returncode == 0, made.stderr
     page = (tmp_path / "page.html").read_text(encoding="utf-8")
-    assert re.search(r'<h3><a href="#s0-t\d+">turn \d+</a>', page) and ">accepted<" in page
+    assert re.search(r'<h3><a href="#s0-t\d+">request \d+</a>', page) and ">accepted<" in page
     assert "not validated" not in page and "capture 1<" not in page

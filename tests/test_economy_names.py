@@ -58,18 +58,19 @@ def test_json_names_its_cache_timed_and_counts_the_cache_groups(busy_json: dict[
 def test_the_text_says_how_many_requests_start_cold_and_names_cold_and_warm() -> None:
     text = economy(BUSY, width=1000)
     assert "simulated prompt cache, timed" in text
-    assert "16 requests in 13 cache groups: 13 start cold, 3 warm" in text
-    assert "16 requests in 11 cache groups: 11 start cold, 5 warm" in text
+    assert "16 requests in 13 cache groups: 13 start cold, 3 later" in text
+    assert "16 requests in 11 cache groups: 11 start cold, 5 later" in text
     assert DIFFERS in text
-    assert re.search(r"┃ layout +┃ prompt per request ┃ cold hit rate ┃ warm hit rate ┃ cost per request ┃", text)
+    # one name for the figure (docs/figures.md): the later hit rate; no first-request rate (0 by construction)
+    assert re.search(r"┃ layout +┃ prompt per request ┃ later hit rate ┃ cost per request ┃", text)
     heads = [line for line in simulated(text).splitlines() if line.startswith("┃")]
-    assert heads and not [line for line in heads if re.search(r"\b(first|later)\b", line)]  # the old columns' names
+    assert heads and not [line for line in heads if re.search(r"\b(first|warm|cold)\b", line)]  # the old names
 
 
 def test_one_cache_group_says_no_difference_from_prefix_diff() -> None:
     """Negative control: every request of the private chat falls in one OpenAI group, so timed equals warm."""
     text = economy(PRIVATE, "-p", "openai", width=1000)
-    assert "6 requests in 1 cache group: 1 starts cold, 5 warm" in text
+    assert "6 requests in 1 cache group: 1 starts cold, 5 later" in text
     assert DIFFERS not in text
     assert "flat vs ADR: flat costs 22% less per request than ADR: its prompt is 22% shorter (no sender prefix, where " \
            "ADR's headers take 294 tokens over the session), and neither has a token cached" in text  # one-to-one chat
@@ -82,7 +83,7 @@ def test_flat_cheaper_says_its_prompt_is_shorter(busy_json: dict[str, Any]) -> N
     reason = busy_json["sessions"][0]["cache"]["openai"]["flat_vs_adr"]
     assert re.fullmatch(r"flat costs \d+% less per request than ADR: its prompt is \d+% shorter \(its messages carry "
                         r"upstream's \[sender:…\] prefix, 1,619 header tokens over the session, where ADR's headers "
-                        r"take 2,360\), and both cache about as much \(20% vs 20% of prompt tokens cached\)", reason), reason
+                        r"take 2,360\), and both cache about as much \(20\.\d% vs 20\.\d% of prompt tokens cached\)", reason), reason
     assert "flat vs ADR: flat costs 14% less per request than ADR" in economy(BUSY, "-p", "openai", width=1000)
 
 
@@ -90,14 +91,14 @@ def test_adr_cheaper_says_it_caches_more(demo_dir: Path) -> None:
     """Negative control: where ADR costs less (Anthropic on the demo's busy group), the line says so and why."""
     data = json.loads(economy(ADR_CHEAPER, "--db", "demo.sqlite", "-p", "anthropic", "--json", cwd=demo_dir))
     reason = data["sessions"][0]["cache"]["anthropic"]["flat_vs_adr"]
-    assert re.fullmatch(r"ADR costs \d+% less per request than flat: it caches more \(\d+% vs 0% of prompt tokens "
+    assert re.fullmatch(r"ADR costs \d+% less per request than flat: it caches more \(\d+\.\d% vs 0\.0% of prompt tokens "
                         r"cached\), which outweighs its \d+% longer prompt", reason), reason
 
 
 def test_anthropic_flat_cheaper_though_it_caches_nothing(busy_json: dict[str, Any]) -> None:
     """The busy session on Anthropic: flat gets no hits, yet its shorter prompt wins (13 of 16 requests are cold)."""
     reason = busy_json["sessions"][0]["cache"]["anthropic"]["flat_vs_adr"]
-    assert reason.startswith("flat costs") and "which outweighs caching less (0% vs 20%" in reason, reason
+    assert reason.startswith("flat costs") and "which outweighs caching less (0.0% vs 20." in reason, reason
 
 
 # --- widths: every number whole --------------------------------------------------------------------------------
@@ -142,7 +143,8 @@ def economy_box(tmp_path: Path, *args: object) -> str:
 def test_the_page_names_its_economy_figures_timed(tmp_path: Path) -> None:
     box = economy_box(tmp_path)
     assert "timed: simulated prompt cache" in box and "timed cost/request" in box and "data-timed-cost-adr=" in box
-    assert "requests cold / warm" in box and "warm: ADR" in box and "later" not in box
-    assert "openai: 16 requests in 13 cache groups: 13 start cold, 3 warm; flat vs ADR: flat costs 14% less" in box
+    assert "requests: first of group (cold) / later" in box and "later hit rate: ADR" in box
+    assert "warm: ADR" not in box and "cold / warm" not in box  # control: the old names, one meaning of warm too many
+    assert "openai: 16 requests in 13 cache groups: 13 start cold, 3 later; flat vs ADR: flat costs 14% less" in box
     # the counts are the provider's: DeepSeek's hour-long cache makes 11 groups of the same 16 requests
-    assert "deepseek: 16 requests in 11 cache groups: 11 start cold, 5 warm" in economy_box(tmp_path, "-p", "deepseek")
+    assert "deepseek: 16 requests in 11 cache groups: 11 start cold, 5 later" in economy_box(tmp_path, "-p", "deepseek")

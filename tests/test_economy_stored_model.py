@@ -91,3 +91,15 @@ def test_the_page_economy_box_bills_the_heading_model(demo_db: Path, economy: di
     row = re.search(r'<tr data-provider="openai"([^>]*)><td>openai \(([\w.-]+),', page)
     assert row is not None and row[2] == STORED
     assert f'data-timed-cost-adr="{economy["openai"]["cost"]["adr"]["per_request"]}"' in row[1]
+
+
+def test_window_bills_the_stored_model_as_economy_does(demo_db: Path, economy: dict[str, Any]) -> None:
+    window = zhin_json("report", "window", KEY, "--db", demo_db, "-j", "1")
+    assert window["model"] == STORED and window["price"]["model"] == STORED
+    assert window["default"]["cost_per_request"] == economy["openai"]["cost"]["adr"]["per_request"]
+
+
+def test_negative_control_window_keeps_a_model_chosen_or_stored_as_default(demo_db: Path) -> None:
+    chosen = zhin_json("report", "window", KEY, "--db", demo_db, "-j", "1", "--model", "gpt-4o")
+    assert chosen["model"] == "gpt-4o"  # --model wins over the stored model, as in trace
+    assert zhin_json("report", "window", BUSY, "-j", "1")["model"] == "gpt-4o"

@@ -122,7 +122,7 @@ def test_the_demo_report_in_chromium_agrees_with_the_json(browser: Any, demo: di
     segment = next(s for s in demo["trace"]["requests"][1]["segments"] if s["id"] == "core.rules")
     cache = demo["diff"]["sessions"][0]["pairs"][0]["cache"]
     assert titles == [f"core.rules · {segment['kind']} · {segment['tokens']:,} tokens",  # tooltips, written on hover
-                      f"turn 2: {cache['prompt_tokens']:,} prompt tokens, {cache['cached_tokens']:,} cached, "
+                      f"request 2: {cache['prompt_tokens']:,} prompt tokens, {cache['cached_tokens']:,} cached, "
                       f"{cache['prompt_tokens'] - cache['cached_tokens']:,} new · tail"]
     assert len(dom[0]["sections"]) == 16  # one per request of the demo session
     assert distinct_colours(png) >= MIN_COLOURS

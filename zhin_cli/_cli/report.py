@@ -73,7 +73,7 @@ def economy_command(
 
     Header tokens per member message for three styles (upstream's sender prefix on every group message, the ADR's full header on every message, the ADR projection).
 
-    Per provider (OpenAI, Anthropic, DeepSeek), timed as docs/figures.md names it (cold at the first request of each cache group, warm after it): one row per layout — the ADR layout, a flat layout and the ADR layout under upstream's sliding window — with its prompt tokens per request, cold and warm hit rates and input cost per request (USD); how many requests start cold, the ADR layout's physical limit, and why the flat or the ADR layout costs less.
+    Per provider (OpenAI, Anthropic, DeepSeek), timed as docs/figures.md names it (cold at the first request of each cache group, warm after it): one row per layout — the ADR layout, a flat layout and the ADR layout under upstream's sliding window — with its prompt tokens per request, the later hit rate (the requests after each group's first) and input cost per request (USD); how many requests start cold, the ADR layout's physical limit, and why the flat or the ADR layout costs less.
 
     Where the session stores the usage its provider reported: per request and in total, what the bot paid (its prompt, cached and cache-written tokens) beside what ADR 0041's simulated request for the same turn would cost, both at the price row of the bot's model (the bot's side includes its own system prompt and tools, which the database does not keep). Definitions: docs/economy.md.
     """
@@ -100,10 +100,10 @@ def _pct(value: float | None) -> str:
 
 
 def _num(value: float | None) -> str:
-    """Tokens per request: thousands separators as every token count (issue 31 §3), one decimal when not whole."""
+    """Tokens per request (a mean): thousands separators as every token count, always one decimal (issue 31 §3)."""
     if value is None:
         return "—"
-    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"
+    return f"{value:,.1f}"
 
 
 def window_text(window: dict[str, Any]) -> str:
@@ -168,18 +168,20 @@ def _print_cache(console: Console, session: SessionEconomy) -> None:
     """The timed cache (docs/figures.md), one small table per provider: one row per layout, every cell a few
     characters wide so the tables read whole at 60 columns; the groups line and the flat-vs-ADR reason under each."""
     console.print("simulated prompt cache, timed: cold at the first request of each cache group (a request more "
-                  "than the provider's cache lifetime after the one before), warm after it; token-weighted hit rates; "
+                  "than the provider's cache lifetime after the one before), warm after it; later hit rate: the share of "
+                  "the later requests' prompt tokens the cache reads; "
                   "input cost in USD; sliding = the ADR layout under upstream's window")
     for name, figures in session.cache.items():
         data = figures.as_dict()
         # a line, not the table's title: a title wraps to the table's width
         console.print(markup_safe(f"{name} ({figures.model}, cache lifetime {figures.lifetime_seconds:,} s): "
-                                  f"{groups_words(len(figures.requests), figures.groups)}; ADR's physical limit when warm {_pct(figures.limit(False))}"))
-        table = Table("layout", "prompt per request", "cold hit rate", "warm hit rate", "cost per request")
+                                  f"{groups_words(len(figures.requests), figures.groups)}; ADR's physical limit for later requests {_pct(figures.limit(False))}"))
+        # no hit rate of the first requests: each starts cold, 0 by construction (the groups line counts them)
+        table = Table("layout", "prompt per request", "later hit rate", "cost per request")
         for layout in COST_LAYOUTS:
             totals = figures.costs(layout)
             table.add_row(LAYOUT_NAMES[layout], _num(data[f"{layout}_prompt_tokens_per_request"]),
-                          _pct(figures.rate(layout, True)), _pct(figures.rate(layout, False)),
+                          _pct(figures.rate(layout, False)),
                           format_usd(totals.per_request if totals is not None else None))
         for column in table.columns:  # a number is never cut to "$0.00…": the headers wrap first
             column.min_width = max(len(str(cell)) for cell in column.cells)
@@ -228,7 +230,7 @@ def _bill_table(bill: SessionBill) -> Table:
             table.add_row(str(row.capture), markup_safe(Path(row.where or "").name),
                           _side_cell(row.paid, row.cost(row.paid), row.paid_missing))
         return table
-    table = Table("turn", "row", bill.paid_label, ADR_LABEL, title_justify="left",
+    table = Table("request", "row", bill.paid_label, ADR_LABEL, title_justify="left",
                   title=f"the bot's bill beside ADR 0041's, input only, at {prices}")
     for row in bill.rows:
         table.add_row(str(row.turn), str(row.row_id), _side_cell(row.paid, row.cost(row.paid), row.paid_missing),

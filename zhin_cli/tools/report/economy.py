@@ -392,9 +392,10 @@ class CacheFigures:
 
 
 def groups_words(requests: int, groups: int) -> str:
-    """``16 requests in 13 cache groups: 13 start cold, 3 warm`` (each group starts with one cold request)."""
+    """``16 requests in 13 cache groups: 13 start cold, 3 later`` (each group starts with one cold request: its
+    first; the others are *later*, docs/figures.md)."""
     return (f"{requests:,} request{'s' * (requests != 1)} in {groups:,} cache group{'s' * (groups != 1)}: "
-            f"{groups:,} start{'s' * (groups == 1)} cold, {requests - groups:,} warm")
+            f"{groups:,} start{'s' * (groups == 1)} cold, {requests - groups:,} later")
 
 
 def _share(cached: int, prompt: int) -> float:
@@ -417,7 +418,7 @@ def flat_vs_adr(figures: CacheFigures, headers: HeaderTokens | None = None) -> s
     shares = {"ADR": _share(sum(r.adr_cached for r in figures.requests), prompts["ADR"]),
               "flat": _share(sum(r.flat_cached for r in figures.requests), prompts["flat"])}
     saving = 1 - min(adr_usd, flat_usd) / max(adr_usd, flat_usd)
-    caching = f"{shares[cheaper]:.0%} vs {shares[dearer]:.0%} of prompt tokens cached"
+    caching = f"{shares[cheaper]:.1%} vs {shares[dearer]:.1%} of prompt tokens cached"  # one decimal, as every cached share
     length = prompts[cheaper] / prompts[dearer] - 1 if prompts[dearer] else 0.0
     head = f"{cheaper} costs {saving:.0%} less per request than {dearer}: "
     if length < 0:

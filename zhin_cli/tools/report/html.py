@@ -172,7 +172,7 @@ class SessionPage:
     groups: list[str]
     economy: dict[str, Any] | None = None
     economy_note: str = ""
-    unit: str = "turn"  # what a request is called: ``capture`` for captured bodies (their numbers are capture numbers)
+    unit: str = "request"  # what a request is called: ``capture`` for captured bodies (their numbers are capture numbers)
     # prefix-diff --json's summary of the same requests (the warm figures: cached share, cost as replayed)
     summary: dict[str, Any] = field(default_factory=dict)
 
@@ -545,7 +545,7 @@ def _verdict(turn: TurnView) -> tuple[str, str]:
     return ("accepted", "ok") if ok else (f"rejected ({turn.verdict.get('status')})", "bad")
 
 
-def _section(index: int, turn: TurnView, kinds: dict[str, int], unit: str = "turn") -> str:
+def _section(index: int, turn: TurnView, kinds: dict[str, int], unit: str = "request") -> str:
     """A turn's section: its figures and segment bar. Its wire messages and diff are drawn by the page's script
     when the turn is opened (its title or chart bar is clicked): 2,000 sections carry no hidden content."""
     verdict, verdict_class = _verdict(turn)
@@ -620,12 +620,12 @@ def _economy(page: SessionPage) -> str:
             f'each header counted once)</small></h3>'
             f'<table><thead><tr><th>header style</th><th>tokens</th><th>per message</th><th>vs full</th><th></th></tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table>'
-            f'<table><thead><tr><th>timed: simulated prompt cache</th><th>requests cold / warm</th><th>warm: ADR</th>'
-            f'<th>warm: flat</th><th>physical limit</th><th>timed cost/request ADR · flat · sliding</th><th>ADR hits vs the limit</th></tr></thead>'
+            f'<table><thead><tr><th>timed: simulated prompt cache</th><th>requests: first of group (cold) / later</th>'
+            f'<th>later hit rate: ADR</th><th>later hit rate: flat</th><th>physical limit</th><th>timed cost/request ADR · flat · sliding</th><th>ADR hits vs the limit</th></tr></thead>'
             f'<tbody>{"".join(cache_rows)}</tbody></table>{"".join(reasons)}'
             f'<p class="meta">Timed, as report economy counts: a request more than the cache lifetime after the one '
-            f'before meets an empty cache (cold: the first of a cache group), the others are warm. Token-weighted hit '
-            f'rates of the warm requests; the limit is 1 − new / prompt tokens (no cache can serve text the previous '
+            f'before meets an empty cache (cold: the first of a cache group), the others are later. The later hit rate is '
+            f'the share of the later requests\' prompt tokens the cache reads; the limit is 1 − new / prompt tokens (no cache can serve text the previous '
             f'request did not send). The headline\'s warm figures are prefix-diff\'s, every request right after the '
             f'one before (a replay of the session), so they differ where the session has more than one cache group. '
             f'Definitions: docs/figures.md.</p></section>')
@@ -698,7 +698,7 @@ def _legend() -> str:
     return ('<p class="legend chart-legend"><b>chart:</b> <span><i class="l-cached"></i>cached</span>'
             '<span><i class="l-new"></i>new</span><span><i class="mark m-window_shift"></i>window shift</span>'
             '<span><i class="mark m-compaction"></i>compaction</span><span><i class="mark m-unexpected"></i>unexpected break</span>'
-            ' · click a bar or a turn’s title for its wire messages and diff</p>')
+            ' · click a bar or a request’s title for its wire messages and diff</p>')
 
 
 def _kind_legend(kinds: dict[str, int]) -> str:
@@ -726,7 +726,7 @@ def _chart(index: int, page: SessionPage) -> str:
             f'aria-label="prompt tokens per {_e(page.unit)}, cached and new">'
             f'<span class="axis y-title">prompt tokens</span><div class="yaxis">{_y_ticks(top)}</div>'
             f'<div class="plot"{width}>{bars}</div></div>'
-            f'<p class="axis x-title">{_e(page.unit)} (one bar per request, in order)</p>')
+            f'<p class="axis x-title">{_e(page.unit)} (one bar each, in order)</p>')
 
 
 def _warm(page: SessionPage) -> str:

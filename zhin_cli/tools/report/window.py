@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from zhin_cli.cache import cached_share
-from zhin_cli.cache.prices import Cost, CostTotals, Price, PriceTable
+from zhin_cli.cache.prices import Cost, CostTotals, Price, PriceChoice, PriceTable
 from zhin_cli.core.errors import UsageError
 from zhin_cli.core.model import Session
 from zhin_cli.core.tokens import DEFAULT_ENCODING
@@ -299,6 +299,19 @@ def target(provider: str, model: str | None, config: Config) -> Target:
     return Target(provider, chosen, case.min_tokens if case is not None and case.model == chosen else None)
 
 
+def session_target(chosen: Target, session: Session, *, model: str | None) -> Target:
+    """The target of one session's replays: ``trace``'s model (``pipeline/models.py``) — the session's stored model
+    where it is the provider's, unless a model was chosen (``model``, or a target not on the provider's default)."""
+    from zhin_cli.pipeline.models import belongs, default_model
+    from zhin_cli.tools.report.economy import stored_model
+
+    stored = stored_model(session)
+    if model or stored is None or stored == chosen.model or chosen.model != default_model(chosen.provider) \
+            or not belongs(chosen.provider, stored):
+        return chosen
+    return Target(chosen.provider, stored)  # the case's cache minimum belongs to the case's model
+
+
 def sweep(sessions: Sequence[Session], config: Config, *, provider: str, model: str | None = None,
           prices: PriceTable, min_context: float | None = None, min_tokens: int | None = None,
           encoding: str = DEFAULT_ENCODING, jobs: int = 1,
@@ -310,22 +323,23 @@ def sweep(sessions: Sequence[Session], config: Config, *, provider: str, model: 
     from zhin_cli.core.parallel import check_jobs, ordered_map
 
     chosen = target(provider, model, config)
-    choice = prices.choose(chosen.provider, chosen.model)
-    if choice is None:
-        raise UsageError(f"no prices for provider {provider} (rows: {', '.join(sorted(prices.providers)) or 'none'}; "
-                         "add them under prices: in zhin.yaml or with --prices FILE)")
+    _choose(prices, chosen.provider, chosen.model)  # no prices: said before anything else
     if not sessions:
         raise UsageError("no sessions to replay")
+    targets = [session_target(chosen, session, model=model) for session in sessions]
+    models = list(dict.fromkeys(t.model for t in targets))  # each session billed at its own model, as trace bills it
+    choices = {name: _choose(prices, chosen.provider, name) for name in models}
+    choice = choices[models[0]]
     workers = check_jobs(jobs)
     policies = policy_grid(config.window)
-    cache_min = min_tokens if min_tokens is not None else chosen.min_tokens
     # Session by session (a worker meets each session's pickle in consecutive jobs: unpickled once, _session_of),
     # and in each the grid backwards: its widest windows (no cap, the big block pairs) cost most, so they start
     # first and the workers finish together on short ones instead of one waiting for the other's widest.
     carried = [PickledSession.of(s) if workers > 1 else s for s in sessions]
     backwards = policies[::-1]
-    work = [WindowJob(session, config, policy.window, chosen.provider, chosen.model, encoding, cache_min, choice.price)
-            for session in carried for policy in backwards]
+    work = [WindowJob(session, config, policy.window, chosen.provider, aim.model, encoding,
+                      min_tokens if min_tokens is not None else aim.min_tokens, choices[aim.model].price)
+            for session, aim in zip(carried, targets, strict=True) for policy in backwards]
     if progress is not None:
         progress(0, len(work))
     results = list(ordered_map(window_job, work, jobs=workers, done=progress,
@@ -341,9 +355,18 @@ def sweep(sessions: Sequence[Session], config: Config, *, provider: str, model: 
     upstream = _sliding_of(pooled, config.window)
     floor = default.context_mean if min_context is None else min_context + 0.0  # -0.0 + 0.0 is 0.0: never "≥ -0.0"
     recommended = recommend(pooled, floor)
-    notes = tuple(n for n in (choice.note,) if n)
-    return WindowReport(chosen.provider, chosen.model, encoding, choice.price, notes, floor,
+    notes = tuple(dict.fromkeys(c.note for c in choices.values() if c.note))
+    return WindowReport(chosen.provider, ", ".join(models), encoding, choice.price, notes, floor,
                         tuple(s.session_id for s in sessions), tuple(pooled), recommended, default, upstream)
+
+
+def _choose(prices: PriceTable, provider: str, model: str) -> PriceChoice:
+    """The row ``model`` is billed at (a model without its own row: the provider's default row, with a note)."""
+    choice = prices.choose(provider, model)
+    if choice is None:
+        raise UsageError(f"no prices for provider {provider} (rows: {', '.join(sorted(prices.providers)) or 'none'}; "
+                         "add them under prices: in zhin.yaml or with --prices FILE)")
+    return choice
 
 
 def _sliding_of(pooled: Iterable[PolicyFigures], base: WindowConfig) -> PolicyFigures:

@@ -195,7 +195,7 @@
   // what a request is called: "capture" on a captured bot's page (its numbers are capture numbers), else "turn"
   function unitOf(s) {
     var article = document.getElementById("s" + s);
-    return (article && article.dataset.unit) || "turn";
+    return (article && article.dataset.unit) || "request";
   }
 
   function drawDiff(box, s, turnNumber) {
