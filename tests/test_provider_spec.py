@@ -385,3 +385,67 @@ def test_without_the_module_no_list_has_the_provider(tmp_path: Path) -> None:  #
                                 "print(provider_names(), [item.value for item in complete_providers('ac')])\n")
     assert "openai" in names and "acme" not in names
     assert "acme" not in _run_in(root, "-m", "zhin_cli", "providers")
+
+
+# --- the tools' lists of providers read the registry --------------------------------------------------------------
+
+
+def test_prefix_diff_names_a_provider_by_its_spec(acme: ProviderSpec) -> None:
+    from zhin_cli.tools.diff.prefix import provider_name
+
+    assert (provider_name("acme"), provider_name("openai-reasoning"), provider_name("vllm")) == ("Acme", "OpenAI", "vllm")
+    registry.unregister_provider("acme")
+    assert provider_name("acme") == "acme"  # negative control: gone with the spec, the name as given
+
+
+def test_report_economy_simulates_any_registered_provider(acme: ProviderSpec) -> None:
+    from zhin_cli.tools.report.economy import CASES, provider_case
+
+    assert list(CASES) == ["openai", "anthropic", "deepseek"]  # the defaults: the specs marked economy, in order
+    assert provider_case("anthropic") == CASES["anthropic"] and CASES["anthropic"].min_tokens == 1024
+    case = provider_case("acme")
+    assert case is not None and (case.provider, case.model, case.min_tokens) == ("acme", "acme-1", None)
+    registry.unregister_provider("acme")
+    assert provider_case("acme") is None  # negative control
+
+
+def test_report_economy_runs_a_registered_provider_and_refuses_an_unknown_one(acme: ProviderSpec, tmp_path: Path) -> None:
+    import json
+
+    from conftest import run_zhin
+
+    fixture = Path(__file__).parent.parent / "fixtures" / "private-chat.jsonl"
+    shown = run_zhin("report", "economy", fixture, "--provider", "acme", "--json", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert list(json.loads(shown.stdout)["sessions"][0]["cache"]) == ["acme"]
+    registry.unregister_provider("acme")
+    refused = run_zhin("report", "economy", fixture, "--provider", "acme", cwd=tmp_path)
+    assert refused.returncode == 2 and "unknown provider 'acme'" in refused.stderr  # negative control
+
+
+def test_a_bare_body_is_simulated_as_its_wire_default_provider(acme: ProviderSpec) -> None:
+    from zhin_cli.store.captures import CapturedBody
+    from zhin_cli.tools.capturediff import body_request
+
+    body = CapturedBody(1, "body.json", "openai-chat", {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]})
+    assert body_request(body, None).profile.name == "openai"
+    registry.register_provider(replace(acme, name="acme-default", wire="openai-chat", wire_default=True))
+    registry.register_provider(replace(registry.provider("openai"), wire_default=False), replace=True)
+    try:
+        assert body_request(body, None).profile.name == "acme-default"  # the mark moved, so did the simulation
+    finally:
+        registry.unregister_provider("acme-default")
+        registry.register_provider(replace(registry.provider("openai"), wire_default=True), replace=True)
+
+
+def test_serve_routes_answer_as_their_wire_default_provider() -> None:
+    from zhin_cli.tools.serve.server import ENDPOINTS
+
+    messages, chat = ENDPOINTS["/v1/messages"], ENDPOINTS["/v1/chat/completions"]
+    assert messages.provider_for("openai") == "anthropic" and chat.provider_for("deepseek") == "deepseek"
+    saved = registry.unregister_provider("anthropic")
+    try:
+        assert messages.provider_for("openai") is None  # negative control: nobody speaks the wire
+    finally:
+        assert saved is not None
+        registry.register_provider(saved)

@@ -442,7 +442,7 @@ def test_messages_without_an_anthropic_profile_is_404(monkeypatch: pytest.Monkey
     assert response.status_code == 404
     error = response.json()
     assert error["type"] == "error" and error["error"]["type"] == "not_found_error"
-    assert "no provider profile 'anthropic'" in error["error"]["message"]
+    assert "no provider profile for anthropic-messages is registered" in error["error"]["message"]
 
 
 def test_profile_whose_validator_is_missing_is_501(monkeypatch: pytest.MonkeyPatch, anthropic_profile: None) -> None:

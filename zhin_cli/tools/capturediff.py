@@ -27,9 +27,8 @@ from typing import Any
 from zhin_cli.cache import PrefixCache
 from zhin_cli.cache.prices import Cost, CostTotals, PriceTable
 from zhin_cli.cache.usage import normalize_usage
-from zhin_cli.core.errors import ConfigError
 from zhin_cli.core.tokens import encoding_for_model
-from zhin_cli.pipeline.providers import PROFILES, resolve_profile
+from zhin_cli.pipeline.providers import for_wire, resolve_profile
 from zhin_cli.store.captures import CapturedBody, CaptureSet, read_captures
 from zhin_cli.tools.diff.prefix import (
     BodyRequest,
@@ -44,9 +43,6 @@ from zhin_cli.tools.diff.prefix import (
     diff_body_pair,
 )
 from zhin_cli.wire import WireFormat, canonical, wire_for
-
-# The provider profile a wire format is simulated with when --provider does not name one.
-DEFAULT_PROFILES = {"openai-chat": "openai", "anthropic-messages": "anthropic", "gemini-generate": "gemini"}
 
 
 @dataclass
@@ -149,10 +145,9 @@ def real_usage(body: CapturedBody, block_tokens: int = 1) -> RealUsage | None:
 
 
 def body_request(body: CapturedBody, provider: str | None) -> BodyRequest:
-    name = provider or DEFAULT_PROFILES[body.wire]
-    if name not in PROFILES:
-        raise ConfigError(f"unknown provider {name!r} (known: {', '.join(sorted(PROFILES))})")
-    profile = resolve_profile(name, body.model)
+    # no --provider: the body's wire format's own provider (ProviderSpec.wire_default)
+    name = provider or for_wire(body.wire).name
+    profile = resolve_profile(name, body.model)  # an unknown name: the one "unknown provider … (known: …)" error
     return BodyRequest(body.number, body.body, wire_for(body.wire), body.model, profile.name, profile,
                        encoding_for_model(body.model))
 

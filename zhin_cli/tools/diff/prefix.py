@@ -30,7 +30,7 @@ from zhin_cli.cache.prices import Cost, CostTotals, Price, PriceTable, format_sh
 from zhin_cli.core.terminaltext import MARK
 from zhin_cli.pipeline.assemble import AssembledRequest
 from zhin_cli.pipeline.facade import Pipeline
-from zhin_cli.pipeline.providers import Capabilities
+from zhin_cli.pipeline.providers import PROVIDERS, Capabilities
 from zhin_cli.wire import WireFormat, wire_for
 
 CAUSES = ("append", "tail", "window_shift", "system_changed", "tools_changed", "messages_changed", "model_changed")
@@ -50,8 +50,6 @@ CAUSE_MEANINGS: dict[str, str] = {
     "messages_changed": "an earlier history message was rewritten: nothing after it is cached",
     "model_changed": "another model: the cache is kept per model, so nothing is read",
 }
-PROVIDER_NAMES = {"openai": "OpenAI", "openai-reasoning": "OpenAI", "anthropic": "Anthropic", "gemini": "Gemini",
-                  "deepseek": "DeepSeek"}
 
 
 @dataclass(frozen=True)
@@ -419,8 +417,9 @@ def _excerpt_mark(data: bytes, offset: int) -> int:
 
 
 def provider_name(profile: str) -> str:
-    """``OpenAI`` for ``openai``: how sentences name a provider profile."""
-    return PROVIDER_NAMES.get(profile, profile)
+    """``OpenAI`` for ``openai``: how sentences name a provider profile (its spec's ``display``; else its name)."""
+    spec = PROVIDERS.get(profile)
+    return spec.title if spec is not None else profile
 
 
 def uncached_reason(old: Routed, new: Routed, a: Plan, b: Plan, common: int, cached: int) -> tuple[str, str]:

@@ -26,7 +26,7 @@ from zhin_cli.core.trust import PluginSource, UntrustedPlugins, authorize, insid
 from zhin_cli.pipeline.assemble import DEFAULT_PROVIDER, AssembledRequest
 from zhin_cli.pipeline.config import Config, load_plugin, parse_config
 from zhin_cli.pipeline.facade import Pipeline
-from zhin_cli.pipeline.providers import PROFILES, resolve_profile
+from zhin_cli.pipeline.providers import PROVIDERS, resolve_profile, unknown_provider
 from zhin_cli.pipeline.segments import Generation, TextSegment
 from zhin_cli.pipeline.validate import validate
 from zhin_cli.tools.eval.cases import Case, CaseError, load_cases
@@ -185,8 +185,8 @@ def prepare(case: Case, *, cwd: Path | None = None, project: Config | None = Non
     providers: list[tuple[str, str | None]] = []
     for index, item in enumerate(data.get("providers") or [config.provider or DEFAULT_PROVIDER]):
         name, model = (item, None) if isinstance(item, str) else (item["provider"], item.get("model"))
-        if name not in PROFILES:
-            raise CaseError(f"unknown provider {name!r} (known: {', '.join(sorted(PROFILES))})", where=case.where(f"providers[{index}]"))
+        if name not in PROVIDERS:
+            raise CaseError(unknown_provider(name), where=case.where(f"providers[{index}]"))
         resolve_profile(name, model or "", config.provider_overrides.get(name))
         providers.append((name, model))
     built = build_timeline(case)
@@ -272,9 +272,9 @@ def _check_references(case: Case, built: Built) -> None:
                 raise CaseError(f"{turn_key}: turn {greetings.get(turn, turn) if isinstance(turn, str) else turn} is the "
                                 "greeting: no request is made for it (as in zhin trace)", where=case.where(f"{key}.{turn_key}"))
         # A known provider the case does not run under is fine (a variant may narrow an inherited case's providers).
-        unknown = [p for p in spec.get("providers", []) if p not in PROFILES]
+        unknown = [p for p in spec.get("providers", []) if p not in PROVIDERS]
         if unknown:
-            raise CaseError(f"unknown provider {unknown[0]!r} (known: {', '.join(sorted(PROFILES))})", where=case.where(f"{key}.providers"))
+            raise CaseError(unknown_provider(unknown[0]), where=case.where(f"{key}.providers"))
 
 
 # --- running ------------------------------------------------------------------------------------------------------
@@ -508,9 +508,9 @@ def run_eval(paths: list[Path], options: EvalOptions, *, progress: Callable[[int
     workers = check_jobs(options.jobs)
     if options.repeat is not None and options.repeat < 1:
         raise UsageError("--repeat must be at least 1")
-    unknown = [p for p in options.providers if p not in PROFILES]
+    unknown = [p for p in options.providers if p not in PROVIDERS]
     if unknown:
-        raise UsageError(f"--provider: unknown provider {unknown[0]!r} (known: {', '.join(sorted(PROFILES))})")
+        raise UsageError(f"--provider: {unknown_provider(unknown[0])}")
     cases = load_cases(paths)
     if not cases:
         raise UsageError(f"no case files (*.yaml) under {', '.join(map(str, paths))}")

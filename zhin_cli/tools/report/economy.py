@@ -61,9 +61,9 @@ from zhin_cli.pipeline.facade import Pipeline
 from zhin_cli.pipeline.format import neutralize_body
 from zhin_cli.pipeline.headers import SUMMARY_PREFIX, Aliases, project
 from zhin_cli.pipeline.merge import Placed
-from zhin_cli.pipeline.models import belongs, default_model
+from zhin_cli.pipeline.models import FALLBACK_MODEL, belongs, default_model
 from zhin_cli.pipeline.preset import TAIL_SEPARATOR
-from zhin_cli.pipeline.providers import RenderedPart
+from zhin_cli.pipeline.providers import PROVIDERS, ProviderSpec, RenderedPart, for_wire, unknown_provider
 from zhin_cli.pipeline.window import SessionIndex, WindowConfig, sliding, visible_window
 from zhin_cli.store.captures import SERVE_LOG, CaptureSet, is_body_jsonl, is_capture_folder, read_captures
 from zhin_cli.tools.cachereplay import replay_cache
@@ -90,8 +90,10 @@ class ProviderCase:
     min_tokens: int | None = None
 
 
-# One model per provider, chosen for documented rules: gpt-4o (1024 min, 128 steps), Claude Sonnet 5
-# (1,024-token minimum), deepseek-chat (64-token units). ``simulate`` takes any case (tests run Gemini too).
+# The providers ``report economy`` simulates by default: the specs marked ``economy`` (ProviderSpec: one model per
+# provider, chosen for documented rules — gpt-4o: 1,024 minimum, 128 steps; Claude Sonnet 5: 1,024-token minimum;
+# deepseek-chat: 64-token units), registered here in the specs' order; a plugin may register its own case.
+# ``--provider`` takes any registered provider (``provider_case``). ``simulate`` takes any case (tests run Gemini too).
 CASES: Registry[ProviderCase] = Registry("economy provider case")
 
 
@@ -99,9 +101,23 @@ def register_case(case: ProviderCase, *, replace: bool = False) -> ProviderCase:
     return CASES.add(case.provider, case, replace=replace)
 
 
-register_case(ProviderCase("openai", "gpt-4o"))
-register_case(ProviderCase("anthropic", "claude-sonnet-5", min_tokens=1024))
-register_case(ProviderCase("deepseek", "deepseek-chat"))
+def spec_case(spec: ProviderSpec) -> ProviderCase:
+    """A provider's economy case from its spec: its default model (else the fallback) and the minimum it sets."""
+    return ProviderCase(spec.name, spec.default_model or FALLBACK_MODEL, spec.economy_min_tokens)
+
+
+def provider_case(name: str) -> ProviderCase | None:
+    """The registered case for ``name``, else the one its spec gives; None for a name no provider has."""
+    found = CASES.get(name)
+    if found is not None:
+        return found
+    spec = PROVIDERS.get(name)
+    return spec_case(spec) if spec is not None else None
+
+
+for _spec in PROVIDERS.values():
+    if _spec.economy:
+        register_case(spec_case(_spec))
 
 
 # --- headers ------------------------------------------------------------------------------------------
@@ -679,7 +695,6 @@ def session_bill(session: Session, cache: dict[str, CacheFigures], prices: Price
     return bill
 
 
-WIRE_PROVIDERS = {"openai-chat": "openai", "anthropic-messages": "anthropic", "gemini-generate": "gemini"}
 NO_SESSION = ("captured bodies hold no stored session for zhin to assemble: ADR 0041's side needs the bot's "
               "database (report economy SESSION --db FILE)")
 
@@ -700,7 +715,7 @@ class CaptureEconomy:
 def _priced_provider(wire: str, model: str, prices: PriceTable) -> str:
     """Whose price list bills a captured body: its wire's provider, unless only another provider has a row for its
     model (a ``deepseek-chat`` body in OpenAI's wire is billed at DeepSeek's row)."""
-    own = WIRE_PROVIDERS.get(wire, wire)
+    own = for_wire(wire).name if any(spec.wire == wire for spec in PROVIDERS.values()) else wire
     owners = [name for name, rows in prices.providers.items()
               if any(model == row or model.startswith(row + "-") for row in rows.models)]
     return own if own in owners or len(owners) != 1 else owners[0]
@@ -820,7 +835,9 @@ def session_economy(session: Session, config: Config, *, providers: Iterable[str
     cache: dict[str, CacheFigures] = {}
     for number, name in enumerate(providers):
         # headers do not depend on the provider: count them during the first provider's replay
-        cache[name] = simulate(session, config, CASES[name], encoding, header_counter if number == 0 else None, table)
+        case = provider_case(name)
+        assert case is not None, name  # run_economy refused unknown names
+        cache[name] = simulate(session, config, case, encoding, header_counter if number == 0 else None, table)
     requests = sum(1 for m in session.messages if isinstance(m, AssistantMessage))
     return SessionEconomy(session.session_id, len(session.messages), requests, header_counter.result, cache,
                           session_bill(session, cache, table))
@@ -855,9 +872,9 @@ def run_economy(
     from zhin_cli.tools.diff.prefix import session_refs
 
     chosen = list(providers or tuple(CASES))
-    unknown = [p for p in chosen if p not in CASES]
-    if unknown:
-        raise UsageError(f"--provider: no cache simulation for {', '.join(unknown)} (simulated: {', '.join(CASES)})")
+    unknown = [p for p in chosen if provider_case(p) is None]
+    if unknown:  # every registered provider can be simulated (its spec's case): only an unknown name is refused
+        raise UsageError(f"--provider: {unknown_provider(unknown[0])}")
     if encoding not in RANK_FILES:
         raise UsageError(f"--encoding: unknown encoding {encoding!r} (known: {', '.join(RANK_FILES)})")
     workers = check_jobs(jobs)

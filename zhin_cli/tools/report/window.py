@@ -288,12 +288,12 @@ def target(provider: str, model: str | None, config: Config) -> Target:
     ``model`` overriding it; a provider without a case: ``model``, else the config's, else the provider's default
     (``pipeline/models.py``: never another provider's model)."""
     from zhin_cli.pipeline.models import default_model
-    from zhin_cli.pipeline.providers import PROFILES
+    from zhin_cli.pipeline.providers import PROVIDERS, unknown_provider
     from zhin_cli.tools.report.economy import CASES
 
-    if provider not in PROFILES:
-        raise UsageError(f"--provider: unknown provider {provider!r} (known: {', '.join(sorted(PROFILES))})")
-    case = CASES[provider] if provider in CASES else None
+    if provider not in PROVIDERS:
+        raise UsageError(f"--provider: {unknown_provider(provider)}")
+    case = CASES.get(provider)  # a provider marked economy has one (its default model and minimum)
     chosen = model or (case.model if case else None) or config.model or default_model(provider)
     # the case's minimum belongs to its model; another model keeps its profile's rule
     return Target(provider, chosen, case.min_tokens if case is not None and case.model == chosen else None)

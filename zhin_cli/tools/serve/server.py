@@ -65,7 +65,7 @@ from zhin_cli.core.registry import Registry
 from zhin_cli.core.terminaltext import terminal_safe
 from zhin_cli.core.tokens import counter as shared_counter
 from zhin_cli.core.tokens import encoding_for_model
-from zhin_cli.pipeline.providers import PROFILES, resolve_profile
+from zhin_cli.pipeline.providers import PROVIDERS, provider_names, resolve_profile, unknown_provider
 from zhin_cli.pipeline.validate import VALIDATORS, validate
 from zhin_cli.tools.serve.upstream import (
     CONNECT_TIMEOUT,
@@ -236,13 +236,20 @@ register_dialect(Dialect("gemini-generate", _gemini_error, _gemini_completion, _
 @dataclass(frozen=True)
 class Endpoint:
     dialect: str  # a DIALECTS key; also the wire a profile must speak to serve it
-    profile: str | None = None  # None: the server's --provider profile
+    own_provider: bool = False  # answered as its wire's provider (ProviderSpec.wire_default), whatever --provider is
+
+    def provider_for(self, server_provider: str) -> str | None:
+        """The provider this route answers as: the server's --provider, or its wire's own (None: none is registered)."""
+        if not self.own_provider:
+            return server_provider
+        return next((spec.name for spec in PROVIDERS.values() if spec.wire == self.dialect and spec.wire_default),
+                    next((spec.name for spec in PROVIDERS.values() if spec.wire == self.dialect), None))
 
 
 ENDPOINTS: dict[str, Endpoint] = {
     "/v1/chat/completions": Endpoint("openai-chat"),
-    "/v1/messages": Endpoint("anthropic-messages", profile="anthropic"),
-    "/v1beta/models/{model}:generateContent": Endpoint("gemini-generate", profile="gemini"),
+    "/v1/messages": Endpoint("anthropic-messages", own_provider=True),
+    "/v1beta/models/{model}:generateContent": Endpoint("gemini-generate", own_provider=True),
 }
 
 
@@ -293,10 +300,11 @@ def answer(path: str, raw: bytes | bytearray, *, provider: str, cache: PrefixCac
     model = path_model if path_model is not None else body.get("model")
     if not isinstance(model, str) or not model:
         return Reply(400, dialect.error(400, dialect.missing_model), note="no model")
-    name = endpoint.profile or provider
-    if name not in PROFILES:
-        return Reply(404, dialect.error(404, f"zhin serve: no provider profile {name!r} is registered, so POST {route} cannot be "
-                                             f"checked (known: {', '.join(sorted(PROFILES))})"), note=f"no profile {name}")
+    name = endpoint.provider_for(provider)
+    if name is None or name not in PROVIDERS:
+        missing = repr(name) if name is not None else f"for {endpoint.dialect}"
+        return Reply(404, dialect.error(404, f"zhin serve: no provider profile {missing} is registered, so POST {route} cannot be "
+                                             f"checked (known: {', '.join(provider_names())})"), note=f"no profile {missing}")
     profile = resolve_profile(name, model)
     if profile.validator not in VALIDATORS:
         return Reply(501, dialect.error(501, f"zhin serve: provider {name!r} names validator {profile.validator!r}, which is "
@@ -981,11 +989,11 @@ def make_server(provider: str = "openai", host: str = "127.0.0.1", port: int = 0
                              f"(seconds, more than 0, at most {MAX_UPSTREAM_DEADLINE:g})")
         limits["upstream"] = parse_upstream(upstream, connect_timeout=upstream_connect_timeout,
                                             read_timeout=upstream_read_timeout, deadline=upstream_deadline)
-    if provider not in PROFILES:
-        raise UsageError(f"unknown provider {provider!r} (known: {', '.join(sorted(PROFILES))})")
+    if provider not in PROVIDERS:
+        raise UsageError(unknown_provider(provider))
     for route, endpoint in ENDPOINTS.items():
-        if endpoint.profile is None and PROFILES[provider].wire != endpoint.dialect:
-            raise UsageError(f"provider {provider!r} speaks {PROFILES[provider].wire}, but POST {route} needs an "
+        if not endpoint.own_provider and PROVIDERS[provider].wire != endpoint.dialect:
+            raise UsageError(f"provider {provider!r} speaks {PROVIDERS[provider].wire}, but POST {route} needs an "
                              f"{endpoint.dialect} profile")
     if not 0 <= port <= 65535:
         raise UsageError(f"--port {port} is out of range (0-65535; 0 picks a free port)")

@@ -25,7 +25,7 @@ from zhin_cli.cache.groups import first_of_group
 from zhin_cli.cache.usage import NormalizedUsage, normalize_usage, usage_kind_of
 from zhin_cli.core.model import AssistantMessage, Session
 from zhin_cli.core.timezones import human_ms, iso_ms
-from zhin_cli.pipeline.providers import PROFILES, CacheRules, resolve_profile
+from zhin_cli.pipeline.providers import PROVIDERS, CacheRules, resolve_profile
 
 UNKNOWN = "?"
 
@@ -169,7 +169,7 @@ def usage_record(session_id: str, message: AssistantMessage) -> UsageRecord:
 
 def cache_rules(provider: str, model: str) -> CacheRules:
     """The provider's cache rules for this model; unknown providers get the default rules (5 min lifetime)."""
-    if provider in PROFILES:
+    if provider in PROVIDERS:
         return resolve_profile(provider, model).cache
     return CacheRules()
 
