@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)
 # the words README's output and prose use that a newcomer does not know: each must be in the glossary
-GLOSSARY_WORDS = ("turn", "epoch", "segment", "header", "cached", "prefix", "tail", "window shift", "compaction",
+GLOSSARY_WORDS = ("request", "cold", "warm", "timed", "epoch", "segment", "header", "cached", "prefix", "tail", "window shift", "compaction",
                   "state change", "first of group", "physical limit", "flat layout")
 MAX_LINES = 200
 
