@@ -6,7 +6,7 @@ DEMO_DB = demo/.zhin/data.sqlite
 STAMP   = $(VENV)/.installed
 LIVE_VENV ?= .venv-live
 
-.PHONY: demo test gates install docs fuzz lint typecheck check bench clean eval-live measure
+.PHONY: demo test gates install docs fuzz lint typecheck check bench clean eval-live measure screenshot
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ install: $(STAMP)
 # story: docs/storage.md "Upstream's real tables"). It ends with a picture of its busiest session: one row per
 # request in the terminal, every request in report.html.
 DEMO_KEY = onebot11:tokyo-ob11:group:856301447
+# README's picture (docs/report-demo.png): the demo session's report page in headless Chromium
+screenshot: $(STAMP)
+	$(BIN)/python scripts/demo_screenshot.py
+
 demo: $(STAMP)
 	rm -rf demo && mkdir -p demo/.zhin
 	cp tests/data/upstream-db/data.sqlite $(DEMO_DB)
