@@ -94,3 +94,17 @@ def test_with_a_plugin_provider_the_command_context_is_the_one_read(tmp_path: Pa
                   "-o", "page.html", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert counts == {"load_config": 1, "load_prices": 1, "load_session": len(SESSIONS)}
+
+
+def test_trace_on_a_context_reads_nothing_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from zhin_cli.tools.trace.trace import trace
+
+    ref = str(SESSIONS[0])
+    counts = _counting(monkeypatch)
+    context = RunContext.for_config(zhin_cli.pipeline.config.Config(), cwd=tmp_path)
+    first = trace(ref, context=context)
+    again = trace(ref, turn=1, context=context)
+    assert counts == {"load_session": 1, "load_prices": 1}
+    assert first.requests[0].turn != again.requests[0].turn
+    trace(ref, cwd=tmp_path)  # negative control: the bundle reads the prices and the session again
+    assert (counts["load_session"], counts["load_prices"]) == (2, 2)

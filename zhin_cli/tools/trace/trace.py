@@ -37,9 +37,9 @@ from zhin_cli.core.errors import UsageError
 from zhin_cli.core.model import AssistantMessage
 from zhin_cli.pipeline.assemble import AssembledRequest, TurnPlan
 from zhin_cli.pipeline.config import load_config
-from zhin_cli.pipeline.facade import Pipeline
+from zhin_cli.pipeline.context import RunContext
 from zhin_cli.pipeline.preset.model import Preset
-from zhin_cli.store import database_read, load_session
+from zhin_cli.store import database_read
 from zhin_cli.tools.capturediff import CaptureDiff, CaptureRequest, diff_capture_path
 from zhin_cli.tools.diff.prefix import CACHE_MODEL, COLD, WARM, PairDiff, Pricing, cache_outcome, cost_dict, serialize
 from zhin_cli.tools.stats.cache import usage_record
@@ -245,17 +245,21 @@ def open_trace(
     after_load: Callable[[], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
     prices_file: Path | None = None,
+    context: RunContext | None = None,
 ) -> Iterator[TraceRun]:
     """Load ``ref`` and open its pipeline; ``run.requests()`` then replays the chosen turns one at a time (see
     :func:`trace` for the choice), ``run.costed()`` with their costs (``prices_file``: ``--prices FILE`` over the
-    config's table). The pipeline stays open until the ``with`` block ends."""
-    cwd = cwd or Path.cwd()
-    config = load_config(config_path, cwd=cwd)
-    pricing = Pricing(config.price_table(prices_file))
-    session = load_session(ref, db=db, cwd=cwd)
+    config's table). The pipeline stays open until the ``with`` block ends. ``context``: the command's run context
+    (its config, plugins, prices and sessions are used, not read again; it replaces ``db``, ``config_path``,
+    ``cwd`` and ``prices_file``)."""
+    run_context = context or RunContext.for_config(load_config(config_path, cwd=cwd or Path.cwd()), cwd=cwd or Path.cwd(),
+                                                   db=db, prices_file=prices_file)
+    config, cwd, db = run_context.config, run_context.cwd, run_context.db
+    pricing = Pricing(run_context.prices)
+    session = run_context.session(ref)
     if after_load is not None:
         after_load()
-    with Pipeline.open(config, provider=provider, model=model, timezone=timezone, preset=preset) as pipeline:
+    with run_context.pipeline(provider=provider, model=model, timezone=timezone, preset=preset) as pipeline:
         plan = pipeline.turns(session)
         total = plan.total
         if total == 0:
@@ -308,6 +312,7 @@ def trace(
     after_load: Callable[[], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
     prices_file: Path | None = None,
+    context: RunContext | None = None,
 ) -> TraceResult:
     """Replay ``ref`` (a .jsonl path, or a session id/key in the database) and return the chosen requests.
 
@@ -318,7 +323,7 @@ def trace(
     """
     with open_trace(ref, db=db, config_path=config_path, provider=provider, model=model, timezone=timezone,
                     preset=preset, turn=turn, all_turns=all_turns, cwd=cwd, after_load=after_load,
-                    progress=progress, prices_file=prices_file) as run:
+                    progress=progress, prices_file=prices_file, context=context) as run:
         for request, _, cost in run.costed():
             run.result.requests.append(request)
             run.result.costs.append(cost)
@@ -389,8 +394,11 @@ class CaptureRow:
 
 
 def trace_captures(path: Path, *, config_path: Path | None = None, provider: str | None = None,
-                   prices_file: Path | None = None, cwd: Path | None = None) -> CaptureDiff:
+                   prices_file: Path | None = None, cwd: Path | None = None,
+                   context: RunContext | None = None) -> CaptureDiff:
     """A capture folder or a JSONL of bodies, diffed as ``prefix-diff`` does (one cache across conversations)."""
+    if context is not None:
+        return diff_capture_path(path, provider=provider, prices=context.prices)
     config = load_config(config_path, cwd=cwd or Path.cwd())
     return diff_capture_path(path, provider=provider, prices=config.price_table(prices_file))
 
