@@ -152,6 +152,33 @@ def test_view_serves_the_page_of_the_plugin_provider(project: Path) -> None:
     assert process.returncode == 0
 
 
+def test_report_economy_simulates_the_plugin_provider(project: Path, zhin) -> None:  # type: ignore[no-untyped-def]
+    result = zhin("report", "economy", SESSION, "-p", "acme", "--config", "zhin.yaml", "--json", "-j", "1", cwd=project)
+    assert result.returncode == 0, result.stderr
+    cache = json.loads(result.stdout)["sessions"][0]["cache"]
+    assert list(cache) == ["acme"] and cache["acme"]["model"] == "acme-1"
+    assert cache["acme"]["lifetime_seconds"] == 900  # acme's cache rules
+    assert cache["acme"]["cost"]["price"]["input"] == ACME_INPUT
+
+
+def _tab(words: str, cwd: Path, env: dict[str, str]) -> list[str]:
+    environment = {**env, "_ZHIN_COMPLETE": "complete_bash", "COMP_WORDS": words,
+                   "COMP_CWORD": str(len(words.split()) - 1)}
+    proc = subprocess.run([sys.executable, "-m", "zhin_cli"], cwd=cwd, env=environment, capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    return proc.stdout.split()
+
+
+def test_completion_offers_the_plugin_provider_of_a_given_config(project: Path) -> None:
+    given = {**clean_env(), "ZHIN_CONFIG": str(project / "zhin.yaml")}
+    assert "acme" in _tab("zhin trace x --provider a", project, given)
+    assert "acme" in _tab("zhin trace x --config zhin.yaml --provider a", project, clean_env())
+    # negative control: the same zhin.yaml only found upward runs no plugin on a TAB
+    offered = _tab("zhin trace x --provider a", project, clean_env())
+    assert "anthropic" in offered and "acme" not in offered
+
+
 # --- negative controls ----------------------------------------------------------------------------------------
 
 

@@ -271,6 +271,22 @@ def complete_sessions(incomplete: str, db: str | None = None) -> list[Completion
     return items + complete_files(incomplete, (".jsonl", ".ndjson"))
 
 
+def _given_config_providers(args: list[str]) -> tuple[str, ...]:
+    """The plugin providers of the config the command line names (``--config``/``-c``, ``ZHIN_CONFIG``): naming it
+    lets its plugins run (docs/safety.md); a config only found upward runs nothing on a TAB."""
+    config = os.environ.get("ZHIN_CONFIG") or None
+    for index, word in enumerate(args):
+        if word in ("--config", "-c") and index + 1 < len(args):
+            config = args[index + 1]
+        elif word.startswith("--config="):
+            config = word[len("--config="):]
+    if not config:
+        return ()
+    from zhin_cli.pipeline.context import plugin_provider_names
+
+    return plugin_provider_names(Path(config))
+
+
 def _db_in(args: list[str]) -> str | None:
     for index, word in enumerate(args):
         if word == "--db" and index + 1 < len(args):
@@ -286,7 +302,7 @@ def quick_items(args: list[str], incomplete: str) -> list[CompletionItem] | None
     answers the rest: option names, a group's commands, other values)."""
     previous = args[-1] if args else None
     if previous in PROVIDER_OPTIONS:
-        return complete_providers(incomplete)
+        return complete_providers(incomplete, _given_config_providers(args))
     if previous in PRESET_OPTIONS:
         return complete_files(incomplete, (".json",))
     if previous in SESSION_OPTIONS:

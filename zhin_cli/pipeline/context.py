@@ -121,3 +121,17 @@ class RunContext:
 
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None) -> None:
         self.close()
+
+
+def plugin_provider_names(config: Path) -> tuple[str, ...]:
+    """The providers the plugins of ``config`` (a file the user named: its plugins may run) register, for shell
+    completion; the plugins are released before this returns. A config that cannot be read offers none."""
+    from zhin_cli.core.errors import ZhinError
+    from zhin_cli.pipeline.providers import PROVIDERS
+
+    before = set(PROVIDERS)
+    try:
+        with RunContext.open(config):
+            return tuple(name for name in PROVIDERS if name not in before)
+    except ZhinError:
+        return ()
