@@ -161,6 +161,18 @@ def test_report_economy_simulates_the_plugin_provider(project: Path, zhin) -> No
     assert cache["acme"]["cost"]["price"]["input"] == ACME_INPUT
 
 
+def test_providers_lists_the_plugin_provider_of_a_given_config(project: Path, zhin) -> None:  # type: ignore[no-untyped-def]
+    listed = zhin("providers", "--json", "--config", "zhin.yaml", cwd=project)
+    assert listed.returncode == 0, listed.stderr
+    acme = [p for p in json.loads(listed.stdout)["providers"] if p["name"] == "acme"]
+    assert [(p["display"], p["wire"], p["owner"]) for p in acme] == [("Acme", "openai-chat", "acme_provider.py")]
+    table = zhin("providers", "--config", "zhin.yaml", cwd=project)
+    assert table.returncode == 0 and "acme" in table.stdout
+    # negative control: without --config the found zhin.yaml's plugins do not run, acme is not listed
+    plain = zhin("providers", "--json", cwd=project)
+    assert plain.returncode == 0 and "acme" not in [p["name"] for p in json.loads(plain.stdout)["providers"]]
+
+
 def _tab(words: str, cwd: Path, env: dict[str, str]) -> list[str]:
     environment = {**env, "_ZHIN_COMPLETE": "complete_bash", "COMP_WORDS": words,
                    "COMP_CWORD": str(len(words.split()) - 1)}

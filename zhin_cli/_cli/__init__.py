@@ -329,17 +329,29 @@ def _plugin_provider(name: str) -> bool:
     when one of them registered the provider ``name``."""
     from typer._click.globals import get_current_context
 
-    from zhin_cli.pipeline.context import RunContext
     from zhin_cli.pipeline.providers import PROVIDERS
 
     click_context = get_current_context(silent=True)
     if click_context is None:
         return False
     config = click_context.params.get("config")
-    context = RunContext.open(Path(config) if config is not None else None, cwd=Path.cwd())
-    click_context.call_on_close(context.close)
-    click_context.meta[RUN_CONTEXT] = context
+    open_command_context(Path(config) if config is not None else None)
     return name in PROVIDERS
+
+
+def open_command_context(config: Path | None) -> RunContext:
+    """Load ``config`` (None: the zhin.yaml found upward, whose plugins run only if trusted) and run its plugins
+    for the rest of the running command (released when it ends); ``command_context()`` hands it to tools."""
+    from typer._click.globals import get_current_context
+
+    from zhin_cli.pipeline.context import RunContext
+
+    context = RunContext.open(config, cwd=Path.cwd())
+    click_context = get_current_context(silent=True)
+    if click_context is not None:
+        click_context.call_on_close(context.close)
+        click_context.meta[RUN_CONTEXT] = context
+    return context
 
 
 RUN_CONTEXT = "zhin.run_context"

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from zhin_cli._cli import app, handles_errors, print_json, print_records, stdout_console
+from zhin_cli._cli import app, handles_errors, open_command_context, print_json, print_records, stdout_console
 from zhin_cli.pipeline.providers import PROVIDERS, Capabilities, provider_names, resolve_profile
 
 
@@ -25,8 +26,11 @@ def profile_dict(profile: Capabilities) -> dict[str, Any]:
 def providers_command(
     model: Annotated[str | None, typer.Option("--model", "-m", help="Show each profile as resolved for this model id.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout.")] = False,
+    config: Annotated[Path | None, typer.Option("--config", "-c", envvar="ZHIN_CONFIG", help="A zhin.yaml whose plugins add providers: they are listed too (owner: the plugin).")] = None,
 ) -> None:
     """List the provider profiles: wire format, validator, how state changes are sent, cache rules."""
+    if config is not None:  # a config the user named: its plugins run, their providers are listed
+        open_command_context(config)
     profiles = [resolve_profile(name, model) if model else PROVIDERS[name] for name in provider_names()]
     if as_json:
         print_json({"version": 1, "model": model, "providers": [profile_dict(p) for p in profiles]})
