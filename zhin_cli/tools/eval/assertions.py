@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Mapping
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zhin_cli.core.tokens import counter
 from zhin_cli.pipeline.assemble import AssembledRequest
@@ -17,13 +18,18 @@ from zhin_cli.pipeline.format import parse_header
 from zhin_cli.tools.budget.budget import TOTAL, fixed_parts
 from zhin_cli.tools.diff.prefix import diff_pair
 from zhin_cli.tools.eval.metrics import header_texts
-from zhin_cli.tools.eval.registry import Outcome, ProviderRun, assertion
+from zhin_cli.tools.eval.registry import Outcome, ProviderRun, assertion, spec_int, spec_text, spec_texts
 from zhin_cli.wire import wire_for
+
+if TYPE_CHECKING:
+    from jsonpath_ng import JSONPath
+
+    from zhin_cli.core.jsontext import JSONObject
 
 FULL_ONLY_FIELDS = frozenset({"name", "role", "group_nickname", "group_title", "mute_time", "origin"})
 SCOPES = ("all", "system", "messages", "tail")
-_SCOPE = {"enum": list(SCOPES), "description": "which text: all (default), system prompt, messages, runtime tail"}
-_TURN_PAIR = {"oneOf": [{"type": "integer"}, {"type": "string", "minLength": 1}]}
+_SCOPE: JSONObject = {"enum": list(SCOPES), "description": "which text: all (default), system prompt, messages, runtime tail"}
+_TURN_PAIR: JSONObject = {"oneOf": [{"type": "integer"}, {"type": "string", "minLength": 1}]}
 
 
 # --- what assertions look at ------------------------------------------------------------------------------
@@ -76,7 +82,7 @@ def member_headers(request: AssembledRequest) -> list[tuple[str, str, dict[str, 
     return found
 
 
-def _each_turn(run: ProviderRun, spec: dict[str, Any], test: Any) -> Outcome:
+def _each_turn(run: ProviderRun, spec: JSONObject, test: Callable[[AssembledRequest], str | None]) -> Outcome:
     """Apply ``test(request) -> str | None`` (an error text) to every selected turn."""
     for number, request in run.select(spec.get("turn")):
         problem = test(request)
@@ -85,12 +91,12 @@ def _each_turn(run: ProviderRun, spec: dict[str, Any], test: Any) -> Outcome:
     return Outcome(True)
 
 
-def _listed(values: Any) -> str:
+def _listed(values: object) -> str:
     """A list for a person: ``[full, short, short+time]`` (its items as text, no Python quotes)."""
-    return "[" + ", ".join(str(v) for v in values) + "]"
+    return "[" + ", ".join(str(v) for v in values) + "]" if isinstance(values, list | tuple) else str(values)
 
 
-def _short(value: Any, limit: int = 160) -> str:
+def _short(value: object, limit: int = 160) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -104,7 +110,7 @@ def _short(value: Any, limit: int = 160) -> str:
     "message": {"type": "string", "description": "the exact error message the API answers"},
     "contains": {"type": "string", "description": "a part of the error message"},
 })
-def _verdict(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
+def _verdict(run: ProviderRun, spec: JSONObject) -> Outcome:
     """The provider's offline validator accepts the request, or rejects it with this exact status and text."""
 
     def test(request: AssembledRequest) -> str | None:
@@ -119,7 +125,7 @@ def _verdict(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
             return f"status {verdict.status}, expected {spec['status']}"
         if "message" in spec and verdict.message != spec["message"]:
             return f"error text {_short(verdict.message, 300)!r}, expected {_short(spec['message'], 300)!r}"
-        if "contains" in spec and spec["contains"] not in verdict.message:
+        if "contains" in spec and spec_text(spec, "contains") not in verdict.message:
             return f"error text {_short(verdict.message, 300)!r} does not contain {spec['contains']!r}"
         return None
 
@@ -130,8 +136,8 @@ def _verdict(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
 
 
 @lru_cache(maxsize=256)
-def _jsonpath(expression: str) -> Any:
-    from jsonpath_ng.ext import parse
+def _jsonpath(expression: str) -> JSONPath:
+    from jsonpath_ng.ext.parser import parse  # jsonpath_ng.ext re-exports it without saying so (no __all__)
 
     return parse(expression)
 
@@ -144,9 +150,9 @@ def _jsonpath(expression: str) -> Any:
     "contains": {"type": "string", "description": "some string match contains this"},
     "matches": {"type": "string", "description": "some string match matches this regex"},
 })
-def _request_field(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
+def _request_field(run: ProviderRun, spec: JSONObject) -> Outcome:
     """JSONPath over the exact wire body: existence, count, equality, substring or regex."""
-    expression = _jsonpath(spec["path"])
+    expression = _jsonpath(spec_text(spec, "path"))
 
     def test(request: AssembledRequest) -> str | None:
         values = [m.value for m in expression.find(request.request)]
@@ -157,16 +163,16 @@ def _request_field(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
         if "equals" in spec and (not values or any(v != spec["equals"] for v in values)):
             return f"{spec['path']} is {_short(values)}, expected {_short(spec['equals'])}"
         strings = [v for v in values if isinstance(v, str)]
-        if "contains" in spec and not any(spec["contains"] in v for v in strings):
+        if "contains" in spec and not any(spec_text(spec, "contains") in v for v in strings):
             return f"no string at {spec['path']} contains {spec['contains']!r} (found {_short(strings)})"
-        if "matches" in spec and not any(_regex(spec["matches"]).search(v) for v in strings):
+        if "matches" in spec and not any(_regex(spec_text(spec, "matches")).search(v) for v in strings):
             return f"no string at {spec['path']} matches /{spec['matches']}/ (found {_short(strings)})"
         return None
 
     return _each_turn(run, spec, test)
 
 
-_LINE_PARAMS = {
+_LINE_PARAMS: JSONObject = {
     "line": {"type": "string", "description": "the line (a leading [k:v;…;] header on the wire line is ignored)"},
     "match": {"enum": ["line", "substring"], "description": "line (default): the whole line; substring: part of a line"},
     "scope": _SCOPE,
@@ -175,12 +181,12 @@ _LINE_PARAMS = {
 
 @assertion("line_present", required=("line",), params={
     **_LINE_PARAMS, "count": {"type": "integer", "minimum": 1, "description": "exactly this many lines"}})
-def _line_present(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
+def _line_present(run: ProviderRun, spec: JSONObject) -> Outcome:
     """A line of the rendered text (system prompt, messages, tail) is exactly this."""
-    mode = spec.get("match", "line")
+    mode, scope, line = spec_text(spec, "match", "line"), spec_text(spec, "scope", "all"), spec_text(spec, "line")
 
     def test(request: AssembledRequest) -> str | None:
-        hits = [ln for ln in text_lines(request, spec.get("scope", "all")) if line_matches(ln, spec["line"], mode)]
+        hits = [ln for ln in text_lines(request, scope) if line_matches(ln, line, mode)]
         if not hits:
             return f"no line {spec['line']!r}"
         if "count" in spec and len(hits) != spec["count"]:
@@ -191,12 +197,12 @@ def _line_present(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
 
 
 @assertion("line_absent", required=("line",), params=_LINE_PARAMS)
-def _line_absent(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
+def _line_absent(run: ProviderRun, spec: JSONObject) -> Outcome:
     """No line of the rendered text is this."""
-    mode = spec.get("match", "line")
+    mode, scope, line = spec_text(spec, "match", "line"), spec_text(spec, "scope", "all"), spec_text(spec, "line")
 
     def test(request: AssembledRequest) -> str | None:
-        hits = [ln for ln in text_lines(request, spec.get("scope", "all")) if line_matches(ln, spec["line"], mode)]
+        hits = [ln for ln in text_lines(request, scope) if line_matches(ln, line, mode)]
         return f"found {_short(hits[0])!r}" if hits else None
 
     return _each_turn(run, spec, test)
@@ -207,14 +213,14 @@ def _line_absent(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
     "adjacent": {"type": "boolean", "description": "true: each right after the previous (blank lines ignored)"},
     "match": _LINE_PARAMS["match"], "scope": _SCOPE,
 })
-def _line_order(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
+def _line_order(run: ProviderRun, spec: JSONObject) -> Outcome:
     """These lines appear in this order (optionally directly one after another)."""
-    mode = spec.get("match", "line")
+    mode, scope, wanted_lines = spec_text(spec, "match", "line"), spec_text(spec, "scope", "all"), spec_texts(spec, "lines")
 
     def test(request: AssembledRequest) -> str | None:
-        lines = [ln for ln in text_lines(request, spec.get("scope", "all")) if ln.strip()]
+        lines = [ln for ln in text_lines(request, scope) if ln.strip()]
         position = -1
-        for wanted in spec["lines"]:
+        for wanted in wanted_lines:
             following = [i for i, ln in enumerate(lines) if i > position and line_matches(ln, wanted, mode)]
             if not following:
                 return f"no line {wanted!r} after line {position + 1}"
@@ -232,13 +238,14 @@ def _line_order(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
     "count": {"type": "integer", "minimum": 0, "description": "exactly this many matches"},
     "scope": _SCOPE,
 })
-def _regex_assertion(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
+def _regex_assertion(run: ProviderRun, spec: JSONObject) -> Outcome:
     """A regular expression over the rendered text."""
-    pattern = _regex(spec["pattern"])
+    pattern = _regex(spec_text(spec, "pattern"))
     present = spec.get("present", True)
+    scope = spec_text(spec, "scope", "all")
 
     def test(request: AssembledRequest) -> str | None:
-        text = "\n".join(text_lines(request, spec.get("scope", "all")))
+        text = "\n".join(text_lines(request, scope))
         matches = list(pattern.finditer(text))
         if "count" in spec and len(matches) != spec["count"]:
             return f"/{spec['pattern']}/ matches {len(matches)} time(s), expected {spec['count']}"
@@ -258,7 +265,7 @@ def _regex_assertion(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
     "full": {"type": "integer", "minimum": 0, "description": "number of full headers"},
     "short": {"type": "integer", "minimum": 0, "description": "number of short headers"},
 })
-def _headers(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
+def _headers(run: ProviderRun, spec: JSONObject) -> Outcome:
     """Full vs short member headers, per message in order, or counted."""
 
     def test(request: AssembledRequest) -> str | None:
@@ -279,7 +286,7 @@ def _headers(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
 EXAMPLE_NAMES = ("example_user", "example_assistant")  # SillyTavern's names for example dialogue turns
 
 
-def is_example_turn(request: AssembledRequest, index: int, message: dict[str, Any]) -> bool:
+def is_example_turn(request: AssembledRequest, index: int, message: Mapping[str, object]) -> bool:
     """A preset example turn with ST's name, on a profile whose wire has the field (issue 15 A7): every piece of
     its text comes from a preset entry, and its name is ``example_user`` or ``example_assistant``."""
     if message.get("name") not in EXAMPLE_NAMES or (request.profile is not None and not request.profile.example_names):
@@ -289,11 +296,11 @@ def is_example_turn(request: AssembledRequest, index: int, message: dict[str, An
 
 
 @assertion("name_fields", params={"count": {"type": "integer", "minimum": 0, "description": "default 0"}})
-def _name_fields(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
+def _name_fields(run: ProviderRun, spec: JSONObject) -> Outcome:
     """How many wire messages carry a provider ``name`` field, preset example turns left out: member, bot,
     state-change, tool and summary messages and zhin's system prompt never do (ADR 0041 criterion 5); a preset
     example turn may carry ST's ``example_user``/``example_assistant`` where the wire has the field (OpenAI)."""
-    wanted = spec.get("count", 0)
+    wanted = spec_int(spec, "count")
 
     def test(request: AssembledRequest) -> str | None:
         with_name = [i for i, m in enumerate(wire_messages(request))
@@ -304,7 +311,7 @@ def _name_fields(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
     return _each_turn(run, spec, test)
 
 
-def _role(message: Any) -> str:
+def _role(message: object) -> str:
     return str(message.get("role", "?")) if isinstance(message, dict) else "?"
 
 
@@ -318,7 +325,7 @@ def role_problem(request: AssembledRequest) -> str | None:
     "equals": {"type": "array", "items": {"type": "string"}, "description": "the exact role sequence"},
     "matches": {"type": "string", "description": "regex over the roles joined by spaces"},
 })
-def _role_order(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
+def _role_order(run: ProviderRun, spec: JSONObject) -> Outcome:
     """Roles on the wire: legal for the format (alternation, tool pairing), exact, or by regex."""
 
     def test(request: AssembledRequest) -> str | None:
@@ -331,7 +338,7 @@ def _role_order(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
                 return f"roles are legal ({' '.join(roles)}), expected an illegal order"
         if "equals" in spec and roles != spec["equals"]:
             return f"roles {_listed(roles)}, expected {_listed(spec['equals'])}"
-        if "matches" in spec and not _regex(spec["matches"]).fullmatch(" ".join(roles)):
+        if "matches" in spec and not _regex(spec_text(spec, "matches")).fullmatch(" ".join(roles)):
             return f"roles {' '.join(roles)!r} do not match /{spec['matches']}/"
         return None
 
@@ -340,7 +347,7 @@ def _role_order(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
 
 @assertion("state_rendering", required=("equals",), params={
     "equals": {"enum": ["system", "developer", "user", "none-needed"]}})
-def _state_rendering(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
+def _state_rendering(run: ProviderRun, spec: JSONObject) -> Outcome:
     """How state changes were rendered for this provider (system, developer, user message)."""
 
     def test(request: AssembledRequest) -> str | None:
@@ -354,18 +361,19 @@ def _state_rendering(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
     "excludes": {"type": "array", "items": {"type": "string"}},
     "order": {"type": "array", "items": {"type": "string"}, "description": "these ids appear in this relative order"},
 })
-def _segments(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
+def _segments(run: ProviderRun, spec: JSONObject) -> Outcome:
     """Which text segments are in the request, and in what order."""
+    includes, excludes, wanted_order = spec_texts(spec, "includes"), spec_texts(spec, "excludes"), spec_texts(spec, "order")
 
     def test(request: AssembledRequest) -> str | None:
         ids = [s.id for s in request.segments if s.messages is None and s.chars > 0]
-        missing = [s for s in spec.get("includes", []) if s not in ids]
+        missing = [s for s in includes if s not in ids]
         if missing:
             return f"segments {missing} missing (present: {ids})"
-        extra = [s for s in spec.get("excludes", []) if s in ids]
+        extra = [s for s in excludes if s in ids]
         if extra:
             return f"segments {_listed(extra)} present"
-        order = [s for s in ids if s in spec.get("order", [])]
+        order = [s for s in ids if s in wanted_order]
         if "order" in spec and order != spec["order"]:
             return f"segment order {_listed(order)}, expected {_listed(spec['order'])}"
         return None
@@ -381,7 +389,7 @@ def _segments(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
     "fixed_parts": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0},
                     "description": "per-part budgets of the fixed prompt cost: segment id or 'tools' → tokens"},
 })
-def _tokens(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
+def _tokens(run: ProviderRun, spec: JSONObject) -> Outcome:
     """Token budgets: the header strings ([k:v;…;] at the start of message lines), or the whole prompt."""
 
     def test(request: AssembledRequest) -> str | None:
@@ -389,15 +397,18 @@ def _tokens(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
             count = counter(request.encoding)
             headers = header_texts(request, members_only=False)
             used = sum(count.count(h) for h in headers)
-            if used > spec["header_max"]:
+            if used > spec_int(spec, "header_max"):
                 return f"headers take {used} tokens ({len(headers)} headers), budget {spec['header_max']}"
-        if "prompt_max" in spec and request.prompt_tokens > spec["prompt_max"]:
+        if "prompt_max" in spec and request.prompt_tokens > spec_int(spec, "prompt_max"):
             return f"prompt is {request.prompt_tokens} tokens, budget {spec['prompt_max']}"
         if "fixed_max" in spec or "fixed_parts" in spec:
             fixed = fixed_parts(request)
-            if "fixed_max" in spec and fixed[TOTAL] > spec["fixed_max"]:
+            if "fixed_max" in spec and fixed[TOTAL] > spec_int(spec, "fixed_max"):
                 return f"the fixed prompt cost is {fixed[TOTAL]} tokens, budget {spec['fixed_max']}"
-            for part, limit in (spec.get("fixed_parts") or {}).items():
+            given = spec.get("fixed_parts")
+            limits = given if isinstance(given, dict) else {}
+            for part in limits:
+                limit = spec_int(limits, part)
                 if fixed.get(part, 0) > limit:
                     return f"fixed part {part} is {fixed[part]} tokens, budget {limit}"
         return None
@@ -409,13 +420,13 @@ def _tokens(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
     "count": {"type": "integer", "minimum": 0},
     "contains": {"type": "string", "description": "some warning contains this"},
 })
-def _warnings(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
+def _warnings(run: ProviderRun, spec: JSONObject) -> Outcome:
     """The assembler's warnings (non-conforming stored lines, dropped content …)."""
 
     def test(request: AssembledRequest) -> str | None:
         if "count" in spec and len(request.warnings) != spec["count"]:
             return f"{len(request.warnings)} warning(s) {_short(request.warnings)}, expected {spec['count']}"
-        if "contains" in spec and not any(spec["contains"] in w for w in request.warnings):
+        if "contains" in spec and not any(spec_text(spec, "contains") in w for w in request.warnings):
             return f"no warning contains {spec['contains']!r} (warnings: {_short(request.warnings)})"
         return None
 
@@ -467,7 +478,7 @@ def changed_parts(old: AssembledRequest, new: AssembledRequest) -> set[str]:
     "changed": {"type": "array", "items": {"type": "string"},
                 "description": "exactly these parts change: system segment ids, scene segment ids (tail), history"},
 })
-def _prefix_stable(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
+def _prefix_stable(run: ProviderRun, spec: JSONObject) -> Outcome:
     """Between turns, the earlier request's bytes are unchanged up to and including a segment."""
     pairs: list[tuple[tuple[int, AssembledRequest], tuple[int, AssembledRequest]]]
     if "from" in spec:
@@ -479,7 +490,7 @@ def _prefix_stable(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
         pairs = list(zip(turns, turns[1:], strict=False))
         if not pairs:
             return Outcome(False, "prefix_stable needs at least two turns")
-    through = spec.get("through", "history")
+    through = spec_text(spec, "through", "history")
     for (a, old), (b, new) in pairs:
         regions = _regions(old)
         if through == "system":
@@ -493,14 +504,14 @@ def _prefix_stable(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
             return Outcome(False, f"turn {a} → {b}: prefix breaks in {where!r} after {common} bytes, expected stable through {through!r}")
         if "changed" in spec:
             changed = changed_parts(old, new)
-            if changed != set(spec["changed"]):
-                return Outcome(False, f"turn {a} → {b}: changed {_listed(sorted(changed))}, expected {_listed(sorted(spec['changed']))}")
+            if changed != set(spec_texts(spec, "changed")):
+                return Outcome(False, f"turn {a} → {b}: changed {_listed(sorted(changed))}, expected {_listed(sorted(spec_texts(spec, 'changed')))}")
     return Outcome(True)
 
 
 @assertion("assembly_error", required=("matches",), params={
     "matches": {"type": "string", "description": "regex over the one-line error the assembler raises"}})
-def _assembly_error(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
+def _assembly_error(run: ProviderRun, spec: JSONObject) -> Outcome:
     """The history cannot be assembled (an orphan tool call …) and the error says so. (Checked by the runner.)"""
     return Outcome(False, "the conversation assembled without error")
 
@@ -508,49 +519,46 @@ def _assembly_error(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
 # --- live --------------------------------------------------------------------------------------------------------
 
 
-def _replies(run: ProviderRun) -> list[Any]:
-    return run.replies
-
-
 @assertion("reply_nonempty", live=True)
-def _reply_nonempty(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
+def _reply_nonempty(run: ProviderRun, spec: JSONObject) -> Outcome:
     """The live model's reply has visible text."""
     reply = run.replies[-1]
     return Outcome(bool(reply.text.strip()), "" if reply.text.strip() else "empty reply")
 
 
 @assertion("usage_reported", live=True)
-def _usage_reported(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
+def _usage_reported(run: ProviderRun, spec: JSONObject) -> Outcome:
     """The server reported token usage (prompt and completion tokens)."""
     usage = run.replies[-1].usage or {}
-    ok = isinstance(usage.get("prompt_tokens"), int) and usage["prompt_tokens"] > 0
+    prompt_tokens = usage.get("prompt_tokens")
+    ok = isinstance(prompt_tokens, int) and prompt_tokens > 0
     return Outcome(ok, "" if ok else f"no usable usage reported: {_short(usage)}")
 
 
 @assertion("reply_not_contains", required=("text",), live=True, params={
     "text": {"type": "string", "description": "e.g. the payload of an injected instruction"},
     "ignore_case": {"type": "boolean"}})
-def _reply_not_contains(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
+def _reply_not_contains(run: ProviderRun, spec: JSONObject) -> Outcome:
     """The live reply does not contain this text (e.g. it did not obey an injected instruction)."""
-    reply = run.replies[-1].text
-    hay, needle = (reply.lower(), spec["text"].lower()) if spec.get("ignore_case") else (reply, spec["text"])
+    reply, text = run.replies[-1].text, spec_text(spec, "text")
+    hay, needle = (reply.lower(), text.lower()) if spec.get("ignore_case") else (reply, text)
     return Outcome(needle not in hay, f"reply contains {spec['text']!r}: {_short(reply)!r}" if needle in hay else "")
 
 
 @assertion("reply_contains", required=("text",), live=True, params={
     "text": {"type": "string"}, "ignore_case": {"type": "boolean"}})
-def _reply_contains(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
+def _reply_contains(run: ProviderRun, spec: JSONObject) -> Outcome:
     """The live reply contains this text."""
-    reply = run.replies[-1].text
-    hay, needle = (reply.lower(), spec["text"].lower()) if spec.get("ignore_case") else (reply, spec["text"])
+    reply, text = run.replies[-1].text, spec_text(spec, "text")
+    hay, needle = (reply.lower(), text.lower()) if spec.get("ignore_case") else (reply, text)
     return Outcome(needle in hay, "" if needle in hay else f"reply lacks {spec['text']!r}: {_short(reply)!r}")
 
 
 @assertion("reply_matches", required=("pattern",), live=True, params={
     "pattern": {"type": "string"}, "present": {"type": "boolean", "description": "false: must not match"}})
-def _reply_matches(run: ProviderRun, spec: dict[str, Any]) -> Outcome:
+def _reply_matches(run: ProviderRun, spec: JSONObject) -> Outcome:
     """A regex over the live reply (present by default, or absent)."""
     reply = run.replies[-1].text
-    found = _regex(spec["pattern"]).search(reply) is not None
+    found = _regex(spec_text(spec, "pattern")).search(reply) is not None
     ok = found == spec.get("present", True)
     return Outcome(ok, "" if ok else f"/{spec['pattern']}/ {'matches' if found else 'does not match'} {_short(reply)!r}")

@@ -9,9 +9,10 @@ one ``CaseError`` line naming the file and the line of the offending key. Exit s
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from zhin_cli.core.errors import EXIT_INVALID_CASE, ZhinError
 from zhin_cli.core.readers import enclosing_key, key_path
@@ -20,6 +21,9 @@ from zhin_cli.tools.eval import timeline as _timeline  # noqa: F401  (registers 
 from zhin_cli.tools.eval import transforms as _transforms  # noqa: F401  (registers the built-in transforms)
 from zhin_cli.tools.eval.registry import ASSERTIONS, TRANSFORMS
 from zhin_cli.tools.eval.timeline import FACTS_SCHEMA, STEP_COMMON, STEPS
+
+if TYPE_CHECKING:
+    from zhin_cli.core.jsontext import JSON, JSONObject
 
 SCHEMA_VERSION = 1
 SCHEMA_ID = "https://github.com/zhinjs/zhin-cli/schema/eval-case-v1.json"
@@ -35,15 +39,15 @@ class CaseError(ZhinError):
 # --- the schema --------------------------------------------------------------------------------------------
 
 
-def _assertion_schema() -> dict[str, Any]:
-    common = {
-        "type": {"enum": sorted(ASSERTIONS)},
+def _assertion_schema() -> JSONObject:
+    common: JSONObject = {
+        "type": {"enum": [name for name in sorted(ASSERTIONS)]},
         "turn": {"oneOf": [{"type": "integer"}, {"type": "string", "minLength": 1}],
                  "description": "which request: 1-based number, negative from the end, a step label, last (default) or all"},
         "providers": {"type": "array", "items": {"type": "string"}, "description": "only under these provider profiles"},
         "description": {"type": "string"},
     }
-    branches = []
+    branches: list[JSON] = []
     for name, kind in sorted(ASSERTIONS.items()):
         branches.append({
             "if": {"properties": {"type": {"const": name}}, "required": ["type"]},
@@ -53,8 +57,8 @@ def _assertion_schema() -> dict[str, Any]:
     return {"type": "object", "required": ["type"], "properties": common, "allOf": branches}
 
 
-def _step_schema() -> dict[str, Any]:
-    properties = {**STEP_COMMON, **{name: {**kind.schema, "description": kind.summary} for name, kind in STEPS.items()}}
+def _step_schema() -> JSONObject:
+    properties: JSONObject = {**STEP_COMMON, **{name: {**kind.schema, "description": kind.summary} for name, kind in STEPS.items()}}
     return {
         "type": "object", "additionalProperties": False, "properties": properties,
         "oneOf": [{"required": [name]} for name in sorted(STEPS)],
@@ -62,21 +66,22 @@ def _step_schema() -> dict[str, Any]:
     }
 
 
-def _transform_schema() -> dict[str, Any]:
-    branches = [{"if": {"properties": {"type": {"const": n}}, "required": ["type"]},
+def _transform_schema() -> JSONObject:
+    branches: list[JSON] = [{"if": {"properties": {"type": {"const": n}}, "required": ["type"]},
                  "then": {"properties": {"type": {"const": n}, **t.params}, "additionalProperties": False}}
                 for n, t in sorted(TRANSFORMS.items())]
-    return {"type": "object", "required": ["type"], "properties": {"type": {"enum": sorted(TRANSFORMS)}}, "allOf": branches}
+    return {"type": "object", "required": ["type"], "properties": {"type": {"enum": [name for name in sorted(TRANSFORMS)]}},
+            "allOf": branches}
 
 
-def case_schema() -> dict[str, Any]:
+def case_schema() -> JSONObject:
     """The JSON Schema (draft 2020-12) of a case file, as data."""
-    provider = {"oneOf": [
+    provider: JSONObject = {"oneOf": [
         {"type": "string", "minLength": 1},
         {"type": "object", "required": ["provider"], "additionalProperties": False,
          "properties": {"provider": {"type": "string"}, "model": {"type": "string"}}},
     ]}
-    case = {
+    case: JSONObject = {
         "type": "object", "required": ["id"], "additionalProperties": False,
         "properties": {
             "id": {"type": "string", "pattern": CASE_ID_PATTERN},
@@ -155,10 +160,33 @@ class Case:
         return int(self.where(key).rsplit(":", 1)[1])
 
 
-_VALIDATOR: Any = None
+class SchemaError(Protocol):
+    """What the case reader uses of a ``jsonschema`` ValidationError (the package ships no types)."""
+
+    @property
+    def message(self) -> str: ...
+    @property
+    def validator(self) -> str: ...
+    @property
+    def validator_value(self) -> JSON: ...
+    @property
+    def schema(self) -> JSON: ...
+    @property
+    def instance(self) -> JSON: ...
+    @property
+    def context(self) -> list[SchemaError]: ...
+    @property
+    def absolute_path(self) -> Sequence[str | int]: ...
 
 
-def _validator() -> Any:
+class SchemaValidator(Protocol):
+    def iter_errors(self, instance: object) -> Iterator[SchemaError]: ...
+
+
+_VALIDATOR: SchemaValidator | None = None
+
+
+def _validator() -> SchemaValidator:
     global _VALIDATOR
     if _VALIDATOR is None:
         from jsonschema import Draft202012Validator
@@ -172,44 +200,50 @@ def _nearest_line(lines: dict[str, int], key: str) -> int:
     return lines[found] if found is not None else 1
 
 
-def _describe(error: Any) -> str:
-    """A jsonschema error as one short line (the deepest useful reason, not the whole schema)."""
+def _deepest(errors: list[SchemaError]) -> SchemaError | None:
     from jsonschema.exceptions import best_match
 
-    branches = error.schema.get("oneOf") if isinstance(error.schema, dict) else None
-    if error.validator == "oneOf" and branches and all(set(b) == {"required"} for b in branches):
+    found: SchemaError | None = best_match(errors)
+    return found
+
+
+def _describe(error: SchemaError) -> str:
+    """A jsonschema error as one short line (the deepest useful reason, not the whole schema)."""
+    schema = error.schema if isinstance(error.schema, dict) else {}
+    branches = schema.get("oneOf")
+    if error.validator == "oneOf" and isinstance(branches, list) and branches \
+            and all(isinstance(b, dict) and set(b) == {"required"} for b in branches):
         # the timeline step: exactly one step key
         keys = [k for k in error.instance if k in STEPS] if isinstance(error.instance, dict) else []
         return f"a timeline step needs exactly one of {', '.join(sorted(STEPS))} (got {', '.join(keys) or 'none'})"
     if error.validator in ("oneOf", "anyOf") and error.context:
-        deepest = best_match(error.context)
+        deepest = _deepest(error.context)
         if deepest is not None:
             return _describe(deepest)
     message = error.message
+    properties, allowed_values = schema.get("properties"), error.validator_value
     if error.validator == "additionalProperties":
-        allowed = sorted(error.schema.get("properties", {}))
+        allowed = sorted(properties) if isinstance(properties, dict) else []
         message = f"{message} (allowed: {', '.join(allowed)})"
-    elif error.validator == "enum":
-        message = f"{_short_instance(error.instance)} is not one of {', '.join(map(str, error.validator_value))}"
-    elif error.validator == "pattern" and error.schema.get("description"):
-        message = f"{_short_instance(error.instance)} is not valid: {error.schema['description']}"
+    elif error.validator == "enum" and isinstance(allowed_values, list):
+        message = f"{_short_instance(error.instance)} is not one of {', '.join(map(str, allowed_values))}"
+    elif error.validator == "pattern" and schema.get("description"):
+        message = f"{_short_instance(error.instance)} is not valid: {schema['description']}"
     return message if len(message) <= 400 else message[:399] + "…"
 
 
-def _short_instance(value: Any) -> str:
+def _short_instance(value: object) -> str:
     """A bounded repr: a huge instance (a 5 MB string, a list of a million items) is cut before it is formatted."""
     from zhin_cli.store.payload import short
 
     return short(value)
 
 
-def _error_key(error: Any) -> str:
+def _error_key(error: SchemaError) -> str:
     """The key path of the error, descending into oneOf branches that point deeper."""
-    from jsonschema.exceptions import best_match
-
     path = list(error.absolute_path)
     if error.validator in ("oneOf", "anyOf") and error.context:
-        deepest = best_match(error.context)
+        deepest = _deepest(error.context)
         if deepest is not None and len(deepest.absolute_path) > len(path):
             path = list(deepest.absolute_path)
     return key_path(path)

@@ -12,9 +12,42 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, TypeVar
 
 from zhin_cli.core.errors import InputError
+from zhin_cli.tools.eval.result import Break, CaseDocument, EvalDocument, Rejection, RunMetrics, check_result
+
+Item = TypeVar("Item", Break, Rejection)
+
+
+class ProviderChangeDocument(TypedDict):
+    provider: str
+    prompt_tokens_delta: int | None
+    header_tokens_delta: int | None
+    new_breaks: list[Break]
+    fixed_breaks: list[Break]
+    new_rejections: list[Rejection]
+    fixed_rejections: list[Rejection]
+
+
+class CaseChangeDocument(TypedDict):
+    case: str
+    base: str | None
+    head: str | None
+    change: str
+    reasons: list[str]
+    providers: list[ProviderChangeDocument]
+
+
+class ComparisonDocument(TypedDict):
+    """``zhin eval compare --json`` (and ``--base/--head --json``)."""
+
+    version: int
+    base: str
+    head: str
+    summary: dict[str, int]
+    regressions: int
+    cases: list[CaseChangeDocument]
 
 GOOD = ("passed",)
 BAD = ("failed", "error")
@@ -25,12 +58,12 @@ class ProviderChange:
     provider: str
     prompt_tokens: int | None  # head − base; None when one side lacks the metrics
     header_tokens: int | None
-    new_breaks: list[dict[str, Any]] = field(default_factory=list)
-    fixed_breaks: list[dict[str, Any]] = field(default_factory=list)
-    new_rejections: list[dict[str, Any]] = field(default_factory=list)
-    fixed_rejections: list[dict[str, Any]] = field(default_factory=list)
+    new_breaks: list[Break] = field(default_factory=list)
+    fixed_breaks: list[Break] = field(default_factory=list)
+    new_rejections: list[Rejection] = field(default_factory=list)
+    fixed_rejections: list[Rejection] = field(default_factory=list)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> ProviderChangeDocument:
         return {"provider": self.provider, "prompt_tokens_delta": self.prompt_tokens, "header_tokens_delta": self.header_tokens,
                 "new_breaks": self.new_breaks, "fixed_breaks": self.fixed_breaks,
                 "new_rejections": self.new_rejections, "fixed_rejections": self.fixed_rejections}
@@ -61,7 +94,7 @@ class CaseChange:
         moved = any(p.prompt_tokens or p.header_tokens or p.fixed_breaks or p.fixed_rejections for p in self.providers)
         return "changed" if moved or self.base != self.head else "same"
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> CaseChangeDocument:
         return {"case": self.key, "base": self.base, "head": self.head, "change": self.change, "reasons": self.reasons,
                 "providers": [p.as_dict() for p in self.providers]}
 
@@ -76,7 +109,7 @@ class Comparison:
     def regressions(self) -> list[CaseChange]:
         return [c for c in self.cases if c.regressed]
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> ComparisonDocument:
         counts: dict[str, int] = {}
         for case in self.cases:
             counts[case.change] = counts.get(case.change, 0) + 1
@@ -84,27 +117,32 @@ class Comparison:
                 "regressions": len(self.regressions), "cases": [c.as_dict() for c in self.cases]}
 
 
-def case_key(case: dict[str, Any]) -> str:
+def case_key(case: CaseDocument) -> str:
     return f"{Path(str(case.get('file', ''))).name}::{case.get('id')}"
 
 
-def _turns(items: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+def _turns(items: list[Item]) -> dict[int, Item]:
     return {int(item["turn"]): item for item in items}
 
 
-def _provider_change(name: str, base: dict[str, Any] | None, head: dict[str, Any] | None) -> ProviderChange:
+def _new_and_fixed(before: list[Item], after: list[Item]) -> tuple[list[Item], list[Item]]:
+    """The items of turns only ``after`` has, and those of turns only ``before`` has, by turn."""
+    old, new = _turns(before), _turns(after)
+    return [new[t] for t in sorted(new.keys() - old.keys())], [old[t] for t in sorted(old.keys() - new.keys())]
+
+
+def _provider_change(name: str, base: RunMetrics | None, head: RunMetrics | None) -> ProviderChange:
     if base is None or head is None:
         return ProviderChange(name, None, None)
     change = ProviderChange(name, head["prompt_tokens"] - base["prompt_tokens"], head["header_tokens"] - base["header_tokens"])
-    for kind, new_attr, fixed_attr in (("unexpected_breaks", "new_breaks", "fixed_breaks"), ("rejected", "new_rejections", "fixed_rejections")):
-        before, after = _turns(base[kind]), _turns(head[kind])
-        getattr(change, new_attr).extend(after[t] for t in sorted(after.keys() - before.keys()))
-        getattr(change, fixed_attr).extend(before[t] for t in sorted(before.keys() - after.keys()))
+    change.new_breaks, change.fixed_breaks = _new_and_fixed(base["unexpected_breaks"], head["unexpected_breaks"])
+    change.new_rejections, change.fixed_rejections = _new_and_fixed(base["rejected"], head["rejected"])
     return change
 
 
-def compare_case(base: dict[str, Any] | None, head: dict[str, Any] | None) -> CaseChange:
-    key = case_key(head or base or {})
+def compare_case(base: CaseDocument | None, head: CaseDocument | None) -> CaseChange:
+    either = head or base
+    key = case_key(either) if either is not None else "::None"
     change = CaseChange(key, base.get("status") if base else None, head.get("status") if head else None)
     if base is None or head is None:
         return change
@@ -118,15 +156,15 @@ def compare_case(base: dict[str, Any] | None, head: dict[str, Any] | None) -> Ca
         # A negative control is *meant* to produce rejections and breaks; only its status says whether it works.
         if head.get("expect") == "fail":
             continue
-        for item in provider.new_rejections:
-            change.reasons.append(f"{name}: turn {item['turn']} is now rejected ({item['status']}: {item['message']})")
-        for item in provider.new_breaks:
-            where = f" in {item['segment']}" if item.get("segment") else ""
-            change.reasons.append(f"{name}: the prefix now breaks at turn {item['turn']} ({item['cause']}{where})")
+        for rejection in provider.new_rejections:
+            change.reasons.append(f"{name}: turn {rejection['turn']} is now rejected ({rejection['status']}: {rejection['message']})")
+        for broken in provider.new_breaks:
+            where = f" in {broken['segment']}" if broken.get("segment") else ""
+            change.reasons.append(f"{name}: the prefix now breaks at turn {broken['turn']} ({broken['cause']}{where})")
     return change
 
 
-def compare_results(base: dict[str, Any], head: dict[str, Any], base_label: str = "base", head_label: str = "head") -> Comparison:
+def compare_results(base: EvalDocument, head: EvalDocument, base_label: str = "base", head_label: str = "head") -> Comparison:
     base_cases = {case_key(c): c for c in base.get("cases") or []}
     head_cases = {case_key(c): c for c in head.get("cases") or []}
     keys = list(dict.fromkeys([*base_cases, *head_cases]))
@@ -163,11 +201,9 @@ def comparison_rows(comparison: Comparison) -> list[ComparisonRow]:
     return rows
 
 
-def load_result(path: Path) -> dict[str, Any]:
-    """A saved ``zhin eval --json`` document."""
+def load_result(path: Path) -> EvalDocument:
+    """A saved ``zhin eval --json`` document, checked (``result.check_result``) before anything reads it."""
     from zhin_cli.core.readers import read_json_file
 
     data, _ = read_json_file(path, InputError, "eval result")
-    if not isinstance(data, dict) or not isinstance(data.get("cases"), list) or data.get("version") != 1:
-        raise InputError("not a zhin eval --json result (version 1 with cases)", where=str(path))
-    return data
+    return check_result(data, path)

@@ -31,9 +31,10 @@ import os
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict, cast
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from zhin_cli.core.errors import EXIT_USAGE, ZhinError
@@ -42,6 +43,8 @@ from zhin_cli.core.redact import MASK, is_secret_parameter, mask_url, redact_tex
 
 if TYPE_CHECKING:
     import openai
+
+    from zhin_cli.core.jsontext import JSONObject
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 LOCAL_PLACEHOLDER_KEY = "zhin-local-server-needs-no-key"  # what a loopback server gets when no key is set
@@ -61,10 +64,17 @@ class BadBaseURL(LiveModelError):
     exit_code = EXIT_USAGE
 
 
+class CachedReply(TypedDict):
+    """A reply as the cache stores it (``_read_cache`` checks both keys)."""
+
+    text: str
+    usage: JSONObject | None
+
+
 @dataclass
 class LiveReply:
     text: str
-    usage: dict[str, Any] | None
+    usage: JSONObject | None
     cached: bool
     latency_ms: float  # this call's wall time: the HTTP round trip(s), or the cache read
 
@@ -110,11 +120,11 @@ def is_loopback_url(url: str) -> bool:
     return host is not None and host != "" and is_loopback_name(host)
 
 
-def _canonical(value: Any) -> str:
+def _canonical(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 
-def cache_key(base_url: str, request: dict[str, Any]) -> str:
+def cache_key(base_url: str, request: Mapping[str, object]) -> str:
     """sha256 of everything that decides the answer: where it is asked (the masked URL: credentials never enter
     the key, not even hashed), and the full request body."""
     identity = {
@@ -122,7 +132,7 @@ def cache_key(base_url: str, request: dict[str, Any]) -> str:
         "base_url": mask_url(base_url.rstrip("/")),
         "model": request.get("model"),
         "seed": request.get("seed"),
-        "body": request,
+        "body": dict(request),
     }
     return hashlib.sha256(_canonical(identity).encode("utf-8")).hexdigest()
 
@@ -177,7 +187,7 @@ class LiveModel:
 
     # --- the request --------------------------------------------------------------------------------------------
 
-    def request_body(self, body: dict[str, Any], *, seed: int | None = None) -> dict[str, Any]:
+    def request_body(self, body: Mapping[str, object], *, seed: int | None = None) -> dict[str, object]:
         """The body that is sent (and that keys the cache)."""
         request = {k: v for k, v in body.items() if k not in _TRANSPORT_FIELDS}
         if self.model:
@@ -188,7 +198,7 @@ class LiveModel:
             request["seed"] = seed
         return request
 
-    def complete(self, body: dict[str, Any], *, seed: int | None = None) -> LiveReply:
+    def complete(self, body: Mapping[str, object], *, seed: int | None = None) -> LiveReply:
         started = time.perf_counter()
         request = self.request_body(body, seed=seed)
         key = cache_key(self.base_url, request)
@@ -249,7 +259,7 @@ class LiveModel:
     def _fail(self, what: str) -> LiveModelError:
         return LiveModelError(self._hide_key(_one_line(f"live model at {self.base_url}: {what}")))
 
-    def _post(self, request: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
+    def _post(self, request: Mapping[str, object]) -> tuple[str, JSONObject | None]:
         import openai
         from openai.types.chat import ChatCompletion
 
@@ -270,7 +280,7 @@ class LiveModel:
         if not isinstance(completion, ChatCompletion) or not completion.choices:
             raise self._fail("the answer has no choices")
         message = completion.choices[0].message
-        usage = completion.usage.model_dump(exclude_none=True) if completion.usage is not None else None
+        usage: JSONObject | None = completion.usage.model_dump(exclude_none=True) if completion.usage is not None else None
         return message.content or "", usage
 
     # --- cache --------------------------------------------------------------------------------------------------
@@ -278,7 +288,7 @@ class LiveModel:
     def _cache_file(self, key: str) -> Path:
         return self.cache_dir / key[:2] / f"{key}.json"
 
-    def _read_cache(self, key: str) -> dict[str, Any] | None:
+    def _read_cache(self, key: str) -> CachedReply | None:
         try:
             stored = json.loads(self._cache_file(key).read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -290,16 +300,16 @@ class LiveModel:
             return None
         if not isinstance(reply.get("text"), str) or not isinstance(reply.get("usage"), dict | None):
             return None
-        return reply
+        return cast(CachedReply, reply)  # both keys checked just above
 
-    def _write_cache(self, key: str, request: dict[str, Any], text: str, usage: dict[str, Any] | None,
+    def _write_cache(self, key: str, request: Mapping[str, object], text: str, usage: JSONObject | None,
                      latency_ms: float) -> None:
         target = self._cache_file(key)
         entry = {
             "version": CACHE_VERSION,
             "key": key,
             "base_url": self.base_url,
-            "request": request,
+            "request": dict(request),
             "reply": {"text": text, "usage": usage, "latency_ms": round(latency_ms, 1)},
         }
         try:
@@ -313,7 +323,7 @@ class LiveModel:
             raise LiveModelError(f"cannot write the live-model cache {target}: {error.strerror or error}") from None
 
 
-def _error_detail(error: Any) -> str:
+def _error_detail(error: object) -> str:
     """The server's own error message (OpenAI envelope, llama.cpp's, or the raw text)."""
     body = getattr(error, "body", None)
     if isinstance(body, dict):

@@ -8,12 +8,11 @@ so two saved results can be compared later without re-running anything.
 
 from __future__ import annotations
 
-from typing import Any
-
 from zhin_cli.core.tokens import counter as shared_counter
 from zhin_cli.pipeline.assemble import AssembledRequest
 from zhin_cli.pipeline.format import parse_header
 from zhin_cli.tools.diff.prefix import EXPECTED, diff_turns
+from zhin_cli.tools.eval.result import RunMetrics
 
 
 def header_texts(request: AssembledRequest, *, members_only: bool = True) -> list[str]:
@@ -31,7 +30,7 @@ def header_texts(request: AssembledRequest, *, members_only: bool = True) -> lis
     return headers
 
 
-def run_metrics(provider: str, requests: list[AssembledRequest]) -> dict[str, Any]:
+def run_metrics(provider: str, requests: list[AssembledRequest]) -> RunMetrics:
     if not requests:
         return {"provider": provider, "turns": 0, "prompt_tokens": 0, "header_tokens": 0, "unexpected_breaks": [],
                 "rejected": []}

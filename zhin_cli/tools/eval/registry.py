@@ -9,13 +9,14 @@ module does not depend on the timeline, nor the timeline on it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from zhin_cli.core.registry import Registry
 
 if TYPE_CHECKING:
+    from zhin_cli.core.jsontext import JSON, JSONObject
     from zhin_cli.pipeline.assemble import AssembledRequest
     from zhin_cli.tools.eval.live import LiveReply
 
@@ -39,7 +40,7 @@ class ProviderRun:
     replies: list[LiveReply] = field(default_factory=list)  # live: one reply per repeat, for the chosen turn
     greetings: tuple[int, ...] = ()  # turn numbers without a request: the greeting (docs/eval.md)
 
-    def select(self, turn: Any) -> list[tuple[int, AssembledRequest]]:
+    def select(self, turn: JSON) -> list[tuple[int, AssembledRequest]]:
         """``turn``: a turn number as ``zhin trace`` counts it (``request.turn``: the greeting is turn 1 and has no
         request), negative from the last request, a label, ``last`` (default) or ``all`` (every request)."""
         if turn is None or turn == "last":
@@ -51,6 +52,8 @@ class ProviderRun:
                 raise LookupError(f"no turn labelled {turn!r} (labels: {', '.join(sorted(self.labels)) or 'none'})")
             request = self.requests[self.labels[turn]]
             return [(request.turn, request)]
+        if not isinstance(turn, int) or isinstance(turn, bool):
+            raise LookupError(f"turn {turn!r} is not a turn number, a label, last or all")
         if turn < 0 and -turn <= len(self.requests):
             request = self.requests[turn]
             return [(request.turn, request)]
@@ -62,14 +65,15 @@ class ProviderRun:
         raise LookupError(f"turn {turn} does not exist (this conversation has {len(self.requests)} request(s))")
 
 
-Check = Callable[[ProviderRun, dict[str, Any]], Outcome]
+# An assertion's or a transform's keys as the case gives them, already checked against its ``params`` schema.
+Check = Callable[[ProviderRun, "JSONObject"], Outcome]
 
 
 @dataclass(frozen=True)
 class AssertionType:
     name: str
     check: Check
-    params: dict[str, Any]  # JSON Schema of the assertion's own keys
+    params: JSONObject  # JSON Schema of the assertion's own keys
     required: tuple[str, ...] = ()
     live: bool = False  # needs a reply from a live model (skipped offline)
     summary: str = ""
@@ -78,12 +82,12 @@ class AssertionType:
 ASSERTIONS: Registry[AssertionType] = Registry("assertion type")
 
 
-def summary_of(function: Callable[..., Any]) -> str:
+def summary_of(function: Callable[..., object]) -> str:
     """The first paragraph of a docstring, on one line: the summary the case schema and ``zhin schema`` show."""
     return (function.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
 
 
-def assertion(name: str, *, params: dict[str, Any] | None = None, required: tuple[str, ...] = (), live: bool = False,
+def assertion(name: str, *, params: JSONObject | None = None, required: tuple[str, ...] = (), live: bool = False,
               replace: bool = False) -> Callable[[Check], Check]:
     """Register an assertion type: ``@assertion("verdict", params={...})`` over ``check(run, spec) -> Outcome``."""
 
@@ -94,21 +98,21 @@ def assertion(name: str, *, params: dict[str, Any] | None = None, required: tupl
     return add
 
 
-Transform = Callable[["AssembledRequest", dict[str, Any]], dict[str, Any]]
+Transform = Callable[["AssembledRequest", "JSONObject"], "JSONObject"]
 
 
 @dataclass(frozen=True)
 class TransformType:
     name: str
     apply: Transform  # returns a new wire body (the runner re-validates it)
-    params: dict[str, Any]
+    params: JSONObject
     summary: str = ""
 
 
 TRANSFORMS: Registry[TransformType] = Registry("transform")
 
 
-def transform(name: str, params: dict[str, Any] | None = None, *, replace: bool = False) -> Callable[[Transform], Transform]:
+def transform(name: str, params: JSONObject | None = None, *, replace: bool = False) -> Callable[[Transform], Transform]:
     """Register a request transform (used by negative controls to build what a naive assembler would send)."""
 
     def add(apply: Transform) -> Transform:
@@ -116,3 +120,37 @@ def transform(name: str, params: dict[str, Any] | None = None, *, replace: bool 
         return apply
 
     return add
+
+
+
+# --- reading a checked spec -------------------------------------------------------------------------------------
+# A spec was validated against its type's ``params`` schema before its check runs, so a key holds the type the
+# schema names; these return it as that type. Another type means a check reads a key its schema does not type: a
+# bug in the check (TypeError), never the case's fault.
+
+
+def _wrong(key: str, value: object, kind: str) -> TypeError:
+    return TypeError(f"spec key {key!r} is {value!r}, not {kind}: its params schema does not say so")
+
+
+def spec_text(spec: Mapping[str, JSON], key: str, default: str = "") -> str:
+    value = spec.get(key, default)
+    if not isinstance(value, str):
+        raise _wrong(key, value, "text")
+    return value
+
+
+def spec_int(spec: Mapping[str, JSON], key: str, default: int = 0) -> int:
+    value = spec.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _wrong(key, value, "an integer")
+    return value
+
+
+def spec_texts(spec: Mapping[str, JSON], key: str) -> list[str]:
+    """A list of text (an empty list when the key is absent)."""
+    value = spec.get(key, [])
+    texts = [item for item in value if isinstance(item, str)] if isinstance(value, list) else None
+    if texts is None or isinstance(value, list) and len(texts) != len(value):
+        raise _wrong(key, value, "a list of text")
+    return texts

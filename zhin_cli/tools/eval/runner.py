@@ -14,7 +14,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from zhin_cli.core.errors import EXIT_CANNOT_RUN, EXIT_FOUND, EXIT_OK, ConfigError, UsageError, ZhinError
@@ -27,11 +27,12 @@ from zhin_cli.pipeline.assemble import DEFAULT_PROVIDER, AssembledRequest
 from zhin_cli.pipeline.config import Config, load_plugin, parse_config
 from zhin_cli.pipeline.facade import Pipeline
 from zhin_cli.pipeline.providers import PROVIDERS, resolve_profile, unknown_provider
-from zhin_cli.pipeline.segments import Generation, TextSegment
+from zhin_cli.pipeline.segments import Generation, PromptSegmentRegistry, TextSegment
 from zhin_cli.pipeline.validate import validate
 from zhin_cli.tools.eval.cases import Case, CaseError, load_cases
 from zhin_cli.tools.eval.metrics import run_metrics
 from zhin_cli.tools.eval.registry import ASSERTIONS, TRANSFORMS, Outcome, ProviderRun
+from zhin_cli.tools.eval.result import AssertionDocument, CaseDocument, EvalDocument, LiveAnswersDocument, RunMetrics, Status
 from zhin_cli.tools.eval.timeline import (
     DEFAULT_BOT,
     DEFAULT_SCENE,
@@ -45,8 +46,10 @@ from zhin_cli.tools.eval.timeline import (
     start_ms,
 )
 
+if TYPE_CHECKING:
+    from zhin_cli.tools.eval.live import LiveModel  # imported by make_live_model only: offline runs never load it
+
 EVAL_VERSION = 1
-Status = Literal["passed", "failed", "error", "skipped"]
 LIVE_WIRE = "openai-chat"
 
 
@@ -59,7 +62,7 @@ class AssertionResult:
     message: str
     line: int
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> AssertionDocument:
         return {"index": self.index, "type": self.type, "provider": self.provider, "status": self.status,
                 "message": self.message, "line": self.line}
 
@@ -74,7 +77,7 @@ class CaseResult:
     duration: float = 0.0
     pass_rate: float | None = None  # live cases: share of repeats that passed every live assertion
     could_not_run: bool = False  # the live model was unreachable
-    metrics: list[dict[str, Any]] = field(default_factory=list)  # per provider: tokens, breaks, rejections (eval.metrics)
+    metrics: list[RunMetrics] = field(default_factory=list)  # per provider: tokens, breaks, rejections (eval.metrics)
 
     @property
     def line(self) -> int:
@@ -82,10 +85,11 @@ class CaseResult:
         bad = [a for a in self.assertions if a.status in ("failed", "error")]
         return bad[0].line if bad and self.case.expect == "pass" else self.case.line
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> CaseDocument:
+        criterion = self.case.data.get("criterion")
         return {
             "id": self.case.id, "file": str(self.case.file), "line": self.case.line, "expect": self.case.expect,
-            "criterion": self.case.data.get("criterion"), "status": self.status, "reason": self.reason,
+            "criterion": criterion if isinstance(criterion, str) else None, "status": self.status, "reason": self.reason,
             "providers": self.providers, "duration_ms": round(self.duration * 1000, 1), "pass_rate": self.pass_rate,
             "assertions": [a.as_dict() for a in self.assertions],
             "metrics": self.metrics,
@@ -117,7 +121,7 @@ class LiveAnswers:
     from_cache: int
     cache_dir: str | None  # None: the cache was off (--no-cache)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> LiveAnswersDocument:
         return {"total": self.total, "from_cache": self.from_cache, "cache_dir": self.cache_dir}
 
     def describe(self) -> str:
@@ -141,8 +145,8 @@ class EvalRun:
             return EXIT_CANNOT_RUN
         return EXIT_FOUND if any(r.status in ("failed", "error") for r in self.results) else EXIT_OK
 
-    def as_dict(self) -> dict[str, Any]:
-        document = {"version": EVAL_VERSION, "live": self.live, "duration_ms": round(self.duration * 1000, 1),
+    def as_dict(self) -> EvalDocument:
+        document: EvalDocument = {"version": EVAL_VERSION, "live": self.live, "duration_ms": round(self.duration * 1000, 1),
                     "summary": {**self.counts(), "total": len(self.results), "exit_code": self.exit_code},
                     "cases": [r.as_dict() for r in self.results]}
         if self.live_answers is not None:
@@ -332,7 +336,7 @@ def _authorize_step(spec: str, case: Case, where: str | None) -> None:
     authorize(source, [spec], where)
 
 
-def _plugin_action(action: PluginAction, registry: Any, loaded: dict[str, Generation], case: Case) -> None:
+def _plugin_action(action: PluginAction, registry: PromptSegmentRegistry, loaded: dict[str, Generation], case: Case) -> None:
     where = f"{case.file}:{action.line}" if action.line else None
     if not action.load:
         loaded.pop(action.name).release()
@@ -358,7 +362,7 @@ def _applies(spec: dict[str, Any], provider: str) -> bool:
     return "providers" not in spec or provider in spec["providers"]
 
 
-def run_case(prepared: Prepared, options: EvalOptions, live_model: Any = None) -> CaseResult:
+def run_case(prepared: Prepared, options: EvalOptions, live_model: LiveModel | None = None) -> CaseResult:
     started = time.perf_counter()
     result = _run_case(prepared, options, live_model)
     result.duration = time.perf_counter() - started
@@ -374,7 +378,7 @@ def run_case(prepared: Prepared, options: EvalOptions, live_model: Any = None) -
     return result
 
 
-def _run_case(prepared: Prepared, options: EvalOptions, live_model: Any) -> CaseResult:
+def _run_case(prepared: Prepared, options: EvalOptions, live_model: LiveModel | None) -> CaseResult:
     case = prepared.case
     providers = [(n, m) for n, m in prepared.providers if not options.providers or n in options.providers]
     if not providers and options.providers and not case.data.get("providers"):
@@ -386,7 +390,7 @@ def _run_case(prepared: Prepared, options: EvalOptions, live_model: Any) -> Case
         return CaseResult(case, "skipped", "needs --live (a live model)", names)
     results: list[AssertionResult] = []
     rates: list[float] = []
-    metrics: list[dict[str, Any]] = []
+    metrics: list[RunMetrics] = []
     could_not_run = False
     for provider, model in providers:
         try:
@@ -447,7 +451,7 @@ def _check(index: int, spec: dict[str, Any], provider: str, line: int, run: Prov
     return AssertionResult(index, spec["type"], provider, "passed" if outcome.ok else "failed", outcome.message, line)
 
 
-def _run_live(prepared: Prepared, options: EvalOptions, live_model: Any, run: ProviderRun,
+def _run_live(prepared: Prepared, options: EvalOptions, live_model: LiveModel | None, run: ProviderRun,
               specs: list[tuple[int, dict[str, Any]]], provider: str) -> tuple[float | None, list[AssertionResult], bool]:
     """Ask the live model ``repeat`` times for the chosen turn; each live assertion must pass in at least
     ``min_pass_rate`` of them."""
@@ -458,6 +462,9 @@ def _run_live(prepared: Prepared, options: EvalOptions, live_model: Any, run: Pr
     if wire != LIVE_WIRE:
         message = f"the live model speaks OpenAI chat; provider {provider!r} renders {wire}"
         return None, [AssertionResult(i, s["type"], provider, "error", message, lines[i]) for i, s in specs], False
+    if live_model is None:  # a live case reaches here only with --live, which makes the model (make_live_model)
+        message = "live assertions need the live model (--live)"
+        return None, [AssertionResult(i, s["type"], provider, "error", message, lines[i]) for i, s in specs], True
     repeat = options.repeat or case.data.get("repeat", 1)
     min_rate = float(case.data.get("min_pass_rate", 1.0))
     passes = {i: 0 for i, _ in specs}
@@ -492,7 +499,7 @@ def run_offline_case(job: tuple[Prepared, EvalOptions]) -> CaseResult:
     return run_case(prepared, options)
 
 
-def make_live_model(options: EvalOptions) -> Any:
+def make_live_model(options: EvalOptions) -> LiveModel:
     from zhin_cli.tools.eval.live import LiveModel  # lazy: offline runs never import the client
 
     return LiveModel(base_url=options.base_url, api_key=options.api_key, model=options.model, use_cache=options.use_cache,

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from zhin_cli.core.errors import EXIT_INVALID_CASE, ZhinError
@@ -34,6 +34,9 @@ from zhin_cli.core.registry import Registry
 from zhin_cli.pipeline.assemble import greeting_position
 from zhin_cli.pipeline.format import CHANGE_FIELDS, StateChange, changed_line
 from zhin_cli.tools.eval.registry import summary_of
+
+if TYPE_CHECKING:
+    from zhin_cli.core.jsontext import JSONObject
 
 DEFAULT_START = "2025-10-29T09:00:00+08:00"
 DEFAULT_STEP_MS = 10_000
@@ -97,7 +100,7 @@ FACT_FIELDS = {
     "mute_time": "muted_until",
     "origin": "origin",
 }
-FACTS_SCHEMA: dict[str, Any] = {
+FACTS_SCHEMA: JSONObject = {
     "name": {"type": "string", "description": "display name"},
     "role": {"type": "string", "description": "platform role: owner, admin or member"},
     "roles": {"type": "array", "items": {"type": "string"}, "description": "product roles (master, trusted …)"},
@@ -149,7 +152,7 @@ class Builder:
 
     # --- helpers for steps -----------------------------------------------------------------------------
 
-    def advance(self, at: Any) -> None:
+    def advance(self, at: object) -> None:
         self.now = parse_at(at, self.now, self.zone)
 
     def append(self, message: Message) -> Message:
@@ -205,7 +208,7 @@ _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 AT_PATTERN = r"^(\+\d+(\.\d+)?(ms|s|m|h|d)|\d{1,2}:\d{2}(:\d{2})?|\d{4}-\d{2}-\d{2}T.+)$"
 
 
-def parse_at(at: Any, now: int, zone: ZoneInfo) -> int:
+def parse_at(at: object, now: int, zone: ZoneInfo) -> int:
     """``+30s`` / ``+2m`` after the previous step; ``09:05`` on the current day; or an ISO date-time."""
     if at is None:
         return now + DEFAULT_STEP_MS
@@ -234,21 +237,22 @@ def start_ms(value: str | None, zone: ZoneInfo) -> int:
 
 # --- steps ---------------------------------------------------------------------------------------------
 
-StepApply = Callable[[Builder, dict[str, Any]], None]
+# A step's keys as the case gives them, already checked against its schema.
+StepApply = Callable[[Builder, "JSONObject"], None]
 
 
 @dataclass(frozen=True)
 class StepType:
     name: str
     apply: StepApply
-    schema: dict[str, Any]
+    schema: JSONObject
     summary: str = ""
 
 
 STEPS: Registry[StepType] = Registry("timeline step")
 
 
-def step(name: str, schema: dict[str, Any], *, replace: bool = False) -> Callable[[StepApply], StepApply]:
+def step(name: str, schema: JSONObject, *, replace: bool = False) -> Callable[[StepApply], StepApply]:
     """Register a timeline step: ``- <name>: {...}`` in a case's ``timeline``."""
 
     def add(apply: StepApply) -> StepApply:
@@ -258,8 +262,8 @@ def step(name: str, schema: dict[str, Any], *, replace: bool = False) -> Callabl
     return add
 
 
-_ID = {"type": "string", "minLength": 1}
-_TEXT = {"type": "string"}
+_ID: JSONObject = {"type": "string", "minLength": 1}
+_TEXT: JSONObject = {"type": "string"}
 
 
 @step("user", {
@@ -345,7 +349,7 @@ def _membership(builder: Builder, spec: dict[str, Any], verb: str) -> None:
     builder.append(EventMessage(kind, line, builder.now, builder.row()))
 
 
-_MEMBERSHIP_SCHEMA = {
+_MEMBERSHIP_SCHEMA: JSONObject = {
     "type": "object", "required": ["member"], "additionalProperties": False,
     "properties": {"member": _ID, "by": {**_ID, "description": "self (default) or the operator's user_id"}, **FACTS_SCHEMA},
 }
@@ -397,7 +401,7 @@ def _scene(builder: Builder, spec: dict[str, Any]) -> None:
     builder.session.scene_changes.append(SceneChange(builder.now, dict(spec)))
 
 
-_SEGMENT = {
+_SEGMENT: JSONObject = {
     "type": "object", "required": ["id", "kind", "text"], "additionalProperties": False,
     "properties": {"id": _ID, "kind": {"enum": ["system", "environment", "role_rules", "platform", "scene"]},
                    "text": _TEXT, "weight": {"type": "number"}, "retention": {"enum": ["required", "preferred"]}},
@@ -433,7 +437,7 @@ def _request(builder: Builder, spec: dict[str, Any]) -> None:
     builder.actions.append(TurnPoint(len(builder.session.messages), builder.now, None, None, builder.line))
 
 
-STEP_COMMON = {
+STEP_COMMON: JSONObject = {
     "at": {"type": "string", "pattern": AT_PATTERN,
            "description": "when: +30s / +2m after the previous step (default +10s), 09:05 on the same day, or ISO"},
     "label": {**_ID, "description": "name this step (turn label, reply_to and compact targets)"},
