@@ -86,6 +86,16 @@ def test_report_window_bills_at_the_plugins_prices(project: Path, zhin) -> None:
     assert (report["price"]["input"], report["price"]["cached_input"]) == (ACME_INPUT, ACME_CACHED)
 
 
+def test_budget_measures_and_checks_the_plugin_provider(project: Path, zhin) -> None:  # type: ignore[no-untyped-def]
+    update = zhin("budget", "update", "-p", "acme", "-s", SESSION, "--config", "zhin.yaml", "--file", "budget.yaml",
+                  cwd=project)
+    assert update.returncode == 0, update.stderr
+    assert "provider: acme" in (project / "budget.yaml").read_text(encoding="utf-8")
+    check = zhin("budget", "check", "--config", "zhin.yaml", "--file", "budget.yaml", "--json", cwd=project)
+    assert check.returncode == 0, check.stderr
+    assert '"acme"' in check.stdout
+
+
 def test_preset_probe_takes_the_plugin_provider(project: Path, zhin) -> None:  # type: ignore[no-untyped-def]
     preset = ROOT / "fixtures" / "presets" / "st-default.json"
     result = zhin("preset", "probe", preset, "-s", SESSION, "-p", "acme", "--config", "zhin.yaml", "--json", cwd=project)
