@@ -33,7 +33,7 @@ from zhin_cli.core.model import (
 from zhin_cli.core.registry import Registry
 from zhin_cli.pipeline.assemble import greeting_position
 from zhin_cli.pipeline.format import CHANGE_FIELDS, StateChange, changed_line
-from zhin_cli.tools.eval.registry import summary_of
+from zhin_cli.tools.eval.registry import spec_text, summary_of
 
 if TYPE_CHECKING:
     from zhin_cli.core.jsontext import JSONObject
@@ -272,18 +272,19 @@ _TEXT: JSONObject = {"type": "string"}
                    "reply_to": {**_ID, "description": "label of an earlier step"},
                    "message_id": _ID, **FACTS_SCHEMA},
 })
-def _user(builder: Builder, spec: dict[str, Any]) -> None:
+def _user(builder: Builder, spec: JSONObject) -> None:
     """A member message; fact keys set the member's facts from now on (no event: the assembler must notice)."""
     reply_to = None
     if "reply_to" in spec:
-        target = builder.label_row(spec["reply_to"])
+        label = spec_text(spec, "reply_to")
+        target = builder.label_row(label)
         message = next(m for m in builder.session.messages if m.row_id == target)
         reply_to = getattr(message, "message_id", None)
         if reply_to is None:
-            raise StepError(f"reply_to {spec['reply_to']!r}: that step has no message_id")
+            raise StepError(f"reply_to {label!r}: that step has no message_id")
     actor = builder.actor(str(spec["from"]), spec)
-    builder.append(UserMessage([{"type": "text", "text": spec["text"]}], builder.now, actor, builder.row(),
-                               message_id=spec.get("message_id", f"p-{builder.row()}"), reply_to=reply_to))
+    builder.append(UserMessage([{"type": "text", "text": spec_text(spec, "text")}], builder.now, actor, builder.row(),
+                               message_id=spec_text(spec, "message_id", f"p-{builder.row()}"), reply_to=reply_to))
 
 
 @step("assistant", {
@@ -295,16 +296,18 @@ def _user(builder: Builder, spec: dict[str, Any]) -> None:
             "properties": {"id": _ID, "name": _ID, "arguments": {"type": "object"}}}},
     },
 })
-def _assistant(builder: Builder, spec: dict[str, Any]) -> None:
+def _assistant(builder: Builder, spec: JSONObject) -> None:
     """A stored bot reply; the request that produced it is a turn. The greeting (text, no tool call, before anything
     else) is a turn without a request, as in ``zhin trace``."""
-    content: list[dict[str, Any]] = [{"type": "text", "text": spec["text"]}] if spec.get("text") else []
+    text, calls, message_id = spec_text(spec, "text"), spec.get("tool_calls"), spec.get("message_id")
+    content: list[JSONObject] = [{"type": "text", "text": text}] if text else []
     content += [{"type": "toolCall", "id": c["id"], "name": c["name"], "arguments": c.get("arguments", {})}
-                for c in spec.get("tool_calls", [])]
+                for c in (calls if isinstance(calls, list) else []) if isinstance(c, dict)]
     if not content:
         raise StepError("an assistant step needs text or tool_calls")
     upto = len(builder.session.messages)
-    message = AssistantMessage(content, builder.now, builder.row(), message_id=spec.get("message_id"), model=None)
+    message = AssistantMessage(content, builder.now, builder.row(), model=None,
+                               message_id=message_id if isinstance(message_id, str) else None)
     greeting = greeting_position([*builder.session.messages, message]) == upto
     builder.actions.append(TurnPoint(upto, builder.now, None, message.row_id, builder.line, greeting=greeting))
     builder.append(message)
@@ -315,9 +318,11 @@ def _assistant(builder: Builder, spec: dict[str, Any]) -> None:
     "properties": {"call": {**_ID, "description": "the tool call id"}, "text": _TEXT, "error": {"type": "boolean"},
                    "tool": _ID},
 })
-def _tool_result(builder: Builder, spec: dict[str, Any]) -> None:
+def _tool_result(builder: Builder, spec: JSONObject) -> None:
     """The result of a tool call."""
-    builder.append(ToolResultMessage(spec["call"], spec.get("tool"), [{"type": "text", "text": spec.get("text", "")}],
+    tool = spec.get("tool")
+    builder.append(ToolResultMessage(spec_text(spec, "call"), tool if isinstance(tool, str) else None,
+                                     [{"type": "text", "text": spec_text(spec, "text")}],
                                      bool(spec.get("error", False)), builder.now, builder.row()))
 
 
@@ -340,7 +345,7 @@ def _change(builder: Builder, spec: dict[str, Any]) -> None:
         builder.append(EventMessage("member_changed", line, builder.now, builder.row()))
 
 
-def _membership(builder: Builder, spec: dict[str, Any], verb: str) -> None:
+def _membership(builder: Builder, spec: JSONObject, verb: str) -> None:
     uid = str(spec["member"])
     builder.actor(uid, spec)
     line = StateChange(verb=verb, user_id=uid, scene_id=builder.scene_id(), time=builder.hhmm(),
@@ -356,13 +361,13 @@ _MEMBERSHIP_SCHEMA: JSONObject = {
 
 
 @step("join", _MEMBERSHIP_SCHEMA)
-def _join(builder: Builder, spec: dict[str, Any]) -> None:
+def _join(builder: Builder, spec: JSONObject) -> None:
     """A member joined (stored platform event)."""
     _membership(builder, spec, "join")
 
 
 @step("leave", _MEMBERSHIP_SCHEMA)
-def _leave(builder: Builder, spec: dict[str, Any]) -> None:
+def _leave(builder: Builder, spec: JSONObject) -> None:
     """A member left (stored platform event)."""
     _membership(builder, spec, "leave")
 
@@ -371,24 +376,24 @@ def _leave(builder: Builder, spec: dict[str, Any]) -> None:
     "type": "object", "required": ["kind", "line"], "additionalProperties": False,
     "properties": {"kind": {"enum": ["member_changed", "member_joined", "member_left"]}, "line": _TEXT},
 })
-def _event(builder: Builder, spec: dict[str, Any]) -> None:
+def _event(builder: Builder, spec: JSONObject) -> None:
     """A stored event line verbatim (e.g. a legacy or non-conforming row)."""
-    builder.append(EventMessage(spec["kind"], spec["line"], builder.now, builder.row()))
+    builder.append(EventMessage(spec_text(spec, "kind"), spec_text(spec, "line"), builder.now, builder.row()))
 
 
 @step("compact", {
     "type": "object", "required": ["summary"], "additionalProperties": False,
     "properties": {"summary": _TEXT, "through": {**_ID, "description": "label of the last summarised step (default: the previous message)"}},
 })
-def _compact(builder: Builder, spec: dict[str, Any]) -> None:
+def _compact(builder: Builder, spec: JSONObject) -> None:
     """Compaction: a summary stands in for the history up to ``through``."""
     if "through" in spec:
-        anchor = builder.label_row(spec["through"])
+        anchor = builder.label_row(spec_text(spec, "through"))
     elif builder.session.messages:
         anchor = builder.session.messages[-1].row_id
     else:
         raise StepError("compact: nothing to summarise yet")
-    builder.session.summaries.append(Summary(builder.now, spec["summary"], anchor))
+    builder.session.summaries.append(Summary(builder.now, spec_text(spec, "summary"), anchor))
 
 
 @step("scene", {
@@ -396,7 +401,7 @@ def _compact(builder: Builder, spec: dict[str, Any]) -> None:
     "properties": {"scene_name": _TEXT, "owner_id": _ID, "admins": {"type": "array", "items": _ID},
                    "member_count": {"type": "integer"}, "global_mute": {"type": "boolean"}},
 })
-def _scene(builder: Builder, spec: dict[str, Any]) -> None:
+def _scene(builder: Builder, spec: JSONObject) -> None:
     """Scene facts change from now on (group rename, admins …)."""
     builder.session.scene_changes.append(SceneChange(builder.now, dict(spec)))
 
@@ -432,7 +437,7 @@ def _plugin(builder: Builder, spec: dict[str, Any]) -> None:
 @step("request", {
     "type": "object", "additionalProperties": False, "properties": {},
 })
-def _request(builder: Builder, spec: dict[str, Any]) -> None:
+def _request(builder: Builder, spec: JSONObject) -> None:
     """The bot is asked now, with no stored reply (e.g. the next request after the last message)."""
     builder.actions.append(TurnPoint(len(builder.session.messages), builder.now, None, None, builder.line))
 
