@@ -155,10 +155,15 @@ def test_view_serves_the_page_of_the_plugin_provider(project: Path) -> None:
                 url = found.group(1)
                 break
         assert url is not None
-        assert "acme-1" in httpx2.get(url, timeout=30).text
+        assert "acme-1" in httpx2.get(url, timeout=60).text
     finally:
         process.terminate()
-        process.communicate(timeout=30)
+        try:
+            process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:  # never leave the server behind, even when the test fails
+            process.kill()
+            process.communicate()
+            raise
     assert process.returncode == 0
 
 
