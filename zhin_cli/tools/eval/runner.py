@@ -14,7 +14,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
 from zhin_cli.core.errors import EXIT_CANNOT_RUN, EXIT_FOUND, EXIT_OK, ConfigError, UsageError, ZhinError
@@ -31,7 +31,7 @@ from zhin_cli.pipeline.segments import Generation, PromptSegmentRegistry, TextSe
 from zhin_cli.pipeline.validate import validate
 from zhin_cli.tools.eval.cases import Case, CaseError, load_cases
 from zhin_cli.tools.eval.metrics import run_metrics
-from zhin_cli.tools.eval.registry import ASSERTIONS, TRANSFORMS, Outcome, ProviderRun
+from zhin_cli.tools.eval.registry import ASSERTIONS, TRANSFORMS, Outcome, ProviderRun, spec_text, spec_texts
 from zhin_cli.tools.eval.result import AssertionDocument, CaseDocument, EvalDocument, LiveAnswersDocument, RunMetrics, Status
 from zhin_cli.tools.eval.timeline import (
     DEFAULT_BOT,
@@ -47,6 +47,7 @@ from zhin_cli.tools.eval.timeline import (
 )
 
 if TYPE_CHECKING:
+    from zhin_cli.core.jsontext import JSONObject
     from zhin_cli.tools.eval.live import LiveModel  # imported by make_live_model only: offline runs never load it
 
 EVAL_VERSION = 1
@@ -358,8 +359,8 @@ def _plugin_action(action: PluginAction, registry: PromptSegmentRegistry, loaded
     loaded[action.name] = generation
 
 
-def _applies(spec: dict[str, Any], provider: str) -> bool:
-    return "providers" not in spec or provider in spec["providers"]
+def _applies(spec: JSONObject, provider: str) -> bool:
+    return "providers" not in spec or provider in spec_texts(spec, "providers")
 
 
 def run_case(prepared: Prepared, options: EvalOptions, live_model: LiveModel | None = None) -> CaseResult:
@@ -429,30 +430,32 @@ def _run_case(prepared: Prepared, options: EvalOptions, live_model: LiveModel | 
                       metrics=metrics)
 
 
-def _assembly_result(index: int, spec: dict[str, Any], provider: str, line: int, error: str | None) -> AssertionResult:
-    if spec["type"] != "assembly_error":
-        return AssertionResult(index, spec["type"], provider, "error", f"could not assemble: {error}", line)
+def _assembly_result(index: int, spec: JSONObject, provider: str, line: int, error: str | None) -> AssertionResult:
+    kind = spec_text(spec, "type")
+    if kind != "assembly_error":
+        return AssertionResult(index, kind, provider, "error", f"could not assemble: {error}", line)
     if error is None:
-        return AssertionResult(index, spec["type"], provider, "failed", "the conversation assembled without error", line)
-    if re.search(spec["matches"], error):
-        return AssertionResult(index, spec["type"], provider, "passed", "", line)
-    return AssertionResult(index, spec["type"], provider, "failed", f"error {error!r} does not match /{spec['matches']}/", line)
+        return AssertionResult(index, kind, provider, "failed", "the conversation assembled without error", line)
+    if re.search(spec_text(spec, "matches"), error):
+        return AssertionResult(index, kind, provider, "passed", "", line)
+    return AssertionResult(index, kind, provider, "failed", f"error {error!r} does not match /{spec['matches']}/", line)
 
 
-def _check(index: int, spec: dict[str, Any], provider: str, line: int, run: ProviderRun) -> AssertionResult:
+def _check(index: int, spec: JSONObject, provider: str, line: int, run: ProviderRun) -> AssertionResult:
+    kind = spec_text(spec, "type")
     try:
-        outcome: Outcome = ASSERTIONS[spec["type"]].check(run, spec)
+        outcome: Outcome = ASSERTIONS[kind].check(run, spec)
     except LookupError as exc:
-        return AssertionResult(index, spec["type"], provider, "error", str(exc).strip("'\""), line)
+        return AssertionResult(index, kind, provider, "error", str(exc).strip("'\""), line)
     except ZhinError as exc:
-        return AssertionResult(index, spec["type"], provider, "error", str(exc), line)
+        return AssertionResult(index, kind, provider, "error", str(exc), line)
     except Exception as exc:  # a bug in an assertion must not hide the other results
-        return AssertionResult(index, spec["type"], provider, "error", f"{type(exc).__name__}: {exc}", line)
-    return AssertionResult(index, spec["type"], provider, "passed" if outcome.ok else "failed", outcome.message, line)
+        return AssertionResult(index, kind, provider, "error", f"{type(exc).__name__}: {exc}", line)
+    return AssertionResult(index, kind, provider, "passed" if outcome.ok else "failed", outcome.message, line)
 
 
 def _run_live(prepared: Prepared, options: EvalOptions, live_model: LiveModel | None, run: ProviderRun,
-              specs: list[tuple[int, dict[str, Any]]], provider: str) -> tuple[float | None, list[AssertionResult], bool]:
+              specs: list[tuple[int, JSONObject]], provider: str) -> tuple[float | None, list[AssertionResult], bool]:
     """Ask the live model ``repeat`` times for the chosen turn; each live assertion must pass in at least
     ``min_pass_rate`` of them."""
     case = prepared.case
@@ -461,10 +464,10 @@ def _run_live(prepared: Prepared, options: EvalOptions, live_model: LiveModel | 
     wire = request.profile.wire
     if wire != LIVE_WIRE:
         message = f"the live model speaks OpenAI chat; provider {provider!r} renders {wire}"
-        return None, [AssertionResult(i, s["type"], provider, "error", message, lines[i]) for i, s in specs], False
+        return None, [AssertionResult(i, spec_text(s, "type"), provider, "error", message, lines[i]) for i, s in specs], False
     if live_model is None:  # a live case reaches here only with --live, which makes the model (make_live_model)
         message = "live assertions need the live model (--live)"
-        return None, [AssertionResult(i, s["type"], provider, "error", message, lines[i]) for i, s in specs], True
+        return None, [AssertionResult(i, spec_text(s, "type"), provider, "error", message, lines[i]) for i, s in specs], True
     repeat = options.repeat or case.data.get("repeat", 1)
     min_rate = float(case.data.get("min_pass_rate", 1.0))
     passes = {i: 0 for i, _ in specs}
@@ -474,7 +477,7 @@ def _run_live(prepared: Prepared, options: EvalOptions, live_model: LiveModel | 
             reply = live_model.complete(request.request, seed=options.seed + attempt)
         except ZhinError as exc:
             message = f"live model: {exc}"
-            return None, [AssertionResult(i, s["type"], provider, "error", message, lines[i]) for i, s in specs], True
+            return None, [AssertionResult(i, spec_text(s, "type"), provider, "error", message, lines[i]) for i, s in specs], True
         run.replies = [reply]
         cached += bool(getattr(reply, "cached", False))
         every = True
@@ -488,7 +491,7 @@ def _run_live(prepared: Prepared, options: EvalOptions, live_model: LiveModel | 
         rate = passes[i] / repeat
         status: Status = "passed" if rate >= min_rate else "failed"
         note = f"{passes[i]}/{repeat} passed (min_pass_rate {min_rate:g}" + (f", {cached} from cache)" if cached else ")")
-        results.append(AssertionResult(i, spec["type"], provider, status, note, lines[i]))
+        results.append(AssertionResult(i, spec_text(spec, "type"), provider, status, note, lines[i]))
     return all_passed / repeat, results, False
 
 
