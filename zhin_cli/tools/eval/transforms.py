@@ -7,25 +7,28 @@ the same provider validator, so a case can show that the naive layout is rejecte
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import TYPE_CHECKING
 
 from zhin_cli.pipeline.assemble import AssembledRequest
 from zhin_cli.tools.eval.registry import transform
 from zhin_cli.wire import wire_for
 
+if TYPE_CHECKING:
+    from zhin_cli.core.jsontext import JSON, JSONObject
+
 STATE_SEGMENT = "history.state"
 
 
 @transform("place_events_by_time")
-def place_events_by_time(request: AssembledRequest, spec: dict[str, Any]) -> dict[str, Any]:
+def place_events_by_time(request: AssembledRequest, spec: JSONObject) -> JSONObject:
     """Move each state-change message that the assembler placed after a tool group back to where its timestamp
     puts it: right after the tool-call message, inside the group (the naive placement ADR 0041 §2 forbids)."""
     wire = wire_for(request.profile.wire)
-    body = copy.deepcopy(request.request)
+    body: JSONObject = copy.deepcopy(request.request)
     key = wire.message_key
-    messages: list[Any] = body[key]
+    messages = wire.messages(body)
     state_parts = [p for p in request.parts if p.segment_id == STATE_SEGMENT and p.message_index >= 0]
-    moves: list[tuple[int, dict[str, Any]]] = []
+    moves: list[tuple[int, JSONObject]] = []
     removed: set[int] = set()
     for part in state_parts:
         call = next((i for i in range(part.message_index - 1, -1, -1) if wire.is_tool_call(messages[i])), None)
@@ -39,7 +42,7 @@ def place_events_by_time(request: AssembledRequest, spec: dict[str, Any]) -> dic
             removed.add(part.message_index)
     if not moves:
         return body
-    rebuilt: list[Any] = []
+    rebuilt: list[JSON] = []
     for index, message in enumerate(messages):
         if index not in removed:
             rebuilt.append(message)
@@ -49,13 +52,13 @@ def place_events_by_time(request: AssembledRequest, spec: dict[str, Any]) -> dic
 
 
 @transform("name_field")
-def name_field(request: AssembledRequest, spec: dict[str, Any]) -> dict[str, Any]:
+def name_field(request: AssembledRequest, spec: JSONObject) -> JSONObject:
     """Set the provider ``name`` field on every member message to its sender's user_id, as ADR 0041's first
     draft did (revised: headers go in the text and ``name`` is never set)."""
     from zhin_cli.pipeline.format import parse_header
 
     wire = wire_for(request.profile.wire)
-    body = copy.deepcopy(request.request)
+    body: JSONObject = copy.deepcopy(request.request)
     for message in wire.messages(body):
         if not isinstance(message, dict) or message.get("role") != "user":
             continue
