@@ -5,7 +5,7 @@ Every placement of ``zhin_cli.pipeline.providers.anthropic.PLACEMENTS`` renders 
 synthetic corpus of benchmarks/economy.py (3 seeds × 2,500 rows) and fixtures/group-busy.jsonl — under the default
 window, plus the same corpus 4× busier (every time divided by 4 from the session's start: more member messages
 between two bot turns inside the 5-minute cache lifetime, where the 20-block look-back misses), through the one
-replay loop (``cachereplay.replay_cache``, a cold cache at each cache group, min_tokens
+replay loop (``cache.replay.replay_cache``, a cold cache at each cache group, min_tokens
 1,024 as economy's case) and the one cost definition (``Cost.of``, the built-in claude-sonnet-5 row). Printed per
 placement: cost per request, the later requests' hit rate (cached ÷ prompt tokens), cache-write tokens per request.
 Every figure is a ratio or a token count; none depends on the machine. ``--json`` prints the same as JSON.
@@ -25,14 +25,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from economy import CORPUS  # noqa: E402
 
 from zhin_cli.cache import cached_share  # noqa: E402
-from zhin_cli.cache.prices import Cost, CostTotals  # noqa: E402
+from zhin_cli.cache.cost import Cost, CostTotals  # noqa: E402
+from zhin_cli.cache.replay import replay_cache  # noqa: E402
 from zhin_cli.core.model import Session  # noqa: E402
 from zhin_cli.core.tokens import DEFAULT_ENCODING  # noqa: E402
 from zhin_cli.pipeline.config import Config  # noqa: E402
 from zhin_cli.pipeline.facade import Pipeline  # noqa: E402
 from zhin_cli.pipeline.providers import anthropic  # noqa: E402
 from zhin_cli.store.jsonl import read_session  # noqa: E402
-from zhin_cli.tools.cachereplay import replay_cache  # noqa: E402
 from zhin_cli.tools.fixtures.synth import synthesize  # noqa: E402
 from zhin_cli.tools.report.economy import CASES  # noqa: E402
 

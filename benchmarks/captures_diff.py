@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from zhin_cli.cache.captures import diff_captures
 from zhin_cli.store.captures import CapturedBody, CaptureSet
-from zhin_cli.tools.capturediff import diff_captures
 
 CONVERSATIONS = 10
 SYSTEM = "You are a member of a group chat. Follow the rules. " * 150

@@ -21,11 +21,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from replay import tiled  # noqa: E402
 
+from zhin_cli.cache.diff import diff_turns  # noqa: E402
 from zhin_cli.core.tokens import TokenCounter  # noqa: E402
 from zhin_cli.pipeline.assemble import Assembler  # noqa: E402
 from zhin_cli.pipeline.config import Config  # noqa: E402
 from zhin_cli.store.jsonl import read_session  # noqa: E402
-from zhin_cli.tools.diff.prefix import diff_turns  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -133,7 +133,7 @@ def worker(tree: str, what: str, copies: int) -> dict[str, Any]:
     if what == "replay":
         count = sum(1 for _ in Assembler(registry, config).replay(session))
     elif what == "prefix-diff":
-        from zhin_cli.tools.diff.prefix import diff_turns
+        from zhin_cli.cache.diff import diff_turns
 
         count = len(diff_turns(session.session_id, Assembler(registry, config).replay(session)).pairs) + 1
     else:  # the last turn, as `zhin trace` computes it in each tree

@@ -2,7 +2,7 @@
 fixtures/group-busy.jsonl, per provider, the input cost per request of `report window`'s recommended policy,
 the default window and upstream's sliding window, checked against issue 18's targets: recommended ≤ 0.5× sliding
 and ≤ the default, at a mean context ≥ the default's (the recommendation's floor). Costs depend on the price
-table (zhin_cli/cache/prices.json), not on the machine; a miss is printed with its size, and the corpus is never
+table (zhin_cli/pipeline/prices.json), not on the machine; a miss is printed with its size, and the corpus is never
 tuned to pass (docs/economy.md).
 
 `--speed`: the sweep's wall time on issue 18's 10k-message session (synth --members 80 --messages 10000
@@ -25,9 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from economy import CORPUS  # noqa: E402
 from machine import describe  # noqa: E402
 
-from zhin_cli.cache.prices import builtin_prices, format_usd  # noqa: E402
+from zhin_cli.cache.cost import format_usd  # noqa: E402
 from zhin_cli.core.model import Session  # noqa: E402
 from zhin_cli.pipeline.config import Config  # noqa: E402
+from zhin_cli.pipeline.prices import builtin_prices  # noqa: E402
 from zhin_cli.store.jsonl import read_session  # noqa: E402
 from zhin_cli.tools.fixtures.synth import SynthOptions, synthesize  # noqa: E402
 from zhin_cli.tools.report.economy import CASES  # noqa: E402

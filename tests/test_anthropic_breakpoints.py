@@ -19,14 +19,14 @@ from typing import Any
 import pytest
 from builders import SEC, T0, History, replay, reply_gap
 
-from zhin_cli.cache.prices import Cost
+from zhin_cli.cache.cost import Cost
+from zhin_cli.cache.replay import replay_cache
 from zhin_cli.core.model import Session
 from zhin_cli.pipeline.config import Config
 from zhin_cli.pipeline.facade import Pipeline
 from zhin_cli.pipeline.providers import anthropic
 from zhin_cli.pipeline.validate import validate
 from zhin_cli.store.jsonl import read_session
-from zhin_cli.tools.cachereplay import replay_cache
 from zhin_cli.tools.fixtures.synth import SynthOptions, synthesize
 from zhin_cli.tools.report.economy import CASES, simulate
 

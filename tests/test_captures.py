@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from zhin_cli.cache.captures import diff_captures, group_conversations, route_of
 from zhin_cli.store.captures import read_captures, wire_shape
-from zhin_cli.tools.capturediff import diff_captures, group_conversations, route_of
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_CAPTURES = ROOT.parent / "shared" / "reference" / "upstream-db" / "captures"

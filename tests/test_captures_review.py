@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from test_captures import SHARED_CAPTURES, chat, openai_body, write_folder
 
-from zhin_cli.cache.prices import builtin_prices
+from zhin_cli.cache.captures import diff_captures
+from zhin_cli.cache.diff import RealUsage
 from zhin_cli.core.errors import InputError, ZhinError
+from zhin_cli.pipeline.prices import builtin_prices
 from zhin_cli.store.captures import read_captures, shape_problem
-from zhin_cli.tools.capturediff import diff_captures
-from zhin_cli.tools.diff.prefix import RealUsage
 from zhin_cli.tools.report.economy import capture_bill
 from zhin_cli.tools.report.html import capture_pages
 from zhin_cli.tools.trace.trace import capture_rows, capture_trace_dict

@@ -21,8 +21,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from zhin_cli.cache import PrefixCache, PrefixPlan
-from zhin_cli.cache.prices import Cost, Price, parse_providers
+from zhin_cli.cache.cost import Cost
 from zhin_cli.core.errors import ConfigError
+from zhin_cli.pipeline.prices import Price, parse_providers
 
 EXAMPLES = int(os.environ.get("ZHIN_FUZZ_EXAMPLES", "300"))
 # derandomize: a fixed seed, so CI is reproducible; database=None: nothing written to the work tree

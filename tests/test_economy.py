@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from builders import SEC, T0, History, reply_gap
 
+from zhin_cli.cache.replay import new_tokens
+from zhin_cli.cache.serialize import serialize
 from zhin_cli.core.model import Actor
 from zhin_cli.core.tokens import counter
 from zhin_cli.pipeline.config import Config
 from zhin_cli.pipeline.headers import Aliases, project
 from zhin_cli.pipeline.merge import Placed
-from zhin_cli.tools.cachereplay import new_tokens
-from zhin_cli.tools.diff.prefix import serialize
 from zhin_cli.tools.report.economy import (
     CASES,
     flat_request,

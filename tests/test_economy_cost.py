@@ -19,11 +19,12 @@ import pytest
 from builders import SEC, T0, History
 
 from zhin_cli.cache import PrefixCache, PrefixPlan, plan, shared_tokens
-from zhin_cli.cache.prices import PER_TOKENS, Cost, builtin_prices
+from zhin_cli.cache.cost import Cost
+from zhin_cli.cache.serialize import serialize
 from zhin_cli.core.tokens import counter
 from zhin_cli.pipeline.config import Config
+from zhin_cli.pipeline.prices import PER_TOKENS, builtin_prices
 from zhin_cli.pipeline.providers import resolve_profile
-from zhin_cli.tools.diff.prefix import serialize
 from zhin_cli.tools.report.economy import CASES, EconomyReport, HeaderTokens, SessionEconomy, simulate
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from builders import BOT, MIN, SEC, T0, History, answered_chat, contents, replay, request_for_next
 
+from zhin_cli.cache.diff import diff_turns
 from zhin_cli.core.model import AssistantMessage, UserMessage
 from zhin_cli.pipeline.assemble import AssembledRequest
 from zhin_cli.store.jsonl import read_session
-from zhin_cli.tools.diff.prefix import diff_turns
 
 TEN = T0 + 60 * MIN  # 10:00 Asia/Shanghai
 HEADER = re.compile(r"\[(?:[a-z_]+:[^;\]\n]*;)+\]")

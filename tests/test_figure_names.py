@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from conftest import clean_env, run_zhin
 
-from zhin_cli.tools.diff.prefix import Pricing
+from zhin_cli.cache.cost import Pricing
 from zhin_cli.tools.trace.trace import request_costs, trace
 
 Run = Callable[..., Any]

@@ -227,7 +227,7 @@ def test_jsonl_lines_carry_the_layout_and_stored_usage_as_json_does(zhin: Run, u
 
 def test_a_preset_skeleton_is_named_as_the_layout(zhin: Run, tmp_path: Path) -> None:
     from zhin_cli.pipeline.preset.importer import load_preset
-    from zhin_cli.tools.trace.trace import layout_name
+    from zhin_cli.pipeline.provenance import layout_name
 
     preset_file = next((Path(__file__).parent.parent / "fixtures" / "presets").glob("*.json"))
     preset = load_preset(preset_file, {})

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from builders import BOT, MIN, SEC, T0, History, assembler, contents, replay
 
+from zhin_cli.cache.diff import diff_turns
 from zhin_cli.core.errors import UsageError
 from zhin_cli.core.model import AssistantMessage, UserMessage
 from zhin_cli.pipeline.assemble import greeting_position
-from zhin_cli.tools.diff.prefix import diff_turns
 from zhin_cli.tools.trace.trace import trace
 
 

@@ -36,12 +36,7 @@ ENTRY = frozenset({"zhin_cli", "zhin_cli.__main__", "zhin_cli.launch", "zhin_cli
 Graph = Mapping[str, set[str]]
 
 # Cross-package cycles that remain, each with the change that removes it. Keys: the packages the cycle spans.
-KNOWN_CYCLES: dict[frozenset[str], str] = {
-    # trace and prefix-diff share the prefix-break engine and the capture diff while those live in tools/: issue 32
-    # (WP2 step 2) moves the engine and the capture diff to cache/ and layout_name to pipeline/provenance.py
-    frozenset({"zhin_cli.tools", "zhin_cli.tools.diff", "zhin_cli.tools.trace"}):
-        "issue 32: the shared machinery out of tools/ (cache/, pipeline/provenance.py)",
-}
+KNOWN_CYCLES: dict[frozenset[str], str] = {}
 
 # The three cycles issue 16 named as cutting across the design, and the renderers <-> validators one found by this
 # test: gone, and they must stay gone.

@@ -11,9 +11,10 @@ import pytest
 from builders import MIN, SEC, T0, History, TimeOnlyAssembler, answered_chat, assembler, late_event_history, replay
 from conftest import run_zhin
 
+from zhin_cli.cache.diff import diff_pair, diff_turns
+from zhin_cli.cache.serialize import serialize
 from zhin_cli.core.model import SceneChange
 from zhin_cli.store.jsonl import read_session
-from zhin_cli.tools.diff.prefix import diff_pair, diff_turns, serialize
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"

@@ -20,8 +20,10 @@ from conftest import clean_env, run_zhin
 from rich.console import Console
 
 from zhin_cli._cli.prefix_diff import BAR_MAX, CACHED, NEW, SHARED, print_result
-from zhin_cli.core.terminaltext import terminal_safe
-from zhin_cli.tools.diff.prefix import MARK, PairDiff, PrefixDiffResult, SessionDiff, diff_pair, segment_sources
+from zhin_cli.cache.diff import PairDiff, SessionDiff, diff_pair
+from zhin_cli.core.terminaltext import MARK, terminal_safe
+from zhin_cli.pipeline.provenance import segment_sources
+from zhin_cli.tools.diff.prefix import PrefixDiffResult
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"

@@ -1,4 +1,4 @@
-"""The price table (zhin_cli/cache/prices.py): the shipped rows, how a model finds its row, the three layers
+"""The price table (zhin_cli/pipeline/prices.py): the shipped rows, how a model finds its row, the three layers
 (built-in → zhin.yaml ``prices:`` → ``--prices FILE``) and the one-line errors of a bad row, in the library and
 through the commands that take ``--prices``."""
 
@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from zhin_cli.cache.prices import BUILTIN, builtin_prices, load_prices, read_prices
 from zhin_cli.core.errors import EXIT_CANNOT_RUN, ConfigError
 from zhin_cli.pipeline.config import load_config
+from zhin_cli.pipeline.prices import BUILTIN, builtin_prices, load_prices, read_prices
 
 EXIT_DIFF_TROUBLE = 2  # prefix-diff's exit status for trouble (like diff)
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

@@ -391,7 +391,7 @@ def test_without_the_module_no_list_has_the_provider(tmp_path: Path) -> None:  #
 
 
 def test_prefix_diff_names_a_provider_by_its_spec(acme: ProviderSpec) -> None:
-    from zhin_cli.tools.diff.prefix import provider_name
+    from zhin_cli.cache.diff import provider_name
 
     assert (provider_name("acme"), provider_name("openai-reasoning"), provider_name("vllm")) == ("Acme", "OpenAI", "vllm")
     registry.unregister_provider("acme")
@@ -424,8 +424,8 @@ def test_report_economy_runs_a_registered_provider_and_refuses_an_unknown_one(ac
 
 
 def test_a_bare_body_is_simulated_as_its_wire_default_provider(acme: ProviderSpec) -> None:
+    from zhin_cli.cache.captures import body_request
     from zhin_cli.store.captures import CapturedBody
-    from zhin_cli.tools.capturediff import body_request
 
     body = CapturedBody(1, "body.json", "openai-chat", {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]})
     assert body_request(body, None).profile.name == "openai"

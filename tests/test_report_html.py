@@ -309,9 +309,10 @@ def test_the_page_is_self_contained_and_stores_each_message_once(demo: dict[str,
 def test_divergence_offsets_point_at_the_first_different_character(demo: dict[str, Any]) -> None:
     """The diff's marker: the UTF-16 offset the page gets is exactly the byte prefix-diff reports (CJK and emoji
     included), and the characters there differ; a code-point offset (Python's own) would miss after an emoji."""
+    from zhin_cli.cache.diff import diff_pair
+    from zhin_cli.cache.serialize import serialize
     from zhin_cli.pipeline.facade import Pipeline
     from zhin_cli.store import load_session
-    from zhin_cli.tools.diff.prefix import diff_pair, serialize
     from zhin_cli.tools.report.html import divergence_of
 
     session = load_session(str(FIXTURES / "group-busy.jsonl"))
@@ -341,7 +342,7 @@ def test_a_divergence_after_an_emoji_is_counted_in_utf16_units() -> None:
     from typing import cast
 
     from zhin_cli.cache import Plan
-    from zhin_cli.tools.diff.prefix import Chunk, Serialized
+    from zhin_cli.cache.serialize import Chunk, Serialized
     from zhin_cli.tools.report.html import divergence_of
 
     message = '{"content":"😂ab"}'.encode()

@@ -20,7 +20,7 @@ import pytest
 from browser import chromium, visit
 from conftest import FIXTURES, ROOT
 
-from zhin_cli.cache.prices import format_usd
+from zhin_cli.cache.cost import format_usd
 from zhin_cli.tools.report.html import CHART_COLOURS, PALETTE
 
 DEMO_KEY = "icqq:8596238:group:1048877509"  # fixtures/group-busy.jsonl, as `make demo` imports it

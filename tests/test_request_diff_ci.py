@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 from conftest import FIXTURES, clean_env
 
-from zhin_cli.tools.diff.request import MARK, json_line, readable
+from zhin_cli.core.terminaltext import MARK
+from zhin_cli.core.textdiff import readable
+from zhin_cli.tools.diff.request import json_line
 
 BUSY = FIXTURES / "group-busy.jsonl"
 

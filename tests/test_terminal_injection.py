@@ -124,7 +124,7 @@ def test_terminal_safe_leaves_ordinary_text_alone() -> None:
 
 
 def test_request_diff_excerpts_escape_workflow_commands_too() -> None:
-    from zhin_cli.tools.diff.request import readable
+    from zhin_cli.core.textdiff import readable
 
     assert readable("a\n##[error]x ::error::y") == "a\\n\\u0023#[error]x :\\u003aerror:\\u003ay"
     assert readable("qq:group:1 \\") == "qq:group:1 \\\\"  # negative control: one colon kept, a backslash doubled

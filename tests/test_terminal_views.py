@@ -103,7 +103,7 @@ def test_trace_segment_table_at_60_columns_keeps_ids_and_kinds_whole(demo_dir: P
 
 @pytest.mark.parametrize(("value", "shown"), [(0.734, "73.4%"), (0.6911, "69.1%"), (1.0, "100.0%"), (0, "0.0%"), (None, "—")])
 def test_a_share_is_written_with_one_decimal(value: float | None, shown: str) -> None:
-    from zhin_cli.cache.prices import format_share
+    from zhin_cli.cache.cost import format_share
 
     assert format_share(value) == shown
 

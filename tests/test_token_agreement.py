@@ -17,13 +17,13 @@ import openai
 import pytest
 
 from zhin_cli.cache import PrefixCache, PrefixPlan
+from zhin_cli.cache.diff import diff_turns
 from zhin_cli.cache.usage import normalize_usage
 from zhin_cli.core.tokens import counter, encoding_for_model
 from zhin_cli.pipeline.assemble import AssembledRequest, Assembler
 from zhin_cli.pipeline.config import Config
 from zhin_cli.pipeline.providers import resolve_profile
 from zhin_cli.store import load_session
-from zhin_cli.tools.diff.prefix import diff_turns
 from zhin_cli.tools.report.economy import ProviderCase, simulate
 from zhin_cli.tools.serve.server import answer, running_server
 

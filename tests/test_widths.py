@@ -155,7 +155,7 @@ def test_negative_control_the_row_check_sees_a_wrapped_row(demo_dir: Any) -> Non
     (0, "$0"), (None, "—"),
 ])
 def test_a_cost_is_written_to_four_significant_digits(value: float | None, shown: str) -> None:
-    from zhin_cli.cache.prices import format_usd
+    from zhin_cli.cache.cost import format_usd
 
     assert format_usd(value) == shown
 

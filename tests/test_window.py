@@ -70,7 +70,7 @@ def test_tail_limit_never_opens_on_a_tool_result() -> None:
 
 
 def shift_turns(config: dict[str, object], turns: int = 40) -> list[int]:
-    from zhin_cli.tools.diff.prefix import diff_turns
+    from zhin_cli.cache.diff import diff_turns
 
     session = answered_chat(turns).session()
     result = diff_turns(session.session_id, assembler(config).replay(session))
@@ -157,7 +157,7 @@ def busy_chat(turns: int) -> History:
 def test_block_hysteresis_breaks_the_prefix_exactly_once_per_n_turns() -> None:
     # max_blocks 10 → cut to the newest 5 blocks: the window moves once every 5 blocks (rounds), whatever the
     # number of messages or tool calls in a round.
-    from zhin_cli.tools.diff.prefix import diff_turns
+    from zhin_cli.cache.diff import diff_turns
 
     session = busy_chat(30).session()
     config = {"window": {"max_messages": None, "max_blocks": 10}}
@@ -180,7 +180,7 @@ def test_block_hysteresis_breaks_the_prefix_exactly_once_per_n_turns() -> None:
 
 def test_without_a_block_limit_the_message_limit_moves_the_window_more_often() -> None:
     # Negative control: the same chat with the message limit alone shifts on a message grid, not every 5 rounds.
-    from zhin_cli.tools.diff.prefix import diff_turns
+    from zhin_cli.cache.diff import diff_turns
 
     session = busy_chat(30).session()
     requests = list(assembler({"window": {"max_messages": 20}}).replay(session))

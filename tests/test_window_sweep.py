@@ -12,13 +12,14 @@ from typing import Any
 
 import pytest
 
-from zhin_cli.cache.prices import Cost, CostTotals, builtin_prices
+from zhin_cli.cache.cost import Cost, CostTotals
+from zhin_cli.cache.replay import replay_cache
 from zhin_cli.core.errors import UsageError
 from zhin_cli.pipeline.config import Config
 from zhin_cli.pipeline.facade import Pipeline
+from zhin_cli.pipeline.prices import builtin_prices
 from zhin_cli.pipeline.window import WindowConfig
 from zhin_cli.store.jsonl import read_session
-from zhin_cli.tools.cachereplay import replay_cache
 from zhin_cli.tools.report.window import (
     Policy,
     PolicyFigures,
@@ -222,9 +223,9 @@ def test_replay_without_chunks_gives_the_same_figures(provider: str) -> None:
 
 def test_new_tokens_takes_the_callers_plans() -> None:
     from zhin_cli.cache import plan
+    from zhin_cli.cache.replay import new_tokens
+    from zhin_cli.cache.serialize import wire_of
     from zhin_cli.core.tokens import counter
-    from zhin_cli.tools.cachereplay import new_tokens
-    from zhin_cli.tools.diff.prefix import wire_of
 
     with Pipeline.open(Config(), provider="openai") as pipeline:
         requests = list(pipeline.replay(read_session(BUSY)))[:6]
@@ -239,9 +240,9 @@ def test_new_tokens_uses_the_plans_it_is_given(monkeypatch: pytest.MonkeyPatch) 
     """The plans a caller passes are the ones counted, and no plan is built again: a function that ignored them
     would build its own (the patched builder raises) and could not tell a wrong plan from the right one."""
     from zhin_cli.cache import plan
+    from zhin_cli.cache import replay as cachereplay
+    from zhin_cli.cache.serialize import wire_of
     from zhin_cli.core.tokens import counter
-    from zhin_cli.tools import cachereplay
-    from zhin_cli.tools.diff.prefix import wire_of
 
     with Pipeline.open(Config(), provider="openai") as pipeline:
         requests = list(pipeline.replay(read_session(BUSY)))[:3]
@@ -259,7 +260,7 @@ def test_new_tokens_uses_the_plans_it_is_given(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_message_keys_are_equal_exactly_when_the_canonical_json_is() -> None:
-    from zhin_cli.tools.cachereplay import _message_key
+    from zhin_cli.cache.replay import _message_key
     from zhin_cli.wire import canonical
 
     text = {"type": "text", "text": "[id:m1] 早"}

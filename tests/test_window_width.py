@@ -13,8 +13,8 @@ from rich.cells import cell_len
 from rich.console import Console
 
 from zhin_cli._cli.report_window import _table
-from zhin_cli.cache.prices import builtin_prices
 from zhin_cli.pipeline.config import Config
+from zhin_cli.pipeline.prices import builtin_prices
 from zhin_cli.store.jsonl import read_session
 from zhin_cli.tools.report.window import WindowReport, frontier_picture, sweep, table_rows
 

@@ -34,27 +34,24 @@ from zhin_cli._cli import (
     stdout_console,
     write_json_line_safely,
 )
-from zhin_cli.cache.prices import format_share, format_usd
-from zhin_cli.core.errors import EXIT_FOUND, UsageError
-from zhin_cli.core.parallel import JOBS_HELP
-from zhin_cli.core.terminaltext import markup_safe, terminal_safe
-from zhin_cli.tools.capturediff import CaptureDiff, CaptureRequest
-from zhin_cli.tools.diff.prefix import (
+from zhin_cli.cache.captures import CaptureDiff, CaptureRequest
+from zhin_cli.cache.cost import format_share, format_usd
+from zhin_cli.cache.diff import (
     CAUSE_MEANINGS,
     CAUSES,
     DEFAULT_FAIL_ON,
     EXPECTED,
-    MARK,
-    ConfigDiff,
     PairDiff,
     PairGroup,
-    PrefixDiffResult,
     SessionDiff,
     group_breaks,
     group_uncached,
-    run_prefix_diff,
     turn_ranges,
 )
+from zhin_cli.core.errors import EXIT_FOUND, UsageError
+from zhin_cli.core.parallel import JOBS_HELP
+from zhin_cli.core.terminaltext import MARK, markup_safe, terminal_safe
+from zhin_cli.tools.diff.prefix import ConfigDiff, PrefixDiffResult, run_prefix_diff
 
 BAR_MIN, BAR_MAX = 10, 40
 BAR_FLOOR = 3  # the fewest bar cells, when a cause needs the room
@@ -286,7 +283,7 @@ def _print_session(console: Console, session: SessionDiff, fail_on: list[str]) -
     say(console, f"[bold]{markup_safe(session.session_id)}[/] · {markup_safe(session.provider)} · {markup_safe(session.model)} · "
                   f"{markup_safe(count)}")
     if session.layout is not None:  # the bot's real bodies are diffed from a capture folder (docs/captures.md)
-        from zhin_cli.tools.trace.trace import layout_note
+        from zhin_cli.pipeline.provenance import layout_note
 
         say(console, markup_safe(layout_note(session.layout)))
     _print_rows(console, session.pairs, fail_on, captured=session.captured)

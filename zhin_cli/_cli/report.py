@@ -1,5 +1,5 @@
 """``zhin report economy``: header tokens, simulated prompt-cache hits and what the input costs (library:
-``zhin_cli.tools.report.economy``; prices: ``zhin_cli.cache.prices``)."""
+``zhin_cli.tools.report.economy``; costs: ``zhin_cli.cache.cost``, prices: ``zhin_cli.pipeline.prices``)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from zhin_cli._cli import (
     stdout_console,
 )
 from zhin_cli.cache import CacheOutcome
-from zhin_cli.cache.prices import Cost, format_usd
+from zhin_cli.cache.cost import Cost, format_usd
 from zhin_cli.core.errors import UsageError
 from zhin_cli.core.parallel import JOBS_HELP
 from zhin_cli.core.terminaltext import markup_safe, terminal_safe

@@ -11,17 +11,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from zhin_cli._cli import app, handles_errors_like_diff, print_json, stdout_console
-from zhin_cli.core.terminaltext import markup_safe
-from zhin_cli.tools.diff.request import (
-    MARK,
-    describe,
-    diff_requests,
-    github_annotations,
-    github_summary,
-    load_side,
-    readable,
-    short,
-)
+from zhin_cli.core.terminaltext import MARK, markup_safe
+from zhin_cli.core.textdiff import readable
+from zhin_cli.tools.diff.request import describe, diff_requests, github_annotations, github_summary, load_side, short
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -18,7 +18,7 @@ from zhin_cli._cli import (
     stdout_console,
 )
 from zhin_cli._cli.tables import figures_table, fits
-from zhin_cli.cache.prices import format_share
+from zhin_cli.cache.cost import format_share
 from zhin_cli.core.errors import UsageError
 from zhin_cli.core.parallel import JOBS_HELP
 from zhin_cli.core.terminaltext import terminal_safe

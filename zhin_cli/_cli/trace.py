@@ -38,22 +38,21 @@ from zhin_cli._cli import (
     write_json_line_safely,
 )
 from zhin_cli.cache import cached_share
-from zhin_cli.cache.prices import Cost, CostTotals, format_share, format_usd
+from zhin_cli.cache.captures import CaptureDiff, CaptureRequest
+from zhin_cli.cache.cost import Cost, CostTotals, format_share, format_usd
+from zhin_cli.cache.diff import turn_ranges
 from zhin_cli.core.errors import EXIT_FOUND, UsageError
 from zhin_cli.core.terminaltext import markup_safe, terminal_safe, terminal_safe_lines
 from zhin_cli.pipeline.assemble import AssembledRequest
-from zhin_cli.tools.capturediff import CaptureDiff, CaptureRequest
-from zhin_cli.tools.diff.prefix import split_capture_refs, turn_ranges
+from zhin_cli.pipeline.provenance import ADR_LAYOUT, layout_note, layout_phrase
+from zhin_cli.store.refs import split_capture_refs
 from zhin_cli.tools.trace.trace import (
-    ADR_LAYOUT,
     WARNING,
     StoredUsage,
     TraceResult,
     TurnRow,
     capture_rows,
     capture_trace_dict,
-    layout_note,
-    layout_phrase,
     open_trace,
     request_record,
     timezone_note,

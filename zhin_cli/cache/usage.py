@@ -28,12 +28,13 @@ cacheWrite``; a row whose ``totalTokens`` adds up that way — or whose ``cacheR
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from zhin_cli.cache import CacheOutcome
 from zhin_cli.core.errors import ConfigError
+from zhin_cli.core.model import AssistantMessage, Session
 from zhin_cli.core.registry import Registry
 from zhin_cli.store.captures import CapturedBody
 
@@ -283,3 +284,34 @@ def captured_usage(body: CapturedBody) -> NormalizedUsage | None:
         return NormalizedUsage(uncached=logged.prompt_tokens - logged.read - logged.written, cache_read=logged.read,
                                cache_write=logged.written, total_prompt=logged.prompt_tokens)
     return None
+
+
+UNKNOWN = "?"
+
+
+@dataclass(frozen=True)
+class UsageRecord:
+    """One logged request: an assistant message and the usage it reported (if any)."""
+
+    session_id: str
+    row_id: int
+    timestamp: int  # ms
+    provider: str
+    model: str
+    kind: str | None  # usage kind, None when nothing usable was logged
+    usage: NormalizedUsage | None
+
+
+def usage_records(session: Session) -> Iterator[UsageRecord]:
+    for message in session.messages:
+        if isinstance(message, AssistantMessage):
+            yield usage_record(session.session_id, message)
+
+
+def usage_record(session_id: str, message: AssistantMessage) -> UsageRecord:
+    """What one stored assistant message says its request used: the one reading of stored usage (``trace`` shows
+    the same record beside its own figures)."""
+    kind = usage_kind_of(message.usage) if isinstance(message.usage, dict) else None
+    usage = normalize_usage(kind, message.usage) if kind is not None and message.usage is not None else None
+    return UsageRecord(session_id, message.row_id, message.timestamp, message.provider or UNKNOWN,
+                       message.model or UNKNOWN, kind, usage)

@@ -51,7 +51,7 @@ class Config:
     plugins: list[str] = field(default_factory=list)
     preset_path: Path | None = None  # ``preset:`` (a file, or ``{file: …, user: …, char: …}``)
     preset_options: dict[str, Any] = field(default_factory=dict)
-    prices: dict[str, Any] = field(default_factory=dict)  # ``prices:`` rows over the built-in table (cache/prices.py)
+    prices: dict[str, Any] = field(default_factory=dict)  # ``prices:`` rows over the built-in table (pipeline/prices.py)
     # line of each key in the file: "window.max_messages", "segments.add[0].kind", "plugins[1]" …
     lines: dict[str, int] = field(default_factory=dict, repr=False)
     # what lets its plugins run (zhin_cli.core.trust): named on the command line, found upward, a case file, a git ref

@@ -4,7 +4,7 @@ Prices are data: ``prices.json`` beside this module (one row per provider and mo
 the date it was read), then ``prices:`` in ``zhin.yaml``, then ``--prices FILE`` (same shape), each replacing
 rows of the one before. A model without a row gets its provider's default row and a one-line note — never a
 silent zero; a provider without rows has no cost (``choose`` returns None). The table lives beside the config
-that can override it; what a request costs at a row is ``zhin_cli.cache.prices.Cost.of``.
+that can override it; what a request costs at a row is ``zhin_cli.cache.cost.Cost.of``.
 """
 
 

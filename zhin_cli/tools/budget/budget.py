@@ -23,7 +23,6 @@ budget file, and notes where the segment's text comes from (the zhin.yaml key, a
 from __future__ import annotations
 
 import io
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,14 +32,10 @@ import yaml
 from zhin_cli.core.errors import ConfigError
 from zhin_cli.core.ghactions import Annotation, summary_cell
 from zhin_cli.core.readers import enclosing_key, read_yaml_file
-from zhin_cli.core.tokens import counter as shared_counter
-from zhin_cli.pipeline.assemble import AssembledRequest
-from zhin_cli.pipeline.segments import SYSTEM_PROMPT_KINDS
+from zhin_cli.pipeline.fixedcost import TOTAL, fixed_parts
 
 BUDGET_VERSION = 1
 DEFAULT_BUDGET_FILE = "prompt-budget.yaml"
-TOOLS = "tools"
-TOTAL = "total"
 
 
 @dataclass
@@ -74,17 +69,6 @@ class Budget:
         }
         header = "# Fixed prompt cost per provider profile, in tokens. Rewrite with `zhin budget update`.\n"
         return header + yaml.safe_dump(data, allow_unicode=True, sort_keys=False, default_flow_style=False)
-
-
-def fixed_parts(request: AssembledRequest) -> dict[str, int]:
-    """Tokens of each system segment (kinds 1–4) and of the tool schemas as the request carries them."""
-    parts = {s.id: s.tokens for s in request.segments if s.kind in SYSTEM_PROMPT_KINDS and s.tokens}
-    tools = request.request.get("tools")
-    if tools:
-        # The schemas as sent (each provider's shape), compact JSON: what the tokenizer sees of them.
-        parts[TOOLS] = shared_counter(request.encoding).count(json.dumps(tools, ensure_ascii=False, separators=(",", ":")))
-    parts[TOTAL] = sum(parts.values())
-    return parts
 
 
 def largest(measurements: list[dict[str, int]]) -> dict[str, int]:
@@ -364,13 +348,13 @@ def budget_annotations(report: BudgetReport, budget: Budget, sources: dict[str, 
 
 def part_sources(report: BudgetReport, *, config_path: Path | None = None, cwd: Path | None = None) -> dict[str, Any]:
     """Where the text of each failed part comes from — the zhin.yaml key, the plugin file, zhin's built-in module —
-    found as prefix-diff finds a segment's source (:func:`zhin_cli.tools.diff.prefix.segment_sources`, one rule)."""
+    found as prefix-diff finds a segment's source (:func:`zhin_cli.pipeline.provenance.segment_sources`, one rule)."""
     failed = [r for r in report.results if r.failed and r.part != TOTAL]
     if not failed:
         return {}
     from zhin_cli.pipeline.config import load_config
     from zhin_cli.pipeline.facade import Pipeline
-    from zhin_cli.tools.diff.prefix import segment_sources
+    from zhin_cli.pipeline.provenance import segment_sources
 
     with Pipeline.open(load_config(config_path, cwd=cwd), provider=failed[0].provider, model=failed[0].model) as pipeline:
         return segment_sources(pipeline, [r.part for r in failed])

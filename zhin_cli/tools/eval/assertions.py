@@ -12,11 +12,11 @@ from collections.abc import Callable, Mapping
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from zhin_cli.cache.diff import diff_pair
 from zhin_cli.core.tokens import counter
 from zhin_cli.pipeline.assemble import AssembledRequest
+from zhin_cli.pipeline.fixedcost import TOTAL, fixed_parts
 from zhin_cli.pipeline.format import parse_header
-from zhin_cli.tools.budget.budget import TOTAL, fixed_parts
-from zhin_cli.tools.diff.prefix import diff_pair
 from zhin_cli.tools.eval.metrics import header_texts
 from zhin_cli.tools.eval.registry import Outcome, ProviderRun, assertion, spec_int, spec_text, spec_texts
 from zhin_cli.wire import wire_for

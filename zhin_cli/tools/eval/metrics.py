@@ -8,10 +8,10 @@ so two saved results can be compared later without re-running anything.
 
 from __future__ import annotations
 
+from zhin_cli.cache.diff import EXPECTED, diff_turns
 from zhin_cli.core.tokens import counter as shared_counter
 from zhin_cli.pipeline.assemble import AssembledRequest
 from zhin_cli.pipeline.format import parse_header
-from zhin_cli.tools.diff.prefix import EXPECTED, diff_turns
 from zhin_cli.tools.eval.result import RunMetrics
 
 

@@ -25,9 +25,9 @@ from typing import Any
 
 from zhin_cli.core.errors import InputError, ZhinError
 from zhin_cli.core.readers import read_json_file
+from zhin_cli.core.textdiff import marked, readable
 from zhin_cli.pipeline.preset import worldinfo
 from zhin_cli.store.sillytavern import ChatTurn, SillyTavernChat, read_card, read_chat, read_group, read_lore
-from zhin_cli.tools.diff.request import marked, readable
 from zhin_cli.tools.preset.check import ByDesign, Departure, TurnCheck, check_turn, prepare
 
 _CAPTURE_FILE = re.compile(r"(\d{5,})-([A-Za-z0-9-]+)\.json")

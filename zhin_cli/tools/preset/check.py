@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from zhin_cli.core.errors import AssemblyError, InputError
+from zhin_cli.core.textdiff import CONTEXT, first_difference
 from zhin_cli.pipeline.assemble import DEFAULT_MODEL, DEFAULT_PROVIDER, TAIL_SEGMENT, AssembledRequest, Assembler
 from zhin_cli.pipeline.config import parse_config
 from zhin_cli.pipeline.preset import worldinfo
@@ -36,7 +37,6 @@ from zhin_cli.pipeline.preset.skeleton import (
     WORLD_INFO_SEGMENT,
 )
 from zhin_cli.store.sillytavern import GENERATION_MODES, Card, ChatTurn, Group, Lore, SillyTavernChat
-from zhin_cli.tools.diff.request import CONTEXT, first_difference
 
 JOINERS = ("\n", "\n\n")  # what squash / merge / post-processing put between the parts of one message
 HISTORY_PREFIX = "history."

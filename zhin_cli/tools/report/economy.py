@@ -21,14 +21,14 @@ Rates are token-weighted: Σ cached / Σ prompt tokens over the requests of a sp
 logged usage).
 
 3. **Cost** (USD, input only): every request's ``CacheOutcome`` priced by ``Cost.of`` (the one cost definition,
-   ``zhin_cli.cache.prices``) at the row of the case's (provider, model), summed per layout into the cost
+   ``zhin_cli.cache.cost``) at the row of the case's (provider, model), summed per layout into the cost
    object: ``adr``, ``flat`` and ``sliding`` — the ADR layout again under upstream's window
    (``window.sliding``: cut to ``max_messages - 1``, so every turn past the limit moves it), replayed by the same
-   ``cachereplay.replay_cache`` as the ADR layout, so the two differ by the window alone. Hit rate alone is the
+   ``cache.replay.replay_cache`` as the ADR layout, so the two differ by the window alone. Hit rate alone is the
    wrong target (a window without a cap hits more and costs more); the bill is what the operator pays.
 
 4. **The bot's real bill** (``session_bill``): per stored reply, what its provider reported for the request —
-   ``stats.usage_record``, the reading ``trace`` shows as "the bot sent N prompt tokens, M cached" — as a
+   ``cache.usage.usage_record``, the reading ``trace`` shows as "the bot sent N prompt tokens, M cached" — as a
    ``CacheOutcome`` (``usage.billed_outcome``) priced by ``Cost.of``, beside the ADR layout's outcome of the same
    turn (item 2, the simulated case of the bot's provider), both at the price row of the model the bot used. A
    reply without usage has no figure, never 0; the totals cover the requests with both. The bot's prompts hold its
@@ -49,8 +49,11 @@ from pathlib import Path
 from typing import Any
 
 from zhin_cli.cache import CacheOutcome, PrefixCache
-from zhin_cli.cache.prices import Cost, CostTotals, Price, PriceChoice, PriceTable
-from zhin_cli.cache.usage import NO_USAGE, billed_outcome, captured_usage
+from zhin_cli.cache.cost import Cost, CostTotals
+from zhin_cli.cache.diff import diff_pair
+from zhin_cli.cache.replay import cache_outcome, replay_cache
+from zhin_cli.cache.serialize import Serialized, serialize, wire_of
+from zhin_cli.cache.usage import NO_USAGE, billed_outcome, captured_usage, usage_record
 from zhin_cli.core.model import Actor, AssistantMessage, EventMessage, Message, Session, ToolResultMessage, UserMessage
 from zhin_cli.core.registry import Registry
 from zhin_cli.core.tokens import DEFAULT_ENCODING, RANK_FILES, TokenCounter
@@ -63,12 +66,10 @@ from zhin_cli.pipeline.headers import SUMMARY_PREFIX, Aliases, project
 from zhin_cli.pipeline.merge import Placed
 from zhin_cli.pipeline.models import FALLBACK_MODEL, belongs, default_model
 from zhin_cli.pipeline.preset import TAIL_SEPARATOR
+from zhin_cli.pipeline.prices import Price, PriceChoice, PriceTable
 from zhin_cli.pipeline.providers import PROVIDERS, ProviderSpec, RenderedPart, for_wire, unknown_provider
 from zhin_cli.pipeline.window import SessionIndex, WindowConfig, sliding, visible_window
 from zhin_cli.store.captures import SERVE_LOG, CaptureSet, is_body_jsonl, is_capture_folder, read_captures
-from zhin_cli.tools.cachereplay import replay_cache
-from zhin_cli.tools.diff.prefix import Serialized, cache_outcome, diff_pair, serialize, wire_of
-from zhin_cli.tools.stats.cache import usage_record
 
 ECONOMY_VERSION = 1
 # Which cache the figures meet (docs/figures.md): cold at the first request of each cache group, warm after it.
@@ -496,7 +497,7 @@ def price_for(case: ProviderCase, prices: PriceTable) -> tuple[PriceChoice | Non
 
 def simulate(session: Session, config: Config, case: ProviderCase, encoding: str = DEFAULT_ENCODING,
              headers: _HeaderCounter | None = None, prices: PriceTable | None = None) -> CacheFigures:
-    """Replay ``session`` for one provider: the ADR layout through ``cachereplay.replay_cache`` (the loop
+    """Replay ``session`` for one provider: the ADR layout through ``cache.replay.replay_cache`` (the loop
     ``report window`` shares), the flat layout of the same requests through its own simulator (a fresh one at
     each cache group: the session's prefix is cold there), and the ADR layout again under
     upstream's sliding window (``window.sliding``). Costs: ``prices`` (default: the config's table). The model is
@@ -666,7 +667,7 @@ class SessionBill:
 
 
 def session_bill(session: Session, cache: dict[str, CacheFigures], prices: PriceTable) -> SessionBill:
-    """Per stored reply: its usage (``stats.usage_record``, the reading ``trace`` shows) and the ADR outcome of the
+    """Per stored reply: its usage (``cache.usage.usage_record``, the reading ``trace`` shows) and the ADR outcome of the
     same turn from the simulated case of the bot's provider, both priced by ``Cost.of`` at the bot's model's row."""
     replies = [m for m in session.messages if isinstance(m, AssistantMessage)]
     bill = SessionBill()
@@ -869,7 +870,7 @@ def run_economy(
     from zhin_cli.core.errors import UsageError
     from zhin_cli.core.parallel import check_jobs, ordered_map
     from zhin_cli.pipeline.config import load_config
-    from zhin_cli.tools.diff.prefix import session_refs
+    from zhin_cli.store.refs import session_refs
 
     chosen = list(providers or tuple(CASES))
     unknown = [p for p in chosen if provider_case(p) is None]

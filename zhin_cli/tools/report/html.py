@@ -4,7 +4,7 @@ Why one file: it must open from disk, from a CI artifact and offline — no serv
 script, font or stylesheet (a Content-Security-Policy meta forbids every fetch). Why these numbers: the page is a
 view of the same library data as the text commands, never a new computation — the requests come from
 ``Pipeline.replay`` (what ``trace --json`` prints), the cached tokens per turn and the causes of breaks from
-``prefixdiff.TurnDiffer`` over those requests (the one cache model, ``zhin_cli.cache``: what
+``cache.diff.TurnDiffer`` over those requests (the one cache model, ``zhin_cli.cache``: what
 ``prefix-diff --json`` prints), and the economy summary from ``economy.session_economy`` (``report economy
 --json``). Tests compare the page's ``data-*`` hooks with those commands' JSON.
 
@@ -30,6 +30,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from zhin_cli.cache.diff import DEFAULT_FAIL_ON, BodyRequest, PairDiff, TurnDiffer
+from zhin_cli.cache.serialize import Serialized, serialize
 from zhin_cli.core.errors import UsageError
 from zhin_cli.core.model import Session
 from zhin_cli.core.outputfiles import escape_surrogates
@@ -40,7 +42,6 @@ from zhin_cli.pipeline.config import Config
 from zhin_cli.pipeline.context import RunContext
 from zhin_cli.pipeline.facade import Pipeline
 from zhin_cli.pipeline.prices import PriceTable
-from zhin_cli.tools.diff.prefix import DEFAULT_FAIL_ON, BodyRequest, PairDiff, Serialized, TurnDiffer, serialize
 
 HTML_REPORT_VERSION = 1
 # The page's policy: nothing fetched, no plugin, no <base>, no form target; its one inline script and one inline
@@ -385,8 +386,8 @@ class _CaptureCollector(_Collector):
 
 def capture_pages(path: Path, *, provider: str | None = None, prices: PriceTable | None = None) -> list[SessionPage]:
     """A capture folder or a JSONL of bodies as pages, one per conversation (``prefix-diff``'s grouping and figures)."""
+    from zhin_cli.cache.captures import body_request, diff_captures, group_conversations
     from zhin_cli.store.captures import read_captures
-    from zhin_cli.tools.capturediff import body_request, diff_captures, group_conversations
 
     captures = read_captures(path)
     diff = diff_captures(captures, provider=provider, prices=prices)
@@ -433,7 +434,7 @@ def build_report(
     from zhin_cli.core.tokens import counter
     from zhin_cli.pipeline.config import load_config
     from zhin_cli.store import database_read
-    from zhin_cli.tools.diff.prefix import session_refs, split_capture_refs
+    from zhin_cli.store.refs import session_refs, split_capture_refs
 
     workers = check_jobs(jobs)
     run = context or RunContext.for_config(load_config(config_path, cwd=cwd), cwd=cwd, db=db, prices_file=prices_file)
@@ -578,7 +579,7 @@ def _cost_hooks(cost: dict[str, Any] | None) -> str:
 
 def _costs(cost: dict[str, Any] | None) -> str:
     """``report economy``'s cost per request of the three layouts (— for a provider without prices)."""
-    from zhin_cli.cache.prices import format_usd
+    from zhin_cli.cache.cost import format_usd
 
     if not cost:
         return "—"
@@ -634,7 +635,7 @@ def _economy(page: SessionPage) -> str:
 def frontier_svg(sweep: dict[str, Any], width: int = 640, height: int = 280) -> str:
     """``report window --json``'s policies as a scatter chart: cost per request (y) against the messages of
     context kept (x); the cost/context frontier as a line; recommended, default and sliding labelled."""
-    from zhin_cli.cache.prices import format_usd
+    from zhin_cli.cache.cost import format_usd
 
     points = [p for p in sweep["policies"] if p["cost_per_request"] is not None]
     if not points:
@@ -731,7 +732,7 @@ def _chart(index: int, page: SessionPage) -> str:
 
 def _warm(page: SessionPage) -> str:
     """The headline's cache figures: prefix-diff's (warm: each request right after the one before, as replayed)."""
-    from zhin_cli.cache.prices import format_usd
+    from zhin_cli.cache.cost import format_usd
 
     cost = page.summary.get("cost")
     per_request = f' · {format_usd(cost["per_request"])} per request' if cost else ""

@@ -4,7 +4,7 @@ Hit rate alone picks the wrong window: no message cap caches best and costs most
 history). The bill is what an operator pays and the window's context is what the model sees, so the sweep
 replays the sessions under a grid of window policies (``policy_grid``: message pairs, block pairs, no cap,
 upstream's sliding window and the user's own window) and reports, per policy, the cost per request (the one
-cost definition, ``Cost.of``, over the shared replay loop ``cachereplay.replay_cache`` — so a policy's figures
+cost definition, ``Cost.of``, over the shared replay loop ``cache.replay.replay_cache`` — so a policy's figures
 are ``report economy``'s for the same window), the later-request hit rate, the physical limit and the context
 kept; then the cost/context Pareto frontier and the cheapest policy that keeps at least the context asked for.
 
@@ -27,13 +27,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from zhin_cli.cache import cached_share
-from zhin_cli.cache.prices import Cost, CostTotals, Price, PriceChoice, PriceTable
+from zhin_cli.cache.cost import Cost, CostTotals
 from zhin_cli.core.errors import UsageError
 from zhin_cli.core.model import Session
 from zhin_cli.core.tokens import DEFAULT_ENCODING
 from zhin_cli.core.tokens import counter as shared_counter
 from zhin_cli.pipeline.config import Config
 from zhin_cli.pipeline.context import RunContext
+from zhin_cli.pipeline.prices import Price, PriceChoice, PriceTable
 from zhin_cli.pipeline.window import WindowConfig, sliding
 
 WINDOW_VERSION = 1
@@ -166,8 +167,8 @@ class WindowJob:
 
 
 def window_job(job: WindowJob) -> SessionFigures:
+    from zhin_cli.cache.replay import replay_cache
     from zhin_cli.pipeline.facade import Pipeline
-    from zhin_cli.tools.cachereplay import replay_cache
 
     costs: list[Cost] = []
     later: list[tuple[int, int, int]] = []
@@ -386,7 +387,7 @@ def run_window(refs: list[str], *, cwd: Path, db: str | None = None, config_path
     (``cwd``, ``db``, ``config_path``, ``prices_file``)."""
     from zhin_cli.core.parallel import check_jobs
     from zhin_cli.pipeline.config import load_config
-    from zhin_cli.tools.diff.prefix import session_refs
+    from zhin_cli.store.refs import session_refs
 
     workers = check_jobs(jobs)
     run = context or RunContext.for_config(load_config(config_path, cwd=cwd), cwd=cwd, db=db, prices_file=prices_file)
@@ -416,7 +417,7 @@ def _ratio_text(value: float, against: float) -> str:
 def table_rows(report: WindowReport) -> list[tuple[str, ...]]:
     """The text table's cells per policy: name (with its R/D/S mark), cost per request, its ratio to the sliding
     window, later hit rate, physical limit, context mean/min, ● on the frontier."""
-    from zhin_cli.cache.prices import format_usd
+    from zhin_cli.cache.cost import format_usd
 
     def pct(value: float | None) -> str:
         return "—" if value is None else f"{value:.1%}"
@@ -441,7 +442,7 @@ def frontier_picture(report: WindowReport, width: int = PICTURE_WIDTH) -> list[s
     every policy a dot (``·``), frontier policies ``●``, the recommended, default and sliding policies ``R``,
     ``D``, ``S`` (a shared cell shows the first of R, D, S, ●, ·), then a legend naming them. The title and the
     legend are wrapped between words."""
-    from zhin_cli.cache.prices import format_usd
+    from zhin_cli.cache.cost import format_usd
 
     costs = [f.cost_per_request for f in report.policies]
     contexts = [f.context_mean for f in report.policies]
@@ -507,7 +508,7 @@ def role_legend(report: WindowReport, drawn: dict[str, str]) -> list[str]:
 
 def recommendation_line(report: WindowReport) -> str:
     """``recommended: <name> — $x/request (N× sliding, M× default), context mean K (≥ min)``."""
-    from zhin_cli.cache.prices import format_usd
+    from zhin_cli.cache.cost import format_usd
 
     chosen = report.recommended
     return (f"recommended: {chosen.policy.name} — {format_usd(chosen.cost_per_request)}/request "

@@ -15,32 +15,17 @@ usage does not report cache reads are counted as *unreported*, never as misses.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from zhin_cli.cache.groups import first_of_group
-from zhin_cli.cache.usage import NormalizedUsage, normalize_usage, usage_kind_of
-from zhin_cli.core.model import AssistantMessage, Session
+from zhin_cli.cache.usage import NormalizedUsage, UsageRecord, usage_records
+from zhin_cli.core.model import Session
 from zhin_cli.core.timezones import human_ms, iso_ms
 from zhin_cli.pipeline.providers import PROVIDERS, CacheRules, resolve_profile
-
-UNKNOWN = "?"
-
-
-@dataclass(frozen=True)
-class UsageRecord:
-    """One logged request: an assistant message and the usage it reported (if any)."""
-
-    session_id: str
-    row_id: int
-    timestamp: int  # ms
-    provider: str
-    model: str
-    kind: str | None  # usage kind, None when nothing usable was logged
-    usage: NormalizedUsage | None
 
 
 @dataclass
@@ -150,21 +135,6 @@ class CacheStats:
         day = datetime.fromtimestamp(self.newest / 1000, UTC).date().isoformat()
         until = f"--until {day}" + (f" --days {days}" if days else "")
         return f"to see it: {until}, or neither option for all of it"
-
-
-def usage_records(session: Session) -> Iterator[UsageRecord]:
-    for message in session.messages:
-        if isinstance(message, AssistantMessage):
-            yield usage_record(session.session_id, message)
-
-
-def usage_record(session_id: str, message: AssistantMessage) -> UsageRecord:
-    """What one stored assistant message says its request used: the one reading of stored usage (``trace`` shows
-    the same record beside its own figures)."""
-    kind = usage_kind_of(message.usage) if isinstance(message.usage, dict) else None
-    usage = normalize_usage(kind, message.usage) if kind is not None and message.usage is not None else None
-    return UsageRecord(session_id, message.row_id, message.timestamp, message.provider or UNKNOWN,
-                       message.model or UNKNOWN, kind, usage)
 
 
 def cache_rules(provider: str, model: str) -> CacheRules:

@@ -4,7 +4,7 @@ Two ways in: :func:`trace` returns every chosen request at once (``--json``, the
 hands them out one at a time as the replay makes them (``--jsonl`` streams each as it is made; the compact view of
 ``--all`` keeps one small :class:`TurnRow` per turn instead of the requests, so a long session's rows cost the
 rows, not the requests). :func:`turn_rows` is that compact view's data: per turn the prompt tokens, the part the
-provider's prompt cache would read — counted by prefix-diff's own cache model (``tools.diff.prefix.cached_tokens``
+provider's prompt cache would read — counted by prefix-diff's own cache model (``cache.replay.cached_tokens``
 over the same requests in the same order), so both commands give one number — the three largest segments, the
 state rendering mode and the validator's verdict.
 
@@ -12,10 +12,10 @@ Every figure says what it is. The requests are zhin's assembly of the stored row
 (``adr-0041``, or the preset's name when a preset skeleton is used; ``layout_name``), never the body the bot sent: a
 bot's own system prompt and tool schemas are not in its database. What the bot's provider reported for the
 request that produced a turn's reply — the usage stored on that assistant row — is shown beside zhin's figures
-(``StoredUsage``: ``stats cache``'s own reading, ``tools.stats.cache.usage_record``), under its own key, never mixed
+(``StoredUsage``: ``stats cache``'s own reading, ``cache.usage.usage_record``), under its own key, never mixed
 into zhin's ``prompt_tokens``; a row without usage shows none, not a zero.
 
-Each request's input cost, when its provider has prices (``prefixdiff.Pricing``: ``Cost.of`` over the same cache
+Each request's input cost, when its provider has prices (``cache.cost.Pricing``: ``Cost.of`` over the same cache
 outcomes, so ``trace`` and ``prefix-diff`` bill a request alike): the requests shown are fed to one cache
 simulator in order, so with ``--all`` a request is billed *warm* (after the ones before it, as prefix-diff bills
 it) and a single request *cold* (the request alone): docs/figures.md names the two, and the JSON says which
@@ -31,40 +31,23 @@ from pathlib import Path
 from typing import Any
 
 from zhin_cli.cache import CacheOutcome, PrefixCache
-from zhin_cli.cache.prices import Cost
-from zhin_cli.cache.usage import NormalizedUsage
+from zhin_cli.cache.captures import CaptureDiff, CaptureRequest, diff_capture_path
+from zhin_cli.cache.cost import Cost, Pricing, cost_dict
+from zhin_cli.cache.diff import PairDiff
+from zhin_cli.cache.replay import CACHE_MODEL, COLD, WARM, cache_outcome
+from zhin_cli.cache.serialize import serialize
+from zhin_cli.cache.usage import NormalizedUsage, usage_record
 from zhin_cli.core.errors import UsageError
 from zhin_cli.core.model import AssistantMessage
 from zhin_cli.pipeline.assemble import AssembledRequest, TurnPlan
 from zhin_cli.pipeline.config import load_config
 from zhin_cli.pipeline.context import RunContext
 from zhin_cli.pipeline.preset.model import Preset
+from zhin_cli.pipeline.provenance import ADR_LAYOUT, layout_name, layout_phrase
 from zhin_cli.store import database_read
-from zhin_cli.tools.capturediff import CaptureDiff, CaptureRequest, diff_capture_path
-from zhin_cli.tools.diff.prefix import CACHE_MODEL, COLD, WARM, PairDiff, Pricing, cache_outcome, cost_dict, serialize
-from zhin_cli.tools.stats.cache import usage_record
 
 TRACE_VERSION = 1
 TOP_SEGMENTS = 3  # segments a compact row names
-ADR_LAYOUT = "adr-0041"  # zhin's own assembly (ADR 0041), the layout without a preset
-
-
-def layout_name(preset: Preset | None) -> str:
-    """The layout that produced a pipeline's requests: ``adr-0041`` (the built-in one), else the preset's name."""
-    if preset is None or preset.builtin:
-        return ADR_LAYOUT
-    return preset.name or (preset.path.stem if preset.path is not None else "preset")
-
-
-def layout_note(layout: str) -> str:
-    """What the requests shown are: zhin's assembly, named, never the bot's own body."""
-    what = "zhin's ADR 0041 assembly" if layout == ADR_LAYOUT else f"zhin's assembly with preset {layout!r}"
-    return f"layout {layout}: {what} of the stored rows, not the body the bot sent"
-
-
-def layout_phrase(layout: str) -> str:
-    """The layout in a sentence: "ADR 0041", or "preset 'NAME'"."""
-    return "ADR 0041" if layout == ADR_LAYOUT else f"preset {layout!r}"
 
 
 @dataclass(frozen=True)

@@ -15,41 +15,23 @@ The outcome is the simulator's: ``report economy``/``report window`` let a prefi
 cache lifetime (cache groups) and count with one tokenizer; ``prefix-diff``/``trace`` feed one warm cache in the
 provider's tokenizer. Where those coincide (one cache group, OpenAI) every command bills every request alike
 (tests/test_cost_agreement.py); elsewhere the gap is the cold starts, and docs/economy.md says which is which.
-Output tokens are out of scope (the window does not change them).
+Output tokens are out of scope (the window does not change them). ``Pricing`` chooses each (provider, model)'s row
+once for a replay and keeps its notes; ``cost_dict`` is a cost as ``--json`` shows it.
 
 The price table (rows per provider and model, zhin.yaml ``prices:``, ``--prices FILE``) is
-``zhin_cli.pipeline.prices``, beside the config that overrides it; its names are re-exported here.
+``zhin_cli.pipeline.prices``, beside the config that overrides it: the one place prices live.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from zhin_cli.cache import CacheOutcome
-from zhin_cli.pipeline.prices import (
-    BUILTIN,
-    PER_TOKENS,
-    PRICE_PROVIDERS,
-    PRICES_VERSION,
-    TTLS,
-    Price,
-    PriceChoice,
-    PriceTable,
-    ProviderPrices,
-    builtin_prices,
-    dates_as_text,
-    load_prices,
-    parse_providers,
-    providers_schema,
-    read_prices,
-)
-
-__all__ = ["BUILTIN", "PER_TOKENS", "PRICES_VERSION", "PRICE_PROVIDERS", "TTLS", "Cost", "CostTotals", "Price",
-           "PriceChoice", "PriceTable", "ProviderPrices", "builtin_prices", "dates_as_text", "format_usd", "load_prices",
-           "parse_providers", "providers_schema", "read_prices"]
+from zhin_cli.cache.replay import Routed
+from zhin_cli.pipeline.prices import PER_TOKENS, Price, PriceTable
 
 
 @dataclass(frozen=True)
@@ -132,3 +114,33 @@ def format_usd(value: float | None) -> str:
     if size >= 1:
         return f"{sign}${abs(value):,.2f}"
     return f"{sign}${size:.{decimals}f}"
+
+
+def cost_dict(cost: Cost) -> dict[str, Any]:
+    """A request's cost as ``--json`` shows it: the three token counts and ``usd``."""
+    return {"uncached_tokens": cost.uncached_tokens, "cached_tokens": cost.cached_tokens,
+            "cache_write_tokens": cost.cache_write_tokens, "usd": round(cost.usd, 8)}
+
+
+@dataclass
+class Pricing:
+    """What a replay's requests cost: the row of each (provider, model) chosen once, each note kept once (a
+    default row used). A provider without rows (local servers, Gemini) has no cost and no note: nothing is shown."""
+
+    table: PriceTable | None
+    notes: list[str] = field(default_factory=list)
+    _rows: dict[tuple[str, str], Price | None] = field(default_factory=dict, repr=False)
+
+    def price(self, request: Routed) -> Price | None:
+        key = (request.provider, request.model)  # PriceTable.choose maps profiles to price lists
+        if key not in self._rows:
+            choice = self.table.choose(*key) if self.table is not None else None
+            if choice is not None and choice.note and choice.note not in self.notes:
+                self.notes.append(choice.note)
+            self._rows[key] = choice.price if choice is not None else None
+        return self._rows[key]
+
+    def cost(self, request: Routed, outcome: CacheOutcome) -> Cost | None:
+        """``Cost.of`` at the request's row (the one cost definition), None without one."""
+        price = self.price(request)
+        return Cost.of(outcome, price) if price is not None else None

@@ -25,23 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from zhin_cli.cache import PrefixCache
-from zhin_cli.cache.prices import Cost, CostTotals, PriceTable
+from zhin_cli.cache.cost import Cost, CostTotals, Pricing, cost_dict
+from zhin_cli.cache.diff import BodyRequest, PairDiff, RealUsage, SessionDiff, continues, diff_body_pair
+from zhin_cli.cache.replay import cache_outcome
+from zhin_cli.cache.serialize import Serialized
 from zhin_cli.cache.usage import normalize_usage
 from zhin_cli.core.tokens import encoding_for_model
+from zhin_cli.pipeline.prices import PriceTable
 from zhin_cli.pipeline.providers import for_wire, resolve_profile
 from zhin_cli.store.captures import CapturedBody, CaptureSet, read_captures
-from zhin_cli.tools.diff.prefix import (
-    BodyRequest,
-    PairDiff,
-    Pricing,
-    RealUsage,
-    Serialized,
-    SessionDiff,
-    cache_outcome,
-    continues,
-    cost_dict,
-    diff_body_pair,
-)
 from zhin_cli.wire import WireFormat, canonical, wire_for
 
 

@@ -6,6 +6,10 @@ the sweep) share, so a policy's figures are the economy's figures for the same w
 provider (``with_encoding``), a fresh simulator at each cache group (``cachegroups.first_of_group`` over the
 provider's ``lifetime_seconds``: the session's prefix is cold there), requests in stored order as ``zhin serve``
 would see them.
+
+Also one request's side of it, shared by every command that replays requests: whose cache it may read
+(``cache_key``), what it reads, writes and leaves uncached (``cache_outcome``, ``cached_tokens``), and the names of the
+cache a figure meets (``COLD``, ``WARM``, ``CACHE_MODEL``).
 """
 
 from __future__ import annotations
@@ -14,18 +18,18 @@ import dataclasses
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from zhin_cli.cache import CacheOutcome, Plan, PrefixCache
 from zhin_cli.cache import plan as cache_plan
 from zhin_cli.cache.groups import first_of_group
+from zhin_cli.cache.serialize import Serialized, serialize, wire_of
 from zhin_cli.core.model import AssistantMessage, Session
 from zhin_cli.core.tokens import TokenCounter
 from zhin_cli.core.tokens import counter as shared_counter
 from zhin_cli.pipeline.assemble import AssembledRequest
 from zhin_cli.pipeline.facade import Pipeline
-from zhin_cli.pipeline.providers import RenderedPart
-from zhin_cli.tools.diff.prefix import Serialized, cache_outcome, serialize, wire_of
+from zhin_cli.pipeline.providers import Capabilities, RenderedPart
 from zhin_cli.wire import canonical
 
 
@@ -175,3 +179,39 @@ def with_encoding(request: AssembledRequest, encoding: str, min_tokens: int | No
         cache = dataclasses.replace(request.profile.cache, min_tokens=min_tokens)
         request.profile = dataclasses.replace(request.profile, cache=cache)
     return request
+
+
+class Routed(Protocol):
+    """What the cache and the price table need of a request: zhin's own (``AssembledRequest``) or a captured body
+    (``BodyRequest``)."""
+
+    @property
+    def profile(self) -> Capabilities: ...
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def provider(self) -> str: ...
+
+
+def cache_key(request: Routed) -> tuple[str, str]:
+    """Whose cache entries a request may read: one profile and model (``zhin serve`` keys its cache the same)."""
+    return (request.profile.name, request.model)
+
+
+def cache_outcome(cache: PrefixCache, request: Routed, serialized: Serialized) -> CacheOutcome:
+    """Replay ``request`` against ``cache`` (then remember it): what its provider would read, write and leave
+    uncached (``Cost.of`` prices it)."""
+    return cache.account(cache_key(request), serialized.plan, None, request.profile.cache)
+
+
+# The cache a figure's request meets (docs/figures.md): a JSON document names it beside the cached tokens and costs.
+COLD = "cold"  # an empty cache: the request alone (``trace --turn N``)
+WARM = "warm"  # one never-expiring cache fed every request before it in order: a replay (``trace --all``, prefix-diff)
+CACHE_MODEL = "cache_model"  # the key that names it (``"cache"`` is a pair's own object of cached figures)
+
+
+def cached_tokens(cache: PrefixCache, request: AssembledRequest, serialized: Serialized) -> int:
+    """Replay ``request`` against ``cache`` (then remember it): the tokens its provider would read from it."""
+    return cache_outcome(cache, request, serialized).read
