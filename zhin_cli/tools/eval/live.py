@@ -5,7 +5,7 @@
 server's ``usage``.
 
 * Connection: ``base_url`` / ``api_key`` default to ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``. A loopback server
-  (127.0.0.0/8, ::1, localhost) needs no key: a placeholder is sent. Any other server without a key is a
+  (127.0.0.0/8, ::1, localhost) needs no key: a placeholder is sent. A server elsewhere without a key is a
   one-line error. The ``openai`` package is imported only when a request is made.
 * Failures: the ``openai`` client's own retries (exponential backoff from 0.5 s, at most 8 s, with jitter;
   ``Retry-After`` honoured) on 408/409/429/5xx, timeouts and refused connections, ``max_retries`` times. What

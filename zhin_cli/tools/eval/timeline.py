@@ -9,7 +9,7 @@ sessions.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -36,7 +36,7 @@ from zhin_cli.pipeline.format import CHANGE_FIELDS, StateChange, changed_line
 from zhin_cli.tools.eval.registry import spec_text, summary_of
 
 if TYPE_CHECKING:
-    from zhin_cli.core.jsontext import JSONObject
+    from zhin_cli.core.jsontext import JSON, JSONObject
 
 DEFAULT_START = "2025-10-29T09:00:00+08:00"
 DEFAULT_STEP_MS = 10_000
@@ -111,8 +111,8 @@ FACTS_SCHEMA: JSONObject = {
 }
 
 
-def _facts_of(actor: Actor, timestamp: int) -> dict[str, Any]:
-    facts: dict[str, Any] = {"name": actor.display_name, "role": actor.platform_role, "roles": list(actor.roles) or None,
+def _facts_of(actor: Actor, timestamp: int) -> JSONObject:
+    facts: JSONObject = {"name": actor.display_name, "role": actor.platform_role, "roles": list(actor.roles) or None,
                              "group_nickname": actor.card, "group_title": actor.title, "origin": actor.origin}
     if actor.muted_until is not None:
         facts["mute_time"] = max(0, (actor.muted_until - timestamp) // 1000) if actor.muted_until else 0
@@ -123,12 +123,12 @@ class Builder:
     """Appends stored messages with increasing row ids and a running clock."""
 
     def __init__(self, *, base: Path, timezone: str, start_ms: int, bot: BotFacts, scene: SceneFacts,
-                 members: dict[str, dict[str, Any]], session: Session | None = None, session_id: str = "eval") -> None:
+                 members: Mapping[str, JSONObject], session: Session | None = None, session_id: str = "eval") -> None:
         self.base = base
         self.zone = ZoneInfo(timezone)
         self.timezone = timezone
         self.now = start_ms
-        self.members: dict[str, dict[str, Any]] = {uid: dict(facts) for uid, facts in members.items()}
+        self.members: dict[str, JSONObject] = {uid: dict(facts) for uid, facts in members.items()}
         self.labels: dict[str, int] = {}  # label → row id
         self.actions: list[Action] = []
         self.line: int | None = None
@@ -171,19 +171,23 @@ class Builder:
             raise StepError(f"no earlier step is labelled {label!r}")
         return self.labels[label]
 
-    def actor(self, uid: str, overrides: dict[str, Any]) -> Actor:
+    def actor(self, uid: str, overrides: Mapping[str, JSON]) -> Actor:
         facts = self.members.setdefault(uid, {"name": uid, "role": "member", "mute_time": 0})
         facts.update({k: v for k, v in overrides.items() if k in FACT_FIELDS})
         return self._actor(uid, facts)
 
-    def _actor(self, uid: str, facts: dict[str, Any]) -> Actor:
-        values: dict[str, Any] = {FACT_FIELDS[k]: v for k, v in facts.items() if k in FACT_FIELDS}
-        if "roles" in values:
-            values["roles"] = tuple(values["roles"])
-        if "muted_until" in values:
-            seconds = int(values["muted_until"])
-            values["muted_until"] = 0 if seconds == 0 else self.now + seconds * 1000
-        return Actor(subject_id=uid, scope="group", **values)
+    def _actor(self, uid: str, facts: JSONObject) -> Actor:
+        """The member as its facts say (keys of ``FACTS_SCHEMA``, checked); a fact not given keeps Actor's default."""
+
+        def text(key: str) -> str | None:
+            value = facts.get(key)
+            return value if isinstance(value, str) else None
+
+        roles, seconds = facts.get("roles"), facts.get("mute_time")
+        return Actor(subject_id=uid, scope="group", display_name=text("name"), platform_role=text("role"),
+                     roles=tuple(r for r in roles if isinstance(r, str)) if isinstance(roles, list) else (),
+                     card=text("group_nickname"), title=text("group_title"), origin=text("origin"),
+                     muted_until=None if not isinstance(seconds, int) else 0 if seconds == 0 else self.now + seconds * 1000)
 
     def hhmm(self) -> str:
         return datetime.fromtimestamp(self.now / 1000, self.zone).strftime("%H:%M")
