@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
 
+from zhin_cli.core.jsontext import JSON, JSONObject
 from zhin_cli.pipeline.validate.verdict import ACCEPTED, Validator, Verdict
 
 # raise_exception texts, verbatim from the templates (§5)
@@ -55,8 +55,8 @@ CRASH_NONE_CONCAT = 'can only concatenate str (not "NoneType") to str'  # ' ' + 
 CRASH_NONE_IN = "argument of type 'NoneType' is not iterable"  # '</think>' in content with null (Qwen3)
 CRASH_ITEMS = "Can only get item pairs from a mapping."  # tool_call.arguments|items on a JSON string (Qwen3.5)
 
-TemplateCheck = Callable[[list[dict[str, Any]], dict[str, Any]], str | None]
-DropCheck = Callable[[list[dict[str, Any]], dict[str, Any]], list[str]]
+TemplateCheck = Callable[[list[JSONObject], JSONObject], str | None]
+DropCheck = Callable[[list[JSONObject], JSONObject], list[str]]
 
 
 def _error(message: str) -> Verdict:
@@ -70,15 +70,33 @@ def _error(message: str) -> Verdict:
     )
 
 
-def _has_tool_calls(message: dict[str, Any]) -> bool:
+class _TemplateCrash(Exception):
+    """The template hits a Python error on the body (its ``str()`` is what the server answers with)."""
+
+
+def _has_tool_calls(message: JSONObject) -> bool:
     return bool(message.get("tool_calls"))  # vLLM drops null and [] before rendering
 
 
-def _after_leading_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _tool_calls(message: JSONObject) -> list[JSON]:
+    """What ``for tool_call in message.tool_calls`` visits: a list's items, a string's characters, an object's keys
+    (Python's iteration, which Jinja uses); nothing for an absent or empty value. A number or ``true`` is not
+    iterable: the template crashes (``_TemplateCrash``), as it would on the server."""
+    calls = message.get("tool_calls")
+    if isinstance(calls, list):
+        return calls
+    if isinstance(calls, str | dict):
+        return list(calls)
+    if calls:
+        raise _TemplateCrash(f"'{type(calls).__name__}' object is not iterable")
+    return []
+
+
+def _after_leading_system(messages: list[JSONObject]) -> list[JSONObject]:
     return messages[1:] if messages and messages[0].get("role") == "system" else messages
 
 
-def _mistral(messages: list[dict[str, Any]], body: dict[str, Any]) -> str | None:
+def _mistral(messages: list[JSONObject], body: JSONObject) -> str | None:
     """mistral-7b-instruct-v0.3 (current revision) and mistral-nemo-instruct-2407."""
     loop = _after_leading_system(messages)
     # first pass: alternation over everything except tool results and assistant tool-call messages
@@ -95,7 +113,7 @@ def _mistral(messages: list[dict[str, Any]], body: dict[str, Any]) -> str | None
         if role == "user":
             continue
         if _has_tool_calls(message):
-            for call in message["tool_calls"]:
+            for call in _tool_calls(message):
                 call_id = call.get("id") if isinstance(call, dict) else None
                 if not isinstance(call_id, str) or len(call_id) != 9:
                     return MISTRAL_TOOL_ID
@@ -110,7 +128,7 @@ def _mistral(messages: list[dict[str, Any]], body: dict[str, Any]) -> str | None
     return None
 
 
-def _mixtral(messages: list[dict[str, Any]], body: dict[str, Any]) -> str | None:
+def _mixtral(messages: list[JSONObject], body: JSONObject) -> str | None:
     """mixtral-8x7b-instruct-v0.1 current revision (same template as mistral-7b-instruct v0.1/v0.2)."""
     for position, message in enumerate(_after_leading_system(messages)):
         role = message.get("role")
@@ -125,7 +143,7 @@ def _mixtral(messages: list[dict[str, Any]], body: dict[str, Any]) -> str | None
     return None
 
 
-def _gemma(messages: list[dict[str, Any]], body: dict[str, Any]) -> str | None:
+def _gemma(messages: list[JSONObject], body: JSONObject) -> str | None:
     """gemma-3 (later revision, as gemma-3-270m-it): a leading system message (string or parts) is merged into
     the first user turn. The only role check is ``(role == 'user') != (index is even)``, so a non-user role
     (system, tool) raises in a user slot and is rendered as its own ``<start_of_turn>`` in a model slot."""
@@ -137,7 +155,7 @@ def _gemma(messages: list[dict[str, Any]], body: dict[str, Any]) -> str | None:
     return None
 
 
-def _gemma2(messages: list[dict[str, Any]], body: dict[str, Any]) -> str | None:
+def _gemma2(messages: list[JSONObject], body: JSONObject) -> str | None:
     """gemma-2 (as gemma-2-2b-it): no system role at all, not even at index 0; then the same parity check as
     Gemma 3 over every message (a system message in a model slot is rendered, unchecked). Content goes through
     ``|trim``, which takes anything (null renders as the text "None")."""
@@ -149,7 +167,7 @@ def _gemma2(messages: list[dict[str, Any]], body: dict[str, Any]) -> str | None:
     return None
 
 
-def _llama3(messages: list[dict[str, Any]], body: dict[str, Any]) -> str | None:
+def _llama3(messages: list[JSONObject], body: JSONObject) -> str | None:
     """llama-3.1 / 3.2 / 3.3-instruct. System messages anywhere are rendered; with ``tools`` (and the default
     ``tools_in_user_message``) the first non-system message is consumed as the "first user message"."""
     loop = _after_leading_system(messages)
@@ -160,12 +178,12 @@ def _llama3(messages: list[dict[str, Any]], body: dict[str, Any]) -> str | None:
     for message in loop:
         if message.get("role") in ("ipython", "tool"):
             continue
-        if _has_tool_calls(message) and len(message["tool_calls"]) != 1:
+        if _has_tool_calls(message) and len(_tool_calls(message)) != 1:
             return LLAMA_SINGLE_CALL
     return None
 
 
-def _qwen25(messages: list[dict[str, Any]], body: dict[str, Any]) -> str | None:
+def _qwen25(messages: list[JSONObject], body: JSONObject) -> str | None:
     """qwen2.5-instruct: no raise in the template; system messages anywhere are rendered in place. Content is
     concatenated (``… + message.content + …``) everywhere except in a tool-call turn, so null content crashes there."""
     for message in messages:
@@ -174,7 +192,7 @@ def _qwen25(messages: list[dict[str, Any]], body: dict[str, Any]) -> str | None:
     return None
 
 
-def _qwen3(messages: list[dict[str, Any]], body: dict[str, Any]) -> str | None:
+def _qwen3(messages: list[JSONObject], body: JSONObject) -> str | None:
     """qwen3 (early revision, as Qwen3-0.6B): renders system anywhere; an assistant message with
     ``content: null`` crashes on ``'</think>' in message.content`` — send ``""`` instead."""
     for message in messages:
@@ -183,7 +201,7 @@ def _qwen3(messages: list[dict[str, Any]], body: dict[str, Any]) -> str | None:
     return None
 
 
-def _qwen35_content(content: Any) -> str | None:
+def _qwen35_content(content: JSON) -> str | None:
     """The template's ``render_content`` macro: the error it raises, if any."""
     if content is None or isinstance(content, str):
         return None
@@ -199,7 +217,7 @@ def _qwen35_content(content: Any) -> str | None:
     return QWEN35_CONTENT
 
 
-def _qwen35_text(content: Any) -> str:
+def _qwen35_text(content: JSON) -> str:
     if isinstance(content, str):
         return content.strip()
     if isinstance(content, list):
@@ -207,7 +225,7 @@ def _qwen35_text(content: Any) -> str:
     return ""
 
 
-def _qwen35(messages: list[dict[str, Any]], body: dict[str, Any]) -> str | None:
+def _qwen35(messages: list[JSONObject], body: JSONObject) -> str | None:
     """qwen3.5 (as Qwen3.5-4B)."""
     if not messages:
         return QWEN35_NO_MESSAGES
@@ -245,16 +263,16 @@ def _qwen35(messages: list[dict[str, Any]], body: dict[str, Any]) -> str | None:
     return None
 
 
-def _concatenated_arguments(message: dict[str, Any]) -> str | None:
+def _concatenated_arguments(message: JSONObject) -> str | None:
     """The crash of ``… + tool['function']['arguments'] + …`` on arguments that are not a string."""
-    for call in message["tool_calls"]:
+    for call in _tool_calls(message):
         function = call.get("function") if isinstance(call, dict) else None
         if isinstance(function, dict) and "arguments" in function and not isinstance(function["arguments"], str):
             return f'can only concatenate str (not "{type(function["arguments"]).__name__}") to str'  # crash
     return None
 
 
-def _deepseek_family(messages: list[dict[str, Any]], calls_need_null: bool) -> str | None:
+def _deepseek_family(messages: list[JSONObject], calls_need_null: bool) -> str | None:
     """The DeepSeek templates: first every system text is concatenated into the block at the start, then each
     message is rendered — user and tool content concatenated, a plain assistant reply searched for ``</think>``,
     a tool-call turn's arguments concatenated. ``calls_need_null`` (V3): only an assistant message with null
@@ -278,14 +296,14 @@ def _deepseek_family(messages: list[dict[str, Any]], calls_need_null: bool) -> s
     return None
 
 
-def _deepseek(messages: list[dict[str, Any]], body: dict[str, Any]) -> str | None:
+def _deepseek(messages: list[JSONObject], body: JSONObject) -> str | None:
     """deepseek-r1 (and its distills) and deepseek-v3.1: every system message is accepted (the template moves
     them all to the very start — a relocation, not an error). Arguments are concatenated as strings, so object
     arguments — what vLLM and Ollama hand the template — crash on every replayed tool call."""
     return _deepseek_family(messages, calls_need_null=False)
 
 
-def _deepseek_v3(messages: list[dict[str, Any]], body: dict[str, Any]) -> str | None:
+def _deepseek_v3(messages: list[JSONObject], body: JSONObject) -> str | None:
     """deepseek-v3: as R1, but an assistant message is a tool-call turn only when its ``content`` is null;
     with any other content (vLLM's ``""``) its calls are silently dropped (a warning, ``_drops_deepseek_v3``),
     so only a null-content tool-call turn can crash on object arguments."""
@@ -309,28 +327,28 @@ FAMILIES: dict[str, TemplateCheck] = {
 
 # --- what an accepting template silently loses -------------------------------------------------------------
 
-def _calls_dropped(position: int, message: dict[str, Any]) -> str:
-    calls = "tool call" if len(message["tool_calls"]) == 1 else "tool calls"
+def _calls_dropped(position: int, message: JSONObject) -> str:
+    calls = "tool call" if len(_tool_calls(message)) == 1 else "tool calls"
     return f"the template drops the {calls} of message {position}"
 
 
-def _text(message: dict[str, Any]) -> bool:
+def _text(message: JSONObject) -> bool:
     content = message.get("content")
     return bool(content.strip()) if isinstance(content, str) else bool(content)
 
 
-def _drops_tool_calls(messages: list[dict[str, Any]], body: dict[str, Any]) -> list[str]:
+def _drops_tool_calls(messages: list[JSONObject], body: JSONObject) -> list[str]:
     """Templates without a tool branch (Mixtral, Gemma 2 and 3) render an assistant message's content only."""
     return [_calls_dropped(i, m) for i, m in enumerate(messages) if m.get("role") == "assistant" and _has_tool_calls(m)]
 
 
-def _drops_call_text(messages: list[dict[str, Any]], body: dict[str, Any]) -> list[str]:
+def _drops_call_text(messages: list[JSONObject], body: JSONObject) -> list[str]:
     """Templates whose tool-call branch renders the calls only (Mistral v0.3/Nemo, Llama 3.x)."""
     return [f"the template drops the text of message {i} (it renders only the tool calls of an assistant message)"
             for i, m in enumerate(messages) if m.get("role") == "assistant" and _has_tool_calls(m) and _text(m)]
 
 
-def _drops_mistral(messages: list[dict[str, Any]], body: dict[str, Any]) -> list[str]:
+def _drops_mistral(messages: list[JSONObject], body: JSONObject) -> list[str]:
     """Mistral v0.3/Nemo put the leading system message into the *last* message, and only if that is a user
     turn: a request that ends on a tool result (or an assistant turn) loses the whole system prompt — and so does
     one that is only the system message (nothing after it to render it in)."""
@@ -341,7 +359,7 @@ def _drops_mistral(messages: list[dict[str, Any]], body: dict[str, Any]) -> list
     return out
 
 
-def _drops_deepseek_v3(messages: list[dict[str, Any]], body: dict[str, Any]) -> list[str]:
+def _drops_deepseek_v3(messages: list[JSONObject], body: JSONObject) -> list[str]:
     return [_calls_dropped(i, m) for i, m in enumerate(messages)
             if m.get("role") == "assistant" and m.get("content") is not None and _has_tool_calls(m)]
 
@@ -356,56 +374,63 @@ DROPS: dict[str, DropCheck] = {
 }
 
 
-def served(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def served(messages: list[JSONObject]) -> list[JSONObject]:
     """The messages as an OpenAI-compatible server hands them to the template (vLLM; Ollama's OpenAI
     endpoint does the same conversions): ``content: null`` becomes ``""`` and JSON-string ``arguments``
     become objects. The originals are not modified."""
-    out = []
+    out: list[JSONObject] = []
     for message in messages:
         message = dict(message)
         if message.get("content", "") is None:
             message["content"] = ""
         if _has_tool_calls(message):
-            calls = []
-            for call in message["tool_calls"]:
-                function = call.get("function") if isinstance(call, dict) else None
-                if isinstance(function, dict) and isinstance(function.get("arguments"), str):
-                    try:
-                        parsed = json.loads(function["arguments"])
-                    except json.JSONDecodeError:
-                        parsed = None
-                    if isinstance(parsed, dict):
-                        call = {**call, "function": {**function, "arguments": parsed}}
-                calls.append(call)
-            message["tool_calls"] = calls
+            message["tool_calls"] = [_served_call(call) for call in _tool_calls(message)]
         out.append(message)
     return out
 
 
-def _messages(body: dict[str, Any], normalize: bool) -> list[dict[str, Any]]:
+def _served_call(call: JSON) -> JSON:
+    """A tool call with its JSON-string ``arguments`` parsed into an object (when they hold one)."""
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(call, dict) or not isinstance(function, dict):
+        return call
+    arguments = function.get("arguments")
+    if not isinstance(arguments, str):
+        return call
+    try:
+        parsed = json.loads(arguments)
+    except json.JSONDecodeError:
+        return call
+    return {**call, "function": {**function, "arguments": parsed}} if isinstance(parsed, dict) else call
+
+
+def _messages(body: JSONObject, normalize: bool) -> list[JSONObject]:
     raw = body.get("messages")
     messages = [message for message in raw if isinstance(message, dict)] if isinstance(raw, list) else []
     return served(messages) if normalize else messages
 
 
-def _judge(family: str, body: dict[str, Any], normalize: bool) -> Verdict:
-    messages = _messages(body, normalize)
-    problem = FAMILIES[family](messages, body)
-    if problem:
-        return _error(problem)
-    drops = DROPS.get(family)
-    warnings = drops(messages, body) if drops else []
+def _judge(family: str, body: JSONObject, normalize: bool) -> Verdict:
+    try:
+        messages = _messages(body, normalize)
+        problem = FAMILIES[family](messages, body)
+        if problem:
+            return _error(problem)
+        drops = DROPS.get(family)
+        warnings = drops(messages, body) if drops else []
+    except _TemplateCrash as crash:
+        return _error(str(crash))
     return Verdict(ok=True, warnings=tuple(warnings)) if warnings else ACCEPTED
 
 
 def _validators(family: str) -> dict[str, Validator]:
     """The family's two validators: ``template:<family>`` (the body as sent) and ``served:<family>`` (normalised)."""
 
-    def validate_template(body: dict[str, Any], model: str) -> Verdict:
+    def validate_template(body: JSONObject, model: str) -> Verdict:
         """The raw template (``apply_chat_template``, llama.cpp-style engines): the body as sent."""
         return _judge(family, body, False)
 
-    def validate_served(body: dict[str, Any], model: str) -> Verdict:
+    def validate_served(body: JSONObject, model: str) -> Verdict:
         """The template behind an OpenAI-compatible server that normalises the body first (vLLM, Ollama)."""
         return _judge(family, body, True)
 

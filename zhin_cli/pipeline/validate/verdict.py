@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+
+from zhin_cli.core.jsontext import JSONObject
 
 
 @dataclass(frozen=True)
@@ -19,21 +20,21 @@ class Verdict:
     type: str | None = None
     code: str | int | None = None
     # The exact JSON body the real API answers with (its error envelope); None = the OpenAI shape.
-    envelope: dict[str, Any] | None = None
+    envelope: JSONObject | None = None
     # Accepted, but the real template silently loses part of the request (e.g. "the template drops the tool
     # call of message 3"): no HTTP error would ever say so, so the validator does.
     warnings: tuple[str, ...] = ()
 
-    def error_body(self) -> dict[str, Any]:
+    def error_body(self) -> JSONObject:
         if self.envelope is not None:
             return self.envelope
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSONObject:
         if self.ok:
             return {"ok": True, "status": 200, **({"warnings": list(self.warnings)} if self.warnings else {})}
         return {"ok": False, "status": self.status, "body": self.error_body()}
 
 
 ACCEPTED = Verdict(ok=True)
-Validator = Callable[[dict[str, Any], str], Verdict]
+Validator = Callable[[JSONObject, str], Verdict]
