@@ -252,6 +252,8 @@ NOT_REGISTRIES = {
     "zhin_cli/signals.py:SIGNALLED": "the signal received, if any",
     "zhin_cli/core/redact.py:_remembered": "secrets seen this run, masked wherever they are printed",
     "zhin_cli/store/__init__.py:FALLBACKS": "which registered data sources are the catch-alls (names of SOURCES)",
+    "zhin_cli/core/registry.py:_SHARES": "bookkeeping of the registries themselves: which plugin registration other "
+                                         "loads of the same plugin share, so a release undoes it only at the last",
 }
 
 
