@@ -34,7 +34,7 @@ SNAPSHOT_V1 = frozenset({
     "ProviderCase", "register_case", "CASES", "ProviderSpec", "PROVIDERS", "register_provider", "provider",
     "provider_names", "for_wire", "register_prices", "PRICE_ROWS", "RunContext",
 })
-HEAVY = ("zhin_cli.tools", "zhin_cli.pipeline.assemble", "zhin_cli.store.database", "sqlalchemy", "rich", "typer")
+HEAVY = ("zhin_cli.tools", "zhin_cli.pipeline.assemble", "zhin_cli.store.database", "zhin_cli.store.db", "sqlalchemy", "rich", "typer")
 
 
 def removed(snapshot: frozenset[str], names: list[str]) -> set[str]:
