@@ -9,8 +9,8 @@ test. Only rules tagged [V]/[R] in reference/providers.md reject.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
+from zhin_cli.core.jsontext import JSONObject
 from zhin_cli.core.registry import Registry
 from zhin_cli.pipeline.validate import anthropic, deepseek, gemini, openai, templates
 from zhin_cli.pipeline.validate.verdict import ACCEPTED, Validator, Verdict
@@ -24,7 +24,7 @@ def register_validator(name: str, *, replace: bool = False) -> Callable[[Validat
     return VALIDATORS.adding(name, replace=replace)
 
 
-def validate(name: str, body: dict[str, Any], model: str) -> Verdict:
+def validate(name: str, body: JSONObject, model: str) -> Verdict:
     """Run the validator ``name`` (see ``VALIDATORS``) on a wire body for ``model``."""
     if name not in VALIDATORS:
         from zhin_cli.core.errors import ConfigError

@@ -23,8 +23,8 @@ top-level automatic ``cache_control`` counts toward the 4 breakpoints ([U], not 
 from __future__ import annotations
 
 import re
-from typing import Any
 
+from zhin_cli.core.jsontext import JSON, JSONObject
 from zhin_cli.pipeline.providers.specs.anthropic import (  # the model tables live with the profile: one decision, and the
     MID_SYSTEM_MODELS,  # providers never import the validators (tests/test_layers.py)
     accepts_mid_system,
@@ -55,7 +55,7 @@ def _error(message: str) -> Verdict:
 supports_mid_conversation_system = accepts_mid_system
 
 
-def _blocks(content: Any) -> list[dict[str, Any]]:
+def _blocks(content: JSON) -> list[JSONObject]:
     """Content as a list of blocks (a string is one text block)."""
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
@@ -64,8 +64,8 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
     return []
 
 
-def _count_cache_control(body: dict[str, Any]) -> int:
-    def in_blocks(blocks: Any) -> int:
+def _count_cache_control(body: JSONObject) -> int:
+    def in_blocks(blocks: JSON) -> int:
         if not isinstance(blocks, list):
             return 0
         total = 0
@@ -78,15 +78,17 @@ def _count_cache_control(body: dict[str, Any]) -> int:
             total += in_blocks(block.get("content"))
         return total
 
-    total = sum(1 for tool in body.get("tools") or [] if isinstance(tool, dict) and tool.get("cache_control"))
+    tools = body.get("tools")
+    total = sum(1 for tool in tools if isinstance(tool, dict) and tool.get("cache_control")) if isinstance(tools, list) else 0
     total += in_blocks(body.get("system"))
-    for message in body.get("messages") or []:
+    messages = body.get("messages")
+    for message in messages if isinstance(messages, list) else []:
         if isinstance(message, dict):
             total += in_blocks(message.get("content"))
     return total
 
 
-def _is_directive_only(message: dict[str, Any], body: dict[str, Any]) -> bool:
+def _is_directive_only(message: JSONObject, body: JSONObject) -> bool:
     # "the directive-only form (content: [] with output_config) is accepted at any position" [R, 2 sources]
     return message.get("content") == [] and ("output_config" in message or "output_config" in body)
 
@@ -99,7 +101,7 @@ class _Turn:
         self.indices: list[int] = [first]
 
 
-def _turns(messages: list[dict[str, Any]]) -> list[_Turn]:
+def _turns(messages: list[JSONObject]) -> list[_Turn]:
     turns: list[_Turn] = []
     for index, message in enumerate(messages):
         role = message.get("role")
@@ -110,7 +112,7 @@ def _turns(messages: list[dict[str, Any]]) -> list[_Turn]:
     return turns
 
 
-def _ends_with_server_tool_result(turn: _Turn, messages: list[dict[str, Any]]) -> bool:
+def _ends_with_server_tool_result(turn: _Turn, messages: list[JSONObject]) -> bool:
     blocks = _blocks(messages[turn.indices[-1]].get("content"))
     if not blocks:
         return False
@@ -118,7 +120,7 @@ def _ends_with_server_tool_result(turn: _Turn, messages: list[dict[str, Any]]) -
     return kind.endswith("_tool_result") and kind != "tool_result"
 
 
-def _check_shape(messages: list[Any]) -> Verdict | None:
+def _check_shape(messages: list[JSON]) -> Verdict | None:
     for index, message in enumerate(messages):
         if not isinstance(message, dict) or message.get("role") not in _ROLES:
             # [U] text: the API's schema rejects other roles; wording modelled on its pydantic-style errors
@@ -133,7 +135,7 @@ def _check_shape(messages: list[Any]) -> Verdict | None:
     return None
 
 
-def _check_content(index: int, message: dict[str, Any], final: bool) -> Verdict | None:
+def _check_content(index: int, message: JSONObject, final: bool) -> Verdict | None:
     if message.get("role") == "system":
         return None
     content = message.get("content")
@@ -154,7 +156,7 @@ def _check_content(index: int, message: dict[str, Any], final: bool) -> Verdict 
     return None
 
 
-def _tool_uses(turn: _Turn, messages: list[dict[str, Any]]) -> list[tuple[int, str]]:
+def _tool_uses(turn: _Turn, messages: list[JSONObject]) -> list[tuple[int, str]]:
     found: list[tuple[int, str]] = []
     for index in turn.indices:
         for block in _blocks(messages[index].get("content")):
@@ -174,13 +176,13 @@ def _missing_results(uses: list[tuple[int, str]], answered: set[str]) -> Verdict
     )
 
 
-def _check_tool_results(turn: _Turn, previous: _Turn | None, messages: list[dict[str, Any]]) -> Verdict | None:
+def _check_tool_results(turn: _Turn, previous: _Turn | None, messages: list[JSONObject]) -> Verdict | None:
     """``turn`` is a user turn; ``previous`` the turn right before it (if any)."""
     uses = _tool_uses(previous, messages) if previous is not None and previous.role == "assistant" else []
     expected = {tool_id for _, tool_id in uses}
     # (message index, block index, tool_use_id) of every tool_result in the combined turn, in order
     results: list[tuple[int, int, str]] = []
-    ordered: list[dict[str, Any]] = []
+    ordered: list[JSONObject] = []
     for index in turn.indices:
         for position, block in enumerate(_blocks(messages[index].get("content"))):
             ordered.append(block)
@@ -211,7 +213,7 @@ def _check_tool_results(turn: _Turn, previous: _Turn | None, messages: list[dict
 
 
 def _check_system_section(
-    turn: _Turn, previous: _Turn | None, following: _Turn | None, messages: list[dict[str, Any]], body: dict[str, Any], model: str
+    turn: _Turn, previous: _Turn | None, following: _Turn | None, messages: list[JSONObject], body: JSONObject, model: str
 ) -> Verdict | None:
     if not supports_mid_conversation_system(model):
         return _error("role 'system' is not supported on this model")
@@ -228,14 +230,14 @@ def _check_system_section(
     return None
 
 
-def validate_messages(body: dict[str, Any], model: str) -> Verdict:
+def validate_messages(body: JSONObject, model: str) -> Verdict:
     raw = body.get("messages")
     if not isinstance(raw, list) or not raw:
         return _error("messages: at least one message is required")
     shape = _check_shape(raw)
     if shape is not None:
         return shape
-    messages: list[dict[str, Any]] = raw
+    messages = [message for message in raw if isinstance(message, dict)]  # all of them: _check_shape said so
     found = _count_cache_control(body)
     if found > 4:
         return _error(f"A maximum of 4 blocks with cache_control may be provided. Found {found}.")

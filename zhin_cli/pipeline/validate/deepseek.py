@@ -21,7 +21,8 @@ Not modelled: thinking-mode ``reasoning_content`` pass-back (§4.2, V3.2/V4 thin
 from __future__ import annotations
 
 import json
-from typing import Any
+
+from zhin_cli.core.jsontext import JSON, JSONObject
 
 # Models validated with the R1-era ``deepseek-reasoner`` ordering rules (Jan–Apr 2025): the list and
 # ``set_r1_era_models`` live with the deepseek profile, whose renderer rules follow ``is_r1_era`` too
@@ -55,11 +56,11 @@ def _error(message: str) -> Verdict:
     )
 
 
-def _compact(value: Any) -> bytes:
+def _compact(value: object) -> bytes:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
-def _serde_column(body: dict[str, Any], index: int) -> int:
+def _serde_column(body: JSONObject, messages: list[JSON], index: int) -> int:
     """serde_json's column for an error raised when message ``index`` has been read.
 
     serde reports a missing field after consuming the object's closing brace, so the (one-based) column is
@@ -68,16 +69,17 @@ def _serde_column(body: dict[str, Any], index: int) -> int:
     """
     marker = "\u0000zhin-marker\u0000"
     probe = dict(body)
-    probe["messages"] = [marker if position == index else message for position, message in enumerate(body["messages"])]
+    probe["messages"] = [marker if position == index else message for position, message in enumerate(messages)]
     start = _compact(probe).index(_compact(marker))
-    return start + len(_compact(body["messages"][index]))
+    return start + len(_compact(messages[index]))
 
 
-def _check_schema(body: dict[str, Any]) -> Verdict | None:
-    for index, message in enumerate(body["messages"]):
+def _check_schema(body: JSONObject, messages: list[JSON]) -> Verdict | None:
+    """``messages``: ``body["messages"]``, a list."""
+    for index, message in enumerate(messages):
         if isinstance(message, dict) and message.get("role") == "tool" and "tool_call_id" not in message:
             # [R] the 2025 reports show HTTP 422, the late-2025/2026 ones HTTP 400 with the usual error body
-            column = _serde_column(body, index)
+            column = _serde_column(body, messages, index)
             return _error(
                 f"Failed to deserialize the JSON body into the target type: messages[{index}]: "
                 f"missing field `tool_call_id` at line 1 column {column}"
@@ -85,7 +87,7 @@ def _check_schema(body: dict[str, Any]) -> Verdict | None:
     return None
 
 
-def _check_tools(messages: list[dict[str, Any]]) -> Verdict | None:
+def _check_tools(messages: list[JSONObject]) -> Verdict | None:
     expected = 0  # tool_calls of the assistant message the current run of tool messages answers
     seen = 0
     in_run = False  # inside the contiguous run of tool messages right after an assistant with tool_calls
@@ -107,7 +109,7 @@ def _check_tools(messages: list[dict[str, Any]]) -> Verdict | None:
     return None
 
 
-def _check_r1_order(messages: list[dict[str, Any]]) -> Verdict | None:
+def _check_r1_order(messages: list[JSONObject]) -> Verdict | None:
     # Order of the four checks is ours [U]; each text is verbatim from the R1-era API [R].
     started = False
     for message in messages:
@@ -130,18 +132,18 @@ def _check_r1_order(messages: list[dict[str, Any]]) -> Verdict | None:
                 f"deepseek-reasoner does not support successive user or assistant messages (messages[{index}] and "
                 f"messages[{index + 1}] in your input). You should interleave the user/assistant messages in the message sequence."
             )
-    last = messages[-1] if messages else {}
+    last: JSONObject = messages[-1] if messages else {}
     if not (last.get("role") == "user" or (last.get("role") == "assistant" and last.get("prefix") is True)):
         return _error(R1_LAST_MESSAGE)
     return None
 
 
-def validate_chat(body: dict[str, Any], model: str) -> Verdict:
+def validate_chat(body: JSONObject, model: str) -> Verdict:
     raw = body.get("messages")
     if not isinstance(raw, list):
         return ACCEPTED  # nothing this validator models
-    messages: list[dict[str, Any]] = [message for message in raw if isinstance(message, dict)]
-    verdict = _check_schema(body) or _check_tools(messages)
+    messages = [message for message in raw if isinstance(message, dict)]
+    verdict = _check_schema(body, raw) or _check_tools(messages)
     if verdict is None and is_r1_era(model):
         verdict = _check_r1_order(messages)
     return verdict or ACCEPTED

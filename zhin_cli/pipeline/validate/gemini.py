@@ -18,8 +18,7 @@ function response" (2023), Gemini 3's missing ``thoughtSignature`` on replayed f
 
 from __future__ import annotations
 
-from typing import Any
-
+from zhin_cli.core.jsontext import JSON, JSONObject
 from zhin_cli.pipeline.validate.verdict import ACCEPTED, Verdict
 
 ROLE_MESSAGE = "Please use a valid role: user, model."
@@ -45,12 +44,12 @@ def _error(message: str) -> Verdict:
     )
 
 
-def _role(content: dict[str, Any]) -> Any:
+def _role(content: JSONObject) -> JSON:
     role = content.get("role")
     return "user" if role in (None, "") else role
 
 
-def _count(content: dict[str, Any], camel: str, snake: str) -> int:
+def _count(content: JSONObject, camel: str, snake: str) -> int:
     parts = content.get("parts")
     if not isinstance(parts, list):
         return 0
@@ -58,16 +57,17 @@ def _count(content: dict[str, Any], camel: str, snake: str) -> int:
     return sum(1 for part in parts if isinstance(part, dict) and (camel in part or snake in part))
 
 
-def _calls(content: dict[str, Any]) -> int:
+def _calls(content: JSONObject) -> int:
     return _count(content, "functionCall", "function_call")
 
 
-def _responses(content: dict[str, Any]) -> int:
+def _responses(content: JSONObject) -> int:
     return _count(content, "functionResponse", "function_response")
 
 
-def validate_generate(body: dict[str, Any], model: str) -> Verdict:
-    contents = [content for content in body.get("contents") or [] if isinstance(content, dict)]
+def validate_generate(body: JSONObject, model: str) -> Verdict:
+    raw = body.get("contents")
+    contents = [content for content in raw if isinstance(content, dict)] if isinstance(raw, list) else []
     for content in contents:
         if _role(content) not in ("user", "model"):
             return _error(ROLE_MESSAGE)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
-from typing import Any
 
+from zhin_cli.core.jsontext import JSON, JSONObject
 from zhin_cli.pipeline.validate.verdict import ACCEPTED, Verdict
 
 _ROLES = ("developer", "system", "user", "assistant", "tool", "function")
@@ -15,7 +15,39 @@ def _error(message: str, param: str | None, code: str | None = None) -> Verdict:
     return Verdict(ok=False, status=400, message=message, param=param, type="invalid_request_error", code=code)
 
 
-def validate_chat(body: dict[str, Any], model: str) -> Verdict:
+_JSON_KINDS = ((bool, "a boolean"), (int, "an integer"), (float, "a number"), (str, "a string"), (list, "an array"),
+               (dict, "an object"))
+
+
+def _invalid_type(path: str, expected: str, value: JSON) -> Verdict:
+    """A value of the wrong JSON type where the schema wants ``expected`` ("an object") — [U] wording modelled on
+    the API's "Invalid type for 'messages[0]': expected an object, but got a string instead."."""
+    got = next((kind for python_type, kind in _JSON_KINDS if isinstance(value, python_type)), "null")
+    return _error(f"Invalid type for '{path}': expected {expected}, but got {got} instead.", path, "invalid_type")
+
+
+def _call_ids(index: int, message: JSONObject) -> list[str] | Verdict:
+    """The ids of an assistant message's ``tool_calls`` (none when absent or empty), or the error for a malformed one."""
+    calls = message.get("tool_calls")
+    if not calls:
+        return []
+    if not isinstance(calls, list):
+        return _invalid_type(f"messages[{index}].tool_calls", "an array", calls)
+    ids: list[str] = []
+    for position, call in enumerate(calls):
+        path = f"messages[{index}].tool_calls[{position}]"
+        if not isinstance(call, dict):
+            return _invalid_type(path, "an object", call)
+        if "id" not in call:
+            return _error(f"Missing required parameter: '{path}.id'.", f"{path}.id", "missing_required_parameter")
+        call_id = call["id"]
+        if not isinstance(call_id, str):
+            return _invalid_type(f"{path}.id", "a string", call_id)
+        ids.append(call_id)
+    return ids
+
+
+def validate_chat(body: JSONObject, model: str) -> Verdict:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         return _error("[] is too short - 'messages'", "messages")
@@ -24,6 +56,8 @@ def validate_chat(body: dict[str, Any], model: str) -> Verdict:
     pending_index = -1
     answered: set[str] = set()
     for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            return _invalid_type(f"messages[{index}]", "an object", message)
         role = message.get("role")
         if role not in _ROLES:
             return _error(
@@ -72,11 +106,13 @@ def validate_chat(body: dict[str, Any], model: str) -> Verdict:
         pending_index = -1
         answered = set()
         if role == "assistant":
-            calls = message.get("tool_calls") or []
-            if message.get("content") is None and not calls:
+            ids = _call_ids(index, message)
+            if isinstance(ids, Verdict):
+                return ids
+            if message.get("content") is None and not message.get("tool_calls"):
                 return _error("Invalid value for 'content': expected a string, got null.", f"messages.[{index}].content")
-            if calls:
-                pending = [c.get("id") for c in calls]
+            if ids:
+                pending = ids
                 pending_index = index
     if pending:
         return _error(
