@@ -54,11 +54,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING, TypedDict, Unpack
 from urllib.parse import urlsplit
 
 from zhin_cli.cache import CacheOutcome, PrefixCache, plan
 from zhin_cli.core.errors import UsageError, ZhinError
+from zhin_cli.core.jsontext import JSON, JSONObject
 from zhin_cli.core.loopback import loopback_authority, loopback_host
 from zhin_cli.core.redact import mask_url
 from zhin_cli.core.registry import Registry
@@ -85,12 +87,15 @@ from zhin_cli.tools.serve.upstream import (
 )
 from zhin_cli.wire import wire_for
 
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
+
 MAX_BODY = 64 * 1024 * 1024
 
 Log = Callable[[str], None]
 
 
-def _canonical(value: Any) -> str:
+def _canonical(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 
@@ -100,9 +105,9 @@ def _canonical(value: Any) -> str:
 @dataclass(frozen=True)
 class Dialect:
     name: str  # the wire format (zhin_cli.wire) whose cache view and usage shape it answers with
-    error: Callable[[int, str], dict[str, Any]]  # (status, message) → the API's error body
-    completion: Callable[[dict[str, Any], str, str, CacheOutcome, int], dict[str, Any]]
-    stream: Callable[[dict[str, Any], str, str, CacheOutcome, int], Iterator[bytes]]
+    error: Callable[[int, str], JSONObject]  # (status, message) → the API's error body
+    completion: Callable[[JSONObject, str, str, CacheOutcome, int], JSONObject]
+    stream: Callable[[JSONObject, str, str, CacheOutcome, int], Iterator[bytes]]
     missing_model: str
 
 
@@ -113,7 +118,7 @@ def register_dialect(dialect: Dialect, *, replace: bool = False) -> Dialect:
     return DIALECTS.add(dialect.name, dialect, replace=replace)
 
 
-def _sse(data: Any, event: str | None = None) -> bytes:
+def _sse(data: JSONObject, event: str | None = None) -> bytes:
     head = f"event: {event}\n" if event else ""
     return f"{head}data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
 
@@ -121,7 +126,7 @@ def _sse(data: Any, event: str | None = None) -> bytes:
 _TRANSPORT_FIELDS = ("stream", "stream_options")  # how the answer is delivered, not what is asked
 
 
-def _digest(body: Mapping[str, Any]) -> str:
+def _digest(body: Mapping[str, object]) -> str:
     """Hash of what the request asks (the same conversation streamed or not gets the same reply)."""
     asked = {k: v for k, v in body.items() if k not in _TRANSPORT_FIELDS}
     return hashlib.sha256(_canonical(asked).encode("utf-8")).hexdigest()
@@ -132,32 +137,34 @@ def _digest(body: Mapping[str, Any]) -> str:
 _OPENAI_ERROR_TYPES = {400: "invalid_request_error", 404: "invalid_request_error", 413: "invalid_request_error"}
 
 
-def _openai_error(status: int, message: str) -> dict[str, Any]:
+def _openai_error(status: int, message: str) -> JSONObject:
     return {"error": {"message": message, "type": _OPENAI_ERROR_TYPES.get(status, "server_error"), "param": None, "code": None}}
 
 
-def _openai_usage(cache: CacheOutcome, output_tokens: int) -> dict[str, Any]:
+def _openai_usage(cache: CacheOutcome, output_tokens: int) -> JSONObject:
     return wire_for("openai-chat").usage(cache, output_tokens)
 
 
-def _openai_head(body: dict[str, Any], model: str, kind: str) -> dict[str, Any]:
+def _openai_head(body: JSONObject, model: str, kind: str) -> JSONObject:
     return {"id": f"chatcmpl-{_digest(body)[:24]}", "object": kind, "created": int(time.time()), "model": model,
             "service_tier": "default", "system_fingerprint": "fp_zhin_serve"}
 
 
-def _openai_completion(body: dict[str, Any], model: str, text: str, cache: CacheOutcome, output_tokens: int) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None, "annotations": []}
+def _openai_completion(body: JSONObject, model: str, text: str, cache: CacheOutcome, output_tokens: int) -> JSONObject:
+    message: JSONObject = {"role": "assistant", "content": text, "refusal": None, "annotations": []}
     return {**_openai_head(body, model, "chat.completion"),
             "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": "stop"}],
             "usage": _openai_usage(cache, output_tokens)}
 
 
-def _openai_stream(body: dict[str, Any], model: str, text: str, cache: CacheOutcome, output_tokens: int) -> Iterator[bytes]:
+def _openai_stream(body: JSONObject, model: str, text: str, cache: CacheOutcome, output_tokens: int) -> Iterator[bytes]:
     head = _openai_head(body, model, "chat.completion.chunk")
     options = body.get("stream_options")
     with_usage = isinstance(options, dict) and options.get("include_usage") is True
-    extra: dict[str, Any] = {"usage": None} if with_usage else {}
-    for delta, finish in (({"role": "assistant", "content": "", "refusal": None}, None), ({"content": text}, None), ({}, "stop")):
+    extra: JSONObject = {"usage": None} if with_usage else {}
+    deltas: tuple[tuple[JSONObject, str | None], ...] = (
+        ({"role": "assistant", "content": "", "refusal": None}, None), ({"content": text}, None), ({}, "stop"))
+    for delta, finish in deltas:
         yield _sse({**head, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}], **extra})
     if with_usage:
         yield _sse({**head, "choices": [], "usage": _openai_usage(cache, output_tokens)})
@@ -173,25 +180,25 @@ register_dialect(Dialect("openai-chat", _openai_error, _openai_completion, _open
 _ANTHROPIC_ERROR_TYPES = {400: "invalid_request_error", 404: "not_found_error", 413: "request_too_large"}
 
 
-def _anthropic_error(status: int, message: str) -> dict[str, Any]:
+def _anthropic_error(status: int, message: str) -> JSONObject:
     return {"type": "error", "error": {"type": _ANTHROPIC_ERROR_TYPES.get(status, "api_error"), "message": message}}
 
 
-def _anthropic_usage(cache: CacheOutcome, output_tokens: int) -> dict[str, Any]:
+def _anthropic_usage(cache: CacheOutcome, output_tokens: int) -> JSONObject:
     return wire_for("anthropic-messages").usage(cache, output_tokens)
 
 
-def _anthropic_message(body: dict[str, Any], model: str, content: list[dict[str, Any]], stop: str | None,
-                       usage: dict[str, Any]) -> dict[str, Any]:
+def _anthropic_message(body: JSONObject, model: str, content: list[JSON], stop: str | None,
+                       usage: JSONObject) -> JSONObject:
     return {"id": f"msg_{_digest(body)[:24]}", "type": "message", "role": "assistant", "model": model, "content": content,
             "stop_reason": stop, "stop_sequence": None, "usage": usage}
 
 
-def _anthropic_completion(body: dict[str, Any], model: str, text: str, cache: CacheOutcome, output_tokens: int) -> dict[str, Any]:
+def _anthropic_completion(body: JSONObject, model: str, text: str, cache: CacheOutcome, output_tokens: int) -> JSONObject:
     return _anthropic_message(body, model, [{"type": "text", "text": text}], "end_turn", _anthropic_usage(cache, output_tokens))
 
 
-def _anthropic_stream(body: dict[str, Any], model: str, text: str, cache: CacheOutcome, output_tokens: int) -> Iterator[bytes]:
+def _anthropic_stream(body: JSONObject, model: str, text: str, cache: CacheOutcome, output_tokens: int) -> Iterator[bytes]:
     start = _anthropic_message(body, model, [], None, _anthropic_usage(cache, 1))
     yield _sse({"type": "message_start", "message": start}, "message_start")
     yield _sse({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}, "content_block_start")
@@ -212,17 +219,17 @@ register_dialect(Dialect("anthropic-messages", _anthropic_error, _anthropic_comp
 _GEMINI_STATUS = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 413: "INVALID_ARGUMENT", 501: "UNIMPLEMENTED"}
 
 
-def _gemini_error(status: int, message: str) -> dict[str, Any]:
+def _gemini_error(status: int, message: str) -> JSONObject:
     return {"error": {"code": status, "message": message, "status": _GEMINI_STATUS.get(status, "INTERNAL")}}
 
 
-def _gemini_completion(body: dict[str, Any], model: str, text: str, cache: CacheOutcome, output_tokens: int) -> dict[str, Any]:
+def _gemini_completion(body: JSONObject, model: str, text: str, cache: CacheOutcome, output_tokens: int) -> JSONObject:
     return {"candidates": [{"content": {"role": "model", "parts": [{"text": text}]}, "finishReason": "STOP", "index": 0}],
             **wire_for("gemini-generate").usage(cache, output_tokens), "modelVersion": model,
             "responseId": _digest(body)[:24]}
 
 
-def _gemini_stream(body: dict[str, Any], model: str, text: str, cache: CacheOutcome, output_tokens: int) -> Iterator[bytes]:
+def _gemini_stream(body: JSONObject, model: str, text: str, cache: CacheOutcome, output_tokens: int) -> Iterator[bytes]:
     yield _sse(_gemini_completion(body, model, text, cache, output_tokens))
 
 
@@ -271,7 +278,7 @@ def endpoint_at(route: str) -> tuple[Endpoint | None, str | None]:
 @dataclass(frozen=True)
 class Reply:
     status: int
-    body: dict[str, Any] | None = None
+    body: JSONObject | None = None
     events: Iterator[bytes] | None = None  # a server-sent-event stream instead of a JSON body
     note: str = ""  # for the request log
 
@@ -397,7 +404,7 @@ class _DeadlineReader(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer: Any) -> int:
+    def readinto(self, buffer: WriteableBuffer) -> int:
         remaining = self._deadline - time.monotonic()
         if remaining <= 0:
             raise TimeoutError("the request was not received in time")
@@ -419,9 +426,9 @@ _NO_HARD_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.
 _TOO_DEEP = object()  # json.loads gave up on the body's nesting
 
 
-def nesting_over(value: Any, limit: int) -> bool:
+def nesting_over(value: object, limit: int) -> bool:
     """Whether JSON ``value`` nests deeper than ``limit`` (without recursion)."""
-    stack: list[tuple[Any, int]] = [(value, 1)] if isinstance(value, (dict, list)) else []  # a scalar nests nothing
+    stack: list[tuple[JSONObject | list[JSON], int]] = [(value, 1)] if isinstance(value, (dict, list)) else []  # a scalar nests nothing
     while stack:
         item, depth = stack.pop()
         children = item.values() if isinstance(item, dict) else item
@@ -493,7 +500,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802
         self._respond("GET", b"", None)
 
-    def _error_body(self, status: int, message: str) -> dict[str, Any]:
+    def _error_body(self, status: int, message: str) -> JSONObject:
         endpoint, _ = endpoint_at(self.path.split("?", 1)[0])
         return DIALECTS[endpoint.dialect if endpoint else "openai-chat"].error(status, f"zhin serve: {message}")
 
@@ -636,13 +643,13 @@ class _Handler(BaseHTTPRequestHandler):
         endpoint, _ = endpoint_at(self.path.split("?", 1)[0])
         return endpoint.dialect if endpoint is not None else "openai-chat"
 
-    def _recorder(self, captured: Path | None) -> Callable[[dict[str, Any]], None] | None:
+    def _recorder(self, captured: Path | None) -> Callable[[JSONObject], None] | None:
         """What writes the ``.exchange.json`` beside the captured body (both modes write the same shape)."""
         capture = self.server.capture
         if captured is None or capture is None:
             return None
 
-        def write(record: dict[str, Any]) -> None:
+        def write(record: JSONObject) -> None:
             capture.write_exchange(captured, record, self._log)
 
         return write
@@ -777,7 +784,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self.server.log:
             self.server.log(terminal_safe(line))  # a request path cannot rewrite the terminal or forge a log line
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 — we log one line per answer instead
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 — we log one line per answer instead
         pass
 
 
@@ -862,7 +869,7 @@ class Capture:
                     self.next = max(self.next, self._highest() + 1)
         raise OSError(f"no free capture number after {self.next}")
 
-    def write_exchange(self, request_file: Path, record: dict[str, Any], log: Log | None = None) -> Path | None:
+    def write_exchange(self, request_file: Path, record: JSONObject, log: Log | None = None) -> Path | None:
         """``NNNNN-<route>.exchange.json`` beside the request body: written to a temporary file, then moved into
         place, so a reader sees the whole record or none (the number is already ours: the body holds it)."""
         target = request_file.with_name(request_file.name.removesuffix(".json") + ".exchange.json")
@@ -880,6 +887,9 @@ class Capture:
         for temporary in pending:
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
+
+
+_Request = socket.socket | tuple[bytes, socket.socket]  # what socketserver hands a server per connection
 
 
 class ConformanceServer(HTTPServer):
@@ -904,7 +914,7 @@ class ConformanceServer(HTTPServer):
         self.request_deadline = request_deadline
         self.budget = ByteBudget(max(max_buffered, MAX_BODY))
         self._closing = threading.Event()
-        self._queue: queue.Queue[tuple[socket.socket, Any] | None] = queue.Queue(maxsize=workers)
+        self._queue: queue.Queue[tuple[_Request, object] | None] = queue.Queue(maxsize=workers)
         self._workers: list[threading.Thread] = []  # (server_close runs if binding fails)
         super().__init__(address, _Handler)
         self._workers = [threading.Thread(target=self._work, name=f"zhin-serve-{i}", daemon=True) for i in range(workers)]
@@ -917,7 +927,7 @@ class ConformanceServer(HTTPServer):
         host = str(host)
         return f"http://{f'[{host}]' if ':' in host else host}:{port}/v1"
 
-    def process_request(self, request: Any, client_address: Any) -> None:
+    def process_request(self, request: _Request, client_address: object) -> None:
         """Hand the connection to the pool; while every worker is busy, stop accepting (the backlog holds the rest)."""
         while not self._closing.is_set():
             try:
@@ -934,11 +944,12 @@ class ConformanceServer(HTTPServer):
                 self.finish_request(request, client_address)
             except Exception as error:  # never a traceback on stderr: one log line
                 if self.log:
-                    self.log(terminal_safe(f"connection from {client_address[0]} ended: {type(error).__name__}: {error}"))
+                    host = client_address[0] if isinstance(client_address, tuple) else client_address
+                    self.log(terminal_safe(f"connection from {host} ended: {type(error).__name__}: {error}"))
             finally:
                 self.shutdown_request(request)
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
+    def handle_error(self, request: _Request, client_address: object) -> None:
         pass  # errors are handled (and logged) in _work and the handler
 
     def shutdown(self) -> None:
@@ -967,6 +978,24 @@ class ConformanceServer(HTTPServer):
             self.upstream_pool.close()
 
 
+class ServerLimits(TypedDict, total=False):
+    """ConformanceServer's keyword options, as make_server and running_server pass them on."""
+
+    workers: int
+    idle_timeout: float
+    request_deadline: float
+    max_buffered: int
+
+
+class RunningOptions(ServerLimits, total=False):
+    """running_server's keyword options: the server's limits and make_server's upstream options."""
+
+    upstream: str | None
+    upstream_connect_timeout: float
+    upstream_read_timeout: float
+    upstream_deadline: float | None
+
+
 class _ConformanceServer6(ConformanceServer):
     address_family = socket.AF_INET6
 
@@ -974,11 +1003,12 @@ class _ConformanceServer6(ConformanceServer):
 def make_server(provider: str = "openai", host: str = "127.0.0.1", port: int = 0, log: Log | None = None,
                 capture: Path | None = None, *, upstream: str | None = None, upstream_connect_timeout: float = CONNECT_TIMEOUT,
                 upstream_read_timeout: float = READ_TIMEOUT, upstream_deadline: float | None = None,
-                **limits: Any) -> ConformanceServer:
+                **limits: Unpack[ServerLimits]) -> ConformanceServer:
     """A bound (not yet serving) server; checks the host and that ``provider`` can serve the endpoints that use it.
     With ``upstream`` it forwards to that URL instead of answering, and must record (``capture``); the forwarded
     request's deadline is ``upstream_deadline``, by default the server's ``request_deadline``."""
     address = loopback_host(host, "zhin serve")
+    relayed_to: Upstream | None = None
     if upstream is not None:
         if capture is None:
             raise UsageError("--upstream records what the provider is sent and answers: name the folder with --capture DIR")
@@ -987,7 +1017,7 @@ def make_server(provider: str = "openai", host: str = "127.0.0.1", port: int = 0
         if not 0 < upstream_deadline <= MAX_UPSTREAM_DEADLINE:  # also NaN
             raise UsageError(f"--upstream-deadline {upstream_deadline:g} is out of range "
                              f"(seconds, more than 0, at most {MAX_UPSTREAM_DEADLINE:g})")
-        limits["upstream"] = parse_upstream(upstream, connect_timeout=upstream_connect_timeout,
+        relayed_to = parse_upstream(upstream, connect_timeout=upstream_connect_timeout,
                                             read_timeout=upstream_read_timeout, deadline=upstream_deadline)
     if provider not in PROVIDERS:
         raise UsageError(unknown_provider(provider))
@@ -999,14 +1029,14 @@ def make_server(provider: str = "openai", host: str = "127.0.0.1", port: int = 0
         raise UsageError(f"--port {port} is out of range (0-65535; 0 picks a free port)")
     server_class = _ConformanceServer6 if ":" in address else ConformanceServer
     try:
-        return server_class((address, port), provider, log, capture, **limits)
+        return server_class((address, port), provider, log, capture, upstream=relayed_to, **limits)
     except OSError as error:
         raise ZhinError(f"cannot listen on {address}:{port}: {error.strerror or error}") from None
 
 
 @contextmanager
 def running_server(provider: str = "openai", port: int = 0, host: str = "127.0.0.1",
-                   log: Log | None = None, capture: Path | None = None, **limits: Any) -> Iterator[tuple[str, ConformanceServer]]:
+                   log: Log | None = None, capture: Path | None = None, **limits: Unpack[RunningOptions]) -> Iterator[tuple[str, ConformanceServer]]:
     """Run a server in a background thread; yields ``(base_url, server)`` and shuts it down on exit.
     ``limits``: ConformanceServer's keyword options (workers, idle_timeout, request_deadline, max_buffered) and
     make_server's upstream options (upstream, upstream_connect_timeout, upstream_read_timeout, upstream_deadline)."""
@@ -1028,7 +1058,7 @@ def serve(provider: str = "openai", host: str = "127.0.0.1", port: int = 0, *,
     normally (exit 0) once in-flight captures are finished or removed; a second signal ends at once. An ignored
     signal (nohup, a background job) stays ignored."""
     server = make_server(provider, host, port, log, capture, upstream=upstream, upstream_deadline=upstream_deadline)
-    previous: dict[int, Any] = {}
+    previous: dict[int, signal.Handlers | int | Callable[[int, FrameType | None], object] | None] = {}
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGINT, signal.SIGTERM):
             if signal.getsignal(signum) != signal.SIG_IGN:
@@ -1045,7 +1075,7 @@ def serve(provider: str = "openai", host: str = "127.0.0.1", port: int = 0, *,
             signal.signal(number, handler)
 
 
-def _stop(signum: int, frame: Any) -> None:
+def _stop(signum: int, frame: FrameType | None) -> None:
     for other in (signal.SIGINT, signal.SIGTERM):  # a second signal while stopping: end at once
         if signal.getsignal(other) == _stop:
             signal.signal(other, signal.SIG_DFL)

@@ -42,11 +42,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from zhin_cli.cache.usage import normalize_usage, usage_kind_of
 from zhin_cli.core.errors import UsageError
+from zhin_cli.core.jsontext import JSON, JSONObject
 from zhin_cli.core.redact import mask_url, split_userinfo
 
 CONNECT_TIMEOUT = 5.0  # a stopped or unreachable upstream is a 502 within this
@@ -291,7 +291,7 @@ def _reason(error: BaseException) -> str:
 # --- what the answer said: usage and the message, from a JSON body or an event stream ----------------------------
 
 
-def usage_in(dialect: str, body: Any) -> dict[str, Any] | None:
+def usage_in(dialect: str, body: JSON) -> JSONObject | None:
     """The provider's usage object in a JSON answer (Gemini: ``usageMetadata``), or None."""
     if not isinstance(body, dict):
         return None
@@ -299,7 +299,7 @@ def usage_in(dialect: str, body: Any) -> dict[str, Any] | None:
     return usage if isinstance(usage, dict) else None
 
 
-def usage_note(dialect: str, usage: dict[str, Any] | None) -> str:
+def usage_note(dialect: str, usage: JSONObject | None) -> str:
     """``prompt=… read=… written=…`` as the conformance server logs them (``-``: the provider did not say)."""
     if usage is None:
         return "no usage"
@@ -324,7 +324,7 @@ class EventStream:
         self._left = limit
         self.overflowed = False
 
-    def feed(self, piece: bytes) -> list[tuple[str | None, Any]]:
+    def feed(self, piece: bytes) -> list[tuple[str | None, JSON]]:
         if self.overflowed:
             return []
         self._left -= len(piece)
@@ -333,7 +333,7 @@ class EventStream:
             self._buffer.clear()
             return []
         self._buffer += piece
-        events: list[tuple[str | None, Any]] = []
+        events: list[tuple[str | None, JSON]] = []
         start = 0
         while match := self._END.search(self._buffer, start):
             event = self._parse(bytes(self._buffer[start : match.start()]))
@@ -344,7 +344,7 @@ class EventStream:
         return events
 
     @staticmethod
-    def _parse(block: bytes) -> tuple[str | None, Any] | None:
+    def _parse(block: bytes) -> tuple[str | None, JSON] | None:
         name: str | None = None
         data: list[str] = []
         for line in re.split(r"\r\n|\n|\r", block.decode("utf-8", "replace")):
@@ -363,9 +363,18 @@ class EventStream:
             return None
 
 
-def _append(holder: dict[str, Any], key: str, piece: Any) -> None:
+def _append(holder: JSONObject, key: str, piece: JSON) -> None:
     if isinstance(piece, str):
-        holder[key] = (holder.get(key) or "") + piece
+        so_far = holder.get(key)
+        holder[key] = (so_far if isinstance(so_far, str) else "") + piece
+
+
+def _object_at(holder: JSONObject, key: str) -> JSONObject:
+    """``holder[key]``, an object this module built there (a stray value is replaced, not trusted)."""
+    value = holder.get(key)
+    if not isinstance(value, dict):
+        value = holder[key] = {}
+    return value
 
 
 class OpenAIChatStream:
@@ -374,55 +383,64 @@ class OpenAIChatStream:
     _HEAD = ("id", "created", "model", "system_fingerprint", "service_tier")
 
     def __init__(self) -> None:
-        self.head: dict[str, Any] = {}
-        self.choices: dict[int, dict[str, Any]] = {}
-        self.usage: dict[str, Any] | None = None
+        self.head: JSONObject = {}
+        self.choices: dict[int, JSONObject] = {}
+        self.usage: JSONObject | None = None
 
-    def event(self, name: str | None, data: Any) -> None:
+    def event(self, name: str | None, data: JSON) -> None:
         if not isinstance(data, dict):
             return
         self.head.update((key, data[key]) for key in self._HEAD if key in data)
-        if isinstance(data.get("usage"), dict):
-            self.usage = data["usage"]
-        for choice in data.get("choices") or ():
+        usage, choices = data.get("usage"), data.get("choices")
+        if isinstance(usage, dict):
+            self.usage = usage
+        for choice in choices if isinstance(choices, list) else ():  # (a JSON object or text here: no choices)
             if isinstance(choice, dict):
                 self._choice(choice)
 
-    def _choice(self, choice: dict[str, Any]) -> None:
-        index = choice.get("index", 0) if isinstance(choice.get("index", 0), int) else 0
+    def _choice(self, choice: JSONObject) -> None:
+        given = choice.get("index", 0)
+        index = given if isinstance(given, int) else 0
         slot = self.choices.setdefault(index, {"index": index, "message": {"role": "assistant", "content": None},
                                                "finish_reason": None})
-        message, delta = slot["message"], choice.get("delta")
+        message, delta = _object_at(slot, "message"), choice.get("delta")
         if isinstance(delta, dict):
-            if isinstance(delta.get("role"), str):
-                message["role"] = delta["role"]
+            role, calls = delta.get("role"), delta.get("tool_calls")
+            if isinstance(role, str):
+                message["role"] = role
             for key in ("content", "refusal", "reasoning_content"):
                 _append(message, key, delta.get(key))
-            for call in delta.get("tool_calls") or ():
+            for call in calls if isinstance(calls, list) else ():
                 if isinstance(call, dict):
                     self._tool_call(message, call)
         if choice.get("finish_reason") is not None:
             slot["finish_reason"] = choice["finish_reason"]
 
     @staticmethod
-    def _tool_call(message: dict[str, Any], call: dict[str, Any]) -> None:
-        calls: list[dict[str, Any]] = message.setdefault("tool_calls", [])
-        index = call.get("index", len(calls)) if isinstance(call.get("index"), int) else len(calls)
+    def _tool_call(message: JSONObject, call: JSONObject) -> None:
+        calls = message.setdefault("tool_calls", [])
+        if not isinstance(calls, list):  # (only this method writes it: always a list)
+            calls = message["tool_calls"] = []
+        given = call.get("index")
+        index = given if isinstance(given, int) else len(calls)
         while len(calls) <= index:
             calls.append({"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
         slot = calls[index]
+        if not isinstance(slot, dict):
+            slot = calls[index] = {}
         for key in ("id", "type"):
-            if isinstance(call.get(key), str):
-                slot[key] = call[key]
+            value = call.get(key)
+            if isinstance(value, str):
+                slot[key] = value
         function = call.get("function")
         if isinstance(function, dict):
-            _append(slot["function"], "name", function.get("name"))
-            _append(slot["function"], "arguments", function.get("arguments"))
+            _append(_object_at(slot, "function"), "name", function.get("name"))
+            _append(_object_at(slot, "function"), "arguments", function.get("arguments"))
 
-    def final(self) -> dict[str, Any] | None:
+    def final(self) -> JSONObject | None:
         if not self.head and not self.choices:
             return None
-        choices = [self.choices[i] for i in sorted(self.choices)]
+        choices: list[JSON] = [self.choices[i] for i in sorted(self.choices)]
         return {**self.head, "object": "chat.completion", "choices": choices, "usage": self.usage}
 
 
@@ -430,50 +448,52 @@ class AnthropicStream:
     """Messages stream events → the ``message`` they add up to; usage: message_start's, updated by message_delta's."""
 
     def __init__(self) -> None:
-        self.message: dict[str, Any] | None = None
-        self.blocks: dict[int, dict[str, Any]] = {}
+        self.message: JSONObject | None = None
+        self.blocks: dict[int, JSONObject] = {}
         self.partial: dict[int, str] = {}
-        self.usage: dict[str, Any] | None = None
+        self.usage: JSONObject | None = None
 
-    def event(self, name: str | None, data: Any) -> None:
+    def event(self, name: str | None, data: JSON) -> None:
         if not isinstance(data, dict):
             return
         kind, index = data.get("type"), data.get("index")
-        if kind == "message_start" and isinstance(data.get("message"), dict):
-            self.message = {k: v for k, v in data["message"].items() if k != "content"}
-            if isinstance(data["message"].get("usage"), dict):
-                self.usage = dict(data["message"]["usage"])
-        elif kind == "content_block_start" and isinstance(index, int) and isinstance(data.get("content_block"), dict):
-            self.blocks[index] = dict(data["content_block"])
-        elif kind == "content_block_delta" and isinstance(index, int) and isinstance(data.get("delta"), dict):
-            self._delta(index, data["delta"])
+        message, block, delta, usage = data.get("message"), data.get("content_block"), data.get("delta"), data.get("usage")
+        if kind == "message_start" and isinstance(message, dict):
+            self.message = {k: v for k, v in message.items() if k != "content"}
+            started = message.get("usage")
+            if isinstance(started, dict):
+                self.usage = dict(started)
+        elif kind == "content_block_start" and isinstance(index, int) and isinstance(block, dict):
+            self.blocks[index] = dict(block)
+        elif kind == "content_block_delta" and isinstance(index, int) and isinstance(delta, dict):
+            self._delta(index, delta)
         elif kind == "content_block_stop" and isinstance(index, int) and index in self.partial and index in self.blocks:
             try:
                 self.blocks[index]["input"] = json.loads(self.partial.pop(index) or "{}")
             except ValueError:
                 pass
         elif kind == "message_delta":
-            if self.message is not None and isinstance(data.get("delta"), dict):
-                self.message.update(data["delta"])
-            if isinstance(data.get("usage"), dict):
-                self.usage = {**(self.usage or {}), **data["usage"]}
+            if self.message is not None and isinstance(delta, dict):
+                self.message.update(delta)
+            if isinstance(usage, dict):
+                self.usage = {**(self.usage or {}), **usage}
 
-    def _delta(self, index: int, delta: dict[str, Any]) -> None:
+    def _delta(self, index: int, delta: JSONObject) -> None:
         block = self.blocks.setdefault(index, {"type": "text", "text": ""})
-        kind = delta.get("type")
+        kind, partial, signature = delta.get("type"), delta.get("partial_json"), delta.get("signature")
         if kind == "text_delta":
             _append(block, "text", delta.get("text"))
-        elif kind == "input_json_delta" and isinstance(delta.get("partial_json"), str):
-            self.partial[index] = self.partial.get(index, "") + delta["partial_json"]
+        elif kind == "input_json_delta" and isinstance(partial, str):
+            self.partial[index] = self.partial.get(index, "") + partial
         elif kind == "thinking_delta":
             _append(block, "thinking", delta.get("thinking"))
-        elif kind == "signature_delta" and isinstance(delta.get("signature"), str):
-            block["signature"] = delta["signature"]
+        elif kind == "signature_delta" and isinstance(signature, str):
+            block["signature"] = signature
 
-    def final(self) -> dict[str, Any] | None:
+    def final(self) -> JSONObject | None:
         if self.message is None:
             return None
-        content = [self.blocks[i] for i in sorted(self.blocks)]
+        content: list[JSON] = [self.blocks[i] for i in sorted(self.blocks)]
         return {**self.message, "content": content, "usage": self.usage}
 
 
@@ -482,38 +502,42 @@ class GeminiStream:
     last chunk; usage: the last ``usageMetadata``."""
 
     def __init__(self) -> None:
-        self.last: dict[str, Any] | None = None
-        self.parts: list[dict[str, Any]] = []
-        self.usage: dict[str, Any] | None = None
+        self.last: JSONObject | None = None
+        self.parts: list[JSONObject] = []
+        self.usage: JSONObject | None = None
 
-    def event(self, name: str | None, data: Any) -> None:
+    def event(self, name: str | None, data: JSON) -> None:
         if not isinstance(data, dict):
             return
         self.last = data
-        if isinstance(data.get("usageMetadata"), dict):
-            self.usage = data["usageMetadata"]
+        usage = data.get("usageMetadata")
+        if isinstance(usage, dict):
+            self.usage = usage
         content = _first_candidate(data).get("content")
-        for part in (content.get("parts") if isinstance(content, dict) else None) or ():
+        parts = content.get("parts") if isinstance(content, dict) else None
+        for part in parts if isinstance(parts, list) else ():
             if not isinstance(part, dict):
                 continue
-            if isinstance(part.get("text"), str) and self.parts and set(self.parts[-1]) == {"text"} and set(part) == {"text"}:
-                self.parts[-1] = {"text": self.parts[-1]["text"] + part["text"]}
+            text, joined = part.get("text"), self.parts[-1].get("text") if self.parts else None
+            if isinstance(text, str) and isinstance(joined, str) and set(self.parts[-1]) == {"text"} and set(part) == {"text"}:
+                self.parts[-1] = {"text": joined + text}
             else:
                 self.parts.append(dict(part))
 
-    def final(self) -> dict[str, Any] | None:
+    def final(self) -> JSONObject | None:
         if self.last is None:
             return None
         first = dict(_first_candidate(self.last))
         content = first.get("content")
-        first["content"] = {**(content if isinstance(content, dict) else {}), "parts": self.parts}
-        answer = {**self.last, "candidates": [first]}
+        parts: list[JSON] = list(self.parts)
+        first["content"] = {**(content if isinstance(content, dict) else {}), "parts": parts}
+        answer: JSONObject = {**self.last, "candidates": [first]}
         if self.usage is not None:
             answer["usageMetadata"] = self.usage
         return answer
 
 
-def _first_candidate(data: dict[str, Any]) -> dict[str, Any]:
+def _first_candidate(data: JSONObject) -> JSONObject:
     candidates = data.get("candidates")
     first = candidates[0] if isinstance(candidates, list) and candidates else None
     return first if isinstance(first, dict) else {}
@@ -524,13 +548,22 @@ STREAMS: dict[str, Callable[[], OpenAIChatStream | AnthropicStream | GeminiStrea
 }
 
 
+def _parsed(data: bytes | bytearray) -> JSON:
+    """A JSON answer's value, or None when it is not JSON (recorded as such, never an error)."""
+    try:
+        value: JSON = json.loads(data)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    return value
+
+
 class Exchange:
     """What one request got, recorded as it is delivered: ``record()`` is the ``.exchange.json`` object, handed
     to ``on_end`` once by ``finish()`` — for a JSON answer before it is sent, so that a client holding the answer
     finds its record; for a stream when it has ended."""
 
     def __init__(self, dialect: str, upstream: str | None, limit: int,
-                 on_end: Callable[[dict[str, Any]], None] | None = None, *, model: str | None = None,
+                 on_end: Callable[[JSONObject], None] | None = None, *, model: str | None = None,
                  path: str | None = None) -> None:
         self.dialect, self.upstream, self.limit = dialect, upstream, limit
         self.model, self.path = model, path  # a Gemini body names no model: its path does
@@ -540,7 +573,7 @@ class Exchange:
         self.stream = False
         self._events = EventStream(limit)
         self._reader = STREAMS.get(dialect, OpenAIChatStream)()
-        self.body: Any = None
+        self.body: JSON = None
 
     def answered(self, status: int, *, stream: bool) -> None:
         self.status, self.stream = status, stream
@@ -549,16 +582,11 @@ class Exchange:
         for name, data in self._events.feed(piece):
             self._reader.event(name, data)
 
-    def whole(self, data: bytes | bytearray | dict[str, Any] | None) -> None:
-        if isinstance(data, (bytes, bytearray)):
-            try:
-                data = json.loads(data)
-            except (UnicodeDecodeError, ValueError, RecursionError):
-                data = None
-        self.body = data
+    def whole(self, data: bytes | bytearray | JSONObject | None) -> None:
+        self.body = _parsed(data) if isinstance(data, (bytes, bytearray)) else data
 
     @property
-    def usage(self) -> dict[str, Any] | None:
+    def usage(self) -> JSONObject | None:
         if self.stream:
             return None if self._events.overflowed else self._reader.usage
         return usage_in(self.dialect, self.body)
@@ -568,7 +596,7 @@ class Exchange:
         if on_end is not None:
             on_end(self.record())
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> JSONObject:
         response = (None if self._events.overflowed else self._reader.final()) if self.stream else self.body
         return {"version": 1, "upstream": self.upstream, "model": self.model, "path": self.path, "status": self.status,
                 "stream": self.stream, "usage": self.usage, "response": response,
