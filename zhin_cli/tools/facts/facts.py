@@ -7,12 +7,12 @@ the L2 store of :mod:`zhin_cli.store.facts`.
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from sqlalchemy import Connection, select, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from zhin_cli.core.errors import SessionNotFound, ZhinError
+from zhin_cli.core.jsontext import JSON, JSONObject
 from zhin_cli.core.timezones import choose_timezone, valid_timezone
 from zhin_cli.store import schema
 from zhin_cli.store.db import SessionDatabase, db_error, parse_db, writable_engine
@@ -22,7 +22,7 @@ from zhin_cli.store.payload import short
 FACTS_TABLES = ("ai_session_profiles", "ai_scene_members")
 
 
-def show_facts(db: str, session: str, *, timezone: str | None = None, configured: str | None = None) -> dict[str, Any]:
+def show_facts(db: str, session: str, *, timezone: str | None = None, configured: str | None = None) -> JSONObject:
     """``zhin facts show``: the stored scene facts, bot role and member rows of a session (epoch id or key),
     read in one read-only snapshot (a bot committing meanwhile is seen wholly or not at all). A database without
     stored member facts (upstream's own: it has no facts tables) gets its roster rebuilt from the rows that tell
@@ -46,7 +46,7 @@ def show_facts(db: str, session: str, *, timezone: str | None = None, configured
         rebuilt = None if stored else rebuild_facts(conn, key, set(database.tables), database.ref.label)
         zone, source = choose_timezone(timezone, configured, *_session_zone(conn, key, session, set(database.tables)),
                                        os.environ.get("TZ"))
-    data: dict[str, Any] = {
+    data: JSONObject = {
         "version": 1,
         "session_key": key,
         "timezone": zone,
@@ -61,7 +61,7 @@ def show_facts(db: str, session: str, *, timezone: str | None = None, configured
             "members": [entry.as_dict() for _, entry in sorted(rebuilt.members.items())],
             "global_mute": [{"at": at, "on": on, "by": by} for at, on, by in rebuilt.global_mute],
         }
-        data["warnings"] = rebuilt.warnings
+        data["warnings"] = list[JSON](rebuilt.warnings)
     data["nothing"] = nothing_reason(data, database.tables)
     return data
 
@@ -90,9 +90,10 @@ def _session_zone(conn: Connection, key: str, session: str, tables: set[str]) ->
     return zone, "data" if zone else None
 
 
-def nothing_reason(data: dict[str, Any], tables: set[str] | list[str]) -> str | None:
+def nothing_reason(data: JSONObject, tables: set[str] | list[str]) -> str | None:
     """Why ``facts show`` has nothing to show, in one line; ``None`` when it has something."""
-    rebuilt = data.get("rebuilt") or {}
+    rebuilt = data.get("rebuilt")
+    rebuilt = rebuilt if isinstance(rebuilt, dict) else {}  # (facts_show writes an object or nothing)
     if data["members"] or data["scene"] or data["bot_role"] or rebuilt.get("members") or rebuilt.get("global_mute"):
         return None
     missing = [t for t in FACTS_TABLES if t not in tables]

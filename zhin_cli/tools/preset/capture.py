@@ -21,9 +21,9 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from zhin_cli.core.errors import InputError, ZhinError
+from zhin_cli.core.jsontext import JSONObject
 from zhin_cli.core.readers import read_json_file
 from zhin_cli.core.textdiff import marked, readable
 from zhin_cli.pipeline.preset import worldinfo
@@ -50,7 +50,7 @@ class CaptureResult:
     check: TurnCheck | None  # None: not checked (the note says why)
     note: str | None = None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSONObject:
         return {"file": self.capture.path.name, "number": self.capture.number, "route": self.capture.route,
                 "turn": self.check.turn if self.check else None, "note": self.note,
                 "check": self.check.as_dict() if self.check else None}
@@ -73,7 +73,7 @@ class CheckResult:
     def departures(self) -> int:
         return sum(len(c.departures) for c in self.checks)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSONObject:
         return {"version": 1, "folder": str(self.folder), "captures": [c.as_dict() for c in self.captures],
                 "checked": len(self.checks), "departures": self.departures,
                 "ignored_keys": list(self.ignored_keys), "notes": list(self.notes)}
@@ -98,14 +98,15 @@ def read_captures(folder: Path) -> tuple[list[CaptureFile], list[str]]:
     return sorted(captures, key=lambda c: c.number), notes
 
 
-def _texts_by_role(body: dict[str, Any]) -> tuple[list[str], list[str]]:
+def _texts_by_role(body: JSONObject) -> tuple[list[str], list[str]]:
     """The text contents of a body's messages: the user messages', and the others'."""
     messages = body.get("messages")
     users: list[str] = []
     others: list[str] = []
     for message in messages if isinstance(messages, list) else ():
-        if isinstance(message, dict) and isinstance(message.get("content"), str):
-            (users if message.get("role") == "user" else others).append(message["content"])
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(message, dict) and isinstance(content, str):
+            (users if message.get("role") == "user" else others).append(content)
     return users, others
 
 
@@ -186,7 +187,7 @@ class TurnMatcher:
                 seen[turn.user_text] += 1
             self.typed.append(seen[turn.user_text])
 
-    def turn_of(self, body: dict[str, Any]) -> ChatTurn | None:
+    def turn_of(self, body: JSONObject) -> ChatTurn | None:
         """The turn a body was sent for: the last turn k whose user text stands in the body's user messages as
         often as turns 1…k typed it (a text typed twice needs both), and whose reply stands in none of its
         messages. Under ``single`` post-processing every part is one user message: the user texts are then
@@ -205,7 +206,7 @@ class TurnMatcher:
         return None
 
 
-def turn_of(body: dict[str, Any], chat: SillyTavernChat) -> ChatTurn | None:
+def turn_of(body: JSONObject, chat: SillyTavernChat) -> ChatTurn | None:
     """:meth:`TurnMatcher.turn_of` for one body (for many bodies of one chat, make the matcher once)."""
     return TurnMatcher(chat).turn_of(body)
 

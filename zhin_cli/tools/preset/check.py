@@ -19,9 +19,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from zhin_cli.core.errors import AssemblyError, InputError
+from zhin_cli.core.jsontext import JSONObject
 from zhin_cli.core.textdiff import CONTEXT, first_difference
 from zhin_cli.pipeline.assemble import DEFAULT_MODEL, DEFAULT_PROVIDER, TAIL_SEGMENT, AssembledRequest, Assembler
 from zhin_cli.pipeline.config import parse_config
@@ -113,7 +113,7 @@ class Departure:
     zhin_excerpt: str
     mark: int | None = None  # index of the first differing character in both excerpts (changed)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSONObject:
         return {"turn": self.turn, "kind": self.kind, "st_index": self.st_index, "zhin_index": self.zhin_index,
                 "role": self.role, "zhin_role": self.zhin_role, "source": self.source, "category": self.category,
                 "byte": self.byte, "st_excerpt": self.st_excerpt, "zhin_excerpt": self.zhin_excerpt,
@@ -129,7 +129,7 @@ class ByDesign:
     st_index: int | None
     detail: str
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSONObject:
         return {"kind": self.kind, "turn": self.turn, "st_index": self.st_index, "detail": self.detail}
 
 
@@ -144,7 +144,7 @@ class TurnCheck:
     messages: int = 0  # messages in ST's body (what the departures are out of)
     speaker: str | None = None  # a group chat: the member whose request this was
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSONObject:
         return {"turn": self.turn, "speaker": self.speaker, "departures": [d.as_dict() for d in self.departures],
                 "by_design": [b.as_dict() for b in self.by_design], "removed": dict(self.removed),
                 "ignored_keys": list(self.ignored_keys), "notes": list(self.notes), "messages": self.messages}
@@ -163,7 +163,7 @@ def prepare(preset: Path, chat: SillyTavernChat, *, card: Card | None = None, me
     embedded book and the chat's Author's Note go to the World Info engine (``world_info``), with
     ``world_settings`` (ST's defaults when None). A group chat (``chat.group``) gets one assembler per member who
     replies, from the members' cards (``card`` and ``members``) in the group's card mode (``group_card``)."""
-    options: dict[str, Any] = {"user": chat.persona_name, "char": chat.character_name,  # the card's name, below
+    options: dict[str, str] = {"user": chat.persona_name, "char": chat.character_name,  # the card's name, below
                                "persona": persona_description}
     if card is not None:
         # the greeting is the chat's own first message already (ST writes first_mes into the chat file)
@@ -202,7 +202,7 @@ def prepare(preset: Path, chat: SillyTavernChat, *, card: Card | None = None, me
                       tuple(notes), tuple(speaking))
 
 
-def _assembler(preset: Path, options: dict[str, Any], world: worldinfo.WorldInfo, post_processing: str | None,
+def _assembler(preset: Path, options: dict[str, str], world: worldinfo.WorldInfo, post_processing: str | None,
                provider: str, model: str, group: GroupOptions | None = None) -> Assembler:
     config = parse_config({"preset": {"file": str(preset), **options}})
     registry, _ = config.registry()
@@ -644,7 +644,7 @@ class _StMessage:
     compared: str  # the content in zhin's terms (by-design differences put back)
 
 
-def _st_messages(body: dict[str, Any], zhin: list[ZhinMessage], patterns: dict[int, tuple[re.Pattern[str], list[str]]],
+def _st_messages(body: JSONObject, zhin: list[ZhinMessage], patterns: dict[int, tuple[re.Pattern[str], list[str]]],
                  speakers: dict[str, tuple[str, ...]], turn: int,
                  forced: list[Departure] | None = None) -> tuple[list[_StMessage], list[ByDesign]]:
     """ST's messages in zhin's terms. A ``Name: `` prefix on a history message is by design when ``Name`` is
@@ -657,9 +657,10 @@ def _st_messages(body: dict[str, Any], zhin: list[ZhinMessage], patterns: dict[i
     by_design: list[ByDesign] = []
     out: list[_StMessage] = []
     messages = body.get("messages")
-    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+    objects = [m for m in messages if isinstance(m, dict)] if isinstance(messages, list) else []
+    if not isinstance(messages, list) or len(objects) != len(messages):
         raise InputError("the captured body has no chat-completion \"messages\" list of objects")
-    for index, raw in enumerate(messages):
+    for index, raw in enumerate(objects):
         role, content = str(raw.get("role")), raw.get("content")
         # non-text content (parts lists) is compared as its JSON: it can only equal zhin's if zhin sent the same
         content = content if isinstance(content, str) else "" if content is None else json.dumps(content, ensure_ascii=False)
@@ -917,7 +918,7 @@ def _senders(setup: CheckSetup) -> dict[int, str]:
     return out
 
 
-def check_turn(setup: CheckSetup, turn: ChatTurn, body: dict[str, Any]) -> TurnCheck:
+def check_turn(setup: CheckSetup, turn: ChatTurn, body: JSONObject) -> TurnCheck:
     """Compare ST's captured ``body`` with zhin's request for ``turn``. A body without a ``messages`` list of
     objects is an ``InputError`` (the caller names the file)."""
     setup = setup.for_turn(turn)

@@ -23,10 +23,11 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from zhin_cli.core.errors import UsageError
 from zhin_cli.core.ghactions import Annotation, Level, summary_cell
+from zhin_cli.core.jsontext import JSON, JSONObject
 from zhin_cli.pipeline.preset.importer import load_preset
 from zhin_cli.pipeline.preset.macros import (
     LEGACY_MARKERS,
@@ -40,6 +41,9 @@ from zhin_cli.pipeline.preset.macros import (
 )
 from zhin_cli.pipeline.preset.model import BUILTIN_PROMPTS, HOLE_ALIASES, ST_MARKERS, ZHIN_HOLES, Diagnostic, Preset, RegexScript
 from zhin_cli.pipeline.preset.regex import BUDGET_SECONDS, nested_quantifier
+
+if TYPE_CHECKING:
+    from zhin_cli.core.model import Session
 
 
 def applies_at_all(script: RegexScript) -> bool:
@@ -133,7 +137,7 @@ class Finding:
     def text(self) -> str:
         return f"{self.file}:{self.line}: {self.code} {self.severity}: {self.message} [{self.name}]"
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSONObject:
         # "code" stays the rule's name (what version 1 documents carried); "rule" is the stable code
         return {"severity": self.severity, "code": self.name, "rule": self.code, "message": self.message,
                 "where": f"{self.file}:{self.line}", "file": self.file, "line": self.line}
@@ -169,15 +173,23 @@ def _place(diagnostic: Diagnostic, default_file: str, text: str | None, lines: d
     return file, lines[needle] or 1
 
 
+class MacroUse(TypedDict):
+    """One macro the enabled entries use: ``lint --json``'s ``macros`` rows."""
+
+    name: str
+    known: bool
+    entries: list[str]  # the entries that use it, in order, each once
+
+
 @dataclass
 class LintResult:
     file: str
     preset: Preset
     diagnostics: list[Diagnostic]
-    macros: list[dict[str, Any]]
+    macros: list[MacroUse]
     ignored: set[str] = field(default_factory=set)  # rule codes left out (``--ignore``)
     text: str | None = field(default=None, repr=False)  # the preset file, to place findings that carry no line
-    _cache: tuple[Any, list[Finding]] | None = field(default=None, repr=False, compare=False)
+    _cache: tuple[tuple[frozenset[str], int], list[Finding]] | None = field(default=None, repr=False, compare=False)
 
     def findings(self) -> list[Finding]:
         """The diagnostics not ignored, each placed at a line, sorted by line (then code: a stable order). Computed
@@ -208,7 +220,7 @@ class LintResult:
             out[finding.severity] += 1
         return out
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSONObject:
         preset = self.preset
         return {
             "version": LINT_VERSION,
@@ -219,12 +231,12 @@ class LintResult:
             "squash_system_messages": preset.squash,
             "custom_prompt_post_processing": preset.post_processing,
             "regex_scripts": len(preset.regex_scripts),
-            "unknown_keys": preset.unknown_keys,
-            "unknown_extensions": preset.unknown_extensions,
-            "counts": self.counts(),
-            "ignored": sorted(self.ignored),
-            "diagnostics": [f.as_dict() for f in self.findings()],
-            "macros": self.macros,
+            "unknown_keys": list[JSON](preset.unknown_keys),
+            "unknown_extensions": list[JSON](preset.unknown_extensions),
+            "counts": dict[str, JSON](self.counts()),
+            "ignored": list[JSON](sorted(self.ignored)),
+            "diagnostics": list[JSON]([f.as_dict() for f in self.findings()]),
+            "macros": [{"name": m["name"], "known": m["known"], "entries": list[JSON](m["entries"])} for m in self.macros],
         }
 
     def annotations(self) -> list[Annotation]:
@@ -265,7 +277,7 @@ def lint_preset(preset: Preset, file: str = "") -> LintResult:
     elif "worldBookBefore" not in canonical:
         report("warning", "system-disabled", "worldInfoBefore/worldBookBefore is disabled: zhin's system prompt is never sent")
     history_at = canonical.index("chatHistory") if "chatHistory" in canonical else len(canonical)
-    macros: dict[str, dict[str, Any]] = {}
+    macros: dict[str, MacroUse] = {}
     seen: dict[str, set[str]] = {}  # macro name → the entries of its record, as a set
     for position, identifier in enumerate(enabled):
         entry = preset.prompts.get(identifier)
@@ -288,7 +300,7 @@ def lint_preset(preset: Preset, file: str = "") -> LintResult:
             report("warning", "deep-macros", f"prompt {identifier!r} nests macros {depth} levels deep: zhin expands {MAX_NESTING} "
                    "levels and leaves the deeper ones verbatim", identifier)
         for name in names:
-            record = macros.setdefault(name, {"name": name, "known": is_known(name), "entries": []})
+            record = macros.setdefault(name, MacroUse(name=name, known=is_known(name), entries=[]))
             if identifier not in seen.setdefault(name, set()):
                 seen[name].add(identifier)
                 record["entries"].append(identifier)
@@ -374,8 +386,8 @@ class ProbeMessage:
             labels = ["hole currentTurn" if source == "history.user" else label for source, label in zip(self.sources, labels, strict=True)]
         return list(dict.fromkeys(labels))
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "role": self.role, "from": self.labels, "sources": self.sources, "chars": self.chars,
+    def as_dict(self) -> JSONObject:
+        return {"index": self.index, "role": self.role, "from": list[JSON](self.labels), "sources": list[JSON](self.sources), "chars": self.chars,
                 "tokens": self.tokens, "preview": self.preview}
 
 
@@ -399,15 +411,15 @@ class ProbeResult:
     model: str
     messages: list[ProbeMessage]
     warnings: list[str] = field(default_factory=list)
-    request: dict[str, Any] = field(default_factory=dict)
+    request: JSONObject = field(default_factory=dict)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSONObject:
         return {"version": PROBE_VERSION, "file": self.file, "session_id": self.session_id, "turn": self.turn,
                 "provider": self.provider, "model": self.model, "messages": [m.as_dict() for m in self.messages],
-                "warnings": self.warnings, "request": self.request}
+                "warnings": list[JSON](self.warnings), "request": self.request}
 
 
-def _wire_text(message: Any) -> str:
+def _wire_text(message: object) -> str:
     if not isinstance(message, dict):
         return str(message)
     content = message.get("content")
@@ -422,9 +434,9 @@ def _wire_text(message: Any) -> str:
     return "\n".join(texts)
 
 
-def sample_session() -> Any:
+def sample_session() -> Session:
     """A small group conversation for probing a preset without a database: two members, the bot, three turns."""
-    from zhin_cli.core.model import Actor, AssistantMessage, BotFacts, SceneFacts, Session, UserMessage
+    from zhin_cli.core.model import Actor, AssistantMessage, BotFacts, Message, SceneFacts, Session, UserMessage
 
     t0 = 1761699600000
     bot = BotFacts(user_id="8596238", name="Zhin", group_nickname="小知", platform_role="member")
@@ -433,10 +445,10 @@ def sample_session() -> Any:
     alice = Actor(subject_id="10002", display_name="阿丽", platform_role="member")
     bob = Actor(subject_id="10003", display_name="Bob", platform_role="member")
 
-    def text(value: str) -> list[dict[str, Any]]:
+    def text(value: str) -> list[JSONObject]:
         return [{"type": "text", "text": value}]
 
-    messages: list[Any] = [
+    messages: list[Message] = [
         UserMessage(text("我推门进去"), t0, alice, 1),
         AssistantMessage(text("门后是雨……"), t0 + 60_000, 2, model="gpt-4o"),
         UserMessage(text("I look up"), t0 + 120_000, bob, 3),

@@ -19,10 +19,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from zhin_cli.cache.groups import first_of_group
 from zhin_cli.cache.usage import NormalizedUsage, UsageRecord, usage_records
+from zhin_cli.core.jsontext import JSON, JSONObject
 from zhin_cli.core.model import Session
 from zhin_cli.core.timezones import human_ms, iso_ms
 from zhin_cli.pipeline.providers import PROVIDERS, CacheRules, resolve_profile
@@ -56,7 +56,7 @@ class Bucket:
         self.cache_read_tokens += other.cache_read_tokens
         self.hits += other.hits
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSONObject:
         return {
             "requests": self.requests, "unreported": self.unreported, "prompt_tokens": self.prompt_tokens,
             "cache_read_tokens": self.cache_read_tokens, "requests_with_hits": self.hits, "hit_rate": self.hit_rate,
@@ -72,7 +72,7 @@ class ModelStats:
     later: Bucket = field(default_factory=Bucket)
     groups: int = 0
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSONObject:
         return {
             "provider": self.provider, "model": self.model, "cache_lifetime_seconds": self.lifetime_seconds,
             "groups": self.groups, "first": self.first.as_dict(), "later": self.later.as_dict(),
@@ -105,8 +105,8 @@ class CacheStats:
             mine.first.merge(row.first)
             mine.later.merge(row.later)
 
-    def as_dict(self) -> dict[str, Any]:
-        rows = [self.models[key].as_dict() for key in sorted(self.models)]
+    def as_dict(self) -> JSONObject:
+        rows: list[JSON] = [self.models[key].as_dict() for key in sorted(self.models)]
         return {"version": 1, "sessions": self.sessions, "since": self.since, "since_iso": iso_ms(self.since),
                 "until": self.until, "until_iso": iso_ms(self.until), "requests_in_period": self.counted,
                 "newest_usage": self.newest, "newest_usage_iso": iso_ms(self.newest),
