@@ -29,8 +29,8 @@ registry, so there is no import cycle.
 from __future__ import annotations
 
 import importlib
-from typing import Any
 
+from zhin_cli.core.jsontext import JSONObject
 from zhin_cli.core.registry import Registry
 from zhin_cli.wire.base import (
     Block,
@@ -65,7 +65,7 @@ def wire_for(name: str | None) -> WireFormat:
     return found
 
 
-def prompt_tokens(body: dict[str, Any], wire: str | WireFormat, counter: Counter) -> int:
+def prompt_tokens(body: JSONObject, wire: str | WireFormat, counter: Counter) -> int:
     """Our estimate of the provider's billed input tokens for ``body``: Σ (text tokens + framing) over the
     wire's blocks, plus the reply framing (docs/tokens.md). The one definition every tool reports."""
     model = wire if isinstance(wire, WireFormat) else wire_for(wire)

@@ -11,8 +11,8 @@ reply priming (``input_tokens`` of a request whose last block is a breakpoint is
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
+from zhin_cli.core.jsontext import JSON, JSONObject
 from zhin_cli.wire.base import (
     Block,
     CacheOutcomeLike,
@@ -27,7 +27,7 @@ from zhin_cli.wire.types import AnthropicUsage, as_json
 _TEXT_FIELDS = ("text", "content", "input", "cache_control")
 
 
-def without_cache_control(value: Any) -> Any:
+def without_cache_control(value: JSON) -> JSON:
     if isinstance(value, dict):
         return {k: without_cache_control(v) for k, v in value.items() if k != "cache_control"}
     if isinstance(value, list):
@@ -35,7 +35,7 @@ def without_cache_control(value: Any) -> Any:
     return value
 
 
-def cache_marker(value: Any) -> dict[str, Any] | None:
+def cache_marker(value: JSON) -> JSONObject | None:
     """The first cache_control marker in a block (on it or on a nested block, e.g. inside tool_result content)."""
     if isinstance(value, dict):
         marker = value.get("cache_control")
@@ -50,12 +50,12 @@ def cache_marker(value: Any) -> dict[str, Any] | None:
     return None
 
 
-def _ttl(block: Any) -> str | None:
+def _ttl(block: JSON) -> str | None:
     marker = cache_marker(block)
     return None if marker is None else str(marker.get("ttl") or "5m")
 
 
-def _block_text(block: Any) -> str:
+def _block_text(block: JSON) -> str:
     """What the model reads of one content block."""
     if isinstance(block, str):
         return block
@@ -83,7 +83,7 @@ class AnthropicMessages(ContentBlocksFormat):
     # input_tokens counts what follows the last breakpoint: a request marked on its last block reports 0
     reply_framing = 0
 
-    def _content(self, message: object) -> list[Any]:
+    def _content(self, message: object) -> list[JSON]:
         return as_list(message.get("content")) if isinstance(message, dict) else []
 
     def is_tool_call(self, message: object) -> bool:
@@ -92,10 +92,10 @@ class AnthropicMessages(ContentBlocksFormat):
     def is_tool_result(self, message: object) -> bool:
         return any(isinstance(b, dict) and b.get("type") == "tool_result" for b in self._content(message))
 
-    def user_text(self, role: str, text: str) -> dict[str, Any]:
+    def user_text(self, role: str, text: str) -> JSONObject:
         return {"role": "user", "content": [{"type": "text", "text": text}]}
 
-    def without_tail(self, message: object, tail: str | None) -> Any:
+    def without_tail(self, message: JSON, tail: str | None) -> JSON:
         if not isinstance(message, dict):
             return message
         message = {k: v for k, v in message.items() if k != "cache_control"}
@@ -107,10 +107,10 @@ class AnthropicMessages(ContentBlocksFormat):
                                   if not (isinstance(b, dict) and tail and b.get("text") == tail)]
         return message
 
-    def role_problem(self, messages: list[Any]) -> str | None:
+    def role_problem(self, messages: list[JSON]) -> str | None:
         return alternation_problem([self.role(m) for m in messages], "assistant")
 
-    def blocks(self, body: dict[str, Any]) -> Iterator[Block]:
+    def blocks(self, body: JSONObject) -> Iterator[Block]:
         out: list[Block] = []
         for tool in as_list(body.get("tools")):
             out.append(Block("tools", -1, "tool", canonical(without_cache_control(tool)), self.block_framing, _ttl(tool)))
@@ -125,9 +125,10 @@ class AnthropicMessages(ContentBlocksFormat):
             content = message.get("content") if isinstance(message, dict) else message
             for number, block in enumerate(content if isinstance(content, list) else [content]):
                 fields = {k: v for k, v in block.items() if k not in _TEXT_FIELDS} if isinstance(block, dict) else {}
-                if isinstance(block, dict) and isinstance(block.get("content"), list):  # tool_result: inner block types
+                inner = block.get("content") if isinstance(block, dict) else None
+                if isinstance(inner, list):  # tool_result: inner block types
                     fields["content"] = [{k: v for k, v in b.items() if k not in _TEXT_FIELDS} if isinstance(b, dict) else 0
-                                         for b in block["content"]]
+                                         for b in inner]
                 head = canonical({"role": role, "number": number, **fields})
                 out.append(Block("messages", index, head, _block_text(block),
                                  self.message_framing if number == 0 else self.block_framing, _ttl(block)))
@@ -137,8 +138,8 @@ class AnthropicMessages(ContentBlocksFormat):
             out[-1] = Block(last.region, last.message_index, last.head, last.text, last.framing, str(automatic.get("ttl") or "5m"))
         return iter(out)
 
-    def flat(self, source: dict[str, Any], system: str, user: str) -> FlatRequest:
-        body: dict[str, Any] = {"model": source.get("model")}
+    def flat(self, source: JSONObject, system: str, user: str) -> FlatRequest:
+        body: JSONObject = {"model": source.get("model")}
         if "tools" in source:
             body["tools"] = source["tools"]
         body["max_tokens"] = source.get("max_tokens")
@@ -148,7 +149,7 @@ class AnthropicMessages(ContentBlocksFormat):
         return FlatRequest(body, [("system", system, -1), ("flat", user, 0)],
                            [{"after": "system", "message_index": -1, "explicit": True}])
 
-    def usage(self, outcome: CacheOutcomeLike, output_tokens: int) -> dict[str, Any]:
+    def usage(self, outcome: CacheOutcomeLike, output_tokens: int) -> JSONObject:
         usage: AnthropicUsage = {
             "input_tokens": outcome.uncached,
             "cache_creation_input_tokens": outcome.written,

@@ -9,8 +9,9 @@ import functools
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
+from zhin_cli.core.jsontext import JSON, JSONObject
 from zhin_cli.core.tokens import counter as shared_counter
 
 
@@ -55,7 +56,8 @@ def dumps(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def as_list(value: object) -> list[Any]:
+def as_list(value: JSON) -> list[JSON]:
+    """A JSON value read as a list: itself if it is one, else no items."""
     return value if isinstance(value, list) else []
 
 
@@ -63,10 +65,10 @@ def as_list(value: object) -> list[Any]:
 class FlatRequest:
     """The flat layout of a request (system prompt + one user message), as the wire sends it."""
 
-    body: dict[str, Any]
+    body: JSONObject
     # (segment id, text, message index) of what it is made of, as RenderedPart would say
     parts: list[tuple[str, str, int]] = field(default_factory=list)
-    breakpoints: list[dict[str, Any]] = field(default_factory=list)
+    breakpoints: list[JSONObject] = field(default_factory=list)
 
 
 class WireFormat:
@@ -85,7 +87,7 @@ class WireFormat:
 
     # --- messages ---------------------------------------------------------------------------------------
 
-    def messages(self, body: dict[str, Any]) -> list[Any]:
+    def messages(self, body: JSONObject) -> list[JSON]:
         return as_list(body.get(self.message_key))
 
     def role(self, message: object) -> str:
@@ -97,46 +99,47 @@ class WireFormat:
     def is_tool_result(self, message: object) -> bool:
         raise NotImplementedError
 
-    def user_text(self, role: str, text: str) -> dict[str, Any]:
+    def user_text(self, role: str, text: str) -> JSONObject:
         """A standalone message holding ``text`` (``role`` where the format has free roles)."""
         raise NotImplementedError
 
-    def take_text(self, message: dict[str, Any], text: str) -> bool:
-        """Remove the block carrying ``text`` from a merged message; True if the whole message is that text."""
+    def take_text(self, message: JSON, text: str) -> bool:
+        """Remove the block carrying ``text`` from a merged message; True if the whole message is that text.
+        (A message that is not a JSON object holds no block: nothing is removed.)"""
         raise NotImplementedError
 
     def message_texts(self, message: object) -> list[str]:
         """The text blocks of a message, in order."""
         raise NotImplementedError
 
-    def without_tail(self, message: object, tail: str | None) -> Any:
+    def without_tail(self, message: JSON, tail: str | None) -> JSON:
         """The message without the runtime tail (``tail``: the tail piece exactly as rendered) and without cache
         markers (they move with the tail)."""
         raise NotImplementedError
 
-    def tool_names(self, body: dict[str, Any]) -> list[str]:
+    def tool_names(self, body: JSONObject) -> list[str]:
         return [str(t.get("name", "")) for t in as_list(body.get("tools")) if isinstance(t, dict)]
 
-    def role_problem(self, messages: list[Any]) -> str | None:
+    def role_problem(self, messages: list[JSON]) -> str | None:
         """The role order the format requires, checked independently of the validator."""
         raise NotImplementedError
 
     # --- the cache's view -------------------------------------------------------------------------------
 
-    def blocks(self, body: dict[str, Any]) -> Iterator[Block]:
+    def blocks(self, body: JSONObject) -> Iterator[Block]:
         raise NotImplementedError
 
-    def cache_route(self, body: dict[str, Any]) -> str | None:
+    def cache_route(self, body: JSONObject) -> str | None:
         """The body's field that picks the cache machine beside the prefix (OpenAI's ``prompt_cache_key``), if the
         format has one and the body sets it: a provider that routes by it shares no prefix across its values."""
         return None
 
     # --- flat layout and usage --------------------------------------------------------------------------
 
-    def flat(self, source: dict[str, Any], system: str, user: str) -> FlatRequest:
+    def flat(self, source: JSONObject, system: str, user: str) -> FlatRequest:
         raise NotImplementedError
 
-    def usage(self, outcome: CacheOutcomeLike, output_tokens: int) -> dict[str, Any]:
+    def usage(self, outcome: CacheOutcomeLike, output_tokens: int) -> JSONObject:
         raise NotImplementedError
 
 
@@ -144,11 +147,13 @@ class ContentBlocksFormat(WireFormat):
     """A format whose message text is ``content``: a string, or a list of blocks with ``text`` (OpenAI Chat,
     Anthropic Messages). Their merged-message edits are one rule, so they live here once."""
 
-    def take_text(self, message: dict[str, Any], text: str) -> bool:
+    def take_text(self, message: JSON, text: str) -> bool:
+        if not isinstance(message, dict):
+            return False
         content = message.get("content")
         if isinstance(content, str) or content is None:
             return True
-        kept = [b for b in content if not (isinstance(b, dict) and b.get("text") == text)]
+        kept = [b for b in as_list(content) if not (isinstance(b, dict) and b.get("text") == text)]
         if not kept:
             return True
         message["content"] = kept

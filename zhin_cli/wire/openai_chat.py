@@ -9,19 +9,24 @@ each tool call's name and arguments plus 1, each tool definition's JSON plus 1, 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
+from zhin_cli.core.jsontext import JSON, JSONObject
 from zhin_cli.wire.base import Block, CacheOutcomeLike, ContentBlocksFormat, FlatRequest, as_list, canonical
 from zhin_cli.wire.types import OpenAIUsage, as_json
 
 
-def _head(message: dict[str, Any]) -> str:
+def _head(message: JSONObject) -> str:
     """The non-text fields of a message (role, name, tool_call_id …) as a stable text; the plain
     ``{"role", "content"}`` message (most of a history) without a JSON round trip."""
     role = message.get("role")
     if len(message) <= 2 and "content" in message and isinstance(role, str):
         return role
     return canonical({k: v for k, v in message.items() if k not in ("content", "tool_calls")})
+
+
+def _id_text(value: JSON) -> str:
+    """A tool call's id as text (ids are strings; anything else by its JSON, so ids compare and sort as one type)."""
+    return value if isinstance(value, str) else canonical(value)
 
 
 class OpenAIChat(ContentBlocksFormat):
@@ -36,10 +41,10 @@ class OpenAIChat(ContentBlocksFormat):
     def is_tool_result(self, message: object) -> bool:
         return isinstance(message, dict) and message.get("role") == "tool"
 
-    def user_text(self, role: str, text: str) -> dict[str, Any]:
+    def user_text(self, role: str, text: str) -> JSONObject:
         return {"role": role, "content": text}
 
-    def without_tail(self, message: object, tail: str | None) -> Any:
+    def without_tail(self, message: JSON, tail: str | None) -> JSON:
         if not isinstance(message, dict):
             return message
         content = message.get("content")
@@ -49,10 +54,15 @@ class OpenAIChat(ContentBlocksFormat):
             return {**message, "content": [b for b in content if not (isinstance(b, dict) and tail and b.get("text") == tail)]}
         return message
 
-    def tool_names(self, body: dict[str, Any]) -> list[str]:
-        return [str((t.get("function") or t).get("name", "")) for t in as_list(body.get("tools")) if isinstance(t, dict)]
+    def tool_names(self, body: JSONObject) -> list[str]:
+        names = []
+        for tool in as_list(body.get("tools")):
+            function = (tool.get("function") or tool) if isinstance(tool, dict) else None
+            if isinstance(function, dict):
+                names.append(str(function.get("name", "")))
+        return names
 
-    def role_problem(self, messages: list[Any]) -> str | None:
+    def role_problem(self, messages: list[JSON]) -> str | None:
         for i, message in enumerate(messages):
             if self.role(message) == "tool":
                 j = i - 1
@@ -60,18 +70,18 @@ class OpenAIChat(ContentBlocksFormat):
                     j -= 1
                 if j < 0 or not self.is_tool_call(messages[j]):
                     return f"tool message {i} does not follow an assistant tool call"
-            if self.is_tool_call(message):
-                ids = {c.get("id") for c in message["tool_calls"]}
+            if isinstance(message, dict) and self.is_tool_call(message):
+                ids = {_id_text(c.get("id")) for c in as_list(message.get("tool_calls")) if isinstance(c, dict)}
                 after = []
                 for follower in messages[i + 1 :]:
-                    if self.role(follower) != "tool":
+                    if not isinstance(follower, dict) or self.role(follower) != "tool":
                         break
-                    after.append(follower.get("tool_call_id"))
+                    after.append(_id_text(follower.get("tool_call_id")))
                 if ids - set(after):
                     return f"assistant message {i}: tool calls {sorted(ids - set(after))} not answered right after it"
         return None
 
-    def blocks(self, body: dict[str, Any]) -> Iterator[Block]:
+    def blocks(self, body: JSONObject) -> Iterator[Block]:
         for tool in as_list(body.get("tools")):
             yield Block("tools", -1, "tool", canonical(tool), self.block_framing)
         for index, message in enumerate(self.messages(body)):
@@ -89,19 +99,19 @@ class OpenAIChat(ContentBlocksFormat):
                             framing if number == 0 else self.block_framing)
             for call in as_list(message.get("tool_calls")):
                 function = call.get("function") if isinstance(call, dict) else None
-                if not isinstance(function, dict):
+                if not isinstance(call, dict) or not isinstance(function, dict):
                     yield Block("messages", index, "call", canonical(call), self.block_framing)
                     continue
                 call_head = canonical({k: v for k, v in call.items() if k != "function"})
                 yield Block("messages", index, f"call {call_head}", f"{function.get('name', '')}{function.get('arguments', '')}",
                             self.block_framing)
 
-    def cache_route(self, body: dict[str, Any]) -> str | None:
+    def cache_route(self, body: JSONObject) -> str | None:
         key = body.get("prompt_cache_key")  # OpenAI: routed with the prefix hash; providers that ignore it say so
         return key if isinstance(key, str) else None
 
-    def flat(self, source: dict[str, Any], system: str, user: str) -> FlatRequest:
-        body: dict[str, Any] = {"model": source.get("model")}
+    def flat(self, source: JSONObject, system: str, user: str) -> FlatRequest:
+        body: JSONObject = {"model": source.get("model")}
         if "tools" in source:
             body["tools"] = source["tools"]
         messages = self.messages(source)
@@ -110,7 +120,7 @@ class OpenAIChat(ContentBlocksFormat):
         return FlatRequest(body, [("system", system, 0), ("flat", user, 1)],
                            [{"after": "system", "message_index": 0, "explicit": False}])
 
-    def usage(self, outcome: CacheOutcomeLike, output_tokens: int) -> dict[str, Any]:
+    def usage(self, outcome: CacheOutcomeLike, output_tokens: int) -> JSONObject:
         usage: OpenAIUsage = {
             "prompt_tokens": outcome.prompt_tokens,
             "completion_tokens": output_tokens,

@@ -9,7 +9,9 @@ Field lists follow the APIs' request references (reference/providers.md §1–§
 """
 
 # No ``from __future__ import annotations``: ``Required`` must be seen at class creation (``__required_keys__``).
-from typing import Any, Literal, Required, TypedDict, cast
+from typing import Literal, Required, TypedDict, cast
+
+from zhin_cli.core.jsontext import JSON, JSONObject  # noqa: F401  (JSON: resolves JSONObject in get_type_hints)
 
 # --- shared ---------------------------------------------------------------------------------------------------------
 
@@ -51,7 +53,7 @@ class OpenAIMessage(TypedDict, total=False):
 class OpenAIFunction(TypedDict, total=False):
     name: Required[str]
     description: str
-    parameters: dict[str, Any]  # a JSON Schema: any JSON
+    parameters: JSONObject  # a JSON Schema: any JSON
     strict: bool
 
 
@@ -64,7 +66,7 @@ class OpenAIChatBody(TypedDict, total=False):
     model: Required[str]
     messages: Required[list[OpenAIMessage]]
     tools: list[OpenAITool]
-    tool_choice: str | dict[str, Any]
+    tool_choice: str | dict[str, JSON]
     prompt_cache_key: str
     stream: bool
     stream_options: dict[str, bool]
@@ -111,7 +113,7 @@ class AnthropicToolUseBlock(TypedDict, total=False):
     type: Required[Literal["tool_use"]]
     id: Required[str]
     name: Required[str]
-    input: Required[dict[str, Any]]  # the call's arguments: any JSON object
+    input: Required[JSONObject]  # the call's arguments: any JSON object
     cache_control: CacheControl
 
 
@@ -134,7 +136,7 @@ class AnthropicMessage(TypedDict):
 class AnthropicTool(TypedDict, total=False):
     name: Required[str]
     description: str
-    input_schema: Required[dict[str, Any]]  # a JSON Schema: any JSON
+    input_schema: Required[JSONObject]  # a JSON Schema: any JSON
     cache_control: CacheControl
 
 
@@ -172,12 +174,12 @@ class AnthropicUsage(TypedDict, total=False):
 
 class GeminiFunctionCall(TypedDict):
     name: str
-    args: dict[str, Any]  # any JSON object
+    args: JSONObject  # any JSON object
 
 
 class GeminiFunctionResponse(TypedDict):
     name: str
-    response: dict[str, Any]  # any JSON object
+    response: JSONObject  # any JSON object
 
 
 class GeminiPart(TypedDict, total=False):
@@ -198,7 +200,7 @@ class GeminiSystemInstruction(TypedDict):
 class GeminiFunctionDeclaration(TypedDict, total=False):
     name: Required[str]
     description: str
-    parameters: dict[str, Any]  # a JSON Schema (OpenAPI subset): any JSON
+    parameters: JSONObject  # a JSON Schema (OpenAPI subset): any JSON
 
 
 class GeminiTools(TypedDict):
@@ -253,8 +255,8 @@ class ProviderOverrides(TypedDict, total=False):
     models: dict[str, "ProviderOverrides"]
 
 
-def as_json(value: WireBody | WireUsage) -> dict[str, Any]:
+def as_json(value: WireBody | WireUsage) -> JSONObject:
     """A typed body or usage object handed to code that reads it as plain JSON (``RenderedRequest.body``, a
-    response): the same dict, unchanged. mypy does not let a TypedDict pass as ``dict[str, Any]`` (whose reader may
+    response): the same dict, unchanged. mypy does not let a TypedDict pass as a ``dict`` (whose reader may
     add any key), so this is the one place where the typed view that built it meets the JSON view that reads it."""
-    return cast("dict[str, Any]", value)
+    return cast("JSONObject", value)
