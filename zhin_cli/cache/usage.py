@@ -30,7 +30,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from zhin_cli.cache import CacheOutcome
 from zhin_cli.core.errors import ConfigError
@@ -59,7 +58,7 @@ class NormalizedUsage:
         }
 
 
-UsageNormalizer = Callable[[Mapping[str, Any]], NormalizedUsage]
+UsageNormalizer = Callable[[Mapping[str, object]], NormalizedUsage]
 USAGE_KINDS: Registry[UsageNormalizer] = Registry("usage kind")
 
 
@@ -68,7 +67,7 @@ def usage_kind(*names: str, replace: bool = False) -> Callable[[UsageNormalizer]
     return USAGE_KINDS.adding(*names, replace=replace)
 
 
-def normalize_usage(provider_kind: str, usage: Mapping[str, Any]) -> NormalizedUsage:
+def normalize_usage(provider_kind: str, usage: Mapping[str, object]) -> NormalizedUsage:
     """Normalize one provider ``usage`` object (see the module docstring for the field meanings)."""
     normalizer = USAGE_KINDS.get(provider_kind)
     if normalizer is None:
@@ -90,7 +89,7 @@ USAGE_SHAPES: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
-def usage_kind_of(usage: Mapping[str, Any]) -> str | None:
+def usage_kind_of(usage: Mapping[str, object]) -> str | None:
     """The usage kind whose shape ``usage`` has, or ``None`` for an object no API produces."""
     for kind, keys in USAGE_SHAPES:
         if any(key in usage for key in keys):
@@ -108,7 +107,7 @@ def hit_rate(usage: NormalizedUsage) -> float | None:
 # --- helpers -----------------------------------------------------------------------------------------------
 
 
-def _count(value: Any) -> int | None:
+def _count(value: object) -> int | None:
     """A reported token count, or None: bools, negatives, non-integral numbers and strings are not counts."""
     if isinstance(value, bool):
         return None
@@ -119,8 +118,8 @@ def _count(value: Any) -> int | None:
     return None
 
 
-def _field(usage: Mapping[str, Any], *path: str) -> int | None:
-    node: Any = usage
+def _field(usage: Mapping[str, object], *path: str) -> int | None:
+    node: object = usage
     for key in path:
         if not isinstance(node, Mapping) or key not in node:
             return None
@@ -163,7 +162,7 @@ def _inclusive(total_prompt: int | None, cache_read: int | None, cache_write: in
 
 
 @usage_kind("openai-chat", "openai")
-def _openai_chat(usage: Mapping[str, Any]) -> NormalizedUsage:
+def _openai_chat(usage: Mapping[str, object]) -> NormalizedUsage:
     # prompt_tokens contains prompt_tokens_details.cached_tokens; GPT-5.6+ add cache_write_tokens next to it
     # (openai-python CompletionUsage.PromptTokensDetails). Some gateways put cache_write_tokens at the top level.
     cache_write = _field(usage, "prompt_tokens_details", "cache_write_tokens")
@@ -178,7 +177,7 @@ def _openai_chat(usage: Mapping[str, Any]) -> NormalizedUsage:
 
 
 @usage_kind("openai-responses")
-def _openai_responses(usage: Mapping[str, Any]) -> NormalizedUsage:
+def _openai_responses(usage: Mapping[str, object]) -> NormalizedUsage:
     return _inclusive(
         _field(usage, "input_tokens"),
         _field(usage, "input_tokens_details", "cached_tokens"),
@@ -188,7 +187,7 @@ def _openai_responses(usage: Mapping[str, Any]) -> NormalizedUsage:
 
 
 @usage_kind("anthropic-messages", "anthropic")
-def _anthropic(usage: Mapping[str, Any]) -> NormalizedUsage:
+def _anthropic(usage: Mapping[str, object]) -> NormalizedUsage:
     # Three disjoint counts: input_tokens is what is after the last breakpoint (neither read nor written).
     uncached = _field(usage, "input_tokens")
     cache_write = _field(usage, "cache_creation_input_tokens")
@@ -203,7 +202,7 @@ def _anthropic(usage: Mapping[str, Any]) -> NormalizedUsage:
 
 
 @usage_kind("deepseek")
-def _deepseek(usage: Mapping[str, Any]) -> NormalizedUsage:
+def _deepseek(usage: Mapping[str, object]) -> NormalizedUsage:
     # prompt_tokens = prompt_cache_hit_tokens + prompt_cache_miss_tokens (providers.md §4.4); no write metric.
     hit = _field(usage, "prompt_cache_hit_tokens")
     miss = _field(usage, "prompt_cache_miss_tokens")
@@ -218,11 +217,11 @@ def _deepseek(usage: Mapping[str, Any]) -> NormalizedUsage:
 
 
 @usage_kind("gemini-generate", "gemini")
-def _gemini(usage: Mapping[str, Any]) -> NormalizedUsage:
+def _gemini(usage: Mapping[str, object]) -> NormalizedUsage:
     # Accept the response's usageMetadata or the whole response. promptTokenCount contains
     # cachedContentTokenCount; thoughts are billed as output, so they count as output here.
     wrapped = usage.get("usageMetadata")
-    meta: Mapping[str, Any] = wrapped if isinstance(wrapped, Mapping) else usage
+    meta: Mapping[str, object] = wrapped if isinstance(wrapped, Mapping) else usage
     candidates = _field(meta, "candidatesTokenCount")
     thoughts = _field(meta, "thoughtsTokenCount")
     output = candidates if thoughts is None or candidates is None else candidates + thoughts
@@ -230,7 +229,7 @@ def _gemini(usage: Mapping[str, Any]) -> NormalizedUsage:
 
 
 @usage_kind("zhin-upstream", "upstream")
-def _upstream(usage: Mapping[str, Any]) -> NormalizedUsage:
+def _upstream(usage: Mapping[str, object]) -> NormalizedUsage:
     prompt = _field(usage, "input")
     output = _field(usage, "output")
     cache_read = _field(usage, "cacheRead")
