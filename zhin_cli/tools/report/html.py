@@ -750,7 +750,7 @@ def _session(index: int, page: SessionPage, kinds: dict[str, int]) -> str:
     return (f'<article class="session" id="s{index}" data-session="{_e(page.session_id)}" data-index="{index}" '
             f'data-unit="{_e(page.unit)}">'
             f'<h2>{_e(page.session_id)}</h2>'
-            f'<p class="meta">{_e(redact_text(page.source))} · {_e(page.provider)} · {_e(page.model)} · {len(page.turns)} requests · '
+            f'<p class="meta">{_e(redact_text(shown_source(page.source, Path.cwd())))} · {_e(page.provider)} · {_e(page.model)} · {len(page.turns)} requests · '
             f'{_warm(page)} · {_e(causes) or "no pairs"} · '
             f'<span class="{"bad" if unexpected else "ok"}">{unexpected} unexpected break(s)</span></p>{greeting}'
             f'{_chart(index, page)}{_legend()}{_kind_legend(kinds)}{_economy(page)}<div class="turns">{sections}</div></article>')
@@ -808,9 +808,9 @@ def render_template(report: HtmlReport) -> PageTemplate:
             f'<meta name="generator" content="zhin report html v{HTML_REPORT_VERSION}">'
             f'<title>zhin report · {_e(title)}</title><style')
     middle = (f'>{style}</style></head>'
-              f'<body><header><h1>zhin report</h1><p class="meta">What each request sent: prompt tokens per turn '
-              f'(cached / new, from the simulated prompt cache), the segments of every request, and the wire messages '
-              f'and diff of a turn when you open it.</p><nav>{nav}</nav></header><main>{_window(report.window, report.window_note)}{body}</main>'
+              f'<body><header><h1>zhin report</h1><p class="meta">What each request sent: prompt tokens per request '
+              f'(cached / new, from the simulated prompt cache, warm), the segments of every request, and the wire messages '
+              f'and diff of a request when you open it.</p><nav>{nav}</nav></header><main>{_window(report.window, report.window_note)}{body}</main>'
               f'<script type="application/json" id="zhin-data">{_data_json(report, kinds)}</script>'
               f'<script')
     return PageTemplate((head, middle, f'>{script}</script></body></html>\n'))
@@ -974,3 +974,16 @@ def serve_page(page: PageTemplate, *, host: str = "127.0.0.1", port: int = 0,
         pass
     finally:
         server.server_close()
+
+
+def shown_source(source: str, cwd: Path) -> str:
+    """The session's file as the page names it: relative to the folder the report was made in when the file is
+    inside it (``.zhin/data.sqlite``), so a page passed around does not carry the maker's home folder; else as given."""
+    path = Path(source)
+    if not path.is_absolute():
+        return source
+    try:
+        return path.resolve().relative_to(cwd.resolve()).as_posix()
+    except (OSError, ValueError):
+        return source
+
