@@ -986,4 +986,3 @@ def shown_source(source: str, cwd: Path) -> str:
         return path.resolve().relative_to(cwd.resolve()).as_posix()
     except (OSError, ValueError):
         return source
-
