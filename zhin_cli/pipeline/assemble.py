@@ -16,10 +16,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, NamedTuple, overload
+from typing import Any, Generic, NamedTuple, TypeVar, overload
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from zhin_cli.core.errors import ConfigError, UsageError
+from zhin_cli.core.jsontext import JSONObject
 from zhin_cli.core.model import (
     AssistantMessage,
     LazyMessages,
@@ -59,6 +60,7 @@ from zhin_cli.pipeline.segments import (
     RuntimeView,
     SegmentInput,
     SessionView,
+    TextPart,
     enforce_budget,
     inject_text,
     run_inject,
@@ -87,8 +89,8 @@ class SegmentReport:
     trimmed: int  # characters cut by the budget (text segments)
     messages: int | None = None  # message segments: how many messages they produced
 
-    def as_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
+    def as_dict(self) -> JSONObject:
+        data: JSONObject = {
             "id": self.id, "kind": self.kind, "weight": self.weight, "chars": self.chars,
             "tokens": self.tokens, "trimmed": self.trimmed,
         }
@@ -129,7 +131,7 @@ class WindowReport:
     def start(self) -> WindowStart:
         return WindowStart(self.dropped, self.summary_anchor)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSONObject:
         return {"messages": self.messages, "dropped": self.dropped, "summary_anchor": self.summary_anchor,
                 "carried_events": self.carried_events}
 
@@ -147,16 +149,20 @@ class Breakpoint:
     before: str | None = None
 
     @staticmethod
-    def of(data: dict[str, Any]) -> Breakpoint:
-        return Breakpoint(int(data["message_index"]), bool(data.get("explicit")), data.get("after"), data.get("before"))
+    def of(data: JSONObject) -> Breakpoint:
+        """The breakpoint a wire format's ``FlatRequest`` describes (``as_dict``'s fields)."""
+        index, after, before = data["message_index"], data.get("after"), data.get("before")
+        if not isinstance(index, int) or not isinstance(after, str | None) or not isinstance(before, str | None):
+            raise TypeError(f"not a breakpoint: {data!r}")  # a wire format's bug, not input
+        return Breakpoint(index, bool(data.get("explicit")), after, before)
 
     @property
     def label(self) -> str:
         """``after system`` / ``before tail``."""
         return f"after {self.after}" if self.after is not None else f"before {self.before}"
 
-    def as_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"after": self.after} if self.after is not None else {"before": self.before}
+    def as_dict(self) -> JSONObject:
+        data: JSONObject = {"after": self.after} if self.after is not None else {"before": self.before}
         data["message_index"] = self.message_index
         data["explicit"] = self.explicit
         return data
@@ -174,7 +180,7 @@ class AssembledRequest:
     full_headers: int
     short_headers: int
     cache_breakpoints: list[Breakpoint]
-    request: dict[str, Any]
+    request: dict[str, Any]  # any JSON; JSONObject once tools/preset narrows what it reads of it
     prompt_tokens: int
     verdict: Verdict
     warnings: list[str]
@@ -193,7 +199,7 @@ class AssembledRequest:
     def window_start(self) -> WindowStart:
         return self.window.start
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSONObject:
         return {
             "session_id": self.session_id,
             "turn": self.turn,
@@ -207,7 +213,7 @@ class AssembledRequest:
             "prompt_tokens": self.prompt_tokens,
             "validation": self.verdict.as_dict(),
             "window": self.window.as_dict(),
-            "warnings": self.warnings,
+            "warnings": [warning for warning in self.warnings],  # a list[JSON], which a list[str] is not
             "request": self.request,
         }
 
@@ -285,7 +291,7 @@ class _RowIndex:
         return getattr(message, "text", None)
 
 
-def _system_texts(system_parts: list[Any], leading: list[PresetMessage] | None) -> list[tuple[str, str]]:
+def _system_texts(system_parts: list[TextPart], leading: list[PresetMessage] | None) -> list[tuple[str, str]]:
     """(segment id, text) of the stable system prefix, in order: the system segments, and with a preset the
     leading preset entries around them (``preset:main`` …), so prefix-diff can name what changed."""
     segments = [(p.segment.id, p.text) for p in system_parts if p.text]
@@ -309,10 +315,6 @@ def _tokens_of(counter: TokenCounter, texts: list[str]) -> int:
 
 def _macro_warnings(unknown: dict[str, int]) -> list[str]:
     return [f"unknown macro {{{{{name}}}}} left verbatim ({count}×)" for name, count in sorted(unknown.items())]
-
-
-def _wire_messages(body: dict[str, Any]) -> list[Any]:
-    return list(body.get("messages") or body.get("contents") or [])
 
 
 def _all_timed_guess(profile: Capabilities, preset: Preset | None) -> bool:
@@ -373,10 +375,13 @@ def timezone_choice(option: str | None, session: Session, configured: str | None
 # --- the card greeting: one message in front of the stored ones, without copying them --------------------------
 
 
-class _Prepended(Sequence[Any]):
+_T = TypeVar("_T")
+
+
+class _Prepended(Sequence[_T], Generic[_T]):
     """``[first, *rest]`` as a view: O(1) to make, whatever ``rest``'s length."""
 
-    def __init__(self, first: Any, rest: Sequence[Any]) -> None:
+    def __init__(self, first: _T, rest: Sequence[_T]) -> None:
         self.first = first
         self.rest = rest
 
@@ -384,12 +389,12 @@ class _Prepended(Sequence[Any]):
         return 1 + len(self.rest)
 
     @overload
-    def __getitem__(self, index: int) -> Any: ...
+    def __getitem__(self, index: int) -> _T: ...
 
     @overload
-    def __getitem__(self, index: slice) -> list[Any]: ...
+    def __getitem__(self, index: slice) -> list[_T]: ...
 
-    def __getitem__(self, index: int | slice) -> Any:
+    def __getitem__(self, index: int | slice) -> _T | list[_T]:
         if isinstance(index, slice):
             start, stop, step = index.indices(len(self))
             if step != 1:
@@ -401,7 +406,7 @@ class _Prepended(Sequence[Any]):
         index = sequence_position(index, len(self), "position")
         return self.first if index == 0 else self.rest[index - 1]
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[_T]:
         yield self.first
         yield from self.rest
 
