@@ -12,7 +12,7 @@ import itertools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zhin_cli.cache.cost import format_share
 from zhin_cli.cache.diff import (
@@ -32,6 +32,13 @@ from zhin_cli.pipeline.facade import Pipeline
 from zhin_cli.pipeline.prices import PriceTable
 from zhin_cli.pipeline.provenance import SegmentSource, segment_sources
 from zhin_cli.store.refs import session_refs, split_capture_refs
+
+if TYPE_CHECKING:
+    from zhin_cli.cache.captures import CaptureDiff
+    from zhin_cli.core.ghactions import Annotation
+    from zhin_cli.core.model import Session
+    from zhin_cli.pipeline.config import Config
+    from zhin_cli.pipeline.preset.model import Preset
 
 DIFF_VERSION = 1
 
@@ -131,7 +138,7 @@ def _same_text(old: AssembledRequest, new: AssembledRequest, segment_id: str) ->
     return [p.text for p in old.parts if p.segment_id == segment_id] == [p.text for p in new.parts if p.segment_id == segment_id]
 
 
-def _reporting(requests: Iterator[AssembledRequest], session: Any, progress: Callable[[int, int], None] | None) -> Iterator[AssembledRequest]:
+def _reporting(requests: Iterator[AssembledRequest], session: Session, progress: Callable[[int, int], None] | None) -> Iterator[AssembledRequest]:
     total = sum(1 for m in session.messages if m.role == "assistant")
     for request in requests:
         if progress is not None:
@@ -142,14 +149,14 @@ def _reporting(requests: Iterator[AssembledRequest], session: Any, progress: Cal
 # --- the command, as a library call ----------------------------------------------------------------
 
 
-def diff_session(pipeline: Pipeline, session: Any, progress: Callable[[int, int], None] | None = None,
+def diff_session(pipeline: Pipeline, session: Session, progress: Callable[[int, int], None] | None = None,
                  on_pair: Callable[[SessionDiff, PairDiff], None] | None = None,
                  prices: PriceTable | None = None) -> SessionDiff:
     """One session's turn-to-turn diff under one pipeline (the unit of work per session)."""
     return diff_turns(session.session_id, _reporting(pipeline.replay(session), session, progress), on_pair, prices)
 
 
-def compare_session(base: Pipeline, head: Pipeline, session: Any) -> ConfigDiff:
+def compare_session(base: Pipeline, head: Pipeline, session: Session) -> ConfigDiff:
     """One session under two configurations (the unit of work per session of ``--base/--head``)."""
     return diff_configs(session.session_id, base.replay(session), head.replay(session))
 
@@ -166,9 +173,9 @@ class PrefixDiffResult:
     comparisons: list[ConfigDiff] = field(default_factory=list)
     base_label: str | None = None
     head_label: str | None = None
-    config_path: Any = None  # the zhin.yaml read (turn to turn), None for the built-in defaults
+    config_path: Path | None = None  # the zhin.yaml read (turn to turn), None for the built-in defaults
     db: str | None = None  # the database sessions were read from, None if every session was a file
-    captures: list[Any] = field(default_factory=list)  # captures.CaptureDiff of each capture folder / body JSONL
+    captures: list[CaptureDiff] = field(default_factory=list)  # the CaptureDiff of each capture folder / body JSONL
 
     @property
     def unexpected(self) -> int:
@@ -200,7 +207,7 @@ class PrefixDiffResult:
 # --- GitHub Actions ---------------------------------------------------------------------------------
 
 
-def _break_annotation(session: SessionDiff, pair: PairDiff, where: str = "") -> Any:
+def _break_annotation(session: SessionDiff, pair: PairDiff, where: str = "") -> Annotation:
     from zhin_cli.core.ghactions import Annotation
 
     source = session.sources.get(source_key(pair) or "") or SegmentSource()
@@ -214,12 +221,12 @@ def _break_annotation(session: SessionDiff, pair: PairDiff, where: str = "") -> 
                       line=source.line if source.file else None)
 
 
-def github_annotations(result: PrefixDiffResult) -> list[Any]:
+def github_annotations(result: PrefixDiffResult) -> list[Annotation]:
     """One ``error`` annotation per unexpected break — every one — at the source of the segment it falls in (where
     known); with ``--base/--head``, a ``notice`` per changed segment too, and the head's own breaks as errors."""
     from zhin_cli.core.ghactions import Annotation
 
-    out: list[Any] = []
+    out: list[Annotation] = []
     if result.mode == "turns":
         for session in result.sessions:
             out.extend(_break_annotation(session, pair) for pair in session.unexpected(result.fail_on))
@@ -272,16 +279,16 @@ def github_summary(result: PrefixDiffResult) -> str:
 def run_prefix_diff(
     refs: list[str],
     *,
-    cwd: Any,
+    cwd: Path,
     db: str | None = None,
-    config_path: Any = None,
+    config_path: Path | None = None,
     provider: str | None = None,
     model: str | None = None,
     base: str | None = None,
     head: str | None = None,
     all_sessions: bool = False,
     fail_on: Iterable[str] = DEFAULT_FAIL_ON,
-    preset: Any = None,
+    preset: Preset | Path | str | None = None,
     after_load: Callable[[], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
     jobs: int | None = 1,
@@ -329,7 +336,7 @@ def run_prefix_diff(
 
     database = database_read(chosen, db=db, cwd=cwd, all_sessions=all_sessions)
 
-    def run(configs: tuple[Any, ...], prices: PriceTable | None = None) -> Iterator[Any]:
+    def run(configs: tuple[Config, ...], prices: PriceTable | None = None) -> Iterator[SessionDiff | ConfigDiff]:
         job_list = [SessionJob(ref, db, cwd, configs, provider, model, preset, after_load, prices) for ref in chosen]
         if workers == 1 or len(job_list) == 1:  # here: the progress bar follows the turns, pairs stream as made
             yield from ordered_map(functools.partial(run_session_job, progress=progress, on_pair=on_pair), job_list, jobs=1)
@@ -344,7 +351,9 @@ def run_prefix_diff(
     if base is None:
         config = load_config(config_path, cwd=cwd)
         result = PrefixDiffResult("turns", fail, config_path=config.path, db=database)
-        result.sessions.extend(run((config,), config.price_table(prices_file)))
+        for diff in run((config,), config.price_table(prices_file)):
+            assert isinstance(diff, SessionDiff)  # one configuration: run_session_job gives a SessionDiff
+            result.sessions.append(diff)
         _add_captures(result, captured, provider, config.price_table(prices_file), on_pair)
         return result
 
@@ -356,6 +365,7 @@ def run_prefix_diff(
         trees = tuple(Path(t) for t in (base_source.tempdir, head_source.tempdir) if t is not None)
         top = _git_top(cwd) if trees else ""  # once per run, not per session
         for comparison in run((base_source.config, head_source.config)):
+            assert isinstance(comparison, ConfigDiff)  # two configurations: run_session_job gives a ConfigDiff
             _rebase_sources(comparison, trees, top)
             if on_comparison is not None:
                 on_comparison(comparison)
@@ -373,7 +383,7 @@ def _add_captures(result: PrefixDiffResult, paths: list[Path], provider: str | N
         result.sessions.extend(diff.sessions)
 
 
-def _git_top(cwd: Any) -> str:
+def _git_top(cwd: Path) -> str:
     """The checkout's top level ("" outside a repository)."""
     import subprocess
 
@@ -412,11 +422,11 @@ class SessionJob:
 
     ref: str
     db: str | None
-    cwd: Any
-    configs: tuple[Any, ...]  # (config,) for turn-to-turn; (base, head) for --base/--head
+    cwd: Path
+    configs: tuple[Config, ...]  # (config,) for turn-to-turn; (base, head) for --base/--head
     provider: str | None
     model: str | None
-    preset: Any
+    preset: Preset | Path | str | None
     after_load: Callable[[], None] | None = None
     prices: PriceTable | None = None  # turn to turn: the costs' price table
 
