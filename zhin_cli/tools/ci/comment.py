@@ -34,6 +34,7 @@ from typing import Any
 
 from zhin_cli.core.errors import EXIT_CANNOT_RUN, EXIT_FOUND, EXIT_OK, UsageError, ZhinError
 from zhin_cli.core.ghactions import summary_cell
+from zhin_cli.core.jsontext import JSON, JSONObject
 from zhin_cli.core.terminaltext import terminal_safe, terminal_safe_lines, unsafe_character
 
 MARKER = "<!-- zhin -->"
@@ -72,7 +73,7 @@ class GateRun:
     name: str
     args: tuple[str, ...]
     exit_code: int
-    document: dict[str, Any] | None
+    document: JSONObject | None
     stderr: str = ""
 
     def error_line(self) -> str:
@@ -150,9 +151,9 @@ def run_gate(name: str, args: Sequence[str], *, env: Mapping[str, str], cwd: str
     return GateRun(name, tuple(args), proc.returncode, parse_document(proc.stdout), proc.stderr)
 
 
-def parse_document(stdout: str) -> dict[str, Any] | None:
+def parse_document(stdout: str) -> JSONObject | None:
     try:
-        document = json.loads(stdout)
+        document: JSON = json.loads(stdout)
     except ValueError:
         return None
     return document if isinstance(document, dict) else None
@@ -217,6 +218,25 @@ def trouble_section(run: GateRun) -> list[str]:
             f"> {cell(run.error_line())}", ""]
 
 
+# A gate's --json document is read as any JSON: a member of the wrong type reads as empty, never as a traceback.
+
+
+def _list(value: JSON) -> list[JSON]:
+    return value if isinstance(value, list) else []
+
+
+def _objects(value: JSON) -> list[JSONObject]:
+    return [item for item in _list(value) if isinstance(item, dict)]
+
+
+def _object(value: JSON) -> JSONObject:
+    return value if isinstance(value, dict) else {}
+
+
+def _texts(value: JSON) -> list[str]:
+    return [item for item in _list(value) if isinstance(item, str)]
+
+
 def rows_cut(count: int) -> list[str]:
     return ["", f"… and {count - MAX_ROWS} more row(s)"] if count > MAX_ROWS else []
 
@@ -230,28 +250,28 @@ def eval_section(run: GateRun) -> list[str]:
     return eval_plain_section(run, document)
 
 
-def eval_compare_section(run: GateRun, document: dict[str, Any]) -> list[str]:
-    cases = document["cases"]
+def eval_compare_section(run: GateRun, document: JSONObject) -> list[str]:
+    cases = _objects(document["cases"])
     lines = [f"### {verdict(run)} zhin eval: {document['regressions']} regression(s)", "",
              f"base {cell(document.get('base', ''))} → head {cell(document.get('head', ''))}", "",
              "| case | base → head | change | Δ request tokens | Δ header tokens | notes |", "|---|---|---|---:|---:|---|"]
     for case in cases[:MAX_ROWS]:
-        providers = case.get("providers") or []
+        providers = _objects(case.get("providers"))
         lines.append(f"| {cell(case.get('case', ''))} | {cell(case.get('base'))} → {cell(case.get('head'))} | "
                      f"{cell(case.get('change'))} | {deltas(providers, 'prompt_tokens_delta')} | "
-                     f"{deltas(providers, 'header_tokens_delta')} | {cell('; '.join(case.get('reasons') or []))} |")
+                     f"{deltas(providers, 'header_tokens_delta')} | {cell('; '.join(_texts(case.get('reasons'))))} |")
     return lines + rows_cut(len(cases)) + [""]
 
 
-def deltas(providers: list[dict[str, Any]], key: str) -> str:
+def deltas(providers: list[JSONObject], key: str) -> str:
     return cell(", ".join(f"{p.get('provider')} {p[key]:+,}" for p in providers if p.get(key))) or "0"
 
 
-def eval_plain_section(run: GateRun, document: dict[str, Any]) -> list[str]:
-    counts = document.get("summary") or {}
+def eval_plain_section(run: GateRun, document: JSONObject) -> list[str]:
+    counts = _object(document.get("summary"))
     shown = " · ".join(f"{counts.get(k, 0)} {k}" for k in ("passed", "failed", "error", "skipped"))
     lines = [f"### {verdict(run)} zhin eval: {shown}", "", "| case | status | detail |", "|---|---|---|"]
-    cases = document["cases"]
+    cases = _objects(document["cases"])
     for case in cases[:MAX_ROWS]:
         lines.append(f"| {cell(case.get('id', ''))} | {cell(case.get('status'))} | {cell(case.get('reason') or '')} |")
     return lines + rows_cut(len(cases)) + [""]
@@ -261,7 +281,7 @@ def prefix_section(run: GateRun) -> list[str]:
     document = run.document
     if document is None or not isinstance(document.get("sessions"), list):
         return trouble_section(run)
-    fail_on = ", ".join(document.get("fail_on") or []) or "nothing"
+    fail_on = ", ".join(_texts(document.get("fail_on"))) or "nothing"
     lines = [f"### {verdict(run)} zhin prefix-diff: {document.get('unexpected', 0)} unexpected cache break(s)", "",
              f"fail on: {cell(fail_on)}", ""]
     if document.get("mode") == "configs":
@@ -271,43 +291,44 @@ def prefix_section(run: GateRun) -> list[str]:
     return lines + [""]
 
 
-def prefix_configs_rows(document: dict[str, Any]) -> list[str]:
-    sessions = document["sessions"]
+def prefix_configs_rows(document: JSONObject) -> list[str]:
+    sessions = _objects(document["sessions"])
     lines = [f"base {cell(document.get('base', ''))} → head {cell(document.get('head', ''))}", "",
              "| session | requests that differ | changed segments | first divergence | head: unexpected breaks |",
              "|---|---:|---|---|---|"]
     for session in sessions[:MAX_ROWS]:
         changed = ", ".join(f"{s.get('id')} ({s.get('status')}, {s.get('tokens', 0):+,} tokens)"
-                            for s in session.get("segments") or []) or "none"
-        lines.append(f"| {cell(session.get('session_id', ''))} | {len(session.get('differing_turns') or [])}/"
+                            for s in _objects(session.get("segments"))) or "none"
+        lines.append(f"| {cell(session.get('session_id', ''))} | {len(_list(session.get('differing_turns')))}/"
                      f"{session.get('turns', 0)} | {cell(changed)} | {divergence(session.get('first_divergence'))} | "
                      f"{cell(break_causes(session.get('head_stability'), document))} |")
     return lines + rows_cut(len(sessions))
 
 
-def divergence(first: dict[str, Any] | None) -> str:
-    if not first:
+def divergence(first: JSON) -> str:
+    if not isinstance(first, dict) or not first:
         return "none"
     return cell(f"turn {first.get('turn')}, byte {first.get('offset')} ({first.get('segment')})")
 
 
-def break_causes(stability: dict[str, Any] | None, document: dict[str, Any]) -> str:
+def break_causes(stability: JSON, document: JSONObject) -> str:
     """Causes of the pairs that count as breaks (the document's fail_on), counted: ``system_changed 2``."""
-    if not stability:
+    if not isinstance(stability, dict) or not stability:
         return "none"
-    fail_on = set(document.get("fail_on") or [])
+    fail_on = set(_texts(document.get("fail_on")))
     counts: dict[str, int] = {}
-    for pair in stability.get("pairs") or []:
-        if pair.get("cause") in fail_on:
-            counts[pair["cause"]] = counts.get(pair["cause"], 0) + 1
+    for pair in _objects(stability.get("pairs")):
+        cause = pair.get("cause")
+        if isinstance(cause, str) and cause in fail_on:
+            counts[cause] = counts.get(cause, 0) + 1
     return ", ".join(f"{cause} {n}" for cause, n in counts.items()) or "none"
 
 
-def prefix_turns_rows(document: dict[str, Any]) -> list[str]:
-    sessions = document["sessions"]
+def prefix_turns_rows(document: JSONObject) -> list[str]:
+    sessions = _objects(document["sessions"])
     lines = ["| session | pairs | unexpected breaks | cached share |", "|---|---:|---|---:|"]
     for session in sessions[:MAX_ROWS]:
-        summary = session.get("summary") or {}
+        summary = _object(session.get("summary"))
         lines.append(f"| {cell(session.get('session_id', ''))} | {summary.get('pairs', 0)} | "
                      f"{cell(break_causes(session, document))} | {summary.get('cached_share', 0):.0%} |")
     return lines + rows_cut(len(sessions))
@@ -316,8 +337,8 @@ def prefix_turns_rows(document: dict[str, Any]) -> list[str]:
 # ---------------------------------------------------------------------------------------------------------- GitHub
 
 
-def api_call(api_url: str, token: str, method: str, path: str, payload: dict[str, Any] | None = None) -> Any:
-    """One REST call: JSON in, JSON out. Any failure is one :class:`GitHubApiError` line (no token in it)."""
+def api_call(api_url: str, token: str, method: str, path: str, payload: JSONObject | None = None) -> JSON:
+    """One REST call: JSON in, JSON out. Every failure is one :class:`GitHubApiError` line (no token in it)."""
     url = api_url.rstrip("/") + path
     data = json.dumps(payload).encode() if payload is not None else None
     request = urllib.request.Request(url, data=data, method=method, headers={
@@ -325,7 +346,8 @@ def api_call(api_url: str, token: str, method: str, path: str, payload: dict[str
         "X-GitHub-Api-Version": "2022-11-28", "Content-Type": "application/json", "User-Agent": "zhin-ci"})
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
-            return json.loads(response.read() or b"null")
+            answer: JSON = json.loads(response.read() or b"null")
+            return answer
     except urllib.error.HTTPError as error:
         raise GitHubApiError(f"GitHub API {method} {path}: HTTP {error.code} {api_message(error)}", error.code) from None
     except (urllib.error.URLError, OSError, ValueError) as error:
@@ -350,7 +372,7 @@ def find_marked_comment(api_url: str, token: str, repository: str, number: int) 
             raise GitHubApiError(f"GitHub API GET /repos/{repository}/issues/{number}/comments: not a list")
         for comment in comments:
             if isinstance(comment, dict) and MARKER in str(comment.get("body", "")):
-                return int(comment["id"])
+                return _comment_id(comment.get("id"), f"/repos/{repository}/issues/{number}/comments")
         if len(comments) < PAGE_SIZE:
             return None
         page += 1
@@ -366,7 +388,17 @@ def upsert_comment(api_url: str, token: str, repository: str, number: int, body:
         reply = api_call(api_url, token, "POST", f"/repos/{repository}/issues/{number}/comments", {"body": body})
         action = "created"
     reply = reply if isinstance(reply, dict) else {}
-    return CommentResult(action, int(reply.get("id", existing or 0)), str(reply.get("html_url", "")))
+    return CommentResult(action, _comment_id(reply.get("id", existing or 0), "the comment's reply"), str(reply.get("html_url", "")))
+
+
+def _comment_id(value: JSON, where: str) -> int:
+    """A comment's ``id`` as GitHub sends it (a number); anything else is the API's error, in one line."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise GitHubApiError(f"GitHub API {where}: a comment without a numeric id ({summary_cell(repr(value), 80)})")
+    try:
+        return int(value)
+    except (ValueError, OverflowError):
+        raise GitHubApiError(f"GitHub API {where}: a comment without a numeric id ({summary_cell(str(value), 80)})") from None
 
 
 # ---------------------------------------------------------------------------------------------------------- run
@@ -376,12 +408,13 @@ def options_from(values: Mapping[str, Any], environ: Mapping[str, str]) -> CiOpt
     """CiOptions from the script's arguments, filling what the runner knows (repository, API URL, token, the pull
     request's number and refs from ``GITHUB_EVENT_PATH``) when an argument leaves it empty."""
     event = pull_request_event(environ.get("GITHUB_EVENT_PATH", ""))
-    number = values.get("pull_request") or event.get("number")
+    event_number = event.get("number")
+    number = values.get("pull_request") or (event_number if isinstance(event_number, (int, str)) else None)
     return CiOptions(
         eval_paths=split_words(values.get("eval", "eval_cases"), "--eval"),
         sessions=split_words(values.get("sessions", ""), "--sessions"),
-        base=values.get("base") or str(event.get("base", {}).get("sha", "")),
-        head=values.get("head") or str(event.get("head", {}).get("sha", "")),
+        base=values.get("base") or str(_object(event.get("base")).get("sha", "")),
+        head=values.get("head") or str(_object(event.get("head")).get("sha", "")),
         fail_on=values.get("fail_on", ""), config=values.get("config", ""),
         allow_plugins=bool(values.get("allow_plugins")), allow_ref_plugins=bool(values.get("allow_ref_plugins")),
         comment=bool(values.get("comment", True)),
@@ -398,13 +431,13 @@ def split_words(text: str, option: str) -> tuple[str, ...]:
         raise UsageError(f"{option}: {error}") from None
 
 
-def pull_request_event(path: str) -> dict[str, Any]:
+def pull_request_event(path: str) -> JSONObject:
     """The ``pull_request`` object of the workflow's event payload, or {} (a push, a manual run, no file)."""
     if not path:
         return {}
     try:
         with open(path, encoding="utf-8") as handle:
-            event = json.load(handle)
+            event: JSON = json.load(handle)
     except (OSError, ValueError):
         return {}
     pull = event.get("pull_request") if isinstance(event, dict) else None
