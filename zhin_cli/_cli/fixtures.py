@@ -5,13 +5,16 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from zhin_cli._cli import app, handles_errors
 from zhin_cli.core.terminaltext import terminal_safe
 from zhin_cli.tools.fixtures.synth import SynthOptions, synthesize_lines
+
+if TYPE_CHECKING:
+    from zhin_cli.core.jsontext import JSONObject
 
 fixtures_app = typer.Typer(help="Session fixtures: synthetic group chats for tests and economy reports.", no_args_is_help=True)
 app.add_typer(fixtures_app, name="fixtures")
@@ -48,7 +51,7 @@ def synth_command(
         return
     message_lines = 0
 
-    def counted() -> Iterator[dict[str, Any]]:
+    def counted() -> Iterator[JSONObject]:
         nonlocal message_lines
         for line in lines:
             message_lines += line["type"] == "message"
