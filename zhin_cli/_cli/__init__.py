@@ -36,8 +36,12 @@ from zhin_cli.core.terminaltext import terminal_safe, terminal_safe_lines
 from zhin_cli.signals import SIGNALLED, install_signal_handlers, terminated_by_sigterm
 
 if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
     from rich.console import Console
+    from rich.progress import TaskID
+    from typer._click.formatting import HelpFormatter
 
+    from zhin_cli.core.model import Session
     from zhin_cli.pipeline.context import RunContext
 
 # Every command, in the order ``zhin --help`` lists them (typer's: the plain commands as their modules register them,
@@ -76,7 +80,7 @@ class LazyCommands(TyperGroup):
     typer's own converters (``get_command_from_info``, ``get_group_from_info``), so a lazily built command is the
     object typer would have built eagerly: the same options, help and panels."""
 
-    def __init__(self, *, commands: dict[str, Command] | None = None, **attrs: Any) -> None:
+    def __init__(self, *, commands: dict[str, Command] | None = None, **attrs: Any) -> None:  # passed on to click, which takes any keyword
         self.loaded: dict[str, Command] = {}
         super().__init__(commands=commands, **attrs)
         if self.loaded:  # built by typer from modules imported before (an embedding caller, the in-process tests)
@@ -105,18 +109,18 @@ class LazyCommands(TyperGroup):
         self._load(cmd_name)
         return self.loaded.get(cmd_name)
 
-    def format_help(self, ctx: Context, formatter: Any) -> None:
+    def format_help(self, ctx: Context, formatter: HelpFormatter) -> None:
         from zhin_cli._cli.examples import apply_conventions  # here, not at start: `zhin --version` needs none of it
 
         apply_conventions(self, "", subcommands=False)  # the root's own options; each command gets its own on load
         super().format_help(ctx, formatter)
 
     def make_context(self, info_name: str | None, args: list[str], parent: Context | None = None,
-                     **extra: Any) -> Context:
+                     **extra: object) -> Context:
         with one_line_usage_errors():
             return super().make_context(info_name, args, parent=parent, **extra)
 
-    def invoke(self, ctx: Context) -> Any:
+    def invoke(self, ctx: Context) -> object:
         with one_line_usage_errors():
             return super().invoke(ctx)
 
@@ -186,7 +190,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},  # also examples.HELP_OPTION_NAMES
 )
 
-F = TypeVar("F", bound=Callable[..., Any])
+F = TypeVar("F", bound=Callable[..., object])
 
 
 def stdout_console() -> Console:
@@ -280,7 +284,7 @@ def handles_errors(function: F, *, trouble: int | None = None) -> F:
     ``trouble`` replaces every error's code (``diff``-like commands exit 2 for any trouble)."""
 
     @wraps(function)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: object, **kwargs: object) -> object:
         try:
             return function(*args, **kwargs)
         except ZhinError as error:
@@ -387,7 +391,7 @@ def replay_progress(label: str, *, loading: str = "loading") -> Iterator[Callabl
 
     From the start it shows ``loading`` (reading the config and the session, which can take seconds); the bar
     itself appears with the first ``update(done, total)``, so its first frame has its total — a caller that knows
-    the total before its first step calls ``update(0, total)``. Any command can use it: ``with replay_progress(
+    the total before its first step calls ``update(0, total)``. Every command can use it: ``with replay_progress(
     "economy") as progress: run(…, progress=progress)``; ``update`` takes cumulative counts."""
     if not progress_wanted():
         yield None
@@ -400,7 +404,7 @@ def replay_progress(label: str, *, loading: str = "loading") -> Iterator[Callabl
                        redirect_stdout=False, redirect_stderr=False)
     bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=stderr_console(),
                    transient=True, redirect_stdout=False, redirect_stderr=False)
-    task: list[Any] = []  # the bar's task once it started
+    task: list[TaskID] = []  # the bar's task once it started
     waiting.add_task(loading, total=None)
     waiting.start()
     try:
@@ -433,7 +437,7 @@ def database_or_discovered(db: str | None) -> str:
     return find_database(db, Path.cwd())
 
 
-def write_jsonl_output(session: Any, output: Path | None) -> int | None:
+def write_jsonl_output(session: Session, output: Path | None) -> int | None:
     """A session as JSONL on stdout, or into ``output`` (one-line error if it cannot be written); lines written."""
     from zhin_cli.core.outputfiles import atomic_output
     from zhin_cli.store.jsonl import write_session
@@ -480,14 +484,14 @@ def print_sources(config: Path | str | None, db: str | Path | None, *, config_la
         pass
 
 
-def print_json(data: Any) -> None:
+def print_json(data: object) -> None:
     from zhin_cli.core.outputfiles import escape_surrogates
 
     # terminal_safe_lines: a string of the document holds input text; escaped, it still parses to the same value
     sys.stdout.write(terminal_safe_lines(escape_surrogates(json.dumps(data, ensure_ascii=False, indent=2))) + "\n")
 
 
-def write_json_line_safely(data: Any, out: TextIO) -> None:
+def write_json_line_safely(data: object, out: TextIO) -> None:
     """``data`` as one JSON line by the one JSONL writer, escaped like ``print_json`` (a ``##[`` in a string would
     open a workflow command anywhere in a CI log line), flushed at once for a reader that streams."""
     from zhin_cli.core.outputfiles import write_json_line
@@ -564,7 +568,7 @@ class _StdoutRaw(io.RawIOBase):
     def isatty(self) -> bool:
         return not self.closed_at_start and os.isatty(1)
 
-    def write(self, data: Any) -> int:
+    def write(self, data: ReadableBuffer) -> int:
         size = len(memoryview(data))
         if self.failed:
             return size

@@ -12,7 +12,7 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 from urllib.parse import quote
 
 import typer
@@ -33,6 +33,9 @@ from zhin_cli.core.errors import UsageError, ZhinError
 from zhin_cli.core.terminaltext import terminal_safe  # a session id, a file name: input text (issue 27 item 5)
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from typer._click.core import Context, Parameter
     from typer._click.shell_completion import CompletionItem
 
 @app.command("import")
@@ -338,11 +341,11 @@ def quick_completion(instruction: str) -> str | None:
     return completer.complete()
 
 
-def shell_completer(kind: str) -> Any:
+def shell_completer(kind: str) -> Callable[[Context | None, Parameter, str], list[CompletionItem]]:
     """The ``shell_complete`` callback of a parameter (typer's full completion: after an option the quick path does
     not know) — the same answers as ``quick_items``."""
 
-    def complete(ctx: Any, param: Any, incomplete: str) -> list[CompletionItem]:
+    def complete(ctx: Context | None, param: Parameter, incomplete: str) -> list[CompletionItem]:
         if kind == "provider":
             return complete_providers(incomplete)
         if kind == "preset":

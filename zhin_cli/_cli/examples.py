@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import re
 import typing
+from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING
 
-from typer._click.core import Command
+from typer._click.core import Command, Context, Parameter
 from typer.core import TyperArgument, TyperGroup, TyperOption
+
+if TYPE_CHECKING:
+    from typer._click.shell_completion import CompletionItem
 
 GROUP_KEY = "icqq:8596238:group:1048877509"  # the busy group of fixtures/group-busy.jsonl (and the demo database)
 PRIVATE_KEY = "icqq:8596238:private:10002"  # fixtures/private-chat.jsonl
@@ -214,7 +218,7 @@ def epilog(path: str) -> str | None:
     return "Examples:\n" + "\n".join(line.replace("[", "\\[") for line in lines)
 
 
-def _type_name(annotation: Any) -> str:
+def _type_name(annotation: object) -> str:
     if typing.get_origin(annotation) is list:
         (annotation,) = typing.get_args(annotation)
     return getattr(annotation, "__name__", "TEXT")
@@ -242,7 +246,7 @@ class ConventionalArgument(TyperArgument):
     def _base_name(self) -> str:
         return (self.metavar or self.name or "").removesuffix("...")
 
-    def display_type_rich(self, ctx: Any) -> str | None:
+    def display_type_rich(self, ctx: Context) -> str | None:
         return None
 
     def get_error_hint(self) -> str:
@@ -253,7 +257,7 @@ class ConventionalArgument(TyperArgument):
         return name + ("..." if self.nargs != 1 else "")
 
 
-def completion_kind(param: Any) -> str | None:
+def completion_kind(param: Parameter) -> str | None:
     """What a TAB completes for this parameter: ``provider`` names, ``preset`` files, ``session`` ids/keys/files."""
     if isinstance(param, TyperOption):
         if "--provider" in param.opts:
@@ -267,8 +271,8 @@ def completion_kind(param: Any) -> str | None:
     return None
 
 
-def _completer(kind: str) -> Any:
-    def complete(ctx: Any, param: Any, incomplete: str) -> Any:
+def _completer(kind: str) -> Callable[[Context, Parameter, str], list[CompletionItem]]:
+    def complete(ctx: Context, param: Parameter, incomplete: str) -> list[CompletionItem]:
         from zhin_cli._cli.data import shell_completer  # only when a TAB asks
 
         return shell_completer(kind)(ctx, param, incomplete)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -19,7 +19,10 @@ from zhin_cli._cli import (
     stdout_console,
 )
 from zhin_cli.core.terminaltext import terminal_safe
-from zhin_cli.tools.facts.facts import prune_database, prune_summary, show_facts
+from zhin_cli.tools.facts.facts import RebuiltRoster, prune_database, prune_summary, show_facts
+
+if TYPE_CHECKING:
+    from rich.console import Console
 from zhin_cli.tools.trace.trace import timezone_note
 
 facts_app = typer.Typer(help="Stored member and scene facts (ADR 0041 §6): show them, prune them to their bounds.",
@@ -51,12 +54,13 @@ def show_command(
         print_json(with_iso_times(data))
         return
     print_sources(loaded.path, source)
-    for warning in data.get("warnings") or []:  # a row zhin cannot read is named, never misread
+    for warning in data.get("warnings", []):  # a row zhin cannot read is named, never misread
         typer.echo(f"zhin: warning: {terminal_safe(warning)}", err=True)
     console = stdout_console()
     console.print(terminal_safe(f"session key: {data['session_key']}"), markup=False)
-    if data["nothing"]:
-        console.print(terminal_safe(data["nothing"]), markup=False)
+    nothing = data.get("nothing")
+    if nothing:
+        console.print(terminal_safe(nothing), markup=False)
         return
     zone = data["timezone"]
     console.print(terminal_safe(timezone_note(zone, data["timezone_source"])), markup=False)
@@ -77,7 +81,7 @@ ROSTER_COLUMNS = ("user_id", "name", "platform_role", "roles", "joined_at", "joi
                   "muted_until", "muted_by", "last_seen")
 
 
-def print_rebuilt(console: Any, rebuilt: dict[str, Any], zone: str) -> None:
+def print_rebuilt(console: Console, rebuilt: RebuiltRoster, zone: str) -> None:
     """The roster a database without stored facts tells (upstream's own), saying where it comes from."""
     console.print(f"no stored facts: rebuilt from {rebuilt['from']} (names and roles as the messages carry them; "
                   "joins, leaves, role changes and mutes from the member events)", markup=False)
@@ -93,7 +97,7 @@ COUNTS = frozenset({"member_count"})  # the facts that count things, written 1,2
 # every other number (user, owner and admin ids) is a name, written as stored
 
 
-def human_value(name: str, value: Any, zone: str = "UTC") -> str:
+def human_value(name: str, value: object, zone: str = "UTC") -> str:
     """A stored fact as people read it: lists joined, yes/no, ms epochs (``*_at``, ``*_until``) as ``zone``'s
     local times, the zone named."""
     if value is None:
@@ -104,7 +108,7 @@ def human_value(name: str, value: Any, zone: str = "UTC") -> str:
         return ", ".join(str(item) for item in value) or "-"
     if value == 0 and name == "muted_until":
         return "not muted"
-    if isinstance(value, int) and name.endswith(("_at", "_until", "_seen")) or name == "at":
+    if isinstance(value, int) and (name.endswith(("_at", "_until", "_seen")) or name == "at"):  # (at: always an int)
         from zhin_cli.core.timezones import human_ms
 
         return human_ms(value, zone=zone)

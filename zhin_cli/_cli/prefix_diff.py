@@ -12,8 +12,9 @@ from __future__ import annotations
 import re
 import sys
 import textwrap
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -109,7 +110,7 @@ Cached tokens and costs are warm: each request after every one before it, as in 
         raise typer.Exit(EXIT_FOUND)
 
 
-def _write_line(data: dict[str, Any]) -> None:
+def _write_line(data: object) -> None:
     """One JSONL line, flushed at once: a reader sees each pair as it is made (``| head -1`` ends the run)."""
     write_json_line_safely(data, sys.stdout)
 
@@ -239,11 +240,12 @@ def _print_rows(console: Console, pairs: list[PairDiff], fail_on: list[str], *, 
             console.print(" " * min(column, max(0, width - len(rest))) + markup_safe(rest), soft_wrap=True)
 
 
-def _excerpts(console: Console, first: PairDiff | dict[str, Any], indent: str = "    ") -> None:
+def _excerpts(console: Console, first: PairDiff | Mapping[str, object], indent: str = "    ") -> None:
     if isinstance(first, PairDiff):
         before, after, mark = first.before, first.after, first.excerpt_mark
     else:
-        before, after, mark = first["before"], first["after"], int(first.get("excerpt_index", 0))
+        index = first.get("excerpt_index", 0)  # (the comparison's first_divergence: str excerpts, an int index)
+        before, after, mark = str(first["before"]), str(first["after"]), index if isinstance(index, int) else 0
     for name, text in (("before:", before), ("after: ", after)):  # data, not markup: a Text, so no byte is read as a tag
         console.print(Text.assemble(f"{indent}{name} …", terminal_safe(text[:mark]), (MARK, "reverse"), terminal_safe(text[mark:]), "…"),
                       soft_wrap=True)

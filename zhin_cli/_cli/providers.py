@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -12,7 +12,7 @@ from zhin_cli._cli import app, handles_errors, open_command_context, print_json,
 from zhin_cli.pipeline.providers import PROVIDERS, Capabilities, provider_names, resolve_profile
 
 
-def profile_dict(profile: Capabilities) -> dict[str, Any]:
+def profile_dict(profile: Capabilities) -> dict[str, object]:
     """One provider as ``--json`` shows it: every field of its spec but the model rules, and who registered it
     (``builtin``, or a plugin). Fields are only ever added (``version: 1``)."""
     data = dataclasses.asdict(profile)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -106,7 +107,7 @@ def _num(value: float | None) -> str:
     return f"{value:,.1f}"
 
 
-def window_text(window: dict[str, Any]) -> str:
+def window_text(window: Mapping[str, object]) -> str:
     """The window settings in words (``report economy --json`` keeps the machine values): no ``None``."""
     parts = []
     messages, cut = window.get("max_messages"), window.get("cut_to")
@@ -123,13 +124,6 @@ def window_text(window: dict[str, Any]) -> str:
         parts.append(f"at most {blocks} blocks, then cut to the newest {window['kept_blocks_after_cut']}"
                      + ("" if cut_blocks is not None else " (half)"))
     return "; ".join(parts)
-
-
-def _costs(cost: dict[str, Any] | None) -> str:
-    """``$0.003 · $0.009 · $0.011``: cost per request of each layout (``—``: no price for the provider)."""
-    if cost is None:
-        return "—"
-    return " · ".join(format_usd(cost[layout]["per_request"] if cost[layout] else None) for layout in COST_LAYOUTS)
 
 
 def _print(console: Console, report: EconomyReport) -> None:

@@ -15,7 +15,7 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TextIO
+from typing import TYPE_CHECKING, Annotated, TextIO
 
 import typer
 from rich.box import HEAVY_HEAD
@@ -252,7 +252,7 @@ def _print_real_verdict(console: Console, diff: CaptureDiff) -> None:
     console.print(f"real cached tokens beside the simulator's: {verdict}{close}", soft_wrap=True)
 
 
-def write_line(out: TextIO, record: dict[str, Any]) -> None:
+def write_line(out: TextIO, record: object) -> None:
     """One request (``request_record``) as one JSON line, flushed: a reader (``| head -1``, a log shipper) has it
     at once."""
     write_json_line_safely(record, out)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -73,7 +73,7 @@ def trust_command(
     if list_trusted:
         if paths or revoke:
             raise UsageError("--list takes no files and no --revoke")
-        entries: dict[str, Any] = trust.read_store()
+        entries = trust.read_store()
         if not entries:
             out.print(terminal_safe(f"nothing trusted ({trust.store_path()})"), markup=False, soft_wrap=True)
         for name, entry in sorted(entries.items()):

@@ -7,12 +7,13 @@ the L2 store of :mod:`zhin_cli.store.facts`.
 from __future__ import annotations
 
 import os
+from typing import NotRequired, TypedDict
 
 from sqlalchemy import Connection, select, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from zhin_cli.core.errors import SessionNotFound, ZhinError
-from zhin_cli.core.jsontext import JSON, JSONObject
+from zhin_cli.core.jsontext import JSONObject
 from zhin_cli.core.timezones import choose_timezone, valid_timezone
 from zhin_cli.store import schema
 from zhin_cli.store.db import SessionDatabase, db_error, parse_db, writable_engine
@@ -22,7 +23,34 @@ from zhin_cli.store.payload import short
 FACTS_TABLES = ("ai_session_profiles", "ai_scene_members")
 
 
-def show_facts(db: str, session: str, *, timezone: str | None = None, configured: str | None = None) -> JSONObject:
+class GlobalMute(TypedDict):
+    """A whole-group mute switched ``on`` or off ``at`` (ms epoch) ``by`` an operator (None: not known)."""
+
+    at: int
+    on: bool
+    by: str | None
+
+
+# "from" is a keyword: the functional form
+RebuiltRoster = TypedDict("RebuiltRoster", {"from": str, "members": "list[JSONObject]", "global_mute": list[GlobalMute]})
+
+
+class FactsDocument(TypedDict):
+    """``zhin facts show --json`` (``version: 1``): ``rebuilt`` only where the roster was rebuilt."""
+
+    version: int
+    session_key: str
+    timezone: str
+    timezone_source: str
+    scene: JSONObject | None
+    bot_role: str | None
+    members: list[JSONObject]
+    rebuilt: NotRequired[RebuiltRoster]
+    warnings: NotRequired[list[str]]
+    nothing: NotRequired[str | None]
+
+
+def show_facts(db: str, session: str, *, timezone: str | None = None, configured: str | None = None) -> FactsDocument:
     """``zhin facts show``: the stored scene facts, bot role and member rows of a session (epoch id or key),
     read in one read-only snapshot (a bot committing meanwhile is seen wholly or not at all). A database without
     stored member facts (upstream's own: it has no facts tables) gets its roster rebuilt from the rows that tell
@@ -46,7 +74,7 @@ def show_facts(db: str, session: str, *, timezone: str | None = None, configured
         rebuilt = None if stored else rebuild_facts(conn, key, set(database.tables), database.ref.label)
         zone, source = choose_timezone(timezone, configured, *_session_zone(conn, key, session, set(database.tables)),
                                        os.environ.get("TZ"))
-    data: JSONObject = {
+    data: FactsDocument = {
         "version": 1,
         "session_key": key,
         "timezone": zone,
@@ -61,7 +89,7 @@ def show_facts(db: str, session: str, *, timezone: str | None = None, configured
             "members": [entry.as_dict() for _, entry in sorted(rebuilt.members.items())],
             "global_mute": [{"at": at, "on": on, "by": by} for at, on, by in rebuilt.global_mute],
         }
-        data["warnings"] = list[JSON](rebuilt.warnings)
+        data["warnings"] = rebuilt.warnings
     data["nothing"] = nothing_reason(data, database.tables)
     return data
 
@@ -90,11 +118,10 @@ def _session_zone(conn: Connection, key: str, session: str, tables: set[str]) ->
     return zone, "data" if zone else None
 
 
-def nothing_reason(data: JSONObject, tables: set[str] | list[str]) -> str | None:
+def nothing_reason(data: FactsDocument, tables: set[str] | list[str]) -> str | None:
     """Why ``facts show`` has nothing to show, in one line; ``None`` when it has something."""
     rebuilt = data.get("rebuilt")
-    rebuilt = rebuilt if isinstance(rebuilt, dict) else {}  # (facts_show writes an object or nothing)
-    if data["members"] or data["scene"] or data["bot_role"] or rebuilt.get("members") or rebuilt.get("global_mute"):
+    if data["members"] or data["scene"] or data["bot_role"] or (rebuilt and (rebuilt["members"] or rebuilt["global_mute"])):
         return None
     missing = [t for t in FACTS_TABLES if t not in tables]
     stored = (f"this database has no {' / '.join(missing)} table{'s' if len(missing) > 1 else ''}" if missing
