@@ -28,16 +28,18 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, replace
-from typing import Any
 
+from zhin_cli.core.jsontext import JSON
 from zhin_cli.pipeline.format import _LINE_BREAKS, tool_call_line, tool_result_line
 from zhin_cli.pipeline.headers import Projected
 from zhin_cli.pipeline.preset import Layout
+from zhin_cli.pipeline.preset.layout import Item
 from zhin_cli.pipeline.providers.capabilities import Capabilities
 from zhin_cli.pipeline.providers.openai import render_openai
 from zhin_cli.pipeline.providers.rendered import RenderedRequest
 from zhin_cli.pipeline.providers.specs.local import FAMILY_PATTERNS, FAMILY_RULES  # the tables, with the profiles
 from zhin_cli.pipeline.segments import RuntimeView
+from zhin_cli.wire.types import OpenAIMessage
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,7 @@ def profile_family(profile: Capabilities) -> str | None:
     return family if prefix in ("served", "template") and family in FAMILY_RULES else None
 
 
-def _arguments_text(arguments: Any) -> str:
+def _arguments_text(arguments: JSON) -> str:
     """One JSON line: parsed and re-serialised when it is JSON text, else the raw text as a JSON string —
     never a line break, so no argument can start a line of its own. ``json.dumps`` escapes the C0 breaks but
     leaves U+0085, U+2028 and U+2029 raw; every character zhin reads as a line break (``format._LINE_BREAKS``)
@@ -103,7 +105,7 @@ def tools_as_text(layout: Layout) -> tuple[Layout, int, int]:
     the tail stays on the current input; the renderer's alternation merge joins the new user turns with the
     member messages around them."""
     names = {call.id: call.name for m in layout.messages if isinstance(m, Projected) for call in m.tool_calls}
-    messages: list[Any] = []
+    messages: list[Item] = []
     calls = results = 0
     for message in layout.messages:
         if isinstance(message, Projected) and message.role == "assistant" and message.tool_calls:
@@ -123,7 +125,7 @@ def tools_as_text(layout: Layout) -> tuple[Layout, int, int]:
 def call_text_apart(layout: Layout) -> Layout:
     """An assistant message with tool calls and text becomes two: its text (with its header) first, then its
     calls alone — for templates that render a tool-call message's calls but not its text (Llama 3.x)."""
-    messages: list[Any] = []
+    messages: list[Item] = []
     tail_index = layout.tail_index
     for index, message in enumerate(layout.messages):
         if isinstance(message, Projected) and message.role == "assistant" and message.tool_calls and message.text:
@@ -135,7 +137,7 @@ def call_text_apart(layout: Layout) -> Layout:
     return replace(layout, messages=messages, tail_index=tail_index)
 
 
-def _leading_system(messages: list[dict[str, Any]]) -> tuple[int, str]:
+def _leading_system(messages: list[OpenAIMessage]) -> tuple[int, str]:
     """How many system messages lead, and their text joined by a blank line."""
     leading = 0
     while leading < len(messages) and messages[leading]["role"] == "system":
@@ -147,7 +149,7 @@ def _move_leading_system(rendered: RenderedRequest, leading: int, text: str, tar
     """The ``leading`` system messages leave the list; their ``text`` opens the user message at ``target`` (its
     index before the move), or becomes a user turn of its own at the start (``target`` None). Parts and cache
     breakpoints follow their messages; the system parts are now inside the target turn."""
-    messages: list[dict[str, Any]] = rendered.body["messages"]
+    messages: list[OpenAIMessage] = rendered.body["messages"]  # render_openai's body
     if target is None:
         messages[:leading] = [{"role": "user", "content": text}]
         shift, into = leading - 1, 0
@@ -169,7 +171,7 @@ def _move_leading_system(rendered: RenderedRequest, leading: int, text: str, tar
 def system_into_first_user(rendered: RenderedRequest) -> None:
     """The leading system message(s) open the first user turn (the system text, a blank line, the user text); with no user turn to open
     (the history starts with the bot, or is empty) they become that user turn."""
-    messages: list[dict[str, Any]] = rendered.body["messages"]
+    messages: list[OpenAIMessage] = rendered.body["messages"]  # render_openai's body
     leading, text = _leading_system(messages)
     if leading:
         first_user = leading < len(messages) and messages[leading]["role"] == "user"
@@ -180,7 +182,7 @@ def system_into_last_user(rendered: RenderedRequest) -> bool:
     """For a request that does not end on a user turn (a tool-loop continuation): the leading system text opens the
     last user turn — where the template put it in the request this one continues, so that request's prompt stays
     this one's prefix — or, with no user turn at all, becomes the first turn. True if it moved."""
-    messages: list[dict[str, Any]] = rendered.body["messages"]
+    messages: list[OpenAIMessage] = rendered.body["messages"]  # render_openai's body
     leading, text = _leading_system(messages)
     if not leading or messages[-1]["role"] == "user" or leading == len(messages):
         return False  # the template places it itself (or there is nothing to place it in)
