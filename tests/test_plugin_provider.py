@@ -23,7 +23,7 @@ import pytest
 from conftest import FIXTURES, ROOT, clean_env
 from serve_process import ServeProcess
 
-from zhin_cli.pipeline.plugins import PRICE_ROWS
+from zhin_cli.pipeline.prices import PRICE_ROWS
 from zhin_cli.pipeline.providers import PROVIDERS
 
 PLUGIN = ROOT / "tests" / "plugins" / "acme_provider.py"

@@ -52,7 +52,7 @@ _HOMES: dict[str, str] = {
     "ProviderSpec": "zhin_cli.pipeline.providers", "PROVIDERS": "zhin_cli.pipeline.providers",
     "register_provider": "zhin_cli.pipeline.providers", "provider": "zhin_cli.pipeline.providers",
     "provider_names": "zhin_cli.pipeline.providers", "for_wire": "zhin_cli.pipeline.providers",
-    "register_prices": "zhin_cli.pipeline.plugins", "PRICE_ROWS": "zhin_cli.pipeline.plugins",
+    "register_prices": "zhin_cli.pipeline.prices", "PRICE_ROWS": "zhin_cli.pipeline.prices",
     "RENDERERS": "zhin_cli.pipeline.providers", "register_renderer": "zhin_cli.pipeline.providers",
     "Verdict": "zhin_cli.pipeline.validate", "VALIDATORS": "zhin_cli.pipeline.validate",
     "register_validator": "zhin_cli.pipeline.validate",
@@ -105,9 +105,8 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time each name i
     from zhin_cli.pipeline.config import Config, load_config
     from zhin_cli.pipeline.context import RunContext
     from zhin_cli.pipeline.facade import Pipeline
-    from zhin_cli.pipeline.plugins import PRICE_ROWS, register_prices
     from zhin_cli.pipeline.preset.macros import MACROS, Arity, macro
-    from zhin_cli.pipeline.prices import Price, PriceTable, load_prices
+    from zhin_cli.pipeline.prices import PRICE_ROWS, Price, PriceTable, load_prices, register_prices
     from zhin_cli.pipeline.providers import (
         PROFILES,
         PROVIDERS,

@@ -5,8 +5,13 @@ in a zhin.yaml (``plugins: [acme_provider.py]``) is all it takes for ``--provide
 (tests/test_plugin_provider.py); nothing in zhin changes.
 """
 
-from zhin_cli.api import CacheRules, ProviderSpec, register_prices, register_provider
+from zhin_cli.api import CacheRules, ProviderSpec, register_provider
 
+PRICES = {
+    "default": "acme-1",
+    "models": {"acme-1": {"input": 0.4, "cached_input": 0.04, "source": "Acme's price page (a test fixture)",
+                          "read_on": "2026-12-03"}},
+}
 ACME = ProviderSpec(
     name="acme",
     display="Acme",
@@ -17,14 +22,9 @@ ACME = ProviderSpec(
     default_model="acme-1",
     model_prefixes=("acme-",),
     economy=True,
+    prices=PRICES,  # its rows, as one provider of prices.json
 )
-PRICES = {
-    "default": "acme-1",
-    "models": {"acme-1": {"input": 0.4, "cached_input": 0.04, "source": "Acme's price page (a test fixture)",
-                          "read_on": "2026-12-03"}},
-}
 
 
 def register(plugin):
     register_provider(ACME)
-    register_prices("acme", PRICES)

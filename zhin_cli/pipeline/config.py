@@ -75,12 +75,11 @@ class Config:
         return load_preset(path, self.preset_options)
 
     def price_table(self, prices_file: Path | None = None) -> PriceTable:
-        """The prices a cost is computed with: the built-in table, a plugin provider's rows (``register_prices``),
-        this config's ``prices:``, then ``--prices FILE``."""
-        from zhin_cli.pipeline.plugins import plugin_prices
+        """The prices a cost is computed with: the built-in table, a registered provider's rows (its spec's
+        ``prices``), this config's ``prices:``, then ``--prices FILE``."""
         from zhin_cli.pipeline.prices import load_prices
 
-        return load_prices({**plugin_prices(), **self.prices}, prices_file, config_where=self.where)
+        return load_prices(self.prices, prices_file, config_where=self.where)
 
     def registry(self) -> tuple[PromptSegmentRegistry, list[Generation]]:
         """Built-ins with this config applied, plus one generation per plugin (release to unload).

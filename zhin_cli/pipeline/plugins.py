@@ -17,7 +17,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -25,7 +25,6 @@ from typing import Any
 
 from zhin_cli.core import trust
 from zhin_cli.core.errors import ConfigError, ZhinError
-from zhin_cli.core.registry import Registry
 from zhin_cli.core.trust import GIVEN, PluginSource, inside
 from zhin_cli.pipeline.segments import Generation
 
@@ -124,25 +123,3 @@ def _entry_point(spec: str, where: str | None) -> Callable[..., Any]:
     if not callable(function):
         raise ConfigError(f"plugin {spec!r}: entry point {points[0].value!r} is not callable", where=where)
     return function
-
-
-# --- a plugin provider's prices ---------------------------------------------------------------------------------
-
-# provider → its price rows (the shape of one provider in prices.json: {"default": model, "models": {model: row}}),
-# registered by the plugin that defines the provider. Below zhin.yaml's ``prices:`` and ``--prices FILE``, which
-# still win (``Config.price_table``).
-PRICE_ROWS: Registry[dict[str, Any]] = Registry("price rows")
-
-
-def register_prices(provider: str, rows: Mapping[str, Any], *, replace: bool = False) -> dict[str, Any]:
-    """Price rows for ``provider`` (checked now: a bad row is the registering plugin's one-line error)."""
-    from zhin_cli.pipeline.prices import parse_providers
-
-    table = {provider: dict(rows)}
-    parse_providers(table, lambda key: None, "prices")
-    return PRICE_ROWS.add(provider, table[provider], replace=replace)
-
-
-def plugin_prices() -> dict[str, dict[str, Any]]:
-    """The price rows plugins registered, by provider."""
-    return dict(PRICE_ROWS)

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from zhin_cli.core.errors import ConfigError
-from zhin_cli.pipeline.providers.spec import PROVIDERS
+from zhin_cli.pipeline.providers.spec import PROVIDERS, register_provider
+from zhin_cli.pipeline.providers.spec import provider as provider_spec
 
 PRICES_VERSION = 1
 PER_TOKENS = 1_000_000  # prices are USD per million tokens
@@ -357,3 +358,37 @@ def with_provider_rows(table: PriceTable) -> PriceTable:
         _check_derived(merged, rows, lambda key: None, prefix)
         table = merged
     return table
+
+
+# --- a provider's own rows: its spec's ``prices`` (API version 1's names, kept) ---------------------------------
+
+def register_prices(name: str, rows: Mapping[str, Any], *, replace: bool = False) -> Mapping[str, Any]:
+    """Give the registered provider ``name`` its price rows (one provider entry of prices.json): the spec's
+    ``prices`` field, set here. A thin alias kept for API version 1 — one place holds a provider's rows, its spec;
+    a plugin may as well pass ``prices=`` to its ``ProviderSpec``. Rows already on the spec need ``replace``."""
+    spec = provider_spec(name)  # an unknown provider is the registering plugin's one-line error
+    if spec.prices is not None and not replace:
+        raise ConfigError(f"provider {name}: its price rows are already given (replace=True overrides them)")
+    parse_providers({spec.prices_under: dict(rows)}, lambda key: None, f"provider {name}: prices")
+    register_provider(dataclasses.replace(spec, prices=dict(rows)), replace=True)  # the plugin's ledger restores the old spec
+    return rows
+
+
+class _SpecPrices(Mapping[str, Mapping[str, Any]]):
+    """``PRICE_ROWS``: the price rows registered providers bring, by provider — read from their specs (a live view,
+    kept for API version 1; nothing is stored here)."""
+
+    def _rows(self) -> dict[str, Mapping[str, Any]]:
+        return {name: spec.prices for name, spec in PROVIDERS.items() if spec.prices is not None}
+
+    def __getitem__(self, name: str) -> Mapping[str, Any]:
+        return self._rows()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._rows())
+
+    def __len__(self) -> int:
+        return len(self._rows())
+
+
+PRICE_ROWS: Mapping[str, Mapping[str, Any]] = _SpecPrices()

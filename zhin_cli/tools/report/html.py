@@ -314,10 +314,11 @@ class ReportJob:
 def economy_summary(session: Any, config: Config, provider: str,
                     prices: PriceTable | None = None) -> tuple[dict[str, Any] | None, str]:
     """``report economy --json``'s figures of one session for ``provider`` (None and why, if it simulates none)."""
-    from zhin_cli.tools.report.economy import CASES, session_economy
+    from zhin_cli.pipeline.providers import PROVIDERS
+    from zhin_cli.tools.report.economy import provider_case, session_economy
 
-    if provider not in CASES:
-        return None, f"no economy simulation for {provider} (simulated: {', '.join(CASES)})"
+    if provider_case(provider) is None:  # any registered provider has a case (its spec's), a plugin's too
+        return None, f"no economy simulation for {provider} (simulated: {', '.join(PROVIDERS)})"
     figures = session_economy(session, config, providers=[provider], prices=prices)
     return figures.as_dict(), ""
 
