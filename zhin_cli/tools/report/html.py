@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from zhin_cli.cache.diff import DEFAULT_FAIL_ON, BodyRequest, PairDiff, TurnDiffer
 from zhin_cli.cache.serialize import Serialized, serialize
@@ -41,7 +41,13 @@ from zhin_cli.pipeline.assemble import AssembledRequest
 from zhin_cli.pipeline.config import Config
 from zhin_cli.pipeline.context import RunContext
 from zhin_cli.pipeline.facade import Pipeline
+from zhin_cli.pipeline.preset.model import Preset
 from zhin_cli.pipeline.prices import PriceTable
+
+if TYPE_CHECKING:
+    from http.server import ThreadingHTTPServer
+
+    from _typeshed import WriteableBuffer
 
 HTML_REPORT_VERSION = 1
 # The page's policy: nothing fetched, no plugin, no <base>, no form target; its one inline script and one inline
@@ -304,14 +310,14 @@ class ReportJob:
     cwd: Path
     config: Config
     provider: str | None
-    preset: Any
+    preset: Preset | Path | str | None
     economy: bool = True
     after_load: Callable[[], None] | None = None
     prices: PriceTable | None = None  # the config's table with --prices applied (None: the config's own)
     session: Session | None = None  # already loaded by the run context (in process, for --window): not read again
 
 
-def economy_summary(session: Any, config: Config, provider: str,
+def economy_summary(session: Session, config: Config, provider: str,
                     prices: PriceTable | None = None) -> tuple[dict[str, Any] | None, str]:
     """``report economy --json``'s figures of one session for ``provider`` (None and why, if it simulates none)."""
     from zhin_cli.pipeline.providers import PROVIDERS
@@ -414,7 +420,7 @@ def build_report(
     db: str | None = None,
     config_path: Path | None = None,
     provider: str | None = None,
-    preset: Any = None,
+    preset: Preset | Path | str | None = None,
     economy: bool = True,
     after_load: Callable[[], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
@@ -820,6 +826,8 @@ def render_template(report: HtmlReport) -> PageTemplate:
 # --- serving (``zhin view``) ---------------------------------------------------------------------------------
 
 
+# what socketserver hands a request handler: a TCP server's connection, or a UDP server's (data, socket)
+Connection: TypeAlias = "socket.socket | tuple[bytes, socket.socket]"
 IDLE_TIMEOUT = 10.0  # seconds a connection may stay silent (before or within its request) before it is closed
 MAX_CONNECTIONS = 32  # connections served at once; more are answered 503 and closed at once, never queued
 REQUEST_DEADLINE = 30.0  # seconds from connecting to the end of the request's headers (a trickle gets no more)
@@ -846,7 +854,7 @@ class _RequestReader(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer: Any) -> int:
+    def readinto(self, buffer: WriteableBuffer) -> int:
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
             raise TimeoutError("the request did not arrive in time")  # http.server ends the connection
@@ -856,7 +864,7 @@ class _RequestReader(io.RawIOBase):
 
 def page_server(page: PageTemplate, host: str = "127.0.0.1", port: int = 0, *,
                 idle_timeout: float = IDLE_TIMEOUT, max_connections: int = MAX_CONNECTIONS,
-                request_deadline: float = REQUEST_DEADLINE) -> Any:
+                request_deadline: float = REQUEST_DEADLINE) -> ThreadingHTTPServer:
     """A bound (not yet serving) HTTP server answering ``GET /`` with ``page`` under a fresh CSP nonce per response;
     a request whose ``Host`` is not a loopback name is refused (DNS rebinding), every other path is 404.
 
@@ -884,7 +892,7 @@ def page_server(page: PageTemplate, host: str = "127.0.0.1", port: int = 0, *,
             self.rfile.close()  # the socket's own reader (open, it would hold the socket open after close)
             self.rfile = io.BufferedReader(_RequestReader(self.connection, idle_timeout, time.monotonic() + request_deadline))
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
             pass  # quiet: the terminal shows the URL, not a log
 
         def _answer(self, send_body: bool) -> None:
@@ -922,7 +930,7 @@ def page_server(page: PageTemplate, host: str = "127.0.0.1", port: int = 0, *,
         # below drains it at once, serving or refusing each connection
         request_queue_size = max_connections
 
-        def process_request(self, request: Any, client_address: Any) -> None:
+        def process_request(self, request: Connection, client_address: object) -> None:
             if not slots.acquire(blocking=False):
                 _refuse(request)
                 self.shutdown_request(request)
@@ -933,10 +941,10 @@ def page_server(page: PageTemplate, host: str = "127.0.0.1", port: int = 0, *,
                 slots.release()
                 raise
 
-        def handle_error(self, request: Any, client_address: Any) -> None:
+        def handle_error(self, request: Connection, client_address: object) -> None:
             pass  # a client gone or silent mid-answer (reset, broken pipe, timeout) ends its connection, no traceback
 
-        def process_request_thread(self, request: Any, client_address: Any) -> None:
+        def process_request_thread(self, request: Connection, client_address: object) -> None:
             try:
                 super().process_request_thread(request, client_address)
             finally:
@@ -948,8 +956,9 @@ def page_server(page: PageTemplate, host: str = "127.0.0.1", port: int = 0, *,
         raise ZhinError(f"cannot listen on {address}:{port}: {error.strerror or error}") from None
 
 
-def _refuse(connection: Any) -> None:
+def _refuse(request: Connection) -> None:
     """Tell a connection past the bound why it is closed, without ever waiting on it (the accepting thread)."""
+    connection = request if isinstance(request, socket.socket) else request[1]  # a TCP server's is a socket
     try:
         connection.setblocking(False)
         connection.send(BUSY_ANSWER)
@@ -957,8 +966,8 @@ def _refuse(connection: Any) -> None:
         pass  # the client is gone or not reading: it is closed all the same
 
 
-def server_url(server: Any) -> str:
-    host, port = server.server_address[:2]
+def server_url(server: ThreadingHTTPServer) -> str:
+    host, port = server.socket.getsockname()[:2]  # the bound address (server_address, as TCPServer sets it)
     return f"http://{f'[{host}]' if ':' in str(host) else host}:{port}/"
 
 
