@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from deepdiff import DeepDiff
 
 from zhin_cli.core.errors import InputError, UsageError, ZhinError
+from zhin_cli.core.jsontext import JSON, JSONObject
 from zhin_cli.core.readers import read_json_file
 from zhin_cli.core.terminaltext import terminal_safe
 from zhin_cli.core.textdiff import first_difference, marked
@@ -65,7 +67,7 @@ def ignore_pattern(path: str) -> str:
     return regex + "$"
 
 
-def display_path(parts: list[Any]) -> str:
+def display_path(parts: Sequence[str | int]) -> str:
     out = ""
     for part in parts:
         if isinstance(part, int):
@@ -78,13 +80,13 @@ def display_path(parts: list[Any]) -> str:
 @dataclass
 class Side:
     label: str
-    body: dict[str, Any]
+    body: JSONObject
     raw: bytes
     path: Path | None = None  # the file it was read from
     text: str = ""  # that file's text, to find a field's line in it
     at: tuple[str | int, ...] = ()  # where the body lies in that file (a trace document: requests[i].request)
 
-    def line_of(self, parts: list[Any]) -> int | None:
+    def line_of(self, parts: Sequence[str | int]) -> int | None:
         """The line of the body's field ``parts`` in the file (None if it cannot be found)."""
         return json_line(self.text, [*self.at, *parts]) if self.text else None
 
@@ -93,13 +95,13 @@ class Side:
 class FieldDifference:
     kind: str  # changed | added | removed | type_changed
     path: str
-    before: Any = None
-    after: Any = None
+    before: JSON = None
+    after: JSON = None
     byte_offset: int | None = None  # changed strings: first differing UTF-8 byte
     excerpt_before: str = ""
     excerpt_after: str = ""
     excerpt_index: int = 0  # where, in both excerpts, the first differing character is
-    parts: list[Any] = field(default_factory=list, repr=False)  # ``path`` as keys and indexes
+    parts: list[str | int] = field(default_factory=list, repr=False)  # ``path`` as keys and indexes
 
     @property
     def marked_before(self) -> str:
@@ -147,7 +149,7 @@ _SPACE = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
 
 
-def json_line(text: str, parts: list[Any]) -> int | None:
+def json_line(text: str, parts: Sequence[str | int]) -> int | None:
     """The 1-based line where the value at ``parts`` (keys and indexes) starts in the JSON ``text``; None if it is
     not there. A scan that decodes only the keys on the way and skips every other value whole (the C decoder), so
     finding a field of a large trace document costs one pass over the part before it. For a repeated key the last
@@ -164,7 +166,7 @@ def json_line(text: str, parts: list[Any]) -> int | None:
         return None
 
 
-def _member(text: str, position: int, part: Any) -> int | None:
+def _member(text: str, position: int, part: str | int) -> int | None:
     """Where the member ``part`` of the object or array starting at ``position`` starts."""
     opening = text[position]
     if (opening == "{") != isinstance(part, str) or opening not in "{[":
@@ -202,19 +204,20 @@ def load_side(path: Path, turn: int | None = None) -> Side:
     return Side(str(path), data, raw, path, text)
 
 
-def _from_trace(path: Path, data: dict[str, Any], text: str, turn: int | None) -> Side:
-    requests = [(i, r) for i, r in enumerate(data["requests"]) if isinstance(r, dict) and isinstance(r.get("request"), dict)]
+def _from_trace(path: Path, data: JSONObject, text: str, turn: int | None) -> Side:
+    entries = data["requests"]  # a list (load_side checked)
+    requests = [(i, r, body) for i, r in enumerate(entries if isinstance(entries, list) else [])
+                if isinstance(r, dict) and isinstance(body := r.get("request"), dict)]
     if not requests:
         raise InputError("a zhin trace document without request bodies", where=str(path))
     if turn is None:
-        index, chosen = requests[-1]
+        index, chosen, body = requests[-1]
     else:
-        matches = [(i, r) for i, r in requests if r.get("turn") == turn]
+        matches = [(i, r, b) for i, r, b in requests if r.get("turn") == turn]
         if not matches:
-            turns = ", ".join(str(r.get("turn")) for _, r in requests)
+            turns = ", ".join(str(r.get("turn")) for _, r, _ in requests)
             raise UsageError(f"--turn {turn}: {path} holds turn(s) {turns}")
-        index, chosen = matches[0]
-    body = chosen["request"]
+        index, chosen, body = matches[0]
     # The trace document is not what a client sends: compare with the body as zhin serialises it on the wire.
     return Side(f"{path} (turn {chosen.get('turn')})", body, json.dumps(body, ensure_ascii=False).encode("utf-8"),
                 path, text, ("requests", index, "request"))
@@ -248,7 +251,7 @@ def diff_requests(a: Side, b: Side, ignore: list[str] | None = None) -> RequestD
     return RequestDiff(a.label, b.label, ignore, a.raw == b.raw, not differences, differences, sides=(a, b))
 
 
-def _sort_key(path: str) -> list[Any]:
+def _sort_key(path: str) -> list[tuple[int, int, str]]:
     """Document order for paths: ``messages[2]`` before ``messages[10]``."""
     return [(0, int(token), "") if token.isdigit() else (1, 0, token) for token in re.findall(r"\d+|[^\[\].\d]+", path)]
 
@@ -264,7 +267,7 @@ def _values(difference: FieldDifference) -> tuple[str, str]:
             "" if difference.kind == "removed" else short(difference.after))
 
 
-def short(value: Any, limit: int = 160) -> str:
+def short(value: object, limit: int = 160) -> str:
     """A value as one readable line of JSON, cut with an ellipsis past ``limit`` characters."""
     text = terminal_safe(json.dumps(value, ensure_ascii=False))
     return text if len(text) <= limit else text[: limit - 1] + "…"
