@@ -39,8 +39,9 @@ import zlib
 from collections import OrderedDict, deque
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
+from zhin_cli.core.jsontext import JSONObject
 from zhin_cli.core.tokens import TokenCounter
 from zhin_cli.wire import Block, WireFormat, text_tokens, wire_for
 
@@ -63,7 +64,7 @@ class Rules(Protocol):
     def step_tokens(self) -> int: ...
 
 
-def common_prefix_length(a: Sequence[Any], b: Sequence[Any]) -> int:
+def common_prefix_length(a: Sequence[object], b: Sequence[object]) -> int:
     """Length of the common prefix of two sequences (bytes, token tuples): binary search over C-speed slice
     comparisons (``memcmp`` for bytes)."""
     lo, hi = 0, min(len(a), len(b))
@@ -170,7 +171,7 @@ def plan_blocks(blocks: Iterable[Block], encoding: str, reply_framing: int = 0, 
     return Plan(b"".join(pieces), ends, digests, breakpoints, reply_framing, kept, route)
 
 
-def plan(body: dict[str, Any], wire: str | WireFormat | None, counter: TokenCounter | str) -> Plan:
+def plan(body: JSONObject, wire: str | WireFormat | None, counter: TokenCounter | str) -> Plan:
     """The cache's view of a request body in a wire format (``counter``: a TokenCounter or an encoding name)."""
     model = wire if isinstance(wire, WireFormat) else wire_for(wire)
     encoding = counter if isinstance(counter, str) else counter.encoding

@@ -30,6 +30,7 @@ from zhin_cli.cache.diff import BodyRequest, PairDiff, RealUsage, SessionDiff, c
 from zhin_cli.cache.replay import cache_outcome
 from zhin_cli.cache.serialize import Serialized
 from zhin_cli.cache.usage import normalize_usage
+from zhin_cli.core.jsontext import JSON
 from zhin_cli.core.tokens import encoding_for_model
 from zhin_cli.pipeline.prices import PriceTable
 from zhin_cli.pipeline.providers import for_wire, resolve_profile
@@ -41,7 +42,7 @@ from zhin_cli.wire import WireFormat, canonical, wire_for
 class Conversation:
     """The bodies of one conversation, in capture order."""
 
-    route: tuple[Any, ...]
+    route: tuple[str | None, ...]
     bodies: list[CapturedBody] = field(default_factory=list)
 
     @property
@@ -49,7 +50,7 @@ class Conversation:
         return [b.number for b in self.bodies]
 
 
-def route_of(body: CapturedBody) -> tuple[Any, ...]:
+def route_of(body: CapturedBody) -> tuple[str | None, ...]:
     """The fields that narrow a body's conversation: wire format, ``prompt_cache_key``, ``user``, ``metadata.user_id``."""
     metadata = body.body.get("metadata")
     user_id = metadata.get("user_id") if isinstance(metadata, dict) else None
@@ -57,7 +58,7 @@ def route_of(body: CapturedBody) -> tuple[Any, ...]:
                          for v in (body.body.get("prompt_cache_key"), body.body.get("user"), user_id)))
 
 
-def _history(body: CapturedBody, wire: WireFormat) -> list[Any]:
+def _history(body: CapturedBody, wire: WireFormat) -> list[JSON]:
     """The non-system messages of a body."""
     messages = wire.messages(body.body)
     start = 0
@@ -66,7 +67,7 @@ def _history(body: CapturedBody, wire: WireFormat) -> list[Any]:
     return messages[start:]
 
 
-def continuation_score(wire: WireFormat, last: list[Any], new: list[Any]) -> int:
+def continuation_score(wire: WireFormat, last: list[JSON], new: list[JSON]) -> int:
     """How many leading messages of ``new`` continue ``last`` (from its start, or from a later message of it, unchanged,
     when the history window moved); 0: not the same conversation. Whole messages are compared first (in C): the
     text test runs only where they differ."""
@@ -90,7 +91,7 @@ def continuation_score(wire: WireFormat, last: list[Any], new: list[Any]) -> int
 SHARED_MESSAGES = 2  # whole messages a request must share with a conversation's last one to join it without continuing it
 
 
-def shared_messages(last: list[Any], new: list[Any]) -> int:
+def shared_messages(last: list[JSON], new: list[JSON]) -> int:
     """How many of ``new``'s messages occur, whole and unchanged, in ``last``."""
     seen = {canonical(message) for message in last}
     return sum(1 for message in new if canonical(message) in seen)
@@ -108,7 +109,7 @@ def _best(candidates: list[int], scores: list[int], minimum: int) -> int | None:
 def group_conversations(bodies: Iterable[CapturedBody]) -> list[Conversation]:
     """Bodies grouped into conversations (the rule is the module's docstring), in order of their first body."""
     conversations: list[Conversation] = []
-    lasts: dict[int, list[Any]] = {}  # conversation index → the non-system messages of its last body
+    lasts: dict[int, list[JSON]] = {}  # conversation index → the non-system messages of its last body
     for body in bodies:
         wire = wire_for(body.wire)
         route = route_of(body)
@@ -249,5 +250,7 @@ def diff_captures(captures: CaptureSet, *, provider: str | None = None, prices: 
     return CaptureDiff(captures.source, sessions, requests, list(captures.notes))
 
 
-def diff_capture_path(path: Path, **options: Any) -> CaptureDiff:
-    return diff_captures(read_captures(path), **options)
+def diff_capture_path(path: Path, *, provider: str | None = None, prices: PriceTable | None = None,
+                      shared_cache: bool = True,
+                      on_pair: Callable[[SessionDiff, PairDiff], None] | None = None) -> CaptureDiff:
+    return diff_captures(read_captures(path), provider=provider, prices=prices, shared_cache=shared_cache, on_pair=on_pair)

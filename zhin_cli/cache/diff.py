@@ -19,6 +19,7 @@ from zhin_cli.cache import Plan, PrefixCache, cached_share
 from zhin_cli.cache.cost import Cost, CostTotals, Pricing, cost_dict
 from zhin_cli.cache.replay import CACHE_MODEL, WARM, Routed, cache_key, cache_outcome, cached_tokens
 from zhin_cli.cache.serialize import Chunk, Divergence, Serialized, divergence, serialize, serialize_body, wire_of
+from zhin_cli.core.jsontext import JSON, JSONObject
 from zhin_cli.core.terminaltext import MARK
 from zhin_cli.pipeline.assemble import AssembledRequest
 from zhin_cli.pipeline.prices import PriceTable
@@ -157,7 +158,7 @@ def _tail_index(request: AssembledRequest) -> int | None:
     return next((p.message_index for p in request.parts if p.segment_id == "tail"), None)
 
 
-def _messages(request: AssembledRequest) -> list[Any]:
+def _messages(request: AssembledRequest) -> list[JSON]:
     return wire_of(request).messages(request.request)
 
 
@@ -346,7 +347,7 @@ class BodyRequest:
     is its capture number (a JSONL's line number): what a pair's ``from_turn``/``to_turn`` name."""
 
     turn: int
-    body: dict[str, Any]
+    body: JSONObject
     wire: WireFormat
     model: str
     provider: str
@@ -354,7 +355,7 @@ class BodyRequest:
     encoding: str
 
     @property
-    def messages(self) -> list[Any]:
+    def messages(self) -> list[JSON]:
         return self.wire.messages(self.body)
 
     @property
@@ -370,7 +371,7 @@ class BodyRequest:
         return serialize_body(self.body, self.wire, self.model, self.encoding)
 
 
-def message_text(wire: WireFormat, message: Any) -> str:
+def message_text(wire: WireFormat, message: JSON) -> str:
     """A message's text blocks joined ("" for a message the wire model cannot read)."""
     try:
         return "\n".join(wire.message_texts(message))
@@ -378,7 +379,7 @@ def message_text(wire: WireFormat, message: Any) -> str:
         return ""
 
 
-def continues(wire: WireFormat, old: Any, new: Any) -> bool:
+def continues(wire: WireFormat, old: JSON, new: JSON) -> bool:
     """The same message, or the same role with text added before or after the old text (a re-rendered row)."""
     if old == new:
         return True

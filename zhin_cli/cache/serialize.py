@@ -12,9 +12,9 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass
-from typing import Any
 
 from zhin_cli.cache import Plan, common_prefix_length, plan, shared_tokens
+from zhin_cli.core.jsontext import JSONObject
 from zhin_cli.pipeline.assemble import AssembledRequest
 from zhin_cli.wire import WireFormat, wire_for
 
@@ -43,7 +43,7 @@ class Serialized:
         return self.plan.prompt_tokens
 
 
-def _dumps(value: Any) -> bytes:
+def _dumps(value: object) -> bytes:
     if isinstance(value, dict) and len(value) == 2 and isinstance(value.get("content"), str) and isinstance(value.get("role"), str):
         return _plain_message(*value.items())
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
@@ -64,7 +64,7 @@ def serialize(request: AssembledRequest) -> Serialized:
     return serialize_body(request.request, wire_of(request), request.model, request.encoding)
 
 
-def serialize_body(body: dict[str, Any], wire: WireFormat, model: str, encoding: str) -> Serialized:
+def serialize_body(body: JSONObject, wire: WireFormat, model: str, encoding: str) -> Serialized:
     """A wire body serialised once (``serialize`` for zhin's own requests; a captured body is only its body)."""
     chunks: list[Chunk] = []
     first = True
@@ -74,8 +74,11 @@ def serialize_body(body: dict[str, Any], wire: WireFormat, model: str, encoding:
         glue = ("{" if first else ",") + json.dumps(key) + ":"
         first = False
         if key == wire.message_key:
+            messages = body[key]
+            if not isinstance(messages, list):  # store.captures.shape_problem refuses such a body; zhin renders a list
+                raise TypeError(f"{key!r} is not a list")
             chunks.append(Chunk("glue", (glue + "[").encode()))
-            for index, message in enumerate(body[key]):
+            for index, message in enumerate(messages):
                 if index:
                     chunks.append(Chunk("glue", b","))
                 chunks.append(Chunk("message", _dumps(message), index))
