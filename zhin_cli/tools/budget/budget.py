@@ -25,7 +25,7 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -33,6 +33,11 @@ from zhin_cli.core.errors import ConfigError
 from zhin_cli.core.ghactions import Annotation, summary_cell
 from zhin_cli.core.readers import enclosing_key, read_yaml_file
 from zhin_cli.pipeline.fixedcost import TOTAL, fixed_parts
+
+if TYPE_CHECKING:
+    from ruamel.yaml.comments import CommentedMap
+
+    from zhin_cli.pipeline.provenance import SegmentSource
 
 BUDGET_VERSION = 1
 DEFAULT_BUDGET_FILE = "prompt-budget.yaml"
@@ -259,8 +264,9 @@ def write_budget(budget: Budget) -> None:
 
 
 def _round_trip(text: str, budget: Budget) -> str:
-    from ruamel.yaml import YAML, YAMLError
+    from ruamel.yaml import YAML
     from ruamel.yaml.comments import CommentedMap, CommentedSeq
+    from ruamel.yaml.error import YAMLError
     from ruamel.yaml.util import load_yaml_guess_indent
 
     rt = YAML()  # round-trip mode, configured before the load: quotes are kept only if the loader is told
@@ -309,7 +315,7 @@ def _mapping_indent(text: str) -> int:
     return 2
 
 
-def _sync_parts(parts: Any, measured: dict[str, int]) -> None:
+def _sync_parts(parts: CommentedMap, measured: dict[str, int]) -> None:
     """Set each measured number in place (a key keeps its line and comment), drop parts that are gone, and insert a
     new part where the measurement has it (before ``total``)."""
     for name in [n for n in parts if n not in measured]:
@@ -325,7 +331,7 @@ def _sync_parts(parts: Any, measured: dict[str, int]) -> None:
 # --- GitHub annotations and step summary ------------------------------------------------------------------------
 
 
-def budget_annotations(report: BudgetReport, budget: Budget, sources: dict[str, Any] | None = None) -> list[Annotation]:
+def budget_annotations(report: BudgetReport, budget: Budget, sources: dict[str, SegmentSource] | None = None) -> list[Annotation]:
     """An error for each part over budget or new, at its line in the budget file (a new part: at its profile's
     ``parts``), and a notice where the part's text comes from (``sources``: part → ``SegmentSource``, see
     :func:`part_sources`)."""
@@ -346,7 +352,7 @@ def budget_annotations(report: BudgetReport, budget: Budget, sources: dict[str, 
     return out
 
 
-def part_sources(report: BudgetReport, *, config_path: Path | None = None, cwd: Path | None = None) -> dict[str, Any]:
+def part_sources(report: BudgetReport, *, config_path: Path | None = None, cwd: Path | None = None) -> dict[str, SegmentSource]:
     """Where the text of each failed part comes from — the zhin.yaml key, the plugin file, zhin's built-in module —
     found as prefix-diff finds a segment's source (:func:`zhin_cli.pipeline.provenance.segment_sources`, one rule)."""
     failed = [r for r in report.results if r.failed and r.part != TOTAL]

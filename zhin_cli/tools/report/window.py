@@ -66,7 +66,7 @@ class Policy:
                 "max_blocks": w.max_blocks, "cut_blocks_to": w.keep_blocks_after_cut}
 
 
-def _effective(window: WindowConfig) -> tuple[Any, ...]:
+def _effective(window: WindowConfig) -> tuple[int | None, ...]:
     """Two windows with the same key cut every session the same way (``cut_to`` None is half)."""
     return (window.max_messages, window.keep_after_cut, window.max_blocks, window.keep_blocks_after_cut,
             window.keep_membership_events)
@@ -95,7 +95,7 @@ def policy_grid(base: WindowConfig) -> list[Policy]:
                                                              cut_blocks_to=None)))
     sliding_name = f"sliding {upstream.max_messages}→{upstream.keep_after_cut}" if upstream.max_messages else "sliding (no cap)"
     chosen = [Policy(DEFAULT_NAME, _kind(base), base), Policy(sliding_name, "sliding", upstream), *grid]
-    seen: set[tuple[Any, ...]] = set()
+    seen: set[tuple[int | None, ...]] = set()
     unique: list[Policy] = []
     for policy in chosen:
         key = _effective(policy.window)
