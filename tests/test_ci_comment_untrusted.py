@@ -1,10 +1,13 @@
 """The CI comment reads a gate's --json and GitHub's answers as any JSON: a member of the wrong type is read as
 empty or becomes one GitHubApiError line, never a traceback (issue 32: typed, narrowed readers)."""
 
+import json
+from pathlib import Path
+
 import pytest
 
 from zhin_cli.tools.ci import comment
-from zhin_cli.tools.ci.comment import GateRun, GitHubApiError, eval_section, find_marked_comment
+from zhin_cli.tools.ci.comment import GateRun, GitHubApiError, eval_section, find_marked_comment, options_from
 
 
 def _eval_run(reasons: object) -> GateRun:
@@ -41,3 +44,24 @@ def test_a_comment_id_that_is_not_a_number_is_one_api_error(monkeypatch: pytest.
     _comments(monkeypatch, bad)
     with pytest.raises(GitHubApiError, match="a comment without a numeric id"):
         find_marked_comment("https://api.github.invalid", "t", "o/r", 7)
+
+
+def test_options_fill_from_the_event_where_the_arguments_are_empty(tmp_path: Path) -> None:
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps({"pull_request": {"number": 12, "base": {"sha": "b0"}, "head": {"sha": "h1"}}}))
+    environ = {"GITHUB_EVENT_PATH": str(event), "GITHUB_REPOSITORY": "o/r"}
+    values: dict[str, str | int | bool | None] = {"eval": "cases more", "base": "", "head": "", "pull_request": None}
+    options = options_from(values, environ)
+    assert (options.eval_paths, options.base, options.head, options.pull_request, options.repository) == (
+        ("cases", "more"), "b0", "h1", 12, "o/r")
+    # negative control: given arguments win over the event
+    given = options_from({**values, "base": "main", "pull_request": 3}, environ)
+    assert (given.base, given.head, given.pull_request) == ("main", "h1", 3)
+
+
+def test_an_event_whose_refs_are_not_objects_gives_no_refs(tmp_path: Path) -> None:
+    # before: event.get("base", {}).get("sha") raised AttributeError on a string base
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps({"pull_request": {"number": [1], "base": "b0", "head": None}}))
+    options = options_from({}, {"GITHUB_EVENT_PATH": str(event)})
+    assert (options.base, options.head, options.pull_request) == ("", "", None)

@@ -30,7 +30,6 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from zhin_cli.core.errors import EXIT_CANNOT_RUN, EXIT_FOUND, EXIT_OK, UsageError, ZhinError
 from zhin_cli.core.ghactions import summary_cell
@@ -404,24 +403,31 @@ def _comment_id(value: JSON, where: str) -> int:
 # ---------------------------------------------------------------------------------------------------------- run
 
 
-def options_from(values: Mapping[str, Any], environ: Mapping[str, str]) -> CiOptions:
-    """CiOptions from the script's arguments, filling what the runner knows (repository, API URL, token, the pull
-    request's number and refs from ``GITHUB_EVENT_PATH``) when an argument leaves it empty."""
+def options_from(values: Mapping[str, str | int | bool | None], environ: Mapping[str, str]) -> CiOptions:
+    """CiOptions from the script's arguments (its argparse values), filling what the runner knows (repository, API
+    URL, token, the pull request's number and refs from ``GITHUB_EVENT_PATH``) when an argument leaves it empty."""
     event = pull_request_event(environ.get("GITHUB_EVENT_PATH", ""))
-    event_number = event.get("number")
-    number = values.get("pull_request") or (event_number if isinstance(event_number, (int, str)) else None)
+    given, event_number = values.get("pull_request"), event.get("number")
+    number = given if isinstance(given, (int, str)) and given else (
+        event_number if isinstance(event_number, (int, str)) else None)
     return CiOptions(
-        eval_paths=split_words(values.get("eval", "eval_cases"), "--eval"),
-        sessions=split_words(values.get("sessions", ""), "--sessions"),
-        base=values.get("base") or str(_object(event.get("base")).get("sha", "")),
-        head=values.get("head") or str(_object(event.get("head")).get("sha", "")),
-        fail_on=values.get("fail_on", ""), config=values.get("config", ""),
+        eval_paths=split_words(_text(values, "eval", "eval_cases"), "--eval"),
+        sessions=split_words(_text(values, "sessions"), "--sessions"),
+        base=_text(values, "base") or str(_object(event.get("base")).get("sha", "")),
+        head=_text(values, "head") or str(_object(event.get("head")).get("sha", "")),
+        fail_on=_text(values, "fail_on"), config=_text(values, "config"),
         allow_plugins=bool(values.get("allow_plugins")), allow_ref_plugins=bool(values.get("allow_ref_plugins")),
         comment=bool(values.get("comment", True)),
-        repository=values.get("repository") or environ.get("GITHUB_REPOSITORY", ""),
+        repository=_text(values, "repository") or environ.get("GITHUB_REPOSITORY", ""),
         pull_request=int(number) if number else None,
-        api_url=values.get("api_url") or environ.get("GITHUB_API_URL", GITHUB_API),
+        api_url=_text(values, "api_url") or environ.get("GITHUB_API_URL", GITHUB_API),
         token=environ.get("GITHUB_TOKEN", ""))
+
+
+def _text(values: Mapping[str, str | int | bool | None], key: str, default: str = "") -> str:
+    """A text argument; ``default`` when it is absent (argparse's None too)."""
+    value = values.get(key, default)
+    return value if isinstance(value, str) else default
 
 
 def split_words(text: str, option: str) -> tuple[str, ...]:
