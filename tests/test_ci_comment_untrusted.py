@@ -12,7 +12,7 @@ from zhin_cli.tools.ci.comment import GateRun, GitHubApiError, eval_section, fin
 
 def _eval_run(reasons: object) -> GateRun:
     case = {"case": "c1", "base": "pass", "head": "fail", "change": "regressed", "providers": [], "reasons": reasons}
-    return GateRun("eval", ("eval",), 1, {"cases": [case], "regressions": 1}, "")  # type: ignore[dict-item]
+    return GateRun("eval", ("eval",), 1, {"cases": [case], "regressions": 1}, "")  # type: ignore[list-item]
 
 
 def test_reasons_that_are_a_list_are_joined() -> None:
