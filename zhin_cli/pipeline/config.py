@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar, overload
 
 from zhin_cli.core.errors import ConfigError
+from zhin_cli.core.jsontext import JSONObject
 from zhin_cli.core.readers import enclosing_key, read_yaml_file
 from zhin_cli.core.timezones import valid_timezone
 from zhin_cli.core.trust import GIVEN, PluginSource, authorize, inside, plugin_file
@@ -46,12 +48,12 @@ class Config:
     texts: dict[str, str] = field(default_factory=dict)
     add_segments: list[TextSegment] = field(default_factory=list)
     remove_segments: list[str] = field(default_factory=list)
-    provider_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
-    tools: list[dict[str, Any]] = field(default_factory=list)
+    provider_overrides: dict[str, JSONObject] = field(default_factory=dict)
+    tools: list[JSONObject] = field(default_factory=list)
     plugins: list[str] = field(default_factory=list)
     preset_path: Path | None = None  # ``preset:`` (a file, or ``{file: …, user: …, char: …}``)
-    preset_options: dict[str, Any] = field(default_factory=dict)
-    prices: dict[str, Any] = field(default_factory=dict)  # ``prices:`` rows over the built-in table (pipeline/prices.py)
+    preset_options: dict[str, str | int | None] = field(default_factory=dict)
+    prices: JSONObject = field(default_factory=dict)  # ``prices:`` rows over the built-in table (pipeline/prices.py)
     # line of each key in the file: "window.max_messages", "segments.add[0].kind", "plugins[1]" …
     lines: dict[str, int] = field(default_factory=dict, repr=False)
     # what lets its plugins run (zhin_cli.core.trust): named on the command line, found upward, a case file, a git ref
@@ -188,7 +190,7 @@ def load_config(path: Path | None = None, *, cwd: Path | None = None, search: bo
     return config
 
 
-def _cut_to(window: dict[str, Any], key: str, limit_key: str, limit: int | None, config: Config) -> int | None:
+def _cut_to(window: Mapping[str, object], key: str, limit_key: str, limit: int | None, config: Config) -> int | None:
     """``window.cut_to`` / ``cut_blocks_to``: where a window over its limit is cut, 0 … limit − 1."""
     value = window.get(key)
     if value is None:
@@ -199,17 +201,30 @@ def _cut_to(window: dict[str, Any], key: str, limit_key: str, limit: int | None,
     return cut
 
 
-def _expect(value: Any, kind: type | tuple[type, ...], what: str, config: Config) -> Any:
+_T = TypeVar("_T")
+_U = TypeVar("_U")
+
+
+@overload
+def _expect(value: object, kind: type[_T], what: str, config: Config) -> _T: ...
+
+
+@overload
+def _expect(value: object, kind: tuple[type[_T], type[_U]], what: str, config: Config) -> _T | _U: ...
+
+
+def _expect(value: object, kind: type[object] | tuple[type[object], ...], what: str, config: Config) -> object:
+    """``value`` if it is a ``kind`` (a bool is no number), else the ConfigError naming ``what``'s line."""
     if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
         name = _TYPE_NAMES.get(kind, str(kind)) if isinstance(kind, type) else " or ".join(_TYPE_NAMES.get(k, str(k)) for k in kind)
         raise ConfigError(f"{what} must be {name}, got {value!r}"[:200], where=config.where(what))
     return value
 
 
-_TYPE_NAMES: dict[Any, str] = {str: "a string", int: "an integer", float: "a number", dict: "a mapping", list: "a list"}
+_TYPE_NAMES: dict[type[object], str] = {str: "a string", int: "an integer", float: "a number", dict: "a mapping", list: "a list"}
 
 
-def parse_config(data: Any, path: Path | None = None, lines: dict[str, int] | None = None) -> Config:
+def parse_config(data: object, path: Path | None = None, lines: dict[str, int] | None = None) -> Config:
     config = Config(path=path, lines=lines or {})
     if not isinstance(data, dict):
         raise ConfigError("the config must be a mapping", where=config.where(""))
@@ -283,7 +298,7 @@ def parse_config(data: Any, path: Path | None = None, lines: dict[str, int] | No
     return config
 
 
-def _parse_preset(raw: Any, config: Config) -> None:
+def _parse_preset(raw: object, config: Config) -> None:
     """``preset: presets/x.json`` or ``preset: {file: presets/x.json, user: …, char: …, seed: 3}``."""
     if raw is None:
         return
@@ -301,7 +316,7 @@ def _parse_preset(raw: Any, config: Config) -> None:
     config.preset_options = card_options(options, config.where("preset") or "zhin.yaml")
 
 
-def _check_provider_overrides(name: str, overrides: dict[str, Any], config: Config) -> None:
+def _check_provider_overrides(name: str, overrides: Mapping[str, object], config: Config) -> None:
     """What ``resolve_profile`` would reject for some model, rejected now, naming the line."""
     key = f"providers.{name}"
     try:
