@@ -95,9 +95,10 @@ OVERRIDE_VALUES: dict[str, tuple[str, ...]] = {
 }
 
 
-def _model_overrides(name: str, model: str, overrides: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The overrides that apply to ``model``: the top-level keys, then every matching ``models: {regex: {…}}``."""
-    merged = dict(overrides or {})
+def _model_overrides(name: str, model: str, overrides: Mapping[str, object] | None) -> dict[str, Any]:
+    """The overrides that apply to ``model``: the top-level keys, then every matching ``models: {regex: {…}}``.
+    (``Any``: they become ``Capabilities`` fields by keyword, once ``_check_overrides`` has checked each value.)"""
+    merged: dict[str, Any] = dict(overrides or {})
     per_model = merged.pop("models", None) or {}
     if not isinstance(per_model, dict):
         raise ConfigError(f"providers.{name}.models must map a model regex to overrides")
@@ -113,7 +114,7 @@ def _model_overrides(name: str, model: str, overrides: Mapping[str, Any] | None)
     return merged
 
 
-def _check_overrides(overrides: dict[str, Any], profile: Capabilities) -> None:
+def _check_overrides(overrides: Mapping[str, object], profile: Capabilities) -> None:
     bad = set(overrides) - OVERRIDABLE
     if bad:
         raise ConfigError(f"provider override keys {sorted(bad)} not supported (allowed: {sorted(OVERRIDABLE)}, models)")
@@ -129,7 +130,7 @@ def _check_overrides(overrides: dict[str, Any], profile: Capabilities) -> None:
         check_prompt_cache_key(overrides["prompt_cache_key"], profile)
 
 
-def resolve_profile(name: str, model: str, overrides: Mapping[str, Any] | None = None) -> Capabilities:
+def resolve_profile(name: str, model: str, overrides: Mapping[str, object] | None = None) -> Capabilities:
     """The profile for ``name``, specialised for ``model``, with ``zhin.yaml`` overrides applied.
 
     ``overrides`` may hold the keys in ``OVERRIDABLE`` and ``models: {<regex>: {…}}`` for per-model ones.
@@ -156,7 +157,7 @@ class _Resolution:
     spec_id: int
     spec_state: tuple[object, ...]  # ``spec.resolution_key(model)``: module state ``for_model`` reads
     spec: ProviderSpec = field(compare=False, hash=False)
-    overrides: Mapping[str, Any] | None = field(compare=False, hash=False)
+    overrides: Mapping[str, object] | None = field(compare=False, hash=False)
 
 
 @functools.lru_cache(maxsize=1024)  # a run names a handful of (provider, model, overrides)
@@ -164,7 +165,7 @@ def _resolve_once(key: _Resolution) -> Capabilities:
     return resolve_profile(key.name, key.model, key.overrides)
 
 
-def resolved(name: str, model: str, overrides: Mapping[str, Any] | None = None) -> Capabilities:
+def resolved(name: str, model: str, overrides: Mapping[str, object] | None = None) -> Capabilities:
     """``resolve_profile``, computed once per (name, model, overrides) while the registered spec stays the same."""
     spec = provider(name)
     text = json.dumps(overrides or {}, sort_keys=True, default=repr)
