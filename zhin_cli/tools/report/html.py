@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from zhin_cli.cache.diff import DEFAULT_FAIL_ON, BodyRequest, PairDiff, TurnDiffer
 from zhin_cli.cache.serialize import Serialized, serialize
 from zhin_cli.core.errors import UsageError
+from zhin_cli.core.jsontext import JSONObject
 from zhin_cli.core.model import Session
 from zhin_cli.core.outputfiles import escape_surrogates
 from zhin_cli.core.redact import redact_text
@@ -43,6 +44,7 @@ from zhin_cli.pipeline.context import RunContext
 from zhin_cli.pipeline.facade import Pipeline
 from zhin_cli.pipeline.preset.model import Preset
 from zhin_cli.pipeline.prices import PriceTable
+from zhin_cli.pipeline.validate.verdict import Verdict
 
 if TYPE_CHECKING:
     from http.server import ThreadingHTTPServer
@@ -99,6 +101,16 @@ class Divergence:
         return {"pos": self.position, "char": self.char, "between": self.between}
 
 
+@dataclass(frozen=True)
+class SegmentBar:
+    """One part of a request's segment bar: a zhin segment, or a captured body's region (tools, system, messages)."""
+
+    id: str
+    kind: str
+    tokens: int
+    trimmed: int = 0  # characters the budget cut (text segments)
+
+
 @dataclass
 class TurnView:
     """One request as the page shows it: trace's fields and prefix-diff's figures for it."""
@@ -106,14 +118,14 @@ class TurnView:
     turn: int
     prompt_tokens: int
     cached_tokens: int
-    segments: list[dict[str, Any]]
+    segments: list[SegmentBar]
     state_rendering: str
     full_headers: int
     short_headers: int
-    breakpoints: list[dict[str, Any]]
-    verdict: dict[str, Any]
+    breakpoints: list[JSONObject]
+    verdict: Verdict | None  # None: not validated (a captured body, the bot's own request as sent)
     warnings: list[str]
-    window: dict[str, Any]
+    window: JSONObject
     chunks: list[int]  # chunk ids in wire order (tools, system, messages)
     groups: list[int]  # per chunk: the segment group (ids joined by "+") that made it
     tail_position: int | None  # the chunk carrying the runtime tail
@@ -277,9 +289,9 @@ class _Collector:
             turn=request.turn, prompt_tokens=request.prompt_tokens,
             # the first request meets an empty cache (TurnDiffer's, which read it): nothing is cached
             cached_tokens=pair.cached_tokens if pair is not None else 0,
-            segments=[s.as_dict() for s in request.segments], state_rendering=request.state_rendering,
+            segments=[SegmentBar(s.id, s.kind, s.tokens, s.trimmed) for s in request.segments], state_rendering=request.state_rendering,
             full_headers=request.full_headers, short_headers=request.short_headers,
-            breakpoints=[b.as_dict() for b in request.cache_breakpoints], verdict=request.verdict.as_dict(),
+            breakpoints=[b.as_dict() for b in request.cache_breakpoints], verdict=request.verdict,
             warnings=list(request.warnings), window=request.window.as_dict(), chunks=chunks, groups=groups,
             tail_position=tail_position, tail_text=request.tail_text,
         )
@@ -360,11 +372,9 @@ def session_page(job: ReportJob, progress: Callable[[int, int], None] | None = N
 
 
 CAPTURED_STATE = "captured"  # what a captured request's "state" line says: the bot's own body, no zhin segments
-# no validator ran on a captured body (the bot's own request, as sent): the page says so, never "accepted"
-NOT_VALIDATED: dict[str, Any] = {"ok": None, "warnings": []}
 
 
-def _region_segments(request: BodyRequest, serialized: Serialized) -> list[dict[str, Any]]:
+def _region_segments(request: BodyRequest, serialized: Serialized) -> list[SegmentBar]:
     """A captured body's tokens by region (tools, system, messages): the only parts a foreign body names."""
     tokens: dict[str, int] = {}
     start = 0
@@ -373,8 +383,7 @@ def _region_segments(request: BodyRequest, serialized: Serialized) -> list[dict[
         region = "system" if block.region == "messages" and 0 <= block.message_index < system else block.region
         tokens[region] = tokens.get(region, 0) + end - start
         start = end
-    return [{"id": region, "kind": region, "weight": 0, "chars": 0, "tokens": count, "trimmed": 0}
-            for region, count in tokens.items()]
+    return [SegmentBar(region, region, count) for region, count in tokens.items()]
 
 
 class _CaptureCollector(_Collector):
@@ -386,7 +395,7 @@ class _CaptureCollector(_Collector):
         view = TurnView(
             turn=request.turn, prompt_tokens=serialized.prompt_tokens, cached_tokens=cached,
             segments=_region_segments(request, serialized), state_rendering=CAPTURED_STATE, full_headers=0, short_headers=0,
-            breakpoints=[], verdict=NOT_VALIDATED, warnings=[], window={}, chunks=chunks, groups=groups,
+            breakpoints=[], verdict=None, warnings=[], window={}, chunks=chunks, groups=groups,
             tail_position=None, tail_text=None)
         return self._add(view, serialized, pair)
 
@@ -503,7 +512,7 @@ def _kinds(pages: Sequence[SessionPage]) -> dict[str, int]:
     for page in pages:
         for turn in page.turns:
             for segment in turn.segments:
-                kinds.setdefault(segment["kind"], len(kinds))
+                kinds.setdefault(segment.kind, len(kinds))
     return kinds
 
 
@@ -536,21 +545,20 @@ def _segments(turn: TurnView, kinds: dict[str, int]) -> str:
     full id, kind and tokens are its title (a label cut to ``core…`` must still be readable: issue 31, finding 6)."""
     spans = []
     for segment in turn.segments:
-        trimmed = segment["trimmed"]
-        title = f'{segment["id"]} · {segment["kind"]} · {segment["tokens"]:,} tokens'
+        trimmed = segment.trimmed
+        title = f'{segment.id} · {segment.kind} · {segment.tokens:,} tokens'
         title += f" · {trimmed:,} characters trimmed" if trimmed else ""
-        spans.append(f'<span class="seg k{kinds.get(segment["kind"], 0)}{" trimmed" if trimmed else ""}" '
-                     f'title="{_e(title)}" data-segment="{_e(segment["id"])}" data-tokens="{segment["tokens"]}"'
-                     f'{f" data-trimmed={chr(34)}{trimmed}{chr(34)}" if trimmed else ""} style="flex-grow:{segment["tokens"]}"></span>')
+        spans.append(f'<span class="seg k{kinds.get(segment.kind, 0)}{" trimmed" if trimmed else ""}" '
+                     f'title="{_e(title)}" data-segment="{_e(segment.id)}" data-tokens="{segment.tokens}"'
+                     f'{f" data-trimmed={chr(34)}{trimmed}{chr(34)}" if trimmed else ""} style="flex-grow:{segment.tokens}"></span>')
     return f'<div class="segbar">{"".join(spans)}</div>'
 
 
 def _verdict(turn: TurnView) -> tuple[str, str]:
     """The validator's word on a request and its class: accepted, rejected, or not validated (a captured body)."""
-    ok = turn.verdict.get("ok")
-    if ok is None:
+    if turn.verdict is None:  # no validator ran on a captured body: the page says so, never "accepted"
         return "not validated (the bot's own request, as sent)", "meta"
-    return ("accepted", "ok") if ok else (f"rejected ({turn.verdict.get('status')})", "bad")
+    return ("accepted", "ok") if turn.verdict.ok else (f"rejected ({turn.verdict.status})", "bad")
 
 
 def _section(index: int, turn: TurnView, kinds: dict[str, int], unit: str = "request") -> str:
@@ -559,7 +567,8 @@ def _section(index: int, turn: TurnView, kinds: dict[str, int], unit: str = "req
     verdict, verdict_class = _verdict(turn)
     headers = "" if unit == "capture" else f"headers: {turn.full_headers} full, {turn.short_headers} short · "
     uncached = f' <span class="why">({_e(turn.uncached_reason)})</span>' if turn.uncached_reason else ""
-    notes = [*turn.warnings, *turn.verdict.get("warnings", [])]  # the assembler's and the validator's
+    # the assembler's and the validator's (an accepted request's: a rejection's answer is its status)
+    notes = [*turn.warnings, *(turn.verdict.warnings if turn.verdict is not None and turn.verdict.ok else ())]
     warnings = "".join(f'<p class="warn">warning: {_e(note)}</p>' for note in notes)
     cause = ""
     if turn.cause:
