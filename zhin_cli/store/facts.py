@@ -25,14 +25,17 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from sqlalchemy import Connection, Engine, and_, func, select
+from sqlalchemy import ColumnElement, Connection, Engine, and_, func, select
 
 import zhin_cli.store.schema as schema
 from zhin_cli.core.inputfiles import clean_text, needs_cleaning
-from zhin_cli.core.jsontext import JSON
+from zhin_cli.core.jsontext import JSON, JSONObject
 from zhin_cli.core.model import Session
+
+if TYPE_CHECKING:
+    from zhin_cli.store.events import MemberEvent  # events imports this module
 
 SECOND = 1000
 MINUTE = 60 * SECOND
@@ -114,8 +117,8 @@ class PruneReport:
     def removed(self) -> int:
         return len(self.expired) + len(self.over_cap) + len(self.left)
 
-    def as_dict(self) -> dict[str, Any]:
-        def rows(pairs: list[tuple[str, str]]) -> list[dict[str, str]]:
+    def as_dict(self) -> JSONObject:
+        def rows(pairs: list[tuple[str, str]]) -> list[JSON]:
             return [{"scene_key": k, "user_id": u} for k, u in pairs]
 
         return {"version": 1, "dry_run": self.dry_run, "removed": self.removed, "expired": rows(self.expired),
@@ -207,7 +210,7 @@ class FactsStore:
     def put_bot_role(self, scene_key: str, role: str | None) -> None:
         self._upsert_profile(scene_key, {"bot_role": clean_text(role)})
 
-    def _upsert_profile(self, scene_key: str, values: dict[str, Any]) -> None:
+    def _upsert_profile(self, scene_key: str, values: dict[str, str | int | None]) -> None:
         p = schema.ai_session_profiles
         with self.engine.begin() as conn:
             exists = conn.execute(select(p.c.session_key).where(p.c.session_key == scene_key)).first()
@@ -220,7 +223,7 @@ class FactsStore:
         return prune(self.engine, now, dry_run=dry_run)
 
 
-def _member_key(scene_key: str, user_id: str) -> Any:
+def _member_key(scene_key: str, user_id: str) -> ColumnElement[bool]:
     t = schema.ai_scene_members
     return and_(t.c.platform == platform_of(scene_key), t.c.scene_key == scene_key, t.c.user_id == user_id)
 
@@ -334,9 +337,9 @@ class RosterEntry:
     last_seen: int | None = None
     _role_at: int = field(default=-1, repr=False)
 
-    def as_dict(self) -> dict[str, Any]:
-        data = {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
-        data["roles"] = list(self.roles)
+    def as_dict(self) -> JSONObject:
+        data: JSONObject = {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+        data["roles"] = [role for role in self.roles]  # a list[JSON], which a list[str] is not
         return data
 
     def set_role(self, role: str | None, roles: tuple[str, ...] | None, at: int) -> None:
@@ -418,7 +421,7 @@ def _message_authors(rows: list[Any], rebuilt: RebuiltFacts, label: str | None) 
             _seen(rebuilt.entry(str(actor["id"])), actor.get("displayName"), row.time)
 
 
-def _seen(entry: RosterEntry, name: Any, at: int) -> None:
+def _seen(entry: RosterEntry, name: JSON, at: int) -> None:
     if entry.last_seen is None or at >= entry.last_seen:
         entry.last_seen = at
         if isinstance(name, str) and name:
@@ -430,7 +433,7 @@ def _by(operator: str | None, user_id: str) -> str | None:
     return "self" if operator == user_id else operator
 
 
-def _apply_member_event(entry: RosterEntry, event: Any) -> None:
+def _apply_member_event(entry: RosterEntry, event: MemberEvent) -> None:
     by = event.operator_id
     if event.kind == "member_joined":
         entry.joined_at, entry.joined_by, entry.left_at, entry.left_by = event.time, _by(by, event.user_id), None, None
