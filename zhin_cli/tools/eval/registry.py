@@ -147,6 +147,13 @@ def spec_int(spec: Mapping[str, JSON], key: str, default: int = 0) -> int:
     return value
 
 
+def spec_number(spec: Mapping[str, JSON], key: str, default: float = 0) -> float:
+    value = spec.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _wrong(key, value, "a number")
+    return value
+
+
 def spec_texts(spec: Mapping[str, JSON], key: str) -> list[str]:
     """A list of text (an empty list when the key is absent)."""
     value = spec.get(key, [])

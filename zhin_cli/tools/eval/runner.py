@@ -31,7 +31,7 @@ from zhin_cli.pipeline.segments import Generation, PromptSegmentRegistry, TextSe
 from zhin_cli.pipeline.validate import validate
 from zhin_cli.tools.eval.cases import Case, CaseError, load_cases
 from zhin_cli.tools.eval.metrics import run_metrics
-from zhin_cli.tools.eval.registry import ASSERTIONS, TRANSFORMS, Outcome, ProviderRun, spec_text, spec_texts
+from zhin_cli.tools.eval.registry import ASSERTIONS, TRANSFORMS, Outcome, ProviderRun, spec_number, spec_text, spec_texts
 from zhin_cli.tools.eval.result import AssertionDocument, CaseDocument, EvalDocument, LiveAnswersDocument, RunMetrics, Status
 from zhin_cli.tools.eval.timeline import (
     DEFAULT_BOT,
@@ -348,8 +348,7 @@ def _plugin_action(action: PluginAction, registry: PromptSegmentRegistry, loaded
             _authorize_step(action.spec, case, where)  # again: the file is executed again now, it may have changed
             load_plugin(action.spec, case.file, where, source=PluginSource.case(case.file))(generation)
         for segment in action.segments:
-            generation.register(TextSegment(segment["id"], segment["kind"], segment["text"], segment.get("weight", 0),
-                                            segment.get("retention", "preferred")))
+            generation.register(_text_segment(segment))
     except UntrustedPlugins:
         raise
     except ZhinError as exc:
@@ -357,6 +356,15 @@ def _plugin_action(action: PluginAction, registry: PromptSegmentRegistry, loaded
     except Exception as exc:  # the plugin's own bug: one line, never a traceback
         raise ConfigError(f"plugin {action.name!r} failed while registering: {type(exc).__name__}: {exc}", where=where) from None
     loaded[action.name] = generation
+
+
+def _text_segment(segment: JSONObject) -> TextSegment:
+    """A plugin step's inline segment (its schema checked the keys' types and the retention's values)."""
+    retention = spec_text(segment, "retention", "preferred")
+    if retention not in ("required", "preferred"):
+        raise TypeError(f"retention {retention!r} is neither required nor preferred")
+    return TextSegment(spec_text(segment, "id"), spec_text(segment, "kind"), spec_text(segment, "text"),
+                       spec_number(segment, "weight"), "required" if retention == "required" else "preferred")
 
 
 def _applies(spec: JSONObject, provider: str) -> bool:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
 from zhin_cli.core.errors import EXIT_INVALID_CASE, ZhinError
@@ -72,7 +72,7 @@ class PluginAction:
     load: bool
     name: str
     spec: str | None  # module:function or file.py[:function]
-    segments: list[dict[str, Any]]  # inline text segments
+    segments: list[JSONObject]  # inline text segments (each checked by the step's schema: id, kind, text …)
     line: int | None = None
 
 
@@ -338,11 +338,13 @@ def _tool_result(builder: Builder, spec: JSONObject) -> None:
                    "event": {"type": "boolean", "description": "store the platform event (default true); false: "
                              "the facts change silently and the assembler must synthesize the change"}},
 })
-def _change(builder: Builder, spec: dict[str, Any]) -> None:
+def _change(builder: Builder, spec: JSONObject) -> None:
     """A member fact change, with (default) or without a stored platform event."""
     uid = str(spec["member"])
-    field_name = spec["field"]
+    field_name = spec_text(spec, "field")
     value = spec["value"]
+    if isinstance(value, bool) or not isinstance(value, (str, int)):  # the schema: a string or an integer
+        raise TypeError(f"change: value {value!r} is neither text nor an integer")
     builder.actor(uid, {field_name: int(value) if field_name == "mute_time" else value})
     if spec.get("event", True):
         line = changed_line(str(spec.get("by", "system")), uid, field_name, str(value)).render()
@@ -426,16 +428,18 @@ _SEGMENT: JSONObject = {
         "unload": {**_ID, "description": "the spec or name given to load"},
     },
 })
-def _plugin(builder: Builder, spec: dict[str, Any]) -> None:
+def _plugin(builder: Builder, spec: JSONObject) -> None:
     """Load a plugin (its segments register in a new generation) or unload it (the generation is released)."""
     if "load" in spec:
         load = spec["load"]
         if isinstance(load, str):
             builder.actions.append(PluginAction(True, load, load, [], builder.line))
-        else:
-            builder.actions.append(PluginAction(True, load["name"], None, list(load["segments"]), builder.line))
+        elif isinstance(load, dict):  # the schema: a spec text or {name, segments}
+            listed = load.get("segments")  # the schema: a list of segment objects
+            segments = [s for s in listed if isinstance(s, dict)] if isinstance(listed, list) else []
+            builder.actions.append(PluginAction(True, spec_text(load, "name"), None, segments, builder.line))
     if "unload" in spec:
-        builder.actions.append(PluginAction(False, spec["unload"], None, [], builder.line))
+        builder.actions.append(PluginAction(False, spec_text(spec, "unload"), None, [], builder.line))
 
 
 @step("request", {
@@ -453,16 +457,19 @@ STEP_COMMON: JSONObject = {
 }
 
 
-def apply_step(builder: Builder, item: dict[str, Any], line: int | None) -> None:
+def apply_step(builder: Builder, item: JSONObject, line: int | None) -> None:
     kinds = [k for k in item if k in STEPS]
     name = kinds[0]
     builder.line = line
     builder.advance(item.get("at"))
     before_rows = len(builder.session.messages)
     before_actions = len(builder.actions)
-    STEPS[name].apply(builder, item[name] or {})
-    label = item.get("label")
-    if label is not None:
+    params = item[name] or {}
+    if not isinstance(params, dict):  # the step's schema: an object (or nothing)
+        raise TypeError(f"step {name}: {params!r} is not an object")
+    STEPS[name].apply(builder, params)
+    if "label" in item and item["label"] is not None:
+        label = spec_text(item, "label")
         if label in builder.labels or any(isinstance(a, TurnPoint) and a.label == label for a in builder.actions):
             raise StepError(f"label {label!r} used twice")
         if len(builder.session.messages) > before_rows:
