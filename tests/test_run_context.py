@@ -8,9 +8,11 @@ context (what ``build_report`` did before), and the counts double.
 from __future__ import annotations
 
 import shutil
+import sys
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -36,10 +38,14 @@ def _counting(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
             counts[_name] += 1
             return _real(*args, **kwargs)
 
-        monkeypatch.setattr(module, name, counted)
-        if name == "load_config":  # the context module holds its own reference
-            monkeypatch.setattr(zhin_cli.pipeline.context, name, counted)
+        for holder in [module, *_holders(name, real)]:  # every module imported so far that holds its own reference
+            monkeypatch.setattr(holder, name, counted)
     return counts
+
+
+def _holders(name: str, real: object) -> list[ModuleType]:
+    return [module for key, module in list(sys.modules.items())
+            if key.startswith("zhin_cli") and module is not None and getattr(module, name, None) is real]
 
 
 def _report(zhin: Callable[..., Any], tmp_path: Path) -> None:
@@ -108,3 +114,83 @@ def test_trace_on_a_context_reads_nothing_again(tmp_path: Path, monkeypatch: pyt
     assert first.requests[0].turn != again.requests[0].turn
     trace(ref, cwd=tmp_path)  # negative control: the bundle reads the prices and the session again
     assert (counts["load_session"], counts["load_prices"]) == (2, 2)
+
+
+# --- every command that takes --provider: one config, one price table, each session once -----------------------
+
+PRESET = ROOT / "fixtures" / "presets" / "st-default.json"
+CASE = ROOT / "eval_cases" / "adr-1-ten-messages.yaml"
+SESSION = str(SESSIONS[0])
+# command → (argv after the plugin's "-p acme --config zhin.yaml" is added, its _cli module, the reads expected).
+# A plugin's provider makes the command open its run context before anything else (check_options): before the
+# context was handed down, each tool read the config (and prefix-diff the prices) a second time.
+COMMANDS: dict[str, tuple[tuple[object, ...], str, dict[str, int]]] = {
+    "trace": (("trace", SESSION, "--json"), "trace", {"load_config": 1, "load_prices": 1, "load_session": 1}),
+    "prefix-diff": (("prefix-diff", SESSION, "--json", "-j", "1"), "prefix_diff",
+                    {"load_config": 1, "load_prices": 1, "load_session": 1}),
+    "report economy": (("report", "economy", SESSION, "--json", "-j", "1"), "report",
+                       {"load_config": 1, "load_prices": 1, "load_session": 1}),
+    "budget update": (("budget", "update", "-s", SESSION, "--file", "budget.yaml"), "budget",
+                      {"load_config": 1, "load_session": 1}),
+    "preset probe": (("preset", "probe", PRESET, "-s", SESSION, "--json"), "preset",
+                     {"load_config": 1, "load_session": 1}),
+    "eval": (("eval", CASE, "--json", "-j", "1"), "eval", {"load_config": 1}),
+}
+
+
+@pytest.fixture
+def plugin_project(tmp_path: Path) -> Path:
+    shutil.copy(ROOT / "tests" / "plugins" / "acme_provider.py", tmp_path / "acme_provider.py")
+    (tmp_path / "zhin.yaml").write_text("plugins: [acme_provider.py]\n", encoding="utf-8")
+    return tmp_path
+
+
+def _run(zhin: Callable[..., Any], project: Path, command: str) -> None:
+    argv, _, _ = COMMANDS[command]
+    result = zhin(*argv, "-p", "acme", "--config", "zhin.yaml", cwd=project)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_each_command_reads_its_config_and_prices_once(plugin_project: Path, zhin, command: str,  # type: ignore[no-untyped-def]
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    counts = _counting(monkeypatch)
+    _run(zhin, plugin_project, command)
+    assert counts == COMMANDS[command][2]
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_negative_control_a_tool_handed_no_context_reads_the_config_again(plugin_project: Path, zhin,  # type: ignore[no-untyped-def]
+                                                                          command: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    _, module, expected = COMMANDS[command]
+    cli = importlib.import_module(f"zhin_cli._cli.{module}")
+    monkeypatch.setattr(cli, "command_context", lambda **kwargs: None)  # the CLI keeps its context to itself
+    counts = _counting(monkeypatch)
+    _run(zhin, plugin_project, command)
+    assert counts["load_config"] == expected["load_config"] + 1
+
+
+def test_budget_check_reads_the_config_and_sessions_once_for_every_profile(tmp_path: Path, zhin,  # type: ignore[no-untyped-def]
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    update = zhin("budget", "update", "-s", SESSION, "-p", "openai", "-p", "anthropic", "--file", "budget.yaml", cwd=tmp_path)
+    assert update.returncode == 0, update.stderr
+    counts = _counting(monkeypatch)
+    check = zhin("budget", "check", "--file", "budget.yaml", "--json", cwd=tmp_path)
+    assert check.returncode == 0, check.stderr
+    assert counts == {"load_config": 1, "load_session": 1}
+
+
+def test_negative_control_measuring_each_profile_without_a_context_reads_them_again(tmp_path: Path,
+                                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from zhin_cli.tools.budget.budget import measure
+
+    counts = _counting(monkeypatch)
+    for name in ("openai", "anthropic"):
+        measure([SESSION], name, None, budget_dir=tmp_path, cwd=tmp_path)
+    assert counts == {"load_config": 2, "load_session": 2}
+    context = RunContext.load(None, cwd=tmp_path)
+    for name in ("openai", "anthropic"):
+        measure([SESSION], name, None, budget_dir=tmp_path, context=context)
+    assert counts == {"load_config": 3, "load_session": 3}  # one more of each for both profiles

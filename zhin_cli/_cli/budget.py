@@ -7,10 +7,20 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from zhin_cli._cli import ConfigOption, DbOption, app, check_options, handles_errors, print_json, stdout_console
+from zhin_cli._cli import (
+    ConfigOption,
+    DbOption,
+    app,
+    check_options,
+    command_context,
+    handles_errors,
+    print_json,
+    stdout_console,
+)
 from zhin_cli._cli.tables import figures_table, fits
 from zhin_cli.core.errors import EXIT_FOUND, UsageError, ZhinError
 from zhin_cli.core.terminaltext import markup_safe, terminal_safe
+from zhin_cli.pipeline.context import RunContext
 from zhin_cli.tools.budget.budget import (
     DEFAULT_BUDGET_FILE,
     Budget,
@@ -73,13 +83,13 @@ def print_report(report: BudgetReport) -> None:
         console.print("some parts are under budget: `zhin budget update` locks the saving in")
 
 
-def publish_budget(report: BudgetReport, budget: Budget, config: Path | None) -> None:
+def publish_budget(report: BudgetReport, budget: Budget, context: RunContext) -> None:
     from zhin_cli.core import ghactions
     from zhin_cli.tools.budget.budget import budget_annotations, budget_summary, part_sources
 
     if ghactions.enabled():  # where the parts come from is looked up only when someone will read it
         try:
-            sources = part_sources(report, config_path=config, cwd=Path.cwd())
+            sources = part_sources(report, context=context)  # the check's config: not read again
         except ZhinError:  # the annotations' decoration must not change the gate's verdict: the parts are still annotated
             sources = {}
         ghactions.publish(budget_annotations(report, budget, sources), budget_summary(report))
@@ -98,8 +108,9 @@ def check_command(
     Exit status: 0 within budget, 1 a part is over budget or new, 2 usage, 3 bad budget file, session or config.
     """
     budget = load_budget(file)
-    report = check_budget(budget, db=db, config_path=config, cwd=Path.cwd())
-    publish_budget(report, budget, config)
+    context = command_context(db=db) or RunContext.load(config, cwd=Path.cwd(), db=db)  # read once for every profile
+    report = check_budget(budget, context=context)
+    publish_budget(report, budget, context)
     if as_json:
         print_json(report.as_dict())
     else:
@@ -131,6 +142,6 @@ def update_command(
         budget.sessions = list(sessions)
     if providers:
         budget.profiles = [ProfileBudget(p, model, {}) for p in providers]
-    update_budget(budget, db=db, config_path=config, cwd=Path.cwd())
+    update_budget(budget, db=db, config_path=config, cwd=Path.cwd(), context=command_context(db=db))
     typer.echo(terminal_safe(f"wrote {file}: {len(budget.profiles)} profile(s) measured on {len(budget.sessions)} session(s)"),
                err=True)

@@ -27,6 +27,7 @@ from zhin_cli._cli import (
     PricesOption,
     app,
     check_options,
+    command_context,
     freeze_loaded,
     handles_errors_like_diff,
     print_json,
@@ -97,7 +98,7 @@ Cached tokens and costs are warm: each request after every one before it, as in 
                                  after_load=freeze_loaded, progress=progress, jobs=jobs,
                                  on_pair=(lambda session, pair: _write_line(session.pair_dict(pair))) if as_jsonl else None,
                                  on_comparison=(lambda comparison: _write_line(comparison.as_dict(chosen))) if as_jsonl else None,
-                                 prices_file=prices)
+                                 prices_file=prices, context=command_context(db=db, prices_file=prices))
     if as_json:
         print_json(result.as_dict())
     elif text:

@@ -10,7 +10,17 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from zhin_cli._cli import ConfigOption, DbOption, app, check_options, freeze_loaded, handles_errors, print_json, stdout_console
+from zhin_cli._cli import (
+    ConfigOption,
+    DbOption,
+    app,
+    check_options,
+    command_context,
+    freeze_loaded,
+    handles_errors,
+    print_json,
+    stdout_console,
+)
 from zhin_cli.core.errors import EXIT_FOUND
 from zhin_cli.core.terminaltext import markup_safe, terminal_safe, terminal_safe_lines
 
@@ -91,7 +101,7 @@ def probe_command(
 
     check_options(provider)
     result = probe(file, session_ref=session, db=db, config_path=config, provider=provider, model=model, cwd=Path.cwd(),
-                   after_load=freeze_loaded)
+                   after_load=freeze_loaded, context=command_context(db=db))
     if as_json:
         print_json(result.as_dict())
         return

@@ -86,8 +86,10 @@ def economy_command(
     # a bar over the sessions on a terminal's stderr (a spinner until the list of sessions is known)
     with replay_progress("sessions simulated", loading="reading the sessions") as progress:
         refs = list(sessions or [])  # none: every session of --db or of the database found upward (as stats cache)
-        report = run_economy(refs, cwd=Path.cwd(), db=db if refs else database_or_discovered(db), config_path=config, providers=chosen, encoding=encoding,
-                             after_load=freeze_loaded, jobs=jobs, progress=progress, prices_file=prices)
+        database = db if refs else database_or_discovered(db)
+        report = run_economy(refs, cwd=Path.cwd(), db=database, config_path=config, providers=chosen, encoding=encoding,
+                             after_load=freeze_loaded, jobs=jobs, progress=progress, prices_file=prices,
+                             context=command_context(db=database, prices_file=prices))
     if as_json:
         print_json(report.as_dict(per_request))
     else:

@@ -29,6 +29,7 @@ from zhin_cli._cli import (
     PricesOption,
     app,
     check_options,
+    command_context,
     freeze_loaded,
     handles_errors,
     print_json,
@@ -120,7 +121,7 @@ Cached tokens and costs of one request are cold (the request alone); of --all, w
     with replay_progress("replaying") as progress, open_trace(
             session, db=db, config_path=config, provider=provider, model=model, timezone=timezone, preset=preset,
             turn=turn, all_turns=all_turns, cwd=Path.cwd(), after_load=freeze_loaded, progress=progress,
-            prices_file=prices) as run:
+            prices_file=prices, context=command_context(db=db, prices_file=prices)) as run:
         result = run.result
         rows: list[TurnRow] = []
         if as_jsonl:
@@ -164,7 +165,8 @@ def trace_captured(path: Path, *, provider: str | None, config: Path | None, pri
                    as_jsonl: bool) -> None:
     """``trace FOLDER`` / ``trace BODIES.jsonl``: each captured request in its conversation, as sent."""
     out = sys.stdout
-    diff = trace_captures(path, config_path=config, provider=provider, prices_file=prices, cwd=Path.cwd())
+    diff = trace_captures(path, config_path=config, provider=provider, prices_file=prices, cwd=Path.cwd(),
+                          context=command_context(prices_file=prices))
     notes = [*diff.notes, *(n for s in diff.sessions[:1] for n in s.notes)]
     if as_json:
         print_json(capture_trace_dict(diff))

@@ -64,6 +64,13 @@ class RunContext:
         not here: what a tool builds when its caller handed it no context."""
         return cls(cwd, config, None, [], prices_file, db)
 
+    @classmethod
+    def load(cls, config_path: Path | None, *, cwd: Path, db: str | None = None,
+             prices_file: Path | None = None) -> RunContext:
+        """``for_config`` on the config at ``config_path`` (None: the one found upward from ``cwd``): the context a
+        tool builds when its caller handed it none — the bundle of paths, resolved once."""
+        return cls.for_config(load_config(config_path, cwd=cwd), cwd=cwd, db=db, prices_file=prices_file)
+
     def use_inputs(self, *, db: str | None = None, prices_file: Path | None = None) -> None:
         """The command's ``--db`` and ``--prices``, known after the context was opened (``--provider`` is checked
         first); before anything was read with them."""

@@ -37,6 +37,7 @@ from zhin_cli.pipeline.fixedcost import TOTAL, fixed_parts
 if TYPE_CHECKING:
     from ruamel.yaml.comments import CommentedMap
 
+    from zhin_cli.pipeline.context import RunContext
     from zhin_cli.pipeline.provenance import SegmentSource
 
 BUDGET_VERSION = 1
@@ -201,27 +202,25 @@ class Measurement:
 
 def measure(
     sessions: list[str], provider: str, model: str | None, *, budget_dir: Path, db: str | None = None,
-    config_path: Path | None = None, cwd: Path | None = None,
+    config_path: Path | None = None, cwd: Path | None = None, context: RunContext | None = None,
 ) -> Measurement:
     """The fixed parts of one profile: the largest of each part over the last request of every session (one
     pipeline for the profile; each session costs its last window, ``Pipeline.request``), and the model the last
     request named (a profile without one: the provider's own, ``pipeline/models.py`` — said in the model column,
-    so no note)."""
+    so no note). ``context``: the command's run context (it replaces ``db``, ``config_path`` and ``cwd``): its
+    config and sessions are not read again for each profile."""
     import warnings
 
     from zhin_cli.core.errors import UsageError
     from zhin_cli.core.notes import ZhinNote
-    from zhin_cli.pipeline.config import load_config
-    from zhin_cli.pipeline.facade import Pipeline
-    from zhin_cli.store import load_session
 
+    run = _context(context, config_path, cwd, db)
     measurements = []
     named = model or ""
-    with Pipeline.open(load_config(config_path, cwd=cwd), provider=provider, model=model) as pipeline, \
-            warnings.catch_warnings():
+    with run.pipeline(provider=provider, model=model) as pipeline, warnings.catch_warnings():
         warnings.simplefilter("ignore", ZhinNote)
         for ref in sessions:
-            session = load_session(session_ref(budget_dir, ref), db=db, cwd=cwd)
+            session = run.session(session_ref(budget_dir, ref))
             if not pipeline.turns(session).total:
                 raise UsageError(f"session {session.session_id!r} has no assistant message, so no request to measure")
             request = pipeline.request(session, turn=-1)
@@ -230,20 +229,30 @@ def measure(
     return Measurement(largest(measurements), named)
 
 
-def check_budget(budget: Budget, *, db: str | None = None, config_path: Path | None = None, cwd: Path | None = None) -> BudgetReport:
+def _context(context: RunContext | None, config_path: Path | None, cwd: Path | None, db: str | None) -> RunContext:
+    """The caller's run context, else one on the bundle: the config is read once for every profile."""
+    from zhin_cli.pipeline.context import RunContext
+
+    return context or RunContext.load(config_path, cwd=cwd or Path.cwd(), db=db)
+
+
+def check_budget(budget: Budget, *, db: str | None = None, config_path: Path | None = None, cwd: Path | None = None,
+                 context: RunContext | None = None) -> BudgetReport:
     report = BudgetReport(str(budget.path))
+    run = _context(context, config_path, cwd, db) if budget.profiles else None
     for index, profile in enumerate(budget.profiles):
-        measured = measure(budget.sessions, profile.provider, profile.model, budget_dir=budget.path.parent, db=db,
-                           config_path=config_path, cwd=cwd)
+        measured = measure(budget.sessions, profile.provider, profile.model, budget_dir=budget.path.parent, context=run)
         report.results += compare(profile, measured.parts, index, model=measured.model)
     return report
 
 
-def update_budget(budget: Budget, *, db: str | None = None, config_path: Path | None = None, cwd: Path | None = None) -> Budget:
+def update_budget(budget: Budget, *, db: str | None = None, config_path: Path | None = None, cwd: Path | None = None,
+                  context: RunContext | None = None) -> Budget:
     """The budget with every profile's parts measured now, written to ``budget.path`` (:func:`write_budget`)."""
+    run = _context(context, config_path, cwd, db) if budget.profiles else None
     for profile in budget.profiles:
-        profile.parts = measure(budget.sessions, profile.provider, profile.model, budget_dir=budget.path.parent, db=db,
-                                config_path=config_path, cwd=cwd).parts
+        profile.parts = measure(budget.sessions, profile.provider, profile.model, budget_dir=budget.path.parent,
+                                context=run).parts
     write_budget(budget)
     return budget
 
@@ -352,17 +361,17 @@ def budget_annotations(report: BudgetReport, budget: Budget, sources: dict[str, 
     return out
 
 
-def part_sources(report: BudgetReport, *, config_path: Path | None = None, cwd: Path | None = None) -> dict[str, SegmentSource]:
+def part_sources(report: BudgetReport, *, config_path: Path | None = None, cwd: Path | None = None,
+                 context: RunContext | None = None) -> dict[str, SegmentSource]:
     """Where the text of each failed part comes from — the zhin.yaml key, the plugin file, zhin's built-in module —
     found as prefix-diff finds a segment's source (:func:`zhin_cli.pipeline.provenance.segment_sources`, one rule)."""
     failed = [r for r in report.results if r.failed and r.part != TOTAL]
     if not failed:
         return {}
-    from zhin_cli.pipeline.config import load_config
-    from zhin_cli.pipeline.facade import Pipeline
     from zhin_cli.pipeline.provenance import segment_sources
 
-    with Pipeline.open(load_config(config_path, cwd=cwd), provider=failed[0].provider, model=failed[0].model) as pipeline:
+    run = _context(context, config_path, cwd, None)
+    with run.pipeline(provider=failed[0].provider, model=failed[0].model) as pipeline:
         return segment_sources(pipeline, [r.part for r in failed])
 
 

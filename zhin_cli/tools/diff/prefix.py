@@ -28,6 +28,7 @@ from zhin_cli.cache.diff import (
 )
 from zhin_cli.cache.serialize import Serialized, serialize
 from zhin_cli.pipeline.assemble import AssembledRequest
+from zhin_cli.pipeline.context import RunContext
 from zhin_cli.pipeline.facade import Pipeline
 from zhin_cli.pipeline.prices import PriceTable
 from zhin_cli.pipeline.provenance import SegmentSource, segment_sources
@@ -295,6 +296,7 @@ def run_prefix_diff(
     on_pair: Callable[[SessionDiff, PairDiff], None] | None = None,
     on_comparison: Callable[[ConfigDiff], None] | None = None,
     prices_file: Path | None = None,
+    context: RunContext | None = None,
 ) -> PrefixDiffResult:
     """``preset``: a preset file (or ``Preset``) replacing each configuration's ``preset:`` (``--preset``).
 
@@ -305,13 +307,16 @@ def run_prefix_diff(
     Streaming (``--jsonl``): ``on_pair`` sees each pair of a turn-to-turn diff as it is made (with several jobs, a session's pairs
     when that session is done, in input order); ``on_comparison`` each session of ``--base/--head`` when done.
 
-    Turn to turn, each request's cost at the config's price table (``prices_file``: ``--prices FILE`` over it)."""
+    Turn to turn, each request's cost at the config's price table (``prices_file``: ``--prices FILE`` over it).
+    ``context``: the command's run context (it replaces ``cwd``, ``db``, ``config_path`` and ``prices_file``): its
+    config and prices are used, not read again; without one, the config is read once here (not for --base/--head,
+    which read their own two)."""
     from zhin_cli.core.errors import UsageError
     from zhin_cli.core.parallel import check_jobs, ordered_map
     from zhin_cli.core.tokens import DEFAULT_ENCODING, counter
-    from zhin_cli.pipeline.config import load_config
-
     fail = list(fail_on)
+    if context is not None:
+        cwd, db = context.cwd, context.db
     unknown = sorted(set(fail) - set(CAUSES))
     if unknown:
         raise UsageError(f"--fail-on: unknown cause {', '.join(unknown)} (causes: {', '.join(CAUSES)})")
@@ -327,9 +332,9 @@ def run_prefix_diff(
         raise UsageError(f"{', '.join(refused)}: not for captured bodies (each is diffed as sent, with the model it "
                          "names); diff zhin's sessions with them in a separate run")
     if captured and not refs and not all_sessions:
-        config = load_config(config_path, cwd=cwd)
-        result = PrefixDiffResult("turns", fail, config_path=config.path)
-        _add_captures(result, captured, provider, config.price_table(prices_file), on_pair)
+        run_context = context or RunContext.load(config_path, cwd=cwd, db=db, prices_file=prices_file)
+        result = PrefixDiffResult("turns", fail, config_path=run_context.config.path)
+        _add_captures(result, captured, provider, run_context.prices, on_pair)
         return result
     chosen = session_refs(refs, all_sessions=all_sessions, db=db, cwd=cwd)
     from zhin_cli.store import database_read
@@ -349,12 +354,12 @@ def run_prefix_diff(
             yield item
 
     if base is None:
-        config = load_config(config_path, cwd=cwd)
-        result = PrefixDiffResult("turns", fail, config_path=config.path, db=database)
-        for diff in run((config,), config.price_table(prices_file)):
+        run_context = context or RunContext.load(config_path, cwd=cwd, db=db, prices_file=prices_file)
+        result = PrefixDiffResult("turns", fail, config_path=run_context.config.path, db=database)
+        for diff in run((run_context.config,), run_context.prices):
             assert isinstance(diff, SessionDiff)  # one configuration: run_session_job gives a SessionDiff
             result.sessions.append(diff)
-        _add_captures(result, captured, provider, config.price_table(prices_file), on_pair)
+        _add_captures(result, captured, provider, run_context.prices, on_pair)
         return result
 
     from zhin_cli.pipeline.configsource import load_config_source

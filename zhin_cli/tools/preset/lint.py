@@ -44,6 +44,7 @@ from zhin_cli.pipeline.preset.regex import BUDGET_SECONDS, nested_quantifier
 
 if TYPE_CHECKING:
     from zhin_cli.core.model import Session
+    from zhin_cli.pipeline.context import RunContext
 
 
 def applies_at_all(script: RegexScript) -> bool:
@@ -469,22 +470,23 @@ def probe(
     model: str | None = None,
     cwd: Path | None = None,
     after_load: Callable[[], None] | None = None,
+    context: RunContext | None = None,
 ) -> ProbeResult:
+    """``context``: the command's run context (it replaces ``db``, ``config_path`` and ``cwd``): its config,
+    plugins and sessions are used, not read again."""
     from zhin_cli.core.errors import UsageError
     from zhin_cli.core.tokens import counter as shared_counter
     from zhin_cli.core.tokens import encoding_for_model
-    from zhin_cli.pipeline.config import load_config
-    from zhin_cli.pipeline.facade import Pipeline
-    from zhin_cli.store import load_session
+    from zhin_cli.pipeline.context import RunContext
 
-    config = load_config(config_path, cwd=cwd)
-    preset = load_preset(path, config.preset_options)
-    session = load_session(session_ref, db=db, cwd=cwd) if session_ref else sample_session()
+    run = context or RunContext.load(config_path, cwd=cwd or Path.cwd(), db=db)
+    preset = load_preset(path, run.config.preset_options)
+    session = run.session(session_ref) if session_ref else sample_session()
     if after_load is not None:
         after_load()
     if not session.outline.assistant_positions:
         raise UsageError(f"session {session.session_id!r} has no assistant message, so no request to probe")
-    with Pipeline.open(config, provider=provider, model=model, preset=preset) as pipeline:
+    with run.pipeline(provider=provider, model=model, preset=preset) as pipeline:
         last = pipeline.turns(session).last_request_turn
         if last is None:
             raise UsageError(f"session {session.session_id!r} has only its greeting, so no request to probe")

@@ -46,7 +46,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zhin_cli.cache import CacheOutcome, PrefixCache
 from zhin_cli.cache.cost import Cost, CostTotals
@@ -68,6 +68,9 @@ from zhin_cli.pipeline.models import FALLBACK_MODEL, belongs, default_model
 from zhin_cli.pipeline.preset import TAIL_SEPARATOR
 from zhin_cli.pipeline.prices import Price, PriceChoice, PriceTable
 from zhin_cli.pipeline.providers import PROVIDERS, ProviderSpec, RenderedPart, for_wire, unknown_provider
+
+if TYPE_CHECKING:
+    from zhin_cli.pipeline.context import RunContext
 from zhin_cli.pipeline.window import SessionIndex, WindowConfig, sliding, visible_window
 from zhin_cli.store.captures import SERVE_LOG, CaptureSet, is_body_jsonl, is_capture_folder, read_captures
 
@@ -862,14 +865,16 @@ def run_economy(
     jobs: int | None = 1,
     progress: Callable[[int, int], None] | None = None,
     prices_file: Path | None = None,
+    context: RunContext | None = None,
 ) -> EconomyReport:
     """``jobs``: sessions simulated at once in worker processes (``None``: every core; 1: here, one at a time);
     the report is the same for every value (core/parallel.py). ``progress(done, total)``: sessions simulated so
     far, first with 0 (so a bar shows its total at once), then after each one. ``prices_file``: ``--prices FILE``
-(rows over the built-in table and ``zhin.yaml``'s ``prices:``)."""
+(rows over the built-in table and ``zhin.yaml``'s ``prices:``). ``context``: the command's run context (it
+replaces ``cwd``, ``db``, ``config_path`` and ``prices_file``): its config and prices are not read again."""
     from zhin_cli.core.errors import UsageError
     from zhin_cli.core.parallel import check_jobs, ordered_map
-    from zhin_cli.pipeline.config import load_config
+    from zhin_cli.pipeline.context import RunContext
     from zhin_cli.store.refs import session_refs
 
     chosen = list(providers or tuple(CASES))
@@ -879,8 +884,9 @@ def run_economy(
     if encoding not in RANK_FILES:
         raise UsageError(f"--encoding: unknown encoding {encoding!r} (known: {', '.join(RANK_FILES)})")
     workers = check_jobs(jobs)
-    config = load_config(config_path, cwd=cwd)
-    prices = config.price_table(prices_file)  # read once, before any session: a bad row is one error, at once
+    run = context or RunContext.load(config_path, cwd=cwd, db=db, prices_file=prices_file)
+    config, cwd, db = run.config, run.cwd, run.db
+    prices = run.prices  # read once, before any session: a bad row is one error, at once
     if not refs and db is None:
         raise UsageError("name the sessions, or give the database whose every session to report (--db)")
     capture_refs = [ref for ref in refs if is_captures(cwd / ref)]
