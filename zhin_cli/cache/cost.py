@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from zhin_cli.cache import CacheOutcome
 from zhin_cli.cache.replay import Routed
@@ -51,6 +51,26 @@ class Cost:
         usd = (uncached * price.input + outcome.read * price.cached_input
                + sum(tokens * price.write_price(ttl) for ttl, tokens in outcome.written_by_ttl.items())) / PER_TOKENS
         return cls(uncached, outcome.read, written, usd)
+
+
+class CostTotalsDoc(TypedDict):
+    """``CostTotals`` as ``--json`` shows it (USD rounded to 8 decimals)."""
+
+    total: float
+    per_request: float | None
+    requests: int
+    uncached_tokens: int
+    cached_tokens: int
+    cache_write_tokens: int
+
+
+class RequestCostDoc(TypedDict):
+    """One request's cost as ``--json`` shows it (``cost_dict``)."""
+
+    uncached_tokens: int
+    cached_tokens: int
+    cache_write_tokens: int
+    usd: float
 
 
 @dataclass
@@ -81,7 +101,7 @@ class CostTotals:
     def per_request(self) -> float | None:
         return self.usd / self.requests if self.requests else None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> CostTotalsDoc:
         per = self.per_request
         return {"total": round(self.usd, 8), "per_request": None if per is None else round(per, 8),
                 "requests": self.requests, "uncached_tokens": self.uncached_tokens,
@@ -116,7 +136,7 @@ def format_usd(value: float | None) -> str:
     return f"{sign}${size:.{decimals}f}"
 
 
-def cost_dict(cost: Cost) -> dict[str, Any]:
+def cost_dict(cost: Cost) -> RequestCostDoc:
     """A request's cost as ``--json`` shows it: the three token counts and ``usd``."""
     return {"uncached_tokens": cost.uncached_tokens, "cached_tokens": cost.cached_tokens,
             "cache_write_tokens": cost.cache_write_tokens, "usd": round(cost.usd, 8)}

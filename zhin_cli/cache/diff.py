@@ -13,10 +13,10 @@ import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Required, TypedDict
 
 from zhin_cli.cache import Plan, PrefixCache, cached_share
-from zhin_cli.cache.cost import Cost, CostTotals, Pricing, cost_dict
+from zhin_cli.cache.cost import Cost, CostTotals, CostTotalsDoc, Pricing, cost_dict
 from zhin_cli.cache.replay import CACHE_MODEL, WARM, Routed, cache_key, cache_outcome, cached_tokens
 from zhin_cli.cache.serialize import Chunk, Divergence, Serialized, divergence, serialize, serialize_body, wire_of
 from zhin_cli.core.jsontext import JSON, JSONObject
@@ -142,6 +142,21 @@ class PairDiff:
     @property
     def marked_after(self) -> str:
         return self.after[: self.excerpt_mark] + MARK + self.after[self.excerpt_mark :]
+
+
+class SummaryCost(CostTotalsDoc):
+    unit: str  # USD
+
+
+class SessionSummary(TypedDict, total=False):
+    """``SessionDiff.summary()``: a session's pairs in figures (``cost`` only with a price for its provider)."""
+
+    pairs: Required[int]
+    causes: Required[dict[str, int]]
+    cache_hits: Required[int]
+    cached_share: Required[float]
+    cache_model: Required[str]  # CACHE_MODEL: warm
+    cost: SummaryCost
 
 
 @dataclass
@@ -502,10 +517,10 @@ class SessionDiff:
         causes = set(fail_on)
         return [p for p in self.pairs if p.cause in causes]
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> SessionSummary:
         by_cause = {c: sum(1 for p in self.pairs if p.cause == c) for c in CAUSES}
         share = cached_share((p.prompt_tokens, p.cached_tokens) for p in self.pairs)  # a pair's request is a later one
-        data = {"pairs": len(self.pairs), "causes": {c: n for c, n in by_cause.items() if n},
+        data: SessionSummary = {"pairs": len(self.pairs), "causes": {c: n for c, n in by_cause.items() if n},
                 "cache_hits": sum(1 for p in self.pairs if p.cache_hit), "cached_share": round(share, 4),
                 CACHE_MODEL: WARM}
         if self.costs is not None:

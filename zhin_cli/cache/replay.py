@@ -18,7 +18,7 @@ import dataclasses
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from zhin_cli.cache import CacheOutcome, Plan, PrefixCache
 from zhin_cli.cache import plan as cache_plan
@@ -209,7 +209,7 @@ def cache_outcome(cache: PrefixCache, request: Routed, serialized: Serialized) -
 # The cache a figure's request meets (docs/figures.md): a JSON document names it beside the cached tokens and costs.
 COLD = "cold"  # an empty cache: the request alone (``trace --turn N``)
 WARM = "warm"  # one never-expiring cache fed every request before it in order: a replay (``trace --all``, prefix-diff)
-CACHE_MODEL = "cache_model"  # the key that names it (``"cache"`` is a pair's own object of cached figures)
+CACHE_MODEL: Final = "cache_model"  # the key that names it (``"cache"`` is a pair's own object of cached figures)
 
 
 def cached_tokens(cache: PrefixCache, request: AssembledRequest, serialized: Serialized) -> int:

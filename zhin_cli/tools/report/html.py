@@ -30,7 +30,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from zhin_cli.cache.diff import DEFAULT_FAIL_ON, BodyRequest, PairDiff, TurnDiffer
+from zhin_cli.cache.diff import DEFAULT_FAIL_ON, BodyRequest, PairDiff, SessionSummary, TurnDiffer
 from zhin_cli.cache.serialize import Serialized, serialize
 from zhin_cli.core.errors import UsageError
 from zhin_cli.core.jsontext import JSONObject
@@ -193,7 +193,7 @@ class SessionPage:
     economy_note: str = ""
     unit: str = "request"  # what a request is called: ``capture`` for captured bodies (their numbers are capture numbers)
     # prefix-diff --json's summary of the same requests (the warm figures: cached share, cost as replayed)
-    summary: dict[str, Any] = field(default_factory=dict)
+    summary: SessionSummary | None = None
 
     def causes(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -750,10 +750,11 @@ def _warm(page: SessionPage) -> str:
     """The headline's cache figures: prefix-diff's (warm: each request right after the one before, as replayed)."""
     from zhin_cli.cache.cost import format_usd
 
-    cost = page.summary.get("cost")
+    cost = page.summary.get("cost") if page.summary is not None else None
+    share = page.summary["cached_share"] if page.summary is not None else round(page.cached_share(), 4)
     per_request = f' · {format_usd(cost["per_request"])} per request' if cost else ""
     hook = f' data-cost-per-request="{cost["per_request"]}"' if cost else ""
-    return (f'<span class="warm" data-cached-share="{page.summary.get("cached_share", round(page.cached_share(), 4))}"{hook}>'
+    return (f'<span class="warm" data-cached-share="{share}"{hook}>'
             f'warm (a replay, as prefix-diff): cached share {_pct(page.cached_share())}{per_request}</span>')
 
 
