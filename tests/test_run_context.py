@@ -194,3 +194,29 @@ def test_negative_control_measuring_each_profile_without_a_context_reads_them_ag
     for name in ("openai", "anthropic"):
         measure([SESSION], name, None, budget_dir=tmp_path, context=context)
     assert counts == {"load_config": 3, "load_session": 3}  # one more of each for both profiles
+
+
+def _view(zhin: Callable[..., Any], project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import zhin_cli.tools.report.html
+
+    served: list[object] = []
+    monkeypatch.setattr(zhin_cli.tools.report.html, "serve_page", lambda page, **kwargs: served.append(page))  # no server
+    result = zhin("view", SESSION, "--no-economy", "-p", "acme", "--config", "zhin.yaml", cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert len(served) == 1
+
+
+def test_view_reads_its_config_and_prices_once(plugin_project: Path, zhin, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    counts = _counting(monkeypatch)
+    _view(zhin, plugin_project, monkeypatch)
+    assert counts == {"load_config": 1, "load_prices": 1, "load_session": 1}
+
+
+def test_negative_control_view_without_the_context_reads_the_config_again(plugin_project: Path, zhin,  # type: ignore[no-untyped-def]
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import zhin_cli._cli.view
+
+    monkeypatch.setattr(zhin_cli._cli.view, "command_context", lambda **kwargs: None)
+    counts = _counting(monkeypatch)
+    _view(zhin, plugin_project, monkeypatch)
+    assert counts["load_config"] == 2

@@ -15,6 +15,7 @@ from zhin_cli._cli import (
     PresetOption,
     app,
     check_options,
+    command_context,
     freeze_loaded,
     handles_errors,
     print_sources,
@@ -47,7 +48,8 @@ def view_command(
     loopback_host(host, "zhin view")  # a bad --host is refused before the sessions are replayed
     with replay_progress("replaying") as progress:
         report = build_report(sessions, cwd=Path.cwd(), db=db, config_path=config, provider=provider, preset=preset,
-                              economy=economy, after_load=freeze_loaded, progress=progress, jobs=jobs)
+                              economy=economy, after_load=freeze_loaded, progress=progress, jobs=jobs,
+                              context=command_context(db=db))
     page = render_template(report)
     print_sources(report.config_path, report.db)
 
