@@ -33,7 +33,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sqlalchemy import Connection, and_, inspect, select, text
@@ -165,7 +165,26 @@ def _party(data: JSONObject, key: str) -> str | None:
     return _id(party.get("id")) if isinstance(party, dict) else None
 
 
-def read_events(rows: Iterable[Any], label: str | None = None, *, session_key: str | None = None) -> EventReading:
+class EventRow(Protocol):
+    """A ``conversation_events`` row as ``read_events`` reads it (a SQLAlchemy row of those columns)."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def event_id(self) -> str | None: ...
+
+    @property
+    def conversation_key(self) -> str | None: ...
+
+    @property
+    def event_json(self) -> object: ...  # JSON text, or whatever the column held: json_column checks it
+
+    @property
+    def time(self) -> object: ...  # epoch ms, or the decimal text a bigint column may come back as
+
+
+def read_events(rows: Iterable[EventRow], label: str | None = None, *, session_key: str | None = None) -> EventReading:
     """Every member and scene event of ``conversation_events`` rows (``id, event_id, conversation_key,
     event_json, time``), in the order given (sequence order). With ``session_key``, only that conversation's: the
     other rows are passed over by their key, their JSON never parsed (a load reads one session of many)."""
@@ -187,7 +206,7 @@ def read_events(rows: Iterable[Any], label: str | None = None, *, session_key: s
     return reading
 
 
-def _read_row(row: Any, data: JSONObject, where: str, reading: EventReading) -> None:
+def _read_row(row: EventRow, data: JSONObject, where: str, reading: EventReading) -> None:
     kind = str(data.get("type") or data.get("event") or "")
     if kind in NOT_MEMBER_EVENTS:
         return
@@ -264,7 +283,7 @@ def _whole_group_mute(data: JSONObject, kind: str, event_id: str, session_key: s
     return SceneEvent(event_id, session_key, actor, on, time, row_id)
 
 
-def _event_rows(conn: Connection) -> list[Any]:
+def _event_rows(conn: Connection) -> list[EventRow]:
     t = schema.conversation_events
     # fetched at once: a reader's lock is not held while the rows are checked; messages are not member events
     return list(conn.execute(select(t.c.id, t.c.event_id, t.c.conversation_key, t.c.event_json, t.c.time)
