@@ -51,6 +51,8 @@ if TYPE_CHECKING:
 
     from _typeshed import WriteableBuffer
 
+    from zhin_cli.tools.report.window import WindowDoc
+
 HTML_REPORT_VERSION = 1
 # The page's policy: nothing fetched, no plugin, no <base>, no form target; its one inline script and one inline
 # stylesheet allowed by hash (the file: a meta tag has no per-response nonce) or by nonce (``zhin view``'s header).
@@ -218,7 +220,7 @@ class HtmlReport:
     # what the run read, for the header line (``_cli.print_sources``); not shown in the page
     config_path: Path | None = None
     db: str | None = None
-    window: dict[str, Any] | None = None  # report window --json over the same sessions (--window), else None
+    window: WindowDoc | None = None  # report window --json over the same sessions (--window), else None
     window_note: str = ""  # why --window has no chart
 
     def html(self) -> str:
@@ -475,7 +477,7 @@ def build_report(
                                  prepare=functools.partial(counter, DEFAULT_ENCODING)))
     pages = [*pages, *captured_pages]
     database = database_read(chosen, db=db, cwd=cwd)
-    sweep: dict[str, Any] | None = None
+    sweep: WindowDoc | None = None
     sweep_note = ""
     if window and pages:  # report window over the same sessions, for the provider the pages were rendered for
         from zhin_cli.tools.report.window import run_window
@@ -648,7 +650,7 @@ def _economy(page: SessionPage) -> str:
             f'Definitions: docs/figures.md.</p></section>')
 
 
-def frontier_svg(sweep: dict[str, Any], width: int = 640, height: int = 280) -> str:
+def frontier_svg(sweep: WindowDoc, width: int = 640, height: int = 280) -> str:
     """``report window --json``'s policies as a scatter chart: cost per request (y) against the messages of
     context kept (x); the cost/context frontier as a line; recommended, default and sliding labelled."""
     from zhin_cli.cache.cost import format_usd
@@ -669,10 +671,9 @@ def frontier_svg(sweep: dict[str, Any], width: int = 640, height: int = 280) -> 
         return height - bottom - (value - y_low) / (y_high - y_low) * (height - top - bottom)
 
     labels: dict[str, str] = {}  # policy name → its roles ("recommended = default" when they are one policy)
-    for role in ("recommended", "default", "sliding"):
-        if sweep.get(role):
-            name = sweep[role]["name"]
-            labels[name] = f"{labels[name]} = {role}" if name in labels else role
+    for role, policy in (("recommended", sweep["recommended"]), ("default", sweep["default"]), ("sliding", sweep["sliding"])):
+        name = policy["name"]
+        labels[name] = f"{labels[name]} = {role}" if name in labels else role
     frontier = sorted((p for p in points if p["pareto"]), key=lambda p: p["context_mean"])
     line = " ".join(f"{x(p['context_mean']):.1f},{y(p['cost_per_request']):.1f}" for p in frontier)
     dots = []
@@ -698,7 +699,7 @@ def frontier_svg(sweep: dict[str, Any], width: int = 640, height: int = 280) -> 
             f'messages of context kept (mean)</text></svg>')
 
 
-def _window(sweep: dict[str, Any] | None, note: str = "") -> str:
+def _window(sweep: WindowDoc | None, note: str = "") -> str:
     if sweep is None:
         return f'<section class="economy window"><h3>Window sweep</h3><p class="meta">{_e(note)}</p></section>' if note else ""
     chosen = sweep["recommended"]

@@ -24,10 +24,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
 from zhin_cli.cache import cached_share
-from zhin_cli.cache.cost import Cost, CostTotals
+from zhin_cli.cache.cost import Cost, CostTotals, CostTotalsDoc
 from zhin_cli.core.errors import UsageError
 from zhin_cli.core.model import Session
 from zhin_cli.core.tokens import DEFAULT_ENCODING
@@ -190,6 +190,23 @@ def window_job(job: WindowJob) -> SessionFigures:
 # --- pooled figures and the report ----------------------------------------------------------------------
 
 
+class PolicyDoc(TypedDict):
+    """One policy of ``report window --json`` (``PolicyFigures.as_dict``): costs rounded to 8 places, the mean
+    context to one decimal, hit rates to four."""
+
+    name: str
+    kind: PolicyKind
+    window: dict[str, int | None]
+    requests: int
+    cost_per_request: float
+    cost: CostTotalsDoc
+    hit_rate_later: float | None
+    limit_later: float | None
+    context_mean: float
+    context_min: int
+    pareto: bool
+
+
 @dataclass(frozen=True)
 class PolicyFigures:
     """One policy pooled over every session."""
@@ -220,7 +237,7 @@ class PolicyFigures:
         limit = 1 - sum(n for _, _, n in later) / prompt if prompt else None
         return PolicyFigures(policy, costs, hit, limit, sum(contexts) / len(contexts), min(contexts))
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> PolicyDoc:
         return {"name": self.policy.name, "kind": self.policy.kind, "window": self.policy.window_dict(),
                 "requests": self.requests, "cost_per_request": round(self.cost_per_request, 8),
                 "cost": self.cost.as_dict(), "hit_rate_later": _round(self.hit_rate_later, 4),
@@ -253,6 +270,23 @@ def recommend(figures: Sequence[PolicyFigures], min_context: float) -> PolicyFig
     return min(fitting, key=lambda f: (f.cost_per_request, -f.context_mean))
 
 
+class WindowDoc(TypedDict):
+    """``report window --json`` (``WindowReport.as_dict``)."""
+
+    version: int
+    provider: str
+    model: str
+    encoding: str
+    price: dict[str, object]  # Price.as_dict, passed through
+    notes: list[str]
+    min_context: float
+    sessions: list[str]
+    policies: list[PolicyDoc]
+    recommended: PolicyDoc
+    default: PolicyDoc
+    sliding: PolicyDoc
+
+
 @dataclass(frozen=True)
 class WindowReport:
     provider: str
@@ -267,7 +301,7 @@ class WindowReport:
     default: PolicyFigures
     sliding: PolicyFigures
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> WindowDoc:
         return {"version": WINDOW_VERSION, "provider": self.provider, "model": self.model, "encoding": self.encoding,
                 "price": self.price.as_dict(), "notes": list(self.notes), "min_context": round(self.min_context, 1),
                 "sessions": list(self.sessions), "policies": [p.as_dict() for p in self.policies],
