@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
+from zhin_cli.core.jsontext import JSON, JSONObject
 from zhin_cli.core.model import PLATFORM_ROLES, Actor
 
 # upstream buildSenderPrefix: `[sender:id=<id> name=<name> roles=<r1,r2>] ` (name has no spaces or `]`)
@@ -42,9 +42,10 @@ def split_roles(roles: list[str] | tuple[str, ...]) -> tuple[tuple[str, ...], st
     return tuple(product), platform
 
 
-def actor_from_sender(sender: dict[str, Any], scope: str | None = None) -> Actor:
+def actor_from_sender(sender: JSONObject, scope: str | None = None) -> Actor:
     """``extra.sender`` = ``{id, name, roles, scope}``."""
-    roles, platform = split_roles([str(r) for r in sender.get("roles") or []])
+    listed = sender.get("roles")
+    roles, platform = split_roles([str(r) for r in listed] if isinstance(listed, list | str | dict) else [])
     return Actor(
         subject_id=str(sender["id"]),
         display_name=None if sender.get("name") is None else str(sender["name"]),
@@ -103,9 +104,8 @@ def strip_text_prefix(text: str) -> tuple[str, Actor | None]:
         data = _parse_user_object(match.group("obj"))
         if data and data.get("id") is not None:
             raw_roles = data.get("roles") or []
-            if isinstance(raw_roles, str):
-                raw_roles = raw_roles.split(",")
-            roles, platform = split_roles([str(r) for r in raw_roles])
+            listed = raw_roles.split(",") if isinstance(raw_roles, str) else raw_roles if isinstance(raw_roles, list | dict) else []
+            roles, platform = split_roles([str(r) for r in listed])
             actor = Actor(
                 subject_id=str(data["id"]),
                 display_name=None if data.get("name") is None else str(data["name"]),
@@ -116,17 +116,17 @@ def strip_text_prefix(text: str) -> tuple[str, Actor | None]:
     return text, None
 
 
-def _parse_user_object(text: str) -> dict[str, Any] | None:
+def _parse_user_object(text: str) -> JSONObject | None:
     """``{"id":…}`` as JSON, or the loose ``{id:10002,name:Bob,roles:master}`` form."""
     try:
-        value = json.loads(text)
+        value: JSON = json.loads(text)
         return value if isinstance(value, dict) else None
     except json.JSONDecodeError:
         pass
     except RecursionError:  # JSON nested too deeply to parse: not a header (nor a loose one)
         return None
     inner = text[1:-1]
-    result: dict[str, Any] = {}
+    result: JSONObject = {}
     for part in re.split(r"[,;]\s*(?=[a-zA-Z_]+\s*[:=])", inner):
         if ":" in part or "=" in part:
             key, value = re.split(r"\s*[:=]\s*", part, maxsplit=1)

@@ -10,7 +10,7 @@ import json
 import reprlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple, TypeGuard, TypeVar
+from typing import NamedTuple, TypeGuard, TypeVar
 
 import zhin_cli.store.legacy as legacy
 import zhin_cli.store.upstream as upstream
@@ -71,17 +71,24 @@ def check_payload_text(text: str, where: str) -> None:
         raise InputError(surrogate_message(text[offset : offset + 6]), where=where)
 
 
-def json_column(value: Any, column: str, where: str) -> JSON:
+def json_column(value: object, column: str, where: str) -> JSON:
     """A JSON text column: not JSON, not UTF-8 (a BLOB), NULL, nested past Python's recursion limit or holding a lone
     surrogate escape (``\\ud800``, which no output can encode: the same rule as JSONL) is one line."""
     if isinstance(value, str):
         check_payload_text(value, where)
+    elif not isinstance(value, bytes | bytearray):  # NULL, a number: no JSON text
+        raise InputError(f"{column} is not JSON", where=where)
     try:
-        return jsontext.loads(value) if isinstance(value, str) else json.loads(value)
+        return jsontext.loads(value) if isinstance(value, str) else _json_bytes(value)
     except RecursionError:
         raise InputError(f"{column} is nested too deeply", where=where) from None
     except (ValueError, TypeError):
         raise InputError(f"{column} is not JSON", where=where) from None
+
+
+def _json_bytes(value: bytes | bytearray) -> JSON:
+    parsed: JSON = json.loads(value)
+    return parsed
 
 
 def _check_int(value: object, low: int, high: int) -> bool:
