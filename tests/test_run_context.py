@@ -220,3 +220,34 @@ def test_negative_control_view_without_the_context_reads_the_config_again(plugin
     counts = _counting(monkeypatch)
     _view(zhin, plugin_project, monkeypatch)
     assert counts["load_config"] == 2
+
+
+def _counting_plugin_runs(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    real = zhin_cli.pipeline.config.Config.registry
+
+    def counted(self: zhin_cli.pipeline.config.Config) -> Any:
+        counts["plugins_run"] += 1
+        return real(self)
+
+    monkeypatch.setattr(zhin_cli.pipeline.config.Config, "registry", counted)
+    return counts
+
+
+def test_prefix_diff_runs_the_plugins_once(plugin_project: Path, zhin, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """The session's pipeline is opened on the command's context (its plugins already ran), not on its config."""
+    counts = _counting_plugin_runs(monkeypatch)
+    _run(zhin, plugin_project, "prefix-diff")
+    assert counts == {"plugins_run": 1}
+
+
+def test_negative_control_a_session_job_without_the_context_runs_them_again(plugin_project: Path, zhin,  # type: ignore[no-untyped-def]
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    import zhin_cli.tools.diff.prefix
+
+    real = zhin_cli.tools.diff.prefix.run_session_job
+    monkeypatch.setattr(zhin_cli.tools.diff.prefix, "run_session_job",
+                        lambda job, context=None, **kwargs: real(job, **kwargs))  # the context is dropped
+    counts = _counting_plugin_runs(monkeypatch)
+    _run(zhin, plugin_project, "prefix-diff")
+    assert counts == {"plugins_run": 2}

@@ -341,10 +341,12 @@ def run_prefix_diff(
 
     database = database_read(chosen, db=db, cwd=cwd, all_sessions=all_sessions)
 
-    def run(configs: tuple[Config, ...], prices: PriceTable | None = None) -> Iterator[SessionDiff | ConfigDiff]:
+    def run(configs: tuple[Config, ...], prices: PriceTable | None = None,
+            here: RunContext | None = None) -> Iterator[SessionDiff | ConfigDiff]:
         job_list = [SessionJob(ref, db, cwd, configs, provider, model, preset, after_load, prices) for ref in chosen]
         if workers == 1 or len(job_list) == 1:  # here: the progress bar follows the turns, pairs stream as made
-            yield from ordered_map(functools.partial(run_session_job, progress=progress, on_pair=on_pair), job_list, jobs=1)
+            yield from ordered_map(functools.partial(run_session_job, progress=progress, on_pair=on_pair, context=here),
+                                   job_list, jobs=1)
             return
         for item in ordered_map(run_session_job, job_list, jobs=workers, done=progress,
                                 prepare=functools.partial(counter, DEFAULT_ENCODING)):  # most models' tokenizer
@@ -356,7 +358,7 @@ def run_prefix_diff(
     if base is None:
         run_context = context or RunContext.load(config_path, cwd=cwd, db=db, prices_file=prices_file)
         result = PrefixDiffResult("turns", fail, config_path=run_context.config.path, db=database)
-        for diff in run((run_context.config,), run_context.prices):
+        for diff in run((run_context.config,), run_context.prices, run_context):
             assert isinstance(diff, SessionDiff)  # one configuration: run_session_job gives a SessionDiff
             result.sessions.append(diff)
         _add_captures(result, captured, provider, run_context.prices, on_pair)
@@ -437,18 +439,23 @@ class SessionJob:
 
 
 def run_session_job(job: SessionJob, progress: Callable[[int, int], None] | None = None,
-                    on_pair: Callable[[SessionDiff, PairDiff], None] | None = None) -> SessionDiff | ConfigDiff:
+                    on_pair: Callable[[SessionDiff, PairDiff], None] | None = None,
+                    context: RunContext | None = None) -> SessionDiff | ConfigDiff:
     """Load one session and diff it (turn to turn, or under two configurations); one at a time, so a run over many
-    sessions holds one in memory. The segments its breaks name get their sources while the pipelines are open."""
+    sessions holds one in memory. The segments its breaks name get their sources while the pipelines are open.
+    ``context``: the run's context, in this process, turn to turn: its plugins and session loader are used (a
+    worker process has none: it loads the session and runs the config's plugins itself)."""
     from contextlib import ExitStack
 
     from zhin_cli.store import load_session
 
-    session = load_session(job.ref, db=job.db, cwd=job.cwd)
+    session = context.session(job.ref) if context is not None else load_session(job.ref, db=job.db, cwd=job.cwd)
     if job.after_load is not None:
         job.after_load()
     with ExitStack() as stack:
-        pipelines = [stack.enter_context(Pipeline.open(config, provider=job.provider, model=job.model, preset=job.preset))
+        pipelines = [stack.enter_context(context.pipeline(provider=job.provider, model=job.model, preset=job.preset)
+                                         if context is not None and config is context.config else
+                                         Pipeline.open(config, provider=job.provider, model=job.model, preset=job.preset))
                      for config in job.configs]
         if len(pipelines) == 1:
             from zhin_cli.pipeline.provenance import layout_name  # trace imports this module
