@@ -443,13 +443,14 @@ def run_session_job(job: SessionJob, progress: Callable[[int, int], None] | None
                     context: RunContext | None = None) -> SessionDiff | ConfigDiff:
     """Load one session and diff it (turn to turn, or under two configurations); one at a time, so a run over many
     sessions holds one in memory. The segments its breaks name get their sources while the pipelines are open.
-    ``context``: the run's context, in this process, turn to turn: its plugins and session loader are used (a
-    worker process has none: it loads the session and runs the config's plugins itself)."""
+    ``context``: the run's context, in this process, turn to turn: its plugins are used (a worker process has none:
+    it runs the config's plugins itself). The session is not kept in the context: a run over a whole database holds
+    one session at a time."""
     from contextlib import ExitStack
 
     from zhin_cli.store import load_session
 
-    session = context.session(job.ref) if context is not None else load_session(job.ref, db=job.db, cwd=job.cwd)
+    session = load_session(job.ref, db=job.db, cwd=job.cwd)
     if job.after_load is not None:
         job.after_load()
     with ExitStack() as stack:
