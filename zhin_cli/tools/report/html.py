@@ -99,7 +99,7 @@ class Divergence:
     char: int
     between: bool
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, int | bool]:
         return {"pos": self.position, "char": self.char, "between": self.between}
 
 
@@ -156,7 +156,7 @@ class TurnView:
             return "compaction" if self.detail == "compaction" else "window_shift"
         return None
 
-    def as_json(self, previous: TurnView | None, store: ChunkStore) -> dict[str, Any]:
+    def as_json(self, previous: TurnView | None, store: ChunkStore) -> dict[str, object]:
         """What the page's script needs to draw this turn (the DOM has the rest): chunk lists as "the previous
         turn's first ``keep``, then these"; the tail text and breakpoints as ids in the chunk store (they repeat)."""
         keep = 0
@@ -164,7 +164,7 @@ class TurnView:
             limit = min(len(previous.chunks), len(self.chunks))
             while keep < limit and previous.chunks[keep] == self.chunks[keep] and previous.groups[keep] == self.groups[keep]:
                 keep += 1
-        data: dict[str, Any] = {
+        data: dict[str, object] = {  # the page's script data, only passed to json.dumps
             "turn": self.turn, "keep": keep, "chunks": self.chunks[keep:], "groups": self.groups[keep:],
             "breakpoints": store.add("breakpoints", json.dumps(self.breakpoints, separators=(",", ":")).encode()),
             "tail": self.tail_position,
@@ -209,7 +209,7 @@ class SessionPage:
 
         return cached_share((t.prompt_tokens, t.cached_tokens) for t in self.turns[1:])
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, object]:
         turns = [turn.as_json(self.turns[i - 1] if i else None, self.store) for i, turn in enumerate(self.turns)]
         return {"session_id": self.session_id, "chunks": self.store.chunks, "groups": self.groups, "turns": turns}
 
