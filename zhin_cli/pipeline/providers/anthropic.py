@@ -18,6 +18,7 @@ import json
 import re
 from typing import Any, Literal
 
+from zhin_cli.core.jsontext import JSONObject
 from zhin_cli.pipeline.headers import Projected
 from zhin_cli.pipeline.preset import Layout, PresetMessage
 from zhin_cli.pipeline.providers.capabilities import Capabilities
@@ -121,7 +122,7 @@ _LOOKBACK_STEP = 19  # LOOKBACK_BLOCKS (zhin_cli.cache) - 1: the farthest block 
 
 
 def _history_breakpoints(messages: list[AnthropicMessage], before_tail: tuple[int, int] | None,
-                         cut_block: tuple[int, int] | None, placement: str) -> list[dict[str, Any]]:
+                         cut_block: tuple[int, int] | None, placement: str) -> list[JSONObject]:
     """Mark the message blocks ``placement``'s rules choose (at most MAX_BREAKPOINTS - 1 besides the system's) and
     return their ``cache_breakpoints`` entries, in block order."""
     rules = PLACEMENTS[placement]
@@ -144,7 +145,7 @@ def _history_breakpoints(messages: list[AnthropicMessage], before_tail: tuple[in
         if at >= 0:  # nearer the start, the system prompt's breakpoint already looks back there
             chosen.setdefault(flat[at], "look-back")
     assert len(chosen) < MAX_BREAKPOINTS  # the system prompt's is the fourth
-    out: list[dict[str, Any]] = []
+    out: list[JSONObject] = []
     for (i, j), label in sorted(chosen.items()):
         messages[i]["content"][j]["cache_control"] = ephemeral()
         out.append({"before": "tail", "message_index": i, "explicit": True} if label == "tail"
@@ -158,7 +159,7 @@ def render_anthropic(layout: Layout, profile: Capabilities, runtime: RuntimeView
     if runtime.tools:
         head["tools"] = [_tool(t) for t in runtime.tools]
     parts: list[RenderedPart] = []
-    breakpoints: list[dict[str, Any]] = []
+    breakpoints: list[JSONObject] = []
     leading = layout.leading
     if leading:
         # leading system entries become the top-level system, one text block each (ST use_sysprompt)

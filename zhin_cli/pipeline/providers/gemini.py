@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
+from zhin_cli.core.jsontext import JSONObject
 from zhin_cli.pipeline.preset import Layout, PresetMessage
 from zhin_cli.pipeline.providers.capabilities import Capabilities
 from zhin_cli.pipeline.providers.openai import state_lines
@@ -93,7 +94,7 @@ def render_gemini(layout: Layout, profile: Capabilities, runtime: RuntimeView) -
         out.add("user", {"text": layout.tail}, "tail", layout.tail)
     body: GeminiBody = {**head, "contents": out.contents}
     tail_at = next((p.message_index for p in out.parts if p.segment_id == "tail"), len(out.contents))
-    breakpoints = [{"after": "system", "message_index": -1, "explicit": False}] if leading else []
+    breakpoints: list[JSONObject] = [{"after": "system", "message_index": -1, "explicit": False}] if leading else []
     breakpoints.append({"before": "tail", "message_index": tail_at, "explicit": False})
     return RenderedRequest(body=as_json(body), state_rendering="user" if used_state else "none-needed",
                            cache_breakpoints=breakpoints, parts=parts + out.parts)

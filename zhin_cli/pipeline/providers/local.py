@@ -165,7 +165,9 @@ def _move_leading_system(rendered: RenderedRequest, leading: int, text: str, tar
     # stable: the system text's parts stay in front of the text of the turn they now open
     rendered.parts = sorted(parts, key=lambda p: p.message_index)
     for breakpoint in rendered.cache_breakpoints:
-        breakpoint["message_index"] = moved(breakpoint["message_index"])
+        index = breakpoint["message_index"]
+        if isinstance(index, int):  # always (the renderer wrote it)
+            breakpoint["message_index"] = moved(index)
 
 
 def system_into_first_user(rendered: RenderedRequest) -> None:

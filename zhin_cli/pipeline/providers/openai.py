@@ -9,6 +9,7 @@ import string
 from typing import Any, cast
 
 from zhin_cli.core.errors import ConfigError
+from zhin_cli.core.jsontext import JSONObject
 from zhin_cli.pipeline.format import STATE_CHANGE_PREFIX, host_header
 from zhin_cli.pipeline.headers import Projected
 from zhin_cli.pipeline.preset import TAIL_SEPARATOR, Layout, PresetMessage
@@ -188,7 +189,7 @@ def render_openai(layout: Layout, profile: Capabilities, runtime: RuntimeView) -
         # zhin.yaml's tools, checked by the config schema, are sent as configured (byte for byte)
         body["tools"] = cast("list[OpenAITool]", list(runtime.tools))
     tail_message = next((p.message_index for p in wire.parts if p.segment_id == "tail"), len(wire.messages))
-    breakpoints = [{"after": "system", "message_index": len(leading) - 1, "explicit": False}] if leading else []
+    breakpoints: list[JSONObject] = [{"after": "system", "message_index": len(leading) - 1, "explicit": False}] if leading else []
     breakpoints.append({"before": "tail", "message_index": tail_message, "explicit": False})
     return RenderedRequest(
         body=as_json(body),

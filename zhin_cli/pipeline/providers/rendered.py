@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from zhin_cli.core.jsontext import JSONObject
 from zhin_cli.core.registry import Registry
 from zhin_cli.pipeline.providers.capabilities import Capabilities
 
@@ -33,7 +34,7 @@ class RenderedPart:
 class RenderedRequest:
     body: dict[str, Any]
     state_rendering: str  # system | developer | user | none-needed
-    cache_breakpoints: list[dict[str, Any]]
+    cache_breakpoints: list[JSONObject]  # {after | before, message_index, explicit}: Breakpoint.of reads them
     parts: list[RenderedPart]
     warnings: list[str] = field(default_factory=list)
 
