@@ -22,7 +22,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from zhin_cli.cache import PrefixCache
 from zhin_cli.cache.cost import Cost, CostTotals, Pricing, cost_dict
@@ -156,7 +155,7 @@ class CaptureRequest:
     real: RealUsage | None
     cost: Cost | None = None  # the request's input cost at the simulator's figures (None: no price)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {"capture": self.number, "session_id": self.conversation, "prompt_tokens": self.prompt_tokens,
                 "cached_tokens": self.cached_tokens,
                 "real": self.real.as_dict(self.cached_tokens) if self.real is not None else None,
@@ -199,7 +198,7 @@ class CaptureDiff:
         servers): their real prompt tokens are known, their cache read is not."""
         return [r for r in self.requests if r.real is not None and r.real.cached_tokens is None]
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {"source": self.source, "conversations": [s.session_id for s in self.sessions],
                 "requests": [r.as_dict() for r in self.requests], "with_real_usage": len(self.recorded),
                 "without_real_cached": [r.number for r in self.without_cached],

@@ -13,7 +13,7 @@ import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Required, TypedDict
+from typing import Required, TypedDict
 
 from zhin_cli.cache import Plan, PrefixCache, cached_share
 from zhin_cli.cache.cost import Cost, CostTotals, CostTotalsDoc, Pricing, cost_dict
@@ -77,7 +77,7 @@ class RealUsage:
         same_outcome = (self.cached_tokens > 0) == (simulated_cached > 0)
         return same_outcome and abs(difference) <= self.tolerance(simulated_cached)
 
-    def as_dict(self, simulated_cached: int) -> dict[str, Any]:
+    def as_dict(self, simulated_cached: int) -> dict[str, object]:
         return {"prompt_tokens": self.prompt_tokens, "cached_tokens": self.cached_tokens,
                 "cache_write_tokens": self.written_tokens, "source": self.source,
                 "difference": self.difference(simulated_cached),
@@ -115,7 +115,7 @@ class PairDiff:
     def cached_share(self) -> float:
         return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {
             "from_turn": self.from_turn,
             "to_turn": self.to_turn,
@@ -165,7 +165,7 @@ class Hint:
     kind: str  # clock_time, date, counter, reordered, changes
     turns: list[int] = field(default_factory=list)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {"segment": self.segment, "kind": self.kind, "turns": self.turns[:20], "count": len(self.turns)}
 
 
@@ -527,11 +527,11 @@ class SessionDiff:
             data["cost"] = {"unit": "USD", **self.costs.as_dict()}
         return data
 
-    def pair_dict(self, pair: PairDiff) -> dict[str, Any]:
+    def pair_dict(self, pair: PairDiff) -> dict[str, object]:
         """One pair as ``--json`` lists it and ``--jsonl`` streams it: the pair, named by its session."""
         return {"session_id": self.session_id, **pair.as_dict()}
 
-    def as_dict(self, fail_on: Iterable[str]) -> dict[str, Any]:
+    def as_dict(self, fail_on: Iterable[str]) -> dict[str, object]:
         return {"session_id": self.session_id, "provider": self.provider, "model": self.model, "turns": self.turns,
                 **({"captured": True} if self.captured else {}), **({"layout": self.layout} if self.layout else {}),
                 "summary": self.summary(), "unexpected": len(self.unexpected(fail_on)),

@@ -28,7 +28,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from deepdiff import DeepDiff
 
@@ -112,8 +112,8 @@ class FieldDifference:
     def marked_after(self) -> str:
         return marked(self.excerpt_after, self.excerpt_index)
 
-    def as_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"kind": self.kind, "path": self.path}
+    def as_dict(self) -> dict[str, object]:
+        data: dict[str, object] = {"kind": self.kind, "path": self.path}
         if self.kind != "added":
             data["before"] = self.before
         if self.kind != "removed":
@@ -138,7 +138,7 @@ class RequestDiff:
     def same(self) -> bool:
         return not self.differences
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {
             "version": 1, "a": self.a, "b": self.b, "ignored": self.ignored, "same": self.same,
             "byte_identical": self.byte_identical, "differences": [d.as_dict() for d in self.differences],

@@ -28,7 +28,6 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from zhin_cli.cache import CacheOutcome, PrefixCache
 from zhin_cli.cache.captures import CaptureDiff, CaptureRequest, diff_capture_path
@@ -69,7 +68,7 @@ class StoredUsage:
     def cached_tokens(self) -> int | None:
         return self.usage.cache_read
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {"row_id": self.row_id, "kind": self.kind, "provider": self.provider, "model": self.model,
                 **self.usage.as_dict()}
 
@@ -125,13 +124,13 @@ class TraceResult:
         made = f"{self.requests_made:,} request{'s' if self.requests_made != 1 else ''}"
         return f"{made} and the greeting" if self.greeting_turn is not None else made
 
-    def request_dict(self, index: int) -> dict[str, Any]:
+    def request_dict(self, index: int) -> dict[str, object]:
         """One request as ``--json`` lists it (``request_record``)."""
         cost = self.costs[index] if index < len(self.costs) else None
         stored = self.stored[index] if index < len(self.stored) else None
         return request_record(self.requests[index], self.layout, stored, cost, self.cache_model)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {
             "version": TRACE_VERSION,
             "session_id": self.session_id,
@@ -149,7 +148,7 @@ class TraceResult:
 
 
 def request_record(request: AssembledRequest, layout: str, stored: StoredUsage | None,
-                   cost: Cost | None = None, cache_model: str = COLD) -> dict[str, Any]:
+                   cost: Cost | None = None, cache_model: str = COLD) -> dict[str, object]:
     """One request as ``--json`` lists it and ``--jsonl`` writes it: the layout that assembled it, the usage the
     bot stored for it (``stored_usage``; null when none is stored), its ``cost`` when its provider has prices, and
     the cache that cost meets (``cache_model``: ``cold`` or ``warm``, docs/figures.md)."""
@@ -369,7 +368,7 @@ class CaptureRow:
     request: CaptureRequest
     pair: PairDiff | None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         data = self.request.as_dict()
         data["cause"] = self.pair.cause if self.pair is not None else None
         data["detail"] = self.pair.detail if self.pair is not None else ""
@@ -392,7 +391,7 @@ def capture_rows(diff: CaptureDiff) -> list[CaptureRow]:
     return [CaptureRow(r, pairs.get((r.conversation, r.number))) for r in diff.requests]
 
 
-def capture_trace_dict(diff: CaptureDiff) -> dict[str, Any]:
+def capture_trace_dict(diff: CaptureDiff) -> dict[str, object]:
     """``trace --json`` of captured bodies: the requests in capture order, each naming its conversation."""
     return {"version": TRACE_VERSION, "source": diff.source, "captured": True,
             "conversations": [{"session_id": s.session_id, "provider": s.provider, "model": s.model,
