@@ -18,7 +18,7 @@ import dataclasses
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
 from zhin_cli.cache import CacheOutcome, Plan, PrefixCache
 from zhin_cli.cache import plan as cache_plan
@@ -85,7 +85,7 @@ MessageKey = tuple[object, ...] | str
 _TEXT_BLOCKS = "\x00text blocks"  # marks the key of a message whose content is text blocks only
 
 
-def _message_key(message: Any) -> MessageKey:
+def _message_key(message: object) -> MessageKey:
     """A key equal for two wire messages exactly when their ``canonical`` JSON is: the plain ``{"role", "content"}``
     message (most of a history) and one of text blocks only as tuples of their texts, without a JSON round trip;
     any other message as its canonical JSON (a string never equals a tuple, nor a 2-tuple a 3-tuple)."""

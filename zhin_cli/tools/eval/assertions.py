@@ -10,7 +10,7 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from zhin_cli.cache.diff import diff_pair
 from zhin_cli.core.tokens import counter
@@ -24,7 +24,7 @@ from zhin_cli.wire import wire_for
 if TYPE_CHECKING:
     from jsonpath_ng import JSONPath
 
-    from zhin_cli.core.jsontext import JSONObject
+    from zhin_cli.core.jsontext import JSON, JSONObject
 
 FULL_ONLY_FIELDS = frozenset({"name", "role", "group_nickname", "group_title", "mute_time", "origin"})
 SCOPES = ("all", "system", "messages", "tail")
@@ -35,7 +35,7 @@ _TURN_PAIR: JSONObject = {"oneOf": [{"type": "integer"}, {"type": "string", "min
 # --- what assertions look at ------------------------------------------------------------------------------
 
 
-def wire_messages(request: AssembledRequest) -> list[Any]:
+def wire_messages(request: AssembledRequest) -> list[JSON]:
     return wire_for(request.profile.wire).messages(request.request)
 
 
