@@ -316,15 +316,16 @@ class RequestFigures:
         """The outcome of one of ``COST_LAYOUTS``."""
         return self.sliding if layout == "sliding" else self.adr if layout == "adr" else self.flat
 
-    def as_dict(self, price: Price | None = None) -> dict[str, Any]:
-        data: dict[str, Any] = {"turn": self.turn, "first_of_group": self.first}
+    def as_dict(self, price: Price | None = None) -> dict[str, object]:
+        data: dict[str, object] = {"turn": self.turn, "first_of_group": self.first}
         for layout in COST_LAYOUTS:
             outcome = self.outcome(layout)
             if outcome is not None:
-                data[layout] = {"prompt": outcome.prompt_tokens, "cached": outcome.read,
-                                "written": dict(outcome.written_by_ttl)}
+                side: dict[str, object] = {"prompt": outcome.prompt_tokens, "cached": outcome.read,
+                                           "written": dict(outcome.written_by_ttl)}
                 if price is not None:
-                    data[layout]["usd"] = round(Cost.of(outcome, price).usd, 8)
+                    side["usd"] = round(Cost.of(outcome, price).usd, 8)
+                data[layout] = side
         return {**data, "new_tokens": self.new_tokens, "limit": round(self.limit, 4), "cause": self.cause}
 
 
@@ -580,7 +581,7 @@ class BillRow:
     def cost(self, side: CacheOutcome | None) -> Cost | None:
         return Cost.of(side, self.price.price) if side is not None and self.price is not None else None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {"turn": self.turn, "row_id": self.row_id, "provider": self.provider, "model": self.model,
                 "price": None if self.price is None else {"provider": self.price.price.provider,
                                                           "model": self.price.price.model},
@@ -590,7 +591,7 @@ class BillRow:
                 **({"recorded_prompt": self.recorded_prompt} if self.capture is not None else {})}
 
 
-def _side_dict(outcome: CacheOutcome | None, cost: Cost | None) -> dict[str, Any] | None:
+def _side_dict(outcome: CacheOutcome | None, cost: Cost | None) -> dict[str, object] | None:
     if outcome is None:
         return None
     return {"prompt": outcome.prompt_tokens, "cached": outcome.read, "written": written(outcome),
@@ -618,7 +619,7 @@ class SideTotals:
         if cost is not None:
             self.cost.add(cost)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {"prompt": self.prompt, "cached": self.cached, "written": self.written,
                 "cost": self.cost.as_dict() if self.cost.requests else None}
 
@@ -652,12 +653,12 @@ class SessionBill:
     def without_usage(self) -> int:
         return sum(row.paid is None for row in self.rows)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {"paid_label": self.paid_label, "adr_label": ADR_LABEL, "caveat": BILL_CAVEAT, "reason": self.reason,
                 "no_adr": self.no_adr, "requests": [row.as_dict() for row in self.rows],
                 "totals": None if self.reason else self._totals_dict()}
 
-    def _totals_dict(self) -> dict[str, Any]:
+    def _totals_dict(self) -> dict[str, object]:
         """Both sides over the compared requests; a bill with no ADR side (captures) has the bot's alone: the
         requests billed, no "compared" count and ``adr`` null (never a side of zeros)."""
         paid, adr = self.totals()
@@ -712,7 +713,7 @@ class CaptureEconomy:
     bill: SessionBill
     notes: list[str] = field(default_factory=list)  # what the reader noticed (e.g. a log that does not match)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {"source": self.source, "requests": self.requests, "bill": self.bill.as_dict()}
 
 
@@ -812,7 +813,7 @@ class SessionEconomy:
 @dataclass
 class EconomyReport:
     encoding: str
-    window: dict[str, Any]
+    window: dict[str, object]  # window_description: shown (_cli's window_text) and passed through
     sessions: list[SessionEconomy]
     captures: list[CaptureEconomy] = field(default_factory=list)  # capture folders / JSONLs of bodies given
 
@@ -824,7 +825,7 @@ class EconomyReport:
         notes += [note for c in self.captures for note in (*c.notes, *c.bill.notes)]
         return list(dict.fromkeys(notes))
 
-    def as_dict(self, per_request: bool = False) -> dict[str, Any]:
+    def as_dict(self, per_request: bool = False) -> dict[str, object]:
         return {"version": ECONOMY_VERSION, "cache_model": CACHE_MODEL, "encoding": self.encoding, "window": self.window, "notes": self.notes,
                 "sessions": [s.as_dict(per_request) for s in self.sessions],
                 "captures": [c.as_dict() for c in self.captures]}
@@ -847,7 +848,7 @@ def session_economy(session: Session, config: Config, *, providers: Iterable[str
                           session_bill(session, cache, table))
 
 
-def window_description(window: WindowConfig) -> dict[str, Any]:
+def window_description(window: WindowConfig) -> dict[str, object]:
     """The window settings as given, and what a cut keeps (the window stage's own rule: ``cut_to`` or half)."""
     return {**dataclasses.asdict(window), "kept_after_cut": window.keep_after_cut,
             "kept_blocks_after_cut": window.keep_blocks_after_cut}
