@@ -12,7 +12,7 @@ import itertools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from zhin_cli.cache.cost import format_share
 from zhin_cli.cache.diff import (
@@ -55,8 +55,20 @@ class SegmentDelta:
     tokens: int
     status: str  # changed | added | removed
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {"id": self.id, "kind": self.kind, "status": self.status, "chars": self.chars, "tokens": self.tokens}
+
+
+class FirstDivergence(TypedDict):
+    """Where the two configurations' requests first differ (``ConfigDiff.first_divergence``)."""
+
+    turn: int
+    offset: int  # the first differing byte
+    segment: str | None
+    message_index: int | None
+    before: str
+    after: str
+    excerpt_index: int  # where, in both excerpts, the first differing character is
 
 
 @dataclass
@@ -64,14 +76,14 @@ class ConfigDiff:
     session_id: str
     turns: int = 0
     differing_turns: list[int] = field(default_factory=list)
-    first_divergence: dict[str, Any] | None = None
+    first_divergence: FirstDivergence | None = None
     segments: dict[str, SegmentDelta] = field(default_factory=dict)
     head_stability: SessionDiff | None = None
     base_stability: SessionDiff | None = None
     # a changed segment → where the head configuration defines it (the base's for a removed one)
     sources: dict[str, SegmentSource] = field(default_factory=dict)
 
-    def as_dict(self, fail_on: Iterable[str]) -> dict[str, Any]:
+    def as_dict(self, fail_on: Iterable[str]) -> dict[str, object]:
         fail_on = list(fail_on)
         return {
             "session_id": self.session_id,
@@ -192,8 +204,8 @@ class PrefixDiffResult:
         return list(dict.fromkeys([*(note for s in self.sessions for note in s.notes),
                                    *(note for c in self.captures for note in c.notes)]))
 
-    def as_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"version": DIFF_VERSION, "mode": self.mode, "fail_on": self.fail_on, "unexpected": self.unexpected}
+    def as_dict(self) -> dict[str, object]:
+        data: dict[str, object] = {"version": DIFF_VERSION, "mode": self.mode, "fail_on": self.fail_on, "unexpected": self.unexpected}
         if self.mode == "turns":
             data["notes"] = self.notes
             data["sessions"] = [s.as_dict(self.fail_on) for s in self.sessions]
