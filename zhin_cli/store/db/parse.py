@@ -48,13 +48,17 @@ from zhin_cli.store.payload import (
 LoaderFor = Callable[[str, Sequence[int], str | None], Callable[[Sequence[int]], list[Message]]]
 
 
+# One kind of an imported epoch's lines: by row id (summaries: their agent_summaries row), each line and its row's name.
+Lines = dict[int, tuple[JSONObject, str]]
+
+
 @dataclass
 class RowParser:
     """Parses the rows of one database (``label`` names it in every error)."""
 
     label: str
 
-    def facts(self, row_id: int, payload: Any, extra: Any, said: dict[int, Said] | None = None) -> OutlineFacts:
+    def facts(self, row_id: int, payload: object, extra: object, said: dict[int, Said] | None = None) -> OutlineFacts:
         """A row's outline facts; its ``extra`` column is checked as JSON here too, so that a bad row is refused
         by the load (before any output), not when a command first reads its message. The row's name is made only
         for a row that is refused: the checks run again with it (they are deterministic), and raise with it.
@@ -66,7 +70,7 @@ class RowParser:
         return self.checked_facts(row_id, payload, extra, at_row("agent_messages", row_id, self.label), said)
 
     @staticmethod
-    def checked_facts(row_id: int, payload: Any, extra: Any, where: str, said: dict[int, Said] | None) -> OutlineFacts:
+    def checked_facts(row_id: int, payload: object, extra: object, where: str, said: dict[int, Said] | None) -> OutlineFacts:
         parsed = json_column(payload, "payload", where)
         parsed_extra = json_column(extra, "extra", where) if extra else None
         try:
@@ -80,7 +84,7 @@ class RowParser:
             said[row_id] = facts.said
         return facts
 
-    def branch(self, links: list[tuple[Any, ...]], leaf: int) -> list[int]:
+    def branch(self, links: list[tuple[int, int | None]], leaf: int) -> list[int]:
         """The active branch: ``parent_id`` links from ``leaf`` back to the root, in storage order."""
         parent_of = dict(links)
         chain: list[int] = []
@@ -214,10 +218,10 @@ class RowParser:
         message.raw = raw
         return message
 
-    def _lines(self, rows: list[Row]) -> dict[str, dict[Any, tuple[dict[str, Any], str]]]:
+    def _lines(self, rows: list[Row]) -> dict[str, Lines]:
         """An imported epoch's ``zhin_lines`` by kind: each line (JSON object) and its row's name, keyed by the
         row id (summaries: by their ``agent_summaries`` row)."""
-        lines: dict[str, dict[Any, tuple[dict[str, Any], str]]] = {}
+        lines: dict[str, Lines] = {}
         for row in rows:
             where = at_row("zhin_lines", row.id, self.label)
             line = json_column(row.line, "line", where)
@@ -227,7 +231,7 @@ class RowParser:
             lines.setdefault(row.kind, {})[key] = (line, where)
         return lines
 
-    def _epoch_facts(self, lines: dict[str, dict[Any, tuple[dict[str, Any], str]]], session: Session) -> None:
+    def _epoch_facts(self, lines: dict[str, Lines], session: Session) -> None:
         """The facts of an imported epoch, read from its own session and member lines by the JSONL parsers (the
         same checks, the same facts-from-key rule), so the epoch traces as its file did."""
         (line, where), *_ = lines["session"].values()
@@ -275,7 +279,7 @@ class RowParser:
         session.bot, session.scene = facts_from_key(session.session_key, session.bot, SceneFacts.from_mapping(scene))
 
     def _summaries(self, rows: list[Row], session_id: str,
-                   lines: dict[Any, tuple[dict[str, Any], str]]) -> list[Summary]:
+                   lines: Lines) -> list[Summary]:
         summaries = []
         for number, r in enumerate(rows, start=1):
             # upstream's agent_summaries has no id column: SQLite's rowid names the row
