@@ -25,7 +25,7 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 import yaml
 
@@ -126,6 +126,18 @@ def load_budget(path: Path) -> Budget:
     return Budget(path, [str(s) for s in sessions], profiles, lines)
 
 
+class PartDoc(TypedDict):
+    """One part of ``budget check --json``: its budget, its measure and their difference (None: one is missing)."""
+
+    provider: str
+    model: str | None
+    part: str
+    budget: int | None
+    measured: int | None
+    delta: int | None
+    status: str  # ok | under | over | new | gone
+
+
 @dataclass
 class PartResult:
     provider: str
@@ -160,7 +172,7 @@ class PartResult:
             return f"{self.provider} {self.part} is not in the budget ({self.measured} tokens)"
         return None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> PartDoc:
         delta = None if self.budget is None or self.measured is None else self.measured - self.budget
         return {"provider": self.provider, "model": self.model, "part": self.part, "budget": self.budget,
                 "measured": self.measured, "delta": delta, "status": self.status}
@@ -175,7 +187,7 @@ class BudgetReport:
     def failed(self) -> bool:
         return any(r.failed for r in self.results)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {"version": 1, "budget": self.path, "ok": not self.failed, "parts": [r.as_dict() for r in self.results]}
 
 
