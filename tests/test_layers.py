@@ -266,3 +266,35 @@ def test_the_graph_sees_lazy_relative_and_type_checking_imports(tmp_path: Path) 
     ]
     assert cross_package_cycles(synthetic) == {frozenset({"zhin_cli.core", "zhin_cli.tools"}):
                                                ["zhin_cli.core.a", "zhin_cli.tools.t"]}
+
+
+# --- no import cycle at module level (issue 32 item 7) ----------------------------------------------------------
+
+
+def _module_level_graph(package: Path) -> dict[str, set[str]]:
+    """The imports that run when a module is imported (scripts/measure_code.py's definition: module level, inside
+    ``try``/``if`` but not ``if TYPE_CHECKING``, an import of ``a.b.c`` also running ``a.b``'s ``__init__``)."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("measure_code", ROOT / "scripts" / "measure_code.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    sys.modules["measure_code"] = script
+    spec.loader.exec_module(script)
+    graph: dict[str, set[str]] = script.import_graph(script.read_modules(package), in_functions=False)
+    return graph
+
+
+def test_no_import_cycle_at_module_level() -> None:
+    """Registration is done by the registry's users (or lazy ``module:attr`` tables), never by a package
+    ``__init__`` importing the modules that import it back: importing any module of zhin runs no cycle."""
+    assert components(_module_level_graph(ROOT / PACKAGE)) == []
+
+
+def test_negative_control_a_package_init_importing_its_registrants_is_a_cycle(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("REGISTRY = {}\nfrom pkg import plugin\n")
+    (package / "plugin.py").write_text("from pkg import REGISTRY\nREGISTRY['x'] = 1\n")
+    assert components(_module_level_graph(package)) == [["pkg", "pkg.plugin"]]

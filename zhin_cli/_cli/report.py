@@ -18,7 +18,6 @@ from zhin_cli._cli import (
     DbOption,
     PresetOption,
     PricesOption,
-    app,
     check_options,
     command_context,
     database_or_discovered,
@@ -29,6 +28,7 @@ from zhin_cli._cli import (
     replay_progress,
     stdout_console,
 )
+from zhin_cli._cli.report_group import report_app
 from zhin_cli.cache import CacheOutcome
 from zhin_cli.cache.cost import Cost, format_usd
 from zhin_cli.core.errors import UsageError
@@ -52,9 +52,6 @@ from zhin_cli.tools.report.economy import (
     run_economy,
     written,
 )
-
-report_app = typer.Typer(help="Reports over stored sessions.", no_args_is_help=True)
-app.add_typer(report_app, name="report")
 
 
 @report_app.command("economy")
@@ -301,5 +298,6 @@ def html_command(
                              f"{output.stat().st_size // 1024:,} KiB); open {output.resolve().as_uri()}"), err=True)
 
 
-# `report window` (the window sweep) lives in its own module; importing it registers it on report_app
+# `report window` (the window sweep) lives in its own module; importing it registers it on report_app (it imports
+# the group, not this module: no cycle)
 from zhin_cli._cli import report_window as _report_window  # noqa: E402,F401

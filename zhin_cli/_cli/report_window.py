@@ -21,7 +21,7 @@ from zhin_cli._cli import (
     replay_progress,
     stdout_console,
 )
-from zhin_cli._cli.report import report_app
+from zhin_cli._cli.report_group import report_app
 from zhin_cli.core.errors import UsageError
 from zhin_cli.core.parallel import MAX_JOBS
 from zhin_cli.core.terminaltext import markup_safe, terminal_safe
