@@ -45,7 +45,7 @@ class ConfigSource:
     label: str
     commit: str | None = None  # full hash when the source is a git ref
     tempdir: Path | None = None  # the extracted tree; removed by close()
-    _finalizer: weakref.finalize | None = field(default=None, init=False, repr=False, compare=False)
+    _finalizer: weakref.finalize[[str, bool], ConfigSource] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.tempdir is not None:
@@ -216,7 +216,8 @@ def _untar(stream: IO[bytes], dest: Path) -> None:
 
             def safe(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
                 try:
-                    return data_filter(member, path)
+                    filtered: tarfile.TarInfo | None = data_filter(member, path)
+                    return filtered
                 except tarfile.FilterError:
                     return None
 
