@@ -237,7 +237,7 @@ def zhin_process(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[st
     return run
 
 
-# Upstream zhin's agent tables as its SQLite dialect creates them (reference/zhin-upstream.md §2.1–2.2):
+# Upstream zhin's agent tables as its SQLite dialect creates them (docs/spec/zhin-upstream.md §2.1–2.2):
 # `text` → TEXT, `integer` → INTEGER, `primary: true` → PRIMARY KEY, CREATE TABLE IF NOT EXISTS. No foreign keys,
 # no indexes we rely on, and agent_summaries has no id column.
 UPSTREAM_DDL = """

@@ -1,4 +1,4 @@
-"""The one cache simulator (zhin_cli.cache) on its own: each provider's rules (reference/providers.md §2.5, §3,
+"""The one cache simulator (zhin_cli.cache) on its own: each provider's rules (docs/spec/providers.md §2.5, §3,
 §4.4, §6) with a negative control each, and the automatic store's prefix index against a brute-force search."""
 
 from __future__ import annotations

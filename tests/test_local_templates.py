@@ -1,4 +1,4 @@
-"""Issue 15 C: every chat template of reference/providers.md §5 takes every turn zhin renders for its model, and
+"""Issue 15 C: every chat template of docs/spec/providers.md §5 takes every turn zhin renders for its model, and
 zhin's validator answers what the template answers.
 
 The templates are our own small Jinja fixtures (tests/templates/, README there), written to the rules §5 records.

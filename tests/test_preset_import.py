@@ -1,4 +1,4 @@
-"""Importing SillyTavern chat-completion presets as they are found in the wild (reference/sillytavern.md §1)."""
+"""Importing SillyTavern chat-completion presets as they are found in the wild (docs/spec/sillytavern.md §1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Macros at assembly time (reference/sillytavern.md §4): exact outputs, not just "something changed"."""
+"""Macros at assembly time (docs/spec/sillytavern.md §4): exact outputs, not just "something changed"."""
 
 from __future__ import annotations
 

@@ -384,7 +384,7 @@ def test_legacy_sources_fill_each_other_only_for_the_same_sender(tmp_path: Path)
 
 UP_ID = "icqq:8596238:group:201193925#1700000000000-1"
 UP_KEY = "icqq:8596238:group:201193925"
-ROW_USER = {  # reference/zhin-upstream.md §2.3, as serializeAgentMessage stored it
+ROW_USER = {  # docs/spec/zhin-upstream.md §2.3, as serializeAgentMessage stored it
     "payload": {"role": "user", "content": [{"type": "text", "text": "hello there"}],
                 "actor": {"subjectId": "10002", "displayName": "Alice", "roles": ["user"], "scope": "group"},
                 "timestamp": 1700000000000},

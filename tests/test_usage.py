@@ -1,4 +1,4 @@
-"""Usage normalization across providers (reference/providers.md §6): counts, "not reported" vs zero, hit rates."""
+"""Usage normalization across providers (docs/spec/providers.md §6): counts, "not reported" vs zero, hit rates."""
 
 from __future__ import annotations
 

@@ -97,7 +97,7 @@ def test_streaming_delivers_chunks_and_one_finish_reason(api: openai.OpenAI, mod
 
 
 def test_a_system_message_in_the_middle_is_accepted(api: openai.OpenAI, model_name: str) -> None:
-    # SmolLM2's template prints every message in place (reference/local-llm.md §2.4)
+    # SmolLM2's template prints every message in place (docs/spec/local-llm.md §2.4)
     messages: list[Any] = [*GREETING, {"role": "assistant", "content": "Paris."},
                            {"role": "system", "content": "[state change] 10009 join 1048877509 on 10:40 by self"},
                            {"role": "user", "content": "And of Italy?"}]

@@ -1,5 +1,5 @@
 """The one prompt-cache simulator: what a provider's prompt cache would serve of a request, given the earlier
-requests it saw (reference/providers.md §2.5, §3, §4.4, §6; docs/tokens.md).
+requests it saw (docs/spec/providers.md §2.5, §3, §4.4, §6; docs/tokens.md).
 
 ``plan(body, wire, counter)`` turns a request into the token sequence the provider's cache hashes: the wire
 model's blocks (``zhin_cli.wire``) in cache order, each as its framing tokens (pseudo-tokens derived from the

@@ -1,4 +1,4 @@
-"""Provider usage objects → one normalized shape, for cache-hit accounting (reference/providers.md §6).
+"""Provider usage objects → one normalized shape, for cache-hit accounting (docs/spec/providers.md §6).
 
 Every provider reports prompt caching differently: OpenAI counts cached tokens *inside* ``prompt_tokens``,
 Anthropic reports three *disjoint* counts, DeepSeek reports hit and miss, Gemini counts the cached part inside

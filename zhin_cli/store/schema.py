@@ -1,6 +1,6 @@
 """The tables we read and write, as SQLAlchemy Core metadata.
 
-Upstream's own tables are declared exactly as upstream zhin creates them (``reference/zhin-upstream.md``
+Upstream's own tables are declared exactly as upstream zhin creates them (``docs/spec/zhin-upstream.md``
 §2.2); the ADR 0041 tables (``ai_session_profiles``, ``ai_scene_members``) as the ADR §6 describes them;
 ``zhin_scene_changes`` is ours (scene facts over time, so a JSONL round trip through a database loses
 nothing). See ``docs/storage.md``.

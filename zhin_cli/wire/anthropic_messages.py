@@ -2,7 +2,7 @@
 
 Cache order ``tools → system → messages``; a hit needs a byte-identical prefix up to a ``cache_control``
 breakpoint (on a tool, a system block, a content block — also nested in a ``tool_result`` — or top-level:
-"the last cacheable block"), reference/providers.md §2.5. Markers are not part of the prefix: moving a
+"the last cacheable block"), docs/spec/providers.md §2.5. Markers are not part of the prefix: moving a
 breakpoint does not change what is cached. Billed tokens are estimated like OpenAI's (Anthropic publishes no
 formula; ``messages/count_tokens`` is online only): text + 3 per message, 1 per further block and tool, no
 reply priming (``input_tokens`` of a request whose last block is a breakpoint is 0).

@@ -1,7 +1,7 @@
 """Gemini ``generateContent`` (``gemini-generate``).
 
 Cache order ``tools → systemInstruction → contents`` (implicit caching, Gemini 2.5+: the longest common
-prefix with an earlier request, above a per-model minimum; reference/providers.md §3). Roles are ``user`` and
+prefix with an earlier request, above a per-model minimum; docs/spec/providers.md §3). Roles are ``user`` and
 ``model``; function calls and responses are parts. Billed tokens are estimated like OpenAI's (the real
 tokenizer is online only, ``countTokens``): text + 3 per content, 1 per further part and tool.
 """

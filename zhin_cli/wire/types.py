@@ -4,7 +4,7 @@ These describe what zhin *writes* (a renderer's body, ``zhin serve``'s usage obj
 built. A body read from a capture or a client is any JSON until a validator has judged it, so the readers
 (``WireFormat.messages``, the validators) keep taking a plain mapping.
 
-Field lists follow the APIs' request references (reference/providers.md §1–§3) as far as zhin sends or reads them;
+Field lists follow the APIs' request references (docs/spec/providers.md §1–§3) as far as zhin sends or reads them;
 ``total=False`` with ``Required`` marks what every body has.
 """
 

@@ -1,4 +1,4 @@
-"""Stage 6 — the message skeleton (preset-message-skeleton; reference/sillytavern.md).
+"""Stage 6 — the message skeleton (preset-message-skeleton; docs/spec/sillytavern.md).
 
 A preset declares what the final ``messages[]`` looks like; the runtime only fills its holes. The
 built-in default preset is the ADR 0041 (+0045) layout: system prompt (segments 1–4) → history →

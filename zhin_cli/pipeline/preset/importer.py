@@ -1,4 +1,4 @@
-"""Import SillyTavern chat-completion presets as they are found in the wild (reference/sillytavern.md §1).
+"""Import SillyTavern chat-completion presets as they are found in the wild (docs/spec/sillytavern.md §1).
 
 Only what makes the file unusable is an error (``ConfigError`` naming the file and line): not JSON, not an
 object, ``prompts``/``prompt_order`` of the wrong type, a prompt without an identifier. Everything else —

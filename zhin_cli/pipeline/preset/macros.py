@@ -1,4 +1,4 @@
-"""Macros, expanded at assembly time: SillyTavern 1.18's macro engine (reference/sillytavern.md §4).
+"""Macros, expanded at assembly time: SillyTavern 1.18's macro engine (docs/spec/sillytavern.md §4).
 
 What a text means is decided as ST's lexer, parser and walker decide it (read for behaviour only; no ST code):
 

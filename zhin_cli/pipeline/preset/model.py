@@ -1,4 +1,4 @@
-"""What a SillyTavern chat-completion preset declares, as data (reference/sillytavern.md §1).
+"""What a SillyTavern chat-completion preset declares, as data (docs/spec/sillytavern.md §1).
 
 The importer (``importer.py``) fills these; the skeleton builder (``skeleton.py``) reads them. Nothing
 here knows about sessions or providers.

@@ -1,4 +1,4 @@
-"""Preset-bound regex scripts at prompt time (reference/sillytavern.md §5).
+"""Preset-bound regex scripts at prompt time (docs/spec/sillytavern.md §5).
 
 Only ``promptOnly`` scripts run while assembling (the others already rewrote the stored text, or only
 change the display). They run on history messages before macros and injections; depth 0 is the newest

@@ -1,4 +1,4 @@
-"""ST's two reshaping layers, kept apart as ST keeps them (reference/sillytavern.md §3), matched to what real
+"""ST's two reshaping layers, kept apart as ST keeps them (docs/spec/sillytavern.md §3), matched to what real
 ST 1.18 sends (tests/st_golden, the squash/merge/semi/strict/single runs).
 
 * ``squash`` (client side, ``squash_system_messages``): adjacent unnamed system messages are joined with

@@ -1,4 +1,4 @@
-"""Stage 7 — providers and wire renderers (ADR 0041 §2, reference/providers.md).
+"""Stage 7 — providers and wire renderers (ADR 0041 §2, docs/spec/providers.md).
 
 A provider (``ProviderSpec``, the same class as ``Capabilities``) says what the API accepts (where the system prompt
 goes, how mid-conversation state changes may be sent, cache rules) and what zhin knows about it besides (display

@@ -1,4 +1,4 @@
-"""Anthropic Messages (reference/providers.md §2).
+"""Anthropic Messages (docs/spec/providers.md §2).
 
 * The system prompt is top-level ``system``; tools → system → messages is the cache order.
 * Tool results are ``tool_result`` blocks at the *start* of the next user turn; anything user-side that

@@ -1,4 +1,4 @@
-"""Gemini generateContent (reference/providers.md §3).
+"""Gemini generateContent (docs/spec/providers.md §3).
 
 System text goes to ``systemInstruction``; roles are ``user`` and ``model``. A function-call turn is
 answered by one ``user`` content holding exactly one ``functionResponse`` part per call, right after it.

@@ -1,5 +1,5 @@
 """vLLM and Ollama: OpenAI-shaped, but what they accept is decided by the model's chat template
-(reference/providers.md §5). The model id selects its family; the family sets the rules our renderer
+(docs/spec/providers.md §5). The model id selects its family; the family sets the rules our renderer
 follows so that the real template accepts the request, and names the validator (``served:<family>``:
 the template after the server's own normalisation of the body) that answers as the server would.
 

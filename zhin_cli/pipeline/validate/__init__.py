@@ -3,7 +3,7 @@
 Validators are a registry keyed by name (``openai-chat``, ``anthropic-messages``, ``template:mistral`` …);
 a provider profile names the one that speaks for it. The built-in ones are registered here (``BUILTIN``), from
 modules that import only ``validate.verdict``; a plugin calls ``register_validator``. Each rule has a failing-input and a passing-input
-test. Only rules tagged [V]/[R] in reference/providers.md reject.
+test. Only rules tagged [V]/[R] in docs/spec/providers.md reject.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Anthropic Messages API request rules (reference/providers.md §2), with the API's exact 400 texts.
+"""Anthropic Messages API request rules (docs/spec/providers.md §2), with the API's exact 400 texts.
 
 Every rejection answers HTTP 400 with ``{"type": "error", "error": {"type": "invalid_request_error",
 "message": …}}``. Checks run in this order and the first failure wins (the API's own order is not

@@ -1,4 +1,4 @@
-"""DeepSeek Chat Completions request rules (reference/providers.md §4), with DeepSeek's exact 400 texts.
+"""DeepSeek Chat Completions request rules (docs/spec/providers.md §4), with DeepSeek's exact 400 texts.
 
 The body is OpenAI-shaped, but DeepSeek answers in its own words (§4.3: do not reuse OpenAI's strings) and
 every rejection has the body ``{"error": {"message": …, "type": "invalid_request_error", "param": null,

@@ -1,4 +1,4 @@
-"""Gemini ``generateContent`` request rules (reference/providers.md §3), with the API's exact 400 texts.
+"""Gemini ``generateContent`` request rules (docs/spec/providers.md §3), with the API's exact 400 texts.
 
 Every rejection answers HTTP 400 with ``{"error": {"code": 400, "message": …, "status": "INVALID_ARGUMENT"}}``.
 Checks run in three passes and the first failure wins:

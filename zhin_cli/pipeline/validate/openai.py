@@ -1,4 +1,4 @@
-"""OpenAI Chat Completions request rules (reference/providers.md §1), with the API's exact 400 texts."""
+"""OpenAI Chat Completions request rules (docs/spec/providers.md §1), with the API's exact 400 texts."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Local chat-template validators (reference/providers.md §5): what a server running the model's Hugging Face
+"""Local chat-template validators (docs/spec/providers.md §5): what a server running the model's Hugging Face
 chat template answers for an OpenAI-shaped body.
 
 Each family re-implements the checks of its published Jinja template — ``raise_exception(msg)`` calls

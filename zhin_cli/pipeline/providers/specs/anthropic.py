@@ -1,5 +1,5 @@
 """Anthropic Messages: the provider, and the model tables its profile, renderer and validator share
-(reference/providers.md §2): which models take mid-conversation system messages, which refuse prefill, the minimum
+(docs/spec/providers.md §2): which models take mid-conversation system messages, which refuse prefill, the minimum
 cacheable prefix by model."""
 
 from __future__ import annotations

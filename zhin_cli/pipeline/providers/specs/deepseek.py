@@ -8,7 +8,7 @@ from typing import Any
 
 from zhin_cli.pipeline.providers.capabilities import CacheRules, Capabilities, ProviderSpec
 
-# Models with the R1-era ``deepseek-reasoner`` ordering rules (Jan–Apr 2025, reference/providers.md §4.1): one
+# Models with the R1-era ``deepseek-reasoner`` ordering rules (Jan–Apr 2025, docs/spec/providers.md §4.1): one
 # leading system message, user and assistant alternating from a user turn, no trailing assistant. Today's
 # ``deepseek-reasoner`` alias is V4 thinking mode, where they are not known to apply, so it is not listed;
 # ``deepseek-reasoner-r1`` is our name for the R1-era endpoint. The validator reads the same tuple.

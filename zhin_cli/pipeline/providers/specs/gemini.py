@@ -1,4 +1,4 @@
-"""Gemini generateContent (reference/providers.md §3)."""
+"""Gemini generateContent (docs/spec/providers.md §3)."""
 
 from __future__ import annotations
 

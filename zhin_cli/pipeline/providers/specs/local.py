@@ -1,5 +1,5 @@
 """vLLM, Ollama and llama-cpp-python's server: OpenAI-shaped, but what they accept is decided by the model's chat
-template (reference/providers.md §5). The model id selects its template family (``FAMILY_PATTERNS``); the family sets
+template (docs/spec/providers.md §5). The model id selects its template family (``FAMILY_PATTERNS``); the family sets
 the rules the renderer follows (``FAMILY_RULES``) and names the validator (``served:<family>``). The renderer
 (providers/local.py) reads the same tables.
 """
