@@ -32,7 +32,8 @@ SNAPSHOT_V1 = frozenset({
     "register_wire", "macro", "Arity", "MACROS", "NormalizedUsage", "usage_kind", "USAGE_KINDS", "assertion",
     "transform", "ASSERTIONS", "TRANSFORMS", "step", "STEPS", "Dialect", "register_dialect", "DIALECTS",
     "ProviderCase", "register_case", "CASES", "ProviderSpec", "PROVIDERS", "register_provider", "provider",
-    "provider_names", "for_wire", "register_prices", "PRICE_ROWS", "RunContext",
+    "provider_names", "for_wire", "register_prices", "PRICE_ROWS", "RunContext", "Outcome", "ProviderRun",
+    "EvalOptions", "run_eval",
 })
 HEAVY = ("zhin_cli.tools", "zhin_cli.pipeline.assemble", "zhin_cli.store.database", "zhin_cli.store.db", "sqlalchemy", "rich", "typer")
 

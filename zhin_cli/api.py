@@ -66,6 +66,8 @@ _HOMES: dict[str, str] = {
     "assertion": "zhin_cli.tools.eval.registry", "transform": "zhin_cli.tools.eval.registry",
     "ASSERTIONS": "zhin_cli.tools.eval.registry", "TRANSFORMS": "zhin_cli.tools.eval.registry",
     "step": "zhin_cli.tools.eval.timeline", "STEPS": "zhin_cli.tools.eval.timeline",
+    "Outcome": "zhin_cli.tools.eval.registry", "ProviderRun": "zhin_cli.tools.eval.registry",
+    "EvalOptions": "zhin_cli.tools.eval.runner", "run_eval": "zhin_cli.tools.eval.runner",
     "Dialect": "zhin_cli.tools.serve.server", "register_dialect": "zhin_cli.tools.serve.server", "DIALECTS": "zhin_cli.tools.serve.server",
     "ProviderCase": "zhin_cli.tools.report.economy", "register_case": "zhin_cli.tools.report.economy", "CASES": "zhin_cli.tools.report.economy",
 }
@@ -81,7 +83,7 @@ __all__ = [  # the stable names: removing one needs a new API_VERSION (tests/tes
     "PRICE_ROWS", "RENDERERS", "register_renderer", "Verdict", "VALIDATORS", "register_validator", "WireFormat",
     "Block", "WIRES", "register_wire", "macro", "Arity", "MACROS", "NormalizedUsage", "usage_kind", "USAGE_KINDS",
     "assertion", "transform", "ASSERTIONS", "TRANSFORMS", "step", "STEPS", "Dialect", "register_dialect", "DIALECTS",
-    "ProviderCase", "register_case", "CASES",
+    "ProviderCase", "register_case", "CASES", "Outcome", "ProviderRun", "EvalOptions", "run_eval",
 ]
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time each name is imported on first use
@@ -128,7 +130,8 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time each name i
     from zhin_cli.pipeline.validate import VALIDATORS, Verdict, register_validator
     from zhin_cli.store import SOURCES, SessionSource, load_session, register_source
     from zhin_cli.store.jsonl import LINE_TYPES, line_type
-    from zhin_cli.tools.eval.registry import ASSERTIONS, TRANSFORMS, assertion, transform
+    from zhin_cli.tools.eval.registry import ASSERTIONS, TRANSFORMS, Outcome, ProviderRun, assertion, transform
+    from zhin_cli.tools.eval.runner import EvalOptions, run_eval
     from zhin_cli.tools.eval.timeline import STEPS, step
     from zhin_cli.tools.report.economy import CASES, ProviderCase, register_case
     from zhin_cli.tools.serve.server import DIALECTS, Dialect, register_dialect
