@@ -221,19 +221,27 @@ def test_replay_without_chunks_gives_the_same_figures(provider: str) -> None:
     assert sum(r.new_tokens for r in full) > 0
 
 
-def test_new_tokens_takes_the_callers_plans() -> None:
+def test_new_tokens_takes_the_callers_plans(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given the two plans, new_tokens counts with them — the same figure as building them — and builds none (the
+    builder raises once the plans are made): a function that ignored the plans it is given fails here."""
     from zhin_cli.cache import plan
-    from zhin_cli.cache.replay import new_tokens
+    from zhin_cli.cache import replay as cachereplay
     from zhin_cli.cache.serialize import wire_of
     from zhin_cli.core.tokens import counter
 
     with Pipeline.open(Config(), provider="openai") as pipeline:
         requests = list(pipeline.replay(read_session(BUSY)))[:6]
     count = counter("o200k_base")
-    for previous, current in zip(requests, requests[1:], strict=False):
-        plans = (plan(previous.request, wire_of(previous), "o200k_base"), plan(current.request, wire_of(current), "o200k_base"))
-        assert new_tokens(previous, current, count, plans) == new_tokens(previous, current, count)
-    assert new_tokens(requests[0], requests[0], count) == 0 < new_tokens(requests[0], requests[1], count)
+    pairs = list(zip(requests, requests[1:], strict=False))
+    built = [cachereplay.new_tokens(previous, current, count) for previous, current in pairs]
+    plans = [(plan(p.request, wire_of(p), "o200k_base"), plan(c.request, wire_of(c), "o200k_base")) for p, c in pairs]
+
+    def no_build(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a plan was built although the caller gave both")
+
+    monkeypatch.setattr(cachereplay, "cache_plan", no_build)
+    assert [cachereplay.new_tokens(p, c, count, given) for (p, c), given in zip(pairs, plans, strict=True)] == built
+    assert cachereplay.new_tokens(requests[0], requests[0], count, (plans[0][0], plans[0][0])) == 0 < built[0]
 
 
 def test_new_tokens_uses_the_plans_it_is_given(monkeypatch: pytest.MonkeyPatch) -> None:

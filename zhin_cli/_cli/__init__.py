@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from typer._click.formatting import HelpFormatter
 
     from zhin_cli.core.model import Session
+    from zhin_cli.pipeline.config import Config
     from zhin_cli.pipeline.context import RunContext
 
 # Every command, in the order ``zhin --help`` lists them (typer's: the plain commands as their modules register them,
@@ -326,6 +327,35 @@ def check_options(provider: str | None, timezone: str | None = None) -> None:
         raise UsageError(f"--provider: {unknown_provider(provider)}")
     if timezone and not valid_timezone(timezone):
         raise UsageError(f"--timezone: unknown time zone {timezone!r} (expected an IANA name such as Asia/Shanghai)")
+    _open_plugins_that_may_run()
+
+
+def _open_plugins_that_may_run() -> None:
+    """Run the command's config's plugins before anything reads a session, when they may run anyway (a config the
+    user named, or a found one that is trusted): a plugin's data source, JSONL line kind or wire format then serves
+    the command's own arguments. An untrusted found config is left to the stage that needs its plugins, which
+    refuses it there as before (exit 3) — nothing is refused here that would not be refused later."""
+    from typer._click.globals import get_current_context
+
+    from zhin_cli.core.trust import plugins_allowed, status
+    from zhin_cli.pipeline.config import load_config
+
+    click_context = get_current_context(silent=True)
+    if click_context is None or RUN_CONTEXT in click_context.meta or "config" not in click_context.params:
+        return
+    if click_context.params.get("base") or click_context.params.get("head"):
+        return  # the configs are the git refs', each under its own trust rule, not the working tree's
+    from zhin_cli.pipeline.context import RunContext
+
+    given = click_context.params.get("config")
+    config = load_config(Path(given) if given is not None else None, cwd=Path.cwd())
+    source = config.source
+    runs = bool(config.plugins) and source.kind in ("given", "found") and (
+        source.kind == "given" or plugins_allowed() or (source.file is not None and status(source.file, config.plugins) is None))
+    if runs:
+        open_command_context(config)
+    else:  # the config read once all the same: the command's tools take it from here (``command_context``)
+        click_context.meta[RUN_CONTEXT] = RunContext.for_config(config, cwd=Path.cwd())
 
 
 def _plugin_provider(name: str) -> bool:
@@ -343,7 +373,7 @@ def _plugin_provider(name: str) -> bool:
     return name in PROVIDERS
 
 
-def open_command_context(config: Path | None) -> RunContext:
+def open_command_context(config: Path | Config | None) -> RunContext:
     """Load ``config`` (None: the zhin.yaml found upward, whose plugins run only if trusted) and run its plugins
     for the rest of the running command (released when it ends); ``command_context()`` hands it to tools."""
     from typer._click.globals import get_current_context
