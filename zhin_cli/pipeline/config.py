@@ -5,7 +5,8 @@ naming the file and the line of the offending key (``zhin.yaml:7``). Nothing is 
 checked against the published JSON Schema (:mod:`zhin_cli.pipeline.config_schema`, ``zhin schema config``) —
 unknown keys at any level, unknown provider names, wrong types — and the segment ids that ``segments.texts`` and
 ``segments.remove`` name are checked once every segment is registered (built-ins, ``segments.add``, plugins),
-still naming the key's line.
+still naming the key's line. So are the provider names (``provider:``, the keys of ``providers:``) of a file that
+loads plugins: one of them may register the provider the file names.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from zhin_cli.core.trust import GIVEN, PluginSource, authorize, inside, plugin_f
 from zhin_cli.pipeline.config_schema import validate_config
 from zhin_cli.pipeline.plugins import load_plugin as load_plugin  # eval cases load plugins with it
 from zhin_cli.pipeline.plugins import run_plugin
-from zhin_cli.pipeline.providers import PROFILES, resolve_profile
+from zhin_cli.pipeline.providers import PROVIDERS, provider_names, resolve_profile
 from zhin_cli.pipeline.segments import KINDS, Generation, PromptSegmentRegistry, TextSegment
 from zhin_cli.pipeline.segments.builtin import default_registry
 from zhin_cli.pipeline.window import WindowConfig
@@ -106,6 +107,8 @@ class Config:
         generations = [config_generation]
         try:
             self._load_plugins(registry, generations)
+            if self.plugins:  # the names a plugin may have registered, checked now (and the others again)
+                _check_providers(self, plugins_ran=True)
             for index, segment_id in later:
                 if segment_id not in registry:
                     raise ConfigError(f"segments.remove names unknown segment {segment_id!r} (known: {', '.join(_ids(registry))})",
@@ -232,12 +235,11 @@ def parse_config(data: object, path: Path | None = None, lines: dict[str, int] |
         from zhin_cli.pipeline.prices import dates_as_text
 
         data = {**data, "prices": dates_as_text(data["prices"])}
-    validate_config(data, config.where)  # the published schema (`zhin schema config`): keys, types, provider names
+    # the published schema (`zhin schema config`): keys, types, and the provider names unless a plugin may add one
+    validate_config(data, config.where, provider_names=not _loads_plugins(data))
     for key in ("provider", "model", "timezone"):
         if data.get(key) is not None:
             setattr(config, key, _expect(data[key], str, key, config))
-    if config.provider and config.provider not in PROFILES:
-        raise ConfigError(f"unknown provider {config.provider!r} (known: {', '.join(sorted(PROFILES))})", where=config.where("provider"))
     if config.timezone and not valid_timezone(config.timezone):
         raise ConfigError(f"unknown time zone {config.timezone!r} (expected an IANA name such as Asia/Shanghai)", where=config.where("timezone"))
     config.prices = _expect(data.get("prices") or {}, dict, "prices", config)
@@ -290,10 +292,9 @@ def parse_config(data: object, path: Path | None = None, lines: dict[str, int] |
     config.provider_overrides = {
         str(k): _expect(v, dict, f"providers.{k}", config) for k, v in _expect(data.get("providers") or {}, dict, "providers", config).items()
     }
-    for name, overrides in config.provider_overrides.items():
-        _check_provider_overrides(name, overrides, config)
     config.tools = [_expect(t, dict, f"tools[{i}]", config) for i, t in enumerate(_expect(data.get("tools") or [], list, "tools", config))]
     config.plugins = [_expect(p, str, f"plugins[{i}]", config) for i, p in enumerate(_expect(data.get("plugins") or [], list, "plugins", config))]
+    _check_providers(config, plugins_ran=not config.plugins)
     _parse_preset(data.get("preset"), config)
     return config
 
@@ -314,6 +315,27 @@ def _parse_preset(raw: object, config: Config) -> None:
             path = config.path.parent / path
         config.preset_path = path
     config.preset_options = card_options(options, config.where("preset") or "zhin.yaml")
+
+
+def _loads_plugins(data: Mapping[str, object]) -> bool:
+    plugins = data.get("plugins")
+    return isinstance(plugins, list) and bool(plugins)
+
+
+def _check_providers(config: Config, *, plugins_ran: bool) -> None:
+    """The providers the file names (``provider:``, the keys of ``providers:``) exist, and each one's overrides
+    apply, at their lines. Until the file's plugins ran a name no provider has may be one of theirs: it is checked
+    (with every other) by ``Config.registry`` once they ran."""
+    named = [("provider", config.provider)] if config.provider else []
+    named += [(f"providers.{name}", name) for name in config.provider_overrides]
+    for key, name in named:
+        if name not in PROVIDERS:
+            if not plugins_ran:
+                continue
+            under = " under providers" if key != "provider" else ""
+            raise ConfigError(f"unknown provider {name!r}{under} (known: {', '.join(provider_names())})", where=config.where(key))
+        if key != "provider":
+            _check_provider_overrides(name, config.provider_overrides[name], config)
 
 
 def _check_provider_overrides(name: str, overrides: Mapping[str, object], config: Config) -> None:

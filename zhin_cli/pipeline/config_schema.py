@@ -4,7 +4,8 @@ Published (``zhin schema config``) so that editors can complete and check a conf
 (:func:`zhin_cli.pipeline.config.parse_config`) so that nothing is silently ignored: an unknown key at any level, a
 provider name under ``providers:`` that no profile has, a value of the wrong type. What a schema cannot know is
 checked where it becomes known: segment ids in ``segments.texts`` / ``segments.remove`` exist only once the
-plugins have registered (``Config.registry``); ranges that depend on another key (``window.cut_to`` below
+plugins have registered (``Config.registry``), and so do the provider names of a file that loads plugins (one of
+them may register the provider it names; ``validate_config(provider_names=False)``); ranges that depend on another key (``window.cut_to`` below
 ``window.max_messages``) and regexes are checked by the loader.
 
 Enumerations (provider names, segment kinds, override values) are read from the registries and tables they
@@ -68,8 +69,21 @@ def config_schema() -> dict[str, Any]:
     return _schema(tuple(provider_names()))
 
 
+def _provider_schemas(providers: tuple[str, ...] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``provider:`` and the ``providers:`` mapping. ``None``: the file's plugins have not run yet, so any name may
+    be one of theirs; the loader checks the names once they ran (``Config.registry``)."""
+    overrides: dict[str, Any] = {"type": "object", "description": "per-provider capability overrides"}
+    if providers is None:
+        provider: dict[str, Any] = {"type": "string", "description": "the default provider profile"}
+    else:
+        provider = {"enum": [*providers, None], "description": "the default provider profile"}
+        overrides["propertyNames"] = {"enum": list(providers)}
+    overrides["additionalProperties"] = _overrides_schema(True)
+    return _nullable(provider), _nullable(overrides)
+
+
 @cache
-def _schema(providers: tuple[str, ...]) -> dict[str, Any]:
+def _schema(providers: tuple[str, ...] | None) -> dict[str, Any]:
     from zhin_cli.pipeline.preset.model import CardOptions
     from zhin_cli.pipeline.prices import providers_schema
     from zhin_cli.pipeline.segments import TEXT_KINDS
@@ -77,6 +91,7 @@ def _schema(providers: tuple[str, ...]) -> dict[str, Any]:
     integer = {"type": "integer"}
     preset_options: dict[str, Any] = {key: _nullable({"type": "string"}) for key in CardOptions.FIELDS}
     preset_options["seed"] = {"type": "integer", "description": "seed of {{random}}/{{roll}} (default 0)"}
+    provider, overrides = _provider_schemas(providers)
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": SCHEMA_ID,
@@ -85,7 +100,7 @@ def _schema(providers: tuple[str, ...]) -> dict[str, Any]:
         "type": "object",
         "additionalProperties": False,
         "properties": {
-            "provider": _nullable({"enum": [*providers, None], "description": "the default provider profile"}),
+            "provider": provider,
             "model": _nullable({"type": "string", "description": "the default model id"}),
             "timezone": _nullable({"type": "string", "description": "an IANA time zone (Asia/Shanghai): times in headers"}),
             "budget": _nullable({
@@ -122,11 +137,7 @@ def _schema(providers: tuple[str, ...]) -> dict[str, Any]:
                     }}),
                 },
             }),
-            "providers": _nullable({
-                "type": "object", "description": "per-provider capability overrides",
-                "propertyNames": {"enum": list(providers)},
-                "additionalProperties": _overrides_schema(True),
-            }),
+            "providers": overrides,
             "tools": _nullable({"type": "array", "items": _tool_schema()}),
             "prices": _nullable(providers_schema()),
             "plugins": _nullable({"type": "array", "items": {"type": "string", "minLength": 1},
@@ -141,27 +152,29 @@ def _schema(providers: tuple[str, ...]) -> dict[str, Any]:
     }
 
 
-def _validator() -> Any:
+def _validator(names_checked: bool) -> Any:
     from zhin_cli.pipeline.providers.spec import provider_names
 
-    return _validator_for(tuple(provider_names()))
+    return _validator_for(tuple(provider_names()) if names_checked else None)
 
 
 @cache
-def _validator_for(providers: tuple[str, ...]) -> Any:
+def _validator_for(providers: tuple[str, ...] | None) -> Any:
     from jsonschema import Draft202012Validator
 
     return Draft202012Validator(_schema(providers))
 
 
-def validate_config(data: Any, where: Any) -> None:
+def validate_config(data: Any, where: Any, *, provider_names: bool = True) -> None:
     """Raise one ``ConfigError`` for the first problem in the file (by line) that the schema finds.
 
-    ``where(key)`` gives ``file:line`` of a key (or of the nearest enclosing one) — ``Config.where``."""
+    ``where(key)`` gives ``file:line`` of a key (or of the nearest enclosing one) — ``Config.where``.
+    ``provider_names=False``: leave the names under ``provider:`` / ``providers:`` to the loader, which checks them
+    once the file's plugins ran (a plugin may register the provider the file names)."""
     # Inside one provider's overrides the loader's own check speaks (``_check_provider_overrides``): it names the
     # profile the way ``resolve_profile`` does, for zhin.yaml and eval case configs alike. The schema still refuses
     # what it refuses (the published schema and the loader agree); only the wording is the profile's.
-    errors = [e for e in _validator().iter_errors(data) if not (len(e.absolute_path) >= 2 and e.absolute_path[0] == "providers")]
+    errors = [e for e in _validator(provider_names).iter_errors(data) if not (len(e.absolute_path) >= 2 and e.absolute_path[0] == "providers")]
     if not errors:
         return
     described = [describe(error) for error in errors]

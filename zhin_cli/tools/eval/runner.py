@@ -172,7 +172,23 @@ def _sub_lines(case: Case, prefix: str) -> dict[str, int]:
 
 
 def prepare(case: Case, *, cwd: Path | None = None, project: Config | None = None) -> Prepared:
-    """``project``: the configuration a case without its own ``config:`` runs under (default: built-in)."""
+    """``project``: the configuration a case without its own ``config:`` runs under (default: built-in).
+
+    The config's plugins are loaded while the case is checked (a provider one of them registers may be named by the
+    case and its assertions) and released before this returns; each run loads them again (``assemble_turns``)."""
+    config, generations = _load_case_config(case, project)
+    try:
+        providers = _case_providers(case, config)
+        built = build_timeline(case)
+        _check_references(case, built)
+    finally:
+        for generation in reversed(generations):
+            generation.release()
+    return Prepared(case, config, built, providers)
+
+
+def _load_case_config(case: Case, project: Config | None) -> tuple[Config, list[Generation]]:
+    """The case's configuration (its own ``config:``, else ``project``) with its plugins loaded (release them)."""
     data = case.data
     try:
         if "config" not in data and project is not None:
@@ -181,22 +197,23 @@ def prepare(case: Case, *, cwd: Path | None = None, project: Config | None = Non
             config = parse_config(data.get("config") or {}, case.file, _sub_lines(case, "config"))
             config.source = PluginSource.case(case.file)  # its plugins: trusted case file, inside its folder
         _, generations = config.registry()  # plugins load now: a broken one is the case's problem, named at its line
-        for generation in generations:
-            generation.release()
     except UntrustedPlugins:
         raise  # not the case file's fault: its own one line and exit status, before anything runs
     except ConfigError as exc:
         raise CaseError(f"config: {exc.message}", where=exc.where or case.where("config")) from None
+    return config, generations
+
+
+def _case_providers(case: Case, config: Config) -> list[tuple[str, str | None]]:
+    """``(provider, model)`` the case runs under: its ``providers:``, else the config's provider (or the default)."""
     providers: list[tuple[str, str | None]] = []
-    for index, item in enumerate(data.get("providers") or [config.provider or DEFAULT_PROVIDER]):
+    for index, item in enumerate(case.data.get("providers") or [config.provider or DEFAULT_PROVIDER]):
         name, model = (item, None) if isinstance(item, str) else (item["provider"], item.get("model"))
         if name not in PROVIDERS:
             raise CaseError(unknown_provider(name), where=case.where(f"providers[{index}]"))
         resolve_profile(name, model or "", config.provider_overrides.get(name))
         providers.append((name, model))
-    built = build_timeline(case)
-    _check_references(case, built)
-    return Prepared(case, config, built, providers)
+    return providers
 
 
 def build_timeline(case: Case) -> Built:
