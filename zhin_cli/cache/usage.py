@@ -15,7 +15,8 @@ and a hit rate over unreported fields would be a lie (providers.md §6, last bul
 not a non-negative integer (``null``, a string, a bool) counts as not reported.
 
 Kinds are a registry (``USAGE_KINDS``, filled by ``@usage_kind``), keyed by the wire names the provider profiles
-use (``openai-chat``, ``anthropic-messages``, ``gemini-generate`` …) plus short aliases.
+use (``openai-chat``, ``anthropic-messages``, ``gemini-generate`` …) plus short aliases; the keys each kind gives
+(``USAGE_SHAPES``) tell which kind a stored usage object is (``usage_kind_of``).
 
 **zhin's stored upstream shape** (``{"input", "output", "cacheRead", "cacheWrite", "totalTokens"}``, kind
 ``zhin-upstream``): we read ``input`` as the *whole* prompt, cache reads and writes included, i.e. OpenAI's
@@ -60,11 +61,26 @@ class NormalizedUsage:
 
 UsageNormalizer = Callable[[Mapping[str, object]], NormalizedUsage]
 USAGE_KINDS: Registry[UsageNormalizer] = Registry("usage kind")
+# Which keys tell that a stored usage object is of a kind, by the kind's canonical name (``usage_kind_of``). A
+# registry of its own, so a plugin's shape is released with the plugin, like its normalizer.
+USAGE_SHAPES: Registry[tuple[str, ...]] = Registry("usage shape")
 
 
-def usage_kind(*names: str, replace: bool = False) -> Callable[[UsageNormalizer], UsageNormalizer]:
-    """Register a normalizer under one or more kind names (the first is canonical, the rest are aliases)."""
-    return USAGE_KINDS.adding(*names, replace=replace)
+def usage_kind(*names: str, keys: tuple[str, ...] = (), replace: bool = False) -> Callable[[UsageNormalizer], UsageNormalizer]:
+    """Register a normalizer under one or more kind names (the first is canonical, the rest are aliases).
+
+    ``keys``: the usage object's keys that identify the kind, so ``usage_kind_of`` can choose it for a stored
+    object (any one present is enough); without them the kind is only used when named."""
+    if isinstance(keys, str):  # a bare string would register each of its characters as a key
+        raise TypeError("usage_kind(keys=...) takes a tuple of key names")
+
+    def add(normalizer: UsageNormalizer) -> UsageNormalizer:
+        USAGE_KINDS.adding(*names, replace=replace)(normalizer)
+        if keys:
+            USAGE_SHAPES.add(names[0], tuple(keys), replace=replace)
+        return normalizer
+
+    return add
 
 
 def normalize_usage(provider_kind: str, usage: Mapping[str, object]) -> NormalizedUsage:
@@ -77,21 +93,11 @@ def normalize_usage(provider_kind: str, usage: Mapping[str, object]) -> Normaliz
     return normalizer(usage)
 
 
-# Which kind a stored usage object is, by its keys: the first shape with any of its keys present wins. Order
-# matters where shapes share keys (DeepSeek also has prompt_tokens; the Responses API also has input_tokens).
-USAGE_SHAPES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("zhin-upstream", ("cacheRead", "cacheWrite", "totalTokens", "input")),
-    ("deepseek", ("prompt_cache_hit_tokens", "prompt_cache_miss_tokens")),
-    ("openai-chat", ("prompt_tokens",)),
-    ("openai-responses", ("input_tokens_details",)),
-    ("anthropic-messages", ("cache_read_input_tokens", "cache_creation_input_tokens", "input_tokens")),
-    ("gemini-generate", ("usageMetadata", "promptTokenCount")),
-)
-
-
 def usage_kind_of(usage: Mapping[str, object]) -> str | None:
-    """The usage kind whose shape ``usage`` has, or ``None`` for an object no API produces."""
-    for kind, keys in USAGE_SHAPES:
+    """The usage kind whose shape ``usage`` has (any of its registered ``keys`` present), or ``None`` for an object
+    no registered kind recognises. The newest shape is tried first: where shapes share keys the later, more
+    specific one wins (DeepSeek's over OpenAI's ``prompt_tokens``), and a plugin's kind wins over the built-ins."""
+    for kind, keys in reversed(list(USAGE_SHAPES.items())):  # a snapshot: plugins may register on other threads
         if any(key in usage for key in keys):
             return kind
     return None
@@ -161,32 +167,23 @@ def _inclusive(total_prompt: int | None, cache_read: int | None, cache_write: in
 # --- providers ---------------------------------------------------------------------------------------------
 
 
-@usage_kind("openai-chat", "openai")
-def _openai_chat(usage: Mapping[str, object]) -> NormalizedUsage:
-    # prompt_tokens contains prompt_tokens_details.cached_tokens; GPT-5.6+ add cache_write_tokens next to it
-    # (openai-python CompletionUsage.PromptTokensDetails). Some gateways put cache_write_tokens at the top level.
-    cache_write = _field(usage, "prompt_tokens_details", "cache_write_tokens")
-    if cache_write is None:
-        cache_write = _field(usage, "cache_write_tokens")
-    return _inclusive(
-        _field(usage, "prompt_tokens"),
-        _field(usage, "prompt_tokens_details", "cached_tokens"),
-        cache_write,
-        _field(usage, "completion_tokens"),
-    )
+# Registered least specific first: ``usage_kind_of`` tries the newest shape first, so DeepSeek's (which also has
+# prompt_tokens) is tried before OpenAI's, the Responses API's (which also has input_tokens) before Anthropic's.
 
 
-@usage_kind("openai-responses")
-def _openai_responses(usage: Mapping[str, object]) -> NormalizedUsage:
-    return _inclusive(
-        _field(usage, "input_tokens"),
-        _field(usage, "input_tokens_details", "cached_tokens"),
-        _field(usage, "input_tokens_details", "cache_write_tokens"),
-        _field(usage, "output_tokens"),
-    )
+@usage_kind("gemini-generate", "gemini", keys=("usageMetadata", "promptTokenCount"))
+def _gemini(usage: Mapping[str, object]) -> NormalizedUsage:
+    # Accept the response's usageMetadata or the whole response. promptTokenCount contains
+    # cachedContentTokenCount; thoughts are billed as output, so they count as output here.
+    wrapped = usage.get("usageMetadata")
+    meta: Mapping[str, object] = wrapped if isinstance(wrapped, Mapping) else usage
+    candidates = _field(meta, "candidatesTokenCount")
+    thoughts = _field(meta, "thoughtsTokenCount")
+    output = candidates if thoughts is None or candidates is None else candidates + thoughts
+    return _inclusive(_field(meta, "promptTokenCount"), _field(meta, "cachedContentTokenCount"), None, output)
 
 
-@usage_kind("anthropic-messages", "anthropic")
+@usage_kind("anthropic-messages", "anthropic", keys=("cache_read_input_tokens", "cache_creation_input_tokens", "input_tokens"))
 def _anthropic(usage: Mapping[str, object]) -> NormalizedUsage:
     # Three disjoint counts: input_tokens is what is after the last breakpoint (neither read nor written).
     uncached = _field(usage, "input_tokens")
@@ -201,7 +198,32 @@ def _anthropic(usage: Mapping[str, object]) -> NormalizedUsage:
     )
 
 
-@usage_kind("deepseek")
+@usage_kind("openai-responses", keys=("input_tokens_details",))
+def _openai_responses(usage: Mapping[str, object]) -> NormalizedUsage:
+    return _inclusive(
+        _field(usage, "input_tokens"),
+        _field(usage, "input_tokens_details", "cached_tokens"),
+        _field(usage, "input_tokens_details", "cache_write_tokens"),
+        _field(usage, "output_tokens"),
+    )
+
+
+@usage_kind("openai-chat", "openai", keys=("prompt_tokens",))
+def _openai_chat(usage: Mapping[str, object]) -> NormalizedUsage:
+    # prompt_tokens contains prompt_tokens_details.cached_tokens; GPT-5.6+ add cache_write_tokens next to it
+    # (openai-python CompletionUsage.PromptTokensDetails). Some gateways put cache_write_tokens at the top level.
+    cache_write = _field(usage, "prompt_tokens_details", "cache_write_tokens")
+    if cache_write is None:
+        cache_write = _field(usage, "cache_write_tokens")
+    return _inclusive(
+        _field(usage, "prompt_tokens"),
+        _field(usage, "prompt_tokens_details", "cached_tokens"),
+        cache_write,
+        _field(usage, "completion_tokens"),
+    )
+
+
+@usage_kind("deepseek", keys=("prompt_cache_hit_tokens", "prompt_cache_miss_tokens"))
 def _deepseek(usage: Mapping[str, object]) -> NormalizedUsage:
     # prompt_tokens = prompt_cache_hit_tokens + prompt_cache_miss_tokens (providers.md §4.4); no write metric.
     hit = _field(usage, "prompt_cache_hit_tokens")
@@ -216,19 +238,7 @@ def _deepseek(usage: Mapping[str, object]) -> NormalizedUsage:
                            output=_field(usage, "completion_tokens"))
 
 
-@usage_kind("gemini-generate", "gemini")
-def _gemini(usage: Mapping[str, object]) -> NormalizedUsage:
-    # Accept the response's usageMetadata or the whole response. promptTokenCount contains
-    # cachedContentTokenCount; thoughts are billed as output, so they count as output here.
-    wrapped = usage.get("usageMetadata")
-    meta: Mapping[str, object] = wrapped if isinstance(wrapped, Mapping) else usage
-    candidates = _field(meta, "candidatesTokenCount")
-    thoughts = _field(meta, "thoughtsTokenCount")
-    output = candidates if thoughts is None or candidates is None else candidates + thoughts
-    return _inclusive(_field(meta, "promptTokenCount"), _field(meta, "cachedContentTokenCount"), None, output)
-
-
-@usage_kind("zhin-upstream", "upstream")
+@usage_kind("zhin-upstream", "upstream", keys=("cacheRead", "cacheWrite", "totalTokens", "input"))
 def _upstream(usage: Mapping[str, object]) -> NormalizedUsage:
     prompt = _field(usage, "input")
     output = _field(usage, "output")
