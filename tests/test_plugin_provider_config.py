@@ -176,3 +176,34 @@ def test_eval_cli_refuses_a_case_provider_nobody_registers(tmp_path: Path, zhin)
     assert result.returncode == 4
     assert result.stderr.startswith("zhin: error: cases/z.yaml:4: unknown provider 'nobody' (known: ")
     assert len(result.stderr.splitlines()) == 1
+
+
+CASE_WITH_CONFIG = """\
+version: 1
+cases:
+  - id: acme.own-config
+    config: {{plugins: [acme_provider.py]}}
+    providers: [{providers}]
+    timeline:
+      - user: {{from: "10002", text: hi}}
+      - assistant: {{text: hello}}
+    assertions:
+      - {{type: verdict, accepted: true}}
+"""
+
+
+@pytest.mark.parametrize(("providers", "refused_at"), [("acme", None), ("nobody", 5)])
+def test_a_cases_own_config_plugin_provider_is_known_while_it_is_checked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, providers: str, refused_at: int | None) -> None:
+    monkeypatch.setenv("ZHIN_ALLOW_PLUGINS", "1")  # the case file's plugins may run (as after `zhin trust`)
+    (tmp_path / "cases").mkdir()
+    shutil.copy(PLUGIN, tmp_path / "cases" / "acme_provider.py")
+    path = tmp_path / "cases" / "own.yaml"
+    path.write_text(CASE_WITH_CONFIG.format(providers=providers), encoding="utf-8")
+    case = load_cases([path])[0]
+    if refused_at is None:
+        assert prepare(case).providers == [("acme", None)]
+        return
+    with pytest.raises(CaseError) as caught:  # negative control: a name the case's plugin does not register
+        prepare(case)
+    assert caught.value.where == f"{path}:{refused_at}" and "unknown provider 'nobody'" in caught.value.message
