@@ -86,7 +86,7 @@ def lint_command(
 def probe_command(
     file: PresetFile,
     session: Annotated[str | None, typer.Option("--session", "-s", help="A session .jsonl file, or a session id / key in the database (default: a built-in sample conversation).")] = None,
-    provider: Annotated[str | None, typer.Option("--provider", "-p", envvar="ZHIN_PROVIDER", help="Provider profile (openai, anthropic, gemini, …).")] = None,
+    provider: Annotated[str | None, typer.Option("--provider", "-p", envvar="ZHIN_PROVIDER", help="Provider profile (see `zhin providers`).")] = None,
     model: Annotated[str | None, typer.Option("--model", "-m", envvar="ZHIN_MODEL", help="Model id (default: the stored one, else gpt-4o).")] = None,
     show_request: Annotated[bool, typer.Option("--show-request", help="Also print the wire body zhin assembles from the preset.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One versioned JSON document on stdout.")] = False,

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 @handles_errors
 def window_command(
     sessions: Annotated[list[str], typer.Argument(metavar="SESSION...", help="Sessions: .jsonl files, folders of them, or session ids / keys in the database.")],
-    provider: Annotated[str, typer.Option("--provider", "-p", help="Provider whose cache rules and prices apply (openai, anthropic, deepseek).")] = "openai",
+    provider: Annotated[str, typer.Option("--provider", "-p", help="Provider whose cache rules and prices apply: any registered provider (see `zhin providers`).")] = "openai",
     model: Annotated[str | None, typer.Option("--model", help="Model billed (default: as report economy: each session's stored model where it is the provider's, else the provider's own).")] = None,
     min_context: Annotated[float | None, typer.Option("--min-context", metavar="N", help="Mean messages of context the recommended window must keep (default: the default window's mean).")] = None,
     prices: PricesOption = None,

@@ -84,7 +84,7 @@ def trace_command(
     turn: Annotated[int | None, typer.Option("--turn", "-t", help="The N-th request to show (1-based; -1 = last). Default: the last. A greeting has no request: a note, exit 0.")] = None,
     all_turns: Annotated[bool, typer.Option("--all", help="Show every request: one compact row each (--detail: the full tables).")] = False,
     detail: Annotated[bool, typer.Option("--detail", help="With --all: the full per-segment tables of every request instead of one row each (a single request is always shown in full).")] = False,
-    provider: Annotated[str | None, typer.Option("--provider", "-p", envvar="ZHIN_PROVIDER", help="Provider profile (openai, openai-reasoning, deepseek, …).")] = None,
+    provider: Annotated[str | None, typer.Option("--provider", "-p", envvar="ZHIN_PROVIDER", help="Provider profile (see `zhin providers`).")] = None,
     model: Annotated[str | None, typer.Option("--model", "-m", envvar="ZHIN_MODEL", help="Model id (default: the model stored with each request, else gpt-4o; with --provider, the provider's default model unless the stored one is the provider's).")] = None,
     timezone: Annotated[str | None, typer.Option("--timezone", envvar="ZHIN_TIMEZONE", help="Instance time zone for header times (default: zhin.yaml's, the session's, the one its data names, TZ, UTC; the output says which).")] = None,
     show_request: Annotated[bool, typer.Option("--show-request", help="Print the request body zhin assembles from the stored rows under the layout named in the output (not the body the bot sent; with the full tables).")] = False,
