@@ -22,6 +22,8 @@ from zhin_cli.core.terminaltext import terminal_safe
 from zhin_cli.tools.facts.facts import RebuiltRoster, prune_database, prune_summary, show_facts
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from rich.console import Console
 from zhin_cli.tools.trace.trace import timezone_note
 
@@ -90,7 +92,15 @@ def print_rebuilt(console: Console, rebuilt: RebuiltRoster, zone: str) -> None:
         at = human_value("at", change["at"], zone)
         console.print(terminal_safe(f"whole-group mute {state} at {at} by {change['by'] or '?'}"), markup=False)
     print_records(console, list(ROSTER_COLUMNS),
-                  [[human_value(k, member[k], zone) for k in ROSTER_COLUMNS] for member in rebuilt["members"]])
+                  [[roster_value(k, member, zone) for k in ROSTER_COLUMNS] for member in rebuilt["members"]])
+
+
+def roster_value(name: str, member: Mapping[str, object], zone: str) -> str:
+    """A rebuilt member's cell. ``muted_by`` is whoever changed the member's mute last: once the mute was lifted
+    (``muted_until`` 0: "not muted") that is who lifted it, not who muted, so it is not shown."""
+    if name == "muted_by" and member.get("muted_until") == 0:
+        return ""
+    return human_value(name, member[name], zone)
 
 
 COUNTS = frozenset({"member_count"})  # the facts that count things, written 1,234 as other commands write counts;

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from zhin_cli._cli import app, handles_errors, open_command_context, print_json, print_records, stdout_console
+from zhin_cli.core.terminaltext import terminal_safe
 from zhin_cli.pipeline.providers import PROVIDERS, Capabilities, provider_names, resolve_profile
 
 
@@ -40,7 +41,11 @@ def providers_command(
         quirks = [name for name, on in (("held during tool loops", p.hold_during_tool_loop), ("one call per message", p.single_tool_call),
                                          ("9-char tool ids", p.tool_call_id == "alnum9"), ("system only first", p.system_only_at_start),
                                          ("no null content", p.null_content == "empty")) if on]
-        cache = "none" if p.cache.mechanism == "none" else f"{p.cache.mechanism} ≥{p.cache.min_tokens}/{p.cache.step_tokens}"
-        rows.append([p.name, p.wire, p.validator, p.mid_conversation_system, p.wire_model.system_place or f"{p.system_prompt_role} message", p.alternation, cache, ", ".join(quirks)])
-    print_records(stdout_console(), ["provider", "wire", "validator", "state changes", "system prompt", "same-role turns",
-                                     "cache", "quirks"], rows)
+        cache = ("none" if p.cache.mechanism == "none" else
+                 f"{p.cache.mechanism} ≥{p.cache.min_tokens}/{p.cache.step_tokens}, lifetime {p.cache.lifetime_seconds:,} s")
+        default = p.default_model or "any (serves any model)"
+        rows.append([terminal_safe(cell) for cell in (
+            p.name, PROVIDERS.owners.get(p.name, "builtin"), default, p.wire, p.validator, p.mid_conversation_system,
+            p.wire_model.system_place or f"{p.system_prompt_role} message", p.alternation, cache, ", ".join(quirks))])
+    print_records(stdout_console(), ["provider", "owner", "default model", "wire", "validator", "state changes",
+                                     "system prompt", "same-role turns", "cache", "quirks"], rows)

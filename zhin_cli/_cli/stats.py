@@ -79,6 +79,8 @@ def print_stats(stats: CacheStats, days: int | None = None) -> None:
         console.print(STATS_TITLE, markup=False)
         for line in stats_blocks(rows):
             console.print(line, markup=False, soft_wrap=True)
+    if not stats.counted:  # the period line said there was nothing: no summary of groups that were not there
+        return
     console.print(f"{stats.sessions:,} session(s). First of group = the first request of a session to a model after "
                   "more than its cache lifetime without one.")
 

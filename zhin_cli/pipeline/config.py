@@ -235,6 +235,8 @@ def parse_config(data: object, path: Path | None = None, lines: dict[str, int] |
         from zhin_cli.pipeline.prices import dates_as_text
 
         data = {**data, "prices": dates_as_text(data["prices"])}
+    if data.get("provider") is not None:  # a number or a list is no name: its type, before the name check says "unknown"
+        _expect(data["provider"], str, "provider", config)
     # the published schema (`zhin schema config`): keys, types, and the provider names unless a plugin may add one
     validate_config(data, config.where, provider_names=not _loads_plugins(data))
     for key in ("provider", "model", "timezone"):

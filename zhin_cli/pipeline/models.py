@@ -3,8 +3,8 @@
 A stored reply keeps the model that answered it (``gpt-4o``); replaying it for another provider (``--provider
 deepseek``) with that model would name a pair that cannot exist ("Model: gpt-4o via deepseek" in the system
 prompt, no price row). So a provider named without a model keeps the stored model only when the model is that
-provider's — the built-in price table has a row for it (or a row it extends with ``-``), or its name starts with
-one of the provider's known prefixes — and otherwise uses the provider's default model, said once as a
+provider's — its name starts with one of the provider's known prefixes, or is its default, or (a provider whose spec
+names no prefixes) the built-in price table has a row for it (or a row it extends with ``-``) — and otherwise uses the provider's default model, said once as a
 ``ZhinNote`` (``zhin: note: …`` on the CLI's stderr). Gateways and local servers (``openai-compatible``, ``vllm``,
 ``ollama``, ``llama-cpp``, any provider whose spec names no ``default_model``) serve any vendor's model: every model
 is theirs. The defaults and prefixes are fields of each provider's spec (``pipeline/providers/specs/``).
@@ -51,12 +51,16 @@ def belongs(provider: str, model: str) -> bool:
         return True
     if model.startswith(known.prefixes):
         return True
-    return any(model == name or model.startswith(name + "-") for name in _priced_models(provider))
+    # a spec that names its prefixes is not widened by a price list it shares (openai-reasoning bills at openai's
+    # rows, gpt-4o among them, yet gpt-4o is no reasoning model): only its default and its own rows count then
+    names = [known.default, *_priced_models(provider, shared=not known.prefixes)]
+    return any(model == name or model.startswith(name + "-") for name in names)
 
 
-def _priced_models(provider: str) -> list[str]:
-    """The model names with a price row for ``provider``: the shipped table's, and its spec's own rows."""
-    rows = builtin_prices().providers.get(price_key(provider))
+def _priced_models(provider: str, *, shared: bool = True) -> list[str]:
+    """The model names with a price row for ``provider``: its spec's own rows, and (``shared``) the shipped table's
+    rows it is billed at."""
+    rows = builtin_prices().providers.get(price_key(provider)) if shared else None
     spec = PROVIDERS.get(provider)
     own = spec.prices.get("models") if spec is not None and spec.prices is not None else None
     return [*(rows.models if rows is not None else ()), *(own if isinstance(own, dict) else ())]

@@ -551,8 +551,8 @@ PAID_LABEL = "the bot paid (stored usage)"
 RECORDED_LABEL = "the bot paid (recorded usage)"  # a captured body's: an exchange file's or zhin serve's log line
 ADR_LABEL = "ADR 0041 would send (zhin's assembly)"
 BILL_CAVEAT = ("the bot's prompts hold its own system prompt and tool schemas, which its database does not keep; "
-               "ADR 0041's figures are zhin's assembly of the same turns, with zhin's system prompt and without the "
-               "bot's tools: the two bills price the same turns, not the same text")
+               "ADR 0041's figures are zhin's assembly of the same requests, with zhin's system prompt and without the "
+               "bot's tools: the two bills price the same requests, not the same text")
 
 
 @dataclass(frozen=True)
