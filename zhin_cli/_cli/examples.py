@@ -71,7 +71,7 @@ EXAMPLES: dict[str, list[str]] = {
     ],
     "serve": [
         "zhin serve --port 8080",
-        "zhin serve --provider anthropic --capture captured/",
+        "zhin serve --provider deepseek --capture captured/",
     ],
     "trace": [
         "zhin trace fixtures/private-chat.jsonl",

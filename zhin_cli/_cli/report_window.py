@@ -25,7 +25,7 @@ from zhin_cli._cli.report_group import report_app
 from zhin_cli.core.errors import UsageError
 from zhin_cli.core.parallel import MAX_JOBS
 from zhin_cli.core.terminaltext import markup_safe, terminal_safe
-from zhin_cli.tools.report.window import WindowReport, frontier_picture, recommendation_line, table_rows
+from zhin_cli.tools.report.window import CACHE_MODEL, WindowReport, frontier_picture, recommendation_line, table_rows
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 @handles_errors
 def window_command(
     sessions: Annotated[list[str], typer.Argument(metavar="SESSION...", help="Sessions: .jsonl files, folders of them, or session ids / keys in the database.")],
-    provider: Annotated[str, typer.Option("--provider", "-p", help="Provider whose cache rules and prices apply: any registered provider (see `zhin providers`).")] = "openai",
+    provider: Annotated[str | None, typer.Option("--provider", "-p", help="Provider whose cache rules and prices apply: any registered provider (see `zhin providers`; default: zhin.yaml's provider, else openai).")] = None,
     model: Annotated[str | None, typer.Option("--model", help="Model billed (default: as report economy: each session's stored model where it is the provider's, else the provider's own).")] = None,
     min_context: Annotated[float | None, typer.Option("--min-context", metavar="N", help="Mean messages of context the recommended window must keep (default: the default window's mean).")] = None,
     prices: PricesOption = None,
@@ -72,7 +72,8 @@ def _print(report: WindowReport) -> None:
 
     console = stdout_console()
     console.print(markup_safe(f"{report.provider} {report.model} · {len(report.sessions)} session(s) · "
-                              f"{report.recommended.requests} requests per policy · tokens: {report.encoding}"))
+                              f"{report.recommended.requests} requests per policy · tokens: {report.encoding} · "
+                              f"cache: {CACHE_MODEL} (cold at each cache group's first request, warm after it)"))
     rows = table_rows(report)
     table = _table(rows, compact=False)
     if Measurement.get(console, console.options.update_width(10_000), table).maximum > console.width:

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from zhin_cli._cli import ConfigOption, app, check_options, handles_errors
+from zhin_cli._cli import ConfigOption, app, check_options, command_context, handles_errors
 from zhin_cli.core.redact import mask_url
 from zhin_cli.core.terminaltext import terminal_safe
 from zhin_cli.tools.serve.server import ENDPOINTS, REQUEST_DEADLINE, serve
@@ -20,12 +20,35 @@ def _stderr_line(text: str) -> None:
     sys.stderr.flush()
 
 
+def _config_provider() -> str:
+    """zhin.yaml's ``provider:`` when it speaks openai-chat (POST /v1/chat/completions answers as it), else openai:
+    a provider of another wire format already answers its own route (POST /v1/messages, …), so a config naming it is
+    no error here (a note says so)."""
+    from zhin_cli.pipeline.assemble import DEFAULT_PROVIDER
+    from zhin_cli.pipeline.providers import PROVIDERS
+
+    context = command_context()
+    named = context.config.provider if context is not None else None
+    if not named:
+        return DEFAULT_PROVIDER
+    dialect = ENDPOINTS[CHAT_ROUTE].dialect
+    if named in PROVIDERS and PROVIDERS[named].wire == dialect:
+        return named
+    why = f"speaks {PROVIDERS[named].wire}, not {dialect}" if named in PROVIDERS else "is not registered (its plugins did not run)"
+    _stderr_line(terminal_safe(f"zhin: note: zhin.yaml's provider {named} {why}: POST {CHAT_ROUTE} answers as "
+                               f"{DEFAULT_PROVIDER} (--provider chooses another)"))
+    return DEFAULT_PROVIDER
+
+
+CHAT_ROUTE = "/v1/chat/completions"
+
+
 @app.command("serve")
 @handles_errors
 def serve_command(
     host: Annotated[str, typer.Option("--host", help="Loopback address to listen on (127.0.0.1, ::1 or localhost only).")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="Port to listen on (0 = pick a free port).")] = 0,
-    provider: Annotated[str, typer.Option("--provider", "-p", envvar="ZHIN_PROVIDER", help="Provider profile for POST /v1/chat/completions: any registered provider of the openai-chat wire format (see `zhin providers`).")] = "openai",
+    provider: Annotated[str | None, typer.Option("--provider", "-p", envvar="ZHIN_PROVIDER", help="Provider profile for POST /v1/chat/completions: any registered provider of the openai-chat wire format (see `zhin providers`; default: zhin.yaml's provider when it speaks openai-chat, else openai).")] = None,
     capture: Annotated[Path | None, typer.Option("--capture", help="Write every request body, as received, to DIR/NNNNN-<route>.json (for `zhin request-diff`), and what it got (status, usage, answer) to DIR/NNNNN-<route>.exchange.json.")] = None,
     upstream: Annotated[str | None, typer.Option("--upstream", metavar="URL", help="Record, do not answer: forward every request to URL + its path (e.g. https://api.openai.com, not …/v1), relay the answer (streams as they arrive), record it into --capture DIR (required). Credentials are forwarded, never written. Unreachable: 502.")] = None,
     upstream_deadline: Annotated[float, typer.Option("--upstream-deadline", metavar="SECONDS", help=f"With --upstream: the provider's answer must begin (a non-streamed one: be complete) within this, else 504; a stream may then run on while no gap between its pieces exceeds {READ_TIMEOUT:g} s. Raise it for slow non-streamed answers.")] = REQUEST_DEADLINE,
@@ -39,6 +62,7 @@ def serve_command(
     """
 
     check_options(provider)  # a provider of the config's plugins (--config) is loaded first, for the whole run
+    provider = provider or _config_provider()
 
     def ready(url: str) -> None:
         routes = ", ".join(f"POST {route}" for route in ENDPOINTS)

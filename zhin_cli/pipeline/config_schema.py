@@ -8,8 +8,10 @@ plugins have registered (``Config.registry``), and so do the provider names of a
 them may register the provider it names; ``validate_config(provider_names=False)``); ranges that depend on another key (``window.cut_to`` below
 ``window.max_messages``) and regexes are checked by the loader.
 
-Enumerations (provider names, segment kinds, override values) are read from the registries and tables they
-describe, so the schema cannot drift from what the code accepts.
+Enumerations (segment kinds, override values) are read from the registries and tables they describe, so the
+schema cannot drift from what the code accepts. Provider names are not an enumeration in the published schema: a
+zhin.yaml may name a plugin's provider, which only its plugins know; the registered names are the ``examples`` and
+zhin checks the name at its ``file:line`` once the plugins ran.
 """
 
 from __future__ import annotations
@@ -62,19 +64,27 @@ def _tool_schema() -> dict[str, Any]:
 
 
 def config_schema() -> dict[str, Any]:
-    """The JSON Schema (draft 2020-12) of ``zhin.yaml``, as data: its provider names are the registered providers'
-    (built in, and a plugin's once registered), so it is built again when they change."""
+    """The published JSON Schema (draft 2020-12) of ``zhin.yaml``, as data. A provider name is any string (a file
+    may name a plugin's provider); the registered providers are its ``examples``, so it is built again when they
+    change."""
     from zhin_cli.pipeline.providers.spec import provider_names
 
-    return _schema(tuple(provider_names()))
+    return _schema(None, tuple(provider_names()))
 
 
-def _provider_schemas(providers: tuple[str, ...] | None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``provider:`` and the ``providers:`` mapping. ``None``: the file's plugins have not run yet, so any name may
-    be one of theirs; the loader checks the names once they ran (``Config.registry``)."""
-    overrides: dict[str, Any] = {"type": "object", "description": "per-provider capability overrides"}
+PROVIDER_NAME = ("a built-in provider (`zhin providers` lists them) or a plugin's; zhin checks the name at its line "
+                 "once the file's plugins ran")
+
+
+def _provider_schemas(providers: tuple[str, ...] | None, known: tuple[str, ...]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``provider:`` and the ``providers:`` mapping. ``None``: any name may be a plugin's (the published schema, or
+    a file whose plugins have not run yet); the loader checks the names once they ran (``Config.registry``).
+    ``known``: the registered names, given as ``examples``."""
+    overrides: dict[str, Any] = {"type": "object", "description": f"per-provider capability overrides; each key is {PROVIDER_NAME}"}
     if providers is None:
-        provider: dict[str, Any] = {"type": "string", "description": "the default provider profile"}
+        provider: dict[str, Any] = {"type": "string", "description": f"the default provider profile: {PROVIDER_NAME}",
+                                    "examples": list(known)}
+        overrides["propertyNames"] = {"type": "string", "examples": list(known)}
     else:
         provider = {"enum": [*providers, None], "description": "the default provider profile"}
         overrides["propertyNames"] = {"enum": list(providers)}
@@ -83,7 +93,7 @@ def _provider_schemas(providers: tuple[str, ...] | None) -> tuple[dict[str, Any]
 
 
 @cache
-def _schema(providers: tuple[str, ...] | None) -> dict[str, Any]:
+def _schema(providers: tuple[str, ...] | None, known: tuple[str, ...] = ()) -> dict[str, Any]:
     from zhin_cli.pipeline.preset.model import CardOptions
     from zhin_cli.pipeline.prices import providers_schema
     from zhin_cli.pipeline.segments import TEXT_KINDS
@@ -91,7 +101,7 @@ def _schema(providers: tuple[str, ...] | None) -> dict[str, Any]:
     integer = {"type": "integer"}
     preset_options: dict[str, Any] = {key: _nullable({"type": "string"}) for key in CardOptions.FIELDS}
     preset_options["seed"] = {"type": "integer", "description": "seed of {{random}}/{{roll}} (default 0)"}
-    provider, overrides = _provider_schemas(providers)
+    provider, overrides = _provider_schemas(providers, known)
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": SCHEMA_ID,

@@ -38,6 +38,9 @@ from zhin_cli.pipeline.prices import Price, PriceChoice, PriceTable
 from zhin_cli.pipeline.window import WindowConfig, sliding
 
 WINDOW_VERSION = 1
+# Which cache the figures meet (docs/figures.md): timed — cold at the first request of each cache group, warm after
+# it — as report economy's (``economy.CACHE_MODEL``), under the same key
+CACHE_MODEL = "timed"
 PolicyKind = Literal["messages", "blocks", "none", "sliding"]
 
 # (max_messages, cut_to) around the default 80→40: shorter and longer windows, deep cuts (a long window cut
@@ -277,6 +280,7 @@ class WindowDoc(TypedDict):
     provider: str
     model: str
     encoding: str
+    cache_model: str  # "timed" (docs/figures.md), as report economy --json names it; added in version 1
     price: dict[str, object]  # Price.as_dict, passed through
     notes: list[str]
     min_context: float
@@ -303,7 +307,7 @@ class WindowReport:
 
     def as_dict(self) -> WindowDoc:
         return {"version": WINDOW_VERSION, "provider": self.provider, "model": self.model, "encoding": self.encoding,
-                "price": self.price.as_dict(), "notes": list(self.notes), "min_context": round(self.min_context, 1),
+                "cache_model": CACHE_MODEL, "price": self.price.as_dict(), "notes": list(self.notes), "min_context": round(self.min_context, 1),
                 "sessions": list(self.sessions), "policies": [p.as_dict() for p in self.policies],
                 "recommended": self.recommended.as_dict(), "default": self.default.as_dict(),
                 "sliding": self.sliding.as_dict()}
@@ -411,15 +415,17 @@ def _sliding_of(pooled: Iterable[PolicyFigures], base: WindowConfig) -> PolicyFi
 
 
 def run_window(refs: list[str], *, cwd: Path, db: str | None = None, config_path: Path | None = None,
-               prices_file: Path | None = None, provider: str = "openai", model: str | None = None,
+               prices_file: Path | None = None, provider: str | None = None, model: str | None = None,
                min_context: float | None = None, jobs: int | None = 1,
                after_load: Callable[[], None] | None = None,
                progress: Callable[[int, int], None] | None = None, context: RunContext | None = None) -> WindowReport:
     """The CLI's sweep: the config found from ``cwd`` (or ``config_path``), its prices (and ``--prices``), the
     sessions ``refs`` name (files, folders, ids or keys in ``db``). ``context``: the caller's run context (``report
     html --window``), whose config, prices and sessions are not read again; it then replaces the bundle
-    (``cwd``, ``db``, ``config_path``, ``prices_file``)."""
+    (``cwd``, ``db``, ``config_path``, ``prices_file``). ``provider``: None is the config's ``provider:``, else
+    openai (as trace and the pipeline choose it)."""
     from zhin_cli.core.parallel import check_jobs
+    from zhin_cli.pipeline.assemble import DEFAULT_PROVIDER
     from zhin_cli.pipeline.config import load_config
     from zhin_cli.store.refs import session_refs
 
@@ -427,6 +433,7 @@ def run_window(refs: list[str], *, cwd: Path, db: str | None = None, config_path
     run = context or RunContext.for_config(load_config(config_path, cwd=cwd), cwd=cwd, db=db, prices_file=prices_file)
     config = run.config
     table = run.prices
+    provider = provider or config.provider or DEFAULT_PROVIDER
     target(provider, model, config)  # a bad --provider before the sessions are read
     sessions = [run.session(ref) for ref in session_refs(refs, all_sessions=False, db=run.db, cwd=run.cwd)]
     if after_load is not None:
