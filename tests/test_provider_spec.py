@@ -246,10 +246,10 @@ def test_default_model_and_model_prefixes_come_from_the_spec() -> None:
 def test_the_config_schema_names_the_registered_providers(acme: ProviderSpec) -> None:
     from zhin_cli.pipeline.config_schema import config_schema, validate_config
 
-    assert "acme" in config_schema()["properties"]["providers"]["propertyNames"]["enum"]
+    assert "acme" in config_schema()["properties"]["providers"]["propertyNames"]["examples"]
     validate_config({"provider": "acme", "providers": {"acme": {"prefill": False}}}, lambda key: None)
     registry.unregister_provider("acme")
-    assert "acme" not in config_schema()["properties"]["providers"]["propertyNames"]["enum"]  # negative control
+    assert "acme" not in config_schema()["properties"]["providers"]["propertyNames"]["examples"]  # negative control
     with pytest.raises(registry.ConfigError, match="unknown provider 'acme'"):
         validate_config({"provider": "acme"}, lambda key: None)
 
@@ -355,7 +355,7 @@ from zhin_cli.pipeline.providers import provider, provider_names, resolve_profil
 print(json.dumps({
     "names": "acme" in provider_names(),
     "completion": [item.value for item in complete_providers("ac")],
-    "schema": "acme" in config_schema()["properties"]["providers"]["propertyNames"]["enum"],
+    "schema": "acme" in config_schema()["properties"]["providers"]["propertyNames"]["examples"],
     "default_model": default_model("acme"),
     "price": load_prices().choose("acme", "acme-large").price.input,
     "resolved": resolve_profile("acme", "acme-large").cache.min_tokens,

@@ -152,7 +152,8 @@ def test_default_floor_is_the_default_windows_context(busy_report: WindowReport)
 def test_json_shape(busy_report: WindowReport) -> None:
     data = busy_report.as_dict()
     assert set(data) == {"version", "provider", "model", "encoding", "price", "notes", "min_context", "sessions",
-                         "policies", "recommended", "default", "sliding"}
+                         "policies", "recommended", "default", "sliding", "cache_model"}
+    assert data["cache_model"] == "timed"  # docs/figures.md: the sweep bills as the session happened
     assert (data["version"], data["provider"], data["model"], data["notes"]) == (1, "openai", "gpt-4o", [])
     assert data["sessions"] == [read_session(BUSY).session_id]
     assert data["price"]["input"] == 2.5
