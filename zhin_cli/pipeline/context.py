@@ -41,12 +41,12 @@ class RunContext:
     _sessions: dict[str, Session] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def open(cls, config: Config | Path | str | None = None, *, cwd: Path | None = None, provider_name: str | None = None,
-             prices_file: Path | None = None, db: str | None = None) -> RunContext:
+    def open(cls, config: Config | Path | str | None = None, *, cwd: Path | str | None = None,
+             provider_name: str | None = None, prices_file: Path | None = None, db: str | None = None) -> RunContext:
         """Load ``config`` (a path the user named, or None: the ``zhin.yaml`` found upward from ``cwd``, whose
         plugins run only if trusted) and run its plugins; then check ``provider_name`` against every provider,
         the plugins' included (``UnknownProvider``, a ``ConfigError``, when none has it)."""
-        here = cwd or Path.cwd()
+        here = Path(cwd) if cwd else Path.cwd()  # a str cwd too (it is searched upward as a Path)
         loaded = config if isinstance(config, Config) else load_config(Path(config) if config is not None else None, cwd=here)
         registry, generations = loaded.registry()  # plugin code runs here, or the trust check refuses it
         context = cls(here, loaded, registry, generations, prices_file, db)

@@ -37,6 +37,9 @@ class CacheRules:
 
 @dataclass(frozen=True)
 class Capabilities:
+    """A provider's spec: ``ProviderSpec`` is this class (one object per provider, issue 32), so an argument error
+    names ``ProviderSpec`` (``ProviderSpec.__init__() missing …``)."""
+
     name: str
     wire: str  # which renderer: openai-chat | anthropic-messages | gemini-generate
     mid_conversation_system: MidConversationSystem
@@ -118,3 +121,6 @@ class Capabilities:
 # The one object per provider (issue 32): the capabilities grew the provider's other fields, so every reader of the
 # profile table (``PROFILES``) reads providers unchanged.
 ProviderSpec = Capabilities
+# ``ProviderSpec(...)`` is the name plugins call: a missing or doubled argument says "ProviderSpec.__init__() …"
+# (Python names the function by its qualified name), not the older class name they never wrote.
+Capabilities.__init__.__qualname__ = "ProviderSpec.__init__"
