@@ -71,7 +71,11 @@ def test_for_wire_picks_the_wire_default_provider() -> None:
         registry.for_wire("nope")
 
 
-def test_for_wire_prefers_the_wire_default_over_registration_order(acme: ProviderSpec) -> None:
+def test_for_wire_prefers_the_wire_default_over_registration_order(acme: ProviderSpec,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from zhin_cli.wire import WIRES
+
+    monkeypatch.setitem(WIRES, "test-wire", WIRES["openai-chat"])  # a spec's wire must be a registered one
     registry.unregister_provider("acme")
     first = replace(acme, wire="test-wire", name="acme")
     second = replace(acme, wire="test-wire", name="acme-default", wire_default=True)
@@ -301,6 +305,19 @@ def test_no_module_imports_its_registry_package(package: str) -> None:
         "openai_chat.py"]
 
 
+def _entry(text: str, name: str) -> str:
+    """The lines ``zhin providers`` prints for provider ``name``: its table row, or its block (the name on a line of
+    its own, then the indented fields)."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip() == name or line.startswith(f"│ {name} "))
+    block = [lines[start]]
+    for line in lines[start + 1:]:
+        if not line.startswith("  "):
+            break
+        block.append(line)
+    return "\n".join(block)
+
+
 def test_the_system_prompt_place_is_the_wire_format_s(tmp_path: Path) -> None:
     """``zhin providers`` reads where the system prompt goes from the wire format (no table of wires in the CLI)."""
     from conftest import run_zhin
@@ -314,9 +331,9 @@ def test_the_system_prompt_place_is_the_wire_format_s(tmp_path: Path) -> None:
     register_wire(Elsewhere())
     registry.register_provider(replace(ACME, name="acme-elsewhere", wire="test-elsewhere"), owner="test")
     try:
-        row = next(line for line in run_zhin("providers", cwd=tmp_path).stdout.splitlines() if "acme-elsewhere" in line)
-        assert "the preamble field" in row
-        openai = next(line for line in run_zhin("providers", cwd=tmp_path).stdout.splitlines() if "│ openai " in line)
+        text = run_zhin("providers", cwd=tmp_path).stdout  # a row per provider, or a block each when narrow
+        assert "the preamble field" in _entry(text, "acme-elsewhere")
+        openai = _entry(text, "openai")
         assert "system message" in openai and "preamble" not in openai  # negative control: the wire's own place
     finally:
         registry.unregister_provider("acme-elsewhere")

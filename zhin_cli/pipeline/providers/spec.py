@@ -27,7 +27,7 @@ from typing import Any
 import zhin_cli.pipeline.providers.specs as _builtin_specs
 from zhin_cli.core.errors import ConfigError
 from zhin_cli.core.registry import BUILTIN, Registry
-from zhin_cli.pipeline.providers.capabilities import Capabilities, ProviderSpec
+from zhin_cli.pipeline.providers.capabilities import CacheRules, Capabilities, ProviderSpec
 
 PROVIDERS: Registry[ProviderSpec] = Registry("provider profile")
 PROFILES = PROVIDERS  # the old name: every reader of the profile table reads providers
@@ -40,8 +40,61 @@ class UnknownProvider(ConfigError):
     """A provider name no spec has."""
 
 
+MID_CONVERSATION_SYSTEM = ("system", "developer", "none")
+CACHE_MECHANISMS = ("automatic", "explicit", "none")
+CACHE_MINIMUMS = {"min_tokens": 0, "step_tokens": 1, "max_breakpoints": 0, "lifetime_seconds": 0}
+
+
+def _choices(allowed: tuple[str, ...]) -> str:
+    return f"{', '.join(allowed[:-1])} or {allowed[-1]}"
+
+
+def check_spec(spec: ProviderSpec, *, wire: bool = True) -> None:
+    """The fields every tool relies on, checked once when the spec is registered (a plugin's wrong ``wire=`` would
+    otherwise be a ``KeyError`` in the first command that renders or lists it). A bad field is a ``ConfigError``
+    naming the provider and the field; a plugin's is reported at its config line. ``wire=False`` skips the wire
+    format (the built-ins, registered while the table is imported: the wire registry is not, and a test checks
+    theirs)."""
+    if not isinstance(spec, Capabilities):
+        raise ConfigError(f"register_provider takes a ProviderSpec, got {type(spec).__name__}")
+    name = spec.name
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"provider {name!r}: name must be a non-empty string")
+
+    def bad(field_name: str, problem: str) -> ConfigError:
+        return ConfigError(f"provider {name!r}: {field_name} {problem}")
+
+    if wire:
+        from zhin_cli.wire import WIRES  # imported on use: the built-in table stays light (completion)
+
+        if not isinstance(spec.wire, str) or spec.wire not in WIRES:
+            raise bad("wire", f"{spec.wire!r} is not a registered wire format (known: {', '.join(sorted(WIRES))}; "
+                              "a plugin's own format is registered first, with register_wire)")
+    if spec.mid_conversation_system not in MID_CONVERSATION_SYSTEM:
+        raise bad("mid_conversation_system", f"must be {_choices(MID_CONVERSATION_SYSTEM)}, "
+                                             f"got {spec.mid_conversation_system!r}")
+    cache = spec.cache
+    if not isinstance(cache, CacheRules):
+        raise bad("cache", f"must be CacheRules(...), got {type(cache).__name__}")
+    if cache.mechanism not in CACHE_MECHANISMS:
+        raise bad("cache.mechanism", f"must be {_choices(CACHE_MECHANISMS)}, got {cache.mechanism!r}")
+    for key, least in CACHE_MINIMUMS.items():
+        value = getattr(cache, key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise bad(f"cache.{key}", f"must be an integer ≥ {least}, got {value!r}")
+    model = spec.default_model
+    if model is not None and (not isinstance(model, str) or not model.strip()):
+        raise bad("default_model", f"must be a non-empty string (or None: any model), got {model!r}")
+
+
 def register_provider(spec: ProviderSpec, *, replace: bool = False, owner: str = BUILTIN) -> ProviderSpec:
-    """Add ``spec`` under its name; a name already taken is ``DuplicateName`` unless ``replace``."""
+    """Add ``spec`` under its name, once ``check_spec`` passed; a name already taken is ``DuplicateName`` unless
+    ``replace``."""
+    check_spec(spec)
+    return _add(spec, replace=replace, owner=owner)
+
+
+def _add(spec: ProviderSpec, *, replace: bool = False, owner: str = BUILTIN) -> ProviderSpec:
     return PROVIDERS.add(spec.name, spec, replace=replace, owner=owner)
 
 
@@ -88,7 +141,7 @@ BOOLEAN_OVERRIDES = frozenset({"example_names", "prefill", "system_only_at_start
 OVERRIDABLE = {"mid_conversation_system", "system_prompt_role", "alternation", "validator", "null_content",
                "prompt_cache_key", *BOOLEAN_OVERRIDES}
 OVERRIDE_VALUES: dict[str, tuple[str, ...]] = {
-    "mid_conversation_system": ("system", "developer", "none"),
+    "mid_conversation_system": MID_CONVERSATION_SYSTEM,
     "system_prompt_role": ("system", "developer", "user"),
     "alternation": ("free", "merge"),
     "null_content": ("null", "empty"),
@@ -181,7 +234,8 @@ def _register_builtins() -> None:
     for name in _builtin_modules():
         module = importlib.import_module(f"{_builtin_specs.__name__}.{name}")
         for spec in module.SPECS:
-            register_provider(spec)
+            check_spec(spec, wire=False)  # the wire registry is not imported here; test_spec_checks.py checks theirs
+            _add(spec)
 
 
 _register_builtins()
