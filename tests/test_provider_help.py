@@ -33,11 +33,22 @@ def names_listed(help_text: str) -> list[str]:
     return sorted(set(re.split(r"[^\w-]+", help_text)) & set(provider_names()))
 
 
+def without_default(help_text: str) -> str:
+    """The help without its ``default: …`` clause: the one provider used when none is named (the code's constant,
+    ``pipeline.assemble.DEFAULT_PROVIDER``) is a single value, not a list that a new provider would be missing from."""
+    return re.sub(r"default: [^;)]*else (\w[\w-]*)", lambda m: m.group(0)[: -len(m.group(1))], help_text)
+
+
 def test_no_provider_help_lists_providers_by_hand() -> None:
+    from zhin_cli.pipeline.assemble import DEFAULT_PROVIDER
+
     helps = dict(provider_helps())
     assert {("trace",), ("serve",), ("preset", "probe"), ("report", "window")} <= helps.keys()
-    listed = {path: names_listed(text) for path, text in helps.items() if path not in DERIVED and names_listed(text)}
+    listed = {path: names_listed(without_default(text)) for path, text in helps.items()
+              if path not in DERIVED and names_listed(without_default(text))}
     assert listed == {}
+    # a default the helps name is the code's own
+    assert all(f"else {DEFAULT_PROVIDER})" in text for text in helps.values() if re.search(r"default: [^;)]*else ", text))
 
 
 def test_report_economy_lists_the_defaults_the_registry_gives() -> None:
@@ -54,3 +65,7 @@ def test_the_reader_sees_a_hand_written_list() -> None:
     assert names_listed("Provider profile (openai, openai-reasoning, deepseek, …).") == [
         "deepseek", "openai", "openai-reasoning"]
     assert names_listed("any registered provider of the openai-chat wire format (see `zhin providers`)") == []
+    # only the single fallback after "else" in a default clause is left out, never a list
+    assert names_listed(without_default("any (see `zhin providers`; default: zhin.yaml's provider, else openai).")) == []
+    assert names_listed(without_default("(openai, anthropic; default: zhin.yaml's provider, else openai)")) == [
+        "anthropic", "openai"]
